@@ -1,0 +1,160 @@
+"""Perfect and imperfect interventions on conditional CTBNs."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int
+
+from ._ctbn import AbstractCTBN
+
+
+class Intervention(eqx.Module):
+    r"""An intervention $i=(i_1,\dots,i_N)$ on a cCTBN, stored as arrays so that a batch of
+    interventions (a leading axis on every field) can be `jax.vmap`-ed.
+
+    - **Perfect** part, $\mathrm{do}(X_S=x_S)$: `targets[n]` says whether node $n$ is clamped and
+      `states[n]` to which state. A clamped node has all rates zero and its initial state is
+      fixed to `states[n]`; the other nodes keep their conditional rates, which still read the
+      clamped node's state.
+    - **Imperfect** part: `rate_scales[n]` multiplies node $n$'s CIM off-diagonals (a scalar or an
+      array broadcastable to `(configs, k, k)`; `1.0` = untouched). A replacement of the CIMs is a
+      scale of the form `new / old`, or use [`jaxctbn.Intervention.replace_cims`][].
+
+    Build with [`jaxctbn.Intervention.none`][], [`jaxctbn.Intervention.perfect`][] or
+    [`jaxctbn.intervention_space`][].
+    """
+
+    targets: Bool[Array, " nodes"]
+    states: Int[Array, " nodes"]
+    rate_scales: tuple[Float[Array, "..."], ...] | None = None
+    replacement_cims: tuple[Array | None, ...] | None = None
+
+    def __check_init__(self):
+        if jnp.shape(self.targets) != jnp.shape(self.states):
+            raise ValueError(
+                f"Intervention: targets {jnp.shape(self.targets)} and states "
+                f"{jnp.shape(self.states)} must have the same shape (one entry per node)."
+            )
+
+    @property
+    def num_nodes(self) -> int:
+        return int(jnp.shape(self.targets)[-1])
+
+    @classmethod
+    def none(cls, num_nodes: int) -> "Intervention":
+        """No intervention."""
+        return cls(
+            targets=jnp.zeros((num_nodes,), bool), states=jnp.zeros((num_nodes,), jnp.int32)
+        )
+
+    @classmethod
+    def perfect(
+        cls, model: AbstractCTBN, assignment: Mapping[str | int, int] | None = None
+    ) -> "Intervention":
+        r"""$\mathrm{do}(X_S=x_S)$ from a mapping `{node name or index: state}`."""
+        targets = np.zeros(model.num_nodes, bool)
+        states = np.zeros(model.num_nodes, np.int32)
+        for node, state in (assignment or {}).items():
+            n = model.node_index(node)
+            k = model.cardinalities[n]
+            if not 0 <= int(state) < k:
+                raise ValueError(
+                    f"intervention: state {state} of node {model.names[n]!r} must be in 0..{k - 1}."
+                )
+            targets[n] = True
+            states[n] = int(state)
+        return cls(targets=jnp.asarray(targets), states=jnp.asarray(states))
+
+    def with_rate_scales(self, rate_scales: Sequence[Array | float]) -> "Intervention":
+        """Add an imperfect part: per-node multiplicative factors on the conditional rates."""
+        scales = tuple(jnp.asarray(s) for s in rate_scales)
+        if len(scales) != self.num_nodes:
+            raise ValueError(f"rate_scales: need one entry per node ({self.num_nodes}), got {len(scales)}.")
+        return eqx.tree_at(
+            lambda i: i.rate_scales, self, scales, is_leaf=lambda x: x is None
+        )
+
+    def replace_cims(self, replacement_cims: Sequence[Array | None]) -> "Intervention":
+        """Add an imperfect part: per node, a replacement CIM table (`None` = keep the model's)."""
+        cims = tuple(None if c is None else jnp.asarray(c) for c in replacement_cims)
+        if len(cims) != self.num_nodes:
+            raise ValueError(
+                f"replacement_cims: need one entry per node ({self.num_nodes}), got {len(cims)}."
+            )
+        return eqx.tree_at(
+            lambda i: i.replacement_cims, self, cims, is_leaf=lambda x: x is None
+        )
+
+    def apply(self, model: AbstractCTBN) -> AbstractCTBN:
+        """The intervened model: replaced/scaled CIMs, and zero rates for clamped nodes."""
+        if self.num_nodes != model.num_nodes:
+            raise ValueError(
+                f"intervention: has {self.num_nodes} nodes, the model has {model.num_nodes}."
+            )
+        cims = []
+        for n, cim in enumerate(model.cims):
+            if self.replacement_cims is not None and self.replacement_cims[n] is not None:
+                new = self.replacement_cims[n]
+                if new.shape != cim.shape:
+                    raise ValueError(
+                        f"replacement_cims[{n}]: shape {new.shape}, expected {cim.shape}."
+                    )
+                k = cim.shape[-1]
+                off = jnp.where(jnp.eye(k, dtype=bool), 0.0, new).astype(cim.dtype)
+                cim = off - jnp.eye(k, dtype=cim.dtype) * off.sum(-1, keepdims=True)
+            if self.rate_scales is not None:
+                cim = cim * jnp.asarray(self.rate_scales[n], cim.dtype)
+            cim = jnp.where(self.targets[n], jnp.zeros((), cim.dtype), cim)
+            cims.append(cim)
+        return eqx.tree_at(lambda m: m.cims, model, tuple(cims))
+
+    def initial_states(self, states: Int[Array, "... nodes"]) -> Int[Array, "... nodes"]:
+        """Clamp the intervened nodes' initial states."""
+        return jnp.where(self.targets, self.states, states)
+
+    def as_dict(self, model: AbstractCTBN) -> dict[str, int]:
+        """The perfect part as `{name: state}` (concrete arrays only)."""
+        t, s = np.asarray(self.targets), np.asarray(self.states)
+        return {model.names[n]: int(s[n]) for n in range(model.num_nodes) if t[n]}
+
+
+def intervention_space(cardinalities: Sequence[int]) -> Intervention:
+    r"""All perfect interventions of the paper: each node is either untouched or clamped to one of
+    its states. Returns one batched [`jaxctbn.Intervention`][] with $\prod_n(1+k_n)$ members in
+    `itertools.product` order over the nodes, each node's options ordered (untouched, 0, ...,
+    k_n-1); member 0 is "no intervention"."""
+    options = [[-1, *range(int(k))] for k in cardinalities]
+    combos = np.array(list(itertools.product(*options)), dtype=np.int32).reshape(-1, len(options))
+    return Intervention(targets=jnp.asarray(combos >= 0), states=jnp.asarray(np.maximum(combos, 0)))
+
+
+def parse_assignment(text: str | None, model: AbstractCTBN, what: str) -> dict[str, int]:
+    """Parse `"A=1,B=0"` or `"A=1;B=0"` into `{name: state}` with clear errors."""
+    if text is None or text.strip() == "":
+        return {}
+    out: dict[str, int] = {}
+    for part in text.replace(";", ",").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "=" not in part:
+            raise ValueError(f"{what}: expected NODE=STATE, got {part!r}.")
+        name, state = (s.strip() for s in part.split("=", 1))
+        if name not in model.names:
+            raise ValueError(f"{what}: unknown node {name!r}; nodes are {list(model.names)}.")
+        try:
+            value = int(state)
+        except ValueError:
+            raise ValueError(f"{what}: state of {name!r} must be an integer, got {state!r}.") from None
+        k = model.cardinalities[model.names.index(name)]
+        if not 0 <= value < k:
+            raise ValueError(f"{what}: state of {name!r} must be in 0..{k - 1}, got {value}.")
+        if name in out:
+            raise ValueError(f"{what}: node {name!r} given twice.")
+        out[name] = value
+    return out

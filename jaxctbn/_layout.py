@@ -1,0 +1,73 @@
+"""Indexing of the global state space and of parent configurations.
+
+Global states are ordered as `itertools.product` over the nodes in the order they are listed
+(the last node varies fastest), so a probability vector of length $S=\prod_n k_n$ reshapes in C
+order to a tensor with one axis per node. Parent configurations are ordered the same way over the
+listed parents (the first parent is the most significant digit).
+
+Parent lists may be given statically (a tuple of node indices) or as a traced integer array padded
+with `-1`; the latter lets a batch of models with *different graphs* share one compiled function.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Int
+
+
+def num_global_states(cardinalities: tuple[int, ...]) -> int:
+    return math.prod(cardinalities)
+
+
+def all_global_states(cardinalities: tuple[int, ...]) -> np.ndarray:
+    """All global states as an `(S, N)` integer array in itertools.product order."""
+    grids = np.indices(cardinalities).reshape(len(cardinalities), -1).T
+    return np.ascontiguousarray(grids.astype(np.int32))
+
+
+def global_state_index(states, cardinalities: tuple[int, ...]):
+    """Flat index of a global state (works on numpy and jax arrays, batched over leading axes)."""
+    strides = np.array(
+        [math.prod(cardinalities[i + 1 :]) for i in range(len(cardinalities))], dtype=np.int32
+    )
+    return (states * strides).sum(-1)
+
+
+def static_config_count(parents: tuple[int, ...], cardinalities: tuple[int, ...]) -> int:
+    return math.prod(cardinalities[p] for p in parents)
+
+
+def parent_configurations(parents: tuple[int, ...], cardinalities: tuple[int, ...]) -> list:
+    """Parent configurations in itertools.product order."""
+    return list(itertools.product(*(range(cardinalities[p]) for p in parents)))
+
+
+def config_index(
+    states: Int[Array, "... nodes"],
+    parents,
+    cardinalities: tuple[int, ...],
+) -> Int[Array, "..."]:
+    """Index of the parent configuration of `states` for the parent list `parents`.
+
+    `parents` is either a static tuple of node indices, or an integer array padded with `-1`
+    (padded slots count as a parent with one state, so they do not change the index).
+    """
+    if isinstance(parents, tuple | list):
+        index = jnp.zeros(states.shape[:-1], dtype=jnp.int32)
+        for p in parents:
+            index = index * cardinalities[p] + states[..., p]
+        return index
+    parents = jnp.asarray(parents)
+    card = jnp.asarray(cardinalities, dtype=jnp.int32)
+    present = parents >= 0
+    safe = jnp.where(present, parents, 0)
+    slot_card = jnp.where(present, card[safe], 1)
+    slot_value = jnp.where(present, jnp.take(states, safe, axis=-1), 0)
+    # strides: product of the cardinalities of the later slots
+    rev = jnp.cumprod(slot_card[::-1])[::-1]
+    strides = jnp.concatenate([rev[1:], jnp.ones((1,), dtype=rev.dtype)])
+    return (slot_value * strides).sum(-1).astype(jnp.int32)

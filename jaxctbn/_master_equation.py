@@ -1,0 +1,415 @@
+r"""The master equation of a cCTBN and the expected path statistics it yields.
+
+For a generator $W$ and initial distribution $p_0$ we need, over $[0,\tau]$,
+
+$$p_\tau = p_0 e^{\tau W},\qquad \mathsf E[T(s)] = \int_0^\tau p_t(s)\,\mathrm dt,\qquad
+\mathsf E[M(s,s')] = W(s,s')\,\mathsf E[T(s)]$$
+
+(`../shared/MATH.md` §1). Three interchangeable solvers compute $(p_\tau, \int_0^\tau p_t\,dt)$:
+
+- [`jaxctbn.Uniformisation`][] (default): exact, matrix-free, $\approx\lambda\tau+O(\sqrt{\lambda\tau})$
+  products with $W$, $\lambda=\max_s -W(s,s)$.
+- [`jaxctbn.DiffraxSolver`][]: any diffrax ODE solver on the augmented system
+  $\dot p = pW,\ \dot I = p$, matrix-free; `solve_batch` runs one solve over a whole batch with
+  shared step sizes.
+- [`jaxctbn.MatrixExponential`][]: the dense block exponential
+  $\exp(\tau[[W, I],[0, 0]])$, the exact reference for small networks.
+"""
+
+from __future__ import annotations
+
+import abc
+
+import diffrax
+import equinox as eqx
+import equinox.internal as eqxi
+import jax
+import jax.numpy as jnp
+import jax.scipy.special as jsp
+from jaxtyping import Array, ArrayLike, Float
+
+from ._ctbn import AbstractCTBN, max_configs
+from ._generator import Generator, amalgamate
+from ._interventions import Intervention
+from ._layout import all_global_states, config_index, global_state_index
+
+
+# --------------------------------------------------------------------------- solvers
+class AbstractMasterEquationSolver(eqx.Module):
+    """Computes $p_\\tau$ and $\\int_0^\\tau p_t\\,dt$ for one generator and initial distribution."""
+
+    @abc.abstractmethod
+    def solve(self, generator: Generator, p0: Array, duration: Array) -> tuple[Array, Array]:
+        """Returns `(final_marginal, integrated_marginal)` for one problem."""
+
+    @abc.abstractmethod
+    def solve_batch(
+        self, generators: Generator, p0: Array, duration: Array
+    ) -> tuple[Array, Array]:
+        """The same for a batch (leading axis on `generators` and `p0`, one scalar `duration`)."""
+
+
+class Uniformisation(AbstractMasterEquationSolver):
+    r"""Exact uniformisation (Jensen's method), matrix-free.
+
+    With $\lambda\ge\max_s d(s)$ and $P=I+W/\lambda$, and $N\sim\mathrm{Poisson}(\lambda\tau)$,
+
+    $$p_\tau=\sum_{k\ge0}\Pr(N=k)\,p_0P^k,\qquad
+    \int_0^\tau p_t\,dt=\frac1\lambda\sum_{k\ge0}\Pr(N>k)\,p_0P^k .$$
+
+    The series stops once $\Pr(N>k)$ < `tolerance`; all weights are non-negative, so there is no
+    cancellation and the result is accurate to about `tolerance` (relative to $\tau$ for the
+    integral). Poisson weights are computed in log space (no underflow for large $\lambda\tau$).
+    The loop is an `equinox.internal.while_loop(kind="checkpointed")`, so reverse-mode autodiff
+    works; $\lambda$ is held constant under differentiation (the result is exact for every
+    $\lambda\ge\max d$, so this is the exact gradient).
+
+    **Arguments (keyword-only):**
+
+    - `tolerance`: Poisson tail mass at which to stop (default `1e-13`; use ~`1e-7` in float32).
+    - `max_terms`: hard limit on the number of products; reaching it raises an error.
+    """
+
+    tolerance: float = eqx.field(default=1e-13, static=True)
+    max_terms: int = eqx.field(default=1_000_000, static=True)
+
+    def solve(self, generator, p0, duration):
+        dtype = p0.dtype
+        duration = jnp.asarray(duration, dtype)
+        lam = jax.lax.stop_gradient(
+            jnp.maximum(generator.max_exit_rate(), 1.0 / duration) * 1.0000001
+        ).astype(dtype)
+        mean = lam * duration
+        log_mean = jnp.log(mean)
+        tol = jnp.asarray(self.tolerance, dtype)
+
+        def tail(k):  # Pr(N > k) = Pr(N >= k+1) = P(k+1, mean)
+            return jsp.gammainc(k + 1.0, mean)
+
+        def cond(carry):
+            k, _, _, _, t = carry
+            return (t >= tol) | (k < mean)
+
+        def body(carry):
+            k, v, acc_p, acc_i, _ = carry
+            kf = k.astype(dtype)
+            pmf = jnp.exp(kf * log_mean - mean - jsp.gammaln(kf + 1.0))
+            t = tail(kf)
+            acc_p = acc_p + pmf * v
+            acc_i = acc_i + (t / lam) * v
+            v = v + generator.apply(v) / lam
+            return k + 1, v, acc_p, acc_i, t
+
+        zero = jnp.zeros_like(p0)
+        init = (jnp.asarray(0, jnp.int32), p0, zero, zero, jnp.asarray(1.0, dtype))
+        k, _, acc_p, acc_i, t = eqxi.while_loop(
+            cond, body, init, max_steps=self.max_terms, kind="checkpointed"
+        )
+        acc_p = eqx.error_if(
+            acc_p,
+            t >= tol,
+            "Uniformisation: max_terms reached before the Poisson tail fell below tolerance; "
+            "increase max_terms (the rates times the duration are very large).",
+        )
+        return acc_p, acc_i
+
+    def solve_batch(self, generators, p0, duration):
+        return jax.vmap(self.solve, in_axes=(0, 0, None))(generators, p0, duration)
+
+
+def _max_norm(tree) -> Array:
+    leaves = jax.tree_util.tree_leaves(tree)
+    return jnp.max(jnp.stack([jnp.max(jnp.abs(x)) for x in leaves]))
+
+
+class DiffraxSolver(AbstractMasterEquationSolver):
+    r"""The master equation as an ODE, $\dot p_t = p_tW$, $\dot I_t = p_t$, solved by diffrax
+    (matrix-free: only $p\mapsto pW$ is evaluated).
+
+    `solve_batch` solves a whole batch as **one** ODE whose state is the stacked batch, so all
+    members share step sizes (the error norm is the max over the batch); under `jax.vmap` of
+    `solve` every member instead runs its own adaptive loop in lock-step. Differentiable by
+    diffrax's `RecursiveCheckpointAdjoint`.
+
+    **Arguments (keyword-only):** `solver` (default `diffrax.Tsit5()`), `rtol`, `atol`,
+    `max_steps`.
+    """
+
+    solver: diffrax.AbstractSolver = diffrax.Tsit5()
+    rtol: float = 1e-10
+    atol: float = 1e-12
+    max_steps: int = eqx.field(default=100_000, static=True)
+
+    def _solve(self, apply, p0, duration):
+        term = diffrax.ODETerm(lambda t, y, args: (apply(y[0]), y[0]))
+        controller = diffrax.PIDController(rtol=self.rtol, atol=self.atol, norm=_max_norm)
+        sol = diffrax.diffeqsolve(
+            term,
+            self.solver,
+            t0=jnp.zeros((), p0.dtype),
+            t1=jnp.asarray(duration, p0.dtype),
+            dt0=None,
+            y0=(p0, jnp.zeros_like(p0)),
+            stepsize_controller=controller,
+            saveat=diffrax.SaveAt(t1=True),
+            max_steps=self.max_steps,
+        )
+        p, integral = sol.ys
+        return p[0], integral[0]
+
+    def solve(self, generator, p0, duration):
+        return self._solve(generator.apply, p0, duration)
+
+    def solve_batch(self, generators, p0, duration):
+        def apply(p):
+            return jax.vmap(lambda g, q: g.apply(q))(generators, p)
+
+        return self._solve(apply, p0, duration)
+
+
+class MatrixExponential(AbstractMasterEquationSolver):
+    r"""Dense block matrix exponential: $[p_\tau, \int_0^\tau p_t dt] = [p_0, 0]\,
+    \exp\big(\tau\begin{bmatrix}W & I\\ 0 & 0\end{bmatrix}\big)$.
+
+    Exact up to Padé/scaling-and-squaring accuracy; forms a $2S\times 2S$ matrix, so only for small
+    networks. `solve_batch` uses `lax.map` (vmapping `expm` would evaluate every Padé branch).
+    """
+
+    def solve(self, generator, p0, duration):
+        S = p0.shape[0]
+        W = generator.dense()
+        eye = jnp.eye(S, dtype=W.dtype)
+        A = jnp.block([[W, eye], [jnp.zeros_like(W), jnp.zeros_like(W)]])
+        E = jax.scipy.linalg.expm(jnp.asarray(duration, W.dtype) * A)
+        z = jnp.concatenate([p0, jnp.zeros_like(p0)]) @ E
+        return z[:S], z[S:]
+
+    def solve_batch(self, generators, p0, duration):
+        return jax.lax.map(lambda gp: self.solve(gp[0], gp[1], duration), (generators, p0))
+
+
+# --------------------------------------------------------------------------- results
+class ExpectedStatistics(eqx.Module):
+    r"""Expected path statistics of one cCTBN over $[0,\tau]$ under one intervention.
+
+    - `final_marginal`: $p_\tau(s)$, shape `(S,)`.
+    - `dwell_times`: $\mathsf E[T(s)]=\int_0^\tau p_t(s)dt$, shape `(S,)`; sums to $\tau$.
+    - `generator`: the amalgamated generator of the intervened model.
+    - `model`: the intervened model (for default parent sets).
+
+    Node statistics can be projected onto **any** parent set (MATH §1):
+    $\mathsf E[\hat T_n(x,u)] = \sum_s 1(s_n=x,s_P=u)\mathsf E[T(s)]$ and
+    $\mathsf E[\hat M_n(x,x',u)] = \sum_s 1(s_n=x,s_P=u)W_n(s\to x')\mathsf E[T(s)]$, which equals
+    $\Lambda_n(x,x',u)\mathsf E[\hat T_n(x,u)]$ when $P$ contains the true parents.
+    """
+
+    final_marginal: Float[Array, " global_states"]
+    dwell_times: Float[Array, " global_states"]
+    generator: Generator
+    model: AbstractCTBN
+
+    def _bins(self, node: int, parents):
+        cards = self.model.cardinalities
+        states = jnp.asarray(all_global_states(cards))
+        if parents is None:
+            parents = self.model.parent_list(node)
+        if isinstance(parents, tuple | list):
+            parents = tuple(self.model.node_index(p) for p in parents)
+            if node in parents:
+                raise ValueError(f"parents: node {node} cannot be its own parent.")
+            configs = 1
+            for p in parents:
+                configs *= cards[p]
+        else:
+            configs = max_configs(node, cards, parents.shape[-1])
+        return states, config_index(states, parents, cards), configs
+
+    def node_dwell_times(self, node: int | str, parents=None) -> Float[Array, "configs k"]:
+        """$\\mathsf E[\\hat T_n(x,u)]$ for parent set `parents` (default: the model's)."""
+        node = self.model.node_index(node)
+        k = self.model.cardinalities[node]
+        states, c, configs = self._bins(node, parents)
+        bins = c * k + states[:, node]
+        out = jax.ops.segment_sum(self.dwell_times, bins, num_segments=configs * k)
+        return out.reshape(configs, k)
+
+    def node_transitions(self, node: int | str, parents=None) -> Float[Array, "configs k k"]:
+        """$\\mathsf E[\\hat M_n(x,x',u)]$ for parent set `parents` (default: the model's)."""
+        node = self.model.node_index(node)
+        k = self.model.cardinalities[node]
+        states, c, configs = self._bins(node, parents)
+        values, bins = [], []
+        for r, (n, j) in enumerate(self.generator.shifts):
+            if n != node:
+                continue
+            x = states[:, node]
+            values.append(self.generator.shift_rates[r] * self.dwell_times)
+            bins.append((c * k + x) * k + (x + j) % k)
+        out = jax.ops.segment_sum(
+            jnp.concatenate(values), jnp.concatenate(bins), num_segments=configs * k * k
+        )
+        return out.reshape(configs, k, k)
+
+    def all_node_statistics(self) -> tuple[tuple[Array, Array], ...]:
+        """`(transitions, dwell_times)` for every node under the model's own parent sets."""
+        return tuple(
+            (self.node_transitions(n), self.node_dwell_times(n))
+            for n in range(self.model.num_nodes)
+        )
+
+
+# --------------------------------------------------------------------------- entry points
+def initial_distribution(
+    model: AbstractCTBN,
+    initial: ArrayLike,
+    intervention: Intervention | None = None,
+) -> Float[Array, " global_states"]:
+    """The initial distribution over global states.
+
+    `initial` is an integer array of node states `(N,)` (a point mass) or a float array: a
+    distribution over the global states `(S,)` or a tensor with one axis per node. Under a perfect
+    intervention, clamped nodes are moved to their clamped state (their marginal mass is kept).
+    """
+    initial = jnp.asarray(initial)
+    cards = model.cardinalities
+    S = model.num_global_states
+    dtype = jnp.result_type(*model.cims)
+    if jnp.issubdtype(initial.dtype, jnp.integer):
+        if initial.shape != (model.num_nodes,):
+            raise ValueError(
+                f"initial_state: expected {model.num_nodes} node states, got shape {initial.shape}."
+            )
+        if intervention is not None:
+            initial = intervention.initial_states(initial)
+        bad = jnp.any((initial < 0) | (initial >= jnp.asarray(cards)))
+        initial = eqx.error_if(
+            initial, bad, f"initial_state: node states must be in 0..k-1 for cardinalities {cards}."
+        )
+        return jnp.zeros((S,), dtype).at[global_state_index(initial, cards)].set(1.0)
+    if initial.size != S:
+        raise ValueError(
+            f"initial distribution: expected {S} probabilities (one per global state), got shape "
+            f"{initial.shape}."
+        )
+    p = initial.astype(dtype).reshape(cards)
+    p = eqx.error_if(
+        p,
+        jnp.any(p < 0) | (jnp.abs(p.sum() - 1) > 1e-6) | jnp.any(~jnp.isfinite(p)),
+        "initial distribution: probabilities must be finite, non-negative and sum to 1.",
+    )
+    if intervention is not None:
+        for n, k in enumerate(cards):
+            onehot = (jnp.arange(k) == intervention.states[n]).astype(dtype)
+            shape = [1] * len(cards)
+            shape[n] = k
+            clamped = p.sum(axis=n, keepdims=True) * onehot.reshape(shape)
+            p = jnp.where(intervention.targets[n], clamped, p)
+    return p.reshape(-1)
+
+
+def _check_duration(duration, dtype):
+    duration = jnp.asarray(duration, dtype)
+    return eqx.error_if(
+        duration,
+        ~(duration > 0) | ~jnp.isfinite(duration),
+        "duration: must be a positive finite number.",
+    )
+
+
+def _prepare(model, initial, intervention):
+    if intervention is not None:
+        model = intervention.apply(model.checked())
+    else:
+        model = model.checked()
+    p0 = initial_distribution(model, initial, intervention)
+    return model, amalgamate(model), p0
+
+
+DEFAULT_SOLVER = Uniformisation()
+
+
+def expected_statistics(
+    model: AbstractCTBN,
+    initial: ArrayLike,
+    duration: ArrayLike,
+    *,
+    intervention: Intervention | None = None,
+    solver: AbstractMasterEquationSolver = DEFAULT_SOLVER,
+) -> ExpectedStatistics:
+    r"""Solve the master equation of `model` over $[0,\tau]$ and return the expected statistics.
+
+    **Arguments:**
+
+    - `model`: a [`jaxctbn.CTBN`][] or [`jaxctbn.PaddedCTBN`][].
+    - `initial`: an initial state (ints, one per node) or distribution (floats).
+    - `duration`: $\tau>0$.
+    - `intervention`: an optional [`jaxctbn.Intervention`][].
+    - `solver`: a master-equation solver (default [`jaxctbn.Uniformisation`][], the fastest
+      exact route measured in `benchmarks/bench_master_equation.py`).
+
+    **Returns:** an [`jaxctbn.ExpectedStatistics`][].
+
+    Pure: works under `jax.jit`, `jax.vmap` (over models, interventions, initial states) and
+    `jax.grad` (with respect to the rates).
+    """
+    model, gen, p0 = _prepare(model, initial, intervention)
+    duration = _check_duration(duration, p0.dtype)
+    p_final, dwell = solver.solve(gen, p0, duration)
+    return ExpectedStatistics(final_marginal=p_final, dwell_times=dwell, generator=gen, model=model)
+
+
+def expected_statistics_batch(
+    models: AbstractCTBN,
+    initial: ArrayLike,
+    duration: ArrayLike,
+    *,
+    interventions: Intervention | None = None,
+    solver: AbstractMasterEquationSolver = DEFAULT_SOLVER,
+) -> ExpectedStatistics:
+    """[`jaxctbn.expected_statistics`][] for a batch: `models`, `initial` and `interventions`
+    carry a leading batch axis (broadcast them yourself); `duration` is shared. Uses the solver's
+    batched form (one shared-step ODE solve for [`jaxctbn.DiffraxSolver`][]).
+    """
+    if interventions is None:
+        prepared = jax.vmap(lambda m, x: _prepare(m, x, None))(models, initial)
+    else:
+        prepared = jax.vmap(_prepare)(models, initial, interventions)
+    models, gens, p0 = prepared
+    duration = _check_duration(duration, p0.dtype)
+    p_final, dwell = solver.solve_batch(gens, p0, duration)
+    return ExpectedStatistics(final_marginal=p_final, dwell_times=dwell, generator=gens, model=models)
+
+
+def marginals(
+    model: AbstractCTBN,
+    initial: ArrayLike,
+    times: ArrayLike,
+    *,
+    intervention: Intervention | None = None,
+    solver: AbstractMasterEquationSolver = DEFAULT_SOLVER,
+) -> tuple[Float[Array, "times global_states"], Float[Array, "times global_states"]]:
+    r"""Marginals $p_t$ and cumulative dwell times $\int_0^t p_s ds$ at non-decreasing `times`
+    ($\ge 0$), one solve per interval inside a `lax.scan`."""
+    model, gen, p0 = _prepare(model, initial, intervention)
+    times = jnp.asarray(times, p0.dtype)
+    if times.ndim != 1:
+        raise ValueError(f"times: expected a 1-d array, got shape {times.shape}.")
+    times = eqx.error_if(
+        times,
+        jnp.any(times < 0) | jnp.any(jnp.diff(times) < 0) | jnp.any(~jnp.isfinite(times)),
+        "times: must be finite, >= 0 and non-decreasing.",
+    )
+    increments = jnp.diff(times, prepend=jnp.zeros((1,), times.dtype))
+
+    def step(carry, dt):
+        p, acc = carry
+
+        safe_dt = jnp.where(dt > 0, dt, jnp.ones_like(dt))
+        p_adv, integral = solver.solve(gen, p, safe_dt)
+        p_new = jnp.where(dt > 0, p_adv, p)
+        integral = jnp.where(dt > 0, integral, jnp.zeros_like(p))
+        acc = acc + integral
+        return (p_new, acc), (p_new, acc)
+
+    _, (ps, accs) = jax.lax.scan(step, (p0, jnp.zeros_like(p0)), increments)
+    return ps, accs
