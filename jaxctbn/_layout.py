@@ -1,4 +1,4 @@
-"""Indexing of the global state space and of parent configurations.
+r"""Indexing of the global state space and of parent configurations.
 
 Global states are ordered as `itertools.product` over the nodes in the order they are listed
 (the last node varies fastest), so a probability vector of length $S=\prod_n k_n$ reshapes in C

@@ -1,0 +1,31 @@
+# One-command setup: `make demo` (main job) and `make test` (test suite) on a machine with python3.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/jaxctbn demo --out demo_output
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check jaxctbn tests benchmarks
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_master_equation.py
+	$(BIN)/python benchmarks/bench_sampling.py
+
+clean:
+	rm -rf $(VENV) demo_output

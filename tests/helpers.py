@@ -1,0 +1,73 @@
+"""Independent reference implementations used only by the tests (plain numpy / scipy)."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.linalg
+
+import jaxctbn as jc
+
+
+def brute_force_generator(model: jc.CTBN) -> np.ndarray:
+    """Dense W from the definition: loop over pairs of global states differing in one node."""
+    cards = model.cardinalities
+    states = list(itertools.product(*(range(k) for k in cards)))
+    index = {s: i for i, s in enumerate(states)}
+    S = len(states)
+    W = np.zeros((S, S))
+    cims = [np.asarray(c) for c in model.cims]
+    for s in states:
+        for n, k in enumerate(cards):
+            u = 0
+            for p in model.parents[n]:
+                u = u * cards[p] + s[p]
+            for x in range(k):
+                if x == s[n]:
+                    continue
+                t = list(s)
+                t[n] = x
+                W[index[s], index[tuple(t)]] += cims[n][u, s[n], x]
+    W -= np.diag(W.sum(1))
+    return W
+
+
+def scipy_moments(W: np.ndarray, p0: np.ndarray, tau: float):
+    """[p_tau, int_0^tau p_t dt] by scipy's expm of the block matrix."""
+    S = W.shape[0]
+    A = np.block([[W, np.eye(S)], [np.zeros((S, S)), np.zeros((S, S))]])
+    z = np.concatenate([p0, np.zeros(S)]) @ scipy.linalg.expm(tau * A)
+    return z[:S], z[S:]
+
+
+def random_model(key, cardinalities, parents, *, scale=1.0, stiff=False):
+    """Random rates; `stiff` mixes rates 1e-2 and 1e2 (ratio 1e4)."""
+    cims = []
+    keys = jax.random.split(key, len(cardinalities))
+    for n, k in enumerate(cardinalities):
+        configs = int(np.prod([cardinalities[p] for p in parents[n]]))
+        r = jax.random.uniform(keys[n], (configs, k, k), minval=0.2, maxval=2.0) * scale
+        if stiff:
+            r = r * (1e-2 if n % 2 == 0 else 1e2)
+        cims.append(r)
+    return jc.CTBN(cims=cims, parents=parents)
+
+
+def tree_allclose(a, b, rtol=1e-7, atol=0.0):
+    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    return len(la) == len(lb) and all(
+        np.allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol) for x, y in zip(la, lb)
+    )
+
+
+def one_hot_state(model, state):
+    p = np.zeros(model.num_global_states)
+    idx = 0
+    for s, k in zip(state, model.cardinalities):
+        idx = idx * k + s
+    p[idx] = 1.0
+    return p
+
+
+__all__ = ["brute_force_generator", "scipy_moments", "random_model", "tree_allclose", "jnp"]

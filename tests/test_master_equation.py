@@ -1,0 +1,329 @@
+import itertools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import brute_force_generator, one_hot_state, random_model, scipy_moments
+
+import jaxctbn as jc
+
+SOLVERS = [jc.Uniformisation(), jc.DiffraxSolver(), jc.MatrixExponential()]
+SOLVER_IDS = ["uniformisation", "diffrax", "expm"]
+
+CASES = {
+    "binary-chain": ((2, 2, 2), ((), (0,), (1,))),
+    "mixed-cycle": ((2, 3, 2), ((2,), (0,), (1, 0))),
+    "ternary-fanin": ((3, 3, 2), ((), (0, 2), (1,))),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_generator_matches_brute_force(case, getkey):
+    cards, parents = CASES[case]
+    model = random_model(getkey(), cards, parents)
+    gen = jc.amalgamate(model)
+    W = brute_force_generator(model)
+    np.testing.assert_allclose(np.asarray(gen.dense()), W, rtol=1e-13, atol=1e-13)
+    p = np.asarray(jax.random.uniform(getkey(), (W.shape[0],)))
+    np.testing.assert_allclose(np.asarray(gen.apply(jnp.asarray(p))), p @ W, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(
+        np.asarray(gen.apply_transpose(jnp.asarray(p))), W @ p, rtol=1e-12, atol=1e-13
+    )
+
+
+@pytest.mark.parametrize("stiff", [False, True], ids=["mild", "stiff1e4"])
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("solver", SOLVERS, ids=SOLVER_IDS)
+def test_solvers_agree_with_scipy_block_expm(solver, case, stiff, getkey):
+    cards, parents = CASES[case]
+    model = random_model(getkey(), cards, parents, stiff=stiff)
+    tau = 1.5
+    init = jnp.array([1, 0, 1])
+    stats = jax.jit(lambda m: jc.expected_statistics(m, init, tau, solver=solver))(model)
+    p_ref, dwell_ref = scipy_moments(brute_force_generator(model), one_hot_state(model, [1, 0, 1]), tau)
+    np.testing.assert_allclose(np.asarray(stats.final_marginal), p_ref, rtol=1e-6, atol=1e-11)
+    np.testing.assert_allclose(np.asarray(stats.dwell_times), dwell_ref, rtol=1e-6, atol=1e-11)
+    assert abs(float(stats.dwell_times.sum()) - tau) < 1e-9
+    assert abs(float(stats.final_marginal.sum()) - 1.0) < 1e-9
+    assert float(stats.final_marginal.min()) > -1e-12
+
+
+def test_node_projections_against_brute_force(getkey):
+    cards, parents = CASES["mixed-cycle"]
+    model = random_model(getkey(), cards, parents)
+    stats = jc.expected_statistics(model, jnp.array([0, 2, 1]), 2.0)
+    W = brute_force_generator(model)
+    dwell = np.asarray(stats.dwell_times)
+    states = list(itertools.product(*(range(k) for k in cards)))
+    # project onto every parent set of every node, true or not
+    for n, k in enumerate(cards):
+        others = [m for m in range(len(cards)) if m != n]
+        for r in range(len(others) + 1):
+            for P in itertools.combinations(others, r):
+                for order in (P, P[::-1]):
+                    C = int(np.prod([cards[p] for p in order]))
+                    T = np.zeros((C, k))
+                    M = np.zeros((C, k, k))
+                    for i, s in enumerate(states):
+                        u = 0
+                        for p in order:
+                            u = u * cards[p] + s[p]
+                        T[u, s[n]] += dwell[i]
+                        for j, t in enumerate(states):
+                            diff = [a for a in range(len(cards)) if s[a] != t[a]]
+                            if diff == [n]:
+                                M[u, s[n], t[n]] += W[i, j] * dwell[i]
+                    np.testing.assert_allclose(
+                        np.asarray(stats.node_dwell_times(n, order)), T, rtol=1e-12, atol=1e-14
+                    )
+                    np.testing.assert_allclose(
+                        np.asarray(stats.node_transitions(n, order)), M, rtol=1e-12, atol=1e-14
+                    )
+        # with the true parents, E[M] = Lambda * E[T] (MATH §1)
+        lam = np.asarray(model.cims[n]) * (1 - np.eye(k))
+        np.testing.assert_allclose(
+            np.asarray(stats.node_transitions(n)),
+            lam * np.asarray(stats.node_dwell_times(n))[..., None],
+            rtol=1e-12,
+            atol=1e-14,
+        )
+
+
+def test_perfect_intervention_clamps_node(getkey):
+    cards, parents = CASES["mixed-cycle"]
+    model = random_model(getkey(), cards, parents)
+    iv = jc.Intervention.perfect(model, {"X1": 2})
+    stats = jc.expected_statistics(model, jnp.array([0, 0, 0]), 2.0, intervention=iv)
+    T1 = np.asarray(stats.node_dwell_times(1))
+    assert np.all(T1[:, :2] == 0) and abs(T1[:, 2].sum() - 2.0) < 1e-12
+    assert np.all(np.asarray(stats.node_transitions(1)) == 0)
+    # the other nodes keep their conditional rates, which read the clamped state
+    clamped = jc.CTBN(
+        cims=[model.cims[0], jnp.zeros_like(model.cims[1]), model.cims[2]], parents=model.parents
+    )
+    ref = jc.expected_statistics(clamped, jnp.array([0, 2, 0]), 2.0)
+    np.testing.assert_allclose(stats.dwell_times, ref.dwell_times, rtol=1e-12, atol=1e-14)
+    # a distribution as initial condition: clamped node's mass is moved, the rest is kept
+    p0 = jax.random.dirichlet(getkey(), jnp.ones(model.num_global_states))
+    st = jc.expected_statistics(model, p0, 2.0, intervention=iv)
+    assert np.all(np.asarray(st.node_dwell_times(1))[:, :2] == 0)
+
+
+def test_imperfect_intervention_scales_rates(getkey):
+    cards, parents = CASES["binary-chain"]
+    model = random_model(getkey(), cards, parents)
+    iv = jc.Intervention.none(3).with_rate_scales([1.0, 3.0, 0.5])
+    stats = jc.expected_statistics(model, jnp.array([0, 0, 0]), 1.0, intervention=iv)
+    scaled = jc.CTBN(
+        cims=[model.cims[0], 3 * model.cims[1], 0.5 * model.cims[2]], parents=model.parents
+    )
+    ref = jc.expected_statistics(scaled, jnp.array([0, 0, 0]), 1.0)
+    np.testing.assert_allclose(stats.dwell_times, ref.dwell_times, rtol=1e-12)
+    new = jnp.full_like(model.cims[2], 0.7)
+    iv2 = jc.Intervention.none(3).replace_cims([None, None, new])
+    st2 = jc.expected_statistics(model, jnp.array([0, 0, 0]), 1.0, intervention=iv2)
+    ref2 = jc.expected_statistics(
+        jc.CTBN(cims=[model.cims[0], model.cims[1], new], parents=model.parents),
+        jnp.array([0, 0, 0]),
+        1.0,
+    )
+    np.testing.assert_allclose(st2.dwell_times, ref2.dwell_times, rtol=1e-12)
+
+
+def test_intervention_space_vmaps(getkey):
+    cards, parents = CASES["mixed-cycle"]
+    model = random_model(getkey(), cards, parents)
+    space = jc.intervention_space(cards)
+    assert space.targets.shape == (3 * 4 * 3, 3)
+    assert not bool(space.targets[0].any())
+    combos = {
+        tuple(int(s) if t else -1 for t, s in zip(tt, ss))
+        for tt, ss in zip(np.asarray(space.targets), np.asarray(space.states))
+    }
+    assert len(combos) == 36
+    init = jnp.array([1, 1, 1])
+    batched = jax.jit(
+        jax.vmap(lambda iv: jc.expected_statistics(model, init, 1.0, intervention=iv).dwell_times)
+    )(space)
+    for i in [0, 5, 17, 35]:
+        iv = jax.tree_util.tree_map(lambda a: a[i], space)
+        single = jc.expected_statistics(model, init, 1.0, intervention=iv).dwell_times
+        np.testing.assert_allclose(batched[i], single, rtol=1e-12, atol=1e-15)
+
+
+def test_initial_distribution_is_linear(getkey):
+    cards, parents = CASES["ternary-fanin"]
+    model = random_model(getkey(), cards, parents)
+    w = np.asarray(jax.random.dirichlet(getkey(), jnp.ones(model.num_global_states)))
+    mix = jc.expected_statistics(model, jnp.asarray(w), 1.0).dwell_times
+    states = list(itertools.product(*(range(k) for k in cards)))
+    ref = sum(
+        w[i] * np.asarray(jc.expected_statistics(model, jnp.array(s), 1.0).dwell_times)
+        for i, s in enumerate(states)
+    )
+    np.testing.assert_allclose(mix, ref, rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("solver", SOLVERS, ids=SOLVER_IDS)
+def test_marginals_on_a_grid(solver, getkey):
+    cards, parents = CASES["binary-chain"]
+    model = random_model(getkey(), cards, parents)
+    times = jnp.array([0.0, 0.3, 0.3, 1.0, 2.5])
+    ps, acc = jc.marginals(model, jnp.array([0, 1, 0]), times, solver=solver)
+    W = brute_force_generator(model)
+    p0 = one_hot_state(model, [0, 1, 0])
+    for t, p, a in zip(np.asarray(times), np.asarray(ps), np.asarray(acc)):
+        p_ref, a_ref = scipy_moments(W, p0, t) if t > 0 else (p0, np.zeros_like(p0))
+        np.testing.assert_allclose(p, p_ref, rtol=1e-7, atol=1e-11)
+        np.testing.assert_allclose(a, a_ref, rtol=1e-7, atol=1e-11)
+
+
+@pytest.mark.parametrize("solver", SOLVERS, ids=SOLVER_IDS)
+def test_gradient_matches_finite_differences(solver, getkey):
+    cards, parents = CASES["mixed-cycle"]
+    model = random_model(getkey(), cards, parents)
+    weights = jax.random.normal(getkey(), (model.num_global_states,))
+
+    def loss(cims):
+        m = jc.CTBN(cims=cims, parents=parents)
+        st = jc.expected_statistics(m, jnp.array([0, 1, 1]), 1.3, solver=solver)
+        return (st.dwell_times * weights).sum() + st.node_transitions(2).sum()
+
+    grads = jax.jit(jax.grad(loss))(model.cims)
+    direction = [jax.random.normal(getkey(), c.shape) * (1 - jnp.eye(c.shape[-1])) for c in model.cims]
+    eps = 1e-5
+    plus = loss([c + eps * d for c, d in zip(model.cims, direction)])
+    minus = loss([c - eps * d for c, d in zip(model.cims, direction)])
+    fd = (plus - minus) / (2 * eps)
+    ad = sum((g * d).sum() for g, d in zip(grads, direction))
+    assert abs(float(ad - fd)) < 1e-6 * max(1.0, abs(float(fd)))
+
+
+def test_vmap_grad_and_grad_vmap(getkey):
+    cards, parents = CASES["binary-chain"]
+    model = random_model(getkey(), cards, parents)
+    scales = jnp.array([0.5, 1.0, 2.0])
+
+    def f(scale):
+        m = jc.CTBN(cims=[c * scale for c in model.cims], parents=parents)
+        return jc.expected_statistics(m, jnp.array([0, 0, 0]), 1.0).node_transitions(1).sum()
+
+    vg = jax.vmap(jax.grad(f))(scales)
+    gv = jax.grad(lambda s: jax.vmap(f)(s).sum())(scales)
+    np.testing.assert_allclose(vg, gv, rtol=1e-10)
+    eps = 1e-6
+    fd = (jax.vmap(f)(scales + eps) - jax.vmap(f)(scales - eps)) / (2 * eps)
+    np.testing.assert_allclose(vg, fd, rtol=1e-6)
+
+
+def test_diffrax_shared_step_batch_matches_single(getkey):
+    cards, parents = CASES["mixed-cycle"]
+    models = jax.vmap(lambda k: random_model(k, cards, parents))(jax.random.split(getkey(), 4))
+    init = jnp.tile(jnp.array([0, 1, 0]), (4, 1))
+    batch = jc.expected_statistics_batch(models, init, 1.0, solver=jc.DiffraxSolver())
+    unif = jc.expected_statistics_batch(models, init, 1.0, solver=jc.Uniformisation())
+    expm = jc.expected_statistics_batch(models, init, 1.0, solver=jc.MatrixExponential())
+    np.testing.assert_allclose(batch.dwell_times, unif.dwell_times, rtol=1e-7, atol=1e-12)
+    np.testing.assert_allclose(expm.dwell_times, unif.dwell_times, rtol=1e-9, atol=1e-12)
+
+
+def test_padded_models_with_different_graphs_share_one_compilation(getkey):
+    cards = (2, 3, 2)
+    graphs = [((), (0,), (1,)), ((1, 2), (), (0,)), ((2,), (0, 2), ())]
+    models = [random_model(getkey(), cards, g) for g in graphs]
+    padded = [m.padded(max_parents=2) for m in models]
+    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *padded)
+    init = jnp.array([1, 2, 0])
+
+    @eqx.debug.assert_max_traces(max_traces=1)
+    def dwell(m):
+        return jc.expected_statistics(m, init, 1.0).dwell_times
+
+    out = jax.jit(jax.vmap(dwell))(stacked)
+    for i, m in enumerate(models):
+        ref = jc.expected_statistics(m, init, 1.0).dwell_times
+        np.testing.assert_allclose(out[i], ref, rtol=1e-12, atol=1e-15)
+        # projection onto the padded (traced) parent list equals the static one
+        st = jc.expected_statistics(padded[i], init, 1.0)
+        st_ref = jc.expected_statistics(m, init, 1.0)
+        for n in range(3):
+            C = int(np.prod([cards[p] for p in m.parents[n]]))
+            np.testing.assert_allclose(
+                st.node_transitions(n)[:C], st_ref.node_transitions(n), rtol=1e-12, atol=1e-15
+            )
+
+
+def test_float32_stays_float32(getkey):
+    cards, parents = CASES["binary-chain"]
+    model = random_model(getkey(), cards, parents)
+    m32 = jc.CTBN(cims=[c.astype(jnp.float32) for c in model.cims], parents=parents)
+    for solver in [jc.Uniformisation(tolerance=1e-7), jc.DiffraxSolver(rtol=1e-5, atol=1e-7)]:
+        st = jc.expected_statistics(m32, jnp.array([0, 0, 0]), 1.0, solver=solver)
+        assert st.dwell_times.dtype == jnp.float32
+        assert st.node_transitions(1).dtype == jnp.float32
+        ref = jc.expected_statistics(model, jnp.array([0, 0, 0]), 1.0).dwell_times
+        np.testing.assert_allclose(st.dwell_times, ref, rtol=1e-4, atol=1e-6)
+
+
+def test_no_recompilation_with_new_values(getkey):
+    cards, parents = CASES["binary-chain"]
+
+    @jax.jit
+    @eqx.debug.assert_max_traces(max_traces=1)
+    def run(model, init, tau):
+        return jc.expected_statistics(model, init, tau).dwell_times
+
+    for _ in range(3):
+        run(random_model(getkey(), cards, parents), jnp.array([0, 1, 0]), jnp.asarray(1.7))
+    run(random_model(getkey(), cards, parents), jnp.array([1, 1, 0]), jnp.asarray(0.4))
+
+
+# ----------------------------------------------------------------------------- bad input
+def _bad_model():
+    return jc.CTBN(cims=[jnp.array([[[-1.0, -1.0], [2.0, -2.0]]])], parents=[[]])
+
+
+def test_negative_rates_raise_inside_jit():
+    with pytest.raises(Exception, match="negative off-diagonal rates"):
+        jax.jit(lambda m: jc.expected_statistics(m, jnp.array([0]), 1.0).dwell_times)(_bad_model())
+
+
+def test_nan_rates_raise():
+    model = jc.CTBN(cims=[jnp.array([[[0.0, jnp.nan], [2.0, 0.0]]])], parents=[[]])
+    with pytest.raises(Exception, match="NaN or infinite"):
+        jc.expected_statistics(model, jnp.array([0]), 1.0).dwell_times.block_until_ready()
+
+
+@pytest.mark.parametrize("tau", [0.0, -1.0, float("nan")])
+def test_bad_duration_raises(tau, getkey):
+    model = random_model(getkey(), (2, 2), ((), (0,)))
+    with pytest.raises(Exception, match="duration: must be a positive finite number"):
+        jc.expected_statistics(model, jnp.array([0, 0]), tau).dwell_times.block_until_ready()
+
+
+def test_bad_initial_state_raises(getkey):
+    model = random_model(getkey(), (2, 3), ((), (0,)))
+    with pytest.raises(Exception, match="node states must be in 0..k-1"):
+        jc.expected_statistics(model, jnp.array([0, 3]), 1.0).dwell_times.block_until_ready()
+    with pytest.raises(ValueError, match="expected 2 node states"):
+        jc.expected_statistics(model, jnp.array([0, 1, 1]), 1.0)
+    with pytest.raises(Exception, match="sum to 1"):
+        jc.expected_statistics(model, jnp.full(6, 0.5), 1.0).dwell_times.block_until_ready()
+    with pytest.raises(ValueError, match="expected 6 probabilities"):
+        jc.expected_statistics(model, jnp.full(5, 0.2), 1.0)
+
+
+def test_bad_times_raise(getkey):
+    model = random_model(getkey(), (2, 2), ((), (0,)))
+    with pytest.raises(Exception, match="non-decreasing"):
+        jc.marginals(model, jnp.array([0, 0]), jnp.array([0.0, 2.0, 1.0]))[0].block_until_ready()
+
+
+def test_uniformisation_max_terms_is_an_error(getkey):
+    model = random_model(getkey(), (2, 2), ((), (0,)), scale=100.0)
+    with pytest.raises(Exception, match="max_terms reached"):
+        jc.expected_statistics(
+            model, jnp.array([0, 0]), 5.0, solver=jc.Uniformisation(max_terms=10)
+        ).dwell_times.block_until_ready()
