@@ -1,0 +1,133 @@
+import json
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import brute_force_generator, one_hot_state, scipy_moments
+
+import jaxctbn as jc
+from jaxctbn._cli import main
+
+
+@pytest.fixture
+def network(tmp_path):
+    model = jc.CTBN(
+        cims=[
+            jnp.array([[[-1.0, 1.0], [2.0, -2.0]]]),
+            jnp.array([[[-0.5, 0.3, 0.2], [1.0, -1.5, 0.5], [0.1, 0.1, -0.2]],
+                       [[-2.0, 1.0, 1.0], [0.2, -0.4, 0.2], [3.0, 0.0, -3.0]]]),
+        ],
+        parents={"A": [], "B": ["A"]},
+        names=("A", "B"),
+    )
+    data = model.to_dict()
+    data["name"] = "test network"  # extra keys load
+    path = tmp_path / "net.json"
+    path.write_text(json.dumps(data))
+    return model, path
+
+
+def test_moments_layout_and_values(network, tmp_path):
+    model, path = network
+    out = tmp_path / "moments.json"
+    rc = main(["moments", "--network", str(path), "--duration", "2.0", "--initial-state", "A=0,B=2",
+               "--out", str(out)])
+    assert rc == 0
+    res = json.loads(out.read_text())
+    assert res["duration"] == 2.0
+    assert res["initial_state"] == {"A": 0, "B": 2}
+    assert res["intervention"] == {}
+    assert res["global"]["nodes"] == ["A", "B"]
+    _, dwell = scipy_moments(brute_force_generator(model), one_hot_state(model, [0, 2]), 2.0)
+    np.testing.assert_allclose(res["global"]["expected_dwell"], dwell, rtol=1e-9)
+    B = res["nodes"]["B"]
+    assert B["parents"] == ["A"]
+    assert np.shape(B["expected_dwell"]) == (2, 3)
+    assert np.shape(B["expected_transitions"]) == (2, 3, 3)
+    # [config][state]: B's dwell under A=a is the sum over global states (a, b)
+    np.testing.assert_allclose(np.asarray(B["expected_dwell"]).ravel(), dwell, rtol=1e-9)
+
+
+def test_moments_with_intervention(network, tmp_path):
+    _, path = network
+    out = tmp_path / "m.json"
+    rc = main(["moments", "--network", str(path), "--duration", "1", "--initial-state", "A=0",
+               "B=0", "--intervention", "A=1", "--out", str(out)])
+    assert rc == 0
+    res = json.loads(out.read_text())
+    assert res["intervention"] == {"A": 1} and res["initial_state"] == {"A": 1, "B": 0}
+    np.testing.assert_allclose(res["nodes"]["A"]["expected_dwell"], [[0.0, 1.0]], atol=1e-12)
+
+
+def test_sample_writes_csv_that_reads_back(network, tmp_path):
+    model, path = network
+    out = tmp_path / "traj.csv"
+    rc = main(["sample", "--network", str(path), "--trajectories", "25", "--duration", "3",
+               "--intervention", "A=1", "--seed", "3", "--max-events", "2", "--out", str(out)])
+    assert rc == 0
+    df = pd.read_csv(out)
+    assert list(df.columns) == ["trajectory_id", "time", "A", "B", "intervention"]
+    assert (df["A"] == 1).all() and set(df["intervention"]) == {"A=1"}
+    traj, ids = jc.read_trajectories_csv(out, model)
+    assert len(ids) == 25 and not bool(traj.truncated.any())
+    assert np.allclose(np.asarray(traj.durations), 3.0)
+    # same seed, same file
+    out2 = tmp_path / "traj2.csv"
+    main(["sample", "--network", str(path), "--trajectories", "25", "--duration", "3",
+          "--intervention", "A=1", "--seed", "3", "--out", str(out2)])
+    assert out.read_text() == out2.read_text()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["moments", "--network", "missing.json", "--duration", "1", "--initial-state", "A=0,B=0"],
+         "does not exist"),
+        (["moments", "--network", "{net}", "--duration", "-1", "--initial-state", "A=0,B=0"],
+         "--duration: must be a positive"),
+        (["moments", "--network", "{net}", "--duration", "1", "--initial-state", "A=0"],
+         "missing node(s) ['B']"),
+        (["moments", "--network", "{net}", "--duration", "1", "--initial-state", "A=0,B=3"],
+         "must be in 0..2"),
+        (["moments", "--network", "{net}", "--duration", "1", "--initial-state", "A=0,C=0"],
+         "unknown node 'C'"),
+        (["moments", "--network", "{bad}", "--duration", "1", "--initial-state", "A=0,B=0"],
+         "not valid JSON"),
+        (["sample", "--network", "{net}", "--trajectories", "0", "--duration", "1", "--seed", "1"],
+         "--trajectories: must be >= 1"),
+        (["sample", "--network", "{net}", "--trajectories", "2", "--duration", "x", "--seed", "1"],
+         "expected a number"),
+    ],
+)
+def test_cli_errors_are_one_line(args, message, network, tmp_path):
+    _, path = network
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    args = [a.replace("{net}", str(path)).replace("{bad}", str(bad)) for a in args]
+    args += ["--out", str(tmp_path / "o")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxctbn._cli", *args], capture_output=True, text=True
+    )
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert message in lines[0] and lines[0].startswith("jaxctbn: error:")
+
+
+def test_console_script_is_installed():
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxctbn._cli", "--help"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and "moments" in proc.stdout
+
+
+def test_demo_runs_small(tmp_path):
+    report = __import__("jaxctbn._demo", fromlist=["run_demo"]).run_demo(
+        out_dir=str(tmp_path), seed=1, trajectories=300
+    )
+    assert (tmp_path / "marginals.png").exists() and (tmp_path / "network.json").exists()
+    zs = [v["max_abs_z"] for d in report["designs"].values() for v in d.values()]
+    assert max(zs) < 5.0

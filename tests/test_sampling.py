@@ -1,0 +1,226 @@
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import random_model
+
+import jaxctbn as jc
+
+
+def _brute_force_node_stats(traj, node, parents, cards):
+    """Plain Python loop over one padded trajectory."""
+    C = int(np.prod([cards[p] for p in parents]))
+    k = cards[node]
+    T = np.zeros((C, k))
+    M = np.zeros((C, k, k))
+    s = np.asarray(traj.initial_states).copy()
+    t = 0.0
+    m = int(traj.num_events)
+    times = np.asarray(traj.jump_times)
+    states = np.asarray(traj.states)
+
+    def cfg(state):
+        u = 0
+        for p in parents:
+            u = u * cards[p] + state[p]
+        return u
+
+    for i in range(m):
+        T[cfg(s), s[node]] += times[i] - t
+        nxt = states[i]
+        if nxt[node] != s[node]:
+            M[cfg(s), s[node], nxt[node]] += 1
+        s, t = nxt, times[i]
+    T[cfg(s), s[node]] += float(traj.durations) - t
+    return M, T
+
+
+def test_statistics_match_brute_force_loop(getkey):
+    cards, parents = (2, 3, 2), ((2,), (0,), (1, 0))
+    model = random_model(getkey(), cards, parents)
+    traj = jc.sample_trajectories(
+        model, jnp.array([0, 1, 1]), 2.0, key=getkey(), num_trajectories=5, max_events=64
+    )
+    assert not bool(traj.truncated.any())
+    for r in range(5):
+        one = jax.tree_util.tree_map(lambda a: a[r], traj)
+        for n in range(3):
+            for P in [parents[n], (), tuple(m for m in range(3) if m != n)[::-1]]:
+                st = jc.node_statistics(one, n, P, cards)
+                M, T = _brute_force_node_stats(one, n, P, cards)
+                np.testing.assert_allclose(st.transitions, M)
+                np.testing.assert_allclose(st.dwell_times, T, rtol=1e-12, atol=1e-14)
+        assert abs(float(jc.node_statistics(one, 0, (), cards).dwell_times.sum()) - 2.0) < 1e-12
+
+
+@pytest.mark.parametrize("with_intervention", [False, True])
+def test_monte_carlo_means_match_exact_expectations(with_intervention, getkey):
+    cards, parents = (2, 3, 2), ((2,), (0,), (1, 0))
+    model = random_model(getkey(), cards, parents)
+    init = jnp.array([0, 2, 1])
+    iv = jc.Intervention.perfect(model, {"X0": 1}) if with_intervention else None
+    R = 4000
+    traj = jc.sample_trajectories(
+        model, init, 1.5, key=getkey(), num_trajectories=R, intervention=iv, max_events=128
+    )
+    assert not bool(traj.truncated.any())
+    stats = jc.SufficientStatistics.from_trajectories(traj, cards, parents)
+    exact = jc.expected_statistics(model, init, 1.5, intervention=iv)
+    zs = []
+    for n in range(3):
+        for sampled, expected in [
+            (stats.nodes[n].dwell_times, exact.node_dwell_times(n)),
+            (stats.nodes[n].transitions, exact.node_transitions(n)),
+        ]:
+            x = np.asarray(sampled).reshape(R, -1)
+            e = np.asarray(expected).reshape(-1)
+            se = x.std(0, ddof=1) / np.sqrt(R)
+            ok = se > 0
+            # entries never visited must be exactly zero in expectation too
+            assert np.all(np.abs(e[~ok]) < 1e-3)
+            zs.append((x.mean(0)[ok] - e[ok]) / se[ok])
+    z = np.concatenate(zs)
+    # ~40 statistics: all within 4.5 sd, and the z-scores look standard normal on average
+    assert np.max(np.abs(z)) < 4.5, z
+    assert abs(z.mean()) < 0.6 and 0.4 < z.std() < 1.6
+    if with_intervention:
+        assert np.all(np.asarray(traj.states)[..., 0] == 1)
+        assert np.all(np.asarray(stats.nodes[0].transitions) == 0)
+
+
+def test_truncation_is_flagged_and_refused(getkey):
+    model = random_model(getkey(), (2, 2), ((), (0,)), scale=10.0)
+    traj = jc.sample_trajectories(
+        model, jnp.array([0, 0]), 5.0, key=getkey(), num_trajectories=3, max_events=4
+    )
+    assert bool(traj.truncated.all())
+    assert np.all(np.asarray(traj.num_events) == 4)
+    with pytest.raises(Exception, match="truncated"):
+        jc.SufficientStatistics.from_trajectories(traj, (2, 2), ((), (0,))).nodes[0].dwell_times.block_until_ready()
+    with pytest.raises(ValueError, match="truncated"):
+        jc.trajectories_to_dataframe(traj, model)
+
+
+def test_same_key_same_paths_and_buffer_growth_keeps_paths(getkey):
+    model = random_model(getkey(), (2, 2), ((), (0,)))
+    key = getkey()
+    a = jc.sample_trajectories(model, jnp.array([0, 0]), 3.0, key=key, num_trajectories=4)
+    b = jc.sample_trajectories(model, jnp.array([0, 0]), 3.0, key=key, num_trajectories=4)
+    c = jc.sample_trajectories(
+        model, jnp.array([0, 0]), 3.0, key=key, num_trajectories=4, max_events=512
+    )
+    assert eqx.tree_equal(a, b)
+    m = int(a.num_events.max())
+    np.testing.assert_array_equal(a.jump_times[:, :m], c.jump_times[:, :m])
+    np.testing.assert_array_equal(a.num_events, c.num_events)
+
+
+def test_csv_round_trip_gives_identical_statistics(tmp_path, getkey):
+    cards, parents = (2, 3, 2), ((2,), (0,), (1, 0))
+    model = random_model(getkey(), cards, parents)
+    iv = jc.Intervention.perfect(model, {"X2": 0})
+    t1 = jc.sample_trajectories(model, jnp.array([0, 1, 1]), 2.0, key=getkey(), num_trajectories=20)
+    t2 = jc.sample_trajectories(
+        model, jnp.array([1, 1, 1]), 2.0, key=getkey(), num_trajectories=10, intervention=iv
+    )
+    path = tmp_path / "traj.csv"
+    for traj in (t1, t2):
+        jc.write_trajectories_csv(traj, model, path)
+        back, ids = jc.read_trajectories_csv(path, model)
+        assert len(ids) == traj.num_trajectories
+        s1 = jc.SufficientStatistics.from_trajectories(traj, cards, parents)
+        s2 = jc.SufficientStatistics.from_trajectories(back, cards, parents)
+        for a, b in zip(s1.nodes, s2.nodes):
+            np.testing.assert_array_equal(a.transitions, b.transitions)
+            np.testing.assert_array_equal(a.dwell_times, b.dwell_times)
+        np.testing.assert_array_equal(s1.intervention_targets, s2.intervention_targets)
+        np.testing.assert_array_equal(s1.intervention_states, s2.intervention_states)
+    df = pd.read_csv(path)
+    assert list(df.columns) == ["trajectory_id", "time", "X0", "X1", "X2", "intervention"]
+    assert set(df["intervention"]) == {"X2=0"}
+
+
+def _model_ab():
+    return jc.CTBN(
+        cims=[jnp.array([[[-1.0, 1.0], [1.0, -1.0]]]),
+              jnp.array([[[-1.0, 1.0], [1.0, -1.0]], [[-2.0, 2.0], [2.0, -2.0]]])],
+        parents={"A": [], "B": ["A"]},
+        names=("A", "B"),
+    )
+
+
+def test_dataframe_with_shared_time_stamps_and_repeated_rows():
+    model = _model_ab()
+    df = pd.DataFrame(
+        {
+            "trajectory_id": ["a"] * 6,
+            "time": [0.5, 1.0, 1.0, 1.5, 2.0, 2.5],
+            "A": [0, 1, 1, 1, 1, 1],
+            "B": [0, 0, 1, 1, 0, 0],
+        }
+    )
+    traj, ids = jc.trajectories_from_dataframe(df, model)
+    assert ids == ["a"]
+    st = jc.SufficientStatistics.from_trajectories(traj, model.cardinalities, model.parents)
+    A, B = st.total()
+    np.testing.assert_allclose(A.dwell_times, [[0.5, 1.5]])
+    np.testing.assert_allclose(A.transitions, [[[0, 1], [0, 0]]])
+    # B: 0 under A=0 for 0.5; after the jump of A at t=1 (same time stamp) B jumps at once
+    np.testing.assert_allclose(B.dwell_times, [[0.5, 0.0], [0.5, 1.0]])
+    np.testing.assert_allclose(B.transitions[1], [[0, 1], [1, 0]])
+    np.testing.assert_allclose(B.transitions[0], 0)
+
+
+@pytest.mark.parametrize(
+    "frame, message",
+    [
+        ({"trajectory_id": [0, 0], "time": [0, 1], "A": [0, 1], "B": [0, 1]}, "changes 2 nodes"),
+        ({"trajectory_id": [0, 0], "time": [0, 1], "A": [0, 0], "C": [0, 1]}, "unknown node column"),
+        ({"trajectory_id": [0, 0], "time": [0, 1], "A": [0, 0]}, "missing node column"),
+        ({"trajectory_id": [0, 0], "time": [0, 1], "A": [0, 2], "B": [0, 0]}, "outside 0..1"),
+        ({"trajectory_id": [0, 0, 0], "time": [0, 2, 1], "A": [0, 0, 0], "B": [0, 0, 0]},
+         "non-decreasing"),
+        ({"trajectory_id": [0], "time": [0], "A": [0], "B": [0]}, "need the initial state"),
+        ({"trajectory_id": [0, 0], "time": [0, 1], "A": [0, 0], "B": [0, 1],
+          "intervention": ["B=0", "B=0"]}, "not constantly"),
+        ({"trajectory_id": [0, 0], "time": [0, 1], "A": [0, 0], "B": [0, 0],
+          "intervention": ["Z=0", "Z=0"]}, "unknown node 'Z'"),
+        ({"trajectory_id": [0, 0], "A": [0, 0], "B": [0, 0]}, "missing column 'time'"),
+    ],
+)
+def test_dataframe_bad_input(frame, message):
+    with pytest.raises(ValueError, match=message):
+        jc.trajectories_from_dataframe(pd.DataFrame(frame), _model_ab())
+
+
+def test_statistics_are_additive_and_pooling_skips_intervened(getkey):
+    cards, parents = (2, 2, 2), ((), (0,), (1,))
+    model = random_model(getkey(), cards, parents)
+    iv = jc.Intervention.perfect(model, {"X1": 1})
+    obs = jc.sample_trajectories(model, jnp.array([0, 0, 0]), 1.0, key=getkey(), num_trajectories=7)
+    itv = jc.sample_trajectories(
+        model, jnp.array([0, 0, 0]), 1.0, key=getkey(), num_trajectories=5, intervention=iv
+    )
+    s_obs = jc.SufficientStatistics.from_trajectories(obs, cards, parents)
+    s_itv = jc.SufficientStatistics.from_trajectories(itv, cards, parents)
+    s_all = s_obs.concatenate(s_itv)
+    pooled = s_all.pooled()
+    for n in range(3):
+        expected = s_obs.total()[n] if n == 1 else s_obs.total()[n] + s_itv.total()[n]
+        np.testing.assert_allclose(pooled[n].dwell_times, expected.dwell_times, rtol=1e-12)
+        np.testing.assert_allclose(pooled[n].transitions, expected.transitions)
+    np.testing.assert_array_equal(s_all.intervention_targets[7:, 1], True)
+
+
+def test_sampling_bad_input(getkey):
+    model = random_model(getkey(), (2, 2), ((), (0,)))
+    with pytest.raises(ValueError, match="max_events must be >= 1"):
+        jc.sample_trajectory(model, jnp.array([0, 0]), 1.0, key=getkey(), max_events=0)
+    with pytest.raises(ValueError, match="initial_state"):
+        jc.sample_trajectory(model, jnp.array([0, 0, 0]), 1.0, key=getkey())
+    with pytest.raises(Exception, match="node states must be in"):
+        jc.sample_trajectory(model, jnp.array([0, 5]), 1.0, key=getkey()).num_events.block_until_ready()
+    with pytest.raises(Exception, match="duration"):
+        jc.sample_trajectory(model, jnp.array([0, 0]), -1.0, key=getkey()).num_events.block_until_ready()
