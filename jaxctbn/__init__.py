@@ -1,38 +1,80 @@
 """jaxctbn: conditional continuous-time Bayesian networks in JAX, for active learning with
 interventions (Linzner & Koeppl, ICML 2021)."""
 
-from ._ctbn import AbstractCTBN as AbstractCTBN, CTBN as CTBN, PaddedCTBN as PaddedCTBN
-from ._generator import Generator as Generator, amalgamate as amalgamate
-from ._interventions import Intervention as Intervention, intervention_space as intervention_space
+from ._ctbn import CTBN as CTBN
+from ._ctbn import AbstractCTBN as AbstractCTBN
+from ._ctbn import PaddedCTBN as PaddedCTBN
+from ._generator import Generator as Generator
+from ._generator import amalgamate as amalgamate
+from ._interventions import Intervention as Intervention
+from ._interventions import intervention_space as intervention_space
 from ._master_equation import (
     AbstractMasterEquationSolver as AbstractMasterEquationSolver,
+)
+from ._master_equation import (
     DiffraxSolver as DiffraxSolver,
+)
+from ._master_equation import (
     ExpectedStatistics as ExpectedStatistics,
+)
+from ._master_equation import (
     MatrixExponential as MatrixExponential,
+)
+from ._master_equation import (
     Uniformisation as Uniformisation,
+)
+from ._master_equation import (
     expected_statistics as expected_statistics,
+)
+from ._master_equation import (
     expected_statistics_batch as expected_statistics_batch,
+)
+from ._master_equation import (
     initial_distribution as initial_distribution,
+)
+from ._master_equation import (
     marginals as marginals,
 )
 from ._random import (
     paper_network as paper_network,
+)
+from ._random import (
     random_ctbn as random_ctbn,
+)
+from ._random import (
     random_graph as random_graph,
+)
+from ._random import (
     scaled_softmax_ctbn as scaled_softmax_ctbn,
 )
 from ._sampling import (
     Trajectories as Trajectories,
+)
+from ._sampling import (
     sample_trajectories as sample_trajectories,
+)
+from ._sampling import (
     sample_trajectory as sample_trajectory,
 )
 from ._statistics import (
     NodeStatistics as NodeStatistics,
+)
+from ._statistics import (
     SufficientStatistics as SufficientStatistics,
+)
+from ._statistics import (
     node_statistics as node_statistics,
+)
+from ._statistics import (
     read_trajectories_csv as read_trajectories_csv,
+)
+from ._statistics import (
     trajectories_from_dataframe as trajectories_from_dataframe,
+)
+from ._statistics import (
     trajectories_to_dataframe as trajectories_to_dataframe,
+)
+from ._statistics import (
     write_trajectories_csv as write_trajectories_csv,
 )
 

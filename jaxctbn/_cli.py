@@ -57,14 +57,18 @@ def _cmd_sample(args):
     duration = _positive(args.duration, "--duration")
     if args.trajectories < 1:
         raise ValueError(f"--trajectories: must be >= 1, got {args.trajectories}.")
-    intervention = Intervention.perfect(model, _assignment(args.intervention, model, "--intervention"))
+    intervention = Intervention.perfect(
+        model, _assignment(args.intervention, model, "--intervention")
+    )
     key = jax.random.key(args.seed)
     key_init, key_paths = jax.random.split(key)
     if args.initial_state:
         init = _assignment(args.initial_state, model, "--initial-state")
         missing = [n for n in model.names if n not in init]
         if missing:
-            raise ValueError(f"--initial-state: missing node(s) {missing}; give NODE=STATE for all.")
+            raise ValueError(
+                f"--initial-state: missing node(s) {missing}; give NODE=STATE for all."
+            )
         initial = jnp.asarray([init[n] for n in model.names], jnp.int32)
     else:  # uniformly random initial state per trajectory
         initial = jnp.stack(
@@ -131,7 +135,9 @@ def _cmd_moments(args):
         }
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
-    print(f"wrote expected statistics of {model.num_nodes} nodes over [0, {duration}] to {args.out}")
+    print(
+        f"wrote expected statistics of {model.num_nodes} nodes over [0, {duration}] to {args.out}"
+    )
 
 
 def _cmd_demo(args):

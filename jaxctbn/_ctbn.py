@@ -74,7 +74,9 @@ class AbstractCTBN(eqx.Module):
     def node_index(self, node: int | str) -> int:
         if isinstance(node, str):
             if node not in self.names:
-                raise ValueError(f"node: unknown node name {node!r}; the nodes are {list(self.names)}.")
+                raise ValueError(
+                    f"node: unknown node name {node!r}; the nodes are {list(self.names)}."
+                )
             return self.names.index(node)
         if not 0 <= int(node) < self.num_nodes:
             raise ValueError(f"node: index {node} out of range for {self.num_nodes} nodes.")
@@ -92,9 +94,7 @@ class AbstractCTBN(eqx.Module):
 
     def checked(self) -> "AbstractCTBN":
         """The same model, with `eqx.error_if` guards on negative or NaN rates."""
-        cims = tuple(
-            check_rates(c, f"cims[{self.names[n]!r}]") for n, c in enumerate(self.cims)
-        )
+        cims = tuple(check_rates(c, f"cims[{self.names[n]!r}]") for n, c in enumerate(self.cims))
         return eqx.tree_at(lambda m: m.cims, self, cims)
 
 
@@ -126,7 +126,9 @@ def _resolve_parents(parents, names) -> tuple[tuple[int, ...], ...]:
     if isinstance(parents, Mapping):
         unknown = set(parents) - set(names)
         if unknown:
-            raise ValueError(f"parents: unknown node names {sorted(unknown)}; nodes are {list(names)}.")
+            raise ValueError(
+                f"parents: unknown node names {sorted(unknown)}; nodes are {list(names)}."
+            )
         parents = [parents.get(name, ()) for name in names]
     out = []
     for i, ps in enumerate(parents):
@@ -239,11 +241,15 @@ class CTBN(AbstractCTBN):
             names.append(str(node["name"]))
             card = node["cardinality"]
             if not isinstance(card, int) or isinstance(card, bool):
-                raise ValueError(f"network: cardinality of node {node['name']!r} must be an integer.")
+                raise ValueError(
+                    f"network: cardinality of node {node['name']!r} must be an integer."
+                )
             cards.append(card)
             ps = node.get("parents", [])
             if not isinstance(ps, list):
-                raise ValueError(f"network: parents of node {node['name']!r} must be a list of names.")
+                raise ValueError(
+                    f"network: parents of node {node['name']!r} must be a list of names."
+                )
             parents.append(ps)
         names = tuple(names)
         parent_idx = _resolve_parents(parents, names)
@@ -305,7 +311,9 @@ class CTBN(AbstractCTBN):
             table = np.asarray(self.cims[i])
             cims[name] = [
                 {"parent_states": dict(zip(pnames, map(int, config))), "Q": table[j].tolist()}
-                for j, config in enumerate(parent_configurations(self.parents[i], self.cardinalities))
+                for j, config in enumerate(
+                    parent_configurations(self.parents[i], self.cardinalities)
+                )
             ]
         return {"nodes": nodes, "cims": cims}
 
@@ -348,8 +356,12 @@ class PaddedCTBN(AbstractCTBN):
     cardinalities: tuple[int, ...] = eqx.field(static=True)
 
     def __check_init__(self):
-        if len(self.cims) != len(self.cardinalities) or len(self.parent_index) != len(self.cardinalities):
-            raise ValueError("PaddedCTBN: cims, parent_index and cardinalities need one entry per node.")
+        if len(self.cims) != len(self.cardinalities) or len(self.parent_index) != len(
+            self.cardinalities
+        ):
+            raise ValueError(
+                "PaddedCTBN: cims, parent_index and cardinalities need one entry per node."
+            )
 
     def parent_list(self, node: int):
         return self.parent_index[node]

@@ -40,8 +40,13 @@ def run_demo(out_dir: str = "demo_output", seed: int = 0, trajectories: int = 20
         iv = Intervention.perfect(model, assignment)
         exact = expected_statistics(model, initial, duration, intervention=iv)
         paths = sample_trajectories(
-            model, initial, duration, key=key_paths, num_trajectories=trajectories,
-            intervention=iv, max_events=512,
+            model,
+            initial,
+            duration,
+            key=key_paths,
+            num_trajectories=trajectories,
+            intervention=iv,
+            max_events=512,
         )
         if label == "none":
             write_trajectories_csv(paths, model, os.path.join(out_dir, "trajectories.csv"))
@@ -60,8 +65,10 @@ def run_demo(out_dir: str = "demo_output", seed: int = 0, trajectories: int = 20
                 f"{T_mc.mean(0)[1]:.4f} | {M_ex:.4f} | {M_mc.mean():.4f} | {z:.2f} |"
             )
             report["designs"].setdefault(label, {})[name] = {
-                "expected_dwell": T_ex.tolist(), "sampled_dwell": T_mc.mean(0).tolist(),
-                "expected_transitions": M_ex, "sampled_transitions": float(M_mc.mean()),
+                "expected_dwell": T_ex.tolist(),
+                "sampled_dwell": T_mc.mean(0).tolist(),
+                "expected_transitions": M_ex,
+                "sampled_transitions": float(M_mc.mean()),
                 "max_abs_z": float(z),
             }
     report["seconds"] = time.perf_counter() - t0
@@ -87,7 +94,10 @@ def run_demo(out_dir: str = "demo_output", seed: int = 0, trajectories: int = 20
         plt.close(fig)
     except ImportError:  # pragma: no cover
         pass
-    lines += ["", f"Files in `{out_dir}/`: network.json, trajectories.csv, marginals.png, demo.json"]
+    lines += [
+        "",
+        f"Files in `{out_dir}/`: network.json, trajectories.csv, marginals.png, demo.json",
+    ]
     text = "\n".join(lines)
     print(text)
     with open(os.path.join(out_dir, "demo.md"), "w") as f:

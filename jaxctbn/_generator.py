@@ -60,9 +60,11 @@ class Generator(eqx.Module):
         shape = self.cardinalities
         v_t = v.reshape(shape)
         out = -self.exit_rates * v
-        gathered = jnp.stack(
-            [jnp.roll(v_t, -j, axis=n).reshape(-1) for (n, j) in self.shifts]
-        ) if self.shifts else jnp.zeros((0, v.shape[0]), v.dtype)
+        gathered = (
+            jnp.stack([jnp.roll(v_t, -j, axis=n).reshape(-1) for (n, j) in self.shifts])
+            if self.shifts
+            else jnp.zeros((0, v.shape[0]), v.dtype)
+        )
         return out + (self.shift_rates * gathered).sum(0)
 
     def dense(self) -> Float[Array, "global_states global_states"]:
@@ -106,6 +108,4 @@ def amalgamate(model: AbstractCTBN) -> Generator:
             rows.append(jnp.take_along_axis(rates, target[:, None], axis=1)[:, 0])
     dtype = jnp.result_type(*model.cims)
     shift_rates = jnp.stack(rows) if rows else jnp.zeros((0, states.shape[0]), dtype)
-    return Generator(
-        shift_rates=shift_rates, exit_rates=shift_rates.sum(0), cardinalities=cards
-    )
+    return Generator(shift_rates=shift_rates, exit_rates=shift_rates.sum(0), cardinalities=cards)

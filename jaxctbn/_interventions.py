@@ -48,9 +48,7 @@ class Intervention(eqx.Module):
     @classmethod
     def none(cls, num_nodes: int) -> "Intervention":
         """No intervention."""
-        return cls(
-            targets=jnp.zeros((num_nodes,), bool), states=jnp.zeros((num_nodes,), jnp.int32)
-        )
+        return cls(targets=jnp.zeros((num_nodes,), bool), states=jnp.zeros((num_nodes,), jnp.int32))
 
     @classmethod
     def perfect(
@@ -74,10 +72,10 @@ class Intervention(eqx.Module):
         """Add an imperfect part: per-node multiplicative factors on the conditional rates."""
         scales = tuple(jnp.asarray(s) for s in rate_scales)
         if len(scales) != self.num_nodes:
-            raise ValueError(f"rate_scales: need one entry per node ({self.num_nodes}), got {len(scales)}.")
-        return eqx.tree_at(
-            lambda i: i.rate_scales, self, scales, is_leaf=lambda x: x is None
-        )
+            raise ValueError(
+                f"rate_scales: need one entry per node ({self.num_nodes}), got {len(scales)}."
+            )
+        return eqx.tree_at(lambda i: i.rate_scales, self, scales, is_leaf=lambda x: x is None)
 
     def replace_cims(self, replacement_cims: Sequence[Array | None]) -> "Intervention":
         """Add an imperfect part: per node, a replacement CIM table (`None` = keep the model's)."""
@@ -86,9 +84,7 @@ class Intervention(eqx.Module):
             raise ValueError(
                 f"replacement_cims: need one entry per node ({self.num_nodes}), got {len(cims)}."
             )
-        return eqx.tree_at(
-            lambda i: i.replacement_cims, self, cims, is_leaf=lambda x: x is None
-        )
+        return eqx.tree_at(lambda i: i.replacement_cims, self, cims, is_leaf=lambda x: x is None)
 
     def apply(self, model: AbstractCTBN) -> AbstractCTBN:
         """The intervened model: replaced/scaled CIMs, and zero rates for clamped nodes."""
@@ -150,7 +146,9 @@ def parse_assignment(text: str | None, model: AbstractCTBN, what: str) -> dict[s
         try:
             value = int(state)
         except ValueError:
-            raise ValueError(f"{what}: state of {name!r} must be an integer, got {state!r}.") from None
+            raise ValueError(
+                f"{what}: state of {name!r} must be an integer, got {state!r}."
+            ) from None
         k = model.cardinalities[model.names.index(name)]
         if not 0 <= value < k:
             raise ValueError(f"{what}: state of {name!r} must be in 0..{k - 1}, got {value}.")

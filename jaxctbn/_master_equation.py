@@ -43,9 +43,7 @@ class AbstractMasterEquationSolver(eqx.Module):
         """Returns `(final_marginal, integrated_marginal)` for one problem."""
 
     @abc.abstractmethod
-    def solve_batch(
-        self, generators: Generator, p0: Array, duration: Array
-    ) -> tuple[Array, Array]:
+    def solve_batch(self, generators: Generator, p0: Array, duration: Array) -> tuple[Array, Array]:
         """The same for a batch (leading axis on `generators` and `p0`, one scalar `duration`)."""
 
 
@@ -377,7 +375,9 @@ def expected_statistics_batch(
     models, gens, p0 = prepared
     duration = _check_duration(duration, p0.dtype)
     p_final, dwell = solver.solve_batch(gens, p0, duration)
-    return ExpectedStatistics(final_marginal=p_final, dwell_times=dwell, generator=gens, model=models)
+    return ExpectedStatistics(
+        final_marginal=p_final, dwell_times=dwell, generator=gens, model=models
+    )
 
 
 def marginals(

@@ -15,7 +15,9 @@ from ._layout import parent_configurations
 
 
 def _host_rng(key: PRNGKeyArray) -> np.random.Generator:
-    seed = np.asarray(jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key)
+    seed = np.asarray(
+        jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
+    )
     return np.random.default_rng(seed.astype(np.uint32).ravel().tolist())
 
 

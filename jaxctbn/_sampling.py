@@ -74,7 +74,9 @@ def sample_trajectory(
     dtype = jnp.result_type(*model.cims)
     duration = jnp.asarray(duration, dtype)
     duration = eqx.error_if(
-        duration, ~(duration > 0) | ~jnp.isfinite(duration), "duration: must be positive and finite."
+        duration,
+        ~(duration > 0) | ~jnp.isfinite(duration),
+        "duration: must be positive and finite.",
     )
     s0 = jnp.asarray(initial_state)
     if s0.shape != (n_nodes,) or not jnp.issubdtype(s0.dtype, jnp.integer):

@@ -176,7 +176,9 @@ def trajectories_to_dataframe(trajectories: Trajectories, model: AbstractCTBN) -
         ids.append(np.full(m + 2, r))
         times.append(rows_t)
         states.append(rows_s)
-        label = format_intervention(t.intervention_targets[r], t.intervention_states[r], model.names)
+        label = format_intervention(
+            t.intervention_targets[r], t.intervention_states[r], model.names
+        )
         interventions += [label] * (m + 2)
     states = np.concatenate(states)
     df = pd.DataFrame({"trajectory_id": np.concatenate(ids), "time": np.concatenate(times)})
@@ -234,11 +236,15 @@ def trajectories_from_dataframe(
     names, cards = list(model.names), model.cardinalities
     for col in ("trajectory_id", "time"):
         if col not in df.columns:
-            raise ValueError(f"data: missing column {col!r}; expected trajectory_id, time, <nodes>.")
+            raise ValueError(
+                f"data: missing column {col!r}; expected trajectory_id, time, <nodes>."
+            )
     node_cols = [c for c in df.columns if c not in RESERVED_COLUMNS]
     unknown = [c for c in node_cols if c not in names]
     if unknown:
-        raise ValueError(f"data: unknown node column(s) {unknown}; the network's nodes are {names}.")
+        raise ValueError(
+            f"data: unknown node column(s) {unknown}; the network's nodes are {names}."
+        )
     missing = [n for n in names if n not in node_cols]
     if missing:
         raise ValueError(f"data: missing node column(s) {missing}.")
@@ -277,7 +283,9 @@ def trajectories_from_dataframe(
                 f"data: trajectory {tid!r} has {len(rows)} row; need the initial state and an end row."
             )
         if np.any(np.diff(t) < 0):
-            raise ValueError(f"data: trajectory {tid!r}: times must be non-decreasing in row order.")
+            raise ValueError(
+                f"data: trajectory {tid!r}: times must be non-decreasing in row order."
+            )
         if not t[-1] > t[0]:
             raise ValueError(f"data: trajectory {tid!r} has zero observation time.")
         changes = (s[1:] != s[:-1]).sum(1)
@@ -287,9 +295,13 @@ def trajectories_from_dataframe(
                 f"data: trajectory {tid!r}: row at time {t[i]} changes {int(changes[i - 1])} nodes "
                 "at once; a CTBN changes one node at a time (split it into rows with the same time)."
             )
-        label_values = set() if labels is None else {
-            str(v) if not (isinstance(v, float) and np.isnan(v)) else "" for v in labels[rows]
-        }
+        label_values = (
+            set()
+            if labels is None
+            else {
+                str(v) if not (isinstance(v, float) and np.isnan(v)) else "" for v in labels[rows]
+            }
+        )
         if len(label_values) > 1:
             raise ValueError(f"data: trajectory {tid!r} has more than one intervention label.")
         label = label_values.pop() if label_values else ""
@@ -332,7 +344,9 @@ def trajectories_from_dataframe(
     return traj, order_ids
 
 
-def read_trajectories_csv(path: str | os.PathLike, model: AbstractCTBN) -> tuple[Trajectories, list]:
+def read_trajectories_csv(
+    path: str | os.PathLike, model: AbstractCTBN
+) -> tuple[Trajectories, list]:
     """Read the long-format CSV (see [`jaxctbn.trajectories_from_dataframe`][])."""
     try:
         df = pd.read_csv(path, keep_default_na=True)

@@ -17,8 +17,12 @@ def network(tmp_path):
     model = jc.CTBN(
         cims=[
             jnp.array([[[-1.0, 1.0], [2.0, -2.0]]]),
-            jnp.array([[[-0.5, 0.3, 0.2], [1.0, -1.5, 0.5], [0.1, 0.1, -0.2]],
-                       [[-2.0, 1.0, 1.0], [0.2, -0.4, 0.2], [3.0, 0.0, -3.0]]]),
+            jnp.array(
+                [
+                    [[-0.5, 0.3, 0.2], [1.0, -1.5, 0.5], [0.1, 0.1, -0.2]],
+                    [[-2.0, 1.0, 1.0], [0.2, -0.4, 0.2], [3.0, 0.0, -3.0]],
+                ]
+            ),
         ],
         parents={"A": [], "B": ["A"]},
         names=("A", "B"),
@@ -33,8 +37,19 @@ def network(tmp_path):
 def test_moments_layout_and_values(network, tmp_path):
     model, path = network
     out = tmp_path / "moments.json"
-    rc = main(["moments", "--network", str(path), "--duration", "2.0", "--initial-state", "A=0,B=2",
-               "--out", str(out)])
+    rc = main(
+        [
+            "moments",
+            "--network",
+            str(path),
+            "--duration",
+            "2.0",
+            "--initial-state",
+            "A=0,B=2",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     res = json.loads(out.read_text())
     assert res["duration"] == 2.0
@@ -54,8 +69,22 @@ def test_moments_layout_and_values(network, tmp_path):
 def test_moments_with_intervention(network, tmp_path):
     _, path = network
     out = tmp_path / "m.json"
-    rc = main(["moments", "--network", str(path), "--duration", "1", "--initial-state", "A=0",
-               "B=0", "--intervention", "A=1", "--out", str(out)])
+    rc = main(
+        [
+            "moments",
+            "--network",
+            str(path),
+            "--duration",
+            "1",
+            "--initial-state",
+            "A=0",
+            "B=0",
+            "--intervention",
+            "A=1",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     res = json.loads(out.read_text())
     assert res["intervention"] == {"A": 1} and res["initial_state"] == {"A": 1, "B": 0}
@@ -65,8 +94,25 @@ def test_moments_with_intervention(network, tmp_path):
 def test_sample_writes_csv_that_reads_back(network, tmp_path):
     model, path = network
     out = tmp_path / "traj.csv"
-    rc = main(["sample", "--network", str(path), "--trajectories", "25", "--duration", "3",
-               "--intervention", "A=1", "--seed", "3", "--max-events", "2", "--out", str(out)])
+    rc = main(
+        [
+            "sample",
+            "--network",
+            str(path),
+            "--trajectories",
+            "25",
+            "--duration",
+            "3",
+            "--intervention",
+            "A=1",
+            "--seed",
+            "3",
+            "--max-events",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     df = pd.read_csv(out)
     assert list(df.columns) == ["trajectory_id", "time", "A", "B", "intervention"]
@@ -76,30 +122,89 @@ def test_sample_writes_csv_that_reads_back(network, tmp_path):
     assert np.allclose(np.asarray(traj.durations), 3.0)
     # same seed, same file
     out2 = tmp_path / "traj2.csv"
-    main(["sample", "--network", str(path), "--trajectories", "25", "--duration", "3",
-          "--intervention", "A=1", "--seed", "3", "--out", str(out2)])
+    main(
+        [
+            "sample",
+            "--network",
+            str(path),
+            "--trajectories",
+            "25",
+            "--duration",
+            "3",
+            "--intervention",
+            "A=1",
+            "--seed",
+            "3",
+            "--out",
+            str(out2),
+        ]
+    )
     assert out.read_text() == out2.read_text()
 
 
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["moments", "--network", "missing.json", "--duration", "1", "--initial-state", "A=0,B=0"],
-         "does not exist"),
-        (["moments", "--network", "{net}", "--duration", "-1", "--initial-state", "A=0,B=0"],
-         "--duration: must be a positive"),
-        (["moments", "--network", "{net}", "--duration", "1", "--initial-state", "A=0"],
-         "missing node(s) ['B']"),
-        (["moments", "--network", "{net}", "--duration", "1", "--initial-state", "A=0,B=3"],
-         "must be in 0..2"),
-        (["moments", "--network", "{net}", "--duration", "1", "--initial-state", "A=0,C=0"],
-         "unknown node 'C'"),
-        (["moments", "--network", "{bad}", "--duration", "1", "--initial-state", "A=0,B=0"],
-         "not valid JSON"),
-        (["sample", "--network", "{net}", "--trajectories", "0", "--duration", "1", "--seed", "1"],
-         "--trajectories: must be >= 1"),
-        (["sample", "--network", "{net}", "--trajectories", "2", "--duration", "x", "--seed", "1"],
-         "expected a number"),
+        (
+            [
+                "moments",
+                "--network",
+                "missing.json",
+                "--duration",
+                "1",
+                "--initial-state",
+                "A=0,B=0",
+            ],
+            "does not exist",
+        ),
+        (
+            ["moments", "--network", "{net}", "--duration", "-1", "--initial-state", "A=0,B=0"],
+            "--duration: must be a positive",
+        ),
+        (
+            ["moments", "--network", "{net}", "--duration", "1", "--initial-state", "A=0"],
+            "missing node(s) ['B']",
+        ),
+        (
+            ["moments", "--network", "{net}", "--duration", "1", "--initial-state", "A=0,B=3"],
+            "must be in 0..2",
+        ),
+        (
+            ["moments", "--network", "{net}", "--duration", "1", "--initial-state", "A=0,C=0"],
+            "unknown node 'C'",
+        ),
+        (
+            ["moments", "--network", "{bad}", "--duration", "1", "--initial-state", "A=0,B=0"],
+            "not valid JSON",
+        ),
+        (
+            [
+                "sample",
+                "--network",
+                "{net}",
+                "--trajectories",
+                "0",
+                "--duration",
+                "1",
+                "--seed",
+                "1",
+            ],
+            "--trajectories: must be >= 1",
+        ),
+        (
+            [
+                "sample",
+                "--network",
+                "{net}",
+                "--trajectories",
+                "2",
+                "--duration",
+                "x",
+                "--seed",
+                "1",
+            ],
+            "expected a number",
+        ),
     ],
 )
 def test_cli_errors_are_one_line(args, message, network, tmp_path):

@@ -42,7 +42,9 @@ def test_solvers_agree_with_scipy_block_expm(solver, case, stiff, getkey):
     tau = 1.5
     init = jnp.array([1, 0, 1])
     stats = jax.jit(lambda m: jc.expected_statistics(m, init, tau, solver=solver))(model)
-    p_ref, dwell_ref = scipy_moments(brute_force_generator(model), one_hot_state(model, [1, 0, 1]), tau)
+    p_ref, dwell_ref = scipy_moments(
+        brute_force_generator(model), one_hot_state(model, [1, 0, 1]), tau
+    )
     np.testing.assert_allclose(np.asarray(stats.final_marginal), p_ref, rtol=1e-6, atol=1e-11)
     np.testing.assert_allclose(np.asarray(stats.dwell_times), dwell_ref, rtol=1e-6, atol=1e-11)
     assert abs(float(stats.dwell_times.sum()) - tau) < 1e-9
@@ -192,7 +194,9 @@ def test_gradient_matches_finite_differences(solver, getkey):
         return (st.dwell_times * weights).sum() + st.node_transitions(2).sum()
 
     grads = jax.jit(jax.grad(loss))(model.cims)
-    direction = [jax.random.normal(getkey(), c.shape) * (1 - jnp.eye(c.shape[-1])) for c in model.cims]
+    direction = [
+        jax.random.normal(getkey(), c.shape) * (1 - jnp.eye(c.shape[-1])) for c in model.cims
+    ]
     eps = 1e-5
     plus = loss([c + eps * d for c, d in zip(model.cims, direction)])
     minus = loss([c - eps * d for c, d in zip(model.cims, direction)])

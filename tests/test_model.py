@@ -19,7 +19,9 @@ def test_json_round_trip_and_extra_keys(tmp_path, getkey):
     assert data["nodes"][2]["parents"] == ["b", "a"]
     # itertools.product order over the listed parents: first parent most significant
     assert [e["parent_states"] for e in data["cims"]["c"]][:3] == [
-        {"b": 0, "a": 0}, {"b": 0, "a": 1}, {"b": 1, "a": 0}
+        {"b": 0, "a": 0},
+        {"b": 0, "a": 1},
+        {"b": 1, "a": 0},
     ]
     data["name"] = "my network"
     data["description"] = "extra keys are fine"
@@ -46,9 +48,15 @@ def test_dict_parents_by_name_and_diagonals_recomputed():
     [
         (dict(cims=[jnp.ones((1, 2, 2))], parents=[[0]]), "self-loops"),
         (dict(cims=[jnp.ones((1, 2, 2)), jnp.ones((2, 2, 2))], parents=[[], [5]]), "not a node"),
-        (dict(cims=[jnp.ones((1, 2, 2)), jnp.ones((2, 2, 2))], parents=[[], ["Z"]]), "unknown parent"),
+        (
+            dict(cims=[jnp.ones((1, 2, 2)), jnp.ones((2, 2, 2))], parents=[[], ["Z"]]),
+            "unknown parent",
+        ),
         (dict(cims=[jnp.ones((1, 2, 3))], parents=[[]]), "expected shape"),
-        (dict(cims=[jnp.ones((1, 2, 2)), jnp.ones((3, 2, 2))], parents=[[], [0]]), "parent configurations"),
+        (
+            dict(cims=[jnp.ones((1, 2, 2)), jnp.ones((3, 2, 2))], parents=[[], [0]]),
+            "parent configurations",
+        ),
         (dict(cims=[jnp.ones((1, 1, 1))], parents=[[]]), "must be >= 2"),
         (dict(cims=[jnp.ones((1, 2, 2)), jnp.ones((4, 2, 2))], parents=[[], [0, 0]]), "duplicate"),
         (dict(cims=[jnp.ones((1, 2, 2))], parents=[[]], names=["A", "B"]), "names"),

@@ -98,7 +98,9 @@ def test_truncation_is_flagged_and_refused(getkey):
     assert bool(traj.truncated.all())
     assert np.all(np.asarray(traj.num_events) == 4)
     with pytest.raises(Exception, match="truncated"):
-        jc.SufficientStatistics.from_trajectories(traj, (2, 2), ((), (0,))).nodes[0].dwell_times.block_until_ready()
+        jc.SufficientStatistics.from_trajectories(traj, (2, 2), ((), (0,))).nodes[
+            0
+        ].dwell_times.block_until_ready()
     with pytest.raises(ValueError, match="truncated"):
         jc.trajectories_to_dataframe(traj, model)
 
@@ -144,8 +146,10 @@ def test_csv_round_trip_gives_identical_statistics(tmp_path, getkey):
 
 def _model_ab():
     return jc.CTBN(
-        cims=[jnp.array([[[-1.0, 1.0], [1.0, -1.0]]]),
-              jnp.array([[[-1.0, 1.0], [1.0, -1.0]], [[-2.0, 2.0], [2.0, -2.0]]])],
+        cims=[
+            jnp.array([[[-1.0, 1.0], [1.0, -1.0]]]),
+            jnp.array([[[-1.0, 1.0], [1.0, -1.0]], [[-2.0, 2.0], [2.0, -2.0]]]),
+        ],
         parents={"A": [], "B": ["A"]},
         names=("A", "B"),
     )
@@ -177,16 +181,37 @@ def test_dataframe_with_shared_time_stamps_and_repeated_rows():
     "frame, message",
     [
         ({"trajectory_id": [0, 0], "time": [0, 1], "A": [0, 1], "B": [0, 1]}, "changes 2 nodes"),
-        ({"trajectory_id": [0, 0], "time": [0, 1], "A": [0, 0], "C": [0, 1]}, "unknown node column"),
+        (
+            {"trajectory_id": [0, 0], "time": [0, 1], "A": [0, 0], "C": [0, 1]},
+            "unknown node column",
+        ),
         ({"trajectory_id": [0, 0], "time": [0, 1], "A": [0, 0]}, "missing node column"),
         ({"trajectory_id": [0, 0], "time": [0, 1], "A": [0, 2], "B": [0, 0]}, "outside 0..1"),
-        ({"trajectory_id": [0, 0, 0], "time": [0, 2, 1], "A": [0, 0, 0], "B": [0, 0, 0]},
-         "non-decreasing"),
+        (
+            {"trajectory_id": [0, 0, 0], "time": [0, 2, 1], "A": [0, 0, 0], "B": [0, 0, 0]},
+            "non-decreasing",
+        ),
         ({"trajectory_id": [0], "time": [0], "A": [0], "B": [0]}, "need the initial state"),
-        ({"trajectory_id": [0, 0], "time": [0, 1], "A": [0, 0], "B": [0, 1],
-          "intervention": ["B=0", "B=0"]}, "not constantly"),
-        ({"trajectory_id": [0, 0], "time": [0, 1], "A": [0, 0], "B": [0, 0],
-          "intervention": ["Z=0", "Z=0"]}, "unknown node 'Z'"),
+        (
+            {
+                "trajectory_id": [0, 0],
+                "time": [0, 1],
+                "A": [0, 0],
+                "B": [0, 1],
+                "intervention": ["B=0", "B=0"],
+            },
+            "not constantly",
+        ),
+        (
+            {
+                "trajectory_id": [0, 0],
+                "time": [0, 1],
+                "A": [0, 0],
+                "B": [0, 0],
+                "intervention": ["Z=0", "Z=0"],
+            },
+            "unknown node 'Z'",
+        ),
         ({"trajectory_id": [0, 0], "A": [0, 0], "B": [0, 0]}, "missing column 'time'"),
     ],
 )
@@ -221,6 +246,10 @@ def test_sampling_bad_input(getkey):
     with pytest.raises(ValueError, match="initial_state"):
         jc.sample_trajectory(model, jnp.array([0, 0, 0]), 1.0, key=getkey())
     with pytest.raises(Exception, match="node states must be in"):
-        jc.sample_trajectory(model, jnp.array([0, 5]), 1.0, key=getkey()).num_events.block_until_ready()
+        jc.sample_trajectory(
+            model, jnp.array([0, 5]), 1.0, key=getkey()
+        ).num_events.block_until_ready()
     with pytest.raises(Exception, match="duration"):
-        jc.sample_trajectory(model, jnp.array([0, 0]), -1.0, key=getkey()).num_events.block_until_ready()
+        jc.sample_trajectory(
+            model, jnp.array([0, 0]), -1.0, key=getkey()
+        ).num_events.block_until_ready()
