@@ -52,7 +52,9 @@ class Generator(eqx.Module):
         flows = (self.shift_rates * p).reshape((-1, *shape))
         out = out.reshape(shape)
         for r, (n, j) in enumerate(self.shifts):
-            out = out + jnp.roll(flows[r], j, axis=n)
+            # rolling a size-2 axis by one is a flip, which XLA does without a concatenate
+            moved = jnp.flip(flows[r], axis=n) if shape[n] == 2 else jnp.roll(flows[r], j, axis=n)
+            out = out + moved
         return out.reshape(-1)
 
     def apply_transpose(self, v: Float[Array, " global_states"]) -> Float[Array, " global_states"]:

@@ -25,7 +25,6 @@ import equinox as eqx
 import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
-import jax.scipy.special as jsp
 from jaxtyping import Array, ArrayLike, Float
 
 from ._ctbn import AbstractCTBN, max_configs
@@ -80,32 +79,43 @@ class Uniformisation(AbstractMasterEquationSolver):
         mean = lam * duration
         log_mean = jnp.log(mean)
         tol = jnp.asarray(self.tolerance, dtype)
+        one = jnp.ones((), dtype)
 
-        def tail(k):  # Pr(N > k) = Pr(N >= k+1) = P(k+1, mean)
-            return jsp.gammainc(k + 1.0, mean)
-
+        # Scalar recursions (cheap next to a product with W): log Pr(N=k) by
+        # log p_{k+1} = log p_k + log(mean) - log(k+1), and Pr(N>k) = 1 - sum_{j<=k} p_j with
+        # Kahan-compensated summation so the small tail keeps its relative accuracy.
         def cond(carry):
-            k, _, _, _, t = carry
-            return (t >= tol) | (k < mean)
+            k, _, _, _, log_pmf, _, _ = carry
+            kf = k.astype(dtype)
+            # after step k-1: Pr(N >= k) <= p_k / (1 - mean/(k+1)) for k + 1 > mean
+            bound = jnp.exp(log_pmf) / jnp.maximum(1 - mean / (kf + 1), 1e-3)
+            return (kf < mean + 1) | (bound >= tol)
 
         def body(carry):
-            k, v, acc_p, acc_i, _ = carry
+            k, v, acc_p, acc_i, log_pmf, csum, comp = carry
             kf = k.astype(dtype)
-            pmf = jnp.exp(kf * log_mean - mean - jsp.gammaln(kf + 1.0))
-            t = tail(kf)
+            pmf = jnp.exp(log_pmf)
+            # Kahan: csum + comp tracks sum_{j<=k} p_j
+            y = pmf - comp
+            t_sum = csum + y
+            comp = (t_sum - csum) - y
+            csum = t_sum
+            tail = jnp.clip((one - csum) + comp, 0.0, 1.0)  # Pr(N > k)
             acc_p = acc_p + pmf * v
-            acc_i = acc_i + (t / lam) * v
+            acc_i = acc_i + (tail / lam) * v
             v = v + generator.apply(v) / lam
-            return k + 1, v, acc_p, acc_i, t
+            log_pmf = log_pmf + log_mean - jnp.log(kf + 1)
+            return k + 1, v, acc_p, acc_i, log_pmf, csum, comp
 
         zero = jnp.zeros_like(p0)
-        init = (jnp.asarray(0, jnp.int32), p0, zero, zero, jnp.asarray(1.0, dtype))
-        k, _, acc_p, acc_i, t = eqxi.while_loop(
+        zero_s = jnp.zeros((), dtype)
+        init = (jnp.asarray(0, jnp.int32), p0, zero, zero, -mean, zero_s, zero_s)
+        k, _, acc_p, acc_i, log_pmf, _, _ = eqxi.while_loop(
             cond, body, init, max_steps=self.max_terms, kind="checkpointed"
         )
         acc_p = eqx.error_if(
             acc_p,
-            t >= tol,
+            cond((k, None, None, None, log_pmf, None, None)),
             "Uniformisation: max_terms reached before the Poisson tail fell below tolerance; "
             "increase max_terms (the rates times the duration are very large).",
         )
