@@ -4,8 +4,11 @@ interventions (Linzner & Koeppl, ICML 2021)."""
 from ._ctbn import CTBN as CTBN
 from ._ctbn import AbstractCTBN as AbstractCTBN
 from ._ctbn import PaddedCTBN as PaddedCTBN
-from ._generator import Generator as Generator
+from ._generator import AbstractGenerator as AbstractGenerator
+from ._generator import ExpandedGenerator as ExpandedGenerator
+from ._generator import FactoredGenerator as FactoredGenerator
 from ._generator import amalgamate as amalgamate
+from ._generator import batch_last as batch_last
 from ._interventions import Intervention as Intervention
 from ._interventions import intervention_space as intervention_space
 from ._master_equation import (

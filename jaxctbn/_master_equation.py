@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from ._ctbn import AbstractCTBN, max_configs
-from ._generator import Generator, amalgamate
+from ._generator import AbstractGenerator, amalgamate, batch_last
 from ._interventions import Intervention
 from ._layout import all_global_states, config_index, global_state_index
 
@@ -38,12 +38,20 @@ class AbstractMasterEquationSolver(eqx.Module):
     """Computes $p_\\tau$ and $\\int_0^\\tau p_t\\,dt$ for one generator and initial distribution."""
 
     @abc.abstractmethod
-    def solve(self, generator: Generator, p0: Array, duration: Array) -> tuple[Array, Array]:
+    def solve(self, generator: AbstractGenerator, p0: Array, duration: Array) -> tuple[Array, Array]:
         """Returns `(final_marginal, integrated_marginal)` for one problem."""
 
     @abc.abstractmethod
-    def solve_batch(self, generators: Generator, p0: Array, duration: Array) -> tuple[Array, Array]:
+    def solve_batch(self, generators: AbstractGenerator, p0: Array, duration: Array) -> tuple[Array, Array]:
         """The same for a batch (leading axis on `generators` and `p0`, one scalar `duration`)."""
+
+
+def _poisson_tail_not_small(k, log_pmf, mean, tol):
+    """Whether Pr(N >= k) may still exceed `tol`, N ~ Poisson(mean), given log Pr(N = k).
+
+    For k + 1 > mean the tail is bounded by Pr(N=k) / (1 - mean/(k+1)) (geometric bound)."""
+    bound = jnp.exp(log_pmf) / jnp.maximum(1 - mean / (k + 1), 1e-3)
+    return (k < mean + 1) | (bound >= tol)
 
 
 class Uniformisation(AbstractMasterEquationSolver):
@@ -70,7 +78,8 @@ class Uniformisation(AbstractMasterEquationSolver):
     tolerance: float = eqx.field(default=1e-13, static=True)
     max_terms: int = eqx.field(default=1_000_000, static=True)
 
-    def solve(self, generator, p0, duration):
+    def _uniformise(self, generator, p0, duration):
+        # p0: (S, *batch) with the generator's batch axes trailing; scalars have shape batch.
         dtype = p0.dtype
         duration = jnp.asarray(duration, dtype)
         lam = jax.lax.stop_gradient(
@@ -86,16 +95,12 @@ class Uniformisation(AbstractMasterEquationSolver):
         # Kahan-compensated summation so the small tail keeps its relative accuracy.
         def cond(carry):
             k, _, _, _, log_pmf, _, _ = carry
-            kf = k.astype(dtype)
-            # after step k-1: Pr(N >= k) <= p_k / (1 - mean/(k+1)) for k + 1 > mean
-            bound = jnp.exp(log_pmf) / jnp.maximum(1 - mean / (kf + 1), 1e-3)
-            return (kf < mean + 1) | (bound >= tol)
+            return jnp.any(_poisson_tail_not_small(k.astype(dtype), log_pmf, mean, tol))
 
         def body(carry):
             k, v, acc_p, acc_i, log_pmf, csum, comp = carry
             kf = k.astype(dtype)
             pmf = jnp.exp(log_pmf)
-            # Kahan: csum + comp tracks sum_{j<=k} p_j
             y = pmf - comp
             t_sum = csum + y
             comp = (t_sum - csum) - y
@@ -108,7 +113,7 @@ class Uniformisation(AbstractMasterEquationSolver):
             return k + 1, v, acc_p, acc_i, log_pmf, csum, comp
 
         zero = jnp.zeros_like(p0)
-        zero_s = jnp.zeros((), dtype)
+        zero_s = jnp.zeros_like(mean)
         init = (jnp.asarray(0, jnp.int32), p0, zero, zero, -mean, zero_s, zero_s)
         k, _, acc_p, acc_i, log_pmf, _, _ = eqxi.while_loop(
             cond, body, init, max_steps=self.max_terms, kind="checkpointed"
@@ -121,8 +126,31 @@ class Uniformisation(AbstractMasterEquationSolver):
         )
         return acc_p, acc_i
 
+    def solve(self, generator, p0, duration):
+        return self._uniformise(generator, p0, duration)
+
     def solve_batch(self, generators, p0, duration):
-        return jax.vmap(self.solve, in_axes=(0, 0, None))(generators, p0, duration)
+        # one loop for the whole batch, batch axis last so every product vectorises over it
+        p, integral = self._uniformise(batch_last(generators), p0.T, duration)
+        return p.T, integral.T
+
+    def num_products(self, generator: AbstractGenerator, duration) -> Array:
+        """How many products with $W$ `solve` takes for this generator and duration."""
+        dtype = generator.exit_rates.dtype
+        duration = jnp.asarray(duration, dtype)
+        lam = jnp.maximum(generator.max_exit_rate(), 1.0 / duration) * 1.0000001
+        mean = lam * duration
+        tol = jnp.asarray(self.tolerance, dtype)
+
+        def cond(c):
+            return _poisson_tail_not_small(c[0], c[1], mean, tol)
+
+        def body(c):
+            k, log_pmf = c
+            return k + 1, log_pmf + jnp.log(mean) - jnp.log(k + 1)
+
+        k, _ = jax.lax.while_loop(cond, body, (jnp.zeros((), dtype), -mean))
+        return k.astype(jnp.int32)
 
 
 def _max_norm(tree) -> Array:
@@ -148,7 +176,8 @@ class DiffraxSolver(AbstractMasterEquationSolver):
     atol: float = 1e-12
     max_steps: int = eqx.field(default=100_000, static=True)
 
-    def _solve(self, apply, p0, duration):
+    def diffeqsolve(self, apply, p0, duration) -> diffrax.Solution:
+        """The underlying `diffrax.diffeqsolve` call (its `stats` count the steps taken)."""
         term = diffrax.ODETerm(lambda t, y, args: (apply(y[0]), y[0]))
         controller = diffrax.PIDController(rtol=self.rtol, atol=self.atol, norm=_max_norm)
         sol = diffrax.diffeqsolve(
@@ -162,17 +191,19 @@ class DiffraxSolver(AbstractMasterEquationSolver):
             saveat=diffrax.SaveAt(t1=True),
             max_steps=self.max_steps,
         )
-        p, integral = sol.ys
+        return sol
+
+    def _solve(self, apply, p0, duration):
+        p, integral = self.diffeqsolve(apply, p0, duration).ys
         return p[0], integral[0]
 
     def solve(self, generator, p0, duration):
         return self._solve(generator.apply, p0, duration)
 
     def solve_batch(self, generators, p0, duration):
-        def apply(p):
-            return jax.vmap(lambda g, q: g.apply(q))(generators, p)
-
-        return self._solve(apply, p0, duration)
+        # one ODE for the whole batch (shared steps), batch axis last for vectorised products
+        p, integral = self._solve(batch_last(generators).apply, p0.T, duration)
+        return p.T, integral.T
 
 
 class MatrixExponential(AbstractMasterEquationSolver):
@@ -213,7 +244,7 @@ class ExpectedStatistics(eqx.Module):
 
     final_marginal: Float[Array, " global_states"]
     dwell_times: Float[Array, " global_states"]
-    generator: Generator
+    generator: AbstractGenerator
     model: AbstractCTBN
 
     def _bins(self, node: int, parents):
@@ -251,7 +282,7 @@ class ExpectedStatistics(eqx.Module):
             if n != node:
                 continue
             x = states[:, node]
-            values.append(self.generator.shift_rates[r] * self.dwell_times)
+            values.append(self.generator.shift_rates(r) * self.dwell_times)
             bins.append((c * k + x) * k + (x + j) % k)
         out = jax.ops.segment_sum(
             jnp.concatenate(values), jnp.concatenate(bins), num_segments=configs * k * k

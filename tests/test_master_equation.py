@@ -20,10 +20,11 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_generator_matches_brute_force(case, getkey):
+@pytest.mark.parametrize("expanded", [False, True], ids=["factored", "expanded"])
+def test_generator_matches_brute_force(case, expanded, getkey):
     cards, parents = CASES[case]
     model = random_model(getkey(), cards, parents)
-    gen = jc.amalgamate(model)
+    gen = jc.amalgamate(model, expanded=expanded)
     W = brute_force_generator(model)
     np.testing.assert_allclose(np.asarray(gen.dense()), W, rtol=1e-13, atol=1e-13)
     p = np.asarray(jax.random.uniform(getkey(), (W.shape[0],)))
