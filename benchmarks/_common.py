@@ -11,11 +11,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-RESULTS = os.path.join(os.path.dirname(__file__), "results")
+RESULTS = os.environ.get(
+    "JAXCTBN_BENCH_RESULTS", os.path.join(os.path.dirname(__file__), "results")
+)
 
 
 def block(x):
-    return jax.tree_util.tree_map(lambda a: a.block_until_ready() if hasattr(a, "block_until_ready") else a, x)
+    return jax.tree_util.tree_map(
+        lambda a: a.block_until_ready() if hasattr(a, "block_until_ready") else a, x
+    )
 
 
 def timeit(fn, *args, repeat=5, min_time=0.2):

@@ -59,6 +59,7 @@ def numpy_gillespie(model, initial_states, tau, rng):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--name", default="sampling", help="results file stem")
     args = ap.parse_args()
     R = 2000 if args.quick else 20000
     R_np = 100 if args.quick else 500
@@ -93,9 +94,16 @@ def main():
         t_np = time.perf_counter() - t0
         rate_jax, rate_np = events / t_jax, ev_np / t_np
         rec = {
-            "network": label, "trajectories": R, "events": events, "compile_s": ctime,
-            "jax_s": t_jax, "jax_events_per_s": rate_jax, "numpy_trajectories": R_np,
-            "numpy_events": ev_np, "numpy_s": t_np, "numpy_events_per_s": rate_np,
+            "network": label,
+            "trajectories": R,
+            "events": events,
+            "compile_s": ctime,
+            "jax_s": t_jax,
+            "jax_events_per_s": rate_jax,
+            "numpy_trajectories": R_np,
+            "numpy_events": ev_np,
+            "numpy_s": t_np,
+            "numpy_events_per_s": rate_np,
             "speedup": rate_jax / rate_np,
         }
         records.append(rec)
@@ -105,7 +113,7 @@ def main():
         )
         print(rows[-1], flush=True)
     header = [
-        "# Gillespie sampling throughput (tau = 3, float64)",
+        f"# Gillespie sampling throughput (tau = 3, float64, {jax.default_backend()})",
         "",
         f"Machine: {environment()['device']}, {environment()['cpu_count']} cores. "
         "numpy baseline: per-path Python loop, same algorithm.",
@@ -115,7 +123,7 @@ def main():
         "|---|---|---|---|---|---|---|---|",
     ]
     write_results(
-        "sampling" + ("_quick" if args.quick else ""),
+        args.name + ("_quick" if args.quick else ""),
         {"environment": environment(), "tau": TAU, "records": records},
         header + rows,
     )

@@ -174,7 +174,8 @@ def _factored(model: CTBN) -> FactoredGenerator:
                 shape[a] = cards[a]
             factors.append(rates.reshape(shape))
     exit_rates = sum(
-        (jnp.broadcast_to(f, cards) for f in factors), jnp.zeros(cards, jnp.result_type(*model.cims))
+        (jnp.broadcast_to(f, cards) for f in factors),
+        jnp.zeros(cards, jnp.result_type(*model.cims)),
     )
     return FactoredGenerator(
         factors=tuple(factors), exit_rates=exit_rates.reshape(-1), cardinalities=cards

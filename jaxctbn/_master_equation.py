@@ -38,11 +38,15 @@ class AbstractMasterEquationSolver(eqx.Module):
     """Computes $p_\\tau$ and $\\int_0^\\tau p_t\\,dt$ for one generator and initial distribution."""
 
     @abc.abstractmethod
-    def solve(self, generator: AbstractGenerator, p0: Array, duration: Array) -> tuple[Array, Array]:
+    def solve(
+        self, generator: AbstractGenerator, p0: Array, duration: Array
+    ) -> tuple[Array, Array]:
         """Returns `(final_marginal, integrated_marginal)` for one problem."""
 
     @abc.abstractmethod
-    def solve_batch(self, generators: AbstractGenerator, p0: Array, duration: Array) -> tuple[Array, Array]:
+    def solve_batch(
+        self, generators: AbstractGenerator, p0: Array, duration: Array
+    ) -> tuple[Array, Array]:
         """The same for a batch (leading axis on `generators` and `p0`, one scalar `duration`)."""
 
 
@@ -356,10 +360,9 @@ def _check_duration(duration, dtype):
 
 
 def _prepare(model, initial, intervention):
+    model = model.checked()
     if intervention is not None:
-        model = intervention.apply(model.checked())
-    else:
-        model = model.checked()
+        model = intervention.apply(model)
     p0 = initial_distribution(model, initial, intervention)
     return model, amalgamate(model), p0
 

@@ -94,25 +94,9 @@ def test_moments_with_intervention(network, tmp_path):
 def test_sample_writes_csv_that_reads_back(network, tmp_path):
     model, path = network
     out = tmp_path / "traj.csv"
-    rc = main(
-        [
-            "sample",
-            "--network",
-            str(path),
-            "--trajectories",
-            "25",
-            "--duration",
-            "3",
-            "--intervention",
-            "A=1",
-            "--seed",
-            "3",
-            "--max-events",
-            "2",
-            "--out",
-            str(out),
-        ]
-    )
+    sample = ["sample", "--network", str(path), "--trajectories", "25", "--duration", "3"]
+    sample += ["--intervention", "A=1", "--seed", "3"]
+    rc = main([*sample, "--max-events", "2", "--out", str(out)])
     assert rc == 0
     df = pd.read_csv(out)
     assert list(df.columns) == ["trajectory_id", "time", "A", "B", "intervention"]
@@ -122,23 +106,7 @@ def test_sample_writes_csv_that_reads_back(network, tmp_path):
     assert np.allclose(np.asarray(traj.durations), 3.0)
     # same seed, same file
     out2 = tmp_path / "traj2.csv"
-    main(
-        [
-            "sample",
-            "--network",
-            str(path),
-            "--trajectories",
-            "25",
-            "--duration",
-            "3",
-            "--intervention",
-            "A=1",
-            "--seed",
-            "3",
-            "--out",
-            str(out2),
-        ]
-    )
+    main([*sample, "--out", str(out2)])
     assert out.read_text() == out2.read_text()
 
 
