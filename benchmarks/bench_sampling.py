@@ -37,7 +37,7 @@ def numpy_gillespie(model, initial_states, tau, rng):
         t = 0.0
         while True:
             rates = []
-            for n, k in enumerate(cards):
+            for n, _k in enumerate(cards):
                 u = 0
                 for p in parents[n]:
                     u = u * cards[p] + s[p]

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ._ctbn import AbstractCTBN, CTBN
+from ._ctbn import CTBN, AbstractCTBN
 from ._layout import all_global_states
 
 
