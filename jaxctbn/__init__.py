@@ -38,6 +38,13 @@ from ._master_equation import (
 from ._master_equation import (
     marginals as marginals,
 )
+from ._metrics import adjacency_from_parents as adjacency_from_parents
+from ._metrics import aupr as aupr
+from ._metrics import auroc as auroc
+from ._metrics import edge_aupr as edge_aupr
+from ._metrics import edge_auroc as edge_auroc
+from ._metrics import structural_hamming_distance as structural_hamming_distance
+from ._posterior import RatePosterior as RatePosterior
 from ._random import (
     paper_network as paper_network,
 )
@@ -80,5 +87,14 @@ from ._statistics import (
 from ._statistics import (
     write_trajectories_csv as write_trajectories_csv,
 )
+from ._structure import FamilyStatistics as FamilyStatistics
+from ._structure import StructurePosterior as StructurePosterior
+from ._structure import candidate_parent_sets as candidate_parent_sets
+from ._structure import enumerate_parent_sets as enumerate_parent_sets
+from ._structure import family_statistics as family_statistics
+from ._structure import learn_structure as learn_structure
+from ._structure import local_log_marginal_likelihood as local_log_marginal_likelihood
+from ._structure import score_parent_sets as score_parent_sets
+from ._structure import structure_log_prior as structure_log_prior
 
 __version__ = "0.1.0"

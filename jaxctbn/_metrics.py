@@ -1,0 +1,103 @@
+"""Metrics for structure and parameter learning (jittable, so they run inside `lax.scan`)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float
+
+
+def _prepare(scores, labels):
+    scores = jnp.asarray(scores).ravel()
+    labels = jnp.asarray(labels).ravel()
+    if scores.shape != labels.shape:
+        raise ValueError(
+            f"scores {scores.shape} and labels {labels.shape} must have the same size."
+        )
+    order = jnp.argsort(-scores, stable=True)
+    s = scores[order]
+    y = (labels[order] > 0).astype(jnp.result_type(scores.dtype, float))
+    # last element of each group of tied scores
+    group_end = jnp.concatenate([s[1:] != s[:-1], jnp.ones((1,), bool)])
+    return s, y, group_end
+
+
+def auroc(scores: ArrayLike, labels: ArrayLike) -> Float[Array, ""]:
+    r"""Area under the ROC curve, ties counted as one half (the Mann–Whitney statistic; equal to
+    `sklearn.metrics.roc_auc_score`). Returns **NaN** when `labels` are all positive or all
+    negative: the ROC curve is then undefined (scikit-learn raises in that case)."""
+    s, y, group_end = _prepare(scores, labels)
+    n = s.shape[0]
+    # average rank (1-based, ascending scores) of each tie group
+    idx = jnp.arange(n)
+    start = jnp.concatenate([jnp.ones((1,), bool), s[1:] != s[:-1]])
+    first = _cummax(jnp.where(start, idx, 0))
+    last = _cummin_reverse(jnp.where(group_end, idx, n - 1))
+    desc_rank = (first + last) / 2.0  # 0-based position in descending order, averaged over ties
+    asc_rank = n - desc_rank  # 1-based ascending rank
+    P = y.sum()
+    Q = n - P
+    u = (asc_rank * y).sum() - P * (P + 1) / 2
+    return jnp.where((P > 0) & (Q > 0), u / (P * Q), jnp.nan)
+
+
+def aupr(scores: ArrayLike, labels: ArrayLike) -> Float[Array, ""]:
+    r"""Area under the precision–recall curve as average precision,
+    $\sum_j (R_j-R_{j-1})P_j$ over the distinct score thresholds (ties grouped), equal to
+    `sklearn.metrics.average_precision_score`. Returns **NaN** when there is no positive label
+    (recall undefined)."""
+    s, y, group_end = _prepare(scores, labels)
+    n = s.shape[0]
+    tp = jnp.cumsum(y)
+    precision = tp / jnp.arange(1, n + 1)
+    P = y.sum()
+    tp_end = jnp.where(group_end, tp, 0.0)
+    prev_end_tp = jnp.concatenate([jnp.zeros((1,), tp.dtype), _cummax(tp_end)[:-1]])
+    gain = jnp.where(group_end, tp - prev_end_tp, 0.0)
+    ap = (gain * precision).sum() / P
+    return jnp.where(P > 0, ap, jnp.nan)
+
+
+def _cummax(x):
+    return jax.lax.cummax(x, axis=0)
+
+
+def _cummin_reverse(x):
+    return jax.lax.cummin(x, axis=0, reverse=True)
+
+
+def _off_diagonal(matrix):
+    matrix = jnp.asarray(matrix)
+    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+        raise ValueError(f"expected a square (N, N) matrix, got shape {matrix.shape}.")
+    n = matrix.shape[0]
+    mask = ~jnp.eye(n, dtype=bool)
+    return matrix[mask]
+
+
+def edge_auroc(edge_probabilities: ArrayLike, true_adjacency: ArrayLike) -> Float[Array, ""]:
+    """AUROC of edge marginals `[m, n] = p(m -> n)` against a true adjacency (diagonal ignored)."""
+    return auroc(_off_diagonal(edge_probabilities), _off_diagonal(true_adjacency))
+
+
+def edge_aupr(edge_probabilities: ArrayLike, true_adjacency: ArrayLike) -> Float[Array, ""]:
+    """AUPR of edge marginals against a true adjacency (diagonal ignored)."""
+    return aupr(_off_diagonal(edge_probabilities), _off_diagonal(true_adjacency))
+
+
+def structural_hamming_distance(adjacency: ArrayLike, true_adjacency: ArrayLike) -> Array:
+    """Number of directed edges to add or remove to turn one graph into the other. CTBN edges
+    $m\\to n$ and $n\\to m$ are separate (cycles are allowed), so a reversed edge counts 2."""
+    a, b = jnp.asarray(adjacency), jnp.asarray(true_adjacency)
+    if a.shape != b.shape:
+        raise ValueError(f"adjacency shapes differ: {a.shape} vs {b.shape}.")
+    return jnp.sum((_off_diagonal(a) > 0) != (_off_diagonal(b) > 0))
+
+
+def adjacency_from_parents(parents, num_nodes: int) -> Array:
+    """`(N, N)` 0/1 adjacency with `[m, n] = 1` for each parent m of n."""
+    adj = [[0] * num_nodes for _ in range(num_nodes)]
+    for n, ps in enumerate(parents):
+        for m in ps:
+            adj[int(m)][n] = 1
+    return jnp.asarray(adj, jnp.int32)
