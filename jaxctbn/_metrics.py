@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 
@@ -71,7 +72,7 @@ def _off_diagonal(matrix):
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
         raise ValueError(f"expected a square (N, N) matrix, got shape {matrix.shape}.")
     n = matrix.shape[0]
-    mask = ~jnp.eye(n, dtype=bool)
+    mask = ~np.eye(n, dtype=bool)  # concrete, so the indexing works under jit
     return matrix[mask]
 
 

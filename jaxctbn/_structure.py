@@ -168,14 +168,14 @@ def _one_hot_all(states, cards, dtype):
 
 def _pairwise_route(node, sets, cards, configs, seg, w_dwell, pre, post, w_event):
     """For parent sets of size <= 2: all three-way co-occupancy sums by matrix products
-    $O^T\\mathrm{diag}(w)O$ of the one-hot state matrix $O$ (segments x sum_k)."""
+    $O^T\\mathrm{diag}(w)O$ of the one-hot state matrix (segments x sum_k)."""
     k = cards[node]
     offsets = np.concatenate([[0], np.cumsum(cards)[:-1]])
-    O = _one_hot_all(seg, cards, w_dwell.dtype)
+    onehot = _one_hot_all(seg, cards, w_dwell.dtype)
     Oe = _one_hot_all(pre, cards, w_dwell.dtype)
     own = jax.nn.one_hot(seg[:, node], k, dtype=w_dwell.dtype)  # (segs, k)
     # D[x] = O^T diag(w * 1(s_n = x)) O
-    D = jax.lax.map(lambda col: O.T @ (O * col[:, None]), (own * w_dwell[:, None]).T)
+    D = jax.lax.map(lambda col: onehot.T @ (onehot * col[:, None]), (own * w_dwell[:, None]).T)
     pairs = [(x, y) for x in range(k) for y in range(k) if x != y]
     own_e = jax.nn.one_hot(pre[:, node], k, dtype=w_dwell.dtype)
     new_e = jax.nn.one_hot(post[:, node], k, dtype=w_dwell.dtype)
@@ -546,8 +546,11 @@ def structure_log_prior(parent_sets, edge_prior=None) -> tuple[Array, ...]:
     if pi.shape != (N, N):
         raise ValueError(f"edge_prior: expected shape ({N}, {N}), got {pi.shape}.")
     off = ~np.eye(N, dtype=bool)
-    if not isinstance(pi, jax.core.Tracer) and not bool(jnp.all((pi[off] > 0) & (pi[off] < 1))):
-        raise ValueError("edge_prior: off-diagonal edge probabilities must be in (0, 1).")
+    pi = eqx.error_if(
+        pi,
+        ~jnp.all((pi[off] > 0) & (pi[off] < 1)),
+        "edge_prior: off-diagonal edge probabilities must be in (0, 1).",
+    )
     out = []
     for n, sets in enumerate(parent_sets):
         member = (sets[:, :, None] == jnp.arange(N)).any(1)  # (sets, N)
@@ -556,6 +559,7 @@ def structure_log_prior(parent_sets, edge_prior=None) -> tuple[Array, ...]:
     return tuple(out)
 
 
+@eqx.filter_jit
 def learn_structure(
     trajectories: Trajectories,
     names: Sequence[str],
@@ -570,7 +574,9 @@ def learn_structure(
     forbidden_edges: Sequence[tuple[int, int]] = (),
     method: str = "auto",
 ) -> StructurePosterior:
-    """Exhaustive Bayesian structure learning from trajectories pooled across interventions."""
+    """Exhaustive Bayesian structure learning from trajectories pooled across interventions:
+    candidate sets, [`jaxctbn.family_statistics`][] and [`jaxctbn.StructurePosterior`][] in one
+    compiled call (arguments other than arrays are static)."""
     N = len(cardinalities)
     sets = candidate_parent_sets(
         N, max_parents, required_edges=required_edges, forbidden_edges=forbidden_edges

@@ -1,0 +1,418 @@
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.integrate
+import scipy.stats
+from helpers import random_model
+
+import jaxctbn as jc
+
+
+# ----------------------------------------------------------------------------- local scores
+def _quadrature_gamma(M, T, alpha, beta):
+    """ln prod_{u,x,x'} int lam^M e^{-lam T} Gam(lam; alpha, beta) dlam, by 1-d quadrature."""
+    total = 0.0
+    C, k, _ = M.shape
+    for u, x, y in itertools.product(range(C), range(k), range(k)):
+        if x == y:
+            continue
+        m, t = M[u, x, y], T[u, x]
+        f = lambda lam, m=m, t=t: np.exp(
+            m * np.log(lam) - lam * t + scipy.stats.gamma.logpdf(lam, alpha, scale=1 / beta)
+        )
+        val, _ = scipy.integrate.quad(f, 0, np.inf, epsabs=0, epsrel=1e-12, limit=200)
+        total += np.log(val)
+    return total
+
+
+def _quadrature_nodelman(M, T, alpha, tau):
+    """Exit rate q ~ Gam(a_x + 1, tau_x) and next state ~ Dirichlet(a_xx'), integrated numerically
+    (k = 2: the next state is certain; k = 3: one Beta integral)."""
+    C, k, _ = M.shape
+    a_xx = alpha / ((k - 1) * k * C)
+    a_x = (k - 1) * a_xx
+    t_x = tau / (k * C)
+    total = 0.0
+    for u, x in itertools.product(range(C), range(k)):
+        m = M[u, x].copy()
+        m[x] = 0
+        mx, t = m.sum(), T[u, x]
+        f = lambda q, mx=mx, t=t: np.exp(
+            mx * np.log(q) - q * t + scipy.stats.gamma.logpdf(q, a_x + 1, scale=1 / t_x)
+        )
+        val, _ = scipy.integrate.quad(f, 0, np.inf, epsabs=0, epsrel=1e-12, limit=200)
+        total += np.log(val)
+        if k == 3:
+            m1, m2 = [m[y] for y in range(k) if y != x]
+            g = lambda th, m1=m1, m2=m2: np.exp(
+                m1 * np.log(th) + m2 * np.log1p(-th) + scipy.stats.beta.logpdf(th, a_xx, a_xx)
+            )
+            val, _ = scipy.integrate.quad(g, 0, 1, epsabs=0, epsrel=1e-12, limit=200)
+            total += np.log(val)
+    return total
+
+
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("alpha, beta", [(1.0, 1.0), (5.0, 1.0), (2.5, 0.4)])
+def test_gamma_score_matches_quadrature(k, alpha, beta):
+    rng = np.random.default_rng(k)
+    C = 2
+    M = rng.integers(0, 6, (C, k, k)).astype(float) * (1 - np.eye(k))
+    T = rng.uniform(0.1, 3.0, (C, k))
+    score = jc.local_log_marginal_likelihood(
+        jnp.asarray(M), jnp.asarray(T), C, alpha=alpha, beta=beta, convention="gamma"
+    )
+    ref = _quadrature_gamma(M, T, alpha, beta)
+    assert abs(float(score) - ref) < 1e-8 * max(1.0, abs(ref))
+
+
+@pytest.mark.parametrize("k, alpha", [(2, 1.0), (2, 7.0), (3, 12.0), (3, 30.0)])
+def test_nodelman_score_matches_quadrature(k, alpha):
+    rng = np.random.default_rng(10 + k)
+    C = 2
+    M = rng.integers(0, 6, (C, k, k)).astype(float) * (1 - np.eye(k))
+    T = rng.uniform(0.1, 3.0, (C, k))
+    tau = 2.0
+    score = jc.local_log_marginal_likelihood(
+        jnp.asarray(M), jnp.asarray(T), C, alpha=alpha, beta=tau, convention="nodelman"
+    )
+    ref = _quadrature_nodelman(M, T, alpha, tau)
+    assert abs(float(score) - ref) < 1e-8 * max(1.0, abs(ref))
+
+
+def test_conventions_differ_and_prior_terms_matter():
+    M = jnp.array([[[0.0, 3.0], [2.0, 0.0]]])
+    T = jnp.array([[1.5, 0.7]])
+    g = jc.local_log_marginal_likelihood(M, T, 1, alpha=5.0, beta=1.0, convention="gamma")
+    n = jc.local_log_marginal_likelihood(M, T, 1, alpha=5.0, beta=1.0, convention="nodelman")
+    assert abs(float(g - n)) > 1e-3
+    with pytest.raises(ValueError, match="convention"):
+        jc.local_log_marginal_likelihood(M, T, 1, convention="bde")
+
+
+def test_node_score_invariant_to_parent_order(getkey):
+    cards, parents = (2, 3, 2), ((), (0, 2), (1,))
+    model = random_model(getkey(), cards, parents)
+    traj = jc.sample_trajectories(
+        model, jnp.array([0, 1, 0]), 3.0, key=getkey(), num_trajectories=30, max_events=256
+    )
+    scores = []
+    for order in [(0, 2), (2, 0)]:
+        st = jax.vmap(lambda t: jc.node_statistics(t, 1, order, cards))(traj)
+        M, T = st.transitions.sum(0), st.dwell_times.sum(0)
+        for conv in ("gamma", "nodelman"):
+            scores.append(
+                jc.local_log_marginal_likelihood(M, T, 4, alpha=2.0, beta=1.5, convention=conv)
+            )
+    np.testing.assert_allclose(scores[0], scores[2], rtol=1e-12)
+    np.testing.assert_allclose(scores[1], scores[3], rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------- family statistics
+def test_scatter_and_matmul_routes_agree_with_node_statistics(getkey):
+    cards, parents = (2, 3, 2, 2), ((3,), (0, 2), (1,), (2, 1))
+    model = random_model(getkey(), cards, parents)
+    iv = jc.Intervention.perfect(model, {"X2": 1})
+    t1 = jc.sample_trajectories(
+        model, jnp.array([0, 1, 0, 1]), 2.0, key=getkey(), num_trajectories=15
+    )
+    t2 = jc.sample_trajectories(
+        model, jnp.array([1, 1, 0, 0]), 2.0, key=getkey(), num_trajectories=10, intervention=iv
+    )
+    traj = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), t1, t2)
+    sets = jc.candidate_parent_sets(4, 2)
+    scatter = jc.family_statistics(traj, cards, sets, method="scatter")
+    matmul = jc.family_statistics(traj, cards, sets, method="matmul")
+    for n in range(4):
+        np.testing.assert_allclose(scatter.transitions[n], matmul.transitions[n], atol=1e-10)
+        np.testing.assert_allclose(scatter.dwell_times[n], matmul.dwell_times[n], atol=1e-10)
+        for i, P in enumerate(np.asarray(sets[n])):
+            P = tuple(int(p) for p in P if p >= 0)
+            C = int(np.prod([cards[p] for p in P]))
+            st = jax.vmap(lambda t, P=P, n=n: jc.node_statistics(t, n, P, cards))(traj)
+            keep = ~np.asarray(traj.intervention_targets[:, n])
+            np.testing.assert_allclose(
+                scatter.dwell_times[n][i, :C], st.dwell_times[keep].sum(0), atol=1e-10
+            )
+            np.testing.assert_allclose(scatter.transitions[n][i, :C], st.transitions[keep].sum(0))
+            assert float(jnp.abs(scatter.dwell_times[n][i, C:]).sum()) == 0.0
+
+
+def test_enumeration_and_constraints():
+    sets = jc.enumerate_parent_sets(4, 1, 2)
+    assert sets.shape == (1 + 3 + 3, 2)
+    assert sets[0].tolist() == [-1, -1] and sets[-1].tolist() == [2, 3]
+    sets = jc.enumerate_parent_sets(4, 1, 2, required=[0], forbidden=[3])
+    assert sets.tolist() == [[0, -1], [0, 2]]
+    with pytest.raises(ValueError, match="max_parents must be between 0 and 3"):
+        jc.enumerate_parent_sets(4, 1, 4)
+    with pytest.raises(ValueError, match="both required and forbidden"):
+        jc.enumerate_parent_sets(4, 1, 2, required=[0], forbidden=[0])
+    with pytest.raises(ValueError, match="self-loops"):
+        jc.candidate_parent_sets(3, 1, required_edges=[(1, 1)])
+
+
+# ----------------------------------------------------------------------------- posterior
+def _brute_force_graph_posterior(post):
+    """Enumerate whole graphs (product of per-node choices) and normalise jointly."""
+    scores = [
+        np.asarray(s) + np.asarray(p) for s, p in zip(post.log_marginal_likelihoods, post.log_prior)
+    ]
+    sets = [np.asarray(s) for s in post.parent_sets]
+    N = len(scores)
+    logps, graphs = [], []
+    for choice in itertools.product(*(range(len(s)) for s in scores)):
+        logps.append(sum(scores[n][c] for n, c in enumerate(choice)))
+        graphs.append([set(int(p) for p in sets[n][c] if p >= 0) for n, c in enumerate(choice)])
+    logps = np.array(logps)
+    probs = np.exp(logps - logps.max())
+    probs /= probs.sum()
+    edges = np.zeros((N, N))
+    for p, g in zip(probs, graphs):
+        for n, ps in enumerate(g):
+            for m in ps:
+                edges[m, n] += p
+    entropy = -np.sum(probs * np.log(probs))
+    best = graphs[int(np.argmax(probs))]
+    return edges, entropy, tuple(tuple(sorted(b)) for b in best)
+
+
+@pytest.mark.parametrize("convention", ["gamma", "nodelman"])
+def test_factorised_posterior_matches_graph_enumeration(convention, getkey):
+    cards, parents = (2, 3, 2), ((2,), (0,), (1, 0))
+    model = random_model(getkey(), cards, parents)
+    traj = jc.sample_trajectories(
+        model, jnp.array([0, 0, 1]), 1.0, key=getkey(), num_trajectories=4
+    )
+    post = jc.learn_structure(
+        traj,
+        model.names,
+        cards,
+        max_parents=2,
+        alpha=2.0,
+        beta=1.0,
+        convention=convention,
+        edge_prior=jnp.full((3, 3), 0.3),
+    )
+    edges, entropy, best = _brute_force_graph_posterior(post)
+    np.testing.assert_allclose(post.edge_marginals(), edges, atol=1e-12)
+    np.testing.assert_allclose(post.entropy(), entropy, rtol=1e-10)
+    assert post.map_graph() == best
+
+
+@pytest.mark.parametrize(
+    "cards, parents",
+    [
+        ((2, 2, 2, 2), ((), (0,), (1,), (0, 2))),  # binary
+        ((3, 3, 3), ((), (0,), (1,))),  # ternary
+        ((2, 3, 2), ((), (0, 2), ())),  # mixed cardinalities
+        ((2, 2, 2), ((2,), (0,), (1,))),  # a cycle
+    ],
+    ids=["binary", "ternary", "mixed", "cycle"],
+)
+def test_map_graph_recovers_truth(cards, parents, getkey):
+    truth = jc.scaled_softmax_ctbn(parents, cards, gamma=3.0, rate_fast=2.0)
+    N = len(cards)
+    inits = jnp.stack([jax.random.randint(getkey(), (150,), 0, k) for k in cards], axis=1).astype(
+        jnp.int32
+    )
+    traj = jc.sample_trajectories(
+        truth, inits, 10.0, key=getkey(), num_trajectories=150, max_events=512
+    )
+    for conv, a, b in [("gamma", 1.0, 1.0), ("nodelman", 1.0, 1.0)]:
+        post = jc.learn_structure(
+            traj, truth.names, cards, max_parents=2, alpha=a, beta=b, convention=conv
+        )
+        assert post.map_graph() == tuple(tuple(sorted(p)) for p in parents)
+        adj = jc.adjacency_from_parents(parents, N)
+        assert float(jc.edge_auroc(post.edge_marginals(), adj)) == 1.0
+        assert int(jc.structural_hamming_distance(post.map_adjacency(), adj)) == 0
+
+
+def test_pooling_interventional_equals_observational_for_other_nodes(getkey):
+    cards, parents = (2, 2, 2), ((), (0,), (1,))
+    truth = jc.scaled_softmax_ctbn(parents, cards, rate_fast=2.0)
+    iv = jc.Intervention.perfect(truth, {"X0": 1})
+    traj = jc.sample_trajectories(
+        truth, jnp.array([0, 0, 0]), 3.0, key=getkey(), num_trajectories=40, intervention=iv
+    )
+    # the same paths, labelled observational
+    unlabeled = jax.tree_util.tree_map(lambda a: a, traj)
+    unlabeled = jax.tree_util.tree_map(lambda a: a, unlabeled)
+    unlabeled = unlabeled.__class__(
+        **{f: getattr(traj, f) for f in traj.__dataclass_fields__}
+        | {"intervention_targets": jnp.zeros_like(traj.intervention_targets)}
+    )
+    a = jc.learn_structure(traj, truth.names, cards, max_parents=2)
+    b = jc.learn_structure(unlabeled, truth.names, cards, max_parents=2)
+    for n in (1, 2):
+        np.testing.assert_allclose(a.log_posterior()[n], b.log_posterior()[n], rtol=1e-12)
+    # the clamped node learned nothing: its posterior is the prior (uniform over candidates)
+    np.testing.assert_allclose(a.parent_set_probabilities()[0], 1 / 4, rtol=1e-12)
+    # rate posterior: same pooling rule
+    sa = jc.SufficientStatistics.from_trajectories(traj, cards, parents)
+    rp = jc.RatePosterior.for_model(truth, alpha=2.0, beta=3.0).update_with(sa)
+    np.testing.assert_allclose(rp.alpha[0], 2.0)
+    np.testing.assert_allclose(rp.beta[0], 3.0)
+
+
+def test_incremental_update_equals_batch(getkey):
+    cards, parents = (2, 2, 3), ((2,), (0,), (1,))
+    model = random_model(getkey(), cards, parents)
+    t1 = jc.sample_trajectories(model, jnp.array([0, 0, 0]), 2.0, key=getkey(), num_trajectories=8)
+    t2 = jc.sample_trajectories(
+        model,
+        jnp.array([1, 0, 2]),
+        2.0,
+        key=getkey(),
+        num_trajectories=1,
+        intervention=jc.Intervention.perfect(model, {"X1": 1}),
+    )
+    sets = jc.candidate_parent_sets(3, 2)
+    post = jc.StructurePosterior.from_statistics(
+        jc.family_statistics(t1, cards, sets), model.names, alpha=1.5, beta=2.0
+    )
+    updated = jax.jit(lambda p, s: p.update(s))(post, jc.family_statistics(t2, cards, sets))
+    both = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), t1, t2)
+    direct = jc.learn_structure(both, model.names, cards, max_parents=2, alpha=1.5, beta=2.0)
+    for x, y in zip(updated.log_posterior(), direct.log_posterior()):
+        np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-12)
+
+
+def test_rate_posterior_draws_match_gamma_moments(getkey):
+    cards, parents = (2, 3), ((), (0,))
+    model = random_model(getkey(), cards, parents)
+    traj = jc.sample_trajectories(model, jnp.array([0, 0]), 2.0, key=getkey(), num_trajectories=5)
+    post = jc.RatePosterior.for_model(model, alpha=2.0, beta=[1.0, jnp.array([[1.0], [2.0]])])
+    post = post.update_with(jc.SufficientStatistics.from_trajectories(traj, cards, parents))
+    n_draws = 20000
+    draws = jax.jit(jax.vmap(post.sample))(jax.random.split(getkey(), n_draws))
+    for n in range(2):
+        a, b = np.asarray(post.alpha[n]), np.asarray(post.beta[n])[..., None]
+        x = np.asarray(draws.cims[n])
+        off = ~np.eye(cards[n], dtype=bool)
+        mean, var = (a / b)[:, off], (a / b**2)[:, off]
+        z_mean = (x.mean(0)[:, off] - mean) / np.sqrt(var / n_draws)
+        assert np.max(np.abs(z_mean)) < 4.5
+        # variance of the sample variance of a Gamma: (mu4 - var^2)/n with mu4 = 3(a+2)var^2/a
+        mu4 = 3 * (a[:, off] + 2) * var**2 / a[:, off]
+        z_var = (x.var(0)[:, off] - var) / np.sqrt((mu4 - var**2) / n_draws)
+        assert np.max(np.abs(z_var)) < 4.5
+    # posterior MSE = variance + squared bias (closed form) vs Monte Carlo over the draws
+    errors = [
+        ((np.asarray(draws.cims[n]) - np.asarray(model.cims[n])) ** 2)[
+            :, :, ~np.eye(cards[n], dtype=bool)
+        ]
+        for n in range(2)
+    ]
+    mc = np.concatenate([e.reshape(n_draws, -1) for e in errors], axis=1).mean()
+    exact = float(post.mse(model))
+    assert abs(mc - exact) < 0.05 * exact
+
+
+def test_structure_rate_draws_given_graph(getkey):
+    cards, parents = (2, 2), ((1,), (0,))
+    model = random_model(getkey(), cards, parents)
+    traj = jc.sample_trajectories(model, jnp.array([0, 0]), 3.0, key=getkey(), num_trajectories=10)
+    post = jc.learn_structure(traj, model.names, cards, max_parents=1, alpha=2.0, beta=1.0)
+    idx = jnp.array([1, 1])  # parent sets (1,) and (0,)
+    draws = jax.jit(jax.vmap(lambda k: post.rates_given(idx, k)))(jax.random.split(getkey(), 20000))
+    M = np.asarray(post.statistics.transitions[0][1])
+    T = np.asarray(post.statistics.dwell_times[0][1])
+    a, b = 2.0 + M[:, 0, 1], 1.0 + T[:, 0]
+    x = np.asarray(draws.cims[0])[:, :2, 0, 1]
+    z = (x.mean(0) - a / b) / np.sqrt(a / b**2 / 20000)
+    assert np.max(np.abs(z)) < 4.5
+    np.testing.assert_array_equal(np.asarray(draws.parent_index[0][0]), [1])
+    # a PaddedCTBN draw runs through the master equation
+    st = jc.expected_statistics(
+        jax.tree_util.tree_map(lambda a: a[0], draws), jnp.array([0, 0]), 1.0
+    )
+    assert abs(float(st.dwell_times.sum()) - 1.0) < 1e-10
+
+
+# ----------------------------------------------------------------------------- metrics
+def test_metrics_match_sklearn_with_ties():
+    sklearn = pytest.importorskip("sklearn.metrics")
+    rng = np.random.default_rng(0)
+    for trial in range(40):
+        n = (7, 30)[trial % 2]  # two sizes: two compilations
+        labels = rng.integers(0, 2, n)
+        if labels.min() == labels.max():
+            labels[0] = 1 - labels[0]
+        scores = rng.integers(0, 4, n) / 3 if trial % 4 < 2 else rng.uniform(size=n)
+        np.testing.assert_allclose(
+            jc.auroc(scores, labels), sklearn.roc_auc_score(labels, scores), rtol=1e-12
+        )
+        np.testing.assert_allclose(
+            jc.aupr(scores, labels), sklearn.average_precision_score(labels, scores), rtol=1e-12
+        )
+    # all scores tied
+    labels = np.array([0, 1, 1, 0, 1])
+    scores = np.full(5, 0.3)
+    np.testing.assert_allclose(jc.auroc(scores, labels), 0.5)
+    np.testing.assert_allclose(
+        jc.aupr(scores, labels), sklearn.average_precision_score(labels, scores)
+    )
+
+
+def test_metrics_degenerate_cases_are_nan_not_crash():
+    scores = jnp.array([0.1, 0.5, 0.9])
+    assert np.isnan(jc.auroc(scores, jnp.array([1, 1, 1])))
+    assert np.isnan(jc.auroc(scores, jnp.array([0, 0, 0])))
+    assert np.isnan(jc.aupr(scores, jnp.array([0, 0, 0])))
+    np.testing.assert_allclose(jc.aupr(scores, jnp.array([1, 1, 1])), 1.0)
+    with pytest.raises(ValueError, match="same size"):
+        jc.auroc(scores, jnp.array([1, 0]))
+
+
+def test_metrics_jit_inside_scan():
+    truth = jnp.array([[0, 1, 0], [0, 0, 1], [1, 0, 0]])
+
+    def step(carry, probs):
+        return carry, (
+            jc.edge_auroc(probs, truth),
+            jc.edge_aupr(probs, truth),
+            jc.structural_hamming_distance(probs > 0.5, truth),
+        )
+
+    probs = jax.random.uniform(jax.random.key(0), (5, 3, 3))
+    _, (roc, pr, shd) = jax.jit(lambda p: jax.lax.scan(step, 0, p))(probs)
+    for i in range(5):
+        np.testing.assert_allclose(roc[i], jc.edge_auroc(probs[i], truth))
+    assert shd.shape == (5,)
+    assert int(jc.structural_hamming_distance(truth, truth.T)) == 6
+
+
+# ----------------------------------------------------------------------------- bad input
+def test_learning_bad_input(getkey):
+    cards, parents = (2, 2), ((), (0,))
+    model = random_model(getkey(), cards, parents)
+    with pytest.raises(ValueError, match="must be > 0"):
+        jc.RatePosterior.for_model(model, alpha=0.0)
+    with pytest.raises(ValueError, match="must be > 0"):
+        jc.RatePosterior.for_model(model, beta=-1.0)
+    post = jc.RatePosterior.for_model(model)
+    bad = [jc.NodeStatistics(transitions=jnp.zeros((2, 2, 2)), dwell_times=jnp.zeros((2, 2)))] * 2
+    with pytest.raises(ValueError, match="shapes"):
+        post.update(bad)
+    neg = [
+        jc.NodeStatistics(transitions=jnp.zeros((1, 2, 2)), dwell_times=-jnp.ones((1, 2))),
+        jc.NodeStatistics(transitions=jnp.zeros((2, 2, 2)), dwell_times=jnp.ones((2, 2))),
+    ]
+    with pytest.raises(Exception, match="dwell times must be finite and >= 0"):
+        post.update(neg).beta[0].block_until_ready()
+    traj = jc.sample_trajectories(model, jnp.array([0, 0]), 1.0, key=getkey(), num_trajectories=2)
+    with pytest.raises(ValueError, match="max_parents must be between 0 and 1"):
+        jc.learn_structure(traj, model.names, cards, max_parents=2)
+    with pytest.raises(ValueError, match="prior parameters must be > 0"):
+        jc.learn_structure(traj, model.names, cards, max_parents=1, alpha=-1.0)
+    with pytest.raises(Exception, match="edge_prior: off-diagonal edge probabilities"):
+        jc.learn_structure(traj, model.names, cards, max_parents=1, edge_prior=jnp.ones((2, 2)))
+    with pytest.raises(ValueError, match="convention"):
+        jc.learn_structure(traj, model.names, cards, max_parents=1, convention="bdeu")
+    with pytest.raises(ValueError, match="cardinalities"):
+        jc.family_statistics(traj, (2, 2, 2), jc.candidate_parent_sets(3, 1))
