@@ -223,17 +223,40 @@ def _parse_intervention_label(label, names, cards, tid) -> tuple[np.ndarray, np.
     return targets, states
 
 
+def _node_spec(model) -> tuple[list[str], tuple[int, ...]]:
+    if isinstance(model, AbstractCTBN):
+        return list(model.names), model.cardinalities
+    if isinstance(model, dict):
+        return list(model), tuple(int(k) for k in model.values())
+    raise ValueError("model: expected a CTBN or a dict {node name: cardinality}.")
+
+
+def infer_cardinalities(df: pd.DataFrame) -> dict[str, int]:
+    """`{node: max observed state + 1 (at least 2)}` for the node columns of a long-format frame."""
+    cols = [c for c in df.columns if c not in RESERVED_COLUMNS]
+    if not cols:
+        raise ValueError("data: no node columns besides trajectory_id, time and intervention.")
+    out = {}
+    for c in cols:
+        values = pd.to_numeric(df[c], errors="coerce")
+        if values.isna().any() or (values < 0).any() or (values != values.round()).any():
+            raise ValueError(f"data: column {c!r} must hold non-negative integer states.")
+        out[c] = max(2, int(values.max()) + 1)
+    return out
+
+
 def trajectories_from_dataframe(
-    df: pd.DataFrame, model: AbstractCTBN, *, dtype=None
+    df: pd.DataFrame, model, *, dtype=None
 ) -> tuple[Trajectories, list]:
     """Parse the long format (see [`jaxctbn.trajectories_to_dataframe`][]).
 
     Rows of a trajectory are taken in file order; times must be non-decreasing, consecutive rows
     may share a time stamp (a zero-length stay). Consecutive rows may differ in at most one node
     (a CTBN changes one node at a time); identical rows are allowed and ignored. The last row of
-    a trajectory marks the end of observation. Returns the trajectories and their ids.
+    a trajectory marks the end of observation. `model` is a CTBN or a dict
+    `{node name: cardinality}`. Returns the trajectories and their ids.
     """
-    names, cards = list(model.names), model.cardinalities
+    names, cards = _node_spec(model)
     for col in ("trajectory_id", "time"):
         if col not in df.columns:
             raise ValueError(
@@ -344,12 +367,16 @@ def trajectories_from_dataframe(
     return traj, order_ids
 
 
-def read_trajectories_csv(
-    path: str | os.PathLike, model: AbstractCTBN
-) -> tuple[Trajectories, list]:
-    """Read the long-format CSV (see [`jaxctbn.trajectories_from_dataframe`][])."""
+def read_csv(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a long-format CSV with a clear error for missing or unreadable files."""
+    if not os.path.exists(path):
+        raise ValueError(f"data file {os.fspath(path)!r} does not exist.")
     try:
-        df = pd.read_csv(path, keep_default_na=True)
+        return pd.read_csv(path, keep_default_na=True)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise ValueError(f"data file {os.fspath(path)!r} is not a readable CSV: {e}") from None
-    return trajectories_from_dataframe(df, model)
+
+
+def read_trajectories_csv(path: str | os.PathLike, model) -> tuple[Trajectories, list]:
+    """Read the long-format CSV (see [`jaxctbn.trajectories_from_dataframe`][])."""
+    return trajectories_from_dataframe(read_csv(path), model)

@@ -22,7 +22,7 @@ import numpy as np
 from jax.scipy.special import gammaln
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from ._ctbn import PaddedCTBN, max_configs
+from ._ctbn import CTBN, PaddedCTBN, max_configs
 from ._layout import config_index
 from ._sampling import Trajectories
 from ._statistics import _check_complete
@@ -501,40 +501,77 @@ class StructurePosterior(eqx.Module):
         key_graph, key_rates = jr.split(key)
         return self.rates_given(self.sample_parent_sets(key_graph), key_rates)
 
-    def rates_given(self, indices: Int[Array, " nodes"], key: PRNGKeyArray) -> PaddedCTBN:
-        r"""Rates drawn from their posterior given the parent-set `indices` (gamma convention:
-        $\mathrm{Gam}(\alpha+M,\beta+T)$ per rate; nodelman: exit rate and next-state
-        Dirichlet)."""
-        keys = jr.split(key, len(self.names))
-        cims, parents = [], []
+    def _node_rate_posterior(self, n: int, index):
+        """Posterior parameters of node n's rates under its candidate set `index`:
+        gamma: (alpha_bar, beta_bar[..., None]); nodelman: exit-rate shape and rate, and the
+        Dirichlet concentrations of the next state."""
+        k = self.cardinalities[n]
+        off = ~jnp.eye(k, dtype=bool)
+        M = jnp.where(off, self.statistics.transitions[n][index], 0.0)
+        T = self.statistics.dwell_times[n][index]
+        if self.convention == "gamma":
+            return jnp.where(off, self.alpha[n] + M, 1.0), (self.beta[n] + T)[..., None]
+        U = _num_configs(self.parent_sets[n][index], self.cardinalities).astype(T.dtype)
+        a_xx = self.alpha[n] / ((k - 1) * k * U)
+        a_x = (k - 1) * a_xx
+        tau = self.beta[n] / (k * U)
+        return a_x + M.sum(-1) + 1, tau + T, jnp.where(off, a_xx + M, 1.0)
+
+    def _padded_model(self, indices, rates) -> PaddedCTBN:
+        cims = []
         for n, k in enumerate(self.cardinalities):
-            M = self.statistics.transitions[n][indices[n]]
-            T = self.statistics.dwell_times[n][indices[n]]
-            P = self.parent_sets[n][indices[n]]
-            off = ~jnp.eye(k, dtype=bool)
-            if self.convention == "gamma":
-                a_bar = jnp.where(off, self.alpha[n] + M, 1.0)
-                rates = jr.gamma(keys[n], a_bar, dtype=T.dtype) / (self.beta[n] + T)[..., None]
-            else:
-                U = _num_configs(P, self.cardinalities).astype(T.dtype)
-                a_xx = self.alpha[n] / ((k - 1) * k * U)
-                a_x = (k - 1) * a_xx
-                tau = self.beta[n] / (k * U)
-                Mx = jnp.where(off, M, 0.0).sum(-1)
-                k1, k2 = jr.split(keys[n])
-                q = jr.gamma(k1, a_x + Mx + 1, dtype=T.dtype) / (tau + T)
-                conc = jnp.where(off, a_xx + M, 1.0)
-                g = jnp.where(off, jr.gamma(k2, conc, dtype=T.dtype), 0.0)
-                rates = q[..., None] * g / g.sum(-1, keepdims=True)
-            rates = jnp.where(off, rates, 0.0)
-            cims.append(rates - jnp.eye(k) * rates.sum(-1, keepdims=True))
-            parents.append(P)
+            r = jnp.where(~jnp.eye(k, dtype=bool), rates[n], 0.0)
+            cims.append(r - jnp.eye(k) * r.sum(-1, keepdims=True))
         return PaddedCTBN(
             cims=tuple(cims),
-            parent_index=tuple(parents),
+            parent_index=tuple(self.parent_sets[n][indices[n]] for n in range(len(self.names))),
             names=self.names,
             cardinalities=self.cardinalities,
         )
+
+    def rates_given(self, indices: Int[Array, " nodes"], key: PRNGKeyArray) -> PaddedCTBN:
+        r"""Rates drawn from their posterior given the parent-set `indices` (gamma convention:
+        $\mathrm{Gam}(\alpha+M,\beta+T)$ per rate; nodelman: exit rate
+        $\mathrm{Gam}(\alpha_{xu}+M_{xu}+1,\tau_{xu}+T_{xu})$ times a Dirichlet next state)."""
+        keys = jr.split(key, len(self.names))
+        rates = []
+        for n in range(len(self.names)):
+            params = self._node_rate_posterior(n, indices[n])
+            if self.convention == "gamma":
+                a_bar, b_bar = params
+                rates.append(jr.gamma(keys[n], a_bar, dtype=b_bar.dtype) / b_bar)
+            else:
+                shape, rate, conc = params
+                k1, k2 = jr.split(keys[n])
+                q = jr.gamma(k1, shape, dtype=rate.dtype) / rate
+                k = conc.shape[-1]
+                g = jnp.where(~jnp.eye(k, dtype=bool), jr.gamma(k2, conc, dtype=rate.dtype), 0.0)
+                rates.append(q[..., None] * g / g.sum(-1, keepdims=True))
+        return self._padded_model(indices, rates)
+
+    def mean_rates_given(self, indices: Int[Array, " nodes"]) -> PaddedCTBN:
+        """Posterior-mean rates given the parent-set `indices` (e.g. `map_indices()`)."""
+        rates = []
+        for n in range(len(self.names)):
+            params = self._node_rate_posterior(n, indices[n])
+            if self.convention == "gamma":
+                rates.append(params[0] / params[1])
+            else:
+                shape, rate, conc = params
+                k = conc.shape[-1]
+                conc = jnp.where(~jnp.eye(k, dtype=bool), conc, 0.0)
+                rates.append((shape / rate)[..., None] * conc / conc.sum(-1, keepdims=True))
+        return self._padded_model(indices, rates)
+
+    def map_model(self) -> CTBN:
+        """The MAP graph with posterior-mean rates as a [`jaxctbn.CTBN`][] (host-side)."""
+        graph = self.map_graph()
+        padded = self.mean_rates_given(self.map_indices())
+        cims = [
+            padded.cims[n][: int(np.prod([self.cardinalities[p] for p in graph[n]]))]
+            for n in range(len(self.names))
+        ]
+        return CTBN(cims=cims, parents=graph, names=self.names)
 
 
 def structure_log_prior(parent_sets, edge_prior=None) -> tuple[Array, ...]:

@@ -204,3 +204,104 @@ def test_demo_runs_small(tmp_path):
     assert (tmp_path / "marginals.png").exists() and (tmp_path / "network.json").exists()
     zs = [v["max_abs_z"] for d in report["designs"].values() for v in d.values()]
     assert max(zs) < 5.0
+
+
+def test_learn_writes_the_documented_layout(tmp_path):
+    truth = jc.scaled_softmax_ctbn(
+        ((), (0,), (1,)), (2, 2, 2), rate_fast=2.0, names=("A", "B", "C")
+    )
+    net = tmp_path / "truth.json"
+    truth.to_json(net)
+    obs, itv, both = tmp_path / "obs.csv", tmp_path / "itv.csv", tmp_path / "both.csv"
+    assert (
+        main(
+            [
+                "sample",
+                "--network",
+                str(net),
+                "--trajectories",
+                "60",
+                "--duration",
+                "10",
+                "--seed",
+                "0",
+                "--out",
+                str(obs),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "sample",
+                "--network",
+                str(net),
+                "--trajectories",
+                "20",
+                "--duration",
+                "10",
+                "--intervention",
+                "A=1",
+                "--seed",
+                "1",
+                "--out",
+                str(itv),
+            ]
+        )
+        == 0
+    )
+    b = pd.read_csv(itv)
+    b["trajectory_id"] += 1000
+    pd.concat([pd.read_csv(obs), b]).to_csv(both, index=False)
+    out = tmp_path / "result.json"
+    for conv in ("gamma", "nodelman"):
+        assert (
+            main(
+                [
+                    "learn",
+                    "--data",
+                    str(both),
+                    "--max-parents",
+                    "2",
+                    "--alpha",
+                    "1",
+                    "--beta",
+                    "1",
+                    "--prior-convention",
+                    conv,
+                    "--out",
+                    str(out),
+                ]
+            )
+            == 0
+        )
+        res = json.loads(out.read_text())
+        assert res["map_graph"] == {"A": [], "B": ["A"], "C": ["B"]}
+        sets = res["nodes"]["B"]["parent_sets"]
+        assert {tuple(s["parents"]) for s in sets} == {(), ("A",), ("C",), ("A", "C")}
+        assert abs(sum(s["posterior"] for s in sets) - 1) < 1e-9
+        assert all("log_marginal_likelihood" in s for s in sets)
+        assert set(res["nodes"]["B"]["edge_marginals"]) == {"A", "C"}
+        learned = jc.CTBN.from_dict(res["rates"])  # the rates are a loadable network
+        assert learned.parents == truth.parents
+
+
+def test_learn_errors(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("trajectory_id,time,A,B\n0,0,0,0\n0,1,1,1\n")
+    for args, message in [
+        (["--data", str(bad)], "changes 2 nodes"),
+        (["--data", str(tmp_path / "none.csv")], "does not exist"),
+        (["--data", str(bad), "--max-parents", "5"], "--max-parents: must be between 0 and 1"),
+        (["--data", str(bad), "--alpha", "0"], "--alpha: must be a positive"),
+        (["--data", str(bad), "--cardinalities", "Z=3"], "unknown node 'Z'"),
+    ]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "jaxctbn._cli", "learn", *args, "--out", str(tmp_path / "o")],
+            capture_output=True,
+            text=True,
+        )
+        assert proc.returncode == 2
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], proc.stderr
