@@ -12,6 +12,7 @@ candidate set), which are additive, so adding an experiment never needs the raw 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 
 import equinox as eqx
@@ -23,7 +24,7 @@ from jax.scipy.special import gammaln
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from ._ctbn import CTBN, PaddedCTBN, max_configs
-from ._layout import config_index
+from ._layout import all_global_states, config_index, global_state_index
 from ._sampling import Trajectories
 from ._statistics import _check_complete
 
@@ -166,24 +167,72 @@ def _one_hot_all(states, cards, dtype):
     )
 
 
-def _pairwise_route(node, sets, cards, configs, seg, w_dwell, pre, post, w_event):
-    """For parent sets of size <= 2: all three-way co-occupancy sums by matrix products
-    $O^T\\mathrm{diag}(w)O$ of the one-hot state matrix (segments x sum_k)."""
+def _cooccupancy(cards, seg, w_dwell_cols, pre, w_event_cols, chunk):
+    """Three-way co-occupancy sums by chunked matrix products.
+
+    `D[c, a, b] = sum_i w_ic O_ia O_ib` for the one-hot state matrix $O$ (rows x K, K = sum_k)
+    and each weight column c (dwell of node n in state x; or one transition x -> x' of node n),
+    likewise `E` over the events' pre-jump states. Two savings, both exact:
+
+    - rows are first summed per global state when there are fewer global states than rows;
+    - the products use the reduced encoding z = [1, one-hot without each node's last state]
+      (K' = 1 + sum(k - 1) columns) and are expanded afterwards with O = z L, since the last
+      state's indicator is 1 minus the others. For binary nodes this is ~4x fewer FLOPs.
+    """
+    dtype = w_dwell_cols.dtype
+    N = len(cards)
+    S = math.prod(cards)
+    # z = [1, 1(x_m = v) for v < k_m - 1]; O = z @ L
+    Kp = 1 + sum(k - 1 for k in cards)
+    L = np.zeros((Kp, sum(cards)))
+    col, row = 0, 1
+    for k in cards:
+        for v in range(k - 1):
+            L[row + v, col + v] = 1.0
+            L[row + v, col + k - 1] = -1.0
+        L[0, col + k - 1] = 1.0
+        col += k
+        row += k - 1
+    L = jnp.asarray(L, dtype)
+
+    def encode(states):
+        parts = [jnp.ones((states.shape[0], 1), dtype)]
+        parts += [
+            jax.nn.one_hot(states[:, m], k, dtype=dtype)[:, : k - 1] for m, k in enumerate(cards)
+        ]
+        return jnp.concatenate(parts, axis=1)
+
+    def accumulate(states, weights):
+        if S <= states.shape[0]:  # fewer global states than rows: aggregate first
+            weights = jax.ops.segment_sum(weights, global_state_index(states, cards), S)
+            states = jnp.asarray(all_global_states(cards))
+        rows = states.shape[0]
+        size = min(chunk, rows)
+        pad = (-rows) % size
+        states = jnp.concatenate([states, jnp.zeros((pad, N), states.dtype)])
+        weights = jnp.concatenate([weights, jnp.zeros((pad, weights.shape[1]), dtype)])
+        states = states.reshape(-1, size, N)
+        weights = weights.reshape(-1, size, weights.shape[1])
+
+        def step(acc, xs):
+            st, w = xs
+            z = encode(st)
+            kron = (z[:, :, None] * z[:, None, :]).reshape(size, Kp * Kp)
+            return acc + w.T @ kron, None
+
+        init = jnp.zeros((weights.shape[-1], Kp * Kp), dtype)
+        acc, _ = jax.lax.scan(step, init, (states, weights))
+        reduced = acc.reshape(-1, Kp, Kp)
+        return jnp.einsum("cqr,qa,rb->cab", reduced, L, L)
+
+    return accumulate(seg, w_dwell_cols), accumulate(pre, w_event_cols)
+
+
+def _pairwise_gather(node, sets, cards, configs, D, E):
+    """Statistics of `node` for padded parent sets of size <= 2, read from the co-occupancy
+    tensors `D` (k, K, K) and `E` (k, k, K, K) of that node."""
     k = cards[node]
     offsets = np.concatenate([[0], np.cumsum(cards)[:-1]])
-    onehot = _one_hot_all(seg, cards, w_dwell.dtype)
-    Oe = _one_hot_all(pre, cards, w_dwell.dtype)
-    own = jax.nn.one_hot(seg[:, node], k, dtype=w_dwell.dtype)  # (segs, k)
-    # D[x] = O^T diag(w * 1(s_n = x)) O
-    D = jax.lax.map(lambda col: onehot.T @ (onehot * col[:, None]), (own * w_dwell[:, None]).T)
-    pairs = [(x, y) for x in range(k) for y in range(k) if x != y]
-    own_e = jax.nn.one_hot(pre[:, node], k, dtype=w_dwell.dtype)
-    new_e = jax.nn.one_hot(post[:, node], k, dtype=w_dwell.dtype)
-    cols = jnp.stack([own_e[:, x] * new_e[:, y] * w_event for x, y in pairs])
-    Epairs = jax.lax.map(lambda col: Oe.T @ (Oe * col[:, None]), cols)
-    E = jnp.zeros((k, k) + Epairs.shape[1:], w_dwell.dtype)
-    for i, (x, y) in enumerate(pairs):
-        E = E.at[x, y].set(Epairs[i])
     card_arr = jnp.asarray(cards)
     off_arr = jnp.asarray(offsets)
     c = jnp.arange(configs)
@@ -222,12 +271,15 @@ def _pairwise_route(node, sets, cards, configs, seg, w_dwell, pre, post, w_event
     return jax.vmap(one)(sets)
 
 
+
+
 def family_statistics(
     trajectories: Trajectories,
     cardinalities: Sequence[int],
     parent_sets: Sequence[Int[Array, "sets max_parents"]],
     *,
     method: str = "auto",
+    chunk: int = 4096,
 ) -> FamilyStatistics:
     r"""Pooled statistics of each node under each of its candidate parent sets, from a batch of
     trajectories (one leading axis), in one jittable computation.
@@ -235,6 +287,7 @@ def family_statistics(
     `method`: `"scatter"` (one segment sum per candidate set, any in-degree), `"matmul"`
     (in-degree <= 2: all three-way co-occupancy sums at once by matrix products, much faster for
     many nodes), or `"auto"` (matmul when possible). Both routes give the same numbers (tested).
+    `chunk` (static) is the number of path segments per matrix product in the matmul route.
     """
     cards = tuple(int(k) for k in cardinalities)
     if len(parent_sets) != len(cards):
@@ -254,16 +307,41 @@ def family_statistics(
     use_matmul = method == "matmul" or (method == "auto" and max_k <= 2)
     if use_matmul and max_k > 2:
         raise ValueError("method='matmul' supports at most 2 parents; use 'scatter'.")
+    # pooling: node n's statistics skip the trajectories in which n was intervened on
+    keep_seg = ~trajectories.intervention_targets[seg_traj]  # (segs, N)
+    keep_ev = ~trajectories.intervention_targets[ev_traj] & valid_event[:, None]  # (events, N)
+    w_dwell = dwell[:, None] * keep_seg
+    moved = (pre != post) & keep_ev
+    if use_matmul:
+        dtype = dwell.dtype
+        w_dwell_cols = jnp.concatenate(
+            [jax.nn.one_hot(seg[:, n], k, dtype=dtype) * w_dwell[:, n : n + 1]
+             for n, k in enumerate(cards)], axis=1,
+        )
+        pairs = [[(x, y) for x in range(k) for y in range(k) if x != y] for k in cards]
+        w_event_cols = jnp.stack(
+            [moved[:, n] & (pre[:, n] == x) & (post[:, n] == y)
+             for n in range(len(cards)) for x, y in pairs[n]], axis=1,
+        ).astype(dtype)
+        D_all, E_all = _cooccupancy(cards, seg, w_dwell_cols, pre, w_event_cols, chunk)
     Ms, Ts = [], []
-    for n in range(len(cards)):
+    d_off = e_off = 0
+    for n, k in enumerate(cards):
         sets = jnp.asarray(parent_sets[n], jnp.int32)
         configs = max_configs(n, cards, sets.shape[-1])
-        keep = ~trajectories.intervention_targets[:, n]  # pooling: skip intervened trajectories
-        w_dwell = dwell * keep[seg_traj]
-        moved = valid_event & (pre[:, n] != post[:, n]) & keep[ev_traj]
-        w_event = moved.astype(dwell.dtype)
-        route = _pairwise_route if use_matmul else _scatter_route
-        M, T = route(n, sets, cards, configs, seg, w_dwell, pre, post, w_event)
+        if use_matmul:
+            D = D_all[d_off : d_off + k]
+            E = jnp.zeros((k, k) + D.shape[1:], D.dtype)
+            for i, (x, y) in enumerate(pairs[n]):
+                E = E.at[x, y].set(E_all[e_off + i])
+            d_off += k
+            e_off += len(pairs[n])
+            M, T = _pairwise_gather(n, sets, cards, configs, D, E)
+        else:
+            M, T = _scatter_route(
+                n, sets, cards, configs, seg, w_dwell[:, n], pre, post,
+                moved[:, n].astype(dwell.dtype),
+            )
         Ms.append(M)
         Ts.append(T)
     return FamilyStatistics(
