@@ -80,8 +80,10 @@ def numpy_search(traj, cards, max_parents):
             a_bar = ALPHA + M
             b_bar = BETA + T[..., None]
             terms = (
-                scipy.special.gammaln(a_bar) - scipy.special.gammaln(ALPHA)
-                + ALPHA * np.log(BETA) - a_bar * np.log(b_bar)
+                scipy.special.gammaln(a_bar)
+                - scipy.special.gammaln(ALPHA)
+                + ALPHA * np.log(BETA)
+                - a_bar * np.log(b_bar)
             )
             node_scores.append(terms[:, off].sum())
         scores.append(np.array(node_scores))
@@ -104,9 +106,9 @@ def main():
         sets = jc.candidate_parent_sets(N, 2)
         stats_fn = jax.jit(lambda t: jc.family_statistics(t, cards, sets))
         score_fn = jax.jit(
-            lambda s: (
-                lambda p: (p.log_marginal_likelihoods, p.edge_marginals(), p.map_indices())
-            )(jc.StructurePosterior.from_statistics(s, truth.names, alpha=ALPHA, beta=BETA))
+            lambda s: (lambda p: (p.log_marginal_likelihoods, p.edge_marginals(), p.map_indices()))(
+                jc.StructurePosterior.from_statistics(s, truth.names, alpha=ALPHA, beta=BETA)
+            )
         )
         c_stats, stats_c = compile_time(stats_fn, traj)
         stats = stats_c(traj)
@@ -127,10 +129,21 @@ def main():
         auroc = float(jc.edge_auroc(edges, adj))
         total = t_stats + t_score
         rec = {
-            "N": N, "k": k, "trajectories": R, "events": events, "parent_sets_per_node": int(sets[0].shape[0]),
-            "compile_statistics_s": c_stats, "compile_scoring_s": c_score,
-            "statistics_s": t_stats, "scoring_s": t_score, "total_s": total, "numpy_s": t_np,
-            "speedup": t_np / total, "max_rel_score_diff": diff, "map_shd": shd, "edge_auroc": auroc,
+            "N": N,
+            "k": k,
+            "trajectories": R,
+            "events": events,
+            "parent_sets_per_node": int(sets[0].shape[0]),
+            "compile_statistics_s": c_stats,
+            "compile_scoring_s": c_score,
+            "statistics_s": t_stats,
+            "scoring_s": t_score,
+            "total_s": total,
+            "numpy_s": t_np,
+            "speedup": t_np / total,
+            "max_rel_score_diff": diff,
+            "map_shd": shd,
+            "edge_auroc": auroc,
         }
         records.append(rec)
         rows.append(

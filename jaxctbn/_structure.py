@@ -177,7 +177,8 @@ def _cooccupancy(cards, seg, w_dwell_cols, pre, w_event_cols, chunk):
     - rows are first summed per global state when there are fewer global states than rows;
     - the products use the reduced encoding z = [1, one-hot without each node's last state]
       (K' = 1 + sum(k - 1) columns) and are expanded afterwards with O = z L, since the last
-      state's indicator is 1 minus the others. For binary nodes this is ~4x fewer FLOPs.
+      state's indicator is 1 minus the others; and only the upper triangle of the symmetric
+      z z^T is formed. For binary nodes this is ~8x fewer FLOPs.
     """
     dtype = w_dwell_cols.dtype
     N = len(cards)
@@ -194,6 +195,7 @@ def _cooccupancy(cards, seg, w_dwell_cols, pre, w_event_cols, chunk):
         col += k
         row += k - 1
     L = jnp.asarray(L, dtype)
+    upper_q, upper_r = np.triu_indices(Kp)
 
     def encode(states):
         parts = [jnp.ones((states.shape[0], 1), dtype)]
@@ -217,12 +219,12 @@ def _cooccupancy(cards, seg, w_dwell_cols, pre, w_event_cols, chunk):
         def step(acc, xs):
             st, w = xs
             z = encode(st)
-            kron = (z[:, :, None] * z[:, None, :]).reshape(size, Kp * Kp)
-            return acc + w.T @ kron, None
+            return acc + w.T @ (z[:, upper_q] * z[:, upper_r]), None  # symmetric: q <= r only
 
-        init = jnp.zeros((weights.shape[-1], Kp * Kp), dtype)
+        init = jnp.zeros((weights.shape[-1], upper_q.shape[0]), dtype)
         acc, _ = jax.lax.scan(step, init, (states, weights))
-        reduced = acc.reshape(-1, Kp, Kp)
+        reduced = jnp.zeros((acc.shape[0], Kp, Kp), dtype)
+        reduced = reduced.at[:, upper_q, upper_r].set(acc).at[:, upper_r, upper_q].set(acc)
         return jnp.einsum("cqr,qa,rb->cab", reduced, L, L)
 
     return accumulate(seg, w_dwell_cols), accumulate(pre, w_event_cols)
@@ -271,8 +273,6 @@ def _pairwise_gather(node, sets, cards, configs, D, E):
     return jax.vmap(one)(sets)
 
 
-
-
 def family_statistics(
     trajectories: Trajectories,
     cardinalities: Sequence[int],
@@ -315,13 +315,20 @@ def family_statistics(
     if use_matmul:
         dtype = dwell.dtype
         w_dwell_cols = jnp.concatenate(
-            [jax.nn.one_hot(seg[:, n], k, dtype=dtype) * w_dwell[:, n : n + 1]
-             for n, k in enumerate(cards)], axis=1,
+            [
+                jax.nn.one_hot(seg[:, n], k, dtype=dtype) * w_dwell[:, n : n + 1]
+                for n, k in enumerate(cards)
+            ],
+            axis=1,
         )
         pairs = [[(x, y) for x in range(k) for y in range(k) if x != y] for k in cards]
         w_event_cols = jnp.stack(
-            [moved[:, n] & (pre[:, n] == x) & (post[:, n] == y)
-             for n in range(len(cards)) for x, y in pairs[n]], axis=1,
+            [
+                moved[:, n] & (pre[:, n] == x) & (post[:, n] == y)
+                for n in range(len(cards))
+                for x, y in pairs[n]
+            ],
+            axis=1,
         ).astype(dtype)
         D_all, E_all = _cooccupancy(cards, seg, w_dwell_cols, pre, w_event_cols, chunk)
     Ms, Ts = [], []
@@ -339,7 +346,14 @@ def family_statistics(
             M, T = _pairwise_gather(n, sets, cards, configs, D, E)
         else:
             M, T = _scatter_route(
-                n, sets, cards, configs, seg, w_dwell[:, n], pre, post,
+                n,
+                sets,
+                cards,
+                configs,
+                seg,
+                w_dwell[:, n],
+                pre,
+                post,
                 moved[:, n].astype(dwell.dtype),
             )
         Ms.append(M)

@@ -416,3 +416,21 @@ def test_learning_bad_input(getkey):
         jc.learn_structure(traj, model.names, cards, max_parents=1, convention="bdeu")
     with pytest.raises(ValueError, match="cardinalities"):
         jc.family_statistics(traj, (2, 2, 2), jc.candidate_parent_sets(3, 1))
+
+
+def test_matmul_route_without_aggregation(getkey):
+    # fewer path segments than global states: the products run on the raw segments
+    cards = (2, 3, 2, 2, 3, 2)
+    parents = ((1,), (0, 2), (), (4,), (3, 5), ())
+    model = random_model(getkey(), cards, parents)
+    traj = jc.sample_trajectories(
+        model, jnp.array([0, 1, 0, 1, 2, 0]), 0.5, key=getkey(), num_trajectories=3, max_events=16
+    )
+    assert not bool(traj.truncated.any())
+    assert 3 * (traj.max_events + 1) < np.prod(cards)
+    sets = jc.candidate_parent_sets(6, 2)
+    a = jc.family_statistics(traj, cards, sets, method="scatter")
+    b = jc.family_statistics(traj, cards, sets, method="matmul", chunk=64)
+    for n in range(6):
+        np.testing.assert_allclose(a.transitions[n], b.transitions[n], atol=1e-10)
+        np.testing.assert_allclose(a.dwell_times[n], b.dwell_times[n], atol=1e-10)
