@@ -1,6 +1,18 @@
 """jaxctbn: conditional continuous-time Bayesian networks in JAX, for active learning with
 interventions (Linzner & Koeppl, ICML 2021)."""
 
+from ._criteria import ParameterDesignStatistics as ParameterDesignStatistics
+from ._criteria import VBHCOptimiser as VBHCOptimiser
+from ._criteria import design_statistics as design_statistics
+from ._criteria import gamma_kl as gamma_kl
+from ._criteria import kl_divergence as kl_divergence
+from ._criteria import parameter_bhc as parameter_bhc
+from ._criteria import parameter_eig as parameter_eig
+from ._criteria import parameter_vbhc as parameter_vbhc
+from ._criteria import parameter_vbhc_minimiser as parameter_vbhc_minimiser
+from ._criteria import parameter_vbhc_minimum as parameter_vbhc_minimum
+from ._criteria import posterior_draws as posterior_draws
+from ._criteria import score_interventions as score_interventions
 from ._ctbn import CTBN as CTBN
 from ._ctbn import AbstractCTBN as AbstractCTBN
 from ._ctbn import PaddedCTBN as PaddedCTBN
@@ -96,18 +108,5 @@ from ._structure import learn_structure as learn_structure
 from ._structure import local_log_marginal_likelihood as local_log_marginal_likelihood
 from ._structure import score_parent_sets as score_parent_sets
 from ._structure import structure_log_prior as structure_log_prior
-
-from ._criteria import ParameterDesignStatistics as ParameterDesignStatistics
-from ._criteria import VBHCOptimiser as VBHCOptimiser
-from ._criteria import design_statistics as design_statistics
-from ._criteria import gamma_kl as gamma_kl
-from ._criteria import kl_divergence as kl_divergence
-from ._criteria import parameter_bhc as parameter_bhc
-from ._criteria import parameter_eig as parameter_eig
-from ._criteria import parameter_vbhc as parameter_vbhc
-from ._criteria import parameter_vbhc_minimiser as parameter_vbhc_minimiser
-from ._criteria import parameter_vbhc_minimum as parameter_vbhc_minimum
-from ._criteria import posterior_draws as posterior_draws
-from ._criteria import score_interventions as score_interventions
 
 __version__ = "0.1.0"

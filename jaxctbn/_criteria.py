@@ -122,8 +122,10 @@ def design_statistics(
     `draws` (leading axis), with one batched master-equation solve."""
     S = jax.tree_util.tree_leaves(draws)[0].shape[0]
     init = jnp.broadcast_to(jnp.asarray(initial), (S, *jnp.shape(initial)))
-    ivs = None if intervention is None else jax.tree_util.tree_map(
-        lambda a: jnp.broadcast_to(a, (S, *jnp.shape(a))), intervention
+    ivs = (
+        None
+        if intervention is None
+        else jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (S, *jnp.shape(a))), intervention)
     )
     stats = expected_statistics_batch(draws, init, duration, interventions=ivs, solver=solver)
     Ms, Ts, energy = [], [], 0.0
@@ -153,11 +155,19 @@ def parameter_vbhc(
     $\kappa=(\alpha^\kappa(x,x',u),\beta^\kappa(x,u))$."""
     total = stats.energy
     for a_bar, b_bar, a_k, b_k, m, t in zip(
-        posterior.alpha, posterior.beta, kappa_alpha, kappa_beta, stats.transitions, stats.dwell_times
+        posterior.alpha,
+        posterior.beta,
+        kappa_alpha,
+        kappa_beta,
+        stats.transitions,
+        stats.dwell_times,
     ):
         k = a_bar.shape[-1]
         kl = gamma_kl(
-            jnp.where(_off(k), a_k, 1.0), b_k[..., None], jnp.where(_off(k), a_bar, 1.0), b_bar[..., None]
+            jnp.where(_off(k), a_k, 1.0),
+            b_k[..., None],
+            jnp.where(_off(k), a_bar, 1.0),
+            b_bar[..., None],
         )
         cross = m * (-digamma(jnp.where(_off(k), a_k, 1.0)) + jnp.log(b_k)[..., None])
         cross = cross + t[..., None] * a_k / b_k[..., None]
@@ -179,7 +189,9 @@ def parameter_vbhc_minimum(
     -\sum[\ln\Gamma(\bar\alpha+\bar m)-\ln\Gamma(\bar\alpha)+\bar\alpha\ln\bar\beta
     -(\bar\alpha+\bar m)\ln(\bar\beta+\bar t)]$."""
     total = stats.energy
-    for a_bar, b_bar, m, t in zip(posterior.alpha, posterior.beta, stats.transitions, stats.dwell_times):
+    for a_bar, b_bar, m, t in zip(
+        posterior.alpha, posterior.beta, stats.transitions, stats.dwell_times
+    ):
         k = a_bar.shape[-1]
         a = jnp.where(_off(k), a_bar, 1.0)
         b = b_bar[..., None]
@@ -274,7 +286,11 @@ def parameter_eig(
 
     def one(model, key):
         path = sample_trajectory(
-            model, jnp.asarray(initial), duration, key=key, intervention=intervention,
+            model,
+            jnp.asarray(initial),
+            duration,
+            key=key,
+            intervention=intervention,
             max_events=max_events,
         )
         total = 0.0

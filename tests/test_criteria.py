@@ -49,9 +49,11 @@ def test_kl_zero_nonnegative_and_monte_carlo(getkey):
             M = np.asarray(stats.nodes[n].transitions)
             T = np.asarray(stats.nodes[n].dwell_times)
             log_ratio = np.where(off, np.log(np.where(off, la / lb, 1.0)), 0.0)
-            llr = llr + (M * log_ratio).sum((1, 2, 3)) - (
-                T[..., None] * np.where(off, la - lb, 0.0)
-            ).sum((1, 2, 3))
+            llr = (
+                llr
+                + (M * log_ratio).sum((1, 2, 3))
+                - (T[..., None] * np.where(off, la - lb, 0.0)).sum((1, 2, 3))
+            )
         z = (llr.mean() - kl) / (llr.std() / np.sqrt(len(llr)))
         assert abs(z) < 4, (llr.mean(), kl)
 
@@ -69,9 +71,7 @@ def test_optax_minimum_equals_closed_form(case, with_intervention, getkey):
     value, kappa = jax.jit(lambda p, s: jc.VBHCOptimiser(steps=100).minimise(p, s))(post, stats)
     assert abs(float(value - closed)) < 1e-6 * abs(float(closed))
     a_star, b_star = jc.parameter_vbhc_minimiser(post, stats)
-    np.testing.assert_allclose(
-        jc.parameter_vbhc(post, stats, a_star, b_star), closed, rtol=1e-12
-    )
+    np.testing.assert_allclose(jc.parameter_vbhc(post, stats, a_star, b_star), closed, rtol=1e-12)
     for n, k in enumerate(cards):
         off = ~np.eye(k, dtype=bool)
         np.testing.assert_allclose(
@@ -86,7 +86,9 @@ def test_optax_minimum_equals_closed_form(case, with_intervention, getkey):
 def test_adam_with_new_learning_rate_does_not_recompile(getkey):
     cards, parents = CASES["binary"]
     truth, post = _history_posterior(getkey(), cards, parents)
-    stats = jc.design_statistics(post, jc.posterior_draws(post, getkey(), 5), jnp.array([0, 0]), 2.0)
+    stats = jc.design_statistics(
+        post, jc.posterior_draws(post, getkey(), 5), jnp.array([0, 0]), 2.0
+    )
 
     @eqx.filter_jit
     @eqx.debug.assert_max_traces(max_traces=1)
@@ -95,16 +97,22 @@ def test_adam_with_new_learning_rate_does_not_recompile(getkey):
 
     closed = float(jc.parameter_vbhc_minimum(post, stats))
     for lr in (0.05, 0.02):
-        value = run(jc.VBHCOptimiser(method="adam", steps=3000, learning_rate=jnp.asarray(lr)), post, stats)
+        value = run(
+            jc.VBHCOptimiser(method="adam", steps=3000, learning_rate=jnp.asarray(lr)), post, stats
+        )
         assert abs(float(value) - closed) < 1e-4 * abs(closed)
 
 
 def test_autodiff_gradient_equals_corrected_analytic_gradient(getkey):
     cards, parents = CASES["ternary"]
     truth, post = _history_posterior(getkey(), cards, parents)
-    stats = jc.design_statistics(post, jc.posterior_draws(post, getkey(), 6), jnp.array([2, 1]), 1.5)
+    stats = jc.design_statistics(
+        post, jc.posterior_draws(post, getkey(), 6), jnp.array([2, 1]), 1.5
+    )
     # an arbitrary point kappa
-    ka = tuple(a * jax.random.uniform(getkey(), a.shape, minval=0.5, maxval=2.0) for a in post.alpha)
+    ka = tuple(
+        a * jax.random.uniform(getkey(), a.shape, minval=0.5, maxval=2.0) for a in post.alpha
+    )
     kb = tuple(b * jax.random.uniform(getkey(), b.shape, minval=0.5, maxval=2.0) for b in post.beta)
     ga, gb = jax.grad(lambda a, b: jc.parameter_vbhc(post, stats, a, b), argnums=(0, 1))(ka, kb)
     for n, k in enumerate(cards):
@@ -112,9 +120,13 @@ def test_autodiff_gradient_equals_corrected_analytic_gradient(getkey):
         a_bar, b_bar = np.asarray(post.alpha[n]), np.asarray(post.beta[n])[..., None]
         m, t = np.asarray(stats.transitions[n]), np.asarray(stats.dwell_times[n])[..., None]
         a_k, b_k = np.asarray(ka[n]), np.asarray(kb[n])[..., None]
-        d_alpha = (a_k - a_bar - m) * np.asarray(polygamma(1, jnp.asarray(a_k))) + (b_bar + t - b_k) / b_k
+        d_alpha = (a_k - a_bar - m) * np.asarray(polygamma(1, jnp.asarray(a_k))) + (
+            b_bar + t - b_k
+        ) / b_k
         d_beta = np.where(off, (a_bar + m) / b_k - a_k * (b_bar + t) / b_k**2, 0.0).sum(-1)
-        np.testing.assert_allclose(np.asarray(ga[n])[:, off], d_alpha[:, off], rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(
+            np.asarray(ga[n])[:, off], d_alpha[:, off], rtol=1e-8, atol=1e-10
+        )
         np.testing.assert_allclose(np.asarray(gb[n]), d_beta, rtol=1e-8, atol=1e-10)
 
 
@@ -124,7 +136,9 @@ def test_eig_below_vbhc_below_bhc(getkey):
     key = getkey()
     init = jnp.array([0, 1])
     for iv in [None, jc.Intervention.perfect(truth, {"X0": 1})]:
-        stats = jc.design_statistics(post, jc.posterior_draws(post, key, 400), init, 3.0, intervention=iv)
+        stats = jc.design_statistics(
+            post, jc.posterior_draws(post, key, 400), init, 3.0, intervention=iv
+        )
         vbhc = float(jc.parameter_vbhc_minimum(post, stats))
         bhc = float(jc.parameter_bhc(post, stats))
         gains = jax.vmap(
@@ -155,7 +169,9 @@ def test_scoring_all_interventions(getkey):
         iv = jax.tree_util.tree_map(lambda a: a[i], space)
         draws = jc.posterior_draws(post, key, 8)
         st = jc.design_statistics(post, draws, init, 2.0, intervention=iv)
-        np.testing.assert_allclose(scores[i], jc.parameter_vbhc_minimum(post, st), rtol=1e-10)
+        np.testing.assert_allclose(
+            scores[i], jc.parameter_vbhc_minimum(post, st), rtol=1e-10, atol=1e-12
+        )
     # clamping every node leaves nothing to learn
     assert abs(float(scores[-1])) < 1e-12
     # a new history (same shapes) does not recompile
@@ -170,14 +186,19 @@ def test_scores_invariant_to_relabelling_nodes(getkey):
     truth, post = _history_posterior(getkey(), cards, parents)
     # the same network with the node order swapped
     post_sw = jc.RatePosterior(
-        alpha=post.alpha[::-1], beta=post.beta[::-1], names=post.names[::-1],
-        cardinalities=post.cardinalities[::-1], parents=((), (0,)),
+        alpha=post.alpha[::-1],
+        beta=post.beta[::-1],
+        names=post.names[::-1],
+        cardinalities=post.cardinalities[::-1],
+        parents=((), (0,)),
     )
     key = getkey()
     for assignment in [{}, {"X0": 1}, {"X1": 2}]:
         iv = jc.Intervention.perfect(truth, assignment)
         iv_sw = jc.Intervention(targets=iv.targets[::-1], states=iv.states[::-1])
-        a = jc.design_statistics(post, jc.posterior_draws(post, key, 5), jnp.array([1, 2]), 2.0, intervention=iv)
+        a = jc.design_statistics(
+            post, jc.posterior_draws(post, key, 5), jnp.array([1, 2]), 2.0, intervention=iv
+        )
         draws = jc.posterior_draws(post, key, 5)
         draws_sw = jax.vmap(
             lambda c0, c1: jc.CTBN(cims=[c1, c0], parents=((), (0,)), names=post_sw.names)
