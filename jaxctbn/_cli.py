@@ -238,6 +238,92 @@ def _cmd_learn(args):
     )
 
 
+def _cmd_design(args):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from ._criteria import parameter_eig, score_interventions
+    from ._interventions import intervention_space
+    from ._posterior import RatePosterior
+    from ._statistics import SufficientStatistics, read_csv, trajectories_from_dataframe
+
+    if args.target == "structure":
+        raise ValueError(
+            "--target structure: the structure criteria are not implemented yet (issue 4 is in "
+            "progress); --target parameters works."
+        )
+    if args.network is None:
+        raise ValueError("--network: required for --target parameters (the known graph).")
+    model = _load_network(args.network)
+    duration = _positive(args.duration, "--duration")
+    alpha = _positive(args.alpha, "--alpha")
+    beta = _positive(args.beta, "--beta")
+    if args.samples < 1:
+        raise ValueError(f"--samples: must be >= 1, got {args.samples}.")
+    init = _assignment(args.initial_state, model, "--initial-state")
+    missing = [n for n in model.names if n not in init]
+    if missing:
+        raise ValueError(f"--initial-state: missing node(s) {missing}; give NODE=STATE for all.")
+    initial = jnp.asarray([init[n] for n in model.names], jnp.int32)
+    posterior = RatePosterior.for_model(model, alpha=alpha, beta=beta)
+    if args.data is not None:
+        df = read_csv(args.data)
+        traj, _ = trajectories_from_dataframe(df, model)
+        stats = SufficientStatistics.from_trajectories(traj, model.cardinalities, model.parents)
+        posterior = posterior.update_with(stats)
+    space = intervention_space(model.cardinalities)
+    key = jax.random.key(args.seed)
+    if args.criterion == "eig":
+        scores = jax.jit(
+            jax.vmap(
+                lambda iv: parameter_eig(
+                    posterior,
+                    initial,
+                    duration,
+                    key=key,
+                    num_samples=args.samples,
+                    num_paths=args.paths,
+                    intervention=iv,
+                )
+            )
+        )(space)
+    else:
+        scores = jax.jit(
+            lambda p: score_interventions(
+                p,
+                space,
+                initial,
+                duration,
+                key=key,
+                num_samples=args.samples,
+                criterion=args.criterion,
+            )
+        )(posterior)
+    scores = np.asarray(scores)
+    targets, states = np.asarray(space.targets), np.asarray(space.states)
+
+    def label(i):
+        return {model.names[n]: int(states[i, n]) for n in range(model.num_nodes) if targets[i, n]}
+
+    best = int(np.argmax(scores))
+    out = {
+        "criterion": args.criterion,
+        "target": args.target,
+        "scores": [{"intervention": label(i), "score": float(v)} for i, v in enumerate(scores)],
+        "best": label(best),
+        "samples": args.samples,
+        "duration": duration,
+        "initial_state": init,
+        "seed": args.seed,
+    }
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    print(
+        f"scored {len(scores)} interventions; best: {out['best'] or 'no intervention'}; wrote {args.out}"
+    )
+
+
 def _cmd_demo(args):
     from ._demo import run_demo
 
@@ -283,6 +369,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", required=True)
     p.set_defaults(func=_cmd_learn)
+
+    p = sub.add_parser("design", help="rank all interventions for the next experiment")
+    p.add_argument("--data", default=None, help="history CSV (omit for no history)")
+    p.add_argument("--target", choices=["structure", "parameters"], required=True)
+    p.add_argument("--criterion", choices=["vbhc", "bhc", "eig"], default="vbhc")
+    p.add_argument("--network", default=None, help="known graph (parameter learning)")
+    p.add_argument("--initial-state", nargs="+", required=True, help="NODE=STATE,...")
+    p.add_argument("--duration", required=True)
+    p.add_argument("--samples", type=int, default=10, help="posterior draws N_S")
+    p.add_argument("--paths", type=int, default=10, help="paths per draw (eig)")
+    p.add_argument("--alpha", default="1.0")
+    p.add_argument("--beta", default="1.0")
+    p.add_argument("--max-parents", type=int, default=None)
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_cmd_design)
 
     p = sub.add_parser("demo", help="the paper's 4-node network: sample, solve, compare, plot")
     p.add_argument("--out", default="demo_output")
