@@ -108,5 +108,13 @@ from ._structure import learn_structure as learn_structure
 from ._structure import local_log_marginal_likelihood as local_log_marginal_likelihood
 from ._structure import score_parent_sets as score_parent_sets
 from ._structure import structure_log_prior as structure_log_prior
+from ._structure_criteria import StructureVBHCOptimiser as StructureVBHCOptimiser
+from ._structure_criteria import predictive_log_likelihood as predictive_log_likelihood
+from ._structure_criteria import score_interventions_structure as score_interventions_structure
+from ._structure_criteria import structure_bhc as structure_bhc
+from ._structure_criteria import structure_divergences as structure_divergences
+from ._structure_criteria import structure_draws as structure_draws
+from ._structure_criteria import structure_vbhc as structure_vbhc
+from ._structure_criteria import structure_vbhc_minimum as structure_vbhc_minimum
 
 __version__ = "0.1.0"

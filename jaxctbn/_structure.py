@@ -225,7 +225,9 @@ def _cooccupancy(cards, seg, w_dwell_cols, pre, w_event_cols, chunk):
         acc, _ = jax.lax.scan(step, init, (states, weights))
         reduced = jnp.zeros((acc.shape[0], Kp, Kp), dtype)
         reduced = reduced.at[:, upper_q, upper_r].set(acc).at[:, upper_r, upper_q].set(acc)
-        return jnp.einsum("cqr,qa,rb->cab", reduced, L, L)
+        full = jnp.einsum("cqr,qa,rb->cab", reduced, L, L)
+        # the expansion subtracts sums; entries that are exactly zero can come out as -1e-16
+        return jnp.maximum(full, 0.0)
 
     return accumulate(seg, w_dwell_cols), accumulate(pre, w_event_cols)
 
