@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from types import SimpleNamespace
 
 
 class _Parser(argparse.ArgumentParser):
@@ -249,12 +250,7 @@ def _cmd_design(args):
     from ._statistics import SufficientStatistics, read_csv, trajectories_from_dataframe
 
     if args.target == "structure":
-        raise ValueError(
-            "--target structure: the structure criteria are not implemented yet (issue 4 is in "
-            "progress); --target parameters works."
-        )
-    if args.network is None:
-        raise ValueError("--network: required for --target parameters (the known graph).")
+        return _design_structure(args)
     model = _load_network(args.network)
     duration = _positive(args.duration, "--duration")
     alpha = _positive(args.alpha, "--alpha")
@@ -300,18 +296,102 @@ def _cmd_design(args):
                 criterion=args.criterion,
             )
         )(posterior)
-    scores = np.asarray(scores)
+    _write_ranking(args, np.asarray(scores), space, list(model.names), init, duration)
+
+
+def _design_structure(args):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from ._interventions import intervention_space
+    from ._statistics import (
+        RESERVED_COLUMNS,
+        infer_cardinalities,
+        read_csv,
+        trajectories_from_dataframe,
+    )
+    from ._structure import learn_structure
+    from ._structure_criteria import score_interventions_structure
+
+    if args.criterion == "eig":
+        raise ValueError(
+            "--criterion eig: the structure EIG is not implemented yet; use vbhc or bhc."
+        )
+    if args.data is None and args.network is None:
+        raise ValueError("--data or --network: give the history (or a network for the node list).")
+    if args.network is not None:
+        model = _load_network(args.network)
+        nodes = dict(zip(model.names, model.cardinalities))
+    else:
+        nodes = infer_cardinalities(read_csv(args.data))
+    names, cards = list(nodes), tuple(nodes.values())
+    N = len(names)
+    max_parents = min(2, N - 1) if args.max_parents is None else args.max_parents
+    if not 0 <= max_parents <= N - 1:
+        raise ValueError(
+            f"--max-parents: must be between 0 and {N - 1} (N - 1), got {max_parents}."
+        )
+    duration = _positive(args.duration, "--duration")
+    alpha = _positive(args.alpha, "--alpha")
+    beta = _positive(args.beta, "--beta")
+    if args.samples < 1:
+        raise ValueError(f"--samples: must be >= 1, got {args.samples}.")
+    if args.data is not None:
+        df = read_csv(args.data)
+        extra = [c for c in df.columns if c not in RESERVED_COLUMNS and c not in nodes]
+        if extra:
+            raise ValueError(f"data: unknown node column(s) {extra}; the nodes are {names}.")
+        traj, _ = trajectories_from_dataframe(df, nodes)
+    else:  # no history: one empty trajectory contributes nothing
+        from ._sampling import Trajectories
+
+        traj = Trajectories(
+            initial_states=jnp.zeros((1, N), jnp.int32),
+            jump_times=jnp.zeros((1, 1)),
+            states=jnp.zeros((1, 1, N), jnp.int32),
+            num_events=jnp.zeros((1,), jnp.int32),
+            durations=jnp.ones((1,)),
+            truncated=jnp.zeros((1,), bool),
+            intervention_targets=jnp.ones((1, N), bool),
+            intervention_states=jnp.zeros((1, N), jnp.int32),
+        )
+    posterior = learn_structure(traj, names, cards, max_parents=max_parents, alpha=alpha, beta=beta)
+
+    spec = SimpleNamespace(names=tuple(names), cardinalities=cards)  # what the parser reads
+    init = _assignment(args.initial_state, spec, "--initial-state")
+    missing = [n for n in names if n not in init]
+    if missing:
+        raise ValueError(f"--initial-state: missing node(s) {missing}; give NODE=STATE for all.")
+    initial = jnp.asarray([init[n] for n in names], jnp.int32)
+    space = intervention_space(cards)
+    scores = jax.jit(
+        lambda p: score_interventions_structure(
+            p,
+            space,
+            initial,
+            duration,
+            key=jax.random.key(args.seed),
+            num_samples=args.samples,
+            criterion=args.criterion,
+        )
+    )(posterior)
+    _write_ranking(args, np.asarray(scores), space, names, init, duration)
+
+
+def _write_ranking(args, scores, space, names, init, duration):
+    import numpy as np
+
     targets, states = np.asarray(space.targets), np.asarray(space.states)
 
     def label(i):
-        return {model.names[n]: int(states[i, n]) for n in range(model.num_nodes) if targets[i, n]}
+        return {names[n]: int(states[i, n]) for n in range(len(names)) if targets[i, n]}
 
-    best = int(np.argmax(scores))
     out = {
         "criterion": args.criterion,
         "target": args.target,
         "scores": [{"intervention": label(i), "score": float(v)} for i, v in enumerate(scores)],
-        "best": label(best),
+        "best": label(int(np.argmax(scores))),
         "samples": args.samples,
         "duration": duration,
         "initial_state": init,
@@ -320,7 +400,8 @@ def _cmd_design(args):
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
     print(
-        f"scored {len(scores)} interventions; best: {out['best'] or 'no intervention'}; wrote {args.out}"
+        f"scored {len(scores)} interventions; best: {out['best'] or 'no intervention'}; "
+        f"wrote {args.out}"
     )
 
 

@@ -374,3 +374,56 @@ def test_design_parameters_ranks_the_whole_space(network, tmp_path):
     assert main([*base, "--criterion", "bhc", "--out", str(out_bhc)]) == 0
     bhc = [r["score"] for r in json.loads(out_bhc.read_text())["scores"]]
     assert all(b >= v - 1e-9 for b, v in zip(bhc, values))
+
+
+def test_design_structure(network, tmp_path):
+    model, path = network
+    hist = tmp_path / "hist.csv"
+    assert (
+        main(
+            [
+                "sample",
+                "--network",
+                str(path),
+                "--trajectories",
+                "4",
+                "--duration",
+                "2",
+                "--seed",
+                "1",
+                "--out",
+                str(hist),
+            ]
+        )
+        == 0
+    )
+    out = tmp_path / "rank.json"
+    args = [
+        "design",
+        "--data",
+        str(hist),
+        "--target",
+        "structure",
+        "--initial-state",
+        "A=1,B=2",
+        "--duration",
+        "2",
+        "--samples",
+        "3",
+        "--seed",
+        "0",
+        "--max-parents",
+        "1",
+    ]
+    assert main([*args, "--criterion", "vbhc", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["target"] == "structure" and len(res["scores"]) == 12
+    values = [r["score"] for r in res["scores"]]
+    assert res["best"] == res["scores"][int(np.argmax(values))]["intervention"]
+    assert abs(values[-1]) < 1e-12  # both nodes clamped
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxctbn._cli", *args, "--criterion", "eig", "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and "structure EIG is not implemented" in proc.stderr
