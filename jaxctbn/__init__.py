@@ -114,6 +114,7 @@ from ._structure_criteria import score_interventions_structure as score_interven
 from ._structure_criteria import structure_bhc as structure_bhc
 from ._structure_criteria import structure_divergences as structure_divergences
 from ._structure_criteria import structure_draws as structure_draws
+from ._structure_criteria import structure_eig as structure_eig
 from ._structure_criteria import structure_vbhc as structure_vbhc
 from ._structure_criteria import structure_vbhc_minimum as structure_vbhc_minimum
 

@@ -314,10 +314,6 @@ def _design_structure(args):
     from ._structure import learn_structure
     from ._structure_criteria import score_interventions_structure
 
-    if args.criterion == "eig":
-        raise ValueError(
-            "--criterion eig: the structure EIG is not implemented yet; use vbhc or bhc."
-        )
     if args.data is None and args.network is None:
         raise ValueError("--data or --network: give the history (or a network for the node list).")
     if args.network is not None:

@@ -39,7 +39,7 @@ from ._master_equation import (
 )
 from ._sampling import sample_trajectory
 from ._statistics import node_statistics
-from ._structure import StructurePosterior
+from ._structure import StructurePosterior, _num_configs, local_log_marginal_likelihood
 
 
 def predictive_log_likelihood(M_hat, T_hat, M_bar, T_bar, alpha, beta) -> Float[Array, ""]:
@@ -278,3 +278,78 @@ def score_interventions_structure(
         return StructureVBHCOptimiser().minimise(posterior, a)[0]
 
     return jax.vmap(one)(interventions)
+
+
+def structure_eig(
+    posterior: StructurePosterior,
+    draws: StructureDraws,
+    initial: ArrayLike,
+    duration: ArrayLike,
+    *,
+    path_key: PRNGKeyArray,
+    num_paths: int = 10,
+    intervention: Intervention | None = None,
+    max_events: int = 256,
+) -> Float[Array, ""]:
+    r"""The structure EIG by Monte Carlo (MATH §6, Algorithm 4 **with** the stratum weights):
+    $\sum_{n\in\aleph}\sum_P p(P\mid H)\,\mathsf E_{G_{\neg n},\Lambda,S\mid\mathrm{par}(n)=P}
+    [\ln p(P\mid S,H)-\ln p(P\mid H)]$, where $p(\cdot\mid S,H)$ rescores node $n$'s candidate
+    sets with the path's statistics added. As printed, Algorithm 4 drops $p(P\mid H)$ and
+    overestimates (by ~2.4x in MATH's example)."""
+    cards = posterior.cardinalities
+    total = 0.0
+    for n, models in enumerate(draws.models):
+        sets = posterior.parent_sets[n]
+        n_sets, n_samples = sets.shape[0], jax.tree_util.tree_leaves(models)[0].shape[1]
+        flat = jax.tree_util.tree_map(lambda a: a.reshape(n_sets * n_samples, *a.shape[2:]), models)
+        M_bar = posterior.statistics.transitions[n]
+        T_bar = posterior.statistics.dwell_times[n]
+        configs = M_bar.shape[1]
+        U = _num_configs(sets, cards)
+        prior_n = posterior.log_prior[n]
+        old = posterior.log_posterior()[n]
+        keys = jr.split(jr.fold_in(path_key, n), (n_sets * n_samples, num_paths))
+        true_index = jnp.repeat(jnp.arange(n_sets), n_samples)
+
+        def gain(
+            model,
+            ks,
+            P,
+            n=n,
+            sets=sets,
+            M_bar=M_bar,
+            T_bar=T_bar,
+            configs=configs,
+            U=U,
+            prior_n=prior_n,
+            old=old,
+        ):
+            def one_path(k):
+                path = sample_trajectory(
+                    model,
+                    jnp.asarray(initial),
+                    duration,
+                    key=k,
+                    intervention=intervention,
+                    max_events=max_events,
+                )
+
+                def score(Pp, Mb, Tb, u):
+                    st = node_statistics(path, n, Pp, cards, num_configs=configs)
+                    return local_log_marginal_likelihood(
+                        Mb + st.transitions,
+                        Tb + st.dwell_times,
+                        u,
+                        alpha=posterior.alpha[n],
+                        beta=posterior.beta[n],
+                    )
+
+                new = jax.nn.log_softmax(prior_n + jax.vmap(score)(sets, M_bar, T_bar, U))
+                return new[P] - old[P]
+
+            return jax.vmap(one_path)(ks).mean()
+
+        gains = jax.vmap(gain)(flat, keys, true_index).reshape(n_sets, n_samples).mean(1)
+        keep = 1.0 if intervention is None else (~intervention.targets[n]).astype(gains.dtype)
+        total = total + keep * (jnp.exp(old) * gains).sum()
+    return total

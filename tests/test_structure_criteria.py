@@ -115,3 +115,42 @@ def test_structure_criteria_bad_input(getkey):
     _, nodelman = _posterior(getkey(), cards, parents, convention="nodelman")
     with pytest.raises(ValueError, match="only the 'gamma' prior convention"):
         jc.structure_draws(nodelman, getkey(), 2)
+
+
+def test_structure_eig_below_vbhc_below_bhc(getkey):
+    cards, parents = ((2, 2), ((), (0,)))
+    truth, post = _posterior(getkey(), cards, parents, num_paths=2)
+    init = jnp.array([0, 1])
+    for iv in [None, jc.Intervention.perfect(truth, {"X0": 1})]:
+        draws = jc.structure_draws(post, getkey(), 30)
+        path_key = getkey()
+        mc = jc.structure_divergences(
+            post,
+            draws,
+            init,
+            3.0,
+            intervention=iv,
+            estimator="monte-carlo",
+            path_key=path_key,
+            num_paths=20,
+        )
+        vbhc = float(jc.structure_vbhc_minimum(post, mc))
+        bhc = float(jc.structure_bhc(post, mc))
+        eigs = [
+            float(
+                jc.structure_eig(
+                    post,
+                    jc.structure_draws(post, k, 30),
+                    init,
+                    3.0,
+                    path_key=k2,
+                    num_paths=10,
+                    intervention=iv,
+                )
+            )
+            for k, k2 in zip(jax.random.split(getkey(), 4), jax.random.split(getkey(), 4))
+        ]
+        eig, se = np.mean(eigs), np.std(eigs) / 2
+        assert 0 <= eig
+        assert vbhc <= bhc + 1e-12
+        assert eig <= vbhc + 4 * se + 0.05 * vbhc, (eig, vbhc, bhc)
