@@ -421,9 +421,6 @@ def test_design_structure(network, tmp_path):
     values = [r["score"] for r in res["scores"]]
     assert res["best"] == res["scores"][int(np.argmax(values))]["intervention"]
     assert abs(values[-1]) < 1e-12  # both nodes clamped
-    proc = subprocess.run(
-        [sys.executable, "-m", "jaxctbn._cli", *args, "--criterion", "eig", "--out", str(out)],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 2 and "structure EIG is not implemented" in proc.stderr
+    assert main([*args, "--criterion", "eig", "--paths", "2", "--out", str(out)]) == 0
+    eig = [r["score"] for r in json.loads(out.read_text())["scores"]]
+    assert len(eig) == 12 and abs(eig[-1]) < 1e-12 and min(eig) > -0.5
