@@ -312,7 +312,11 @@ def _design_structure(args):
         trajectories_from_dataframe,
     )
     from ._structure import learn_structure
-    from ._structure_criteria import score_interventions_structure
+    from ._structure_criteria import (
+        score_interventions_structure,
+        structure_draws,
+        structure_eig,
+    )
 
     if args.data is None and args.network is None:
         raise ValueError("--data or --network: give the history (or a network for the node list).")
@@ -361,17 +365,37 @@ def _design_structure(args):
         raise ValueError(f"--initial-state: missing node(s) {missing}; give NODE=STATE for all.")
     initial = jnp.asarray([init[n] for n in names], jnp.int32)
     space = intervention_space(cards)
-    scores = jax.jit(
-        lambda p: score_interventions_structure(
-            p,
-            space,
-            initial,
-            duration,
-            key=jax.random.key(args.seed),
-            num_samples=args.samples,
-            criterion=args.criterion,
-        )
-    )(posterior)
+    key = jax.random.key(args.seed)
+    if args.criterion == "eig":
+        k_draws, k_paths = jax.random.split(key)
+
+        def eig_all(p):
+            draws = structure_draws(p, k_draws, args.samples)
+            return jax.vmap(
+                lambda iv: structure_eig(
+                    p,
+                    draws,
+                    initial,
+                    duration,
+                    path_key=k_paths,
+                    num_paths=args.paths,
+                    intervention=iv,
+                )
+            )(space)
+
+        scores = jax.jit(eig_all)(posterior)
+    else:
+        scores = jax.jit(
+            lambda p: score_interventions_structure(
+                p,
+                space,
+                initial,
+                duration,
+                key=key,
+                num_samples=args.samples,
+                criterion=args.criterion,
+            )
+        )(posterior)
     _write_ranking(args, np.asarray(scores), space, names, init, duration)
 
 
