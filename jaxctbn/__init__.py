@@ -6,8 +6,10 @@ from ._criteria import VBHCOptimiser as VBHCOptimiser
 from ._criteria import design_statistics as design_statistics
 from ._criteria import gamma_kl as gamma_kl
 from ._criteria import kl_divergence as kl_divergence
+from ._criteria import map_interventions as map_interventions
 from ._criteria import parameter_bhc as parameter_bhc
 from ._criteria import parameter_eig as parameter_eig
+from ._criteria import parameter_eig_nested as parameter_eig_nested
 from ._criteria import parameter_vbhc as parameter_vbhc
 from ._criteria import parameter_vbhc_minimiser as parameter_vbhc_minimiser
 from ._criteria import parameter_vbhc_minimum as parameter_vbhc_minimum

@@ -31,6 +31,7 @@ import optax
 from jax.scipy.special import gammaln
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from ._criteria import map_interventions
 from ._interventions import Intervention
 from ._master_equation import (
     DEFAULT_SOLVER,
@@ -250,6 +251,7 @@ def score_interventions_structure(
     estimator: str = "plug-in",
     num_paths: int = 10,
     solver: AbstractMasterEquationSolver = DEFAULT_SOLVER,
+    batch_size: int | None = None,
 ):
     """Score a batch of interventions for active structure learning, one computation vmapped
     over interventions (common random numbers: the same graph, rate and path keys for every
@@ -277,7 +279,7 @@ def score_interventions_structure(
             return structure_vbhc_minimum(posterior, a)
         return StructureVBHCOptimiser().minimise(posterior, a)[0]
 
-    return jax.vmap(one)(interventions)
+    return map_interventions(one, interventions, batch_size)
 
 
 def structure_eig(

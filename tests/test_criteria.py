@@ -219,3 +219,30 @@ def test_criteria_bad_input(getkey):
         jc.score_interventions(post, space, jnp.array([0, 0]), 1.0, key=getkey(), num_samples=0)
     with pytest.raises(ValueError, match="method must be"):
         jc.VBHCOptimiser(method="sgd")
+
+
+def test_nested_eig_tends_to_eig_from_above(getkey):
+    cards, parents = CASES["binary"]
+    truth, post = _history_posterior(getkey(), cards, parents, num_paths=2)
+    init = jnp.array([0, 1])
+    key = getkey()
+    stats = jc.design_statistics(post, jc.posterior_draws(post, getkey(), 400), init, 3.0)
+    bhc = float(jc.parameter_bhc(post, stats))
+    eig = float(
+        jax.vmap(lambda k: jc.parameter_eig(post, init, 3.0, key=k, num_samples=200))(
+            jax.random.split(getkey(), 5)
+        ).mean()
+    )
+    nested = {
+        K: float(
+            jax.vmap(
+                lambda k, K=K: jc.parameter_eig_nested(
+                    post, init, 3.0, key=k, num_samples=200, num_inner=K
+                )
+            )(jax.random.split(key, 5)).mean()
+        )
+        for K in (1, 30)
+    }
+    # K = 1 estimates the BHC; more inner draws come down towards the EIG
+    assert abs(nested[1] - bhc) < 0.1 * bhc, (nested, bhc)
+    assert eig - 0.05 * eig <= nested[30] < nested[1], (nested, eig)
