@@ -141,6 +141,16 @@ def _cmd_moments(args):
     )
 
 
+def _max_parents(value, N):
+    """`--max-parents` (default min(2, N - 1)), checked against the number of nodes."""
+    max_parents = min(2, N - 1) if value is None else value
+    if not 0 <= max_parents <= N - 1:
+        raise ValueError(
+            f"--max-parents: must be between 0 and {N - 1} (N - 1), got {max_parents}."
+        )
+    return max_parents
+
+
 def _parse_cardinalities(text, inferred):
     out = dict(inferred)
     if not text:
@@ -180,11 +190,7 @@ def _cmd_learn(args):
     nodes = _parse_cardinalities(args.cardinalities, infer_cardinalities(df))
     names, cards = list(nodes), tuple(nodes.values())
     N = len(names)
-    max_parents = min(2, N - 1) if args.max_parents is None else args.max_parents
-    if not 0 <= max_parents <= N - 1:
-        raise ValueError(
-            f"--max-parents: must be between 0 and {N - 1} (N - 1), got {max_parents}."
-        )
+    max_parents = _max_parents(args.max_parents, N)
     alpha = _positive(args.alpha, "--alpha")
     beta = _positive(args.beta, "--beta")
     traj, ids = trajectories_from_dataframe(df, nodes)
@@ -327,11 +333,7 @@ def _design_structure(args):
         nodes = infer_cardinalities(read_csv(args.data))
     names, cards = list(nodes), tuple(nodes.values())
     N = len(names)
-    max_parents = min(2, N - 1) if args.max_parents is None else args.max_parents
-    if not 0 <= max_parents <= N - 1:
-        raise ValueError(
-            f"--max-parents: must be between 0 and {N - 1} (N - 1), got {max_parents}."
-        )
+    max_parents = _max_parents(args.max_parents, N)
     duration = _positive(args.duration, "--duration")
     alpha = _positive(args.alpha, "--alpha")
     beta = _positive(args.beta, "--beta")

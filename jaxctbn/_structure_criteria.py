@@ -62,6 +62,22 @@ def predictive_log_likelihood(M_hat, T_hat, M_bar, T_bar, alpha, beta) -> Float[
     return jnp.where(off, terms, 0.0).sum()
 
 
+def _sampled_node_statistics(
+    model, key, n, sets, configs, cards, initial, duration, intervention, max_events
+):
+    """Sample one path of `model` and return node n's statistics under every candidate set."""
+    path = sample_trajectory(
+        model,
+        jnp.asarray(initial),
+        duration,
+        key=key,
+        intervention=intervention,
+        max_events=max_events,
+    )
+    st = jax.vmap(lambda P: node_statistics(path, n, P, cards, num_configs=configs))(sets)
+    return st.transitions, st.dwell_times
+
+
 class StructureDraws(eqx.Module):
     """Per node n: models (a `PaddedCTBN` batch of shape `(sets_n, num_samples)`) with
     par(n) fixed to each candidate set and the other parent sets and all rates drawn from the
@@ -162,21 +178,19 @@ def structure_divergences(
 
             def ell_paths(model, ks, n=n, M_bar=M_bar, T_bar=T_bar, sets=sets, configs=configs):
                 def one_path(k):
-                    path = sample_trajectory(
+                    M, T = _sampled_node_statistics(
                         model,
-                        jnp.asarray(initial),
+                        k,
+                        n,
+                        sets,
+                        configs,
+                        posterior.cardinalities,
+                        initial,
                         duration,
-                        key=k,
-                        intervention=intervention,
-                        max_events=max_events,
+                        intervention,
+                        max_events,
                     )
-                    cards = posterior.cardinalities
-
-                    def per_set(Pp, Mb, Tb):
-                        st = node_statistics(path, n, Pp, cards, num_configs=configs)
-                        return ell(st.transitions, st.dwell_times, Mb, Tb)
-
-                    return jax.vmap(per_set)(sets, M_bar, T_bar)
+                    return jax.vmap(ell)(M, T, M_bar, T_bar)
 
                 return jax.vmap(one_path)(ks).mean(0)
 
@@ -327,26 +341,16 @@ def structure_eig(
             old=old,
         ):
             def one_path(k):
-                path = sample_trajectory(
-                    model,
-                    jnp.asarray(initial),
-                    duration,
-                    key=k,
-                    intervention=intervention,
-                    max_events=max_events,
+                M, T = _sampled_node_statistics(
+                    model, k, n, sets, configs, cards, initial, duration, intervention, max_events
                 )
 
-                def score(Pp, Mb, Tb, u):
-                    st = node_statistics(path, n, Pp, cards, num_configs=configs)
+                def score(Mh, Th, Mb, Tb, u):
                     return local_log_marginal_likelihood(
-                        Mb + st.transitions,
-                        Tb + st.dwell_times,
-                        u,
-                        alpha=posterior.alpha[n],
-                        beta=posterior.beta[n],
+                        Mb + Mh, Tb + Th, u, alpha=posterior.alpha[n], beta=posterior.beta[n]
                     )
 
-                new = jax.nn.log_softmax(prior_n + jax.vmap(score)(sets, M_bar, T_bar, U))
+                new = jax.nn.log_softmax(prior_n + jax.vmap(score)(M, T, M_bar, T_bar, U))
                 return new[P] - old[P]
 
             return jax.vmap(one_path)(ks).mean()
