@@ -122,7 +122,7 @@ def test_structure_eig_below_vbhc_below_bhc(getkey):
     truth, post = _posterior(getkey(), cards, parents, num_paths=2)
     init = jnp.array([0, 1])
     for iv in [None, jc.Intervention.perfect(truth, {"X0": 1})]:
-        draws = jc.structure_draws(post, getkey(), 30)
+        draws = jc.structure_draws(post, getkey(), 20)
         path_key = getkey()
         mc = jc.structure_divergences(
             post,
@@ -140,7 +140,7 @@ def test_structure_eig_below_vbhc_below_bhc(getkey):
             float(
                 jc.structure_eig(
                     post,
-                    jc.structure_draws(post, k, 30),
+                    jc.structure_draws(post, k, 20),
                     init,
                     3.0,
                     path_key=k2,
@@ -148,9 +148,9 @@ def test_structure_eig_below_vbhc_below_bhc(getkey):
                     intervention=iv,
                 )
             )
-            for k, k2 in zip(jax.random.split(getkey(), 4), jax.random.split(getkey(), 4))
+            for k, k2 in zip(jax.random.split(getkey(), 3), jax.random.split(getkey(), 3))
         ]
-        eig, se = np.mean(eigs), np.std(eigs) / 2
-        assert 0 <= eig
+        eig, se = np.mean(eigs), np.std(eigs) / np.sqrt(len(eigs))
+        assert eig >= -4 * se - 1e-3
         assert vbhc <= bhc + 1e-12
         assert eig <= vbhc + 4 * se + 0.05 * vbhc, (eig, vbhc, bhc)
