@@ -103,7 +103,6 @@ def _cmd_moments(args):
     import numpy as np
 
     from ._interventions import Intervention
-    from ._layout import global_state_index  # noqa: F401  (documented ordering)
     from ._master_equation import expected_statistics
 
     model = _load_network(args.network)

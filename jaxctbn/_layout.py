@@ -19,10 +19,6 @@ import numpy as np
 from jaxtyping import Array, Int
 
 
-def num_global_states(cardinalities: tuple[int, ...]) -> int:
-    return math.prod(cardinalities)
-
-
 def all_global_states(cardinalities: tuple[int, ...]) -> np.ndarray:
     """All global states as an `(S, N)` integer array in itertools.product order."""
     grids = np.indices(cardinalities).reshape(len(cardinalities), -1).T

@@ -293,13 +293,6 @@ class ExpectedStatistics(eqx.Module):
         )
         return out.reshape(configs, k, k)
 
-    def all_node_statistics(self) -> tuple[tuple[Array, Array], ...]:
-        """`(transitions, dwell_times)` for every node under the model's own parent sets."""
-        return tuple(
-            (self.node_transitions(n), self.node_dwell_times(n))
-            for n in range(self.model.num_nodes)
-        )
-
 
 # --------------------------------------------------------------------------- entry points
 def initial_distribution(
