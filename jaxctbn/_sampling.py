@@ -11,6 +11,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
 from ._ctbn import AbstractCTBN
 from ._interventions import Intervention
+from ._layout import all_global_states
 
 
 class Trajectories(eqx.Module):
@@ -60,7 +61,8 @@ def sample_trajectory(
 
     **Arguments:**
 
-    - `model`, `initial_state` (ints, one per node; clamped nodes are moved to their clamped state),
+    - `model`, `initial_state` (ints, one per node, or a float distribution over the global
+      states to draw it from; clamped nodes are moved to their clamped state),
       `duration` ($\tau>0$), `key`, optional `intervention`.
     - `max_events`: buffer size (static). If the path has more jumps the result has
       `truncated=True`; statistics computed from it raise an error instead of using a cut path.
@@ -79,6 +81,21 @@ def sample_trajectory(
         "duration: must be positive and finite.",
     )
     s0 = jnp.asarray(initial_state)
+    if jnp.issubdtype(s0.dtype, jnp.floating):
+        # a distribution over the global states: draw the initial state from it
+        if s0.size != model.num_global_states:
+            raise ValueError(
+                f"initial_state: a distribution needs {model.num_global_states} probabilities "
+                f"(one per global state), got shape {s0.shape}."
+            )
+        p0 = eqx.error_if(
+            s0.reshape(-1),
+            jnp.any(s0 < 0) | (jnp.abs(s0.sum() - 1) > 1e-6) | jnp.any(~jnp.isfinite(s0)),
+            "initial_state: probabilities must be finite, non-negative and sum to 1.",
+        )
+        key, key_init = jr.split(key)
+        index = jr.categorical(key_init, jnp.log(p0))
+        s0 = jnp.asarray(all_global_states(model.cardinalities))[index]
     if s0.shape != (n_nodes,) or not jnp.issubdtype(s0.dtype, jnp.integer):
         raise ValueError(f"initial_state: expected {n_nodes} integer node states, got {s0.shape}.")
     s0 = intervention.initial_states(s0.astype(jnp.int32))

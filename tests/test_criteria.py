@@ -246,3 +246,28 @@ def test_nested_eig_tends_to_eig_from_above(getkey):
     # K = 1 estimates the BHC; more inner draws come down towards the EIG
     assert abs(nested[1] - bhc) < 0.1 * bhc, (nested, bhc)
     assert eig - 0.05 * eig <= nested[30] < nested[1], (nested, eig)
+
+
+def test_initial_state_distribution(getkey):
+    cards, parents = CASES["binary"]
+    truth, post = _history_posterior(getkey(), cards, parents)
+    space = jc.intervention_space(cards)
+    key = getkey()
+    point = jnp.array([0.0, 0.0, 1.0, 0.0])  # the state (1, 0)
+    a = jc.score_interventions(post, space, jnp.array([1, 0]), 2.0, key=key, num_samples=4)
+    b = jc.score_interventions(post, space, point, 2.0, key=key, num_samples=4)
+    np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    # a mixture is the average of the design statistics of its states (linearity)
+    mix = jnp.array([0.25, 0.25, 0.5, 0.0])
+    draws = jc.posterior_draws(post, key, 4)
+    st_mix = jc.design_statistics(post, draws, mix, 2.0)
+    parts = [jc.design_statistics(post, draws, jnp.array(s), 2.0) for s in ([0, 0], [0, 1], [1, 0])]
+    for n in range(2):
+        ref = (
+            0.25 * parts[0].dwell_times[n]
+            + 0.25 * parts[1].dwell_times[n]
+            + 0.5 * parts[2].dwell_times[n]
+        )
+        np.testing.assert_allclose(st_mix.dwell_times[n], ref, rtol=1e-10)
+    eig = jc.parameter_eig(post, mix, 2.0, key=getkey(), num_samples=50)
+    assert np.isfinite(float(eig))

@@ -253,3 +253,22 @@ def test_sampling_bad_input(getkey):
         jc.sample_trajectory(
             model, jnp.array([0, 0]), -1.0, key=getkey()
         ).num_events.block_until_ready()
+
+
+def test_initial_distribution_is_sampled(getkey):
+    model = random_model(getkey(), (2, 3), ((), (0,)))
+    p0 = jnp.array([0.1, 0.0, 0.2, 0.3, 0.25, 0.15])
+    traj = jc.sample_trajectories(model, p0, 0.5, key=getkey(), num_trajectories=20000)
+    idx = np.asarray(traj.initial_states[:, 0] * 3 + traj.initial_states[:, 1])
+    freq = np.bincount(idx, minlength=6) / 20000
+    se = np.sqrt(np.asarray(p0) * (1 - np.asarray(p0)) / 20000) + 1e-12
+    assert np.max(np.abs(freq - np.asarray(p0)) / se) < 4.5
+    assert freq[1] == 0.0
+    # expected statistics from the distribution agree with the Monte Carlo mean
+    st = jc.SufficientStatistics.from_trajectories(traj, (2, 3), ((), (0,)))
+    exact = jc.expected_statistics(model, p0, 0.5).node_dwell_times(1)
+    mc = np.asarray(st.nodes[1].dwell_times)
+    z = (mc.mean(0) - np.asarray(exact)) / (mc.std(0) / np.sqrt(20000))
+    assert np.max(np.abs(z)) < 4.5
+    with pytest.raises(ValueError, match="needs 6 probabilities"):
+        jc.sample_trajectory(model, jnp.ones(5) / 5, 1.0, key=getkey())
