@@ -265,6 +265,22 @@ class VBHCOptimiser(eqx.Module):
         return loss(p), kappa
 
 
+def _sampled_statistics(posterior, model, key, initial, duration, intervention, max_events):
+    """Sample one path of `model` and return every node's statistics for the posterior's graph."""
+    path = sample_trajectory(
+        model,
+        jnp.asarray(initial),
+        duration,
+        key=key,
+        intervention=intervention,
+        max_events=max_events,
+    )
+    return [
+        node_statistics(path, n, posterior.parents[n], posterior.cardinalities)
+        for n in range(len(posterior.alpha))
+    ]
+
+
 def parameter_eig(
     posterior: RatePosterior,
     initial: ArrayLike,
@@ -285,18 +301,12 @@ def parameter_eig(
     keys = jr.split(k_path, (num_samples, num_paths))
 
     def one(model, key):
-        path = sample_trajectory(
-            model,
-            jnp.asarray(initial),
-            duration,
-            key=key,
-            intervention=intervention,
-            max_events=max_events,
+        stats = _sampled_statistics(
+            posterior, model, key, initial, duration, intervention, max_events
         )
         total = 0.0
-        for n, (a, b) in enumerate(zip(posterior.alpha, posterior.beta)):
+        for n, (a, b, st) in enumerate(zip(posterior.alpha, posterior.beta, stats)):
             k = a.shape[-1]
-            st = node_statistics(path, n, posterior.parents[n], posterior.cardinalities)
             lam = jnp.where(_off(k), model.cims[n], 1.0)
             a1 = jnp.where(_off(k), a, 1.0)
             b1 = b[..., None]
@@ -404,18 +414,9 @@ def parameter_eig_nested(
         return total
 
     def one(model, key, inner_key):
-        path = sample_trajectory(
-            model,
-            jnp.asarray(initial),
-            duration,
-            key=key,
-            intervention=intervention,
-            max_events=max_events,
+        stats = _sampled_statistics(
+            posterior, model, key, initial, duration, intervention, max_events
         )
-        stats = [
-            node_statistics(path, n, posterior.parents[n], posterior.cardinalities)
-            for n in range(len(posterior.alpha))
-        ]
         inner = posterior_draws(posterior, inner_key, num_inner)
         inner_ll = jax.vmap(lambda m: log_lik(m, stats))(inner)
         return log_lik(model, stats) - (jax.nn.logsumexp(inner_ll) - jnp.log(num_inner))
