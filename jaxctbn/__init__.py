@@ -1,6 +1,19 @@
 """jaxctbn: conditional continuous-time Bayesian networks in JAX, for active learning with
 interventions (Linzner & Koeppl, ICML 2021)."""
 
+from ._active_learning import DESIGN_NAMES as DESIGN_NAMES
+from ._active_learning import AbstractDesign as AbstractDesign
+from ._active_learning import AbstractLearningTask as AbstractLearningTask
+from ._active_learning import ActiveLearningResult as ActiveLearningResult
+from ._active_learning import CallableDesign as CallableDesign
+from ._active_learning import CriterionDesign as CriterionDesign
+from ._active_learning import ParameterLearningTask as ParameterLearningTask
+from ._active_learning import PassiveDesign as PassiveDesign
+from ._active_learning import RandomDesign as RandomDesign
+from ._active_learning import StructureLearningTask as StructureLearningTask
+from ._active_learning import design_from_name as design_from_name
+from ._active_learning import run_active_learning as run_active_learning
+from ._active_learning import run_repetitions as run_repetitions
 from ._criteria import ParameterDesignStatistics as ParameterDesignStatistics
 from ._criteria import VBHCOptimiser as VBHCOptimiser
 from ._criteria import design_statistics as design_statistics
@@ -18,6 +31,7 @@ from ._criteria import score_interventions as score_interventions
 from ._ctbn import CTBN as CTBN
 from ._ctbn import AbstractCTBN as AbstractCTBN
 from ._ctbn import PaddedCTBN as PaddedCTBN
+from ._experiments import run_experiment as run_experiment
 from ._generator import AbstractGenerator as AbstractGenerator
 from ._generator import ExpandedGenerator as ExpandedGenerator
 from ._generator import FactoredGenerator as FactoredGenerator
@@ -110,6 +124,7 @@ from ._structure import learn_structure as learn_structure
 from ._structure import local_log_marginal_likelihood as local_log_marginal_likelihood
 from ._structure import score_parent_sets as score_parent_sets
 from ._structure import structure_log_prior as structure_log_prior
+from ._structure_criteria import StructureDraws as StructureDraws
 from ._structure_criteria import StructureVBHCOptimiser as StructureVBHCOptimiser
 from ._structure_criteria import predictive_log_likelihood as predictive_log_likelihood
 from ._structure_criteria import score_interventions_structure as score_interventions_structure

@@ -249,7 +249,7 @@ def _cmd_design(args):
     import jax.numpy as jnp
     import numpy as np
 
-    from ._criteria import parameter_eig, score_interventions
+    from ._criteria import score_interventions
     from ._interventions import intervention_space
     from ._posterior import RatePosterior
     from ._statistics import SufficientStatistics, read_csv, trajectories_from_dataframe
@@ -275,32 +275,18 @@ def _cmd_design(args):
         posterior = posterior.update_with(stats)
     space = intervention_space(model.cardinalities)
     key = jax.random.key(args.seed)
-    if args.criterion == "eig":
-        scores = jax.jit(
-            jax.vmap(
-                lambda iv: parameter_eig(
-                    posterior,
-                    initial,
-                    duration,
-                    key=key,
-                    num_samples=args.samples,
-                    num_paths=args.paths,
-                    intervention=iv,
-                )
-            )
-        )(space)
-    else:
-        scores = jax.jit(
-            lambda p: score_interventions(
-                p,
-                space,
-                initial,
-                duration,
-                key=key,
-                num_samples=args.samples,
-                criterion=args.criterion,
-            )
-        )(posterior)
+    scores = jax.jit(
+        lambda p: score_interventions(
+            p,
+            space,
+            initial,
+            duration,
+            key=key,
+            num_samples=args.samples,
+            criterion=args.criterion,
+            num_paths=args.paths,
+        )
+    )(posterior)
     _write_ranking(args, np.asarray(scores), space, list(model.names), init, duration)
 
 
@@ -317,11 +303,7 @@ def _design_structure(args):
         trajectories_from_dataframe,
     )
     from ._structure import learn_structure
-    from ._structure_criteria import (
-        score_interventions_structure,
-        structure_draws,
-        structure_eig,
-    )
+    from ._structure_criteria import score_interventions_structure
 
     if args.data is None and args.network is None:
         raise ValueError("--data or --network: give the history (or a network for the node list).")
@@ -367,36 +349,18 @@ def _design_structure(args):
     initial = jnp.asarray([init[n] for n in names], jnp.int32)
     space = intervention_space(cards)
     key = jax.random.key(args.seed)
-    if args.criterion == "eig":
-        k_draws, k_paths = jax.random.split(key)
-
-        def eig_all(p):
-            draws = structure_draws(p, k_draws, args.samples)
-            return jax.vmap(
-                lambda iv: structure_eig(
-                    p,
-                    draws,
-                    initial,
-                    duration,
-                    path_key=k_paths,
-                    num_paths=args.paths,
-                    intervention=iv,
-                )
-            )(space)
-
-        scores = jax.jit(eig_all)(posterior)
-    else:
-        scores = jax.jit(
-            lambda p: score_interventions_structure(
-                p,
-                space,
-                initial,
-                duration,
-                key=key,
-                num_samples=args.samples,
-                criterion=args.criterion,
-            )
-        )(posterior)
+    scores = jax.jit(
+        lambda p: score_interventions_structure(
+            p,
+            space,
+            initial,
+            duration,
+            key=key,
+            num_samples=args.samples,
+            criterion=args.criterion,
+            num_paths=args.paths,
+        )
+    )(posterior)
     _write_ranking(args, np.asarray(scores), space, names, init, duration)
 
 
@@ -424,6 +388,41 @@ def _write_ranking(args, scores, space, names, init, duration):
         f"scored {len(scores)} interventions; best: {out['best'] or 'no intervention'}; "
         f"wrote {args.out}"
     )
+
+
+def _cmd_run(args):
+    from ._active_learning import DESIGN_NAMES
+    from ._experiments import run_experiment, summary_table
+
+    designs = [d.strip() for d in args.designs.split(",") if d.strip()]
+    unknown = [d for d in designs if d not in DESIGN_NAMES]
+    if unknown or not designs:
+        raise ValueError(
+            f"--designs: unknown design(s) {unknown or args.designs!r}; valid: "
+            + ",".join(DESIGN_NAMES)
+        )
+    truth = _load_network(args.network) if args.network is not None else None
+    out = args.out or f"run_{args.target}"
+    report = run_experiment(
+        args.target,
+        designs=designs,
+        repetitions=args.repetitions,
+        experiments=args.experiments,
+        samples=args.samples,
+        horizon=_positive(args.horizon, "--horizon"),
+        seed=args.seed,
+        truth=truth,
+        truth_seed=args.truth_seed,
+        max_parents=args.max_parents,
+        alpha=_positive(args.alpha, "--alpha"),
+        beta=_positive(args.beta, "--beta"),
+        paths=args.paths,
+        chunk=args.chunk,
+        out=out,
+        progress=not args.no_progress,
+    )
+    print("\n".join(summary_table(args.target, report["summary"], report["settings"])))
+    print(f"wrote {out}/summary.md, metrics.csv, results.json, figure.png, interventions.png")
 
 
 def _cmd_demo(args):
@@ -487,6 +486,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--out", required=True)
     p.set_defaults(func=_cmd_design)
+
+    p = sub.add_parser("run", help="sequential active-learning experiment (paper section 6)")
+    p.add_argument("target", choices=["structure", "parameters"])
+    p.add_argument(
+        "--designs",
+        default="passive,random,bhc,vbhc",
+        help="comma-separated: passive,random,vbhc,bhc,vbhc-optax,eig,negative-vbhc",
+    )
+    p.add_argument("--repetitions", type=int, default=None, help="independent runs (default 20)")
+    p.add_argument("--experiments", type=int, default=None, help="experiments per run (10)")
+    p.add_argument("--samples", type=int, default=10, help="posterior draws N_S")
+    p.add_argument("--horizon", default="3.0", help="trajectory length tau")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="output directory (default run_<target>)")
+    p.add_argument("--network", default=None, help="ground-truth network JSON (default: built in)")
+    p.add_argument("--truth-seed", type=int, default=0, help="seed of the built-in ground truth")
+    p.add_argument("--max-parents", type=int, default=None, help="structure: max in-degree")
+    p.add_argument("--alpha", default="1.0")
+    p.add_argument("--beta", default="1.0")
+    p.add_argument("--paths", type=int, default=10, help="paths per draw (eig)")
+    p.add_argument("--chunk", type=int, default=10, help="repetitions per compiled batch")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("demo", help="the paper's 4-node network: sample, solve, compare, plot")
     p.add_argument("--out", default="demo_output")

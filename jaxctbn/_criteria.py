@@ -109,6 +109,7 @@ def posterior_draws(posterior: RatePosterior, key: PRNGKeyArray, num_samples: in
     return jax.vmap(posterior.sample)(jr.split(key, num_samples))
 
 
+@eqx.filter_jit
 def design_statistics(
     posterior: RatePosterior,
     draws: AbstractCTBN,
@@ -281,6 +282,7 @@ def _sampled_statistics(posterior, model, key, initial, duration, intervention, 
     ]
 
 
+@eqx.filter_jit
 def parameter_eig(
     posterior: RatePosterior,
     initial: ArrayLike,
@@ -322,7 +324,7 @@ def parameter_eig(
     return gains.mean()
 
 
-PARAMETER_CRITERIA = ("vbhc", "bhc", "vbhc-optax")
+PARAMETER_CRITERIA = ("vbhc", "bhc", "vbhc-optax", "eig")
 
 
 def map_interventions(fn, interventions: Intervention, batch_size: int | None = None):
@@ -335,6 +337,7 @@ def map_interventions(fn, interventions: Intervention, batch_size: int | None = 
     return jax.lax.map(fn, interventions, batch_size=batch_size)
 
 
+@eqx.filter_jit
 def score_interventions(
     posterior: RatePosterior,
     interventions: Intervention,
@@ -347,6 +350,8 @@ def score_interventions(
     optimiser: VBHCOptimiser | None = None,
     solver: AbstractMasterEquationSolver = DEFAULT_SOLVER,
     batch_size: int | None = None,
+    num_paths: int = 1,
+    max_events: int = 512,
 ):
     r"""Score a batch of interventions (leading axis) for active **parameter** learning, as one
     computation vmapped over interventions x posterior draws.
@@ -355,7 +360,9 @@ def score_interventions(
     numbers), so differences between interventions are not sampling noise.
 
     `criterion`: `"vbhc"` ($\min_\kappa$VBHC in closed form), `"vbhc-optax"` (the same minimum by
-    optax with autodiff gradients, `optimiser` configures it) or `"bhc"`. Returns the scores
+    optax with autodiff gradients, `optimiser` configures it), `"bhc"`, or `"eig"` (the Monte
+    Carlo EIG of [`jaxctbn.parameter_eig`][] with `num_paths` sampled paths per draw and the same
+    path keys for every intervention). Returns the scores
     `(interventions,)`; the most informative design is the `argmax` (the paper's
     $\arg\max_i\min_\kappa\mathrm{VBHC}$); "negative VBHC", the worst design, is the `argmin`.
     `batch_size` bounds memory by mapping over chunks of interventions instead of one vmap.
@@ -364,6 +371,21 @@ def score_interventions(
         raise ValueError(f"criterion must be one of {PARAMETER_CRITERIA}, got {criterion!r}.")
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}.")
+    if criterion == "eig":
+
+        def eig(iv):
+            return parameter_eig(
+                posterior,
+                initial,
+                duration,
+                key=key,
+                num_samples=num_samples,
+                num_paths=num_paths,
+                intervention=iv,
+                max_events=max_events,
+            )
+
+        return map_interventions(eig, interventions, batch_size)
     draws = posterior_draws(posterior, key, num_samples)
     optimiser = optimiser or VBHCOptimiser()
 
@@ -380,6 +402,7 @@ def score_interventions(
     return map_interventions(one, interventions, batch_size)
 
 
+@eqx.filter_jit
 def parameter_eig_nested(
     posterior: RatePosterior,
     initial: ArrayLike,

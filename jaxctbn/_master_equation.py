@@ -25,7 +25,7 @@ import equinox as eqx
 import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from ._ctbn import AbstractCTBN, max_configs
 from ._generator import AbstractGenerator, amalgamate, batch_last
@@ -292,6 +292,38 @@ class ExpectedStatistics(eqx.Module):
             jnp.concatenate(values), jnp.concatenate(bins), num_segments=configs * k * k
         )
         return out.reshape(configs, k, k)
+
+    def node_statistics_on_sets(
+        self, node: int, parent_sets: Int[Array, "sets max_parents"]
+    ) -> tuple[Float[Array, "sets configs k k"], Float[Array, "sets configs k"]]:
+        """`(node_transitions, node_dwell_times)` of `node` projected onto every padded parent
+        set in `parent_sets` at once (`configs` = the most configurations any set of that
+        padding can have). Same numbers as calling the two methods per set; here the binning
+        is a one-hot matrix per set that does not depend on the model, so a batch of models
+        shares it and the projections become one matrix product."""
+        k = self.model.cardinalities[node]
+        configs = max_configs(node, self.model.cardinalities, parent_sets.shape[-1])
+
+        def one_hot(P):
+            states, c, _ = self._bins(node, P)
+            return jax.nn.one_hot(
+                c * k + states[:, node], configs * k, dtype=self.dwell_times.dtype
+            )
+
+        G = jax.vmap(one_hot)(parent_sets)  # (sets, S, configs*k)
+        shifts = [r for r, (n, _) in enumerate(self.generator.shifts) if n == node]
+        jumps = [self.generator.shifts[r][1] for r in shifts]
+        V = jnp.stack(
+            [self.dwell_times] + [self.generator.shift_rates(r) * self.dwell_times for r in shifts],
+            axis=1,
+        )  # (S, 1 + shifts)
+        out = jnp.einsum("psb,sj->pbj", G, V).reshape(-1, configs, k, 1 + len(shifts))
+        T = out[..., 0]
+        x = jnp.arange(k)
+        M = jnp.zeros((out.shape[0], configs, k, k), out.dtype)
+        for i, j in enumerate(jumps):
+            M = M.at[:, :, x, (x + j) % k].add(out[..., 1 + i])
+        return M, T
 
 
 # --------------------------------------------------------------------------- entry points

@@ -513,6 +513,42 @@ class StructurePosterior(eqx.Module):
             convention=convention,
         )
 
+    @classmethod
+    def from_prior(
+        cls,
+        names: Sequence[str],
+        cardinalities: Sequence[int],
+        *,
+        max_parents: int,
+        alpha=1.0,
+        beta=1.0,
+        convention: str = "gamma",
+        edge_prior: Array | None = None,
+        required_edges: Sequence[tuple[int, int]] = (),
+        forbidden_edges: Sequence[tuple[int, int]] = (),
+    ) -> "StructurePosterior":
+        """The posterior before any data (zero statistics), e.g. the start of an active-learning
+        run; add experiments with [`jaxctbn.StructurePosterior.update`][]."""
+        cards = tuple(int(k) for k in cardinalities)
+        N = len(cards)
+        sets = candidate_parent_sets(
+            N, max_parents, required_edges=required_edges, forbidden_edges=forbidden_edges
+        )
+        Ms, Ts = [], []
+        for n, k in enumerate(cards):
+            configs = max_configs(n, cards, sets[n].shape[-1])
+            Ms.append(jnp.zeros((sets[n].shape[0], configs, k, k)))
+            Ts.append(jnp.zeros((sets[n].shape[0], configs, k)))
+        stats = FamilyStatistics(
+            transitions=tuple(Ms),
+            dwell_times=tuple(Ts),
+            parent_sets=tuple(jnp.asarray(s, jnp.int32) for s in sets),
+            cardinalities=cards,
+        )
+        return cls.from_statistics(
+            stats, names, alpha=alpha, beta=beta, convention=convention, edge_prior=edge_prior
+        )
+
     @property
     def cardinalities(self) -> tuple[int, ...]:
         return self.statistics.cardinalities

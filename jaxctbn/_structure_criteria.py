@@ -86,6 +86,7 @@ class StructureDraws(eqx.Module):
     models: tuple
 
 
+@eqx.filter_jit
 def structure_draws(
     posterior: StructurePosterior, key: PRNGKeyArray, num_samples: int
 ) -> StructureDraws:
@@ -112,6 +113,7 @@ def structure_draws(
     return StructureDraws(models=tuple(models))
 
 
+@eqx.filter_jit
 def structure_divergences(
     posterior: StructurePosterior,
     draws: StructureDraws,
@@ -166,11 +168,8 @@ def structure_divergences(
             )
 
             def ell_all(st, n=n, M_bar=M_bar, T_bar=T_bar, sets=sets):
-                return jax.vmap(
-                    lambda Pp, Mb, Tb: ell(
-                        st.node_transitions(n, Pp), st.node_dwell_times(n, Pp), Mb, Tb
-                    )
-                )(sets, M_bar, T_bar)
+                M_hat, T_hat = st.node_statistics_on_sets(n, sets)
+                return jax.vmap(ell)(M_hat, T_hat, M_bar, T_bar)
 
             ells = jax.vmap(ell_all)(stats)
         else:
@@ -250,9 +249,10 @@ class StructureVBHCOptimiser(eqx.Module):
         return loss(z), z
 
 
-STRUCTURE_CRITERIA = ("vbhc", "bhc", "vbhc-optax")
+STRUCTURE_CRITERIA = ("vbhc", "bhc", "vbhc-optax", "eig")
 
 
+@eqx.filter_jit
 def score_interventions_structure(
     posterior: StructurePosterior,
     interventions: Intervention,
@@ -266,16 +266,33 @@ def score_interventions_structure(
     num_paths: int = 10,
     solver: AbstractMasterEquationSolver = DEFAULT_SOLVER,
     batch_size: int | None = None,
+    max_events: int = 256,
 ):
     """Score a batch of interventions for active structure learning, one computation vmapped
     over interventions (common random numbers: the same graph, rate and path keys for every
-    intervention). The most informative design is the `argmax`; "negative VBHC" the `argmin`."""
+    intervention). The most informative design is the `argmax`; "negative VBHC" the `argmin`.
+
+    `criterion`: `"vbhc"` (closed-form minimum), `"vbhc-optax"` (the same by optax), `"bhc"`,
+    or `"eig"` ([`jaxctbn.structure_eig`][] with `num_paths` paths per draw). `estimator`
+    (`"plug-in"` or `"monte-carlo"`) chooses the KL estimator of the (V)BHC.
+    `batch_size` bounds memory by mapping over chunks of interventions."""
     if criterion not in STRUCTURE_CRITERIA:
         raise ValueError(f"criterion must be one of {STRUCTURE_CRITERIA}, got {criterion!r}.")
     key_draws, key_paths = jr.split(key)
     draws = structure_draws(posterior, key_draws, num_samples)
 
     def one(iv):
+        if criterion == "eig":
+            return structure_eig(
+                posterior,
+                draws,
+                initial,
+                duration,
+                path_key=key_paths,
+                num_paths=num_paths,
+                intervention=iv,
+                max_events=max_events,
+            )
         a = structure_divergences(
             posterior,
             draws,
@@ -286,6 +303,7 @@ def score_interventions_structure(
             estimator=estimator,
             path_key=key_paths,
             num_paths=num_paths,
+            max_events=max_events,
         )
         if criterion == "bhc":
             return structure_bhc(posterior, a)
@@ -296,6 +314,7 @@ def score_interventions_structure(
     return map_interventions(one, interventions, batch_size)
 
 
+@eqx.filter_jit
 def structure_eig(
     posterior: StructurePosterior,
     draws: StructureDraws,

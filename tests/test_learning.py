@@ -129,16 +129,30 @@ def test_scatter_and_matmul_routes_agree_with_node_statistics(getkey):
     for n in range(4):
         np.testing.assert_allclose(scatter.transitions[n], matmul.transitions[n], atol=1e-10)
         np.testing.assert_allclose(scatter.dwell_times[n], matmul.dwell_times[n], atol=1e-10)
-        for i, P in enumerate(np.asarray(sets[n])):
-            P = tuple(int(p) for p in P if p >= 0)
-            C = int(np.prod([cards[p] for p in P]))
-            st = jax.vmap(lambda t, P=P, n=n: jc.node_statistics(t, n, P, cards))(traj)
-            keep = ~np.asarray(traj.intervention_targets[:, n])
-            np.testing.assert_allclose(
-                scatter.dwell_times[n][i, :C], st.dwell_times[keep].sum(0), atol=1e-10
+        # independent route: per-trajectory node statistics on each padded candidate set
+        configs = scatter.dwell_times[n].shape[1]
+        per_set = jax.jit(
+            jax.vmap(
+                lambda P, n=n, configs=configs: jax.vmap(
+                    lambda t: jc.node_statistics(t, n, P, cards, num_configs=configs)
+                )(traj)
             )
-            np.testing.assert_allclose(scatter.transitions[n][i, :C], st.transitions[keep].sum(0))
+        )(sets[n])
+        keep = ~np.asarray(traj.intervention_targets[:, n])
+        np.testing.assert_allclose(
+            scatter.dwell_times[n], per_set.dwell_times[:, keep].sum(1), atol=1e-10
+        )
+        np.testing.assert_allclose(scatter.transitions[n], per_set.transitions[:, keep].sum(1))
+        for i, P in enumerate(np.asarray(sets[n])):  # padding rows past the configurations
+            C = int(np.prod([cards[p] for p in P if p >= 0]))
             assert float(jnp.abs(scatter.dwell_times[n][i, C:]).sum()) == 0.0
+        # and the static-tuple route for the last (two-parent) set
+        P = tuple(int(p) for p in np.asarray(sets[n][-1]))
+        st = jax.jit(jax.vmap(lambda t, P=P, n=n: jc.node_statistics(t, n, P, cards)))(traj)
+        C = st.dwell_times.shape[1]
+        np.testing.assert_allclose(
+            scatter.dwell_times[n][-1, :C], st.dwell_times[keep].sum(0), atol=1e-10
+        )
 
 
 def test_enumeration_and_constraints():

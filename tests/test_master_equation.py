@@ -84,6 +84,17 @@ def test_node_projections_against_brute_force(getkey):
                     np.testing.assert_allclose(
                         np.asarray(stats.node_transitions(n, order)), M, rtol=1e-12, atol=1e-14
                     )
+        # all candidate sets in one projection = the per-set projections checked above
+        sets = jc.candidate_parent_sets(len(cards), len(cards) - 1)[n]
+        M_all, T_all = eqx.filter_jit(lambda st, P, n=n: st.node_statistics_on_sets(n, P))(
+            stats, sets
+        )
+        for i, row in enumerate(np.asarray(sets)):
+            P = tuple(int(p) for p in row if p >= 0)
+            C = int(np.prod([cards[p] for p in P]))
+            np.testing.assert_allclose(M_all[i, :C], stats.node_transitions(n, P), rtol=1e-12)
+            np.testing.assert_allclose(T_all[i, :C], stats.node_dwell_times(n, P), rtol=1e-12)
+            assert float(jnp.abs(M_all[i, C:]).sum() + jnp.abs(T_all[i, C:]).sum()) == 0.0
         # with the true parents, E[M] = Lambda * E[T] (MATH §1)
         lam = np.asarray(model.cims[n]) * (1 - np.eye(k))
         np.testing.assert_allclose(
