@@ -104,6 +104,9 @@ from ._statistics import (
     node_statistics as node_statistics,
 )
 from ._statistics import (
+    path_log_likelihood as path_log_likelihood,
+)
+from ._statistics import (
     read_trajectories_csv as read_trajectories_csv,
 )
 from ._statistics import (

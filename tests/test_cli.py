@@ -424,3 +424,29 @@ def test_design_structure(network, tmp_path):
     assert main([*args, "--criterion", "eig", "--paths", "2", "--out", str(out)]) == 0
     eig = [r["score"] for r in json.loads(out.read_text())["scores"]]
     assert len(eig) == 12 and abs(eig[-1]) < 1e-12 and min(eig) > -0.5
+
+
+def test_run_parameters_small(network, tmp_path, capsys):
+    model, path = network
+    out = tmp_path / "run"
+    args = ["run", "parameters", "--network", str(path), "--designs", "passive,vbhc"]
+    args += ["--repetitions", "2", "--experiments", "2", "--samples", "2", "--chunk", "1"]
+    assert main([*args, "--out", str(out), "--no-progress"]) == 0
+    for name in ("summary.md", "metrics.csv", "results.json", "figure.png", "interventions.png"):
+        assert (out / name).exists(), name
+    df = pd.read_csv(out / "metrics.csv", keep_default_na=False)
+    assert set(df.design) == {"passive", "vbhc"} and set(df.experiment) == {0, 1, 2}
+    assert (df.mse > 0).all()
+    res = json.loads((out / "results.json").read_text())
+    assert [n["name"] for n in res["settings"]["truth"]["nodes"]] == ["A", "B"]
+    assert np.asarray(res["designs"]["vbhc"]["metrics"]["mse"]).shape == (2, 3)
+    assert "| vbhc | posterior MSE" in (out / "summary.md").read_text()
+    capsys.readouterr()
+    for extra, message in [
+        (["--designs", "passive,best"], "--designs: unknown design(s) ['best']"),
+        (["--horizon", "-1"], "--horizon: must be a positive"),
+        (["--repetitions", "0"], "repetitions: must be a positive integer"),
+    ]:
+        assert main([*args, *extra, "--out", str(tmp_path / "bad"), "--no-progress"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
