@@ -290,7 +290,7 @@ def run_experiment(
     results, timing = {}, {}
     for design_name in designs:
         design = design_from_name(design_name, num_samples=samples, num_paths=paths)
-        parts, seconds, computed = [], 0.0, 0
+        parts, seconds, computed, chunk_seconds = [], 0.0, 0, []
         for start in starts:
             stop = min(start + chunk, repetitions)
             path = None
@@ -316,7 +316,8 @@ def run_experiment(
                 max_events=max_events,
             )
             res = jax.device_get(res)
-            seconds += time.perf_counter() - t0
+            chunk_seconds.append(time.perf_counter() - t0)
+            seconds += chunk_seconds[-1]
             computed += stop - start
             part = {f"metric_{k}": np.asarray(v) for k, v in res.metrics.items()}
             part.update(
@@ -342,6 +343,7 @@ def run_experiment(
         timing[design_name] = {
             "seconds_incl_compile": seconds,
             "repetitions_computed": computed,
+            "chunk_seconds": chunk_seconds,  # the first computed chunk includes compilation
         }
     if bar is not None:
         bar.close()

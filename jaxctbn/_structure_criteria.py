@@ -139,68 +139,140 @@ def structure_divergences(
         raise ValueError(f"estimator must be 'plug-in' or 'monte-carlo', got {estimator!r}.")
     if estimator == "monte-carlo" and path_key is None:
         raise ValueError("path_key: required for estimator='monte-carlo'.")
-    out = []
-    for n, models in enumerate(draws.models):
-        sets = posterior.parent_sets[n]
-        n_sets, n_samples = sets.shape[0], jax.tree_util.tree_leaves(models)[0].shape[1]
-        flat = jax.tree_util.tree_map(lambda a: a.reshape(n_sets * n_samples, *a.shape[2:]), models)
-        B = n_sets * n_samples
-        M_bar = posterior.statistics.transitions[n]
-        T_bar = posterior.statistics.dwell_times[n]
-        configs = M_bar.shape[1]
+    return tuple(
+        _node_divergence(
+            posterior,
+            draws,
+            n,
+            initial,
+            duration,
+            intervention,
+            solver,
+            estimator,
+            path_key,
+            num_paths,
+            max_events,
+        )
+        for n in range(len(draws.models))
+    )
 
-        def ell(M_hat, T_hat, Mb, Tb, n=n):
-            return predictive_log_likelihood(
-                M_hat, T_hat, Mb, Tb, posterior.alpha[n], posterior.beta[n]
+
+def _node_divergence(
+    posterior,
+    draws,
+    n,
+    initial,
+    duration,
+    intervention,
+    solver,
+    estimator,
+    path_key,
+    num_paths,
+    max_events,
+):
+    """$a_n(P')$ for one node `n` (zeros if `intervention` clamps it)."""
+    models = draws.models[n]
+    sets = posterior.parent_sets[n]
+    n_sets, n_samples = sets.shape[0], jax.tree_util.tree_leaves(models)[0].shape[1]
+    flat = jax.tree_util.tree_map(lambda a: a.reshape(n_sets * n_samples, *a.shape[2:]), models)
+    B = n_sets * n_samples
+    M_bar = posterior.statistics.transitions[n]
+    T_bar = posterior.statistics.dwell_times[n]
+    configs = M_bar.shape[1]
+
+    def ell(M_hat, T_hat, Mb, Tb):
+        return predictive_log_likelihood(
+            M_hat, T_hat, Mb, Tb, posterior.alpha[n], posterior.beta[n]
+        )
+
+    if estimator == "plug-in":
+        init = jnp.broadcast_to(jnp.asarray(initial), (B, *jnp.shape(initial)))
+        ivs = (
+            None
+            if intervention is None
+            else jax.tree_util.tree_map(
+                lambda a: jnp.broadcast_to(a, (B, *jnp.shape(a))), intervention
             )
+        )
+        stats = expected_statistics_batch(flat, init, duration, interventions=ivs, solver=solver)
 
-        if estimator == "plug-in":
-            init = jnp.broadcast_to(jnp.asarray(initial), (B, *jnp.shape(initial)))
-            ivs = (
-                None
-                if intervention is None
-                else jax.tree_util.tree_map(
-                    lambda a: jnp.broadcast_to(a, (B, *jnp.shape(a))), intervention
+        def ell_all(st):
+            M_hat, T_hat = st.node_statistics_on_sets(n, sets)
+            return jax.vmap(ell)(M_hat, T_hat, M_bar, T_bar)
+
+        ells = jax.vmap(ell_all)(stats)
+    else:
+        keys = jr.split(jr.fold_in(path_key, n), (B, num_paths))
+
+        def ell_paths(model, ks):
+            def one_path(k):
+                M, T = _sampled_node_statistics(
+                    model,
+                    k,
+                    n,
+                    sets,
+                    configs,
+                    posterior.cardinalities,
+                    initial,
+                    duration,
+                    intervention,
+                    max_events,
                 )
-            )
-            stats = expected_statistics_batch(
-                flat, init, duration, interventions=ivs, solver=solver
-            )
+                return jax.vmap(ell)(M, T, M_bar, T_bar)
 
-            def ell_all(st, n=n, M_bar=M_bar, T_bar=T_bar, sets=sets):
-                M_hat, T_hat = st.node_statistics_on_sets(n, sets)
-                return jax.vmap(ell)(M_hat, T_hat, M_bar, T_bar)
+            return jax.vmap(one_path)(ks).mean(0)
 
-            ells = jax.vmap(ell_all)(stats)
-        else:
-            keys = jr.split(jr.fold_in(path_key, n), (B, num_paths))
+        ells = jax.vmap(ell_paths)(flat, keys)
+    ells = ells.reshape(n_sets, n_samples, n_sets)  # [P, s, P']
+    own = jnp.diagonal(ells, axis1=0, axis2=2).T  # [P, s]: ell(S; P) for the true set
+    diff = (own[:, :, None] - ells).mean(1)  # [P, P']
+    probs = posterior.parent_set_probabilities()[n]
+    a = probs @ diff
+    keep = 1.0 if intervention is None else (~intervention.targets[n]).astype(a.dtype)
+    return keep * a
 
-            def ell_paths(model, ks, n=n, M_bar=M_bar, T_bar=T_bar, sets=sets, configs=configs):
-                def one_path(k):
-                    M, T = _sampled_node_statistics(
-                        model,
-                        k,
-                        n,
-                        sets,
-                        configs,
-                        posterior.cardinalities,
-                        initial,
-                        duration,
-                        intervention,
-                        max_events,
-                    )
-                    return jax.vmap(ell)(M, T, M_bar, T_bar)
 
-                return jax.vmap(one_path)(ks).mean(0)
+def _divergences_all_candidates(
+    posterior, draws, interventions, chunk, divergence_of_node
+) -> tuple[Float[Array, "candidates sets"], ...]:
+    """$a_n(P')$ for every candidate and node, skipping the work for candidates that clamp
+    node $n$ (their $a_n$ is 0): per node the candidates are ordered not-clamping first and
+    mapped over in chunks of `chunk`, and a chunk of clamping candidates only is skipped by
+    `lax.cond`. For the paper's space a node is clamped by 2/3 of the candidates, so this saves
+    up to 2/3 of the master-equation solves. (Under `vmap` over histories the candidates are
+    shared, the predicate stays unbatched and the skip is kept.)"""
+    num_candidates = interventions.targets.shape[0]
+    num_chunks = -(-num_candidates // chunk)
+    pad = num_chunks * chunk - num_candidates
+    out = []
+    for n in range(len(draws.models)):
+        n_sets = posterior.parent_sets[n].shape[0]
+        clamps = interventions.targets[:, n]
+        order = jnp.argsort(clamps, stable=True)  # candidates that leave n free come first
+        order = jnp.concatenate([order, jnp.full((pad,), order[-1])]).reshape(num_chunks, chunk)
+        free = ~clamps[order]  # (chunks, chunk)
 
-            ells = jax.vmap(ell_paths)(flat, keys)
-        ells = ells.reshape(n_sets, n_samples, n_sets)  # [P, s, P']
-        own = jnp.diagonal(ells, axis1=0, axis2=2).T  # [P, s]: ell(S; P) for the true set
-        diff = (own[:, :, None] - ells).mean(1)  # [P, P']
-        probs = posterior.parent_set_probabilities()[n]
-        a = probs @ diff
-        keep = 1.0 if intervention is None else (~intervention.targets[n]).astype(a.dtype)
-        out.append(keep * a)
+        def run_chunk(xs, n=n, n_sets=n_sets):
+            idx, free_c = xs
+            ivs = jax.tree_util.tree_map(lambda a: a[idx], interventions)
+
+            def compute(ivs):
+                return jax.vmap(lambda iv: divergence_of_node(n, iv))(ivs)
+
+            def skip(ivs):
+                dtype = jnp.result_type(*posterior.alpha)
+                return jnp.zeros((chunk, n_sets), dtype)
+
+            return jax.lax.cond(free_c.any(), compute, skip, ivs)
+
+        per_chunk = jax.lax.map(run_chunk, (order, free))  # (chunks, chunk, sets)
+        flat_order = order.reshape(-1)[:num_candidates]
+        a = (
+            jnp.zeros((num_candidates, n_sets), per_chunk.dtype)
+            .at[flat_order]
+            .set(per_chunk.reshape(-1, n_sets)[:num_candidates])
+        )
+        out.append(a)
     return tuple(out)
 
 
@@ -275,15 +347,15 @@ def score_interventions_structure(
     `criterion`: `"vbhc"` (closed-form minimum), `"vbhc-optax"` (the same by optax), `"bhc"`,
     or `"eig"` ([`jaxctbn.structure_eig`][] with `num_paths` paths per draw). `estimator`
     (`"plug-in"` or `"monte-carlo"`) chooses the KL estimator of the (V)BHC.
-    `batch_size` bounds memory by mapping over chunks of interventions."""
+    `batch_size`: candidates per chunk (default 9); the (V)BHC maps over chunks, skipping for
+    each node the chunks whose candidates all clamp it (their contribution is 0)."""
     if criterion not in STRUCTURE_CRITERIA:
         raise ValueError(f"criterion must be one of {STRUCTURE_CRITERIA}, got {criterion!r}.")
     key_draws, key_paths = jr.split(key)
     draws = structure_draws(posterior, key_draws, num_samples)
-
-    def one(iv):
-        if criterion == "eig":
-            return structure_eig(
+    if criterion == "eig":
+        return map_interventions(
+            lambda iv: structure_eig(
                 posterior,
                 draws,
                 initial,
@@ -292,26 +364,39 @@ def score_interventions_structure(
                 num_paths=num_paths,
                 intervention=iv,
                 max_events=max_events,
-            )
-        a = structure_divergences(
+            ),
+            interventions,
+            batch_size,
+        )
+    if estimator not in ("plug-in", "monte-carlo"):
+        raise ValueError(f"estimator must be 'plug-in' or 'monte-carlo', got {estimator!r}.")
+
+    def divergence_of_node(n, iv):
+        return _node_divergence(
             posterior,
             draws,
+            n,
             initial,
             duration,
-            intervention=iv,
-            solver=solver,
-            estimator=estimator,
-            path_key=key_paths,
-            num_paths=num_paths,
-            max_events=max_events,
+            iv,
+            solver,
+            estimator,
+            key_paths,
+            num_paths,
+            max_events,
         )
+
+    chunk = batch_size or min(interventions.targets.shape[0], 9)
+    a_all = _divergences_all_candidates(posterior, draws, interventions, chunk, divergence_of_node)
+
+    def one(a):
         if criterion == "bhc":
             return structure_bhc(posterior, a)
         if criterion == "vbhc":
             return structure_vbhc_minimum(posterior, a)
         return StructureVBHCOptimiser().minimise(posterior, a)[0]
 
-    return map_interventions(one, interventions, batch_size)
+    return jax.vmap(one)(a_all)
 
 
 @eqx.filter_jit

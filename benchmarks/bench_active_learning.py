@@ -1,0 +1,152 @@
+"""The paper's synthetic experiments at full size (issue 5): wall time, time per design step,
+where the time goes, and the learning curves.
+
+- Structure learning (paper Fig. "fig-structure"): the fixed 4-node fast/slow ground truth
+  (`jaxctbn.paper_network(key(0))`, Gamma(5,1) / Gamma(1/5,1) rates), all 81 interventions,
+  tau = 3, N_S = 10, exact posterior over all graphs (max in-degree 3), designs passive, random,
+  BHC, VBHC; 500 repetitions x 15 experiments by default.
+- Parameter learning (Fig. "fig-rate"): the same graph with scaled-softmax rates, designs
+  passive, random, BHC, VBHC, negative VBHC; 500 repetitions x 15 experiments.
+
+Outputs: `results/active_<target>/` (summary.md, figure.png, interventions.png, results.json,
+config.json) and `results/active_learning.{json,md}` (timings and profile).
+
+The profile splits one VBHC design step (one repetition, one experiment) into: scoring the 81
+candidates (`score_interventions_structure`) and the rest (sampling, update, metrics; measured
+as the step time of the passive design), and the scoring into its master-equation solves
+(the same number of solves through `expected_statistics_batch` alone) and the rest.
+
+Run: `python benchmarks/bench_active_learning.py [--quick] [--repetitions R] [--experiments K]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+
+import jaxctbn as jc
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from _common import RESULTS, environment, fmt, timeit, write_results
+
+
+def profile_structure_step(truth, samples=10):
+    """Time of the pieces of one structure VBHC step on a posterior after 5 experiments."""
+    traj = jc.sample_trajectories(
+        truth, jnp.zeros(4, jnp.int32), 3.0, key=jax.random.key(1), num_trajectories=5
+    )
+    post = jc.learn_structure(traj, truth.names, truth.cardinalities, max_parents=3)
+    space = jc.intervention_space(truth.cardinalities)
+    init = jnp.zeros(4, jnp.int32)
+    score = jax.jit(
+        lambda p, k: jc.score_interventions_structure(
+            p, space, init, 3.0, key=k, num_samples=samples
+        )
+    )
+    jax.block_until_ready(score(post, jax.random.key(0)))
+    t_score = timeit(score, post, jax.random.key(1), repeat=3, min_time=0.2)
+    # the solves the scoring does: per node, the 27 candidates that leave it free x sets x draws
+    draws = jc.structure_draws(post, jax.random.key(0), samples)
+    n_free = int((~space.targets[:, 0]).sum())
+    models = jax.tree_util.tree_map(lambda a: a.reshape(-1, *a.shape[2:]), draws.models[0])
+    B = models.cims[0].shape[0]
+    big = jax.tree_util.tree_map(lambda a: jnp.tile(a, (4 * n_free,) + (1,) * (a.ndim - 1)), models)
+    ivs = jax.tree_util.tree_map(lambda a: jnp.repeat(a[:n_free], 4 * B, axis=0), space)
+    init_b = jnp.broadcast_to(init, (4 * n_free * B, 4))
+    solve = jax.jit(
+        lambda m, iv: jc.expected_statistics_batch(m, init_b, 3.0, interventions=iv).dwell_times
+    )
+    jax.block_until_ready(solve(big, ivs))
+    t_solve = timeit(solve, big, ivs, repeat=3, min_time=0.2)
+    return {"score_81_candidates_s": t_score, "solves_s": t_solve, "num_solves": 4 * n_free * B}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--repetitions", type=int, default=500)
+    ap.add_argument("--experiments", type=int, default=15)
+    ap.add_argument("--chunk", type=int, default=25)
+    ap.add_argument("--targets", default="structure,parameters")
+    ap.add_argument("--name", default="active_learning")
+    args = ap.parse_args()
+    R, K, chunk = args.repetitions, args.experiments, args.chunk
+    if args.quick:
+        R, K, chunk = 4, 3, 2
+    designs = {
+        "structure": ("passive", "random", "bhc", "vbhc"),
+        "parameters": ("passive", "random", "bhc", "vbhc", "negative-vbhc"),
+    }
+    records, rows = {"environment": environment(), "runs": {}}, []
+    for target in args.targets.split(","):
+        out = os.path.join(RESULTS, f"active_{target}" + ("_quick" if args.quick else ""))
+        t0 = time.perf_counter()
+        report = jc.run_experiment(
+            target,
+            designs=designs[target],
+            repetitions=R,
+            experiments=K,
+            chunk=chunk,
+            out=out,
+            progress=True,
+        )
+        wall = time.perf_counter() - t0
+        records["runs"][target] = {
+            "wall_s": wall,
+            "timing": report["timing"],
+            "summary": report["summary"],
+        }
+        for design, t in report["timing"].items():
+            cs = t["chunk_seconds"]
+            if not cs:
+                rows.append(f"| {target} | {design} | (reused chunks) | – | – |")
+                continue
+            steady = float(np.median(cs[1:])) if len(cs) > 1 else cs[0]
+            per_step = steady / (chunk * K)
+            compile_est = max(cs[0] - steady, 0.0)
+            total = sum(cs)
+            rows.append(
+                f"| {target} | {design} | {fmt(total)} | {fmt(compile_est)} | "
+                f"{1e3 * per_step:.2f} ms |"
+            )
+            print(rows[-1], flush=True)
+    prof = None
+    if "structure" in args.targets:
+        prof = profile_structure_step(jc.paper_network(jax.random.key(0)))
+        records["profile"] = prof
+    lines = [
+        f"# Active learning at full size ({jax.default_backend()}, float64): {R} repetitions x "
+        f"{K} experiments",
+        "",
+        "Command: `python benchmarks/bench_active_learning.py` "
+        f"(chunks of {chunk} repetitions per compiled call). Per step = one repetition, one "
+        "experiment (design + simulate + update + metrics), from the median chunk after the "
+        "first; compile = first chunk minus a steady chunk.",
+        "",
+        "| experiment | design | wall time (all repetitions) | compile (est.) | per design step |",
+        "|---|---|---|---|---|",
+        *rows,
+    ]
+    if prof is not None:
+        lines += [
+            "",
+            "Where the time of a structure VBHC step goes (one posterior after 5 trajectories):",
+            "",
+            f"- scoring all 81 candidates: {fmt(prof['score_81_candidates_s'])}, of which "
+            f"{prof['num_solves']} master-equation solves (the candidates that leave each node "
+            f"free x 8 parent sets x 10 draws): {fmt(prof['solves_s'])}; the rest is drawing "
+            "graphs and rates, projecting onto the parent sets and the predictive likelihoods.",
+        ]
+    write_results(args.name + ("_quick" if args.quick else ""), records, lines)
+
+
+if __name__ == "__main__":
+    main()
