@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/jaxctbn demo --out demo_output
+	$(BIN)/jaxctbn run structure --out run_structure
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q tests
@@ -26,6 +26,10 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_master_equation.py
 	$(BIN)/python benchmarks/bench_sampling.py
+	$(BIN)/python benchmarks/bench_structure.py
+	$(BIN)/python benchmarks/bench_criteria.py
+	$(BIN)/python benchmarks/bench_kl_estimators.py
+	$(BIN)/python benchmarks/bench_active_learning.py  # the paper's experiments at full size (~30 min)
 
 clean:
-	rm -rf $(VENV) demo_output
+	rm -rf $(VENV) demo_output run_structure

@@ -104,33 +104,20 @@ class CriterionDesign(AbstractDesign):
             )
 
     def scores(self, posterior, interventions, initial, horizon, key):
+        common = dict(
+            key=key,
+            num_samples=self.num_samples,
+            criterion=self.criterion,
+            num_paths=self.num_paths,
+            solver=self.solver,
+            batch_size=self.batch_size,
+        )
         if isinstance(posterior, StructurePosterior):
             s = score_interventions_structure(
-                posterior,
-                interventions,
-                initial,
-                horizon,
-                key=key,
-                num_samples=self.num_samples,
-                criterion=self.criterion,
-                estimator=self.estimator,
-                num_paths=self.num_paths,
-                solver=self.solver,
-                batch_size=self.batch_size,
+                posterior, interventions, initial, horizon, estimator=self.estimator, **common
             )
         elif isinstance(posterior, RatePosterior):
-            s = score_interventions(
-                posterior,
-                interventions,
-                initial,
-                horizon,
-                key=key,
-                num_samples=self.num_samples,
-                criterion=self.criterion,
-                num_paths=self.num_paths,
-                solver=self.solver,
-                batch_size=self.batch_size,
-            )
+            s = score_interventions(posterior, interventions, initial, horizon, **common)
         else:
             raise TypeError(
                 f"posterior: expected a RatePosterior or StructurePosterior, got {type(posterior)}."

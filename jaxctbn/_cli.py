@@ -275,18 +275,7 @@ def _cmd_design(args):
         posterior = posterior.update_with(stats)
     space = intervention_space(model.cardinalities)
     key = jax.random.key(args.seed)
-    scores = jax.jit(
-        lambda p: score_interventions(
-            p,
-            space,
-            initial,
-            duration,
-            key=key,
-            num_samples=args.samples,
-            criterion=args.criterion,
-            num_paths=args.paths,
-        )
-    )(posterior)
+    scores = _score_space(score_interventions, posterior, space, initial, duration, key, args)
     _write_ranking(args, np.asarray(scores), space, list(model.names), init, duration)
 
 
@@ -349,19 +338,23 @@ def _design_structure(args):
     initial = jnp.asarray([init[n] for n in names], jnp.int32)
     space = intervention_space(cards)
     key = jax.random.key(args.seed)
-    scores = jax.jit(
-        lambda p: score_interventions_structure(
-            p,
-            space,
-            initial,
-            duration,
-            key=key,
-            num_samples=args.samples,
-            criterion=args.criterion,
-            num_paths=args.paths,
-        )
-    )(posterior)
+    scores = _score_space(
+        score_interventions_structure, posterior, space, initial, duration, key, args
+    )
     _write_ranking(args, np.asarray(scores), space, names, init, duration)
+
+
+def _score_space(scorer, posterior, space, initial, duration, key, args):
+    return scorer(
+        posterior,
+        space,
+        initial,
+        duration,
+        key=key,
+        num_samples=args.samples,
+        criterion=args.criterion,
+        num_paths=args.paths,
+    )
 
 
 def _write_ranking(args, scores, space, names, init, duration):

@@ -23,6 +23,8 @@ is supported here.
 
 from __future__ import annotations
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -139,31 +141,29 @@ def structure_divergences(
         raise ValueError(f"estimator must be 'plug-in' or 'monte-carlo', got {estimator!r}.")
     if estimator == "monte-carlo" and path_key is None:
         raise ValueError("path_key: required for estimator='monte-carlo'.")
-    return tuple(
-        _node_divergence(
-            posterior,
-            draws,
-            n,
-            initial,
-            duration,
-            intervention,
-            solver,
-            estimator,
-            path_key,
-            num_paths,
-            max_events,
-        )
-        for n in range(len(draws.models))
+    divergence_of_node = functools.partial(
+        _node_divergence,
+        posterior,
+        draws,
+        initial=initial,
+        duration=duration,
+        solver=solver,
+        estimator=estimator,
+        path_key=path_key,
+        num_paths=num_paths,
+        max_events=max_events,
     )
+    return tuple(divergence_of_node(n, intervention) for n in range(len(draws.models)))
 
 
 def _node_divergence(
     posterior,
     draws,
     n,
+    intervention,
+    *,
     initial,
     duration,
-    intervention,
     solver,
     estimator,
     path_key,
@@ -371,20 +371,18 @@ def score_interventions_structure(
     if estimator not in ("plug-in", "monte-carlo"):
         raise ValueError(f"estimator must be 'plug-in' or 'monte-carlo', got {estimator!r}.")
 
-    def divergence_of_node(n, iv):
-        return _node_divergence(
-            posterior,
-            draws,
-            n,
-            initial,
-            duration,
-            iv,
-            solver,
-            estimator,
-            key_paths,
-            num_paths,
-            max_events,
-        )
+    divergence_of_node = functools.partial(
+        _node_divergence,
+        posterior,
+        draws,
+        initial=initial,
+        duration=duration,
+        solver=solver,
+        estimator=estimator,
+        path_key=key_paths,
+        num_paths=num_paths,
+        max_events=max_events,
+    )
 
     chunk = batch_size or min(interventions.targets.shape[0], 9)
     a_all = _divergences_all_candidates(posterior, draws, interventions, chunk, divergence_of_node)

@@ -89,6 +89,20 @@ def test_structure_scoring_all_interventions(getkey):
         np.testing.assert_allclose(
             scores[i], jc.structure_vbhc_minimum(post, a), rtol=1e-10, atol=1e-12
         )
+    # any subset, any order, chunks that do not divide the batch: the same scores
+    subset = jnp.array([26, 13, 0, 5, 9, 21, 4, 17, 8, 3])
+    part = jax.jit(
+        lambda p, k: jc.score_interventions_structure(
+            p,
+            jax.tree_util.tree_map(lambda x: x[subset], space),
+            init,
+            2.0,
+            key=k,
+            num_samples=3,
+            batch_size=4,
+        )
+    )(post, key)
+    np.testing.assert_allclose(part, scores[subset], rtol=1e-10, atol=1e-12)
     _, post2 = _posterior(getkey(), cards, parents, num_paths=4)
     score(post2, key)  # new history, same shapes: no recompilation
     bhc = jc.score_interventions_structure(
