@@ -1,5 +1,12 @@
-import jax
-import pytest
+import os
+
+# The tests' problems are tiny, so compilation dominates their time: a lower LLVM optimisation
+# level compiles ~20% faster and changes no semantics (results agree to rounding). Set before JAX
+# starts its backend; notebook kernels started by the tests inherit it.
+os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 

@@ -141,7 +141,7 @@ def test_run_experiment_writes_outputs_and_resumes(tmp_path):
     out = str(tmp_path / "run")
     kwargs = dict(
         designs=("passive", "random"),
-        repetitions=3,
+        repetitions=4,
         experiments=2,
         chunk=2,
         out=out,
@@ -170,7 +170,7 @@ def test_run_experiment_writes_outputs_and_resumes(tmp_path):
         "intervention",
         "initial_state",
     ]
-    assert len(df) == 2 * 3 * 3
+    assert len(df) == 2 * 4 * 3
     assert set(df[(df.design == "passive") & (df.experiment > 0)].intervention) == {"none"}
     with open(os.path.join(out, "results.json")) as f:
         saved = json.load(f)
@@ -185,7 +185,7 @@ def test_run_experiment_writes_outputs_and_resumes(tmp_path):
         again["results"]["random"]["aupr"], report["results"]["random"]["aupr"]
     )
     # chunking does not change results (up to rounding): repetition r always uses fold_in(key(seed), r)
-    other = jc.run_experiment("structure", **{**kwargs, "chunk": 3, "out": None})
+    other = jc.run_experiment("structure", **{**kwargs, "chunk": 4, "out": None})
     np.testing.assert_allclose(
         other["results"]["random"]["aupr"], report["results"]["random"]["aupr"], rtol=1e-12
     )
