@@ -21,7 +21,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q tests
 
 lint: $(STAMP)
-	$(BIN)/ruff check jaxctbn tests benchmarks
+	$(BIN)/ruff check .
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_master_equation.py
