@@ -137,11 +137,21 @@ def structure_divergences(
       draw (`path_key`; reuse it across interventions for common random numbers); unbiased for
       $a_n$ up to Monte Carlo error.
     """
+    divergence_of_node = _divergence_of_node(
+        posterior, draws, initial, duration, solver, estimator, path_key, num_paths, max_events
+    )
+    return tuple(divergence_of_node(n, intervention) for n in range(len(draws.models)))
+
+
+def _divergence_of_node(
+    posterior, draws, initial, duration, solver, estimator, path_key, num_paths, max_events
+):
+    """Validate the estimator settings and return `(n, intervention) -> a_n`."""
     if estimator not in ("plug-in", "monte-carlo"):
         raise ValueError(f"estimator must be 'plug-in' or 'monte-carlo', got {estimator!r}.")
     if estimator == "monte-carlo" and path_key is None:
         raise ValueError("path_key: required for estimator='monte-carlo'.")
-    divergence_of_node = functools.partial(
+    return functools.partial(
         _node_divergence,
         posterior,
         draws,
@@ -153,7 +163,6 @@ def structure_divergences(
         num_paths=num_paths,
         max_events=max_events,
     )
-    return tuple(divergence_of_node(n, intervention) for n in range(len(draws.models)))
 
 
 def _node_divergence(
@@ -368,20 +377,8 @@ def score_interventions_structure(
             interventions,
             batch_size,
         )
-    if estimator not in ("plug-in", "monte-carlo"):
-        raise ValueError(f"estimator must be 'plug-in' or 'monte-carlo', got {estimator!r}.")
-
-    divergence_of_node = functools.partial(
-        _node_divergence,
-        posterior,
-        draws,
-        initial=initial,
-        duration=duration,
-        solver=solver,
-        estimator=estimator,
-        path_key=key_paths,
-        num_paths=num_paths,
-        max_events=max_events,
+    divergence_of_node = _divergence_of_node(
+        posterior, draws, initial, duration, solver, estimator, key_paths, num_paths, max_events
     )
 
     chunk = batch_size or min(interventions.targets.shape[0], 9)
