@@ -39,33 +39,15 @@ from ._generator import amalgamate as amalgamate
 from ._generator import batch_last as batch_last
 from ._interventions import Intervention as Intervention
 from ._interventions import intervention_space as intervention_space
-from ._master_equation import (
-    AbstractMasterEquationSolver as AbstractMasterEquationSolver,
-)
-from ._master_equation import (
-    DiffraxSolver as DiffraxSolver,
-)
-from ._master_equation import (
-    ExpectedStatistics as ExpectedStatistics,
-)
-from ._master_equation import (
-    MatrixExponential as MatrixExponential,
-)
-from ._master_equation import (
-    Uniformisation as Uniformisation,
-)
-from ._master_equation import (
-    expected_statistics as expected_statistics,
-)
-from ._master_equation import (
-    expected_statistics_batch as expected_statistics_batch,
-)
-from ._master_equation import (
-    initial_distribution as initial_distribution,
-)
-from ._master_equation import (
-    marginals as marginals,
-)
+from ._io import read_trajectories_csv as read_trajectories_csv
+from ._io import trajectories_from_dataframe as trajectories_from_dataframe
+from ._io import trajectories_to_dataframe as trajectories_to_dataframe
+from ._io import write_trajectories_csv as write_trajectories_csv
+from ._master_equation import ExpectedStatistics as ExpectedStatistics
+from ._master_equation import expected_statistics as expected_statistics
+from ._master_equation import expected_statistics_batch as expected_statistics_batch
+from ._master_equation import initial_distribution as initial_distribution
+from ._master_equation import marginals as marginals
 from ._metrics import adjacency_from_parents as adjacency_from_parents
 from ._metrics import aupr as aupr
 from ._metrics import auroc as auroc
@@ -73,51 +55,21 @@ from ._metrics import edge_aupr as edge_aupr
 from ._metrics import edge_auroc as edge_auroc
 from ._metrics import structural_hamming_distance as structural_hamming_distance
 from ._posterior import RatePosterior as RatePosterior
-from ._random import (
-    paper_network as paper_network,
-)
-from ._random import (
-    random_ctbn as random_ctbn,
-)
-from ._random import (
-    random_graph as random_graph,
-)
-from ._random import (
-    scaled_softmax_ctbn as scaled_softmax_ctbn,
-)
-from ._sampling import (
-    Trajectories as Trajectories,
-)
-from ._sampling import (
-    sample_trajectories as sample_trajectories,
-)
-from ._sampling import (
-    sample_trajectory as sample_trajectory,
-)
-from ._statistics import (
-    NodeStatistics as NodeStatistics,
-)
-from ._statistics import (
-    SufficientStatistics as SufficientStatistics,
-)
-from ._statistics import (
-    node_statistics as node_statistics,
-)
-from ._statistics import (
-    path_log_likelihood as path_log_likelihood,
-)
-from ._statistics import (
-    read_trajectories_csv as read_trajectories_csv,
-)
-from ._statistics import (
-    trajectories_from_dataframe as trajectories_from_dataframe,
-)
-from ._statistics import (
-    trajectories_to_dataframe as trajectories_to_dataframe,
-)
-from ._statistics import (
-    write_trajectories_csv as write_trajectories_csv,
-)
+from ._random import paper_network as paper_network
+from ._random import random_ctbn as random_ctbn
+from ._random import random_graph as random_graph
+from ._random import scaled_softmax_ctbn as scaled_softmax_ctbn
+from ._sampling import Trajectories as Trajectories
+from ._sampling import sample_trajectories as sample_trajectories
+from ._sampling import sample_trajectory as sample_trajectory
+from ._solvers import AbstractMasterEquationSolver as AbstractMasterEquationSolver
+from ._solvers import DiffraxSolver as DiffraxSolver
+from ._solvers import MatrixExponential as MatrixExponential
+from ._solvers import Uniformisation as Uniformisation
+from ._statistics import NodeStatistics as NodeStatistics
+from ._statistics import SufficientStatistics as SufficientStatistics
+from ._statistics import node_statistics as node_statistics
+from ._statistics import path_log_likelihood as path_log_likelihood
 from ._structure import FamilyStatistics as FamilyStatistics
 from ._structure import StructurePosterior as StructurePosterior
 from ._structure import candidate_parent_sets as candidate_parent_sets

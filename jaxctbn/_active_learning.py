@@ -25,10 +25,10 @@ from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 from ._criteria import PARAMETER_CRITERIA, score_interventions
 from ._ctbn import CTBN
 from ._interventions import Intervention, intervention_space
-from ._master_equation import DEFAULT_SOLVER, AbstractMasterEquationSolver
 from ._metrics import adjacency_from_parents, edge_aupr, edge_auroc, structural_hamming_distance
 from ._posterior import RatePosterior
 from ._sampling import Trajectories, sample_trajectory
+from ._solvers import DEFAULT_SOLVER, AbstractMasterEquationSolver
 from ._statistics import SufficientStatistics
 from ._structure import StructurePosterior, family_statistics
 from ._structure_criteria import STRUCTURE_CRITERIA, score_interventions_structure

@@ -51,8 +51,8 @@ def _cmd_sample(args):
     import numpy as np
 
     from ._interventions import Intervention
+    from ._io import write_trajectories_csv
     from ._sampling import sample_trajectories
-    from ._statistics import write_trajectories_csv
 
     model = _load_network(args.network)
     duration = _positive(args.duration, "--duration")
@@ -182,7 +182,7 @@ def _cmd_learn(args):
     import jax
     import numpy as np
 
-    from ._statistics import infer_cardinalities, read_csv, trajectories_from_dataframe
+    from ._io import infer_cardinalities, read_csv, trajectories_from_dataframe
     from ._structure import learn_structure
 
     df = read_csv(args.data)
@@ -251,8 +251,9 @@ def _cmd_design(args):
 
     from ._criteria import score_interventions
     from ._interventions import intervention_space
+    from ._io import read_csv, trajectories_from_dataframe
     from ._posterior import RatePosterior
-    from ._statistics import SufficientStatistics, read_csv, trajectories_from_dataframe
+    from ._statistics import SufficientStatistics
 
     if args.target == "structure":
         return _design_structure(args)
@@ -285,7 +286,7 @@ def _design_structure(args):
     import numpy as np
 
     from ._interventions import intervention_space
-    from ._statistics import (
+    from ._io import (
         RESERVED_COLUMNS,
         infer_cardinalities,
         read_csv,

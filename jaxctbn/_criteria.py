@@ -27,13 +27,12 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 from ._ctbn import AbstractCTBN
 from ._interventions import Intervention
 from ._master_equation import (
-    DEFAULT_SOLVER,
-    AbstractMasterEquationSolver,
     expected_statistics,
     expected_statistics_batch,
 )
 from ._posterior import RatePosterior
 from ._sampling import sample_trajectory
+from ._solvers import DEFAULT_SOLVER, AbstractMasterEquationSolver
 from ._statistics import node_statistics
 
 

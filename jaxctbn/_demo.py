@@ -11,10 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._interventions import Intervention
+from ._io import write_trajectories_csv
 from ._master_equation import expected_statistics, marginals
 from ._random import paper_network
 from ._sampling import sample_trajectories
-from ._statistics import SufficientStatistics, write_trajectories_csv
+from ._statistics import SufficientStatistics
 
 
 def run_demo(out_dir: str = "demo_output", seed: int = 0, trajectories: int = 2000) -> dict:

@@ -36,11 +36,10 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 from ._criteria import map_interventions
 from ._interventions import Intervention
 from ._master_equation import (
-    DEFAULT_SOLVER,
-    AbstractMasterEquationSolver,
     expected_statistics_batch,
 )
 from ._sampling import sample_trajectory
+from ._solvers import DEFAULT_SOLVER, AbstractMasterEquationSolver
 from ._statistics import node_statistics
 from ._structure import StructurePosterior, _num_configs, local_log_marginal_likelihood
 
