@@ -55,6 +55,7 @@ from ._metrics import edge_aupr as edge_aupr
 from ._metrics import edge_auroc as edge_auroc
 from ._metrics import structural_hamming_distance as structural_hamming_distance
 from ._posterior import RatePosterior as RatePosterior
+from ._posterior import path_log_likelihood as path_log_likelihood
 from ._random import paper_network as paper_network
 from ._random import random_ctbn as random_ctbn
 from ._random import random_graph as random_graph
@@ -69,7 +70,6 @@ from ._solvers import Uniformisation as Uniformisation
 from ._statistics import NodeStatistics as NodeStatistics
 from ._statistics import SufficientStatistics as SufficientStatistics
 from ._statistics import node_statistics as node_statistics
-from ._statistics import path_log_likelihood as path_log_likelihood
 from ._structure import FamilyStatistics as FamilyStatistics
 from ._structure import StructurePosterior as StructurePosterior
 from ._structure import candidate_parent_sets as candidate_parent_sets

@@ -29,10 +29,10 @@ def _load_network(path):
 
 
 def _assignment(values, model, what):
-    from ._interventions import parse_assignment
+    from ._layout import parse_assignment
 
     text = ",".join(values) if isinstance(values, list) else values
-    return parse_assignment(text, model, what)
+    return parse_assignment(text, model.names, what, model.cardinalities)
 
 
 def _positive(text, what):
@@ -151,24 +151,10 @@ def _max_parents(value, N):
 
 
 def _parse_cardinalities(text, inferred):
+    from ._layout import parse_assignment
+
     out = dict(inferred)
-    if not text:
-        return out
-    for part in ",".join(text).replace(";", ",").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "=" not in part:
-            raise ValueError(f"--cardinalities: expected NODE=K, got {part!r}.")
-        name, value = (x.strip() for x in part.split("=", 1))
-        if name not in out:
-            raise ValueError(
-                f"--cardinalities: unknown node {name!r}; data columns are {list(out)}."
-            )
-        try:
-            k = int(value)
-        except ValueError:
-            raise ValueError(f"--cardinalities: K of {name!r} must be an integer.") from None
+    for name, k in parse_assignment(",".join(text), list(out), "--cardinalities").items():
         if k < inferred[name]:
             raise ValueError(
                 f"--cardinalities: {name!r} has states up to {inferred[name] - 1} in the data, "

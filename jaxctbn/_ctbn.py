@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from ._layout import config_index, parent_configurations, static_config_count
+from ._layout import config_index, max_configs, num_configurations, parent_configurations
 
 
 def _zero_diagonal_rates(cim: Array) -> Array:
@@ -199,7 +199,7 @@ class CTBN(AbstractCTBN):
         parents = _resolve_parents(parents, names)
         _validate_structure(names, cardinalities, parents)
         for i, (name, c) in enumerate(zip(names, cims)):
-            expected = static_config_count(parents[i], cardinalities)
+            expected = num_configurations(parents[i], cardinalities)
             if c.shape[0] != expected:
                 raise ValueError(
                     f"cims[{name!r}]: {c.shape[0]} parent configurations given, but parents "
@@ -390,9 +390,3 @@ class PaddedCTBN(AbstractCTBN):
             names=model.names,
             cardinalities=model.cardinalities,
         )
-
-
-def max_configs(node: int, cardinalities: tuple[int, ...], max_parents: int) -> int:
-    """Largest number of parent configurations of `node` over parent sets of size <= max_parents."""
-    others = sorted((k for j, k in enumerate(cardinalities) if j != node), reverse=True)
-    return math.prod(others[:max_parents])

@@ -127,32 +127,3 @@ def intervention_space(cardinalities: Sequence[int]) -> Intervention:
     options = [[-1, *range(int(k))] for k in cardinalities]
     combos = np.array(list(itertools.product(*options)), dtype=np.int32).reshape(-1, len(options))
     return Intervention(targets=jnp.asarray(combos >= 0), states=jnp.asarray(np.maximum(combos, 0)))
-
-
-def parse_assignment(text: str | None, model: AbstractCTBN, what: str) -> dict[str, int]:
-    """Parse `"A=1,B=0"` or `"A=1;B=0"` into `{name: state}` with clear errors."""
-    if text is None or text.strip() == "":
-        return {}
-    out: dict[str, int] = {}
-    for part in text.replace(";", ",").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if "=" not in part:
-            raise ValueError(f"{what}: expected NODE=STATE, got {part!r}.")
-        name, state = (s.strip() for s in part.split("=", 1))
-        if name not in model.names:
-            raise ValueError(f"{what}: unknown node {name!r}; nodes are {list(model.names)}.")
-        try:
-            value = int(state)
-        except ValueError:
-            raise ValueError(
-                f"{what}: state of {name!r} must be an integer, got {state!r}."
-            ) from None
-        k = model.cardinalities[model.names.index(name)]
-        if not 0 <= value < k:
-            raise ValueError(f"{what}: state of {name!r} must be in 0..{k - 1}, got {value}.")
-        if name in out:
-            raise ValueError(f"{what}: node {name!r} given twice.")
-        out[name] = value
-    return out

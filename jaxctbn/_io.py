@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._ctbn import AbstractCTBN
+from ._layout import parse_assignment
 from ._sampling import Trajectories
 
 if TYPE_CHECKING:
@@ -61,31 +62,11 @@ def write_trajectories_csv(trajectories: Trajectories, model: AbstractCTBN, path
 def _parse_intervention_label(label, names, cards, tid) -> tuple[np.ndarray, np.ndarray]:
     targets = np.zeros(len(names), bool)
     states = np.zeros(len(names), np.int32)
-    if label is None or (isinstance(label, float) and np.isnan(label)) or str(label).strip() == "":
+    if label is None or (isinstance(label, float) and np.isnan(label)):
         return targets, states
-    for part in str(label).split(";"):
-        part = part.strip()
-        if not part:
-            continue
-        if "=" not in part:
-            raise ValueError(
-                f"data: trajectory {tid!r}: intervention entry {part!r} is not NAME=STATE."
-            )
-        name, value = (p.strip() for p in part.split("=", 1))
-        if name not in names:
-            raise ValueError(f"data: trajectory {tid!r}: intervention names unknown node {name!r}.")
-        n = names.index(name)
-        try:
-            v = int(value)
-        except ValueError:
-            raise ValueError(
-                f"data: trajectory {tid!r}: intervention state {value!r} is not an integer."
-            ) from None
-        if not 0 <= v < cards[n]:
-            raise ValueError(
-                f"data: trajectory {tid!r}: intervention state {v} of {name!r} not in 0..{cards[n] - 1}."
-            )
-        targets[n], states[n] = True, v
+    what = f"data: trajectory {tid!r}: intervention"
+    for name, value in parse_assignment(str(label), names, what, cards, separators=";").items():
+        targets[names.index(name)], states[names.index(name)] = True, value
     return targets, states
 
 

@@ -33,8 +33,63 @@ def global_state_index(states, cardinalities: tuple[int, ...]):
     return (states * strides).sum(-1)
 
 
-def static_config_count(parents: tuple[int, ...], cardinalities: tuple[int, ...]) -> int:
-    return math.prod(cardinalities[p] for p in parents)
+def num_configurations(parents, cardinalities: tuple[int, ...]):
+    """Number of configurations of a parent set: a Python `int` for a static tuple of node
+    indices, an integer array for a (batch of) padded parent array(s) (`-1` = empty slot).
+    This is the one place configuration counts are computed."""
+    if isinstance(parents, tuple | list):
+        return math.prod(cardinalities[int(p)] for p in parents)
+    parents = jnp.asarray(parents)
+    card = jnp.asarray(cardinalities)
+    return jnp.prod(jnp.where(parents >= 0, card[jnp.maximum(parents, 0)], 1), axis=-1)
+
+
+def max_configs(node: int, cardinalities: tuple[int, ...], max_parents: int) -> int:
+    """Largest number of parent configurations of `node` over parent sets of size <= max_parents
+    (the padded size of a configuration axis)."""
+    others = sorted((k for j, k in enumerate(cardinalities) if j != node), reverse=True)
+    return math.prod(others[:max_parents])
+
+
+def parse_assignment(
+    text: str | None,
+    names,
+    what: str,
+    cardinalities: tuple[int, ...] | None = None,
+    *,
+    separators: str = ",;",
+) -> dict[str, int]:
+    """Parse `"A=1,B=0"` (or `;`-separated) into `{name: value}` with one-line errors that start
+    with `what`. With `cardinalities`, each value must be a state of its node (0..k-1). This is
+    the one NAME=VALUE parser (CLI options, the CSV `intervention` column)."""
+    if text is None or str(text).strip() == "":
+        return {}
+    names = list(names)
+    text = str(text)
+    for sep in separators[1:]:
+        text = text.replace(sep, separators[0])
+    out: dict[str, int] = {}
+    for part in text.split(separators[0]):
+        part = part.strip()
+        if not part:
+            continue
+        if "=" not in part:
+            raise ValueError(f"{what}: expected NODE=STATE, got {part!r}.")
+        name, value = (x.strip() for x in part.split("=", 1))
+        if name not in names:
+            raise ValueError(f"{what}: unknown node {name!r}; nodes are {names}.")
+        try:
+            number = int(value)
+        except ValueError:
+            raise ValueError(f"{what}: value of {name!r} must be an integer, got {value!r}.") from None
+        if cardinalities is not None:
+            k = cardinalities[names.index(name)]
+            if not 0 <= number < k:
+                raise ValueError(f"{what}: state of {name!r} must be in 0..{k - 1}, got {number}.")
+        if name in out:
+            raise ValueError(f"{what}: node {name!r} given twice.")
+        out[name] = number
+    return out
 
 
 def parent_configurations(parents: tuple[int, ...], cardinalities: tuple[int, ...]) -> list:

@@ -23,10 +23,16 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from ._ctbn import AbstractCTBN, max_configs
+from ._ctbn import AbstractCTBN
 from ._generator import AbstractGenerator, amalgamate
 from ._interventions import Intervention
-from ._layout import all_global_states, config_index, global_state_index
+from ._layout import (
+    all_global_states,
+    config_index,
+    global_state_index,
+    max_configs,
+    num_configurations,
+)
 from ._solvers import DEFAULT_SOLVER, AbstractMasterEquationSolver
 
 
@@ -59,9 +65,7 @@ class ExpectedStatistics(eqx.Module):
             parents = tuple(self.model.node_index(p) for p in parents)
             if node in parents:
                 raise ValueError(f"parents: node {node} cannot be its own parent.")
-            configs = 1
-            for p in parents:
-                configs *= cards[p]
+            configs = num_configurations(parents, cards)
         else:
             configs = max_configs(node, cards, parents.shape[-1])
         return states, config_index(states, parents, cards), configs

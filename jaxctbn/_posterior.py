@@ -1,50 +1,54 @@
-r"""Gamma-conjugate Bayesian learning of CTBN rates, pooled across interventions.
+r"""Posteriors: the abstract interface, and Gamma-conjugate learning of CTBN rates pooled
+across interventions.
 
 Independent priors $\Lambda_n(x,x',u)\sim\mathrm{Gam}(\alpha,\beta)$ with the rate parameter
-$\beta$ shared over $x'$. Given statistics $\bar M,\bar T$ pooled over the experiments in which node
-$n$ was **not** perfectly intervened on (paper §4), the posterior is
+$\beta$ shared over $x'$ ([`jaxctbn.GammaPrior`][]). Given statistics $\bar M,\bar T$ pooled over
+the experiments in which node $n$ was **not** perfectly intervened on (paper §4), the posterior is
 $\mathrm{Gam}(\bar\alpha=\alpha+\bar M,\ \bar\beta=\beta+\bar T)$.
 """
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Sequence
+from typing import Any
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from ._conjugate import off_diagonal, poisson_path_log_likelihood
 from ._ctbn import CTBN
-from ._layout import static_config_count
+from ._layout import num_configurations
+from ._priors import GammaPrior
 from ._statistics import NodeStatistics, SufficientStatistics
 
 
-def _off_diagonal(k: int) -> Array:
-    return ~jnp.eye(k, dtype=bool)
+class AbstractPosterior(eqx.Module):
+    """A posterior that design criteria can score interventions for: the rates of a known graph
+    ([`jaxctbn.RatePosterior`][]) or the graph itself ([`jaxctbn.StructurePosterior`][]).
+
+    [`jaxctbn.score_interventions`][] dispatches through `score_with`: each posterior calls the
+    criterion's method for its learning target, so a criterion implements one method per target
+    and a new kind of posterior adds one method here, with no `isinstance` anywhere."""
+
+    names: eqx.AbstractVar[tuple[str, ...]]
+
+    @abc.abstractmethod
+    def score_with(self, criterion: Any, candidates, initial_state, horizon, **options) -> Array:
+        """`criterion.score_rates(self, ...)` or `criterion.score_structure(self, ...)`: one
+        score per candidate intervention (larger = more informative)."""
 
 
-def _prior_arrays(value, shape, name, node_name):
-    arr = jnp.asarray(value, dtype=float)
-    try:
-        arr = jnp.broadcast_to(arr, shape)
-    except ValueError:
-        raise ValueError(
-            f"{name} of node {node_name!r}: shape {jnp.shape(value)} does not broadcast to {shape}."
-        ) from None
-    if not isinstance(arr, jax.core.Tracer) and bool(jnp.any(~(arr > 0))):
-        raise ValueError(f"{name} of node {node_name!r}: prior parameters must be > 0.")
-    return arr
-
-
-class RatePosterior(eqx.Module):
+class RatePosterior(AbstractPosterior):
     r"""Gamma posterior over the rates of a CTBN with a known graph.
 
     - `alpha[n]`: $\bar\alpha_n(x,x',u)$, shape `(configs, k, k)` (diagonal unused).
     - `beta[n]`: $\bar\beta_n(x,u)$, shape `(configs, k)`, shared over $x'$.
 
-    Build with [`jaxctbn.RatePosterior.from_prior`][] and update with statistics.
+    Build with [`jaxctbn.RatePosterior.from_prior`][] (or `for_model`) and update with
+    statistics.
     """
 
     alpha: tuple[Float[Array, "configs k k"], ...]
@@ -60,29 +64,26 @@ class RatePosterior(eqx.Module):
         cardinalities: Sequence[int],
         parents: Sequence[Sequence[int]],
         *,
-        alpha=1.0,
-        beta=1.0,
+        prior: GammaPrior = GammaPrior(),
     ) -> "RatePosterior":
-        """The prior: `alpha`/`beta` scalars, or per node (a sequence) arrays broadcastable to
-        `(configs, k, k)` / `(configs, k)`. All must be > 0."""
+        """The prior over the rates of the graph `parents`: a [`jaxctbn.GammaPrior`][] whose
+        parameters are scalars or one value per node."""
         names, cards = tuple(names), tuple(int(k) for k in cardinalities)
         parents = tuple(tuple(int(p) for p in ps) for ps in parents)
         if not (len(names) == len(cards) == len(parents)):
             raise ValueError("names, cardinalities and parents need one entry per node.")
-        per_node_a = isinstance(alpha, list | tuple)
-        per_node_b = isinstance(beta, list | tuple)
-        for flag, value, what in ((per_node_a, alpha, "alpha"), (per_node_b, beta, "beta")):
-            if flag and len(value) != len(names):
-                raise ValueError(
-                    f"{what}: need one entry per node ({len(names)}), got {len(value)}."
-                )
+        if not isinstance(prior, GammaPrior):
+            raise ValueError(
+                f"prior: RatePosterior needs a GammaPrior (one Gamma per rate), got "
+                f"{type(prior).__name__}."
+            )
+        prior.check_num_nodes(len(names))
         alphas, betas = [], []
         for n, k in enumerate(cards):
-            C = static_config_count(parents[n], cards)
-            alphas.append(
-                _prior_arrays(alpha[n] if per_node_a else alpha, (C, k, k), "alpha", names[n])
-            )
-            betas.append(_prior_arrays(beta[n] if per_node_b else beta, (C, k), "beta", names[n]))
+            C = num_configurations(parents[n], cards)
+            alpha, beta = prior.node_parameters(n)
+            alphas.append(jnp.broadcast_to(alpha, (C, k, k)))
+            betas.append(jnp.broadcast_to(beta, (C, k)))
         return cls(
             alpha=tuple(alphas),
             beta=tuple(betas),
@@ -92,11 +93,12 @@ class RatePosterior(eqx.Module):
         )
 
     @classmethod
-    def for_model(cls, model: CTBN, *, alpha=1.0, beta=1.0) -> "RatePosterior":
+    def for_model(cls, model: CTBN, *, prior: GammaPrior = GammaPrior()) -> "RatePosterior":
         """The prior over the rates of `model`'s graph."""
-        return cls.from_prior(
-            model.names, model.cardinalities, model.parents, alpha=alpha, beta=beta
-        )
+        return cls.from_prior(model.names, model.cardinalities, model.parents, prior=prior)
+
+    def score_with(self, criterion, candidates, initial_state, horizon, **options):
+        return criterion.score_rates(self, candidates, initial_state, horizon, **options)
 
     def update(self, pooled: Sequence[NodeStatistics]) -> "RatePosterior":
         r"""Add pooled statistics (one [`jaxctbn.NodeStatistics`][] per node, for this graph):
@@ -121,7 +123,7 @@ class RatePosterior(eqx.Module):
                 "statistics: dwell times must be finite and >= 0.",
             )
             k = a.shape[-1]
-            alphas.append(a + jnp.where(_off_diagonal(k), M, 0.0))
+            alphas.append(a + jnp.where(off_diagonal(k), M, 0.0))
             betas.append(b + T)
         return eqx.tree_at(lambda p: (p.alpha, p.beta), self, (tuple(alphas), tuple(betas)))
 
@@ -156,6 +158,24 @@ class RatePosterior(eqx.Module):
             k = a.shape[-1]
             mean = a / b[..., None]
             err = a / b[..., None] ** 2 + (mean - q) ** 2
-            total = total + jnp.where(_off_diagonal(k), err, 0.0).sum()
+            total = total + jnp.where(off_diagonal(k), err, 0.0).sum()
             count += a.shape[0] * k * (k - 1)
         return total / count
+
+
+def path_log_likelihood(model: CTBN, statistics: SufficientStatistics) -> Float[Array, ""]:
+    r"""The log-likelihood of the observed paths given the rates of `model` (the paper's eq. for
+    the experimental sequence, without the initial-state factor):
+    $\sum_{n}\sum_{u,x,x'\ne x}[M_n(x,x',u)\ln\Lambda_n(x,x',u)-T_n(x,u)\Lambda_n(x,x',u)]$ over
+    the pooled statistics, so a node contributes nothing from trajectories in which it was
+    perfectly intervened on (its path is then fixed by the experimenter).
+
+    Differentiable in the rates: use it to fit rates, imperfect-intervention strengths or a
+    network that outputs rates by gradient descent. A transition observed where the model's rate
+    is zero gives $-\infty$."""
+    if statistics.parents != model.parents or statistics.cardinalities != model.cardinalities:
+        raise ValueError("statistics: computed for another graph or cardinalities than model.")
+    return sum(
+        poisson_path_log_likelihood(q, st.transitions, st.dwell_times)
+        for q, st in zip(model.cims, statistics.pooled())
+    )

@@ -9,8 +9,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from ._ctbn import CTBN
-from ._layout import config_index, static_config_count
+from ._layout import config_index, num_configurations
 from ._sampling import Trajectories
 
 
@@ -48,6 +47,24 @@ def _check_complete(trajectories: Trajectories) -> Trajectories:
     )
 
 
+def segments(
+    trajectory: Trajectories,
+) -> tuple[Int[Array, "events+1 nodes"], Float[Array, " events+1"], Bool[Array, " events"]]:
+    """The piecewise-constant segments of **one** padded trajectory: the state of each segment
+    `(E + 1, N)` (initial state, then the state after each jump slot), its dwell time `(E + 1,)`
+    (zero for unused slots; they sum to the duration), and which jump slots hold a real event
+    `(E,)`. This is the one place dwell times are cut from jump times."""
+    seg_states = jnp.concatenate([trajectory.initial_states[None], trajectory.states])
+    E = trajectory.jump_times.shape[0]
+    idx = jnp.arange(E + 1)
+    dtype = trajectory.jump_times.dtype
+    starts = jnp.concatenate([jnp.zeros((1,), dtype), trajectory.jump_times])
+    ends = jnp.concatenate([trajectory.jump_times, trajectory.durations[None]])
+    ends = jnp.where(idx < trajectory.num_events, ends, trajectory.durations)
+    dwell = jnp.where(idx <= trajectory.num_events, ends - starts, 0.0)
+    return seg_states, dwell, jnp.arange(E) < trajectory.num_events
+
+
 def node_statistics(
     trajectory: Trajectories,
     node: int,
@@ -65,26 +82,19 @@ def node_statistics(
         parents = tuple(int(p) for p in parents)
         if node in parents:
             raise ValueError(f"parents: node {node} cannot be its own parent.")
-        configs = static_config_count(parents, cardinalities)
+        configs = num_configurations(parents, cardinalities)
     else:
         if num_configs is None:
             raise ValueError("num_configs: required when parents is a padded array.")
         configs = num_configs
-    seg_states = jnp.concatenate([trajectory.initial_states[None], trajectory.states])
-    E = trajectory.jump_times.shape[0]
-    idx = jnp.arange(E + 1)
-    dtype = trajectory.jump_times.dtype
-    starts = jnp.concatenate([jnp.zeros((1,), dtype), trajectory.jump_times])
-    ends = jnp.concatenate([trajectory.jump_times, trajectory.durations[None]])
-    ends = jnp.where(idx < trajectory.num_events, ends, trajectory.durations)
-    dwell = jnp.where(idx <= trajectory.num_events, ends - starts, 0.0)
+    seg_states, dwell, valid_event = segments(trajectory)
     c = config_index(seg_states, parents, cardinalities)
     x = seg_states[:, node]
     dwell_times = jax.ops.segment_sum(dwell, c * k + x, num_segments=configs * k)
     src, dst = seg_states[:-1], seg_states[1:]
-    moved = (jnp.arange(E) < trajectory.num_events) & (src[:, node] != dst[:, node])
+    moved = valid_event & (src[:, node] != dst[:, node])
     bins = (c[:-1] * k + src[:, node]) * k + dst[:, node]
-    transitions = jax.ops.segment_sum(moved.astype(dtype), bins, num_segments=configs * k * k)
+    transitions = jax.ops.segment_sum(moved.astype(dwell.dtype), bins, num_segments=configs * k * k)
     return NodeStatistics(
         transitions=transitions.reshape(configs, k, k), dwell_times=dwell_times.reshape(configs, k)
     )
@@ -145,27 +155,3 @@ class SufficientStatistics(eqx.Module):
         if other.parents != self.parents or other.cardinalities != self.cardinalities:
             raise ValueError("concatenate: statistics were computed for different graphs.")
         return jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), self, other)
-
-
-def path_log_likelihood(model: CTBN, statistics: SufficientStatistics) -> Float[Array, ""]:
-    r"""The log-likelihood of the observed paths given the rates of `model` (the paper's eq. for
-    the experimental sequence, without the initial-state factor):
-    $\sum_{n}\sum_{u,x,x'\ne x}[M_n(x,x',u)\ln\Lambda_n(x,x',u)-T_n(x,u)\Lambda_n(x,x',u)]$ over
-    the pooled statistics, so a node contributes nothing from trajectories in which it was
-    perfectly intervened on (its path is then fixed by the experimenter).
-
-    Differentiable in the rates: use it to fit rates, imperfect-intervention strengths or a
-    network that outputs rates by gradient descent. A transition observed where the model's rate
-    is zero gives $-\infty$."""
-    if statistics.parents != model.parents or statistics.cardinalities != model.cardinalities:
-        raise ValueError("statistics: computed for another graph or cardinalities than model.")
-    total = 0.0
-    for q, st in zip(model.cims, statistics.pooled()):
-        k = q.shape[-1]
-        off = ~jnp.eye(k, dtype=bool)
-        lam = jnp.where(off, q, 1.0)
-        M = jnp.where(off, st.transitions, 0.0)
-        log_lam = jnp.where(M > 0, jnp.log(jnp.where(M > 0, lam, 1.0)), 0.0)  # 0 log 0 = 0
-        terms = M * log_lam - st.dwell_times[..., None] * jnp.where(off, q, 0.0)
-        total = total + terms.sum()
-    return total

@@ -20,15 +20,19 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jax.scipy.special import gammaln
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from ._ctbn import CTBN, PaddedCTBN, max_configs
-from ._layout import all_global_states, config_index, global_state_index
+from ._ctbn import CTBN, PaddedCTBN
+from ._layout import (
+    all_global_states,
+    config_index,
+    global_state_index,
+    max_configs,
+    num_configurations,
+)
+from ._priors import AbstractPrior, GammaPrior
 from ._sampling import Trajectories
-from ._statistics import _check_complete
-
-CONVENTIONS = ("gamma", "nodelman")
+from ._statistics import _check_complete, segments
 
 
 # --------------------------------------------------------------------------- candidates
@@ -125,14 +129,7 @@ def _segments(trajectories: Trajectories):
     """Flattened segments (state, dwell, trajectory) and events (pre, post state, trajectory)."""
     t = _check_complete(trajectories)
     R, E = t.jump_times.shape
-    seg_states = jnp.concatenate([t.initial_states[:, None], t.states], axis=1)  # (R, E+1, N)
-    dtype = t.jump_times.dtype
-    starts = jnp.concatenate([jnp.zeros((R, 1), dtype), t.jump_times], axis=1)
-    ends = jnp.concatenate([t.jump_times, t.durations[:, None]], axis=1)
-    idx = jnp.arange(E + 1)
-    ends = jnp.where(idx < t.num_events[:, None], ends, t.durations[:, None])
-    dwell = jnp.where(idx <= t.num_events[:, None], ends - starts, 0.0)
-    valid_event = jnp.arange(E) < t.num_events[:, None]
+    seg_states, dwell, valid_event = jax.vmap(segments)(t)  # (R, E+1, N), (R, E+1), (R, E)
     traj = jnp.broadcast_to(jnp.arange(R)[:, None], (R, E + 1))
     N = seg_states.shape[-1]
     return (
@@ -369,99 +366,34 @@ def family_statistics(
 
 
 # --------------------------------------------------------------------------- scores
-def _num_configs(parents: Array, cards: tuple[int, ...]) -> Array:
-    card_arr = jnp.asarray(cards)
-    return jnp.prod(jnp.where(parents >= 0, card_arr[jnp.maximum(parents, 0)], 1), axis=-1)
+def _check_statistics(statistics: FamilyStatistics) -> tuple[Array, ...]:
+    return tuple(
+        eqx.error_if(T, jnp.any(T < 0), "statistics: dwell times must be >= 0.")
+        for T in statistics.dwell_times
+    )
 
 
-def local_log_marginal_likelihood(
-    transitions: Float[Array, "configs k k"],
-    dwell_times: Float[Array, "configs k"],
-    num_configs,
-    *,
-    alpha=1.0,
-    beta=1.0,
-    convention: str = "gamma",
-) -> Float[Array, ""]:
-    r"""$\ln p(X_n\mid X_P)$ of one node for one parent set, **with** the prior normalising terms.
-
-    - `convention="gamma"` (the paper's prior, independent $\mathrm{Gam}(\alpha,\beta)$ per rate):
-      $\sum_{u,x,x'\ne x}[\ln\Gamma(\bar\alpha)-\ln\Gamma(\alpha)+\alpha\ln\beta-\bar\alpha\ln\bar\beta]$.
-      The paper writes this "$\propto$" and drops $\alpha\ln\beta-\ln\Gamma(\alpha)$, which changes
-      the ranking of parent sets of different sizes unless $\alpha\ln\beta=\ln\Gamma(\alpha)$.
-    - `convention="nodelman"` (Nodelman et al. 2003 family score as CTBN-RLE computes it, a
-      different prior): exit rate $q_{xu}\sim\mathrm{Gam}(\alpha_{xu}+1,\tau_{xu})$ and next state
-      $\sim\mathrm{Dir}(\alpha_{xx'u})$ with $\alpha_{xx'u}=\alpha/((k-1)k|U|)$,
-      $\alpha_{xu}=(k-1)\alpha_{xx'u}$, $\tau_{xu}=\beta/(k|U|)$ (here `alpha` is the total
-      imaginary transition count and `beta` the total imaginary time).
-
-    Padded configurations (index >= `num_configs`) must carry zero statistics; they add 0.
-    """
-    k = transitions.shape[-1]
-    off = ~jnp.eye(k, dtype=bool)
-    M = jnp.where(off, transitions, 0.0)
-    T = dwell_times
-    dtype = T.dtype
-    alpha = jnp.asarray(alpha, dtype)
-    beta = jnp.asarray(beta, dtype)
-    if convention == "gamma":
-        a_bar = alpha + M
-        b_bar = beta + T[..., None]
-        terms = gammaln(a_bar) - gammaln(alpha) + alpha * jnp.log(beta) - a_bar * jnp.log(b_bar)
-        return jnp.where(off, terms, 0.0).sum()
-    if convention == "nodelman":
-        U = jnp.asarray(num_configs, dtype)
-        a_xx = alpha / ((k - 1) * k * U)
-        a_x = (k - 1) * a_xx
-        tau = beta / (k * U)
-        Mx = M.sum(-1)
-        exit_part = (
-            gammaln(a_x + Mx + 1)
-            + (a_x + 1) * jnp.log(tau)
-            - gammaln(a_x + 1)
-            - (a_x + Mx + 1) * jnp.log(tau + T)
+def _scores(prior: AbstractPrior, statistics: FamilyStatistics, dwell_times) -> tuple:
+    cards = statistics.cardinalities
+    return tuple(
+        jax.vmap(lambda M, T, u, n=n: prior.log_marginal_likelihood(n, M, T, u))(
+            statistics.transitions[n],
+            dwell_times[n],
+            num_configurations(statistics.parent_sets[n], cards),
         )
-        dirichlet = gammaln(a_x) - gammaln(a_x + Mx)
-        dirichlet = dirichlet + jnp.where(off, gammaln(a_xx + M) - gammaln(a_xx), 0.0).sum(-1)
-        return (exit_part + dirichlet).sum()
-    raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}.")
+        for n in range(len(cards))
+    )
 
 
 def score_parent_sets(
-    statistics: FamilyStatistics, *, alpha=1.0, beta=1.0, convention: str = "gamma"
+    statistics: FamilyStatistics, *, prior: AbstractPrior = GammaPrior()
 ) -> tuple[Float[Array, " sets"], ...]:
-    """Local log marginal likelihoods of every candidate parent set of every node (vectorised
-    over sets). `alpha`/`beta` are scalars or one value per node, > 0."""
-    if convention not in CONVENTIONS:
-        raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}.")
-    N = len(statistics.cardinalities)
-    alphas = _per_node(alpha, N, "alpha")
-    betas = _per_node(beta, N, "beta")
-    out = []
-    for n in range(N):
-        U = _num_configs(statistics.parent_sets[n], statistics.cardinalities)
-        T = eqx.error_if(
-            statistics.dwell_times[n],
-            jnp.any(statistics.dwell_times[n] < 0),
-            "statistics: dwell times must be >= 0.",
-        )
-        score = jax.vmap(
-            lambda M, T, u, n=n: local_log_marginal_likelihood(
-                M, T, u, alpha=alphas[n], beta=betas[n], convention=convention
-            )
-        )(statistics.transitions[n], T, U)
-        out.append(score)
-    return tuple(out)
-
-
-def _per_node(value, N, name):
-    values = list(value) if isinstance(value, list | tuple | np.ndarray) else [value] * N
-    if len(values) != N:
-        raise ValueError(f"{name}: need a scalar or one value per node ({N}), got {len(values)}.")
-    for v in values:
-        if not isinstance(v, jax.core.Tracer) and not float(v) > 0:
-            raise ValueError(f"{name}: prior parameters must be > 0, got {v}.")
-    return values
+    """Local log marginal likelihoods $\ln p(X_n\mid X_P)$ of every candidate parent set of
+    every node under `prior` ([`jaxctbn.GammaPrior`][], the paper's, or
+    [`jaxctbn.NodelmanPrior`][], CTBN-RLE's family score), vectorised over sets, **with** the
+    prior's normalising terms (maths §5)."""
+    prior.check_num_nodes(len(statistics.cardinalities))
+    return _scores(prior, statistics, _check_statistics(statistics))
 
 
 # --------------------------------------------------------------------------- posterior
@@ -477,10 +409,8 @@ class StructurePosterior(eqx.Module):
     log_marginal_likelihoods: tuple[Float[Array, " sets"], ...]
     log_prior: tuple[Float[Array, " sets"], ...]
     statistics: FamilyStatistics
-    alpha: tuple[Array, ...]
-    beta: tuple[Array, ...]
+    prior: AbstractPrior
     names: tuple[str, ...] = eqx.field(static=True)
-    convention: str = eqx.field(static=True)
 
     @classmethod
     def from_statistics(
@@ -488,12 +418,10 @@ class StructurePosterior(eqx.Module):
         statistics: FamilyStatistics,
         names: Sequence[str],
         *,
-        alpha=1.0,
-        beta=1.0,
-        convention: str = "gamma",
+        prior: AbstractPrior = GammaPrior(),
         edge_prior: Array | None = None,
     ) -> "StructurePosterior":
-        r"""Score every candidate set. `edge_prior` (optional, `(N, N)`, entry `[m, n]` the prior
+        r"""Score every candidate set under the rate `prior`. `edge_prior` (optional, `(N, N)`, entry `[m, n]` the prior
         probability of the edge $m\to n$ in $(0,1)$) gives
         $\ln p(P)=\sum_{m\in P}\ln\pi_{mn}+\sum_{m\notin P}\ln(1-\pi_{mn})$; default uniform over
         the candidate sets."""
@@ -501,16 +429,14 @@ class StructurePosterior(eqx.Module):
         N = len(statistics.cardinalities)
         if len(names) != N:
             raise ValueError(f"names: need {N} node names, got {len(names)}.")
-        scores = score_parent_sets(statistics, alpha=alpha, beta=beta, convention=convention)
+        scores = score_parent_sets(statistics, prior=prior)
         log_prior = structure_log_prior(statistics.parent_sets, edge_prior)
         return cls(
             log_marginal_likelihoods=scores,
             log_prior=log_prior,
             statistics=statistics,
-            alpha=tuple(jnp.asarray(a, float) for a in _per_node(alpha, N, "alpha")),
-            beta=tuple(jnp.asarray(b, float) for b in _per_node(beta, N, "beta")),
+            prior=prior,
             names=names,
-            convention=convention,
         )
 
     @classmethod
@@ -520,9 +446,7 @@ class StructurePosterior(eqx.Module):
         cardinalities: Sequence[int],
         *,
         max_parents: int,
-        alpha=1.0,
-        beta=1.0,
-        convention: str = "gamma",
+        prior: AbstractPrior = GammaPrior(),
         edge_prior: Array | None = None,
         required_edges: Sequence[tuple[int, int]] = (),
         forbidden_edges: Sequence[tuple[int, int]] = (),
@@ -545,9 +469,7 @@ class StructurePosterior(eqx.Module):
             parent_sets=tuple(jnp.asarray(s, jnp.int32) for s in sets),
             cardinalities=cards,
         )
-        return cls.from_statistics(
-            stats, names, alpha=alpha, beta=beta, convention=convention, edge_prior=edge_prior
-        )
+        return cls.from_statistics(stats, names, prior=prior, edge_prior=edge_prior)
 
     @property
     def cardinalities(self) -> tuple[int, ...]:
@@ -560,18 +482,7 @@ class StructurePosterior(eqx.Module):
     def update(self, new: FamilyStatistics) -> "StructurePosterior":
         """Add the statistics of new experiments and rescore (no raw paths needed)."""
         stats = self.statistics + new
-        scores = tuple(
-            jax.vmap(
-                lambda M, T, u, n=n: local_log_marginal_likelihood(
-                    M, T, u, alpha=self.alpha[n], beta=self.beta[n], convention=self.convention
-                )
-            )(
-                stats.transitions[n],
-                stats.dwell_times[n],
-                _num_configs(stats.parent_sets[n], self.cardinalities),
-            )
-            for n in range(len(self.names))
-        )
+        scores = _scores(self.prior, stats, stats.dwell_times)
         return eqx.tree_at(
             lambda p: (p.log_marginal_likelihoods, p.statistics), self, (scores, stats)
         )
@@ -625,27 +536,13 @@ class StructurePosterior(eqx.Module):
         keys = jr.split(key, len(self.names))
         return jnp.stack([jr.categorical(k, lp) for k, lp in zip(keys, self.log_posterior())])
 
-    def sample_model(self, key: PRNGKeyArray) -> PaddedCTBN:
-        """A draw of a graph and of its rates from their posterior, as a
-        [`jaxctbn.PaddedCTBN`][] (same shapes for every graph, so it vmaps over keys)."""
-        key_graph, key_rates = jr.split(key)
-        return self.rates_given(self.sample_parent_sets(key_graph), key_rates)
-
-    def _node_rate_posterior(self, n: int, index):
-        """Posterior parameters of node n's rates under its candidate set `index`:
-        gamma: (alpha_bar, beta_bar[..., None]); nodelman: exit-rate shape and rate, and the
-        Dirichlet concentrations of the next state."""
-        k = self.cardinalities[n]
-        off = ~jnp.eye(k, dtype=bool)
-        M = jnp.where(off, self.statistics.transitions[n][index], 0.0)
-        T = self.statistics.dwell_times[n][index]
-        if self.convention == "gamma":
-            return jnp.where(off, self.alpha[n] + M, 1.0), (self.beta[n] + T)[..., None]
-        U = _num_configs(self.parent_sets[n][index], self.cardinalities).astype(T.dtype)
-        a_xx = self.alpha[n] / ((k - 1) * k * U)
-        a_x = (k - 1) * a_xx
-        tau = self.beta[n] / (k * U)
-        return a_x + M.sum(-1) + 1, tau + T, jnp.where(off, a_xx + M, 1.0)
+    def _node_statistics(self, n: int, index) -> tuple[Array, Array, Array]:
+        """Node n's history statistics under its candidate set `index`, and its configurations."""
+        return (
+            self.statistics.transitions[n][index],
+            self.statistics.dwell_times[n][index],
+            num_configurations(self.parent_sets[n][index], self.cardinalities),
+        )
 
     def _padded_model(self, indices, rates) -> PaddedCTBN:
         cims = []
@@ -660,37 +557,21 @@ class StructurePosterior(eqx.Module):
         )
 
     def rates_given(self, indices: Int[Array, " nodes"], key: PRNGKeyArray) -> PaddedCTBN:
-        r"""Rates drawn from their posterior given the parent-set `indices` (gamma convention:
-        $\mathrm{Gam}(\alpha+M,\beta+T)$ per rate; nodelman: exit rate
-        $\mathrm{Gam}(\alpha_{xu}+M_{xu}+1,\tau_{xu}+T_{xu})$ times a Dirichlet next state)."""
+        """Rates drawn from their posterior under the rate prior, given the parent-set `indices`
+        (a [`jaxctbn.PaddedCTBN`][]: same shapes for every graph, so it vmaps over keys)."""
         keys = jr.split(key, len(self.names))
-        rates = []
-        for n in range(len(self.names)):
-            params = self._node_rate_posterior(n, indices[n])
-            if self.convention == "gamma":
-                a_bar, b_bar = params
-                rates.append(jr.gamma(keys[n], a_bar, dtype=b_bar.dtype) / b_bar)
-            else:
-                shape, rate, conc = params
-                k1, k2 = jr.split(keys[n])
-                q = jr.gamma(k1, shape, dtype=rate.dtype) / rate
-                k = conc.shape[-1]
-                g = jnp.where(~jnp.eye(k, dtype=bool), jr.gamma(k2, conc, dtype=rate.dtype), 0.0)
-                rates.append(q[..., None] * g / g.sum(-1, keepdims=True))
+        rates = [
+            self.prior.sample_rates(n, *self._node_statistics(n, indices[n]), keys[n])
+            for n in range(len(self.names))
+        ]
         return self._padded_model(indices, rates)
 
     def mean_rates_given(self, indices: Int[Array, " nodes"]) -> PaddedCTBN:
         """Posterior-mean rates given the parent-set `indices` (e.g. `map_indices()`)."""
-        rates = []
-        for n in range(len(self.names)):
-            params = self._node_rate_posterior(n, indices[n])
-            if self.convention == "gamma":
-                rates.append(params[0] / params[1])
-            else:
-                shape, rate, conc = params
-                k = conc.shape[-1]
-                conc = jnp.where(~jnp.eye(k, dtype=bool), conc, 0.0)
-                rates.append((shape / rate)[..., None] * conc / conc.sum(-1, keepdims=True))
+        rates = [
+            self.prior.posterior_mean_rates(n, *self._node_statistics(n, indices[n]))
+            for n in range(len(self.names))
+        ]
         return self._padded_model(indices, rates)
 
     def map_model(self) -> CTBN:
@@ -733,9 +614,7 @@ def learn_structure(
     cardinalities: Sequence[int],
     *,
     max_parents: int,
-    alpha=1.0,
-    beta=1.0,
-    convention: str = "gamma",
+    prior: AbstractPrior = GammaPrior(),
     edge_prior=None,
     required_edges: Sequence[tuple[int, int]] = (),
     forbidden_edges: Sequence[tuple[int, int]] = (),
@@ -749,6 +628,4 @@ def learn_structure(
         N, max_parents, required_edges=required_edges, forbidden_edges=forbidden_edges
     )
     stats = family_statistics(trajectories, cardinalities, sets, method=method)
-    return StructurePosterior.from_statistics(
-        stats, names, alpha=alpha, beta=beta, convention=convention, edge_prior=edge_prior
-    )
+    return StructurePosterior.from_statistics(stats, names, prior=prior, edge_prior=edge_prior)

@@ -1,0 +1,122 @@
+r"""The Gamma / Poisson / Dirichlet formulas of CTBN learning, written once.
+
+A node's statistics under one parent set are transition counts $M(x,x',u)$ (shape
+`(configs, k, k)`, diagonal unused) and dwell times $T(x,u)$ (shape `(configs, k)`). Every
+function here sums over the off-diagonal entries only, and never evaluates anything on the
+diagonal (so no NaN can leak in from it).
+
+- [`poisson_path_log_likelihood`][]: $\sum_{u,x\ne x'}[M\ln\Lambda-T\Lambda]$, the CTBN path
+  likelihood (maths §1), with $0\ln0=0$.
+- [`gamma_poisson_log_marginal`][]: $\sum_{u,x\ne x'}[\ln\Gamma(\alpha+M)-\ln\Gamma(\alpha)
+  +\alpha\ln\beta-(\alpha+M)\ln(\beta+T)]$, the Gamma-Poisson marginal likelihood. With the
+  prior $(\alpha,\beta)$ it is the structure score (maths §5), with the posterior
+  $(\bar\alpha,\bar\beta)$ and the statistics of a future path the predictive likelihood (maths
+  §5), and it is the data term of the closed-form VBHC minimum (maths §3).
+- [`dirichlet_gamma_log_marginal`][]: the Nodelman et al. (2003) family score (exit rate
+  Gamma, next state Dirichlet), as CTBN-RLE computes it.
+- [`gamma_log_density`][], [`gamma_kl`][].
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax.scipy.special import digamma, gammaln
+from jaxtyping import Array, ArrayLike, Float
+
+
+def off_diagonal(k: int) -> Array:
+    """Boolean mask of the off-diagonal entries of a $k\\times k$ table."""
+    return ~jnp.eye(k, dtype=bool)
+
+
+def poisson_path_log_likelihood(
+    rates: Float[Array, "*configs k k"],
+    transitions: Float[Array, "*configs k k"],
+    dwell_times: Float[Array, "*configs k"],
+) -> Float[Array, ""]:
+    r"""$\sum_{u,x\ne x'}[M(x,x',u)\ln\Lambda(x,x',u)-T(x,u)\Lambda(x,x',u)]$ with $0\ln0=0$
+    (a transition where the rate is zero gives $-\infty$). Differentiable in the rates."""
+    k = rates.shape[-1]
+    off = off_diagonal(k)
+    M = jnp.where(off, transitions, 0.0)
+    lam = jnp.where(off, rates, 0.0)
+    log_lam = jnp.where(M > 0, jnp.log(jnp.where(M > 0, lam, 1.0)), 0.0)
+    return (M * log_lam - dwell_times[..., None] * lam).sum()
+
+
+def gamma_poisson_log_marginal(
+    alpha: ArrayLike,
+    beta: ArrayLike,
+    transitions: Float[Array, "*configs k k"],
+    dwell_times: Float[Array, "*configs k"],
+) -> Float[Array, ""]:
+    r"""$\sum_{u,x\ne x'}[\ln\Gamma(\alpha+M)-\ln\Gamma(\alpha)+\alpha\ln\beta
+    -(\alpha+M)\ln(\beta+T)]$: the log marginal likelihood of counts $M$ and dwell times $T$ under
+    independent $\mathrm{Gam}(\alpha,\beta)$ rates. `alpha` broadcasts against the transitions
+    `(configs, k, k)` (per rate), `beta` against the dwell times `(configs, k)` (shared over
+    $x'$). Configurations with zero statistics contribute 0."""
+    k = transitions.shape[-1]
+    off = off_diagonal(k)
+    dtype = dwell_times.dtype
+    a = jnp.where(off, jnp.asarray(alpha, dtype), 1.0)
+    b = jnp.asarray(beta, dtype)[..., None]
+    M = jnp.where(off, transitions, 0.0)
+    T = dwell_times[..., None]
+    terms = gammaln(a + M) - gammaln(a) + a * jnp.log(b) - (a + M) * jnp.log(b + T)
+    return jnp.where(off, terms, 0.0).sum()
+
+
+def dirichlet_gamma_log_marginal(
+    pseudo_transitions: ArrayLike,
+    pseudo_time: ArrayLike,
+    transitions: Float[Array, "*configs k k"],
+    dwell_times: Float[Array, "*configs k"],
+) -> Float[Array, ""]:
+    r"""The Nodelman et al. (2003) family score of one node's statistics: exit rate
+    $q_{xu}\sim\mathrm{Gam}(\alpha_{xu}+1,\tau_{xu})$ and next state
+    $\sim\mathrm{Dir}(\alpha_{xx'u})$, so
+
+    $$\sum_{u,x}\Big[\ln\tfrac{\Gamma(\alpha_{xu}+M_{xu}+1)\,\tau_{xu}^{\alpha_{xu}+1}}
+    {\Gamma(\alpha_{xu}+1)\,(\tau_{xu}+T_{xu})^{\alpha_{xu}+M_{xu}+1}}
+    +\ln\tfrac{\Gamma(\alpha_{xu})}{\Gamma(\alpha_{xu}+M_{xu})}
+    +\sum_{x'\ne x}\ln\tfrac{\Gamma(\alpha_{xx'u}+M_{xx'u})}{\Gamma(\alpha_{xx'u})}\Big]$$
+
+    with $M_{xu}=\sum_{x'}M_{xx'u}$, `pseudo_transitions` $=\alpha_{xx'u}$ and `pseudo_time`
+    $=\tau_{xu}$ (see [`jaxctbn.NodelmanPrior`][] for how CTBN-RLE spreads them over the
+    configurations), and $\alpha_{xu}=(k-1)\alpha_{xx'u}$."""
+    k = transitions.shape[-1]
+    off = off_diagonal(k)
+    dtype = dwell_times.dtype
+    a_xx = jnp.asarray(pseudo_transitions, dtype)
+    a_x = (k - 1) * a_xx
+    tau = jnp.asarray(pseudo_time, dtype)
+    M = jnp.where(off, transitions, 0.0)
+    Mx = M.sum(-1)
+    T = dwell_times
+    exit_part = (
+        gammaln(a_x + Mx + 1)
+        + (a_x + 1) * jnp.log(tau)
+        - gammaln(a_x + 1)
+        - (a_x + Mx + 1) * jnp.log(tau + T)
+    )
+    dirichlet = gammaln(a_x) - gammaln(a_x + Mx)
+    dirichlet = dirichlet + jnp.where(off, gammaln(a_xx + M) - gammaln(a_xx), 0.0).sum(-1)
+    return (exit_part + dirichlet).sum()
+
+
+def gamma_log_density(x: ArrayLike, a: ArrayLike, b: ArrayLike) -> Array:
+    r"""$\ln\mathrm{Gam}(x\mid a,b)=a\ln b-\ln\Gamma(a)+(a-1)\ln x-bx$ (rate parametrisation),
+    elementwise."""
+    return a * jnp.log(b) - gammaln(a) + (a - 1) * jnp.log(x) - b * x
+
+
+def gamma_kl(a1: ArrayLike, b1: ArrayLike, a2: ArrayLike, b2: ArrayLike) -> Array:
+    r"""$\mathrm{KL}(\mathrm{Gam}(a_1,b_1)\,\|\,\mathrm{Gam}(a_2,b_2))$ (rate parametrisation),
+    elementwise."""
+    return (
+        (a1 - a2) * digamma(a1)
+        - gammaln(a1)
+        + gammaln(a2)
+        + a2 * (jnp.log(b1) - jnp.log(b2))
+        + a1 * (b2 - b1) / b1
+    )
