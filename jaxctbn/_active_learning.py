@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
+from typing import ClassVar, Literal
 
 import equinox as eqx
 import jax
@@ -22,16 +23,18 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
-from ._criteria import PARAMETER_CRITERIA, score_interventions
+from ._batching import AbstractBatching
+from ._criteria import BHC, EIG, VBHC, AbstractCriterion, score_interventions
 from ._ctbn import CTBN
 from ._interventions import Intervention, intervention_space
 from ._metrics import adjacency_from_parents, edge_aupr, edge_auroc, structural_hamming_distance
-from ._posterior import RatePosterior
+from ._optimisers import LBFGS
+from ._posterior import AbstractPosterior, RatePosterior
+from ._priors import AbstractPrior, GammaPrior
 from ._sampling import Trajectories, sample_trajectory
 from ._solvers import DEFAULT_SOLVER, AbstractMasterEquationSolver
 from ._statistics import SufficientStatistics
 from ._structure import StructurePosterior, family_statistics
-from ._structure_criteria import STRUCTURE_CRITERIA, score_interventions_structure
 
 # --------------------------------------------------------------------------------- designs
 
@@ -39,117 +42,116 @@ from ._structure_criteria import STRUCTURE_CRITERIA, score_interventions_structu
 class AbstractDesign(eqx.Module):
     """Chooses the next intervention from a batch of candidates.
 
-    Subclasses implement `scores(posterior, interventions, initial, horizon, key)`, one score
-    per candidate (larger = better); `choose` returns the index of the best one.
-    """
+    Subclasses implement `scores`; `choose` returns the index of the best candidate (the
+    `argmax`). This is the extension point for a new design strategy."""
 
     @abc.abstractmethod
     def scores(
         self,
-        posterior,
-        interventions: Intervention,
-        initial: Int[Array, " nodes"],
+        posterior: AbstractPosterior,
+        candidates: Intervention,
+        initial_state: Int[Array, " nodes"],
         horizon: Float[Array, ""],
         key: PRNGKeyArray,
-    ) -> Float[Array, " interventions"]:
-        raise NotImplementedError
+    ) -> Float[Array, " candidates"]:
+        """One score per candidate (larger = better), for the current `posterior`, the revealed
+        `initial_state` of the next experiment and its `horizon`. Must be pure and jittable: it
+        runs inside the compiled loop, under `jax.vmap` over repetitions."""
 
-    def choose(self, posterior, interventions, initial, horizon, key) -> Int[Array, ""]:
-        return jnp.argmax(self.scores(posterior, interventions, initial, horizon, key))
+    def choose(self, posterior, candidates, initial_state, horizon, key) -> Int[Array, ""]:
+        """Index of the chosen candidate: the `argmax` of `scores`."""
+        return jnp.argmax(self.scores(posterior, candidates, initial_state, horizon, key))
 
 
 class PassiveDesign(AbstractDesign):
     """Never intervenes: picks the candidate with no target (it must be among the candidates)."""
 
-    def scores(self, posterior, interventions, initial, horizon, key):
-        return (~interventions.targets.any(-1)).astype(jnp.result_type(float))
+    def scores(self, posterior, candidates, initial_state, horizon, key):
+        return (~candidates.targets.any(-1)).astype(jnp.result_type(float))
 
 
 class RandomDesign(AbstractDesign):
     """Picks a candidate uniformly at random."""
 
-    def scores(self, posterior, interventions, initial, horizon, key):
-        return jr.uniform(key, interventions.targets.shape[:1])
+    def scores(self, posterior, candidates, initial_state, horizon, key):
+        return jr.uniform(key, candidates.targets.shape[:1])
 
 
 class CriterionDesign(AbstractDesign):
     r"""Picks the intervention that maximises a design criterion, scored over all candidates in
-    one call ([`jaxctbn.score_interventions`][] for a [`jaxctbn.RatePosterior`][],
-    [`jaxctbn.score_interventions_structure`][] for a [`jaxctbn.StructurePosterior`][]).
+    one call of [`jaxctbn.score_interventions`][] (for either learning target).
 
-    **Arguments (keyword-only after `criterion`):** `criterion` (`"vbhc"`, `"bhc"`,
-    `"vbhc-optax"`, `"eig"`), `num_samples` ($N_S$), `num_paths` (paths per draw, for `"eig"` and
-    the Monte Carlo KL), `estimator` (structure KL: `"plug-in"` or `"monte-carlo"`), `worst`
-    (pick the *least* informative candidate: "negative VBHC", the paper's control), `batch_size`
-    (map over chunks of candidates to bound memory), `solver`.
+    **Arguments:** `criterion` ([`jaxctbn.VBHC`][], [`jaxctbn.BHC`][], [`jaxctbn.EIG`][] or any
+    [`jaxctbn.AbstractCriterion`][]); keyword-only `num_samples` ($N_S$), `worst` (pick the
+    *least* informative candidate: "negative VBHC", the paper's control), `solver`, `batching`
+    (see [`jaxctbn.score_interventions`][]).
     """
 
-    criterion: str = eqx.field(static=True)
+    criterion: AbstractCriterion
     num_samples: int = eqx.field(default=10, static=True, kw_only=True)
-    num_paths: int = eqx.field(default=10, static=True, kw_only=True)
-    estimator: str = eqx.field(default="plug-in", static=True, kw_only=True)
     worst: bool = eqx.field(default=False, static=True, kw_only=True)
-    batch_size: int | None = eqx.field(default=None, static=True, kw_only=True)
     solver: AbstractMasterEquationSolver = eqx.field(default=DEFAULT_SOLVER, kw_only=True)
+    batching: AbstractBatching | None = eqx.field(default=None, kw_only=True)
 
     def __check_init__(self):
-        valid = sorted(set(PARAMETER_CRITERIA) | set(STRUCTURE_CRITERIA))
-        if self.criterion not in valid:
-            raise ValueError(f"criterion must be one of {valid}, got {self.criterion!r}.")
-        if self.num_samples < 1 or self.num_paths < 1:
-            raise ValueError("num_samples and num_paths must be >= 1.")
-        if self.estimator not in ("plug-in", "monte-carlo"):
+        if not isinstance(self.criterion, AbstractCriterion):
             raise ValueError(
-                f"estimator must be 'plug-in' or 'monte-carlo', got {self.estimator!r}."
+                f"criterion: expected a criterion Module (VBHC(), BHC(), EIG()), got "
+                f"{self.criterion!r}."
             )
+        if self.num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {self.num_samples}.")
 
-    def scores(self, posterior, interventions, initial, horizon, key):
-        common = dict(
+    def scores(self, posterior, candidates, initial_state, horizon, key):
+        s = score_interventions(
+            posterior,
+            candidates,
+            initial_state,
+            horizon,
+            criterion=self.criterion,
             key=key,
             num_samples=self.num_samples,
-            criterion=self.criterion,
-            num_paths=self.num_paths,
             solver=self.solver,
-            batch_size=self.batch_size,
+            batching=self.batching,
         )
-        if isinstance(posterior, StructurePosterior):
-            s = score_interventions_structure(
-                posterior, interventions, initial, horizon, estimator=self.estimator, **common
-            )
-        elif isinstance(posterior, RatePosterior):
-            s = score_interventions(posterior, interventions, initial, horizon, **common)
-        else:
-            raise TypeError(
-                f"posterior: expected a RatePosterior or StructurePosterior, got {type(posterior)}."
-            )
         return -s if self.worst else s
 
 
 class CallableDesign(AbstractDesign):
-    """A user criterion: `fn(posterior, interventions, initial, horizon, key)` returns one score
-    per candidate (larger = better). `fn` must be pure and jittable."""
+    """A user criterion: `fn(posterior, candidates, initial_state, horizon, key)` returns one
+    score per candidate (larger = better). `fn` must be pure and jittable."""
 
     fn: Callable = eqx.field(static=True)
 
-    def scores(self, posterior, interventions, initial, horizon, key):
-        return self.fn(posterior, interventions, initial, horizon, key)
+    def scores(self, posterior, candidates, initial_state, horizon, key):
+        return self.fn(posterior, candidates, initial_state, horizon, key)
 
 
 #: Design names understood by [`jaxctbn.design_from_name`][] and `jaxctbn run --designs`.
 DESIGN_NAMES = ("passive", "random", "vbhc", "bhc", "vbhc-optax", "eig", "negative-vbhc")
+DesignName = Literal["passive", "random", "vbhc", "bhc", "vbhc-optax", "eig", "negative-vbhc"]
 
 
-def design_from_name(name: str, *, num_samples: int = 10, num_paths: int = 10) -> AbstractDesign:
-    """`"passive"`, `"random"`, a criterion (`"vbhc"`, `"bhc"`, `"vbhc-optax"`, `"eig"`) or
+def design_from_name(
+    name: DesignName, *, num_samples: int = 10, num_paths: int = 10
+) -> AbstractDesign:
+    """The design behind a CLI name: `"passive"`, `"random"`, `"vbhc"` (`VBHC()`), `"bhc"`,
+    `"vbhc-optax"` (`VBHC(optimiser=LBFGS())`), `"eig"` (`EIG(num_paths=num_paths)`) or
     `"negative-vbhc"` (the worst candidate by the VBHC)."""
+    criteria = {
+        "vbhc": VBHC(),
+        "bhc": BHC(),
+        "vbhc-optax": VBHC(optimiser=LBFGS()),
+        "eig": EIG(num_paths=num_paths),
+    }
     if name == "passive":
         return PassiveDesign()
     if name == "random":
         return RandomDesign()
     if name == "negative-vbhc":
-        return CriterionDesign("vbhc", num_samples=num_samples, num_paths=num_paths, worst=True)
-    if name in ("vbhc", "bhc", "vbhc-optax", "eig"):
-        return CriterionDesign(name, num_samples=num_samples, num_paths=num_paths)
+        return CriterionDesign(VBHC(), num_samples=num_samples, worst=True)
+    if name in criteria:
+        return CriterionDesign(criteria[name], num_samples=num_samples)
     raise ValueError(f"design: unknown name {name!r}; valid: {', '.join(DESIGN_NAMES)}.")
 
 
@@ -162,33 +164,41 @@ def _as_batch(path: Trajectories) -> Trajectories:
 
 class AbstractLearningTask(eqx.Module):
     """What is being learned: the ground truth, the prior, how one trajectory updates the
-    posterior and which metrics are recorded."""
+    posterior and which metrics are recorded. `metric_labels` (a class attribute) names every
+    metric `metrics` returns: `{name: (label, "higher" | "lower" is better)}`; the experiment
+    tables and figures read it."""
 
     truth: eqx.AbstractVar[CTBN]
+    metric_labels: ClassVar[dict[str, tuple[str, str]]]
 
     @abc.abstractmethod
-    def prior(self):
-        raise NotImplementedError
+    def initial_posterior(self) -> AbstractPosterior:
+        """The posterior before any experiment."""
 
     @abc.abstractmethod
-    def update(self, posterior, path: Trajectories):
-        raise NotImplementedError
+    def update(self, posterior: AbstractPosterior, path: Trajectories) -> AbstractPosterior:
+        """The posterior after one more simulated trajectory (pooled across interventions)."""
 
     @abc.abstractmethod
-    def metrics(self, posterior) -> dict[str, Array]:
-        raise NotImplementedError
+    def metrics(self, posterior: AbstractPosterior) -> dict[str, Array]:
+        """Scalar metrics of `posterior` against the truth, keyed as `metric_labels`."""
 
 
 class StructureLearningTask(AbstractLearningTask):
     r"""Exact Bayesian structure learning (exhaustive parent sets with in-degree
-    $\le$ `max_parents`, Gamma($\alpha$, $\beta$) rate priors). Metrics: edge AUROC and AUPR of
-    the posterior edge marginals against the true graph, structural Hamming distance of the MAP
-    graph, and the entropy of the structure posterior (nats)."""
+    $\le$ `max_parents`, rate prior `prior`, default [`jaxctbn.GammaPrior`][]`(1, 1)`). Metrics:
+    edge AUROC and AUPR of the posterior edge marginals against the true graph, structural
+    Hamming distance of the MAP graph, and the entropy of the structure posterior (nats)."""
 
     truth: CTBN
     max_parents: int = eqx.field(static=True, kw_only=True)
-    alpha: float = eqx.field(default=1.0, kw_only=True)
-    beta: float = eqx.field(default=1.0, kw_only=True)
+    prior: AbstractPrior = eqx.field(default=GammaPrior(), kw_only=True)
+    metric_labels: ClassVar[dict[str, tuple[str, str]]] = {
+        "auroc": ("AUROC", "higher"),
+        "aupr": ("AUPR", "higher"),
+        "shd": ("SHD of the MAP graph", "lower"),
+        "entropy": ("structure posterior entropy (nats)", "lower"),
+    }
 
     def __check_init__(self):
         if not 0 <= self.max_parents < self.truth.num_nodes:
@@ -196,13 +206,12 @@ class StructureLearningTask(AbstractLearningTask):
                 f"max_parents must be in 0..{self.truth.num_nodes - 1}, got {self.max_parents}."
             )
 
-    def prior(self) -> StructurePosterior:
+    def initial_posterior(self) -> StructurePosterior:
         return StructurePosterior.from_prior(
             self.truth.names,
             self.truth.cardinalities,
             max_parents=self.max_parents,
-            alpha=self.alpha,
-            beta=self.beta,
+            prior=self.prior,
         )
 
     def update(self, posterior: StructurePosterior, path: Trajectories) -> StructurePosterior:
@@ -221,16 +230,18 @@ class StructureLearningTask(AbstractLearningTask):
 
 
 class ParameterLearningTask(AbstractLearningTask):
-    r"""Bayesian rate learning for the known graph of `truth` (Gamma($\alpha$, $\beta$) priors).
-    Metric: the posterior-averaged squared error $\mathsf E[(\Lambda-\Lambda^*)^2]$
-    ([`jaxctbn.RatePosterior.mse`][])."""
+    r"""Bayesian rate learning for the known graph of `truth` (rate prior `prior`, a
+    [`jaxctbn.GammaPrior`][], default $(1, 1)$). Metric: the posterior-averaged squared error
+    $\mathsf E[(\Lambda-\Lambda^*)^2]$ ([`jaxctbn.RatePosterior.mse`][])."""
 
     truth: CTBN
-    alpha: float = eqx.field(default=1.0, kw_only=True)
-    beta: float = eqx.field(default=1.0, kw_only=True)
+    prior: GammaPrior = eqx.field(default=GammaPrior(), kw_only=True)
+    metric_labels: ClassVar[dict[str, tuple[str, str]]] = {
+        "mse": ("posterior MSE of the rates", "lower")
+    }
 
-    def prior(self) -> RatePosterior:
-        return RatePosterior.for_model(self.truth, alpha=self.alpha, beta=self.beta)
+    def initial_posterior(self) -> RatePosterior:
+        return RatePosterior.for_model(self.truth, prior=self.prior)
 
     def update(self, posterior: RatePosterior, path: Trajectories) -> RatePosterior:
         stats = SufficientStatistics.from_trajectories(
@@ -279,12 +290,12 @@ def run_active_learning(
     key: PRNGKeyArray,
     num_experiments: int,
     horizon: ArrayLike = 3.0,
-    interventions: Intervention | None = None,
+    candidates: Intervention | None = None,
     max_events: int = 512,
 ) -> ActiveLearningResult:
     r"""One sequential experiment of `num_experiments` steps as a single `jax.lax.scan`.
 
-    `interventions`: the candidates (leading axis; default the whole
+    `candidates`: the candidate interventions (leading axis; default the whole
     [`jaxctbn.intervention_space`][] of the truth, member 0 = no intervention). The same `key`
     gives the same run; two designs run with the same key see the same initial states and the
     same random streams, so their differences are not sampling noise in those.
@@ -295,12 +306,12 @@ def run_active_learning(
     if num_experiments < 1:
         raise ValueError(f"num_experiments must be >= 1, got {num_experiments}.")
     truth = task.truth
-    if interventions is None:
-        interventions = intervention_space(truth.cardinalities)
-    if interventions.targets.ndim != 2 or interventions.targets.shape[1] != truth.num_nodes:
+    if candidates is None:
+        candidates = intervention_space(truth.cardinalities)
+    if candidates.targets.ndim != 2 or candidates.targets.shape[1] != truth.num_nodes:
         raise ValueError(
-            f"interventions: expected a batch (candidates, {truth.num_nodes}), got targets of "
-            f"shape {interventions.targets.shape}."
+            f"candidates: expected a batch (candidates, {truth.num_nodes}), got targets of "
+            f"shape {candidates.targets.shape}."
         )
     horizon = jnp.asarray(horizon, jnp.result_type(float))
     horizon = eqx.error_if(
@@ -310,11 +321,11 @@ def run_active_learning(
 
     def step(posterior, key):
         k_init, k_design, k_path = jr.split(key, 3)
-        initial = _random_state(k_init, cards)
-        index = design.choose(posterior, interventions, initial, horizon, k_design)
-        iv = jax.tree_util.tree_map(lambda a: a[index], interventions)
+        initial_state = _random_state(k_init, cards)
+        index = design.choose(posterior, candidates, initial_state, horizon, k_design)
+        iv = jax.tree_util.tree_map(lambda a: a[index], candidates)
         path = sample_trajectory(
-            truth, initial, horizon, key=k_path, intervention=iv, max_events=max_events
+            truth, initial_state, horizon, key=k_path, intervention=iv, max_events=max_events
         )
         posterior = task.update(posterior, path)
         record = (
@@ -327,7 +338,7 @@ def run_active_learning(
         )
         return posterior, record
 
-    prior = task.prior()
+    prior = task.initial_posterior()
     final, (metrics, index, targets, states, initial, events) = jax.lax.scan(
         step, prior, jr.split(key, num_experiments)
     )
@@ -354,7 +365,7 @@ def run_repetitions(
     *,
     num_experiments: int,
     horizon: ArrayLike = 3.0,
-    interventions: Intervention | None = None,
+    candidates: Intervention | None = None,
     max_events: int = 512,
 ) -> ActiveLearningResult:
     """[`jaxctbn.run_active_learning`][] vmapped over a batch of keys (one per repetition), as
@@ -366,7 +377,7 @@ def run_repetitions(
             key=k,
             num_experiments=num_experiments,
             horizon=horizon,
-            interventions=interventions,
+            candidates=candidates,
             max_events=max_events,
         )
     )(keys)

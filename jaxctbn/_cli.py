@@ -164,6 +164,22 @@ def _parse_cardinalities(text, inferred):
     return out
 
 
+def _prior(convention: str, alpha: float, beta: float):
+    """The rate prior named by `--prior-convention` (the CLI's only string for it)."""
+    from ._priors import GammaPrior, NodelmanPrior
+
+    return GammaPrior(alpha, beta) if convention == "gamma" else NodelmanPrior(alpha, beta)
+
+
+def _criterion(name: str, paths: int):
+    """The criterion Module named by `--criterion`."""
+    from ._criteria import BHC, EIG, VBHC
+
+    if paths < 1:
+        raise ValueError(f"--paths: must be >= 1, got {paths}.")
+    return {"vbhc": VBHC(), "bhc": BHC(), "eig": EIG(num_paths=paths)}[name]
+
+
 def _cmd_learn(args):
     import jax
     import numpy as np
@@ -184,9 +200,7 @@ def _cmd_learn(args):
         names,
         cards,
         max_parents=max_parents,
-        alpha=alpha,
-        beta=beta,
-        convention=args.prior_convention,
+        prior=_prior(args.prior_convention, alpha, beta),
     )
     post = jax.tree_util.tree_map(np.asarray, post)
     probs = post.parent_set_probabilities()
@@ -254,7 +268,7 @@ def _cmd_design(args):
     if missing:
         raise ValueError(f"--initial-state: missing node(s) {missing}; give NODE=STATE for all.")
     initial = jnp.asarray([init[n] for n in model.names], jnp.int32)
-    posterior = RatePosterior.for_model(model, alpha=alpha, beta=beta)
+    posterior = RatePosterior.for_model(model, prior=GammaPrior(alpha, beta))
     if args.data is not None:
         df = read_csv(args.data)
         traj, _ = trajectories_from_dataframe(df, model)
@@ -262,7 +276,7 @@ def _cmd_design(args):
         posterior = posterior.update_with(stats)
     space = intervention_space(model.cardinalities)
     key = jax.random.key(args.seed)
-    scores = _score_space(score_interventions, posterior, space, initial, duration, key, args)
+    scores = _score_space(posterior, space, initial, duration, key, args)
     _write_ranking(args, np.asarray(scores), space, list(model.names), init, duration)
 
 
@@ -278,8 +292,8 @@ def _design_structure(args):
         read_csv,
         trajectories_from_dataframe,
     )
+    from ._priors import GammaPrior
     from ._structure import learn_structure
-    from ._structure_criteria import score_interventions_structure
 
     if args.data is None and args.network is None:
         raise ValueError("--data or --network: give the history (or a network for the node list).")
@@ -315,7 +329,9 @@ def _design_structure(args):
             intervention_targets=jnp.ones((1, N), bool),
             intervention_states=jnp.zeros((1, N), jnp.int32),
         )
-    posterior = learn_structure(traj, names, cards, max_parents=max_parents, alpha=alpha, beta=beta)
+    posterior = learn_structure(
+        traj, names, cards, max_parents=max_parents, prior=GammaPrior(alpha, beta)
+    )
 
     spec = SimpleNamespace(names=tuple(names), cardinalities=cards)  # what the parser reads
     init = _assignment(args.initial_state, spec, "--initial-state")
@@ -325,22 +341,21 @@ def _design_structure(args):
     initial = jnp.asarray([init[n] for n in names], jnp.int32)
     space = intervention_space(cards)
     key = jax.random.key(args.seed)
-    scores = _score_space(
-        score_interventions_structure, posterior, space, initial, duration, key, args
-    )
+    scores = _score_space(posterior, space, initial, duration, key, args)
     _write_ranking(args, np.asarray(scores), space, names, init, duration)
 
 
-def _score_space(scorer, posterior, space, initial, duration, key, args):
-    return scorer(
+def _score_space(posterior, space, initial_state, horizon, key, args):
+    from ._criteria import score_interventions
+
+    return score_interventions(
         posterior,
         space,
-        initial,
-        duration,
+        initial_state,
+        horizon,
+        criterion=_criterion(args.criterion, args.paths),
         key=key,
         num_samples=args.samples,
-        criterion=args.criterion,
-        num_paths=args.paths,
     )
 
 
@@ -372,7 +387,8 @@ def _write_ranking(args, scores, space, names, init, duration):
 
 def _cmd_run(args):
     from ._active_learning import DESIGN_NAMES
-    from ._experiments import run_experiment, summary_table
+    from ._experiments import ExperimentConfig, run_experiment, summary_table
+    from ._priors import GammaPrior
 
     designs = [d.strip() for d in args.designs.split(",") if d.strip()]
     unknown = [d for d in designs if d not in DESIGN_NAMES]
@@ -383,9 +399,9 @@ def _cmd_run(args):
         )
     truth = _load_network(args.network) if args.network is not None else None
     out = args.out or f"run_{args.target}"
-    report = run_experiment(
-        args.target,
-        designs=designs,
+    config = ExperimentConfig(
+        target=args.target,
+        designs=tuple(designs),
         repetitions=args.repetitions,
         experiments=args.experiments,
         samples=args.samples,
@@ -394,13 +410,11 @@ def _cmd_run(args):
         truth=truth,
         truth_seed=args.truth_seed,
         max_parents=args.max_parents,
-        alpha=_positive(args.alpha, "--alpha"),
-        beta=_positive(args.beta, "--beta"),
+        prior=GammaPrior(_positive(args.alpha, "--alpha"), _positive(args.beta, "--beta")),
         paths=args.paths,
         chunk=args.chunk,
-        out=out,
-        progress=not args.no_progress,
     )
+    report = run_experiment(config, out=out, progress=not args.no_progress)
     print("\n".join(summary_table(args.target, report["summary"], report["settings"])))
     print(f"wrote {out}/summary.md, metrics.csv, results.json, figure.png, interventions.png")
 

@@ -1,449 +1,358 @@
-r"""Design criteria for active **parameter** learning: KL divergence between CTBN path measures,
-the Box-Hill criterion (BHC), the variational Box-Hill criterion (VBHC) and the EIG.
+r"""Design criteria as Modules, and the one verb that scores candidate interventions.
 
-Implements the checked forms of `MATH.md` §2, §3 and §6, which correct the printed paper:
+[`jaxctbn.score_interventions`][] scores a batch of candidates for whatever the posterior learns:
+the rates of a known graph ([`jaxctbn.RatePosterior`][], active parameter learning) or the graph
+([`jaxctbn.StructurePosterior`][], active structure learning). The criterion is a Module:
 
-- KL (§2): $\mathrm{KL}=\sum_{n\in\aleph,u,x,x'}\mathsf E[\hat T](\Lambda\ln\frac{\Lambda}{\Lambda'}
-  -\Lambda+\Lambda')\ge0$ (the appendix has the wrong sign on the log term).
-- VBHC (§3): the paper's eq. (12) has a minus where a plus belongs; its gradients have a flipped
-  sign, a missing $\bar\alpha$ and a missing sum over $x'$ (we use autodiff, and test it against
-  the corrected analytic gradient). Posterior draws are averaged with plain $1/N_S$ weights,
-  not by their posterior density as Algorithm 1 prints (biased).
-- EIG (§6, Algorithm 3): by conjugacy no inner loop is needed.
+- [`jaxctbn.VBHC`][]: the variational Box-Hill criterion, minimised in closed form (default) or
+  by an `optimiser` ([`jaxctbn.LBFGS`][], [`jaxctbn.Adam`][]) with autodiff gradients;
+- [`jaxctbn.BHC`][]: the Box-Hill criterion (the VBHC at $q$ = the posterior);
+- [`jaxctbn.EIG`][]: the expected information gain by Monte Carlo over sampled paths.
 
-Only nodes that are not perfectly intervened on ($n\in\aleph$) contribute.
+The structure (V)BHC also takes a KL `estimator` ([`jaxctbn.PlugIn`][] or
+[`jaxctbn.MonteCarlo`][]); the parameter (V)BHC is exact. The posterior decides which of the
+criterion's two methods runs (`score_rates` or `score_structure`), so a new criterion is one
+class with those two methods. Larger scores are more informative (the paper's
+$\arg\max_i\min_\kappa\mathrm{VBHC}$); the paper's "negative VBHC" control is the `argmin`.
 """
 
 from __future__ import annotations
 
+import abc
+
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import jax.random as jr
-import optax
-from jax.scipy.special import digamma, gammaln
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from ._ctbn import AbstractCTBN
+from ._batching import AbstractBatching, Chunked, Vmap
 from ._interventions import Intervention
-from ._master_equation import (
-    expected_statistics,
-    expected_statistics_batch,
+from ._kl_estimators import AbstractKLEstimator, PlugIn
+from ._optimisers import AbstractVBHCOptimiser
+from ._parameter_criteria import (
+    design_statistics,
+    parameter_bhc,
+    parameter_eig,
+    parameter_vbhc_minimise,
+    parameter_vbhc_minimum,
+    posterior_draws,
 )
-from ._posterior import RatePosterior
-from ._sampling import sample_trajectory
+from ._posterior import AbstractPosterior, RatePosterior
 from ._solvers import DEFAULT_SOLVER, AbstractMasterEquationSolver
-from ._statistics import node_statistics
+from ._structure import StructurePosterior
+from ._structure_criteria import (
+    divergences_all_candidates,
+    structure_bhc,
+    structure_draws,
+    structure_eig,
+    structure_vbhc_minimise,
+    structure_vbhc_minimum,
+)
+
+#: Candidates scored together by default for structure learning: the scorer skips, per node, the
+#: chunks whose candidates all clamp that node.
+STRUCTURE_CHUNK = 9
 
 
-def _off(k):
-    return ~jnp.eye(k, dtype=bool)
+class AbstractCriterion(eqx.Module):
+    """A design criterion: one score per candidate intervention for each learning target.
+
+    Both methods receive the posterior, a batch of `candidates` (an
+    [`jaxctbn.Intervention`][] with a leading axis), the `initial_state` and `horizon` of the
+    next experiment, and keyword-only `key`, `num_samples` (posterior draws $N_S$), `solver` and
+    `batching`. They return `(candidates,)` scores, larger = more informative, computed with the
+    same random numbers for every candidate (common random numbers). `batching=None` means the
+    target's default."""
+
+    @abc.abstractmethod
+    def score_rates(
+        self,
+        posterior: RatePosterior,
+        candidates: Intervention,
+        initial_state: ArrayLike,
+        horizon: ArrayLike,
+        *,
+        key: PRNGKeyArray,
+        num_samples: int,
+        solver: AbstractMasterEquationSolver,
+        batching: AbstractBatching | None,
+    ) -> Float[Array, " candidates"]:
+        """Scores for active parameter learning."""
+
+    @abc.abstractmethod
+    def score_structure(
+        self,
+        posterior: StructurePosterior,
+        candidates: Intervention,
+        initial_state: ArrayLike,
+        horizon: ArrayLike,
+        *,
+        key: PRNGKeyArray,
+        num_samples: int,
+        solver: AbstractMasterEquationSolver,
+        batching: AbstractBatching | None,
+    ) -> Float[Array, " candidates"]:
+        """Scores for active structure learning."""
 
 
-def _not_intervened(intervention: Intervention | None, n: int, dtype) -> Array:
-    if intervention is None:
-        return jnp.ones((), dtype)
-    return (~intervention.targets[n]).astype(dtype)
+def _rate_statistics_scores(
+    posterior,
+    candidates,
+    initial_state,
+    horizon,
+    key,
+    num_samples,
+    solver,
+    batching,
+    criterion_of_statistics,
+):
+    draws = posterior_draws(posterior, key, num_samples)
+    batching = Vmap() if batching is None else batching
 
-
-def kl_divergence(
-    model: AbstractCTBN,
-    other: AbstractCTBN,
-    initial: ArrayLike,
-    duration: ArrayLike,
-    *,
-    intervention: Intervention | None = None,
-    solver: AbstractMasterEquationSolver = DEFAULT_SOLVER,
-) -> Float[Array, ""]:
-    r"""$\mathrm{KL}(p(S\mid\Lambda,i)\,\|\,p(S\mid\Lambda',i))$ between the path measures of two
-    CTBNs with the same graph over $[0,\tau]$ under intervention $i$ (MATH §2):
-    $\sum_{n\in\aleph}\sum_{u,x,x'}\mathsf E[\hat T_n(x,u)\mid\Lambda]\,
-    (\Lambda\ln\frac{\Lambda}{\Lambda'}-\Lambda+\Lambda')$. Non-negative, zero iff the rates of
-    the visited configurations agree."""
-    stats = expected_statistics(model, initial, duration, intervention=intervention, solver=solver)
-    total = 0.0
-    for n, (q, q2) in enumerate(zip(model.cims, other.cims)):
-        k = q.shape[-1]
-        T = stats.node_dwell_times(n)
-        lam = jnp.where(_off(k), q, 1.0)
-        lam2 = jnp.where(_off(k), q2, 1.0)
-        terms = jnp.where(_off(k), lam * jnp.log(lam / lam2) - lam + lam2, 0.0)
-        # zero rates: 0 ln 0 = 0
-        terms = jnp.where(_off(k) & (q == 0), q2, terms)
-        total = total + _not_intervened(intervention, n, T.dtype) * (T[..., None] * terms).sum()
-    return total
-
-
-def gamma_kl(a1, b1, a2, b2):
-    r"""$\mathrm{KL}(\mathrm{Gam}(a_1,b_1)\,\|\,\mathrm{Gam}(a_2,b_2))$ (rate parametrisation)."""
-    return (
-        (a1 - a2) * digamma(a1)
-        - gammaln(a1)
-        + gammaln(a2)
-        + a2 * (jnp.log(b1) - jnp.log(b2))
-        + a1 * (b2 - b1) / b1
-    )
-
-
-class ParameterDesignStatistics(eqx.Module):
-    r"""Posterior averages (over $N_S$ draws $\Lambda_s\sim p(\Lambda\mid H)$, plain $1/N_S$
-    weights) of the expected statistics of a future path under one intervention:
-
-    - `transitions[n]` = $\bar m_n=\frac1{N_S}\sum_s\mathsf E[\hat M_n\mid\Lambda_s,i]$,
-    - `dwell_times[n]` = $\bar t_n=\frac1{N_S}\sum_s\mathsf E[\hat T_n\mid\Lambda_s,i]$,
-    - `energy` = $\frac1{N_S}\sum_s\sum_{n\in\aleph}(\mathsf E[\hat M]\ln\Lambda_s
-      -\mathsf E[\hat T]\Lambda_s)$,
-
-    all zero for perfectly intervened nodes. These are all the (V)BHC needs.
-    """
-
-    transitions: tuple[Array, ...]
-    dwell_times: tuple[Array, ...]
-    energy: Float[Array, ""]
-
-
-def posterior_draws(posterior: RatePosterior, key: PRNGKeyArray, num_samples: int):
-    """`num_samples` posterior draws of whole models (the same key gives the same draws: common
-    random numbers across interventions)."""
-    return jax.vmap(posterior.sample)(jr.split(key, num_samples))
-
-
-@eqx.filter_jit
-def design_statistics(
-    posterior: RatePosterior,
-    draws: AbstractCTBN,
-    initial: ArrayLike,
-    duration: ArrayLike,
-    *,
-    intervention: Intervention | None = None,
-    solver: AbstractMasterEquationSolver = DEFAULT_SOLVER,
-) -> ParameterDesignStatistics:
-    """[`jaxctbn.ParameterDesignStatistics`][] for one intervention from a batch of posterior
-    `draws` (leading axis), with one batched master-equation solve."""
-    S = jax.tree_util.tree_leaves(draws)[0].shape[0]
-    init = jnp.broadcast_to(jnp.asarray(initial), (S, *jnp.shape(initial)))
-    ivs = (
-        None
-        if intervention is None
-        else jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (S, *jnp.shape(a))), intervention)
-    )
-    stats = expected_statistics_batch(draws, init, duration, interventions=ivs, solver=solver)
-    Ms, Ts, energy = [], [], 0.0
-    for n in range(len(posterior.alpha)):
-        k = posterior.cardinalities[n]
-        M = jax.vmap(lambda st, n=n: st.node_transitions(n))(stats)
-        T = jax.vmap(lambda st, n=n: st.node_dwell_times(n))(stats)
-        keep = _not_intervened(intervention, n, T.dtype)
-        lam = jnp.where(_off(k), draws.cims[n], 1.0)
-        e = jnp.where(_off(k), M * jnp.log(lam) - T[..., None] * lam, 0.0)
-        energy = energy + keep * e.sum() / S
-        Ms.append(keep * jnp.where(_off(k), M, 0.0).mean(0))
-        Ts.append(keep * T.mean(0))
-    return ParameterDesignStatistics(transitions=tuple(Ms), dwell_times=tuple(Ts), energy=energy)
-
-
-def parameter_vbhc(
-    posterior: RatePosterior,
-    stats: ParameterDesignStatistics,
-    kappa_alpha: tuple[Array, ...],
-    kappa_beta: tuple[Array, ...],
-) -> Float[Array, ""]:
-    r"""$\mathrm{VBHC}(i,\kappa)=\mathrm{KL}(q_\kappa\|p(\Lambda\mid H))+\mathsf E_p\sum_{n\in\aleph}
-    \{\mathsf E[\hat M](\ln\Lambda-\psi(\alpha^\kappa)+\ln\beta^\kappa)
-    -\mathsf E[\hat T](\Lambda-\alpha^\kappa/\beta^\kappa)\}$ (MATH §3; the paper prints a minus
-    before the expectation). Differentiable in the variational parameters
-    $\kappa=(\alpha^\kappa(x,x',u),\beta^\kappa(x,u))$."""
-    total = stats.energy
-    for a_bar, b_bar, a_k, b_k, m, t in zip(
-        posterior.alpha,
-        posterior.beta,
-        kappa_alpha,
-        kappa_beta,
-        stats.transitions,
-        stats.dwell_times,
-    ):
-        k = a_bar.shape[-1]
-        kl = gamma_kl(
-            jnp.where(_off(k), a_k, 1.0),
-            b_k[..., None],
-            jnp.where(_off(k), a_bar, 1.0),
-            b_bar[..., None],
+    def one(iv):
+        stats = design_statistics(
+            posterior, draws, initial_state, horizon, intervention=iv, solver=solver
         )
-        cross = m * (-digamma(jnp.where(_off(k), a_k, 1.0)) + jnp.log(b_k)[..., None])
-        cross = cross + t[..., None] * a_k / b_k[..., None]
-        total = total + jnp.where(_off(k), kl + cross, 0.0).sum()
-    return total
+        return criterion_of_statistics(stats)
+
+    return batching.map(one, candidates)
 
 
-def parameter_bhc(posterior: RatePosterior, stats: ParameterDesignStatistics) -> Float[Array, ""]:
-    r"""The Box-Hill criterion: the VBHC at $q_\kappa=p(\Lambda\mid H)$."""
-    return parameter_vbhc(posterior, stats, posterior.alpha, posterior.beta)
-
-
-def parameter_vbhc_minimum(
-    posterior: RatePosterior, stats: ParameterDesignStatistics
-) -> Float[Array, ""]:
-    r"""$\min_\kappa\mathrm{VBHC}$ in closed form (MATH §3): at $\alpha^{\kappa*}=\bar\alpha+\bar m$,
-    $\beta^{\kappa*}=\bar\beta+\bar t$,
-    $\min=\mathsf E_p[\sum(\mathsf E[\hat M]\ln\Lambda-\mathsf E[\hat T]\Lambda)]
-    -\sum[\ln\Gamma(\bar\alpha+\bar m)-\ln\Gamma(\bar\alpha)+\bar\alpha\ln\bar\beta
-    -(\bar\alpha+\bar m)\ln(\bar\beta+\bar t)]$."""
-    total = stats.energy
-    for a_bar, b_bar, m, t in zip(
-        posterior.alpha, posterior.beta, stats.transitions, stats.dwell_times
-    ):
-        k = a_bar.shape[-1]
-        a = jnp.where(_off(k), a_bar, 1.0)
-        b = b_bar[..., None]
-        terms = gammaln(a + m) - gammaln(a) + a * jnp.log(b) - (a + m) * jnp.log(b + t[..., None])
-        total = total - jnp.where(_off(k), terms, 0.0).sum()
-    return total
-
-
-def parameter_vbhc_minimiser(posterior, stats):
-    """The closed-form minimiser $(\\bar\\alpha+\\bar m, \\bar\\beta+\\bar t)$."""
-    return (
-        tuple(a + m for a, m in zip(posterior.alpha, stats.transitions)),
-        tuple(b + t for b, t in zip(posterior.beta, stats.dwell_times)),
+def _structure_divergence_scores(
+    posterior,
+    candidates,
+    initial_state,
+    horizon,
+    key,
+    num_samples,
+    solver,
+    batching,
+    estimator,
+    criterion_of_divergences,
+):
+    key_draws, key_paths = jr.split(key)
+    draws = structure_draws(posterior, key_draws, num_samples)
+    batching = Chunked(STRUCTURE_CHUNK) if batching is None else batching
+    a_all = divergences_all_candidates(
+        posterior,
+        draws,
+        candidates,
+        initial_state,
+        horizon,
+        key=key_paths,
+        solver=solver,
+        estimator=estimator,
+        batching=batching,
     )
+    return jax.vmap(criterion_of_divergences)(a_all)
 
 
-class VBHCOptimiser(eqx.Module):
-    r"""Minimises the parameter VBHC over $\kappa$ with optax and autodiff gradients.
+def _exact_for_parameters(estimator: AbstractKLEstimator) -> None:
+    if not isinstance(estimator, PlugIn):
+        raise ValueError(
+            "estimator: the parameter criteria are linear in the expected statistics, so they "
+            "are exact; use the default PlugIn() (MonteCarlo applies to structure learning)."
+        )
 
-    $\kappa$ is optimised in log space ($\alpha^\kappa=e^{a}$, $\beta^\kappa=e^{b}$), starting at
-    the posterior $(\bar\alpha,\bar\beta)$ as Algorithm 1 does. Configuration is data:
-    `learning_rate` is an array field fed to `optax.inject_hyperparams`, so changing it does
-    not recompile; `steps` and `method` are static.
 
-    **Arguments (keyword-only):** `method` (`"lbfgs"`, default, or `"adam"`), `steps`,
-    `learning_rate` (adam only).
-    """
+class VBHC(AbstractCriterion):
+    r"""The variational Box-Hill criterion (maths §3 for parameters, §4 for structure), minimised
+    over the variational family: in closed form (`optimiser=None`, the default) or numerically
+    by an [`jaxctbn.AbstractVBHCOptimiser`][] with autodiff gradients (the same minimum).
 
-    learning_rate: float | Array = 0.05
-    steps: int = eqx.field(default=200, static=True)
-    method: str = eqx.field(default="lbfgs", static=True)
+    **Arguments (keyword-only):** `optimiser` (default `None` = closed form), `estimator` (the
+    structure KL estimator, default [`jaxctbn.PlugIn`][])."""
+
+    optimiser: AbstractVBHCOptimiser | None = eqx.field(default=None, kw_only=True)
+    estimator: AbstractKLEstimator = eqx.field(default=PlugIn(), kw_only=True)
+
+    def score_rates(
+        self, posterior, candidates, initial_state, horizon, *, key, num_samples, solver, batching
+    ):
+        _exact_for_parameters(self.estimator)
+
+        def value(stats):
+            if self.optimiser is None:
+                return parameter_vbhc_minimum(posterior, stats)
+            return parameter_vbhc_minimise(posterior, stats, self.optimiser)[0]
+
+        return _rate_statistics_scores(
+            posterior, candidates, initial_state, horizon, key, num_samples, solver, batching, value
+        )
+
+    def score_structure(
+        self, posterior, candidates, initial_state, horizon, *, key, num_samples, solver, batching
+    ):
+        def value(a):
+            if self.optimiser is None:
+                return structure_vbhc_minimum(posterior, a)
+            return structure_vbhc_minimise(posterior, a, self.optimiser)[0]
+
+        return _structure_divergence_scores(
+            posterior,
+            candidates,
+            initial_state,
+            horizon,
+            key,
+            num_samples,
+            solver,
+            batching,
+            self.estimator,
+            value,
+        )
+
+
+class BHC(AbstractCriterion):
+    r"""The Box-Hill criterion: the VBHC at $q$ = the posterior (maths §3, §4).
+
+    **Arguments (keyword-only):** `estimator` (the structure KL estimator, default
+    [`jaxctbn.PlugIn`][])."""
+
+    estimator: AbstractKLEstimator = eqx.field(default=PlugIn(), kw_only=True)
+
+    def score_rates(
+        self, posterior, candidates, initial_state, horizon, *, key, num_samples, solver, batching
+    ):
+        _exact_for_parameters(self.estimator)
+        return _rate_statistics_scores(
+            posterior,
+            candidates,
+            initial_state,
+            horizon,
+            key,
+            num_samples,
+            solver,
+            batching,
+            lambda stats: parameter_bhc(posterior, stats),
+        )
+
+    def score_structure(
+        self, posterior, candidates, initial_state, horizon, *, key, num_samples, solver, batching
+    ):
+        return _structure_divergence_scores(
+            posterior,
+            candidates,
+            initial_state,
+            horizon,
+            key,
+            num_samples,
+            solver,
+            batching,
+            self.estimator,
+            lambda a: structure_bhc(posterior, a),
+        )
+
+
+class EIG(AbstractCriterion):
+    r"""The expected information gain by Monte Carlo (maths §6): `num_paths` sampled paths per
+    posterior draw, the same path keys for every candidate. For parameters by conjugacy without
+    an inner loop ([`jaxctbn.parameter_eig`][]); for structure Algorithm 4 with the stratum
+    weights ([`jaxctbn.structure_eig`][]).
+
+    **Arguments (keyword-only):** `num_paths` (default 10), `max_events` (jump buffer per path;
+    default 512 for parameters and 256 for structure; an overflowing path raises an error)."""
+
+    num_paths: int = eqx.field(default=10, static=True, kw_only=True)
+    max_events: int | None = eqx.field(default=None, static=True, kw_only=True)
 
     def __check_init__(self):
-        if self.method not in ("lbfgs", "adam"):
-            raise ValueError(f"method must be 'lbfgs' or 'adam', got {self.method!r}.")
-        if self.steps < 1:
-            raise ValueError(f"steps must be >= 1, got {self.steps}.")
-
-    def minimise(self, posterior: RatePosterior, stats: ParameterDesignStatistics):
-        """Returns `(min VBHC, (alpha_kappa, beta_kappa))`."""
-        params = (
-            tuple(jnp.log(jnp.where(_off(a.shape[-1]), a, 1.0)) for a in posterior.alpha),
-            tuple(jnp.log(b) for b in posterior.beta),
-        )
-
-        def loss(p):
-            return parameter_vbhc(
-                posterior, stats, tuple(jnp.exp(x) for x in p[0]), tuple(jnp.exp(x) for x in p[1])
+        if self.num_paths < 1 or (self.max_events is not None and self.max_events < 1):
+            raise ValueError(
+                f"EIG: num_paths and max_events must be >= 1, got {self.num_paths}, "
+                f"{self.max_events}."
             )
 
-        if self.method == "lbfgs":
-            opt = optax.lbfgs()
-            value_and_grad = optax.value_and_grad_from_state(loss)
+    def score_rates(
+        self, posterior, candidates, initial_state, horizon, *, key, num_samples, solver, batching
+    ):
+        def eig(iv):
+            return parameter_eig(
+                posterior,
+                initial_state,
+                horizon,
+                key=key,
+                num_samples=num_samples,
+                num_paths=self.num_paths,
+                intervention=iv,
+                max_events=self.max_events or 512,
+            )
 
-            def step(carry, _):
-                p, state = carry
-                value, grad = value_and_grad(p, state=state)
-                updates, state = opt.update(grad, state, p, value=value, grad=grad, value_fn=loss)
-                return (optax.apply_updates(p, updates), state), None
-        else:
-            opt = optax.inject_hyperparams(optax.adam)(learning_rate=self.learning_rate)
-            grad_fn = jax.grad(loss)
+        return (Vmap() if batching is None else batching).map(eig, candidates)
 
-            def step(carry, _):
-                p, state = carry
-                updates, state = opt.update(grad_fn(p), state, p)
-                return (optax.apply_updates(p, updates), state), None
+    def score_structure(
+        self, posterior, candidates, initial_state, horizon, *, key, num_samples, solver, batching
+    ):
+        key_draws, key_paths = jr.split(key)
+        draws = structure_draws(posterior, key_draws, num_samples)
 
-        (p, _), _ = jax.lax.scan(step, (params, opt.init(params)), None, length=self.steps)
-        kappa = (tuple(jnp.exp(x) for x in p[0]), tuple(jnp.exp(x) for x in p[1]))
-        return loss(p), kappa
+        def eig(iv):
+            return structure_eig(
+                posterior,
+                draws,
+                initial_state,
+                horizon,
+                path_key=key_paths,
+                num_paths=self.num_paths,
+                intervention=iv,
+                max_events=self.max_events or 256,
+            )
 
-
-def _sampled_statistics(posterior, model, key, initial, duration, intervention, max_events):
-    """Sample one path of `model` and return every node's statistics for the posterior's graph."""
-    path = sample_trajectory(
-        model,
-        jnp.asarray(initial),
-        duration,
-        key=key,
-        intervention=intervention,
-        max_events=max_events,
-    )
-    return [
-        node_statistics(path, n, posterior.parents[n], posterior.cardinalities)
-        for n in range(len(posterior.alpha))
-    ]
-
-
-@eqx.filter_jit
-def parameter_eig(
-    posterior: RatePosterior,
-    initial: ArrayLike,
-    duration: ArrayLike,
-    *,
-    key: PRNGKeyArray,
-    num_samples: int,
-    num_paths: int = 1,
-    intervention: Intervention | None = None,
-    max_events: int = 512,
-) -> Float[Array, ""]:
-    r"""The parameter EIG by Monte Carlo (MATH §6, Algorithm 3; conjugacy removes the inner loop):
-    $\mathsf E_{\Lambda\sim p(\Lambda\mid H)}\mathsf E_{S\sim p(S\mid\Lambda,i)}\sum_{n\in\aleph}
-    [\ln\mathrm{Gam}(\Lambda\mid\bar\alpha+\hat M,\bar\beta+\hat T)-\ln\mathrm{Gam}(\Lambda\mid
-    \bar\alpha,\bar\beta)]$ with `num_samples` rate draws and `num_paths` paths each."""
-    k_draw, k_path = jr.split(key)
-    draws = posterior_draws(posterior, k_draw, num_samples)
-    keys = jr.split(k_path, (num_samples, num_paths))
-
-    def one(model, key):
-        stats = _sampled_statistics(
-            posterior, model, key, initial, duration, intervention, max_events
-        )
-        total = 0.0
-        for n, (a, b, st) in enumerate(zip(posterior.alpha, posterior.beta, stats)):
-            k = a.shape[-1]
-            lam = jnp.where(_off(k), model.cims[n], 1.0)
-            a1 = jnp.where(_off(k), a, 1.0)
-            b1 = b[..., None]
-            a2 = a1 + st.transitions
-            b2 = b1 + st.dwell_times[..., None]
-            log_post = a2 * jnp.log(b2) - gammaln(a2) + (a2 - 1) * jnp.log(lam) - b2 * lam
-            log_prior = a1 * jnp.log(b1) - gammaln(a1) + (a1 - 1) * jnp.log(lam) - b1 * lam
-            gain = jnp.where(_off(k), log_post - log_prior, 0.0).sum()
-            total = total + _not_intervened(intervention, n, gain.dtype) * gain
-        return total
-
-    gains = jax.vmap(lambda m, ks: jax.vmap(lambda kk: one(m, kk))(ks))(draws, keys)
-    return gains.mean()
-
-
-PARAMETER_CRITERIA = ("vbhc", "bhc", "vbhc-optax", "eig")
-
-
-def map_interventions(fn, interventions: Intervention, batch_size: int | None = None):
-    """`jax.vmap(fn)` over a batch of interventions, or, with `batch_size`, `jax.lax.map` in
-    chunks of that many (bounded memory for path-sampling criteria on large spaces)."""
-    if batch_size is None:
-        return jax.vmap(fn)(interventions)
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
-    return jax.lax.map(fn, interventions, batch_size=batch_size)
+        return (Vmap() if batching is None else batching).map(eig, candidates)
 
 
 @eqx.filter_jit
 def score_interventions(
-    posterior: RatePosterior,
-    interventions: Intervention,
-    initial: ArrayLike,
-    duration: ArrayLike,
+    posterior: AbstractPosterior,
+    candidates: Intervention,
+    initial_state: ArrayLike,
+    horizon: ArrayLike,
     *,
+    criterion: AbstractCriterion = VBHC(),
     key: PRNGKeyArray,
     num_samples: int = 10,
-    criterion: str = "vbhc",
-    optimiser: VBHCOptimiser | None = None,
     solver: AbstractMasterEquationSolver = DEFAULT_SOLVER,
-    batch_size: int | None = None,
-    num_paths: int = 1,
-    max_events: int = 512,
-):
-    r"""Score a batch of interventions (leading axis) for active **parameter** learning, as one
-    computation vmapped over interventions x posterior draws.
+    batching: AbstractBatching | None = None,
+) -> Float[Array, " candidates"]:
+    r"""Score a batch of candidate interventions (leading axis) for the next experiment, as one
+    compiled computation.
 
-    The same `num_samples` posterior draws (from `key`) serve every intervention (common random
-    numbers), so differences between interventions are not sampling noise.
+    **Arguments:**
 
-    `criterion`: `"vbhc"` ($\min_\kappa$VBHC in closed form), `"vbhc-optax"` (the same minimum by
-    optax with autodiff gradients, `optimiser` configures it), `"bhc"`, or `"eig"` (the Monte
-    Carlo EIG of [`jaxctbn.parameter_eig`][] with `num_paths` sampled paths per draw and the same
-    path keys for every intervention). Returns the scores
-    `(interventions,)`; the most informative design is the `argmax` (the paper's
-    $\arg\max_i\min_\kappa\mathrm{VBHC}$); "negative VBHC", the worst design, is the `argmin`.
-    `batch_size` bounds memory by mapping over chunks of interventions instead of one vmap.
+    - `posterior`: a [`jaxctbn.RatePosterior`][] (parameter learning) or
+      [`jaxctbn.StructurePosterior`][] (structure learning).
+    - `candidates`: an [`jaxctbn.Intervention`][] with a leading axis, e.g. the whole
+      [`jaxctbn.intervention_space`][].
+    - `initial_state`, `horizon`: the next experiment's initial state and length $\tau$.
+    - `criterion`: [`jaxctbn.VBHC`][] (default), [`jaxctbn.BHC`][], [`jaxctbn.EIG`][] or your own
+      [`jaxctbn.AbstractCriterion`][].
+    - `key`: the same key gives the same posterior draws and paths for every candidate (common
+      random numbers), so differences between candidates are not sampling noise.
+    - `num_samples`: posterior draws $N_S$ (per candidate parent set for structure learning).
+    - `solver`: the master-equation solver.
+    - `batching`: how the candidates are executed: [`jaxctbn.Vmap`][] or
+      [`jaxctbn.Chunked`][]; default `Vmap()` for parameters and `Chunked(9)` for structure
+      (whose scorer skips chunks that clamp a node).
+
+    **Returns:** `(candidates,)` scores; the most informative candidate is the `argmax`.
     """
-    if criterion not in PARAMETER_CRITERIA:
-        raise ValueError(f"criterion must be one of {PARAMETER_CRITERIA}, got {criterion!r}.")
-    if num_samples < 1:
-        raise ValueError(f"num_samples must be >= 1, got {num_samples}.")
-    if criterion == "eig":
-
-        def eig(iv):
-            return parameter_eig(
-                posterior,
-                initial,
-                duration,
-                key=key,
-                num_samples=num_samples,
-                num_paths=num_paths,
-                intervention=iv,
-                max_events=max_events,
-            )
-
-        return map_interventions(eig, interventions, batch_size)
-    draws = posterior_draws(posterior, key, num_samples)
-    optimiser = optimiser or VBHCOptimiser()
-
-    def one(iv):
-        stats = design_statistics(
-            posterior, draws, initial, duration, intervention=iv, solver=solver
+    if not isinstance(posterior, AbstractPosterior):
+        raise TypeError(
+            f"posterior: expected a RatePosterior or StructurePosterior, got {type(posterior)}."
         )
-        if criterion == "bhc":
-            return parameter_bhc(posterior, stats)
-        if criterion == "vbhc":
-            return parameter_vbhc_minimum(posterior, stats)
-        return optimiser.minimise(posterior, stats)[0]
-
-    return map_interventions(one, interventions, batch_size)
-
-
-@eqx.filter_jit
-def parameter_eig_nested(
-    posterior: RatePosterior,
-    initial: ArrayLike,
-    duration: ArrayLike,
-    *,
-    key: PRNGKeyArray,
-    num_samples: int,
-    num_inner: int,
-    num_paths: int = 1,
-    intervention: Intervention | None = None,
-    max_events: int = 512,
-) -> Float[Array, ""]:
-    r"""A truly nested Monte Carlo EIG with `num_inner` = $K$ inner draws:
-    $\mathsf E_{\Lambda,S}[\ln p(S\mid\Lambda)-\ln\frac1K\sum_k p(S\mid\Lambda_k)]$ with fresh
-    $\Lambda_k\sim p(\Lambda\mid H)$ per path. It is biased upwards and tends to
-    [`jaxctbn.parameter_eig`][] as $K\to\infty$; $K=1$ estimates the BHC (MATH §6). Only the
-    path-likelihood terms of non-intervened nodes enter (the others cancel)."""
-    k_draw, k_path, k_inner = jr.split(key, 3)
-    draws = posterior_draws(posterior, k_draw, num_samples)
-    keys = jr.split(k_path, (num_samples, num_paths))
-    inner_keys = jr.split(k_inner, (num_samples, num_paths))
-
-    def log_lik(model, stats):
-        total = 0.0
-        for n, (st, q) in enumerate(zip(stats, model.cims)):
-            k = q.shape[-1]
-            lam = jnp.where(_off(k), q, 1.0)
-            ll = jnp.where(
-                _off(k), st.transitions * jnp.log(lam) - st.dwell_times[..., None] * lam, 0.0
-            )
-            total = total + _not_intervened(intervention, n, ll.dtype) * ll.sum()
-        return total
-
-    def one(model, key, inner_key):
-        stats = _sampled_statistics(
-            posterior, model, key, initial, duration, intervention, max_events
+    if not isinstance(criterion, AbstractCriterion):
+        raise TypeError(
+            f"criterion: expected a jaxctbn criterion Module (VBHC(), BHC(), EIG()), got "
+            f"{criterion!r}."
         )
-        inner = posterior_draws(posterior, inner_key, num_inner)
-        inner_ll = jax.vmap(lambda m: log_lik(m, stats))(inner)
-        return log_lik(model, stats) - (jax.nn.logsumexp(inner_ll) - jnp.log(num_inner))
-
-    gains = jax.vmap(lambda m, ks, iks: jax.vmap(lambda k, ik: one(m, k, ik))(ks, iks))(
-        draws, keys, inner_keys
+    if not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}.")
+    return posterior.score_with(
+        criterion,
+        candidates,
+        initial_state,
+        horizon,
+        key=key,
+        num_samples=num_samples,
+        solver=solver,
+        batching=batching,
     )
-    return gains.mean()

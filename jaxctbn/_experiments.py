@@ -23,7 +23,9 @@ import json
 import math
 import os
 import time
+from typing import Literal
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -37,18 +39,13 @@ from ._active_learning import (
 )
 from ._ctbn import CTBN
 from ._interventions import intervention_space
+from ._priors import GammaPrior
 from ._random import paper_network
 
-#: For each task: metric name -> (label, better is "higher" or "lower").
-METRICS = {
-    "structure": {
-        "auroc": ("AUROC", "higher"),
-        "aupr": ("AUPR", "higher"),
-        "shd": ("SHD of the MAP graph", "lower"),
-        "entropy": ("structure posterior entropy (nats)", "lower"),
-    },
-    "parameters": {"mse": ("posterior MSE of the rates", "lower")},
-}
+#: The learning task of each target; its `metric_labels` name the metrics, labels and directions.
+TASKS = {"structure": StructureLearningTask, "parameters": ParameterLearningTask}
+#: For each target: metric name -> (label, better is "higher" or "lower").
+METRICS = {target: task.metric_labels for target, task in TASKS.items()}
 
 DEFAULTS = {
     "structure": {"repetitions": 20, "experiments": 10},
@@ -185,65 +182,97 @@ def _plot(target, results, names, out_dir, settings):
     plt.close(fig)
 
 
+class ExperimentConfig(eqx.Module):
+    """Every setting of the paper's synthetic experiment (the fields of `config.json`).
+
+    **Arguments (keyword-only, all optional):** `target` (`"structure"` or `"parameters"`),
+    `designs` (names, see [`jaxctbn.design_from_name`][]), `repetitions` and `experiments`
+    (default 20 and 10), `samples` ($N_S$), `horizon` ($\\tau$), `seed` (repetition $r$ uses
+    `fold_in(key(seed), r)` for every design: common random numbers), `truth` (a
+    [`jaxctbn.CTBN`][]; default the built-in fast/slow network drawn from `truth_seed`),
+    `max_parents` (structure; default $N-1$), `prior` (a [`jaxctbn.GammaPrior`][] with scalar
+    parameters), `paths` (EIG paths per draw), `chunk` (repetitions per compiled batch; changes
+    results only by rounding), `max_events` (jump buffer of a simulated trajectory).
+    Settings are checked here, with one-line `ValueError`s."""
+
+    target: Literal["structure", "parameters"] = eqx.field(default="structure", static=True)
+    designs: tuple[str, ...] = eqx.field(default=("passive", "random", "bhc", "vbhc"), static=True)
+    repetitions: int | None = eqx.field(default=None, static=True)
+    experiments: int | None = eqx.field(default=None, static=True)
+    samples: int = eqx.field(default=10, static=True)
+    horizon: float = eqx.field(default=3.0, static=True)
+    seed: int = eqx.field(default=0, static=True)
+    truth: CTBN | None = None
+    truth_seed: int = eqx.field(default=0, static=True)
+    max_parents: int | None = eqx.field(default=None, static=True)
+    prior: GammaPrior = GammaPrior()
+    paths: int = eqx.field(default=10, static=True)
+    chunk: int = eqx.field(default=10, static=True)
+    max_events: int = eqx.field(default=512, static=True)
+
+    def __check_init__(self):
+        if self.target not in TASKS:
+            raise ValueError(f"target must be 'structure' or 'parameters', got {self.target!r}.")
+        designs = list(self.designs)
+        if not designs:
+            raise ValueError("designs: give at least one design.")
+        for d in designs:
+            if d not in DESIGN_NAMES:
+                raise ValueError(
+                    f"designs: unknown design {d!r}; valid: {', '.join(DESIGN_NAMES)}."
+                )
+        if len(set(designs)) != len(designs):
+            raise ValueError(f"designs: repeated entries in {designs}.")
+        for name in ("repetitions", "experiments", "samples", "paths", "chunk", "max_events"):
+            v = getattr(self, name)
+            if v is not None and (int(v) != v or v < 1):
+                raise ValueError(f"{name}: must be a positive integer, got {v}.")
+        if not (self.horizon > 0 and math.isfinite(self.horizon)):
+            raise ValueError(f"horizon: must be positive and finite, got {self.horizon}.")
+        if not isinstance(self.prior, GammaPrior) or any(
+            not isinstance(v, float) for v in (self.prior.alpha, self.prior.beta)
+        ):
+            raise ValueError("prior: the experiments take a GammaPrior with scalar alpha and beta.")
+
+    @property
+    def num_repetitions(self) -> int:
+        return (
+            DEFAULTS[self.target]["repetitions"] if self.repetitions is None else self.repetitions
+        )
+
+    @property
+    def num_experiments(self) -> int:
+        return (
+            DEFAULTS[self.target]["experiments"] if self.experiments is None else self.experiments
+        )
+
+
 def run_experiment(
-    target: str = "structure",
+    config: ExperimentConfig | None = None,
     *,
-    designs=("passive", "random", "bhc", "vbhc"),
-    repetitions: int | None = None,
-    experiments: int | None = None,
-    samples: int = 10,
-    horizon: float = 3.0,
-    seed: int = 0,
-    truth: CTBN | None = None,
-    truth_seed: int = 0,
-    max_parents: int | None = None,
-    alpha: float = 1.0,
-    beta: float = 1.0,
-    paths: int = 10,
-    chunk: int = 10,
     out: str | None = None,
     progress: bool = True,
-    max_events: int = 512,
 ) -> dict:
     """Run the paper's synthetic experiment for several designs and return
     `{"settings", "results", "summary", "timing"}` (`results[design][metric]` is an array
     `(repetitions, experiments + 1)`; also `intervention_index`, `targets`).
 
-    Repetition `r` uses the key `fold_in(key(seed), r)` for every design (common random numbers;
-    the chunk size changes results only by floating-point rounding). With `out`, results are written as described in
-    the module docstring and finished chunks are reused on a rerun with the same settings.
+    With `out`, results are written as described in the module docstring and finished chunks
+    are reused on a rerun with the same settings.
     """
-    if target not in METRICS:
-        raise ValueError(f"target must be 'structure' or 'parameters', got {target!r}.")
-    designs = list(designs)
-    if not designs:
-        raise ValueError("designs: give at least one design.")
-    for d in designs:
-        if d not in DESIGN_NAMES:
-            raise ValueError(f"designs: unknown design {d!r}; valid: {', '.join(DESIGN_NAMES)}.")
-    if len(set(designs)) != len(designs):
-        raise ValueError(f"designs: repeated entries in {designs}.")
-    repetitions = DEFAULTS[target]["repetitions"] if repetitions is None else repetitions
-    experiments = DEFAULTS[target]["experiments"] if experiments is None else experiments
-    for name, v in (
-        ("repetitions", repetitions),
-        ("experiments", experiments),
-        ("samples", samples),
-        ("paths", paths),
-        ("chunk", chunk),
-    ):
-        if int(v) != v or v < 1:
-            raise ValueError(f"{name}: must be a positive integer, got {v}.")
-    if not (horizon > 0 and math.isfinite(horizon)):
-        raise ValueError(f"horizon: must be positive and finite, got {horizon}.")
-    if not (alpha > 0 and beta > 0):
-        raise ValueError(f"alpha and beta: must be > 0, got {alpha}, {beta}.")
-    truth = default_truth(target, truth_seed) if truth is None else truth
+    config = ExperimentConfig() if config is None else config
+    target, designs = config.target, list(config.designs)
+    repetitions, experiments = config.num_repetitions, config.num_experiments
+    samples, paths, chunk, horizon = config.samples, config.paths, config.chunk, config.horizon
+    seed, truth_seed, max_events = config.seed, config.truth_seed, config.max_events
+    alpha, beta = config.prior.alpha, config.prior.beta
+    truth = default_truth(target, truth_seed) if config.truth is None else config.truth
+    max_parents = config.max_parents
     if target == "structure":
         max_parents = truth.num_nodes - 1 if max_parents is None else max_parents
-        task = StructureLearningTask(truth, max_parents=max_parents, alpha=alpha, beta=beta)
+        task = StructureLearningTask(truth, max_parents=max_parents, prior=config.prior)
     else:
-        task = ParameterLearningTask(truth, alpha=alpha, beta=beta)
+        task = ParameterLearningTask(truth, prior=config.prior)
     space = intervention_space(truth.cardinalities)
     settings = {
         "target": target,
@@ -312,7 +341,7 @@ def run_experiment(
                 keys,
                 num_experiments=experiments,
                 horizon=horizon,
-                interventions=space,
+                candidates=space,
                 max_events=max_events,
             )
             res = jax.device_get(res)

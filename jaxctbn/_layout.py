@@ -81,7 +81,9 @@ def parse_assignment(
         try:
             number = int(value)
         except ValueError:
-            raise ValueError(f"{what}: value of {name!r} must be an integer, got {value!r}.") from None
+            raise ValueError(
+                f"{what}: value of {name!r} must be an integer, got {value!r}."
+            ) from None
         if cardinalities is not None:
             k = cardinalities[names.index(name)]
             if not 0 <= number < k:

@@ -18,6 +18,8 @@ $$p_\tau = p_0 e^{\tau W},\qquad \mathsf E[T(s)] = \int_0^\tau p_t(s)\,\mathrm d
 
 from __future__ import annotations
 
+import abc
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -37,7 +39,35 @@ from ._solvers import DEFAULT_SOLVER, AbstractMasterEquationSolver
 
 
 # --------------------------------------------------------------------------- results
-class ExpectedStatistics(eqx.Module):
+class AbstractExpectedStatistics(eqx.Module):
+    r"""Expected node-level path statistics of a cCTBN over $[0,\tau]$: the interface the
+    design criteria and the KL divergence use. The exact implementation,
+    [`jaxctbn.ExpectedStatistics`][], projects global dwell times; an approximate one (mean-field,
+    Monte Carlo) implements the same three methods and plugs into the criteria unchanged.
+
+    `parents` is a static tuple of node indices or names, or a padded integer array (`-1` =
+    empty slot); `None` means the model's own parents."""
+
+    @abc.abstractmethod
+    def node_dwell_times(self, node: int | str, parents=None) -> Float[Array, "configs k"]:
+        r"""$\mathsf E[\hat T_n(x,u)]$: expected time node $n$ spends in $x$ while its parent
+        set `parents` is in configuration $u$."""
+
+    @abc.abstractmethod
+    def node_transitions(self, node: int | str, parents=None) -> Float[Array, "configs k k"]:
+        r"""$\mathsf E[\hat M_n(x,x',u)]$: expected number of jumps $x\to x'$ of node $n$
+        while `parents` is in configuration $u$ (zero diagonal)."""
+
+    @abc.abstractmethod
+    def node_statistics_on_sets(
+        self, node: int, parent_sets: Int[Array, "sets max_parents"]
+    ) -> tuple[Float[Array, "sets configs k k"], Float[Array, "sets configs k"]]:
+        """`(node_transitions, node_dwell_times)` of `node` projected onto every padded parent
+        set in `parent_sets` at once (`configs` = the most configurations any set of that
+        padding can have)."""
+
+
+class ExpectedStatistics(AbstractExpectedStatistics):
     r"""Expected path statistics of one cCTBN over $[0,\tau]$ under one intervention.
 
     - `final_marginal`: $p_\tau(s)$, shape `(S,)`.
@@ -132,37 +162,39 @@ class ExpectedStatistics(eqx.Module):
 # --------------------------------------------------------------------------- entry points
 def initial_distribution(
     model: AbstractCTBN,
-    initial: ArrayLike,
+    initial_state: ArrayLike,
     intervention: Intervention | None = None,
 ) -> Float[Array, " global_states"]:
     """The initial distribution over global states.
 
-    `initial` is an integer array of node states `(N,)` (a point mass) or a float array: a
+    `initial_state` is an integer array of node states `(N,)` (a point mass) or a float array: a
     distribution over the global states `(S,)` or a tensor with one axis per node. Under a perfect
     intervention, clamped nodes are moved to their clamped state (their marginal mass is kept).
     """
-    initial = jnp.asarray(initial)
+    initial_state = jnp.asarray(initial_state)
     cards = model.cardinalities
     S = model.num_global_states
     dtype = jnp.result_type(*model.cims)
-    if jnp.issubdtype(initial.dtype, jnp.integer):
-        if initial.shape != (model.num_nodes,):
+    if jnp.issubdtype(initial_state.dtype, jnp.integer):
+        if initial_state.shape != (model.num_nodes,):
             raise ValueError(
-                f"initial_state: expected {model.num_nodes} node states, got shape {initial.shape}."
+                f"initial_state: expected {model.num_nodes} node states, got shape {initial_state.shape}."
             )
         if intervention is not None:
-            initial = intervention.initial_states(initial)
-        bad = jnp.any((initial < 0) | (initial >= jnp.asarray(cards)))
-        initial = eqx.error_if(
-            initial, bad, f"initial_state: node states must be in 0..k-1 for cardinalities {cards}."
+            initial_state = intervention.initial_states(initial_state)
+        bad = jnp.any((initial_state < 0) | (initial_state >= jnp.asarray(cards)))
+        initial_state = eqx.error_if(
+            initial_state,
+            bad,
+            f"initial_state: node states must be in 0..k-1 for cardinalities {cards}.",
         )
-        return jnp.zeros((S,), dtype).at[global_state_index(initial, cards)].set(1.0)
-    if initial.size != S:
+        return jnp.zeros((S,), dtype).at[global_state_index(initial_state, cards)].set(1.0)
+    if initial_state.size != S:
         raise ValueError(
             f"initial distribution: expected {S} probabilities (one per global state), got shape "
-            f"{initial.shape}."
+            f"{initial_state.shape}."
         )
-    p = initial.astype(dtype).reshape(cards)
+    p = initial_state.astype(dtype).reshape(cards)
     p = eqx.error_if(
         p,
         jnp.any(p < 0) | (jnp.abs(p.sum() - 1) > 1e-6) | jnp.any(~jnp.isfinite(p)),
@@ -178,27 +210,27 @@ def initial_distribution(
     return p.reshape(-1)
 
 
-def _check_duration(duration, dtype):
-    duration = jnp.asarray(duration, dtype)
+def _check_horizon(horizon, dtype):
+    horizon = jnp.asarray(horizon, dtype)
     return eqx.error_if(
-        duration,
-        ~(duration > 0) | ~jnp.isfinite(duration),
-        "duration: must be a positive finite number.",
+        horizon,
+        ~(horizon > 0) | ~jnp.isfinite(horizon),
+        "horizon: must be a positive finite number.",
     )
 
 
-def _prepare(model, initial, intervention):
+def _prepare(model, initial_state, intervention):
     model = model.checked()
     if intervention is not None:
         model = intervention.apply(model)
-    p0 = initial_distribution(model, initial, intervention)
+    p0 = initial_distribution(model, initial_state, intervention)
     return model, amalgamate(model), p0
 
 
 def expected_statistics(
     model: AbstractCTBN,
-    initial: ArrayLike,
-    duration: ArrayLike,
+    initial_state: ArrayLike,
+    horizon: ArrayLike,
     *,
     intervention: Intervention | None = None,
     solver: AbstractMasterEquationSolver = DEFAULT_SOLVER,
@@ -208,8 +240,8 @@ def expected_statistics(
     **Arguments:**
 
     - `model`: a [`jaxctbn.CTBN`][] or [`jaxctbn.PaddedCTBN`][].
-    - `initial`: an initial state (ints, one per node) or distribution (floats).
-    - `duration`: $\tau>0$.
+    - `initial_state`: an initial state (ints, one per node) or distribution (floats).
+    - `horizon`: $\tau>0$.
     - `intervention`: an optional [`jaxctbn.Intervention`][].
     - `solver`: a master-equation solver (default [`jaxctbn.Uniformisation`][], the fastest
       exact route measured in `benchmarks/bench_master_equation.py`).
@@ -219,31 +251,31 @@ def expected_statistics(
     Pure: works under `jax.jit`, `jax.vmap` (over models, interventions, initial states) and
     `jax.grad` (with respect to the rates).
     """
-    model, gen, p0 = _prepare(model, initial, intervention)
-    duration = _check_duration(duration, p0.dtype)
-    p_final, dwell = solver.solve(gen, p0, duration)
+    model, gen, p0 = _prepare(model, initial_state, intervention)
+    horizon = _check_horizon(horizon, p0.dtype)
+    p_final, dwell = solver.solve(gen, p0, horizon)
     return ExpectedStatistics(final_marginal=p_final, dwell_times=dwell, generator=gen, model=model)
 
 
 def expected_statistics_batch(
     models: AbstractCTBN,
-    initial: ArrayLike,
-    duration: ArrayLike,
+    initial_state: ArrayLike,
+    horizon: ArrayLike,
     *,
     interventions: Intervention | None = None,
     solver: AbstractMasterEquationSolver = DEFAULT_SOLVER,
 ) -> ExpectedStatistics:
-    """[`jaxctbn.expected_statistics`][] for a batch: `models`, `initial` and `interventions`
-    carry a leading batch axis (broadcast them yourself); `duration` is shared. Uses the solver's
+    """[`jaxctbn.expected_statistics`][] for a batch: `models`, `initial_state` and `interventions`
+    carry a leading batch axis (broadcast them yourself); `horizon` is shared. Uses the solver's
     batched form (one shared-step ODE solve for [`jaxctbn.DiffraxSolver`][]).
     """
     if interventions is None:
-        prepared = jax.vmap(lambda m, x: _prepare(m, x, None))(models, initial)
+        prepared = jax.vmap(lambda m, x: _prepare(m, x, None))(models, initial_state)
     else:
-        prepared = jax.vmap(_prepare)(models, initial, interventions)
+        prepared = jax.vmap(_prepare)(models, initial_state, interventions)
     models, gens, p0 = prepared
-    duration = _check_duration(duration, p0.dtype)
-    p_final, dwell = solver.solve_batch(gens, p0, duration)
+    horizon = _check_horizon(horizon, p0.dtype)
+    p_final, dwell = solver.solve_batch(gens, p0, horizon)
     return ExpectedStatistics(
         final_marginal=p_final, dwell_times=dwell, generator=gens, model=models
     )
@@ -251,7 +283,7 @@ def expected_statistics_batch(
 
 def marginals(
     model: AbstractCTBN,
-    initial: ArrayLike,
+    initial_state: ArrayLike,
     times: ArrayLike,
     *,
     intervention: Intervention | None = None,
@@ -259,7 +291,7 @@ def marginals(
 ) -> tuple[Float[Array, "times global_states"], Float[Array, "times global_states"]]:
     r"""Marginals $p_t$ and cumulative dwell times $\int_0^t p_s ds$ at non-decreasing `times`
     ($\ge 0$), one solve per interval inside a `lax.scan`."""
-    model, gen, p0 = _prepare(model, initial, intervention)
+    model, gen, p0 = _prepare(model, initial_state, intervention)
     times = jnp.asarray(times, p0.dtype)
     if times.ndim != 1:
         raise ValueError(f"times: expected a 1-d array, got shape {times.shape}.")

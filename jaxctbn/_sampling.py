@@ -20,7 +20,7 @@ class Trajectories(eqx.Module):
     Trajectory $r$ starts in `initial_states[r]` at time 0; its `i`-th jump
     (`i < num_events[r]`) happens at `jump_times[r, i]` and leads to `states[r, i]` (the whole
     global state after the jump); it is observed until `durations[r]`. Slots past `num_events`
-    are padding (time = duration, state = the last state). `truncated[r]` is `True` when the event
+    are padding (time = horizon, state = the last state). `truncated[r]` is `True` when the event
     buffer was too small and the path is incomplete: statistics refuse such paths.
     `intervention_targets` / `intervention_states` record the perfect intervention each trajectory
     was recorded under (for data pooling).
@@ -47,7 +47,7 @@ class Trajectories(eqx.Module):
 def sample_trajectory(
     model: AbstractCTBN,
     initial_state: ArrayLike,
-    duration: ArrayLike,
+    horizon: ArrayLike,
     *,
     key: PRNGKeyArray,
     intervention: Intervention | None = None,
@@ -63,7 +63,7 @@ def sample_trajectory(
 
     - `model`, `initial_state` (ints, one per node, or a float distribution over the global
       states to draw it from; clamped nodes are moved to their clamped state),
-      `duration` ($\tau>0$), `key`, optional `intervention`.
+      `horizon` ($\tau>0$), `key`, optional `intervention`.
     - `max_events`: buffer size (static). If the path has more jumps the result has
       `truncated=True`; statistics computed from it raise an error instead of using a cut path.
     """
@@ -74,11 +74,11 @@ def sample_trajectory(
         intervention = Intervention.none(n_nodes)
     model = intervention.apply(model.checked())
     dtype = jnp.result_type(*model.cims)
-    duration = jnp.asarray(duration, dtype)
-    duration = eqx.error_if(
-        duration,
-        ~(duration > 0) | ~jnp.isfinite(duration),
-        "duration: must be positive and finite.",
+    horizon = jnp.asarray(horizon, dtype)
+    horizon = eqx.error_if(
+        horizon,
+        ~(horizon > 0) | ~jnp.isfinite(horizon),
+        "horizon: must be positive and finite.",
     )
     s0 = jnp.asarray(initial_state)
     if jnp.issubdtype(s0.dtype, jnp.floating):
@@ -121,7 +121,7 @@ def sample_trajectory(
         total = rates.sum()
         wait = jr.exponential(k_time, dtype=dtype) / total
         t_new = t + wait
-        stops = ~(t_new < duration)  # also when total == 0 (wait = inf)
+        stops = ~(t_new < horizon)  # also when total == 0 (wait = inf)
         overflow = ~stops & (count >= max_events)
         u = jr.uniform(k_choice, dtype=dtype) * total
         idx = jnp.clip(jnp.searchsorted(jnp.cumsum(rates), u, side="right"), 0, rates.shape[0] - 1)
@@ -139,7 +139,7 @@ def sample_trajectory(
         jnp.zeros((), dtype),
         s0,
         jnp.zeros((), jnp.int32),
-        jnp.full((max_events,), duration, dtype),
+        jnp.full((max_events,), horizon, dtype),
         jnp.broadcast_to(s0, (max_events, n_nodes)),
         key,
         jnp.zeros((), bool),
@@ -154,7 +154,7 @@ def sample_trajectory(
         jump_times=times,
         states=states,
         num_events=count,
-        durations=duration,
+        durations=horizon,
         truncated=truncated,
         intervention_targets=intervention.targets,
         intervention_states=intervention.states,
@@ -164,7 +164,7 @@ def sample_trajectory(
 def sample_trajectories(
     model: AbstractCTBN,
     initial_states: ArrayLike,
-    duration: ArrayLike,
+    horizon: ArrayLike,
     *,
     key: PRNGKeyArray,
     num_trajectories: int,
@@ -185,7 +185,7 @@ def sample_trajectories(
         )
     return jax.vmap(
         lambda k, s: sample_trajectory(
-            model, s, duration, key=k, intervention=intervention, max_events=max_events
+            model, s, horizon, key=k, intervention=intervention, max_events=max_events
         ),
         in_axes=(0, in_axes),
     )(keys, initial_states)

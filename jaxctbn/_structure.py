@@ -30,6 +30,7 @@ from ._layout import (
     max_configs,
     num_configurations,
 )
+from ._posterior import AbstractPosterior
 from ._priors import AbstractPrior, GammaPrior
 from ._sampling import Trajectories
 from ._statistics import _check_complete, segments
@@ -397,7 +398,7 @@ def score_parent_sets(
 
 
 # --------------------------------------------------------------------------- posterior
-class StructurePosterior(eqx.Module):
+class StructurePosterior(AbstractPosterior):
     r"""The exact posterior over CTBN graphs, factorised over nodes.
 
     - `log_marginal_likelihoods[n]`: $\ln p(X_n\mid X_P)$ per candidate set $P$ of node $n$;
@@ -474,6 +475,9 @@ class StructurePosterior(eqx.Module):
     @property
     def cardinalities(self) -> tuple[int, ...]:
         return self.statistics.cardinalities
+
+    def score_with(self, criterion, candidates, initial_state, horizon, **options):
+        return criterion.score_structure(self, candidates, initial_state, horizon, **options)
 
     @property
     def parent_sets(self) -> tuple[Array, ...]:

@@ -16,9 +16,10 @@ solve per draw, and node $n$'s expected statistics projected onto every alternat
 $\min_q\mathrm{VBHC}=\sum_n-\ln\sum_{P'}p(P'\mid H)e^{-a_n(P')}$ and
 $\mathrm{BHC}=\sum_n\sum_{P'}p(P'\mid H)a_n(P')$.
 
-`estimator="plug-in"` is the paper's first-order approximation ($\ell_n$ evaluated at the expected
-statistics; biased because $\ell_n$ is convex in them, MATH §5). Only the gamma prior convention
-is supported here.
+The KL estimator is a Module ([`jaxctbn.PlugIn`][], the paper's first-order approximation with
+$\ell_n$ evaluated at the expected statistics, biased because $\ell_n$ is convex in them, maths
+§5; or [`jaxctbn.MonteCarlo`][] over sampled paths). $\ell_n$ is the rate prior's predictive
+likelihood ([`jaxctbn.AbstractPrior.log_predictive`][]), so every prior works.
 """
 
 from __future__ import annotations
@@ -29,48 +30,47 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-import optax
-from jax.scipy.special import gammaln
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from ._criteria import map_interventions
+from ._batching import AbstractBatching
 from ._interventions import Intervention
-from ._master_equation import (
-    expected_statistics_batch,
-)
+from ._kl_estimators import AbstractKLEstimator, MonteCarlo, PlugIn
+from ._layout import num_configurations
+from ._master_equation import expected_statistics_batch
+from ._optimisers import AbstractVBHCOptimiser
 from ._sampling import sample_trajectory
 from ._solvers import DEFAULT_SOLVER, AbstractMasterEquationSolver
 from ._statistics import node_statistics
-from ._structure import StructurePosterior, _num_configs, local_log_marginal_likelihood
+from ._structure import StructurePosterior
 
 
-def predictive_log_likelihood(M_hat, T_hat, M_bar, T_bar, alpha, beta) -> Float[Array, ""]:
-    r"""$\ln p(\hat S_n\mid P,H)=\sum_{u,x,x'\ne x}[\ln\Gamma(\bar\alpha+\hat M)-\ln\Gamma(\bar\alpha)
-    +\bar\alpha\ln\bar\beta-(\bar\alpha+\hat M)\ln(\bar\beta+\hat T)]$ with
-    $\bar\alpha=\alpha+\bar M$, $\bar\beta=\beta+\bar T$ (MATH §5; the paper's
+def predictive_log_likelihood(
+    posterior: StructurePosterior, node: int, transitions, dwell_times
+) -> Float[Array, " sets"]:
+    r"""$\ell_n(\hat S;P)=\ln p(\hat S_n\mid P,H)$ for every candidate set $P$ of `node`: the
+    rate prior's predictive likelihood of node statistics `transitions` `(sets, configs, k, k)`
+    and `dwell_times` `(sets, configs, k)` (projected onto each set) given the history's (maths
+    §5; for the Gamma prior $\sum[\ln\Gamma(\bar\alpha+\hat M)-\ln\Gamma(\bar\alpha)
+    +\bar\alpha\ln\bar\beta-(\bar\alpha+\hat M)\ln(\bar\beta+\hat T)]$; the paper's
     $\exp\{-\Lambda+\hat T\}$ is a typo for $\exp\{-\Lambda\hat T\}$)."""
-    k = M_hat.shape[-1]
-    off = ~jnp.eye(k, dtype=bool)
-    a_bar = jnp.where(off, alpha + M_bar, 1.0)
-    b_bar = (beta + T_bar)[..., None]
-    M = jnp.where(off, M_hat, 0.0)
-    terms = (
-        gammaln(a_bar + M)
-        - gammaln(a_bar)
-        + a_bar * jnp.log(b_bar)
-        - (a_bar + M) * jnp.log(b_bar + T_hat[..., None])
+    sets = posterior.parent_sets[node]
+    return jax.vmap(functools.partial(posterior.prior.log_predictive, node))(
+        transitions,
+        dwell_times,
+        posterior.statistics.transitions[node],
+        posterior.statistics.dwell_times[node],
+        num_configurations(sets, posterior.cardinalities),
     )
-    return jnp.where(off, terms, 0.0).sum()
 
 
 def _sampled_node_statistics(
-    model, key, n, sets, configs, cards, initial, duration, intervention, max_events
+    model, key, n, sets, configs, cards, initial_state, horizon, intervention, max_events
 ):
     """Sample one path of `model` and return node n's statistics under every candidate set."""
     path = sample_trajectory(
         model,
-        jnp.asarray(initial),
-        duration,
+        jnp.asarray(initial_state),
+        horizon,
         key=key,
         intervention=intervention,
         max_events=max_events,
@@ -91,8 +91,8 @@ class StructureDraws(eqx.Module):
 def structure_draws(
     posterior: StructurePosterior, key: PRNGKeyArray, num_samples: int
 ) -> StructureDraws:
-    if posterior.convention != "gamma":
-        raise ValueError("structure criteria: only the 'gamma' prior convention is supported.")
+    """Per node n, `num_samples` draws of the other nodes' parent sets and of all rates for each
+    candidate set of n (see [`jaxctbn.StructureDraws`][]); `jax.jit`-compiled."""
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}.")
     models = []
@@ -118,49 +118,45 @@ def structure_draws(
 def structure_divergences(
     posterior: StructurePosterior,
     draws: StructureDraws,
-    initial: ArrayLike,
-    duration: ArrayLike,
+    initial_state: ArrayLike,
+    horizon: ArrayLike,
     *,
     intervention: Intervention | None = None,
     solver: AbstractMasterEquationSolver = DEFAULT_SOLVER,
-    estimator: str = "plug-in",
+    estimator: AbstractKLEstimator = PlugIn(),
     path_key: PRNGKeyArray | None = None,
-    num_paths: int = 10,
-    max_events: int = 256,
 ) -> tuple[Float[Array, " sets"], ...]:
     r"""$a_n(P')$ for every node and candidate set (zeros for intervened nodes) over the draws.
 
-    - `estimator="plug-in"`: the paper's first-order form, $\ell_n$ at the expected statistics
+    - `estimator=PlugIn()`: the paper's first-order form, $\ell_n$ at the expected statistics
       from one master-equation solve per draw (biased, can even be negative).
-    - `estimator="monte-carlo"`: $\ell_n$ at the statistics of `num_paths` sampled paths per
-      draw (`path_key`; reuse it across interventions for common random numbers); unbiased for
-      $a_n$ up to Monte Carlo error.
+    - `estimator=MonteCarlo(num_paths)`: $\ell_n$ at the statistics of `num_paths` sampled
+      paths per draw (`path_key`; reuse it across interventions for common random numbers);
+      unbiased for $a_n$ up to Monte Carlo error.
     """
     divergence_of_node = _divergence_of_node(
-        posterior, draws, initial, duration, solver, estimator, path_key, num_paths, max_events
+        posterior, draws, initial_state, horizon, solver, estimator, path_key
     )
     return tuple(divergence_of_node(n, intervention) for n in range(len(draws.models)))
 
 
-def _divergence_of_node(
-    posterior, draws, initial, duration, solver, estimator, path_key, num_paths, max_events
-):
+def _divergence_of_node(posterior, draws, initial_state, horizon, solver, estimator, path_key):
     """Validate the estimator settings and return `(n, intervention) -> a_n`."""
-    if estimator not in ("plug-in", "monte-carlo"):
-        raise ValueError(f"estimator must be 'plug-in' or 'monte-carlo', got {estimator!r}.")
-    if estimator == "monte-carlo" and path_key is None:
-        raise ValueError("path_key: required for estimator='monte-carlo'.")
+    if not isinstance(estimator, PlugIn | MonteCarlo):
+        raise ValueError(
+            f"estimator: expected jaxctbn.PlugIn() or jaxctbn.MonteCarlo(...), got {estimator!r}."
+        )
+    if isinstance(estimator, MonteCarlo) and path_key is None:
+        raise ValueError("path_key: required for the MonteCarlo estimator.")
     return functools.partial(
         _node_divergence,
         posterior,
         draws,
-        initial=initial,
-        duration=duration,
+        initial_state=initial_state,
+        horizon=horizon,
         solver=solver,
         estimator=estimator,
         path_key=path_key,
-        num_paths=num_paths,
-        max_events=max_events,
     )
 
 
@@ -170,13 +166,11 @@ def _node_divergence(
     n,
     intervention,
     *,
-    initial,
-    duration,
+    initial_state,
+    horizon,
     solver,
     estimator,
     path_key,
-    num_paths,
-    max_events,
 ):
     """$a_n(P')$ for one node `n` (zeros if `intervention` clamps it)."""
     models = draws.models[n]
@@ -184,17 +178,13 @@ def _node_divergence(
     n_sets, n_samples = sets.shape[0], jax.tree_util.tree_leaves(models)[0].shape[1]
     flat = jax.tree_util.tree_map(lambda a: a.reshape(n_sets * n_samples, *a.shape[2:]), models)
     B = n_sets * n_samples
-    M_bar = posterior.statistics.transitions[n]
-    T_bar = posterior.statistics.dwell_times[n]
-    configs = M_bar.shape[1]
+    configs = posterior.statistics.transitions[n].shape[1]
 
-    def ell(M_hat, T_hat, Mb, Tb):
-        return predictive_log_likelihood(
-            M_hat, T_hat, Mb, Tb, posterior.alpha[n], posterior.beta[n]
-        )
+    def ell(M_hat, T_hat):
+        return predictive_log_likelihood(posterior, n, M_hat, T_hat)
 
-    if estimator == "plug-in":
-        init = jnp.broadcast_to(jnp.asarray(initial), (B, *jnp.shape(initial)))
+    if isinstance(estimator, PlugIn):
+        init = jnp.broadcast_to(jnp.asarray(initial_state), (B, *jnp.shape(initial_state)))
         ivs = (
             None
             if intervention is None
@@ -202,15 +192,15 @@ def _node_divergence(
                 lambda a: jnp.broadcast_to(a, (B, *jnp.shape(a))), intervention
             )
         )
-        stats = expected_statistics_batch(flat, init, duration, interventions=ivs, solver=solver)
+        stats = expected_statistics_batch(flat, init, horizon, interventions=ivs, solver=solver)
 
         def ell_all(st):
             M_hat, T_hat = st.node_statistics_on_sets(n, sets)
-            return jax.vmap(ell)(M_hat, T_hat, M_bar, T_bar)
+            return ell(M_hat, T_hat)
 
         ells = jax.vmap(ell_all)(stats)
     else:
-        keys = jr.split(jr.fold_in(path_key, n), (B, num_paths))
+        keys = jr.split(jr.fold_in(path_key, n), (B, estimator.num_paths))
 
         def ell_paths(model, ks):
             def one_path(k):
@@ -221,12 +211,12 @@ def _node_divergence(
                     sets,
                     configs,
                     posterior.cardinalities,
-                    initial,
-                    duration,
+                    initial_state,
+                    horizon,
                     intervention,
-                    max_events,
+                    estimator.max_events,
                 )
-                return jax.vmap(ell)(M, T, M_bar, T_bar)
+                return ell(M, T)
 
             return jax.vmap(one_path)(ks).mean(0)
 
@@ -304,101 +294,45 @@ def structure_vbhc(posterior: StructurePosterior, divergences, logits) -> Float[
     return total
 
 
-class StructureVBHCOptimiser(eqx.Module):
-    r"""Minimises the structure VBHC over softmax logits with optax (L-BFGS) and autodiff,
-    starting at $q=p(G\mid H)$; `steps` (static) L-BFGS iterations."""
-
-    steps: int = eqx.field(default=500, static=True)
-
-    def minimise(self, posterior: StructurePosterior, divergences):
-        logits = tuple(lp for lp in posterior.log_posterior())  # start at q = p(G | H)
-
-        def loss(z):
-            return structure_vbhc(posterior, divergences, z)
-
-        opt = optax.lbfgs()
-        value_and_grad = optax.value_and_grad_from_state(loss)
-
-        def step(carry, _):
-            z, state = carry
-            value, grad = value_and_grad(z, state=state)
-            updates, state = opt.update(grad, state, z, value=value, grad=grad, value_fn=loss)
-            return (optax.apply_updates(z, updates), state), None
-
-        (z, _), _ = jax.lax.scan(step, (logits, opt.init(logits)), None, length=self.steps)
-        return loss(z), z
+def structure_vbhc_minimise(
+    posterior: StructurePosterior, divergences, optimiser: AbstractVBHCOptimiser
+) -> tuple[Float[Array, ""], tuple[Array, ...]]:
+    r"""$\min_q$ VBHC by a numerical `optimiser` over softmax logits with autodiff gradients,
+    starting at $q=p(G\mid H)$. Returns `(min VBHC, logits)`; agrees with
+    [`jaxctbn.structure_vbhc_minimum`][] at convergence."""
+    logits = tuple(lp for lp in posterior.log_posterior())
+    return optimiser.minimise(lambda z: structure_vbhc(posterior, divergences, z), logits)
 
 
-STRUCTURE_CRITERIA = ("vbhc", "bhc", "vbhc-optax", "eig")
-
-
-@eqx.filter_jit
-def score_interventions_structure(
+def divergences_all_candidates(
     posterior: StructurePosterior,
-    interventions: Intervention,
-    initial: ArrayLike,
-    duration: ArrayLike,
+    draws: StructureDraws,
+    candidates: Intervention,
+    initial_state: ArrayLike,
+    horizon: ArrayLike,
     *,
     key: PRNGKeyArray,
-    num_samples: int = 10,
-    criterion: str = "vbhc",
-    estimator: str = "plug-in",
-    num_paths: int = 10,
-    solver: AbstractMasterEquationSolver = DEFAULT_SOLVER,
-    batch_size: int | None = None,
-    max_events: int = 256,
-):
-    """Score a batch of interventions for active structure learning, one computation vmapped
-    over interventions (common random numbers: the same graph, rate and path keys for every
-    intervention). The most informative design is the `argmax`; "negative VBHC" the `argmin`.
-
-    `criterion`: `"vbhc"` (closed-form minimum), `"vbhc-optax"` (the same by optax), `"bhc"`,
-    or `"eig"` ([`jaxctbn.structure_eig`][] with `num_paths` paths per draw). `estimator`
-    (`"plug-in"` or `"monte-carlo"`) chooses the KL estimator of the (V)BHC.
-    `batch_size`: candidates per chunk (default 9); the (V)BHC maps over chunks, skipping for
-    each node the chunks whose candidates all clamp it (their contribution is 0)."""
-    if criterion not in STRUCTURE_CRITERIA:
-        raise ValueError(f"criterion must be one of {STRUCTURE_CRITERIA}, got {criterion!r}.")
-    key_draws, key_paths = jr.split(key)
-    draws = structure_draws(posterior, key_draws, num_samples)
-    if criterion == "eig":
-        return map_interventions(
-            lambda iv: structure_eig(
-                posterior,
-                draws,
-                initial,
-                duration,
-                path_key=key_paths,
-                num_paths=num_paths,
-                intervention=iv,
-                max_events=max_events,
-            ),
-            interventions,
-            batch_size,
-        )
+    solver: AbstractMasterEquationSolver,
+    estimator: AbstractKLEstimator,
+    batching: AbstractBatching,
+) -> tuple[Float[Array, "candidates sets"], ...]:
+    """$a_n(P')$ for every candidate (leading axis), node and candidate set, with the same draws
+    and path keys for every candidate (common random numbers). Per node, candidates are computed
+    in chunks of `batching.chunk_size`, and chunks whose candidates all clamp the node are
+    skipped (their $a_n$ is 0)."""
     divergence_of_node = _divergence_of_node(
-        posterior, draws, initial, duration, solver, estimator, key_paths, num_paths, max_events
+        posterior, draws, initial_state, horizon, solver, estimator, key
     )
-
-    chunk = batch_size or min(interventions.targets.shape[0], 9)
-    a_all = _divergences_all_candidates(posterior, draws, interventions, chunk, divergence_of_node)
-
-    def one(a):
-        if criterion == "bhc":
-            return structure_bhc(posterior, a)
-        if criterion == "vbhc":
-            return structure_vbhc_minimum(posterior, a)
-        return StructureVBHCOptimiser().minimise(posterior, a)[0]
-
-    return jax.vmap(one)(a_all)
+    chunk = batching.chunk_size(candidates.targets.shape[0])
+    return _divergences_all_candidates(posterior, draws, candidates, chunk, divergence_of_node)
 
 
 @eqx.filter_jit
 def structure_eig(
     posterior: StructurePosterior,
     draws: StructureDraws,
-    initial: ArrayLike,
-    duration: ArrayLike,
+    initial_state: ArrayLike,
+    horizon: ArrayLike,
     *,
     path_key: PRNGKeyArray,
     num_paths: int = 10,
@@ -419,7 +353,7 @@ def structure_eig(
         M_bar = posterior.statistics.transitions[n]
         T_bar = posterior.statistics.dwell_times[n]
         configs = M_bar.shape[1]
-        U = _num_configs(sets, cards)
+        U = num_configurations(sets, cards)
         prior_n = posterior.log_prior[n]
         old = posterior.log_posterior()[n]
         keys = jr.split(jr.fold_in(path_key, n), (n_sets * n_samples, num_paths))
@@ -440,13 +374,20 @@ def structure_eig(
         ):
             def one_path(k):
                 M, T = _sampled_node_statistics(
-                    model, k, n, sets, configs, cards, initial, duration, intervention, max_events
+                    model,
+                    k,
+                    n,
+                    sets,
+                    configs,
+                    cards,
+                    initial_state,
+                    horizon,
+                    intervention,
+                    max_events,
                 )
 
                 def score(Mh, Th, Mb, Tb, u):
-                    return local_log_marginal_likelihood(
-                        Mb + Mh, Tb + Th, u, alpha=posterior.alpha[n], beta=posterior.beta[n]
-                    )
+                    return posterior.prior.log_marginal_likelihood(n, Mb + Mh, Tb + Th, u)
 
                 new = jax.nn.log_softmax(prior_n + jax.vmap(score)(M, T, M_bar, T_bar, U))
                 return new[P] - old[P]
