@@ -249,10 +249,10 @@ def _cmd_design(args):
     import jax.numpy as jnp
     import numpy as np
 
-    from ._criteria import score_interventions
     from ._interventions import intervention_space
     from ._io import read_csv, trajectories_from_dataframe
     from ._posterior import RatePosterior
+    from ._priors import GammaPrior
     from ._statistics import SufficientStatistics
 
     if args.target == "structure":
