@@ -389,7 +389,7 @@ def _scores(prior: AbstractPrior, statistics: FamilyStatistics, dwell_times) -> 
 def score_parent_sets(
     statistics: FamilyStatistics, *, prior: AbstractPrior = GammaPrior()
 ) -> tuple[Float[Array, " sets"], ...]:
-    """Local log marginal likelihoods $\ln p(X_n\mid X_P)$ of every candidate parent set of
+    r"""Local log marginal likelihoods $\ln p(X_n\mid X_P)$ of every candidate parent set of
     every node under `prior` ([`jaxctbn.GammaPrior`][], the paper's, or
     [`jaxctbn.NodelmanPrior`][], CTBN-RLE's family score), vectorised over sets, **with** the
     prior's normalising terms (maths §5)."""

@@ -258,7 +258,7 @@ def _divergences_all_candidates(
                 return jax.vmap(lambda iv: divergence_of_node(n, iv))(ivs)
 
             def skip(ivs):
-                dtype = jnp.result_type(*posterior.alpha)
+                dtype = posterior.statistics.dwell_times[n].dtype
                 return jnp.zeros((chunk, n_sets), dtype)
 
             return jax.lax.cond(free_c.any(), compute, skip, ivs)

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import os
 
@@ -31,7 +32,7 @@ def _replay(truth, result, horizon, key, K):
 
 def test_structure_loop_equals_batch_learning_on_the_same_paths(getkey):
     truth = random_model(getkey(), CARDS, PARENTS)
-    task = jc.StructureLearningTask(truth, max_parents=2, alpha=1.5, beta=2.0)
+    task = jc.StructureLearningTask(truth, max_parents=2, prior=jc.GammaPrior(1.5, 2.0))
     key, K = getkey(), 5
     result = jax.jit(
         lambda k: jc.run_active_learning(task, jc.RandomDesign(), key=k, num_experiments=K)
@@ -39,7 +40,9 @@ def test_structure_loop_equals_batch_learning_on_the_same_paths(getkey):
     assert result.metrics["auroc"].shape == (K + 1,)
     assert bool(result.targets.any())  # random design intervenes now and then
     paths = _replay(truth, result, 3.0, key, K)
-    direct = jc.learn_structure(paths, truth.names, CARDS, max_parents=2, alpha=1.5, beta=2.0)
+    direct = jc.learn_structure(
+        paths, truth.names, CARDS, max_parents=2, prior=jc.GammaPrior(1.5, 2.0)
+    )
     for x, y in zip(result.posterior.log_posterior(), direct.log_posterior()):
         np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-12)
     # metrics against independent implementations
@@ -61,16 +64,16 @@ def test_structure_loop_equals_batch_learning_on_the_same_paths(getkey):
 
 def test_parameter_loop_pools_interventional_data(getkey):
     truth = random_model(getkey(), (2, 3), ((1,), ()))
-    task = jc.ParameterLearningTask(truth, alpha=2.0, beta=1.0)
+    task = jc.ParameterLearningTask(truth, prior=jc.GammaPrior(2.0, 1.0))
     key, K = getkey(), 4
     always_x1 = jc.CallableDesign(lambda post, ivs, s0, tau, k: ivs.targets[:, 1] * 1.0)
     result = jc.run_active_learning(task, always_x1, key=key, num_experiments=K, horizon=2.0)
     assert bool(result.targets[:, 1].all()) and not bool(result.targets[:, 0].any())
     # the intervened node learns nothing, the other one learns from every path
-    np.testing.assert_array_equal(result.posterior.alpha[1], task.prior().alpha[1])
+    np.testing.assert_array_equal(result.posterior.alpha[1], task.initial_posterior().alpha[1])
     paths = _replay(truth, result, 2.0, key, K)
     suff = jc.SufficientStatistics.from_trajectories(paths, truth.cardinalities, truth.parents)
-    direct = task.prior().update_with(suff)
+    direct = task.initial_posterior().update_with(suff)
     for a, b in zip(result.posterior.alpha + result.posterior.beta, direct.alpha + direct.beta):
         np.testing.assert_allclose(a, b, rtol=1e-12)
     np.testing.assert_allclose(result.metrics["mse"][-1], direct.mse(truth), rtol=1e-12)
@@ -93,7 +96,7 @@ def test_designs_choose_what_their_scores_say(getkey):
     np.testing.assert_array_equal(best.initial_states[0], worst.initial_states[0])
     _, k_design, _ = jax.random.split(jax.random.split(key, K)[0], 3)
     scores = jc.score_interventions(
-        task.prior(), space, best.initial_states[0], 3.0, key=k_design, num_samples=3
+        task.initial_posterior(), space, best.initial_states[0], 3.0, key=k_design, num_samples=3
     )
     assert int(best.intervention_index[0]) == int(jnp.argmax(scores))
     assert int(worst.intervention_index[0]) == int(jnp.argmin(scores))
@@ -121,33 +124,28 @@ def test_active_learning_bad_input(getkey):
         jc.StructureLearningTask(truth, max_parents=3)
     with pytest.raises(ValueError, match="unknown name 'mi'"):
         jc.design_from_name("mi")
-    with pytest.raises(ValueError, match="criterion must be one of"):
+    with pytest.raises(ValueError, match="criterion: expected a criterion Module"):
         jc.CriterionDesign("mutual-information")
     with pytest.raises(Exception, match="horizon: must be positive"):
         jc.run_active_learning(
             task, jc.PassiveDesign(), key=getkey(), num_experiments=1, horizon=-1.0
         )
-    with pytest.raises(ValueError, match="interventions: expected a batch"):
+    with pytest.raises(ValueError, match="candidates: expected a batch"):
         jc.run_active_learning(
             task,
             jc.PassiveDesign(),
             key=getkey(),
             num_experiments=1,
-            interventions=jc.Intervention.none(3),
+            candidates=jc.Intervention.none(3),
         )
 
 
 def test_run_experiment_writes_outputs_and_resumes(tmp_path):
     out = str(tmp_path / "run")
-    kwargs = dict(
-        designs=("passive", "random"),
-        repetitions=4,
-        experiments=2,
-        chunk=2,
-        out=out,
-        progress=False,
+    config = jc.ExperimentConfig(
+        target="structure", designs=("passive", "random"), repetitions=4, experiments=2, chunk=2
     )
-    report = jc.run_experiment("structure", **kwargs)
+    report = jc.run_experiment(config, out=out, progress=False)
     for name in (
         "config.json",
         "truth.json",
@@ -179,13 +177,13 @@ def test_run_experiment_writes_outputs_and_resumes(tmp_path):
     )
     assert jc.CTBN.from_json(os.path.join(out, "truth.json")).names == ("X1", "X2", "X3", "X4")
     # a rerun reuses every finished chunk and gives the same numbers
-    again = jc.run_experiment("structure", **kwargs)
+    again = jc.run_experiment(config, out=out, progress=False)
     assert all(t["repetitions_computed"] == 0 for t in again["timing"].values())
     np.testing.assert_array_equal(
         again["results"]["random"]["aupr"], report["results"]["random"]["aupr"]
     )
     # chunking does not change results (up to rounding): repetition r always uses fold_in(key(seed), r)
-    other = jc.run_experiment("structure", **{**kwargs, "chunk": 4, "out": None})
+    other = jc.run_experiment(dataclasses.replace(config, chunk=4), progress=False)
     np.testing.assert_allclose(
         other["results"]["random"]["aupr"], report["results"]["random"]["aupr"], rtol=1e-12
     )
@@ -194,4 +192,6 @@ def test_run_experiment_writes_outputs_and_resumes(tmp_path):
         report["results"]["random"]["intervention_index"],
     )
     with pytest.raises(ValueError, match="designs: unknown design 'best'"):
-        jc.run_experiment("structure", designs=("best",), progress=False)
+        jc.ExperimentConfig(designs=("best",))
+    with pytest.raises(ValueError, match="samples: must be a positive integer"):
+        jc.ExperimentConfig(samples=0)

@@ -62,9 +62,7 @@ def test_gamma_score_matches_quadrature(k, alpha, beta):
     C = 2
     M = rng.integers(0, 6, (C, k, k)).astype(float) * (1 - np.eye(k))
     T = rng.uniform(0.1, 3.0, (C, k))
-    score = jc.local_log_marginal_likelihood(
-        jnp.asarray(M), jnp.asarray(T), C, alpha=alpha, beta=beta, convention="gamma"
-    )
+    score = jc.GammaPrior(alpha, beta).log_marginal_likelihood(0, jnp.asarray(M), jnp.asarray(T), C)
     ref = _quadrature_gamma(M, T, alpha, beta)
     assert abs(float(score) - ref) < 1e-8 * max(1.0, abs(ref))
 
@@ -76,8 +74,8 @@ def test_nodelman_score_matches_quadrature(k, alpha):
     M = rng.integers(0, 6, (C, k, k)).astype(float) * (1 - np.eye(k))
     T = rng.uniform(0.1, 3.0, (C, k))
     tau = 2.0
-    score = jc.local_log_marginal_likelihood(
-        jnp.asarray(M), jnp.asarray(T), C, alpha=alpha, beta=tau, convention="nodelman"
+    score = jc.NodelmanPrior(alpha, tau).log_marginal_likelihood(
+        0, jnp.asarray(M), jnp.asarray(T), C
     )
     ref = _quadrature_nodelman(M, T, alpha, tau)
     assert abs(float(score) - ref) < 1e-8 * max(1.0, abs(ref))
@@ -86,11 +84,13 @@ def test_nodelman_score_matches_quadrature(k, alpha):
 def test_conventions_differ_and_prior_terms_matter():
     M = jnp.array([[[0.0, 3.0], [2.0, 0.0]]])
     T = jnp.array([[1.5, 0.7]])
-    g = jc.local_log_marginal_likelihood(M, T, 1, alpha=5.0, beta=1.0, convention="gamma")
-    n = jc.local_log_marginal_likelihood(M, T, 1, alpha=5.0, beta=1.0, convention="nodelman")
+    g = jc.GammaPrior(5.0, 1.0).log_marginal_likelihood(0, M, T, 1)
+    n = jc.NodelmanPrior(5.0, 1.0).log_marginal_likelihood(0, M, T, 1)
     assert abs(float(g - n)) > 1e-3
-    with pytest.raises(ValueError, match="convention"):
-        jc.local_log_marginal_likelihood(M, T, 1, convention="bde")
+    with pytest.raises(ValueError, match="alpha: prior parameters must be > 0"):
+        jc.GammaPrior(0.0, 1.0)
+    with pytest.raises(ValueError, match="tau: prior parameters must be > 0"):
+        jc.NodelmanPrior(1.0, -2.0)
 
 
 def test_node_score_invariant_to_parent_order(getkey):
@@ -103,10 +103,8 @@ def test_node_score_invariant_to_parent_order(getkey):
     for order in [(0, 2), (2, 0)]:
         st = jax.vmap(lambda t: jc.node_statistics(t, 1, order, cards))(traj)
         M, T = st.transitions.sum(0), st.dwell_times.sum(0)
-        for conv in ("gamma", "nodelman"):
-            scores.append(
-                jc.local_log_marginal_likelihood(M, T, 4, alpha=2.0, beta=1.5, convention=conv)
-            )
+        for prior in (jc.GammaPrior(2.0, 1.5), jc.NodelmanPrior(2.0, 1.5)):
+            scores.append(prior.log_marginal_likelihood(1, M, T, 4))
     np.testing.assert_allclose(scores[0], scores[2], rtol=1e-12)
     np.testing.assert_allclose(scores[1], scores[3], rtol=1e-12)
 
@@ -194,8 +192,8 @@ def _brute_force_graph_posterior(post):
     return edges, entropy, tuple(tuple(sorted(b)) for b in best)
 
 
-@pytest.mark.parametrize("convention", ["gamma", "nodelman"])
-def test_factorised_posterior_matches_graph_enumeration(convention, getkey):
+@pytest.mark.parametrize("prior", [jc.GammaPrior(2.0, 1.0), jc.NodelmanPrior(2.0, 1.0)])
+def test_factorised_posterior_matches_graph_enumeration(prior, getkey):
     cards, parents = (2, 3, 2), ((2,), (0,), (1, 0))
     model = random_model(getkey(), cards, parents)
     traj = jc.sample_trajectories(
@@ -206,9 +204,7 @@ def test_factorised_posterior_matches_graph_enumeration(convention, getkey):
         model.names,
         cards,
         max_parents=2,
-        alpha=2.0,
-        beta=1.0,
-        convention=convention,
+        prior=prior,
         edge_prior=jnp.full((3, 3), 0.3),
     )
     edges, entropy, best = _brute_force_graph_posterior(post)
@@ -236,10 +232,8 @@ def test_map_graph_recovers_truth(cards, parents, getkey):
     traj = jc.sample_trajectories(
         truth, inits, 10.0, key=getkey(), num_trajectories=150, max_events=512
     )
-    for conv, a, b in [("gamma", 1.0, 1.0), ("nodelman", 1.0, 1.0)]:
-        post = jc.learn_structure(
-            traj, truth.names, cards, max_parents=2, alpha=a, beta=b, convention=conv
-        )
+    for prior in (jc.GammaPrior(1.0, 1.0), jc.NodelmanPrior(1.0, 1.0)):
+        post = jc.learn_structure(traj, truth.names, cards, max_parents=2, prior=prior)
         assert post.map_graph() == tuple(tuple(sorted(p)) for p in parents)
         adj = jc.adjacency_from_parents(parents, N)
         assert float(jc.edge_auroc(post.edge_marginals(), adj)) == 1.0
@@ -268,7 +262,7 @@ def test_pooling_interventional_equals_observational_for_other_nodes(getkey):
     np.testing.assert_allclose(a.parent_set_probabilities()[0], 1 / 4, rtol=1e-12)
     # rate posterior: same pooling rule
     sa = jc.SufficientStatistics.from_trajectories(traj, cards, parents)
-    rp = jc.RatePosterior.for_model(truth, alpha=2.0, beta=3.0).update_with(sa)
+    rp = jc.RatePosterior.for_model(truth, prior=jc.GammaPrior(2.0, 3.0)).update_with(sa)
     np.testing.assert_allclose(rp.alpha[0], 2.0)
     np.testing.assert_allclose(rp.beta[0], 3.0)
 
@@ -287,11 +281,13 @@ def test_incremental_update_equals_batch(getkey):
     )
     sets = jc.candidate_parent_sets(3, 2)
     post = jc.StructurePosterior.from_statistics(
-        jc.family_statistics(t1, cards, sets), model.names, alpha=1.5, beta=2.0
+        jc.family_statistics(t1, cards, sets), model.names, prior=jc.GammaPrior(1.5, 2.0)
     )
     updated = jax.jit(lambda p, s: p.update(s))(post, jc.family_statistics(t2, cards, sets))
     both = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), t1, t2)
-    direct = jc.learn_structure(both, model.names, cards, max_parents=2, alpha=1.5, beta=2.0)
+    direct = jc.learn_structure(
+        both, model.names, cards, max_parents=2, prior=jc.GammaPrior(1.5, 2.0)
+    )
     for x, y in zip(updated.log_posterior(), direct.log_posterior()):
         np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-12)
 
@@ -300,7 +296,7 @@ def test_rate_posterior_draws_match_gamma_moments(getkey):
     cards, parents = (2, 3), ((), (0,))
     model = random_model(getkey(), cards, parents)
     traj = jc.sample_trajectories(model, jnp.array([0, 0]), 2.0, key=getkey(), num_trajectories=5)
-    post = jc.RatePosterior.for_model(model, alpha=2.0, beta=[1.0, jnp.array([[1.0], [2.0]])])
+    post = jc.RatePosterior.for_model(model, prior=jc.GammaPrior(2.0, jnp.array([1.0, 2.0])))
     post = post.update_with(jc.SufficientStatistics.from_trajectories(traj, cards, parents))
     n_draws = 20000
     draws = jax.jit(jax.vmap(post.sample))(jax.random.split(getkey(), n_draws))
@@ -331,7 +327,9 @@ def test_structure_rate_draws_given_graph(getkey):
     cards, parents = (2, 2), ((1,), (0,))
     model = random_model(getkey(), cards, parents)
     traj = jc.sample_trajectories(model, jnp.array([0, 0]), 3.0, key=getkey(), num_trajectories=10)
-    post = jc.learn_structure(traj, model.names, cards, max_parents=1, alpha=2.0, beta=1.0)
+    post = jc.learn_structure(
+        traj, model.names, cards, max_parents=1, prior=jc.GammaPrior(2.0, 1.0)
+    )
     idx = jnp.array([1, 1])  # parent sets (1,) and (0,)
     draws = jax.jit(jax.vmap(lambda k: post.rates_given(idx, k)))(jax.random.split(getkey(), 20000))
     M = np.asarray(post.statistics.transitions[0][1])
@@ -406,9 +404,13 @@ def test_learning_bad_input(getkey):
     cards, parents = (2, 2), ((), (0,))
     model = random_model(getkey(), cards, parents)
     with pytest.raises(ValueError, match="must be > 0"):
-        jc.RatePosterior.for_model(model, alpha=0.0)
+        jc.RatePosterior.for_model(model, prior=jc.GammaPrior(alpha=0.0))
     with pytest.raises(ValueError, match="must be > 0"):
-        jc.RatePosterior.for_model(model, beta=-1.0)
+        jc.RatePosterior.for_model(model, prior=jc.GammaPrior(beta=-1.0))
+    with pytest.raises(ValueError, match="alpha: need a scalar or one value per node"):
+        jc.RatePosterior.for_model(model, prior=jc.GammaPrior(alpha=jnp.ones(3)))
+    with pytest.raises(ValueError, match="RatePosterior needs a GammaPrior"):
+        jc.RatePosterior.for_model(model, prior=jc.NodelmanPrior())
     post = jc.RatePosterior.for_model(model)
     bad = [jc.NodeStatistics(transitions=jnp.zeros((2, 2, 2)), dwell_times=jnp.zeros((2, 2)))] * 2
     with pytest.raises(ValueError, match="shapes"):
@@ -423,11 +425,13 @@ def test_learning_bad_input(getkey):
     with pytest.raises(ValueError, match="max_parents must be between 0 and 1"):
         jc.learn_structure(traj, model.names, cards, max_parents=2)
     with pytest.raises(ValueError, match="prior parameters must be > 0"):
-        jc.learn_structure(traj, model.names, cards, max_parents=1, alpha=-1.0)
+        jc.learn_structure(traj, model.names, cards, max_parents=1, prior=jc.GammaPrior(-1.0))
     with pytest.raises(Exception, match="edge_prior: off-diagonal edge probabilities"):
         jc.learn_structure(traj, model.names, cards, max_parents=1, edge_prior=jnp.ones((2, 2)))
-    with pytest.raises(ValueError, match="convention"):
-        jc.learn_structure(traj, model.names, cards, max_parents=1, convention="bdeu")
+    with pytest.raises(ValueError, match="beta: need a scalar or one value per node"):
+        jc.learn_structure(
+            traj, model.names, cards, max_parents=1, prior=jc.GammaPrior(1.0, jnp.ones(3))
+        )
     with pytest.raises(ValueError, match="cardinalities"):
         jc.family_statistics(traj, (2, 2, 2), jc.candidate_parent_sets(3, 1))
 
