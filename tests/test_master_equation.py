@@ -237,12 +237,27 @@ def test_vmap_grad_and_grad_vmap(getkey):
 def test_diffrax_shared_step_batch_matches_single(getkey):
     cards, parents = CASES["mixed-cycle"]
     models = jax.vmap(lambda k: random_model(k, cards, parents))(jax.random.split(getkey(), 4))
-    init = jnp.tile(jnp.array([0, 1, 0]), (4, 1))
+    init = jnp.array([[0, 1, 0], [1, 2, 1], [0, 0, 1], [1, 1, 0]])  # a different start each
     batch = jc.expected_statistics_batch(models, init, 1.0, solver=jc.DiffraxSolver())
     unif = jc.expected_statistics_batch(models, init, 1.0, solver=jc.Uniformisation())
     expm = jc.expected_statistics_batch(models, init, 1.0, solver=jc.MatrixExponential())
     np.testing.assert_allclose(batch.dwell_times, unif.dwell_times, rtol=1e-7, atol=1e-12)
     np.testing.assert_allclose(expm.dwell_times, unif.dwell_times, rtol=1e-9, atol=1e-12)
+    # the shared-step batched ODE (solve_batch) against one adaptive solve per member (solve),
+    # and both against exact uniformisation
+    solver = jc.DiffraxSolver()
+    member = [jax.tree_util.tree_map(lambda x: x[i], models) for i in range(4)]
+    p0 = jnp.stack([one_hot_state(m, s) for m, s in zip(member, np.asarray(init))])
+    p_batch, dwell_batch = solver.solve_batch(batch.generator, p0, 1.0)
+    for i in range(4):
+        gen = jax.tree_util.tree_map(lambda x: x[i], batch.generator)
+        p_single, dwell_single = solver.solve(gen, p0[i], 1.0)
+        p_exact, dwell_exact = jc.Uniformisation().solve(gen, p0[i], 1.0)
+        np.testing.assert_allclose(p_batch[i], p_single, rtol=1e-7, atol=1e-12)
+        np.testing.assert_allclose(dwell_batch[i], dwell_single, rtol=1e-7, atol=1e-12)
+        np.testing.assert_allclose(p_single, p_exact, rtol=1e-7, atol=1e-12)
+        np.testing.assert_allclose(dwell_single, dwell_exact, rtol=1e-7, atol=1e-12)
+        np.testing.assert_allclose(dwell_batch[i], dwell_exact, rtol=1e-7, atol=1e-12)
 
 
 def test_padded_models_with_different_graphs_share_one_compilation(getkey):
