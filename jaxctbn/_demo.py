@@ -1,4 +1,7 @@
-"""The main job for now: the paper's 4-node fast/slow network, sampled and solved exactly."""
+"""`jaxctbn demo`: the paper's 4-node fast/slow network, sampled and solved exactly.
+
+A quick check of sampling against the master equation; the main job is `jaxctbn run`.
+"""
 
 from __future__ import annotations
 

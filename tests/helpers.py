@@ -54,13 +54,6 @@ def random_model(key, cardinalities, parents, *, scale=1.0, stiff=False):
     return jc.CTBN(cims=cims, parents=parents)
 
 
-def tree_allclose(a, b, rtol=1e-7, atol=0.0):
-    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
-    return len(la) == len(lb) and all(
-        np.allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol) for x, y in zip(la, lb)
-    )
-
-
 def one_hot_state(model, state):
     p = np.zeros(model.num_global_states)
     idx = 0
@@ -70,4 +63,4 @@ def one_hot_state(model, state):
     return p
 
 
-__all__ = ["brute_force_generator", "scipy_moments", "random_model", "tree_allclose", "jnp"]
+__all__ = ["brute_force_generator", "scipy_moments", "random_model", "jnp"]

@@ -2,6 +2,7 @@ import dataclasses
 import json
 import os
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -126,7 +127,7 @@ def test_active_learning_bad_input(getkey):
         jc.design_from_name("mi")
     with pytest.raises(ValueError, match="criterion: expected a criterion Module"):
         jc.CriterionDesign("mutual-information")
-    with pytest.raises(Exception, match="horizon: must be positive"):
+    with pytest.raises(eqx.EquinoxRuntimeError, match="horizon: must be positive"):
         jc.run_active_learning(
             task, jc.PassiveDesign(), key=getkey(), num_experiments=1, horizon=-1.0
         )

@@ -1,6 +1,9 @@
 import json
+import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
@@ -191,10 +194,17 @@ def test_cli_errors_are_one_line(args, message, network, tmp_path):
 
 
 def test_console_script_is_installed():
-    proc = subprocess.run(
-        [sys.executable, "-m", "jaxctbn._cli", "--help"], capture_output=True, text=True
+    # the entry point from [project.scripts], installed next to this interpreter
+    script = Path(sys.executable).parent / "jaxctbn"
+    assert script.is_file(), (
+        f"console script {script} is missing: install the package (pip install -e .[dev])"
     )
-    assert proc.returncode == 0 and "moments" in proc.stdout
+    # the script may import an installed copy: point it at this checkout's package
+    env = {**os.environ, "PYTHONPATH": str(Path(jc.__file__).parent.parent)}
+    proc = subprocess.run([str(script), "--help"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    for command in ["sample", "moments", "learn", "design", "run", "demo"]:
+        assert re.search(rf"^\s+{command}\s", proc.stdout, re.M), (command, proc.stdout)
 
 
 def test_demo_runs_small(tmp_path):

@@ -1,5 +1,6 @@
 import itertools
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -419,14 +420,16 @@ def test_learning_bad_input(getkey):
         jc.NodeStatistics(transitions=jnp.zeros((1, 2, 2)), dwell_times=-jnp.ones((1, 2))),
         jc.NodeStatistics(transitions=jnp.zeros((2, 2, 2)), dwell_times=jnp.ones((2, 2))),
     ]
-    with pytest.raises(Exception, match="dwell times must be finite and >= 0"):
+    with pytest.raises(eqx.EquinoxRuntimeError, match="dwell times must be finite and >= 0"):
         post.update(neg).beta[0].block_until_ready()
     traj = jc.sample_trajectories(model, jnp.array([0, 0]), 1.0, key=getkey(), num_trajectories=2)
     with pytest.raises(ValueError, match="max_parents must be between 0 and 1"):
         jc.learn_structure(traj, model.names, cards, max_parents=2)
     with pytest.raises(ValueError, match="prior parameters must be > 0"):
         jc.learn_structure(traj, model.names, cards, max_parents=1, prior=jc.GammaPrior(-1.0))
-    with pytest.raises(Exception, match="edge_prior: off-diagonal edge probabilities"):
+    with pytest.raises(
+        eqx.EquinoxRuntimeError, match="edge_prior: off-diagonal edge probabilities"
+    ):
         jc.learn_structure(traj, model.names, cards, max_parents=1, edge_prior=jnp.ones((2, 2)))
     with pytest.raises(ValueError, match="beta: need a scalar or one value per node"):
         jc.learn_structure(

@@ -64,7 +64,15 @@ def test_monte_carlo_estimator_is_nonnegative_and_plug_in_differs(getkey):
     for m in mc:
         # a_n(P') is an expected KL: non-negative up to Monte Carlo error
         assert float(m.min()) > -0.02
-    assert not np.allclose(np.concatenate(mc), np.concatenate(plug), rtol=1e-3)
+    # the plug-in's bias (ell is convex in the statistics) is larger than the Monte Carlo
+    # estimator's own noise: a second, independent set of paths moves it far less
+    mc2 = jc.structure_divergences(
+        post, draws, init, 3.0, estimator="monte-carlo", path_key=getkey(), num_paths=40
+    )
+    mc, mc2, plug = (np.concatenate(x) for x in (mc, mc2, plug))
+    noise = np.abs(mc - mc2).max()
+    bias = np.abs((mc + mc2) / 2 - plug).max()
+    assert 0 < 3 * noise < bias, (noise, bias)
 
 
 def test_structure_scoring_all_interventions(getkey):
