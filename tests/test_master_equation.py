@@ -328,9 +328,9 @@ def test_nan_rates_raise():
 
 
 @pytest.mark.parametrize("tau", [0.0, -1.0, float("nan")])
-def test_bad_duration_raises(tau, getkey):
+def test_bad_horizon_raises(tau, getkey):
     model = random_model(getkey(), (2, 2), ((), (0,)))
-    with pytest.raises(eqx.EquinoxRuntimeError, match="duration: must be a positive finite number"):
+    with pytest.raises(eqx.EquinoxRuntimeError, match="horizon: must be a positive finite number"):
         jc.expected_statistics(model, jnp.array([0, 0]), tau).dwell_times.block_until_ready()
 
 

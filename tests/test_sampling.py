@@ -249,7 +249,7 @@ def test_sampling_bad_input(getkey):
         jc.sample_trajectory(
             model, jnp.array([0, 5]), 1.0, key=getkey()
         ).num_events.block_until_ready()
-    with pytest.raises(eqx.EquinoxRuntimeError, match="duration"):
+    with pytest.raises(eqx.EquinoxRuntimeError, match="horizon"):
         jc.sample_trajectory(
             model, jnp.array([0, 0]), -1.0, key=getkey()
         ).num_events.block_until_ready()

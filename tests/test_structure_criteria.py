@@ -67,7 +67,7 @@ def test_monte_carlo_estimator_is_nonnegative_and_plug_in_differs(getkey):
     # the plug-in's bias (ell is convex in the statistics) is larger than the Monte Carlo
     # estimator's own noise: a second, independent set of paths moves it far less
     mc2 = jc.structure_divergences(
-        post, draws, init, 3.0, estimator="monte-carlo", path_key=getkey(), num_paths=40
+        post, draws, init, 3.0, estimator=jc.MonteCarlo(num_paths=40), path_key=getkey()
     )
     mc, mc2, plug = (np.concatenate(x) for x in (mc, mc2, plug))
     noise = np.abs(mc - mc2).max()
