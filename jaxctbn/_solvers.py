@@ -29,16 +29,14 @@ class AbstractMasterEquationSolver(eqx.Module):
     """Computes $p_\\tau$ and $\\int_0^\\tau p_t\\,dt$ for one generator and initial distribution."""
 
     @abc.abstractmethod
-    def solve(
-        self, generator: AbstractGenerator, p0: Array, duration: Array
-    ) -> tuple[Array, Array]:
+    def solve(self, generator: AbstractGenerator, p0: Array, horizon: Array) -> tuple[Array, Array]:
         """Returns `(final_marginal, integrated_marginal)` for one problem."""
 
     @abc.abstractmethod
     def solve_batch(
-        self, generators: AbstractGenerator, p0: Array, duration: Array
+        self, generators: AbstractGenerator, p0: Array, horizon: Array
     ) -> tuple[Array, Array]:
-        """The same for a batch (leading axis on `generators` and `p0`, one scalar `duration`)."""
+        """The same for a batch (leading axis on `generators` and `p0`, one scalar `horizon`)."""
 
 
 def _poisson_tail_not_small(k, log_pmf, mean, tol):
@@ -73,14 +71,14 @@ class Uniformisation(AbstractMasterEquationSolver):
     tolerance: float = eqx.field(default=1e-13, static=True)
     max_terms: int = eqx.field(default=1_000_000, static=True)
 
-    def _uniformise(self, generator, p0, duration):
+    def _uniformise(self, generator, p0, horizon):
         # p0: (S, *batch) with the generator's batch axes trailing; scalars have shape batch.
         dtype = p0.dtype
-        duration = jnp.asarray(duration, dtype)
+        horizon = jnp.asarray(horizon, dtype)
         lam = jax.lax.stop_gradient(
-            jnp.maximum(generator.max_exit_rate(), 1.0 / duration) * 1.0000001
+            jnp.maximum(generator.max_exit_rate(), 1.0 / horizon) * 1.0000001
         ).astype(dtype)
-        mean = lam * duration
+        mean = lam * horizon
         log_mean = jnp.log(mean)
         tol = jnp.asarray(self.tolerance, dtype)
         one = jnp.ones((), dtype)
@@ -117,24 +115,24 @@ class Uniformisation(AbstractMasterEquationSolver):
             acc_p,
             cond((k, None, None, None, log_pmf, None, None)),
             "Uniformisation: max_terms reached before the Poisson tail fell below tolerance; "
-            "increase max_terms (the rates times the duration are very large).",
+            "increase max_terms (the rates times the horizon are very large).",
         )
         return acc_p, acc_i
 
-    def solve(self, generator, p0, duration):
-        return self._uniformise(generator, p0, duration)
+    def solve(self, generator, p0, horizon):
+        return self._uniformise(generator, p0, horizon)
 
-    def solve_batch(self, generators, p0, duration):
+    def solve_batch(self, generators, p0, horizon):
         # one loop for the whole batch, batch axis last so every product vectorises over it
-        p, integral = self._uniformise(batch_last(generators), p0.T, duration)
+        p, integral = self._uniformise(batch_last(generators), p0.T, horizon)
         return p.T, integral.T
 
-    def num_products(self, generator: AbstractGenerator, duration) -> Array:
-        """How many products with $W$ `solve` takes for this generator and duration."""
+    def num_products(self, generator: AbstractGenerator, horizon) -> Array:
+        """How many products with $W$ `solve` takes for this generator and horizon."""
         dtype = generator.exit_rates.dtype
-        duration = jnp.asarray(duration, dtype)
-        lam = jnp.maximum(generator.max_exit_rate(), 1.0 / duration) * 1.0000001
-        mean = lam * duration
+        horizon = jnp.asarray(horizon, dtype)
+        lam = jnp.maximum(generator.max_exit_rate(), 1.0 / horizon) * 1.0000001
+        mean = lam * horizon
         tol = jnp.asarray(self.tolerance, dtype)
 
         def cond(c):
@@ -171,7 +169,7 @@ class DiffraxSolver(AbstractMasterEquationSolver):
     atol: float = 1e-12
     max_steps: int = eqx.field(default=100_000, static=True)
 
-    def diffeqsolve(self, apply, p0, duration) -> Any:
+    def diffeqsolve(self, apply, p0, horizon) -> Any:
         """The underlying `diffrax.diffeqsolve` call (its `stats` count the steps taken)."""
         import diffrax
 
@@ -181,7 +179,7 @@ class DiffraxSolver(AbstractMasterEquationSolver):
             term,
             diffrax.Tsit5() if self.solver is None else self.solver,
             t0=jnp.zeros((), p0.dtype),
-            t1=jnp.asarray(duration, p0.dtype),
+            t1=jnp.asarray(horizon, p0.dtype),
             dt0=None,
             y0=(p0, jnp.zeros_like(p0)),
             stepsize_controller=controller,
@@ -190,16 +188,16 @@ class DiffraxSolver(AbstractMasterEquationSolver):
         )
         return sol
 
-    def _solve(self, apply, p0, duration):
-        p, integral = self.diffeqsolve(apply, p0, duration).ys
+    def _solve(self, apply, p0, horizon):
+        p, integral = self.diffeqsolve(apply, p0, horizon).ys
         return p[0], integral[0]
 
-    def solve(self, generator, p0, duration):
-        return self._solve(generator.apply, p0, duration)
+    def solve(self, generator, p0, horizon):
+        return self._solve(generator.apply, p0, horizon)
 
-    def solve_batch(self, generators, p0, duration):
+    def solve_batch(self, generators, p0, horizon):
         # one ODE for the whole batch (shared steps), batch axis last for vectorised products
-        p, integral = self._solve(batch_last(generators).apply, p0.T, duration)
+        p, integral = self._solve(batch_last(generators).apply, p0.T, horizon)
         return p.T, integral.T
 
 
@@ -211,17 +209,17 @@ class MatrixExponential(AbstractMasterEquationSolver):
     networks. `solve_batch` uses `lax.map` (vmapping `expm` would evaluate every Padé branch).
     """
 
-    def solve(self, generator, p0, duration):
+    def solve(self, generator, p0, horizon):
         S = p0.shape[0]
         W = generator.dense()
         eye = jnp.eye(S, dtype=W.dtype)
         A = jnp.block([[W, eye], [jnp.zeros_like(W), jnp.zeros_like(W)]])
-        E = jax.scipy.linalg.expm(jnp.asarray(duration, W.dtype) * A)
+        E = jax.scipy.linalg.expm(jnp.asarray(horizon, W.dtype) * A)
         z = jnp.concatenate([p0, jnp.zeros_like(p0)]) @ E
         return z[:S], z[S:]
 
-    def solve_batch(self, generators, p0, duration):
-        return jax.lax.map(lambda gp: self.solve(gp[0], gp[1], duration), (generators, p0))
+    def solve_batch(self, generators, p0, horizon):
+        return jax.lax.map(lambda gp: self.solve(gp[0], gp[1], horizon), (generators, p0))
 
 
 DEFAULT_SOLVER = Uniformisation()
