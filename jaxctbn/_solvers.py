@@ -182,11 +182,12 @@ class Uniformisation(AbstractMasterEquationSolver):
     truncated at $K$ terms, the first $K$ with $\Pr(N\ge K)$ < `tolerance` (so the neglected part
     of $\sum_s\mathrm{dwell}(s)$ is below `tolerance` $\cdot\,\tau\,\|\alpha_0\|_1
     \|\beta_\tau\|_\infty$). For non-negative $\alpha_0,\beta_\tau$ every term is
-    non-negative (no cancellation). Cost: $2K$ products with $W$, plus $K$ matrix-vector
-    products of the `(fb_max_terms, S)` buffer of the $b_j$ with a window of Poisson weights
-    ($O(K\cdot$`fb_max_terms`$\cdot S)$ flops) and $O(K\,S\,J)$ for the $J$ shifts; memory
-    `fb_max_terms`$\cdot S$. Meant for moderate $S$ and $\lambda\tau$; if $K$ exceeds
-    `fb_max_terms` an error is raised (never a silent truncation).
+    non-negative (no cancellation). Cost, with $K_{\max}$ = `fb_max_terms` and $J$ shifts:
+    $2K$ products with $W$; $K$ products of the $K_{\max}\times S$ buffer of the $b_j$ with a
+    window of Poisson weights, $O(K\,K_{\max}\,S)$ flops (the dominant term unless $J$ is
+    large); $O(K\,J\,S)$ for the shifted products. Memory $K_{\max}S$ plus $O(JS)$ (reverse
+    mode adds the checkpoints of two loops). Meant for moderate $S$ and $\lambda\tau$; if
+    $K>K_{\max}$ an error is raised (never a silent truncation).
 
     **Arguments (keyword-only):**
 

@@ -180,3 +180,12 @@ def test_forward_backward_buffer_too_small_is_an_error(getkey):
         jax.jit(jc.Uniformisation(fb_max_terms=16).forward_backward)(gen, p, jnp.ones(4), 5.0)[
             0
         ].block_until_ready()
+
+
+def test_diffrax_dense_backward_step_limit_is_an_error(getkey):
+    gen = jc.amalgamate(random_model(getkey(), (2, 3), ((1,), (0,))))
+    p = jnp.full(6, 1 / 6)
+    with pytest.raises(Exception, match="maximum number of solver steps"):
+        jax.jit(jc.DiffraxSolver(dense_max_steps=2).forward_backward)(gen, p, jnp.ones(6), 1.0)[
+            0
+        ].block_until_ready()
