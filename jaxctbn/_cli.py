@@ -211,7 +211,6 @@ def _cmd_moments(args):
     import numpy as np
 
     from ._interventions import Intervention
-    from ._master_equation import expected_statistics
 
     model = _load_network(args.network)
     duration = _positive(args.duration, "--duration")
@@ -222,8 +221,7 @@ def _cmd_moments(args):
     assignment = _assignment(args.intervention, model, "--intervention")
     intervention = Intervention.perfect(model, assignment)
     initial = jnp.asarray([init[n] for n in model.names], jnp.int32)
-    stats = expected_statistics(model, initial, duration, intervention=intervention)
-    effective = np.asarray(intervention.initial_states(initial))
+    stats, per_node, effective = _jit(_moments)(model, initial, jnp.asarray(duration), intervention)
     out = {
         "duration": duration,
         "initial_state": {n: int(effective[i]) for i, n in enumerate(model.names)},
@@ -238,14 +236,33 @@ def _cmd_moments(args):
     for i, name in enumerate(model.names):
         out["nodes"][name] = {
             "parents": [model.names[p] for p in model.parents[i]],
-            "expected_dwell": np.asarray(stats.node_dwell_times(i)).tolist(),
-            "expected_transitions": np.asarray(stats.node_transitions(i)).tolist(),
+            "expected_dwell": np.asarray(per_node[i][0]).tolist(),
+            "expected_transitions": np.asarray(per_node[i][1]).tolist(),
         }
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
     print(
         f"wrote expected statistics of {model.num_nodes} nodes over [0, {duration}] to {args.out}"
     )
+
+
+def _jit(fn):
+    """`fn` compiled as one program: a sequence of small eager operations costs one compilation
+    (or persistent-cache lookup) per operation, a noticeable part of a short CLI call."""
+    import equinox as eqx
+
+    return eqx.filter_jit(fn)
+
+
+def _moments(model, initial, duration, intervention):
+    """What `moments` writes: the statistics, each node's (dwell, transitions), the initial state."""
+    from ._master_equation import expected_statistics
+
+    stats = expected_statistics(model, initial, duration, intervention=intervention)
+    per_node = [
+        (stats.node_dwell_times(i), stats.node_transitions(i)) for i in range(model.num_nodes)
+    ]
+    return stats, per_node, intervention.initial_states(initial)
 
 
 def _max_parents(value, N):
@@ -376,12 +393,14 @@ def _cmd_design(args):
     if missing:
         raise ValueError(f"--initial-state: missing node(s) {missing}; give NODE=STATE for all.")
     initial = jnp.asarray([init[n] for n in model.names], jnp.int32)
-    posterior = RatePosterior.for_model(model, alpha=alpha, beta=beta)
+    posterior = _jit(RatePosterior.for_model)(model, alpha=alpha, beta=beta)
     if args.data is not None:
         df = read_csv(args.data)
         traj, _ = trajectories_from_dataframe(df, model)
-        stats = SufficientStatistics.from_trajectories(traj, model.cardinalities, model.parents)
-        posterior = posterior.update_with(stats)
+        stats = _jit(SufficientStatistics.from_trajectories)(
+            traj, model.cardinalities, model.parents
+        )
+        posterior = _jit(RatePosterior.update_with)(posterior, stats)
     space = intervention_space(model.cardinalities)
     key = jax.random.key(args.seed)
     scores = _score_space(score_interventions, posterior, space, initial, duration, key, args)
