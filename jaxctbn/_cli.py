@@ -265,6 +265,35 @@ def _moments(model, initial, duration, intervention):
     return stats, per_node, intervention.initial_states(initial)
 
 
+def _structure_summary(post):
+    """`parent_set_probabilities()`, `edge_marginals()`, `entropy()`, `map_graph()` and
+    `map_model()` of a structure posterior, the array parts computed in one program."""
+    import jax
+    import numpy as np
+
+    from ._ctbn import CTBN
+
+    def arrays(post):
+        indices = post.map_indices()
+        return (
+            post.parent_set_probabilities(),
+            post.edge_marginals(),
+            post.entropy(),
+            indices,
+            post.mean_rates_given(indices).cims,
+        )
+
+    probs, edges, entropy, indices, cims = jax.tree_util.tree_map(np.asarray, _jit(arrays)(post))
+    # as StructurePosterior.map_graph and .map_model, from the arrays above
+    graph = tuple(
+        tuple(int(p) for p in np.asarray(post.parent_sets[n][indices[n]]) if p >= 0)
+        for n in range(len(post.names))
+    )
+    sizes = [int(np.prod([post.cardinalities[p] for p in graph[n]])) for n in range(len(graph))]
+    model = CTBN(cims=[c[:size] for c, size in zip(cims, sizes)], parents=graph, names=post.names)
+    return probs, edges, entropy, graph, model
+
+
 def _max_parents(value, N):
     """`--max-parents` (default min(2, N - 1)), checked against the number of nodes."""
     max_parents = min(2, N - 1) if value is None else value
@@ -328,8 +357,7 @@ def _cmd_learn(args):
         convention=args.prior_convention,
     )
     post = jax.tree_util.tree_map(np.asarray, post)
-    probs = post.parent_set_probabilities()
-    edges = np.asarray(post.edge_marginals())
+    probs, edges, entropy, graph, map_model = _structure_summary(post)
     out = {
         "prior": {
             "convention": args.prior_convention,
@@ -340,9 +368,8 @@ def _cmd_learn(args):
         "trajectories": len(ids),
         "nodes": {},
         "map_graph": {},
-        "entropy": float(post.entropy()),
+        "entropy": float(entropy),
     }
-    graph = post.map_graph()
     for n, name in enumerate(names):
         sets = []
         for i, P in enumerate(np.asarray(post.parent_sets[n])):
@@ -359,7 +386,7 @@ def _cmd_learn(args):
             "edge_marginals": {names[m]: float(edges[m, n]) for m in range(N) if m != n},
         }
         out["map_graph"][name] = [names[p] for p in graph[n]]
-    out["rates"] = post.map_model().to_dict()
+    out["rates"] = map_model.to_dict()
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
     print(
