@@ -14,10 +14,118 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"jaxctbn: error: {message}\n")
 
 
+def _cache_dir():
+    """The persistent compilation cache directory, or None when disabled.
+
+    `JAXCTBN_CACHE_DIR` overrides it (empty or `off` disables the cache); the default is
+    `$XDG_CACHE_HOME/jaxctbn/jax-compilation-cache` (`~/.cache/...` without XDG_CACHE_HOME).
+    """
+    value = os.environ.get("JAXCTBN_CACHE_DIR")
+    if value is not None:
+        value = value.strip()
+        if not value or value.lower() == "off":
+            return None
+        return os.path.expanduser(value)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "jaxctbn", "jax-compilation-cache")
+
+
 def _setup_jax():
     import jax
 
     jax.config.update("jax_enable_x64", True)
+    path = _cache_dir()
+    if path is not None:
+        # Compilation dominates a CLI call on small data; JAX's persistent cache keeps the
+        # compiled programs between calls. By default JAX only stores programs that took >= 1 s
+        # to compile, so lower the thresholds: small CPU programs are worth caching too.
+        jax.config.update("jax_compilation_cache_dir", path)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+        _cache_programs_with_callbacks()
+
+
+def _cache_programs_with_callbacks():
+    """Let JAX's persistent cache store programs that contain host callbacks.
+
+    Every `eqx.error_if` puts a host callback into its program, and JAX does not cache such
+    programs, so without this the commands' main programs would be recompiled on every call.
+    JAX refuses them because a deserialised executable needs the callbacks of the running
+    process. The cache key hashes the lowered module, which refers to its callbacks by their
+    index in the lowering's callback list, and every call lowers its program afresh, so a hit
+    can be loaded with the current lowering's callbacks (the same functions, in the same order).
+
+    This wraps three private JAX functions (checked against jax 0.10); where they are not
+    as expected it does nothing, and such programs are simply compiled as before.
+    """
+    import inspect
+    import threading
+
+    try:
+        from jax._src import compilation_cache, compiler
+    except ImportError:
+        return
+    if getattr(compiler, "_jaxctbn_callbacks_cached", False):
+        return
+    compile_or_get_cached = getattr(compiler, "compile_or_get_cached", None)
+    cache_write = getattr(compiler, "_cache_write", None)
+    get_executable = getattr(compilation_cache, "get_executable_and_time", None)
+    expected = [
+        (compile_or_get_cached, ["backend", "computation", "devices", "compile_options"]),
+        (cache_write, ["cache_key", "compile_time_secs", "module_name", "backend"]),
+        (get_executable, ["cache_key", "compile_options", "backend", "executable_devices"]),
+    ]
+    try:
+        for fn, names in expected:
+            params = list(inspect.signature(fn).parameters)
+            if params[: len(names)] != names:
+                return
+        if list(inspect.signature(compile_or_get_cached).parameters)[4] != "host_callbacks":
+            return
+        if list(inspect.signature(cache_write).parameters)[5:] != ["host_callbacks"]:
+            return
+    except (TypeError, ValueError, IndexError):
+        return
+    state = threading.local()
+
+    class _WithCallbacks:  # the backend, deserialising with this lowering's callbacks
+        def __init__(self, backend, callbacks):
+            self._backend, self._callbacks = backend, list(callbacks)
+
+        def __getattr__(self, name):
+            return getattr(self._backend, name)
+
+        def deserialize_executable(self, serialized, executable_devices, compile_options=None):
+            return self._backend.deserialize_executable(
+                serialized, executable_devices, compile_options, host_callbacks=self._callbacks
+            )
+
+    def compile_or_get_cached_(
+        backend, computation, devices, compile_options, host_callbacks, *a, **k
+    ):
+        previous, state.callbacks = getattr(state, "callbacks", None), host_callbacks
+        try:
+            return compile_or_get_cached(
+                backend, computation, devices, compile_options, host_callbacks, *a, **k
+            )
+        finally:
+            state.callbacks = previous
+
+    def cache_write_(
+        cache_key, compile_time_secs, module_name, backend, executable, host_callbacks
+    ):
+        return cache_write(cache_key, compile_time_secs, module_name, backend, executable, ())
+
+    def get_executable_(cache_key, compile_options, backend, executable_devices):
+        callbacks = getattr(state, "callbacks", None)
+        if callbacks:
+            backend = _WithCallbacks(backend, callbacks)
+        return get_executable(cache_key, compile_options, backend, executable_devices)
+
+    compiler.compile_or_get_cached = compile_or_get_cached_
+    compiler._cache_write = cache_write_
+    compilation_cache.get_executable_and_time = get_executable_
+    compiler._jaxctbn_callbacks_cached = True
 
 
 def _load_network(path):
@@ -103,7 +211,6 @@ def _cmd_moments(args):
     import numpy as np
 
     from ._interventions import Intervention
-    from ._master_equation import expected_statistics
 
     model = _load_network(args.network)
     duration = _positive(args.duration, "--duration")
@@ -114,8 +221,7 @@ def _cmd_moments(args):
     assignment = _assignment(args.intervention, model, "--intervention")
     intervention = Intervention.perfect(model, assignment)
     initial = jnp.asarray([init[n] for n in model.names], jnp.int32)
-    stats = expected_statistics(model, initial, duration, intervention=intervention)
-    effective = np.asarray(intervention.initial_states(initial))
+    stats, per_node, effective = _jit(_moments)(model, initial, jnp.asarray(duration), intervention)
     out = {
         "duration": duration,
         "initial_state": {n: int(effective[i]) for i, n in enumerate(model.names)},
@@ -130,14 +236,42 @@ def _cmd_moments(args):
     for i, name in enumerate(model.names):
         out["nodes"][name] = {
             "parents": [model.names[p] for p in model.parents[i]],
-            "expected_dwell": np.asarray(stats.node_dwell_times(i)).tolist(),
-            "expected_transitions": np.asarray(stats.node_transitions(i)).tolist(),
+            "expected_dwell": np.asarray(per_node[i][0]).tolist(),
+            "expected_transitions": np.asarray(per_node[i][1]).tolist(),
         }
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
     print(
         f"wrote expected statistics of {model.num_nodes} nodes over [0, {duration}] to {args.out}"
     )
+
+
+def _jit(fn):
+    """`fn` compiled as one program: a sequence of small eager operations costs one compilation
+    (or persistent-cache lookup) per operation, a noticeable part of a short CLI call."""
+    import equinox as eqx
+
+    return eqx.filter_jit(fn)
+
+
+def _moments(model, initial, duration, intervention):
+    """What `moments` writes: the statistics, each node's (dwell, transitions), the initial state."""
+    from ._master_equation import expected_statistics
+
+    stats = expected_statistics(model, initial, duration, intervention=intervention)
+    per_node = [
+        (stats.node_dwell_times(i), stats.node_transitions(i)) for i in range(model.num_nodes)
+    ]
+    return stats, per_node, intervention.initial_states(initial)
+
+
+def _structure_summary(post):
+    """`parent_set_probabilities()`, `edge_marginals()`, `entropy()`, `map_graph()` and
+    `map_model()` of a structure posterior, the array parts compiled as one program."""
+    probs, edges, entropy = _jit(
+        lambda p: (p.parent_set_probabilities(), p.edge_marginals(), p.entropy())
+    )(post)
+    return probs, edges, entropy, post.map_graph(), post.map_model()
 
 
 def _max_parents(value, N):
@@ -203,8 +337,7 @@ def _cmd_learn(args):
         prior=_prior(args.prior_convention, alpha, beta),
     )
     post = jax.tree_util.tree_map(np.asarray, post)
-    probs = post.parent_set_probabilities()
-    edges = np.asarray(post.edge_marginals())
+    probs, edges, entropy, graph, map_model = _structure_summary(post)
     out = {
         "prior": {
             "convention": args.prior_convention,
@@ -215,9 +348,8 @@ def _cmd_learn(args):
         "trajectories": len(ids),
         "nodes": {},
         "map_graph": {},
-        "entropy": float(post.entropy()),
+        "entropy": float(entropy),
     }
-    graph = post.map_graph()
     for n, name in enumerate(names):
         sets = []
         for i, P in enumerate(np.asarray(post.parent_sets[n])):
@@ -234,7 +366,7 @@ def _cmd_learn(args):
             "edge_marginals": {names[m]: float(edges[m, n]) for m in range(N) if m != n},
         }
         out["map_graph"][name] = [names[p] for p in graph[n]]
-    out["rates"] = post.map_model().to_dict()
+    out["rates"] = map_model.to_dict()
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
     print(
@@ -268,12 +400,14 @@ def _cmd_design(args):
     if missing:
         raise ValueError(f"--initial-state: missing node(s) {missing}; give NODE=STATE for all.")
     initial = jnp.asarray([init[n] for n in model.names], jnp.int32)
-    posterior = RatePosterior.for_model(model, prior=GammaPrior(alpha, beta))
+    posterior = _jit(RatePosterior.for_model)(model, prior=GammaPrior(alpha, beta))
     if args.data is not None:
         df = read_csv(args.data)
         traj, _ = trajectories_from_dataframe(df, model)
-        stats = SufficientStatistics.from_trajectories(traj, model.cardinalities, model.parents)
-        posterior = posterior.update_with(stats)
+        stats = _jit(SufficientStatistics.from_trajectories)(
+            traj, model.cardinalities, model.parents
+        )
+        posterior = _jit(RatePosterior.update_with)(posterior, stats)
     space = intervention_space(model.cardinalities)
     key = jax.random.key(args.seed)
     scores = _score_space(posterior, space, initial, duration, key, args)

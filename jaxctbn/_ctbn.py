@@ -30,6 +30,12 @@ def _with_diagonal(rates: Array) -> Array:
     return off - jnp.eye(k, dtype=rates.dtype) * off.sum(-1, keepdims=True)
 
 
+@eqx.filter_jit
+def _with_diagonals(cims: tuple[Array, ...], dtype) -> tuple[Array, ...]:
+    """`_with_diagonal` of every table as one program (eagerly, each op would compile)."""
+    return tuple(_with_diagonal(c.astype(dtype)) for c in cims)
+
+
 def check_rates(rates: Array, name: str = "rates") -> Array:
     """`eqx.error_if` on negative or non-finite off-diagonal rates (works inside jit)."""
     off = _zero_diagonal_rates(rates)
@@ -206,7 +212,7 @@ class CTBN(AbstractCTBN):
                     f"{[names[p] for p in parents[i]]} have {expected}."
                 )
         dtype = jnp.result_type(*cims, float)
-        self.cims = tuple(_with_diagonal(c.astype(dtype)) for c in cims)
+        self.cims = _with_diagonals(tuple(cims), dtype)
         self.names = names
         self.cardinalities = cardinalities
         self.parents = parents

@@ -515,7 +515,7 @@ class StructurePosterior(AbstractPosterior):
 
     def map_graph(self) -> tuple[tuple[int, ...], ...]:
         """The MAP graph as static parent tuples (host-side)."""
-        idx = np.asarray(self.map_indices())
+        idx = np.asarray(eqx.filter_jit(StructurePosterior.map_indices)(self))
         return tuple(
             tuple(int(p) for p in np.asarray(self.parent_sets[n][idx[n]]) if p >= 0)
             for n in range(len(self.names))
@@ -581,9 +581,9 @@ class StructurePosterior(AbstractPosterior):
     def map_model(self) -> CTBN:
         """The MAP graph with posterior-mean rates as a [`jaxctbn.CTBN`][] (host-side)."""
         graph = self.map_graph()
-        padded = self.mean_rates_given(self.map_indices())
+        padded = eqx.filter_jit(lambda p: p.mean_rates_given(p.map_indices()))(self)
         cims = [
-            padded.cims[n][: int(np.prod([self.cardinalities[p] for p in graph[n]]))]
+            padded.cims[n][: num_configurations(graph[n], self.cardinalities)]
             for n in range(len(self.names))
         ]
         return CTBN(cims=cims, parents=graph, names=self.names)

@@ -11,6 +11,19 @@ import pytest  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _cli_compilation_cache(tmp_path_factory):
+    """The CLI's persistent compilation cache goes to one temporary directory for the session
+    (not the user's ~/.cache); subprocesses inherit it, and repeated CLI calls reuse it."""
+    old = os.environ.get("JAXCTBN_CACHE_DIR")
+    os.environ["JAXCTBN_CACHE_DIR"] = str(tmp_path_factory.mktemp("jax-compilation-cache"))
+    yield
+    if old is None:
+        os.environ.pop("JAXCTBN_CACHE_DIR", None)
+    else:
+        os.environ["JAXCTBN_CACHE_DIR"] = old
+
+
 @pytest.fixture
 def getkey():
     """A fresh key on each call, deterministic per test."""

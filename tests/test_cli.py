@@ -460,3 +460,42 @@ def test_run_parameters_small(network, tmp_path, capsys):
         assert main([*args, *extra, "--out", str(tmp_path / "bad"), "--no-progress"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+
+
+def test_cli_compilation_cache(network, tmp_path, monkeypatch):
+    """The CLI fills the cache directory named by JAXCTBN_CACHE_DIR; `off` or empty disables it
+    (the default lives under XDG_CACHE_HOME)."""
+    import os
+
+    import jax
+
+    from jaxctbn._cli import _cache_dir, _setup_jax
+
+    _, path = network
+    cache = tmp_path / "cache"
+    argv = ["moments", "--network", str(path), "--duration", "1", "--initial-state", "A=0,B=1"]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout
+    env = dict(os.environ, JAXCTBN_CACHE_DIR=str(cache), PYTHONPATH=root)
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxctbn._cli", *argv, "--out", str(tmp_path / "m.json")],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert any(cache.iterdir())
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    for value in ("off", "", " OFF "):
+        monkeypatch.setenv("JAXCTBN_CACHE_DIR", value)
+        assert _cache_dir() is None
+    monkeypatch.delenv("JAXCTBN_CACHE_DIR")
+    assert _cache_dir() == str(tmp_path / "xdg" / "jaxctbn" / "jax-compilation-cache")
+    previous = jax.config.jax_compilation_cache_dir
+    try:
+        jax.config.update("jax_compilation_cache_dir", None)
+        monkeypatch.setenv("JAXCTBN_CACHE_DIR", "off")
+        _setup_jax()
+        assert jax.config.jax_compilation_cache_dir is None
+    finally:
+        jax.config.update("jax_compilation_cache_dir", previous)
