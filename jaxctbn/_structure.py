@@ -515,7 +515,7 @@ class StructurePosterior(AbstractPosterior):
 
     def map_graph(self) -> tuple[tuple[int, ...], ...]:
         """The MAP graph as static parent tuples (host-side)."""
-        idx = np.asarray(eqx.filter_jit(StructurePosterior.map_indices)(self))
+        idx = np.asarray(_map_indices(self))
         return tuple(
             tuple(int(p) for p in np.asarray(self.parent_sets[n][idx[n]]) if p >= 0)
             for n in range(len(self.names))
@@ -581,12 +581,22 @@ class StructurePosterior(AbstractPosterior):
     def map_model(self) -> CTBN:
         """The MAP graph with posterior-mean rates as a [`jaxctbn.CTBN`][] (host-side)."""
         graph = self.map_graph()
-        padded = eqx.filter_jit(lambda p: p.mean_rates_given(p.map_indices()))(self)
+        padded = _map_rates(self)
         cims = [
             padded.cims[n][: num_configurations(graph[n], self.cardinalities)]
             for n in range(len(self.names))
         ]
         return CTBN(cims=cims, parents=graph, names=self.names)
+
+
+@eqx.filter_jit
+def _map_indices(posterior: StructurePosterior) -> Array:
+    return posterior.map_indices()
+
+
+@eqx.filter_jit
+def _map_rates(posterior: StructurePosterior) -> PaddedCTBN:
+    return posterior.mean_rates_given(posterior.map_indices())
 
 
 def structure_log_prior(parent_sets, edge_prior=None) -> tuple[Array, ...]:
