@@ -5,7 +5,7 @@ For a generator $W$ and initial distribution $p_0$ we need, over $[0,\tau]$,
 $$p_\tau = p_0 e^{\tau W},\qquad \mathsf E[T(s)] = \int_0^\tau p_t(s)\,\mathrm dt,\qquad
 \mathsf E[M(s,s')] = W(s,s')\,\mathsf E[T(s)]$$
 
-(`../shared/MATH.md` §1). Three interchangeable solvers compute $(p_\tau, \int_0^\tau p_t\,dt)$:
+(maths §1). Three interchangeable solvers compute $(p_\tau, \int_0^\tau p_t\,dt)$:
 
 - [`jaxctbn.Uniformisation`][] (default): exact, matrix-free, $\approx\lambda\tau+O(\sqrt{\lambda\tau})$
   products with $W$, $\lambda=\max_s -W(s,s)$.
@@ -75,7 +75,7 @@ class ExpectedStatistics(AbstractExpectedStatistics):
     - `generator`: the amalgamated generator of the intervened model.
     - `model`: the intervened model (for default parent sets).
 
-    Node statistics can be projected onto **any** parent set (MATH §1):
+    Node statistics can be projected onto **any** parent set (maths §1):
     $\mathsf E[\hat T_n(x,u)] = \sum_s 1(s_n=x,s_P=u)\mathsf E[T(s)]$ and
     $\mathsf E[\hat M_n(x,x',u)] = \sum_s 1(s_n=x,s_P=u)W_n(s\to x')\mathsf E[T(s)]$, which equals
     $\Lambda_n(x,x',u)\mathsf E[\hat T_n(x,u)]$ when $P$ contains the true parents.

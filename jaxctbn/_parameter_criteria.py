@@ -1,7 +1,7 @@
 r"""Design criteria for active **parameter** learning: KL divergence between CTBN path measures,
 the Box-Hill criterion (BHC), the variational Box-Hill criterion (VBHC) and the EIG.
 
-Implements the checked forms of `MATH.md` §2, §3 and §6, which correct the printed paper:
+Implements the checked forms of maths §2, §3 and §6, which correct the printed paper:
 
 - KL (§2): $\mathrm{KL}=\sum_{n\in\aleph,u,x,x'}\mathsf E[\hat T](\Lambda\ln\frac{\Lambda}{\Lambda'}
   -\Lambda+\Lambda')\ge0$ (the appendix has the wrong sign on the log term).
@@ -56,7 +56,7 @@ def kl_divergence(
     solver: AbstractMasterEquationSolver = DEFAULT_SOLVER,
 ) -> Float[Array, ""]:
     r"""$\mathrm{KL}(p(S\mid\Lambda,i)\,\|\,p(S\mid\Lambda',i))$ between the path measures of two
-    CTBNs with the same graph over $[0,\tau]$ under intervention $i$ (MATH §2):
+    CTBNs with the same graph over $[0,\tau]$ under intervention $i$ (maths §2):
     $\sum_{n\in\aleph}\sum_{u,x,x'}\mathsf E[\hat T_n(x,u)\mid\Lambda]\,
     (\Lambda\ln\frac{\Lambda}{\Lambda'}-\Lambda+\Lambda')$. Non-negative, zero iff the rates of
     the visited configurations agree."""
@@ -140,7 +140,7 @@ def parameter_vbhc(
 ) -> Float[Array, ""]:
     r"""$\mathrm{VBHC}(i,\kappa)=\mathrm{KL}(q_\kappa\|p(\Lambda\mid H))+\mathsf E_p\sum_{n\in\aleph}
     \{\mathsf E[\hat M](\ln\Lambda-\psi(\alpha^\kappa)+\ln\beta^\kappa)
-    -\mathsf E[\hat T](\Lambda-\alpha^\kappa/\beta^\kappa)\}$ (MATH §3; the paper prints a minus
+    -\mathsf E[\hat T](\Lambda-\alpha^\kappa/\beta^\kappa)\}$ (maths §3; the paper prints a minus
     before the expectation). Differentiable in the variational parameters
     $\kappa=(\alpha^\kappa(x,x',u),\beta^\kappa(x,u))$."""
     total = stats.energy
@@ -173,7 +173,7 @@ def parameter_bhc(posterior: RatePosterior, stats: ParameterDesignStatistics) ->
 def parameter_vbhc_minimum(
     posterior: RatePosterior, stats: ParameterDesignStatistics
 ) -> Float[Array, ""]:
-    r"""$\min_\kappa\mathrm{VBHC}$ in closed form (MATH §3): at $\alpha^{\kappa*}=\bar\alpha+\bar m$,
+    r"""$\min_\kappa\mathrm{VBHC}$ in closed form (maths §3): at $\alpha^{\kappa*}=\bar\alpha+\bar m$,
     $\beta^{\kappa*}=\bar\beta+\bar t$,
     $\min=\mathsf E_p[\sum(\mathsf E[\hat M]\ln\Lambda-\mathsf E[\hat T]\Lambda)]
     -\sum[\ln\Gamma(\bar\alpha+\bar m)-\ln\Gamma(\bar\alpha)+\bar\alpha\ln\bar\beta
@@ -243,7 +243,7 @@ def parameter_eig(
     intervention: Intervention | None = None,
     max_events: int = 512,
 ) -> Float[Array, ""]:
-    r"""The parameter EIG by Monte Carlo (MATH §6, Algorithm 3; conjugacy removes the inner loop):
+    r"""The parameter EIG by Monte Carlo (maths §6, Algorithm 3; conjugacy removes the inner loop):
     $\mathsf E_{\Lambda\sim p(\Lambda\mid H)}\mathsf E_{S\sim p(S\mid\Lambda,i)}\sum_{n\in\aleph}
     [\ln\mathrm{Gam}(\Lambda\mid\bar\alpha+\hat M,\bar\beta+\hat T)-\ln\mathrm{Gam}(\Lambda\mid
     \bar\alpha,\bar\beta)]$ with `num_samples` rate draws and `num_paths` paths each."""
@@ -289,7 +289,7 @@ def parameter_eig_nested(
     r"""A truly nested Monte Carlo EIG with `num_inner` = $K$ inner draws:
     $\mathsf E_{\Lambda,S}[\ln p(S\mid\Lambda)-\ln\frac1K\sum_k p(S\mid\Lambda_k)]$ with fresh
     $\Lambda_k\sim p(\Lambda\mid H)$ per path. It is biased upwards and tends to
-    [`jaxctbn.parameter_eig`][] as $K\to\infty$; $K=1$ estimates the BHC (MATH §6). Only the
+    [`jaxctbn.parameter_eig`][] as $K\to\infty$; $K=1$ estimates the BHC (maths §6). Only the
     path-likelihood terms of non-intervened nodes enter (the others cancel)."""
     k_draw, k_path, k_inner = jr.split(key, 3)
     draws = posterior_draws(posterior, k_draw, num_samples)

@@ -1,6 +1,6 @@
 r"""Master-equation solvers: each computes, for one amalgamated generator $W$ and initial
 distribution $p_0$, the final marginal $p_\tau=p_0e^{\tau W}$ and the integrated marginal
-$\int_0^\tau p_t\,dt$ (`MATH.md` §1); the backward (adjoint) equation $-\dot\beta_t=W\beta_t$;
+$\int_0^\tau p_t\,dt$ (maths §1); the backward (adjoint) equation $-\dot\beta_t=W\beta_t$;
 and the forward-backward interval integrals $\int_0^\tau\alpha_t(s)\beta_t(s')\,dt$ that smoothing
 of partially observed paths needs.
 

@@ -3,7 +3,7 @@ r"""Exact Bayesian structure learning of CTBNs with data pooled across intervent
 Because CTBN graphs may be cyclic, the posterior over graphs factorises over nodes:
 $p(G\mid H)=\prod_n p(\mathrm{par}(n)\mid H)$ with
 $p(\mathrm{par}(n)=P\mid H)\propto p(P)\,p(X_n\mid X_P)$, the local marginal likelihood of node
-$n$'s pooled statistics under parent set $P$ (MATH §5, **with** the prior normalising terms that the
+$n$'s pooled statistics under parent set $P$ (maths §5, **with** the prior normalising terms that the
 paper's "$\propto$" drops). Every candidate parent set of every node is scored in one vectorised
 computation from [`jaxctbn.FamilyStatistics`][] (statistics of node $n$ projected onto each
 candidate set), which are additive, so adding an experiment never needs the raw paths again.

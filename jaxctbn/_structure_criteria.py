@@ -1,4 +1,4 @@
-r"""Design criteria for active **structure** learning (MATH §4–§5).
+r"""Design criteria for active **structure** learning (maths §4–§5).
 
 For an intervention $i$ the structure VBHC is
 $\mathrm{VBHC}(q)=\mathrm{KL}(q\|p(G\mid H))+\sum_{G'}q(G')A(G')$ with
@@ -9,7 +9,7 @@ a_n(\mathrm{par}'(n))$ with
 $$a_n(P')=\sum_P p(P\mid H)\,\mathsf E_{G_{\neg n},\Lambda,S\mid \mathrm{par}(n)=P}
 \big[\ell_n(S;P)-\ell_n(S;P')\big],$$
 
-$\ell_n$ the predictive log-likelihood of node $n$'s statistics given the history (MATH §5). The
+$\ell_n$ the predictive log-likelihood of node $n$'s statistics given the history (maths §5). The
 expectation needs draws of the *other* nodes' parent sets and of the rates, one master-equation
 solve per draw, and node $n$'s expected statistics projected onto every alternative set $P'$
 (Algorithm 2, stratified over $P$ and weighted by $p(P\mid H)$). Then, per node,
@@ -275,7 +275,7 @@ def _divergences_all_candidates(
 
 
 def structure_vbhc_minimum(posterior: StructurePosterior, divergences) -> Float[Array, ""]:
-    r"""$\min_q\mathrm{VBHC}=\sum_n-\ln\sum_{P'}p(P'\mid H)e^{-a_n(P')}$ (MATH §4)."""
+    r"""$\min_q\mathrm{VBHC}=\sum_n-\ln\sum_{P'}p(P'\mid H)e^{-a_n(P')}$ (maths §4)."""
     return sum(-jax.nn.logsumexp(lp - a) for lp, a in zip(posterior.log_posterior(), divergences))
 
 
@@ -339,11 +339,11 @@ def structure_eig(
     intervention: Intervention | None = None,
     max_events: int = 256,
 ) -> Float[Array, ""]:
-    r"""The structure EIG by Monte Carlo (MATH §6, Algorithm 4 **with** the stratum weights):
+    r"""The structure EIG by Monte Carlo (maths §6, Algorithm 4 **with** the stratum weights):
     $\sum_{n\in\aleph}\sum_P p(P\mid H)\,\mathsf E_{G_{\neg n},\Lambda,S\mid\mathrm{par}(n)=P}
     [\ln p(P\mid S,H)-\ln p(P\mid H)]$, where $p(\cdot\mid S,H)$ rescores node $n$'s candidate
     sets with the path's statistics added. As printed, Algorithm 4 drops $p(P\mid H)$ and
-    overestimates (by ~2.4x in MATH's example)."""
+    overestimates (by ~2.4x in the example of maths §6)."""
     cards = posterior.cardinalities
     total = 0.0
     for n, models in enumerate(draws.models):
