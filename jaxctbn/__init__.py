@@ -112,6 +112,7 @@ from ._active_learning import CriterionDesign as CriterionDesign
 from ._active_learning import ParameterLearningTask as ParameterLearningTask
 from ._active_learning import PassiveDesign as PassiveDesign
 from ._active_learning import RandomDesign as RandomDesign
+from ._active_learning import RepetitionStatus as RepetitionStatus
 from ._active_learning import StructureLearningTask as StructureLearningTask
 from ._active_learning import design_from_name as design_from_name
 from ._active_learning import run_active_learning as run_active_learning

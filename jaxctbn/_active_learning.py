@@ -14,6 +14,7 @@ modules, so a new design is a small class (or a [`jaxctbn.CallableDesign`][] aro
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Callable
 from typing import ClassVar, Literal
 
@@ -21,11 +22,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from ._batching import AbstractBatching
 from ._criteria import BHC, EIG, VBHC, AbstractCriterion, score_interventions
 from ._ctbn import CTBN
+from ._errors import error_message
 from ._interventions import Intervention, intervention_space
 from ._metrics import adjacency_from_parents, edge_aupr, edge_auroc, structural_hamming_distance
 from ._optimisers import LBFGS
@@ -358,18 +361,7 @@ def run_active_learning(
 
 
 @eqx.filter_jit
-def run_repetitions(
-    task: AbstractLearningTask,
-    design: AbstractDesign,
-    keys: PRNGKeyArray,
-    *,
-    num_experiments: int,
-    horizon: ArrayLike = 3.0,
-    candidates: Intervention | None = None,
-    max_events: int = 512,
-) -> ActiveLearningResult:
-    """[`jaxctbn.run_active_learning`][] vmapped over a batch of keys (one per repetition), as
-    one compiled computation. Every result field gets a leading repetition axis."""
+def _run_batch(task, design, keys, num_experiments, horizon, candidates, max_events):
     return jax.vmap(
         lambda k: run_active_learning(
             task,
@@ -381,3 +373,84 @@ def run_repetitions(
             max_events=max_events,
         )
     )(keys)
+
+
+@dataclasses.dataclass(frozen=True)
+class RepetitionStatus:
+    """Which repetitions of a [`jaxctbn.run_repetitions`][] batch failed, and why (host-side).
+
+    - `ok[r]`: whether repetition `r` finished;
+    - `messages[r]`: the first line of its error (`""` when it finished). Rerun
+      `run_active_learning(..., key=keys[r])` to see the whole error.
+    """
+
+    ok: np.ndarray
+    messages: tuple[str, ...]
+
+    @property
+    def num_failed(self) -> int:
+        return int((~self.ok).sum())
+
+
+def _failed_like(shapes) -> ActiveLearningResult:
+    """A result with the structure of `shapes` (from `eqx.filter_eval_shape`) with NaN in every
+    float, False in every boolean and -1 in every integer array."""
+
+    def fill(a):
+        if not isinstance(a, jax.ShapeDtypeStruct):
+            return a
+        if np.issubdtype(a.dtype, np.inexact):
+            return np.full(a.shape, np.nan, a.dtype)
+        if np.issubdtype(a.dtype, np.bool_):
+            return np.zeros(a.shape, a.dtype)
+        return np.full(a.shape, -1, a.dtype)
+
+    return jax.tree_util.tree_map(fill, shapes)
+
+
+def run_repetitions(
+    task: AbstractLearningTask,
+    design: AbstractDesign,
+    keys: PRNGKeyArray,
+    *,
+    num_experiments: int,
+    horizon: ArrayLike = 3.0,
+    candidates: Intervention | None = None,
+    max_events: int = 512,
+    throw: bool = True,
+) -> ActiveLearningResult | tuple[ActiveLearningResult, RepetitionStatus]:
+    """[`jaxctbn.run_active_learning`][] vmapped over a batch of keys (one per repetition), as
+    one compiled computation. Every result field gets a leading repetition axis.
+
+    With `throw=True` (default) an error in any repetition (an overflowing path buffer, a
+    non-finite rate, ...) raises, as everywhere in jaxctbn. With `throw=False` one failing
+    repetition does not abort the batch: returns `(result, status)`, a
+    [`jaxctbn.RepetitionStatus`][] saying which repetitions failed and why; a failed
+    repetition's fields are NaN (floats) or -1 (integers). The batch runs as one compiled call;
+    only when it fails are its repetitions rerun one at a time (one more compilation) to tell
+    the failing ones from the others, so a clean batch costs nothing extra."""
+    args = (task, design, keys, num_experiments, horizon, candidates, max_events)
+    if throw:
+        return _run_batch(*args)
+    num = int(jnp.shape(keys)[0])
+    try:
+        result = _run_batch(*args)
+        jax.block_until_ready(result)
+        return result, RepetitionStatus(ok=np.ones(num, bool), messages=("",) * num)
+    except (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError):
+        pass
+    singles, messages = [], []
+    for r in range(num):
+        try:
+            one = _run_batch(task, design, keys[r : r + 1], *args[3:])
+            singles.append(jax.device_get(one))
+            messages.append("")
+        except (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError) as error:
+            singles.append(None)
+            messages.append(error_message(error))
+    filler = _failed_like(eqx.filter_eval_shape(_run_batch, task, design, keys[:1], *args[3:]))
+    result = jax.tree_util.tree_map(
+        lambda *xs: np.concatenate(xs), *[filler if x is None else x for x in singles]
+    )
+    ok = np.array([m == "" for m in messages])
+    return result, RepetitionStatus(ok=ok, messages=tuple(messages))

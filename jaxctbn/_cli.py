@@ -658,9 +658,10 @@ def main(argv=None) -> int:
     except (ValueError, OSError) as e:
         print(f"jaxctbn: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
-    except RuntimeError as e:  # eqx.error_if inside jit
-        lines = [ln for ln in str(e).splitlines() if ln.strip()]
-        print(f"jaxctbn: error: {lines[0] if lines else e}", file=sys.stderr)
+    except RuntimeError as e:  # eqx.error_if inside jit: the library's own message
+        from ._errors import error_message
+
+        print(f"jaxctbn: error: {error_message(e)}", file=sys.stderr)
         return 2
     return 0
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from typing import Literal
 
@@ -316,7 +317,7 @@ def run_experiment(
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(designs) * repetitions, desc=f"run {target}", unit="rep")
-    results, timing = {}, {}
+    results, timing, failures = {}, {}, {}
     for design_name in designs:
         design = design_from_name(design_name, num_samples=samples, num_paths=paths)
         parts, seconds, computed, chunk_seconds = [], 0.0, 0, []
@@ -335,7 +336,7 @@ def run_experiment(
             if bar is not None:
                 bar.set_postfix_str(design_name)
             t0 = time.perf_counter()
-            res = run_repetitions(
+            res, status = run_repetitions(
                 task,
                 design,
                 keys,
@@ -343,8 +344,18 @@ def run_experiment(
                 horizon=horizon,
                 candidates=space,
                 max_events=max_events,
+                throw=False,
             )
             res = jax.device_get(res)
+            for r in np.nonzero(~status.ok)[0]:  # kept as NaN rows; the others are unaffected
+                failures.setdefault(design_name, []).append(
+                    {"repetition": start + int(r), "error": status.messages[r]}
+                )
+                print(
+                    f"jaxctbn run: {design_name} repetition {start + int(r)} failed: "
+                    f"{status.messages[r]}",
+                    file=sys.stderr,
+                )
             chunk_seconds.append(time.perf_counter() - t0)
             seconds += chunk_seconds[-1]
             computed += stop - start
@@ -377,7 +388,13 @@ def run_experiment(
     if bar is not None:
         bar.close()
     summary = summarise(target, results)
-    report = {"settings": settings, "results": results, "summary": summary, "timing": timing}
+    report = {
+        "settings": settings,
+        "results": results,
+        "summary": summary,
+        "timing": timing,
+        "failed_repetitions": failures,
+    }
     if out is not None:
         _write_outputs(target, report, truth, out)
     return report
@@ -409,6 +426,7 @@ def _write_outputs(target, report, truth, out):
         "settings": settings,
         "timing": report["timing"],
         "summary": report["summary"],
+        "failed_repetitions": report["failed_repetitions"],
         "designs": {
             design: {
                 "metrics": {m: np.asarray(res[m]).tolist() for m in METRICS[target]},

@@ -196,3 +196,46 @@ def test_run_experiment_writes_outputs_and_resumes(tmp_path):
         jc.ExperimentConfig(designs=("best",))
     with pytest.raises(ValueError, match="samples: must be a positive integer"):
         jc.ExperimentConfig(samples=0)
+
+
+def test_no_throw_reports_failing_repetitions_and_keeps_the_others(getkey):
+    truth = random_model(getkey(), CARDS, PARENTS)
+    task = jc.StructureLearningTask(truth, max_parents=1)
+
+    def flaky(posterior, candidates, initial_state, horizon, key):
+        # fails in about half of the design steps, depending on the key only
+        scores = jnp.zeros(candidates.targets.shape[0])
+        return eqx.error_if(scores, jax.random.uniform(key) < 0.2, "flaky design: failed")
+
+    design = jc.CallableDesign(flaky)
+    keys = jax.random.split(getkey(), 6)
+    singles = []
+    for k in keys:
+        try:
+            singles.append(jc.run_active_learning(task, design, key=k, num_experiments=2))
+        except (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError):
+            singles.append(None)
+    expect_ok = np.array([s is not None for s in singles])
+    assert expect_ok.any() and not expect_ok.all(), "choose keys with both outcomes"
+    with pytest.raises(eqx.EquinoxRuntimeError, match="flaky design: failed"):
+        jc.run_repetitions(task, design, keys, num_experiments=2)
+    result, status = jc.run_repetitions(task, design, keys, num_experiments=2, throw=False)
+    np.testing.assert_array_equal(status.ok, expect_ok)
+    assert status.num_failed == int((~expect_ok).sum())
+    for r, single in enumerate(singles):
+        if single is None:
+            assert status.messages[r] == "flaky design: failed"
+            assert np.isnan(result.metrics["auroc"][r]).all()
+            assert (np.asarray(result.intervention_index[r]) == -1).all()
+        else:
+            assert status.messages[r] == ""
+            np.testing.assert_allclose(
+                result.metrics["entropy"][r], single.metrics["entropy"], rtol=1e-12
+            )
+    # a clean batch: all ok, and the same numbers as with throw=True
+    clean, clean_status = jc.run_repetitions(
+        task, jc.RandomDesign(), keys[:2], num_experiments=2, throw=False
+    )
+    assert clean_status.ok.all() and clean_status.messages == ("", "")
+    thrown = jc.run_repetitions(task, jc.RandomDesign(), keys[:2], num_experiments=2)
+    np.testing.assert_array_equal(clean.metrics["shd"], thrown.metrics["shd"])
