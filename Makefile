@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint docs bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,10 +18,19 @@ demo: $(STAMP)
 	$(BIN)/jaxctbn run structure --out run_structure
 
 test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/pyright
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/python -m pytest -n 2 -q tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/pyright
+
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_master_equation.py
@@ -29,7 +38,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_structure.py
 	$(BIN)/python benchmarks/bench_criteria.py
 	$(BIN)/python benchmarks/bench_kl_estimators.py
+	$(BIN)/python benchmarks/bench_cli.py
 	$(BIN)/python benchmarks/bench_active_learning.py  # the paper's experiments at full size (~30 min)
 
 clean:
-	rm -rf $(VENV) demo_output run_structure
+	rm -rf $(VENV) demo_output run_structure site

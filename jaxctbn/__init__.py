@@ -100,6 +100,7 @@ from ._criteria import BHC as BHC
 from ._criteria import EIG as EIG
 from ._criteria import VBHC as VBHC
 from ._criteria import AbstractCriterion as AbstractCriterion
+from ._criteria import AbstractBoxHillCriterion as AbstractBoxHillCriterion
 from ._criteria import score_interventions as score_interventions
 
 # active learning

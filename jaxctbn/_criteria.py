@@ -95,67 +95,60 @@ class AbstractCriterion(eqx.Module):
         """Scores for active structure learning."""
 
 
-def _rate_statistics_scores(
-    posterior,
-    candidates,
-    initial_state,
-    horizon,
-    key,
-    num_samples,
-    solver,
-    batching,
-    criterion_of_statistics,
-):
-    draws = posterior_draws(posterior, key, num_samples)
-    batching = Vmap() if batching is None else batching
+class AbstractBoxHillCriterion(AbstractCriterion):
+    """A criterion computed from posterior-averaged expected statistics (parameters) or from
+    the divergences $a_n(P')$ (structure): the (V)BHC family. Subclasses say how a value follows
+    from those (`rate_value`, `structure_value`); the scoring is shared."""
 
-    def one(iv):
-        stats = design_statistics(
-            posterior, draws, initial_state, horizon, intervention=iv, solver=solver
+    estimator: eqx.AbstractVar[AbstractKLEstimator]
+
+    @abc.abstractmethod
+    def rate_value(self, posterior: RatePosterior, statistics) -> Float[Array, ""]:
+        """The criterion from one candidate's [`jaxctbn.ParameterDesignStatistics`][]."""
+
+    @abc.abstractmethod
+    def structure_value(self, posterior: StructurePosterior, divergences) -> Float[Array, ""]:
+        """The criterion from one candidate's divergences $a_n(P')$ (one array per node)."""
+
+    def score_rates(
+        self, posterior, candidates, initial_state, horizon, *, key, num_samples, solver, batching
+    ):
+        if not isinstance(self.estimator, PlugIn):
+            raise ValueError(
+                "estimator: the parameter criteria are linear in the expected statistics, so "
+                "they are exact; use the default PlugIn() (MonteCarlo applies to structure "
+                "learning)."
+            )
+        draws = posterior_draws(posterior, key, num_samples)
+
+        def one(iv):
+            stats = design_statistics(
+                posterior, draws, initial_state, horizon, intervention=iv, solver=solver
+            )
+            return self.rate_value(posterior, stats)
+
+        return (Vmap() if batching is None else batching).map(one, candidates)
+
+    def score_structure(
+        self, posterior, candidates, initial_state, horizon, *, key, num_samples, solver, batching
+    ):
+        key_draws, key_paths = jr.split(key)
+        draws = structure_draws(posterior, key_draws, num_samples)
+        a_all = divergences_all_candidates(
+            posterior,
+            draws,
+            candidates,
+            initial_state,
+            horizon,
+            key=key_paths,
+            solver=solver,
+            estimator=self.estimator,
+            batching=Chunked(STRUCTURE_CHUNK) if batching is None else batching,
         )
-        return criterion_of_statistics(stats)
-
-    return batching.map(one, candidates)
+        return jax.vmap(lambda a: self.structure_value(posterior, a))(a_all)
 
 
-def _structure_divergence_scores(
-    posterior,
-    candidates,
-    initial_state,
-    horizon,
-    key,
-    num_samples,
-    solver,
-    batching,
-    estimator,
-    criterion_of_divergences,
-):
-    key_draws, key_paths = jr.split(key)
-    draws = structure_draws(posterior, key_draws, num_samples)
-    batching = Chunked(STRUCTURE_CHUNK) if batching is None else batching
-    a_all = divergences_all_candidates(
-        posterior,
-        draws,
-        candidates,
-        initial_state,
-        horizon,
-        key=key_paths,
-        solver=solver,
-        estimator=estimator,
-        batching=batching,
-    )
-    return jax.vmap(criterion_of_divergences)(a_all)
-
-
-def _exact_for_parameters(estimator: AbstractKLEstimator) -> None:
-    if not isinstance(estimator, PlugIn):
-        raise ValueError(
-            "estimator: the parameter criteria are linear in the expected statistics, so they "
-            "are exact; use the default PlugIn() (MonteCarlo applies to structure learning)."
-        )
-
-
-class VBHC(AbstractCriterion):
+class VBHC(AbstractBoxHillCriterion):
     r"""The variational Box-Hill criterion (maths §3 for parameters, §4 for structure), minimised
     over the variational family: in closed form (`optimiser=None`, the default) or numerically
     by an [`jaxctbn.AbstractVBHCOptimiser`][] with autodiff gradients (the same minimum).
@@ -166,43 +159,18 @@ class VBHC(AbstractCriterion):
     optimiser: AbstractVBHCOptimiser | None = eqx.field(default=None, kw_only=True)
     estimator: AbstractKLEstimator = eqx.field(default=PlugIn(), kw_only=True)
 
-    def score_rates(
-        self, posterior, candidates, initial_state, horizon, *, key, num_samples, solver, batching
-    ):
-        _exact_for_parameters(self.estimator)
+    def rate_value(self, posterior, statistics):
+        if self.optimiser is None:
+            return parameter_vbhc_minimum(posterior, statistics)
+        return parameter_vbhc_minimise(posterior, statistics, self.optimiser)[0]
 
-        def value(stats):
-            if self.optimiser is None:
-                return parameter_vbhc_minimum(posterior, stats)
-            return parameter_vbhc_minimise(posterior, stats, self.optimiser)[0]
-
-        return _rate_statistics_scores(
-            posterior, candidates, initial_state, horizon, key, num_samples, solver, batching, value
-        )
-
-    def score_structure(
-        self, posterior, candidates, initial_state, horizon, *, key, num_samples, solver, batching
-    ):
-        def value(a):
-            if self.optimiser is None:
-                return structure_vbhc_minimum(posterior, a)
-            return structure_vbhc_minimise(posterior, a, self.optimiser)[0]
-
-        return _structure_divergence_scores(
-            posterior,
-            candidates,
-            initial_state,
-            horizon,
-            key,
-            num_samples,
-            solver,
-            batching,
-            self.estimator,
-            value,
-        )
+    def structure_value(self, posterior, divergences):
+        if self.optimiser is None:
+            return structure_vbhc_minimum(posterior, divergences)
+        return structure_vbhc_minimise(posterior, divergences, self.optimiser)[0]
 
 
-class BHC(AbstractCriterion):
+class BHC(AbstractBoxHillCriterion):
     r"""The Box-Hill criterion: the VBHC at $q$ = the posterior (maths §3, §4).
 
     **Arguments (keyword-only):** `estimator` (the structure KL estimator, default
@@ -210,37 +178,11 @@ class BHC(AbstractCriterion):
 
     estimator: AbstractKLEstimator = eqx.field(default=PlugIn(), kw_only=True)
 
-    def score_rates(
-        self, posterior, candidates, initial_state, horizon, *, key, num_samples, solver, batching
-    ):
-        _exact_for_parameters(self.estimator)
-        return _rate_statistics_scores(
-            posterior,
-            candidates,
-            initial_state,
-            horizon,
-            key,
-            num_samples,
-            solver,
-            batching,
-            lambda stats: parameter_bhc(posterior, stats),
-        )
+    def rate_value(self, posterior, statistics):
+        return parameter_bhc(posterior, statistics)
 
-    def score_structure(
-        self, posterior, candidates, initial_state, horizon, *, key, num_samples, solver, batching
-    ):
-        return _structure_divergence_scores(
-            posterior,
-            candidates,
-            initial_state,
-            horizon,
-            key,
-            num_samples,
-            solver,
-            batching,
-            self.estimator,
-            lambda a: structure_bhc(posterior, a),
-        )
+    def structure_value(self, posterior, divergences):
+        return structure_bhc(posterior, divergences)
 
 
 class EIG(AbstractCriterion):

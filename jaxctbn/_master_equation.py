@@ -5,15 +5,9 @@ For a generator $W$ and initial distribution $p_0$ we need, over $[0,\tau]$,
 $$p_\tau = p_0 e^{\tau W},\qquad \mathsf E[T(s)] = \int_0^\tau p_t(s)\,\mathrm dt,\qquad
 \mathsf E[M(s,s')] = W(s,s')\,\mathsf E[T(s)]$$
 
-(maths §1). Three interchangeable solvers compute $(p_\tau, \int_0^\tau p_t\,dt)$:
-
-- [`jaxctbn.Uniformisation`][] (default): exact, matrix-free, $\approx\lambda\tau+O(\sqrt{\lambda\tau})$
-  products with $W$, $\lambda=\max_s -W(s,s)$.
-- [`jaxctbn.DiffraxSolver`][]: any diffrax ODE solver on the augmented system
-  $\dot p = pW,\ \dot I = p$, matrix-free; `solve_batch` runs one solve over a whole batch with
-  shared step sizes.
-- [`jaxctbn.MatrixExponential`][]: the dense block exponential
-  $\exp(\tau[[W, I],[0, 0]])$, the exact reference for small networks.
+(maths §1), for any solver of [`jaxctbn.AbstractMasterEquationSolver`][] (default
+[`jaxctbn.Uniformisation`][]). Node statistics are projections of the global ones onto a node
+and any parent set, behind the interface [`jaxctbn.AbstractExpectedStatistics`][].
 """
 
 from __future__ import annotations
