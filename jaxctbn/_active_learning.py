@@ -133,7 +133,7 @@ DesignName = Literal["passive", "random", "vbhc", "bhc", "vbhc-optax", "eig", "n
 
 
 def design_from_name(
-    name: DesignName, *, num_samples: int = 10, num_paths: int = 10
+    name: DesignName | str, *, num_samples: int = 10, num_paths: int = 10
 ) -> AbstractDesign:
     """The design behind a CLI name: `"passive"`, `"random"`, `"vbhc"` (`VBHC()`), `"bhc"`,
     `"vbhc-optax"` (`VBHC(optimiser=LBFGS())`), `"eig"` (`EIG(num_paths=num_paths)`) or

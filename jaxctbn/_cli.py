@@ -301,7 +301,8 @@ def _design_structure(args):
         model = _load_network(args.network)
         nodes = dict(zip(model.names, model.cardinalities))
     else:
-        nodes = infer_cardinalities(read_csv(args.data))
+        # args.data is set here (the check above raises when --data and --network are both absent)
+        nodes = infer_cardinalities(read_csv(args.data))  # pyright: ignore[reportArgumentType]
     names, cards = list(nodes), tuple(nodes.values())
     N = len(names)
     max_parents = _max_parents(args.max_parents, N)

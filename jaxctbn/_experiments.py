@@ -23,7 +23,7 @@ import json
 import math
 import os
 import time
-from typing import Literal
+from typing import Any, Literal
 
 import equinox as eqx
 import jax
@@ -348,7 +348,7 @@ def run_experiment(
             chunk_seconds.append(time.perf_counter() - t0)
             seconds += chunk_seconds[-1]
             computed += stop - start
-            part = {f"metric_{k}": np.asarray(v) for k, v in res.metrics.items()}
+            part: dict[str, Any] = {f"metric_{k}": np.asarray(v) for k, v in res.metrics.items()}
             part.update(
                 intervention_index=np.asarray(res.intervention_index),
                 targets=np.asarray(res.targets),

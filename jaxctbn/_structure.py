@@ -52,22 +52,22 @@ def enumerate_parent_sets(
         raise ValueError(
             f"max_parents must be between 0 and {num_nodes - 1} (N - 1), got {max_parents}."
         )
-    required, forbidden = set(required), set(forbidden)
-    if node in required or node in forbidden:
+    required_set, forbidden_set = set(required), set(forbidden)
+    if node in required_set or node in forbidden_set:
         raise ValueError(f"required/forbidden edges of node {node}: self-loops are not allowed.")
-    if required & forbidden:
+    if required_set & forbidden_set:
         raise ValueError(
-            f"edges {sorted(required & forbidden)} -> {node} are both required and forbidden."
+            f"edges {sorted(required_set & forbidden_set)} -> {node} are both required and forbidden."
         )
-    if len(required) > max_parents:
+    if len(required_set) > max_parents:
         raise ValueError(
-            f"node {node} has {len(required)} required parents > max_parents={max_parents}."
+            f"node {node} has {len(required_set)} required parents > max_parents={max_parents}."
         )
-    others = [m for m in range(num_nodes) if m != node and m not in forbidden]
+    others = [m for m in range(num_nodes) if m != node and m not in forbidden_set]
     sets = []
     for size in range(max_parents + 1):
         for combo in itertools.combinations(others, size):
-            if required <= set(combo):
+            if required_set <= set(combo):
                 sets.append(list(combo) + [-1] * (max_parents - size))
     return np.asarray(sets, dtype=np.int32).reshape(len(sets), max_parents)
 
@@ -530,7 +530,7 @@ class StructurePosterior(AbstractPosterior):
 
     def entropy(self) -> Float[Array, ""]:
         """Entropy of the structure posterior, $\\sum_n H[p(\\mathrm{par}(n)\\mid H)]$ (nats)."""
-        total = 0.0
+        total = jnp.asarray(0.0)
         for lp in self.log_posterior():
             total = total - jnp.sum(jnp.where(jnp.isfinite(lp), jnp.exp(lp) * lp, 0.0))
         return total

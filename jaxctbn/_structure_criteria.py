@@ -276,17 +276,21 @@ def _divergences_all_candidates(
 
 def structure_vbhc_minimum(posterior: StructurePosterior, divergences) -> Float[Array, ""]:
     r"""$\min_q\mathrm{VBHC}=\sum_n-\ln\sum_{P'}p(P'\mid H)e^{-a_n(P')}$ (MATH §4)."""
-    return sum(-jax.nn.logsumexp(lp - a) for lp, a in zip(posterior.log_posterior(), divergences))
+    return jnp.asarray(
+        sum(-jax.nn.logsumexp(lp - a) for lp, a in zip(posterior.log_posterior(), divergences))
+    )
 
 
 def structure_bhc(posterior: StructurePosterior, divergences) -> Float[Array, ""]:
     r"""$\mathrm{BHC}=\sum_n\sum_{P'}p(P'\mid H)\,a_n(P')$."""
-    return sum((jnp.exp(lp) * a).sum() for lp, a in zip(posterior.log_posterior(), divergences))
+    return jnp.asarray(
+        sum((jnp.exp(lp) * a).sum() for lp, a in zip(posterior.log_posterior(), divergences))
+    )
 
 
 def structure_vbhc(posterior: StructurePosterior, divergences, logits) -> Float[Array, ""]:
     r"""$\sum_n[\mathrm{KL}(q_n\|p_n)+\sum_{P'}q_n(P')a_n(P')]$ with $q_n=\mathrm{softmax}$(`logits[n]`)."""
-    total = 0.0
+    total = jnp.asarray(0.0)
     for lp, a, z in zip(posterior.log_posterior(), divergences, logits):
         lq = jax.nn.log_softmax(z)
         q = jnp.exp(lq)
@@ -345,7 +349,7 @@ def structure_eig(
     sets with the path's statistics added. As printed, Algorithm 4 drops $p(P\mid H)$ and
     overestimates (by ~2.4x in MATH's example)."""
     cards = posterior.cardinalities
-    total = 0.0
+    total = jnp.asarray(0.0)
     for n, models in enumerate(draws.models):
         sets = posterior.parent_sets[n]
         n_sets, n_samples = sets.shape[0], jax.tree_util.tree_leaves(models)[0].shape[1]
