@@ -51,8 +51,8 @@ class RatePosterior(AbstractPosterior):
     statistics.
     """
 
-    alpha: tuple[Float[Array, "configs k k"], ...]
-    beta: tuple[Float[Array, "configs k"], ...]
+    alpha: tuple[Float[Array, "_configs _k _k"], ...]
+    beta: tuple[Float[Array, "_configs _k"], ...]
     names: tuple[str, ...] = eqx.field(static=True)
     cardinalities: tuple[int, ...] = eqx.field(static=True)
     parents: tuple[tuple[int, ...], ...] = eqx.field(static=True)

@@ -78,7 +78,7 @@ def candidate_parent_sets(
     *,
     required_edges: Sequence[tuple[int, int]] = (),
     forbidden_edges: Sequence[tuple[int, int]] = (),
-) -> tuple[Int[Array, "sets max_parents"], ...]:
+) -> tuple[Int[Array, "_sets max_parents"], ...]:
     """Candidate parent sets of every node (see [`jaxctbn.enumerate_parent_sets`][]); edges are
     `(parent, child)` index pairs."""
     for a, b in list(required_edges) + list(forbidden_edges):
@@ -112,7 +112,7 @@ class FamilyStatistics(eqx.Module):
 
     transitions: tuple[Array, ...]
     dwell_times: tuple[Array, ...]
-    parent_sets: tuple[Int[Array, "sets max_parents"], ...]
+    parent_sets: tuple[Int[Array, "_sets max_parents"], ...]
     cardinalities: tuple[int, ...] = eqx.field(static=True)
 
     def __add__(self, other: "FamilyStatistics") -> "FamilyStatistics":
@@ -276,7 +276,7 @@ def _pairwise_gather(node, sets, cards, configs, D, E):
 def family_statistics(
     trajectories: Trajectories,
     cardinalities: Sequence[int],
-    parent_sets: Sequence[Int[Array, "sets max_parents"]],
+    parent_sets: Sequence[Int[Array, "_sets max_parents"]],
     *,
     method: str = "auto",
     chunk: int = 4096,
@@ -388,7 +388,7 @@ def _scores(prior: AbstractPrior, statistics: FamilyStatistics, dwell_times) -> 
 
 def score_parent_sets(
     statistics: FamilyStatistics, *, prior: AbstractPrior = GammaPrior()
-) -> tuple[Float[Array, " sets"], ...]:
+) -> tuple[Float[Array, " _sets"], ...]:
     r"""Local log marginal likelihoods $\ln p(X_n\mid X_P)$ of every candidate parent set of
     every node under `prior` ([`jaxctbn.GammaPrior`][], the paper's, or
     [`jaxctbn.NodelmanPrior`][], CTBN-RLE's family score), vectorised over sets, **with** the
@@ -407,8 +407,8 @@ class StructurePosterior(AbstractPosterior):
       for rate draws given a graph).
     """
 
-    log_marginal_likelihoods: tuple[Float[Array, " sets"], ...]
-    log_prior: tuple[Float[Array, " sets"], ...]
+    log_marginal_likelihoods: tuple[Float[Array, " _sets"], ...]
+    log_prior: tuple[Float[Array, " _sets"], ...]
     statistics: FamilyStatistics
     prior: AbstractPrior
     names: tuple[str, ...] = eqx.field(static=True)
@@ -491,13 +491,13 @@ class StructurePosterior(AbstractPosterior):
             lambda p: (p.log_marginal_likelihoods, p.statistics), self, (scores, stats)
         )
 
-    def log_posterior(self) -> tuple[Float[Array, " sets"], ...]:
+    def log_posterior(self) -> tuple[Float[Array, " _sets"], ...]:
         """$\\ln p(\\mathrm{par}(n)=P\\mid H)$ for every candidate set of every node."""
         return tuple(
             jax.nn.log_softmax(s + p) for s, p in zip(self.log_marginal_likelihoods, self.log_prior)
         )
 
-    def parent_set_probabilities(self) -> tuple[Float[Array, " sets"], ...]:
+    def parent_set_probabilities(self) -> tuple[Float[Array, " _sets"], ...]:
         return tuple(jnp.exp(lp) for lp in self.log_posterior())
 
     def edge_marginals(self) -> Float[Array, "nodes nodes"]:

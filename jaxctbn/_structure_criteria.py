@@ -125,7 +125,7 @@ def structure_divergences(
     solver: AbstractMasterEquationSolver = DEFAULT_SOLVER,
     estimator: AbstractKLEstimator = PlugIn(),
     path_key: PRNGKeyArray | None = None,
-) -> tuple[Float[Array, " sets"], ...]:
+) -> tuple[Float[Array, " _sets"], ...]:
     r"""$a_n(P')$ for every node and candidate set (zeros for intervened nodes) over the draws.
 
     - `estimator=PlugIn()`: the paper's first-order form, $\ell_n$ at the expected statistics
@@ -232,7 +232,7 @@ def _node_divergence(
 
 def _divergences_all_candidates(
     posterior, draws, interventions, chunk, divergence_of_node
-) -> tuple[Float[Array, "candidates sets"], ...]:
+) -> tuple[Float[Array, "candidates _sets"], ...]:
     """$a_n(P')$ for every candidate and node, skipping the work for candidates that clamp
     node $n$ (their $a_n$ is 0): per node the candidates are ordered not-clamping first and
     mapped over in chunks of `chunk`, and a chunk of clamping candidates only is skipped by
@@ -319,7 +319,7 @@ def divergences_all_candidates(
     solver: AbstractMasterEquationSolver,
     estimator: AbstractKLEstimator,
     batching: AbstractBatching,
-) -> tuple[Float[Array, "candidates sets"], ...]:
+) -> tuple[Float[Array, "candidates _sets"], ...]:
     """$a_n(P')$ for every candidate (leading axis), node and candidate set, with the same draws
     and path keys for every candidate (common random numbers). Per node, candidates are computed
     in chunks of `batching.chunk_size`, and chunks whose candidates all clamp the node are
