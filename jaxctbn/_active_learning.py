@@ -21,7 +21,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, Int, Key, PRNGKeyArray, UInt32
 
 from ._batching import AbstractBatching
 from ._criteria import BHC, EIG, VBHC, AbstractCriterion, score_interventions
@@ -361,7 +361,7 @@ def run_active_learning(
 def run_repetitions(
     task: AbstractLearningTask,
     design: AbstractDesign,
-    keys: PRNGKeyArray,
+    keys: Key[Array, " repetitions"] | UInt32[Array, "repetitions 2"],
     *,
     num_experiments: int,
     horizon: ArrayLike = 3.0,
