@@ -276,7 +276,7 @@ def _pairwise_gather(node, sets, cards, configs, D, E):
 def family_statistics(
     trajectories: Trajectories,
     cardinalities: Sequence[int],
-    parent_sets: Sequence[Int[Array, "_sets max_parents"]],
+    parent_sets: Sequence[Int[Array | np.ndarray, "_sets max_parents"]],
     *,
     method: str = "auto",
     chunk: int = 4096,
@@ -480,7 +480,7 @@ class StructurePosterior(AbstractPosterior):
         return criterion.score_structure(self, candidates, initial_state, horizon, **options)
 
     @property
-    def parent_sets(self) -> tuple[Array, ...]:
+    def parent_sets(self) -> tuple[Int[Array | np.ndarray, "_sets max_parents"], ...]:
         return self.statistics.parent_sets
 
     def update(self, new: FamilyStatistics) -> "StructurePosterior":
@@ -555,7 +555,9 @@ class StructurePosterior(AbstractPosterior):
             cims.append(r - jnp.eye(k) * r.sum(-1, keepdims=True))
         return PaddedCTBN(
             cims=tuple(cims),
-            parent_index=tuple(self.parent_sets[n][indices[n]] for n in range(len(self.names))),
+            parent_index=tuple(
+                self.statistics.parent_sets[n][indices[n]] for n in range(len(self.names))
+            ),
             names=self.names,
             cardinalities=self.cardinalities,
         )
