@@ -540,8 +540,9 @@ class StructurePosterior(AbstractPosterior):
         keys = jr.split(key, len(self.names))
         return jnp.stack([jr.categorical(k, lp) for k, lp in zip(keys, self.log_posterior())])
 
-    def _node_statistics(self, n: int, index) -> tuple[Array, Array, Array]:
-        """Node n's history statistics under its candidate set `index`, and its configurations."""
+    def _node_statistics(self, n: int, index):
+        """Node n's history statistics under its candidate set `index`, and its configurations
+        (jax or numpy arrays, as the posterior holds them: `jaxctbn learn` converts it to numpy)."""
         return (
             self.statistics.transitions[n][index],
             self.statistics.dwell_times[n][index],
