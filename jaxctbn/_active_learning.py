@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, Int, Key, PRNGKeyArray, UInt32
 
 from ._batching import AbstractBatching
 from ._criteria import BHC, EIG, VBHC, AbstractCriterion, score_interventions
@@ -136,7 +136,7 @@ DesignName = Literal["passive", "random", "vbhc", "bhc", "vbhc-optax", "eig", "n
 
 
 def design_from_name(
-    name: DesignName, *, num_samples: int = 10, num_paths: int = 10
+    name: DesignName | str, *, num_samples: int = 10, num_paths: int = 10
 ) -> AbstractDesign:
     """The design behind a CLI name: `"passive"`, `"random"`, `"vbhc"` (`VBHC()`), `"bhc"`,
     `"vbhc-optax"` (`VBHC(optimiser=LBFGS())`), `"eig"` (`EIG(num_paths=num_paths)`) or
@@ -411,7 +411,7 @@ def _failed_like(shapes) -> ActiveLearningResult:
 def run_repetitions(
     task: AbstractLearningTask,
     design: AbstractDesign,
-    keys: PRNGKeyArray,
+    keys: Key[Array, " repetitions"] | UInt32[Array, "repetitions 2"],
     *,
     num_experiments: int,
     horizon: ArrayLike = 3.0,

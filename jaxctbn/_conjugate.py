@@ -107,12 +107,14 @@ def dirichlet_gamma_log_marginal(
 def gamma_log_density(x: ArrayLike, a: ArrayLike, b: ArrayLike) -> Array:
     r"""$\ln\mathrm{Gam}(x\mid a,b)=a\ln b-\ln\Gamma(a)+(a-1)\ln x-bx$ (rate parametrisation),
     elementwise."""
+    x, a, b = jnp.asarray(x), jnp.asarray(a), jnp.asarray(b)
     return a * jnp.log(b) - gammaln(a) + (a - 1) * jnp.log(x) - b * x
 
 
 def gamma_kl(a1: ArrayLike, b1: ArrayLike, a2: ArrayLike, b2: ArrayLike) -> Array:
     r"""$\mathrm{KL}(\mathrm{Gam}(a_1,b_1)\,\|\,\mathrm{Gam}(a_2,b_2))$ (rate parametrisation),
     elementwise."""
+    a1, b1, a2, b2 = jnp.asarray(a1), jnp.asarray(b1), jnp.asarray(a2), jnp.asarray(b2)
     return (
         (a1 - a2) * digamma(a1)
         - gammaln(a1)

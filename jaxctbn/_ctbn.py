@@ -66,7 +66,9 @@ class AbstractCTBN(eqx.Module):
     cims: eqx.AbstractVar[tuple[Array, ...]]
 
     @abc.abstractmethod
-    def parent_list(self, node: int):
+    def parent_list(
+        self, node: int
+    ) -> tuple[int, ...] | Int[Array | np.ndarray, "*batch max_parents"]:
         """Parents of `node`: a static tuple, or an integer array padded with `-1`."""
 
     @property
@@ -357,7 +359,7 @@ class PaddedCTBN(AbstractCTBN):
     """
 
     cims: tuple[Array, ...]
-    parent_index: tuple[Int[Array, " max_parents"], ...]
+    parent_index: tuple[Int[Array | np.ndarray, "*batch max_parents"], ...]
     names: tuple[str, ...] = eqx.field(static=True)
     cardinalities: tuple[int, ...] = eqx.field(static=True)
 
@@ -369,7 +371,7 @@ class PaddedCTBN(AbstractCTBN):
                 "PaddedCTBN: cims, parent_index and cardinalities need one entry per node."
             )
 
-    def parent_list(self, node: int):
+    def parent_list(self, node: int) -> Int[Array | np.ndarray, "*batch max_parents"]:
         return self.parent_index[node]
 
     @classmethod

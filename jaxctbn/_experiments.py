@@ -24,7 +24,7 @@ import math
 import os
 import sys
 import time
-from typing import Literal
+from typing import Any, Literal
 
 import equinox as eqx
 import jax
@@ -336,7 +336,7 @@ def run_experiment(
             if bar is not None:
                 bar.set_postfix_str(design_name)
             t0 = time.perf_counter()
-            res, status = run_repetitions(
+            res, status = run_repetitions(  # pyright: ignore[reportGeneralTypeIssues] (throw=False: a pair)
                 task,
                 design,
                 keys,
@@ -359,7 +359,7 @@ def run_experiment(
             chunk_seconds.append(time.perf_counter() - t0)
             seconds += chunk_seconds[-1]
             computed += stop - start
-            part = {f"metric_{k}": np.asarray(v) for k, v in res.metrics.items()}
+            part: dict[str, Any] = {f"metric_{k}": np.asarray(v) for k, v in res.metrics.items()}
             part.update(
                 intervention_index=np.asarray(res.intervention_index),
                 targets=np.asarray(res.targets),

@@ -63,12 +63,14 @@ class AbstractGenerator(eqx.Module):
         """Trailing batch axes (see [`jaxctbn.batch_last`][]); `()` for one generator."""
         return tuple(self.exit_rates.shape[1:])
 
-    def shift_rates(self, r: int) -> Float[Array, " global_states"]:
+    def shift_rates(self, r: int) -> Float[Array, " global_states *batch"]:
         """$R_{n,j}$ of shift `r` over all global states, flat `(S, *batch_shape)`."""
         shape = self.cardinalities + self.batch_shape
         return jnp.broadcast_to(self.shift_rate_tensor(r), shape).reshape(-1, *self.batch_shape)
 
-    def apply(self, p: Float[Array, " global_states"]) -> Float[Array, " global_states"]:
+    def apply(
+        self, p: Float[Array, " global_states *batch"]
+    ) -> Float[Array, " global_states *batch"]:
         r"""The row-vector product $p\mapsto pW$ (right-hand side of the master equation).
 
         `p` has shape `(S, *batch_shape)`: a batch in trailing position (see
@@ -80,7 +82,9 @@ class AbstractGenerator(eqx.Module):
             out = out + _move(self.shift_rate_tensor(r) * pt, n, j, shape[n])
         return out.reshape(p.shape)
 
-    def apply_transpose(self, v: Float[Array, " global_states"]) -> Float[Array, " global_states"]:
+    def apply_transpose(
+        self, v: Float[Array, " global_states *batch"]
+    ) -> Float[Array, " global_states *batch"]:
         r"""The column-vector product $v\mapsto Wv$ (backward / adjoint equation)."""
         shape = self.cardinalities + self.batch_shape
         vt = v.reshape(shape)
@@ -162,7 +166,7 @@ def _factored(model: CTBN) -> FactoredGenerator:
         ps = model.parents[n]
         table = model.cims[n].reshape(*(cards[p] for p in ps), k, k)  # (u_1..u_m, x, x')
         axes = (*ps, n)  # global node of each axis of `table` (without the x' axis)
-        order = np.argsort(axes)
+        order = tuple(int(a) for a in np.argsort(axes))
         for j in range(1, k):
             target = (jnp.arange(k) + j) % k
             rates = jnp.take_along_axis(

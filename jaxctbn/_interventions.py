@@ -29,8 +29,8 @@ class Intervention(eqx.Module):
     [`jaxctbn.intervention_space`][].
     """
 
-    targets: Bool[Array, " nodes"]
-    states: Int[Array, " nodes"]
+    targets: Bool[Array, "*batch nodes"]
+    states: Int[Array, "*batch nodes"]
     rate_scales: tuple[Float[Array, "..."], ...] | None = None
     replacement_cims: tuple[Array | None, ...] | None = None
 
@@ -52,7 +52,9 @@ class Intervention(eqx.Module):
 
     @classmethod
     def perfect(
-        cls, model: AbstractCTBN, assignment: Mapping[str | int, int] | None = None
+        cls,
+        model: AbstractCTBN,
+        assignment: Mapping[str, int] | Mapping[int, int] | Mapping[str | int, int] | None = None,
     ) -> "Intervention":
         r"""$\mathrm{do}(X_S=x_S)$ from a mapping `{node name or index: state}`."""
         targets = np.zeros(model.num_nodes, bool)
@@ -94,8 +96,8 @@ class Intervention(eqx.Module):
             )
         cims = []
         for n, cim in enumerate(model.cims):
-            if self.replacement_cims is not None and self.replacement_cims[n] is not None:
-                new = self.replacement_cims[n]
+            new = None if self.replacement_cims is None else self.replacement_cims[n]
+            if new is not None:
                 if new.shape != cim.shape:
                     raise ValueError(
                         f"replacement_cims[{n}]: shape {new.shape}, expected {cim.shape}."

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import jax
 import jax.numpy as jnp
@@ -87,7 +87,7 @@ def infer_cardinalities(df: pd.DataFrame) -> dict[str, int]:
         raise ValueError("data: no node columns besides trajectory_id, time and intervention.")
     out = {}
     for c in cols:
-        values = pd.to_numeric(df[c], errors="coerce")
+        values = cast("pd.Series", pd.to_numeric(df[c], errors="coerce"))
         if values.isna().any() or (values < 0).any() or (values != values.round()).any():
             raise ValueError(f"data: column {c!r} must hold non-negative integer states.")
         out[c] = max(2, int(values.max()) + 1)
@@ -189,7 +189,8 @@ def trajectories_from_dataframe(
         parsed.append((t[0], t[-1] - t[0], s[0], t[keep] - t[0], s[keep], targets, istates))
     E = max(1, max(len(p[3]) for p in parsed))
     R, N = len(parsed), len(names)
-    dtype = dtype or (jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)
+    # config flags are attributes set at run time, which the stubs of jax.config do not list
+    dtype = dtype or (jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)  # pyright: ignore[reportAttributeAccessIssue]
     jump_times = np.zeros((R, E))
     states = np.zeros((R, E, N), np.int32)
     arr = {k: [] for k in ("init", "dur", "num", "tg", "ts")}

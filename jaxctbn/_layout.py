@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
+from typing import overload
 
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Int
+from jaxtyping import Array, ArrayLike, Int
 
 
 def all_global_states(cardinalities: tuple[int, ...]) -> np.ndarray:
@@ -33,7 +35,21 @@ def global_state_index(states, cardinalities: tuple[int, ...]):
     return (states * strides).sum(-1)
 
 
-def num_configurations(parents, cardinalities: tuple[int, ...]):
+@overload
+def num_configurations(
+    parents: tuple[int, ...] | list[int], cardinalities: Sequence[int]
+) -> int: ...
+
+
+@overload
+def num_configurations(
+    parents: ArrayLike, cardinalities: Sequence[int]
+) -> Int[Array, "*batch"]: ...
+
+
+def num_configurations(
+    parents: tuple[int, ...] | list[int] | ArrayLike, cardinalities: Sequence[int]
+) -> int | Int[Array, "*batch"]:
     """Number of configurations of a parent set: a Python `int` for a static tuple of node
     indices, an integer array for a (batch of) padded parent array(s) (`-1` = empty slot).
     This is the one place configuration counts are computed."""

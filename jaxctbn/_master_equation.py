@@ -13,6 +13,7 @@ and any parent set, behind the interface [`jaxctbn.AbstractExpectedStatistics`][
 from __future__ import annotations
 
 import abc
+from typing import cast
 
 import equinox as eqx
 import jax
@@ -75,8 +76,8 @@ class ExpectedStatistics(AbstractExpectedStatistics):
     $\Lambda_n(x,x',u)\mathsf E[\hat T_n(x,u)]$ when $P$ contains the true parents.
     """
 
-    final_marginal: Float[Array, " global_states"]
-    dwell_times: Float[Array, " global_states"]
+    final_marginal: Float[Array, "*batch global_states"]
+    dwell_times: Float[Array, "*batch global_states"]
     generator: AbstractGenerator
     model: AbstractCTBN
 
@@ -204,7 +205,7 @@ def initial_distribution(
     return p.reshape(-1)
 
 
-def _check_horizon(horizon, dtype):
+def _check_horizon(horizon: ArrayLike, dtype) -> Float[Array, ""]:
     horizon = jnp.asarray(horizon, dtype)
     return eqx.error_if(
         horizon,
@@ -213,7 +214,9 @@ def _check_horizon(horizon, dtype):
     )
 
 
-def _prepare(model, initial_state, intervention):
+def _prepare(
+    model: AbstractCTBN, initial_state: ArrayLike, intervention: Intervention | None
+) -> tuple[AbstractCTBN, AbstractGenerator, Float[Array, " global_states"]]:
     model = model.checked()
     if intervention is not None:
         model = intervention.apply(model)
@@ -289,10 +292,13 @@ def marginals(
     times = jnp.asarray(times, p0.dtype)
     if times.ndim != 1:
         raise ValueError(f"times: expected a 1-d array, got shape {times.shape}.")
-    times = eqx.error_if(
-        times,
-        jnp.any(times < 0) | jnp.any(jnp.diff(times) < 0) | jnp.any(~jnp.isfinite(times)),
-        "times: must be finite, >= 0 and non-decreasing.",
+    times = cast(
+        Array,
+        eqx.error_if(
+            times,
+            jnp.any(times < 0) | jnp.any(jnp.diff(times) < 0) | jnp.any(~jnp.isfinite(times)),
+            "times: must be finite, >= 0 and non-decreasing.",
+        ),
     )
     increments = jnp.diff(times, prepend=jnp.zeros((1,), times.dtype))
 

@@ -63,7 +63,7 @@ def kl_divergence(
     stats = expected_statistics(
         model, initial_state, horizon, intervention=intervention, solver=solver
     )
-    total = 0.0
+    total = jnp.asarray(0.0)
     for n, (q, q2) in enumerate(zip(model.cims, other.cims)):
         k = q.shape[-1]
         T = stats.node_dwell_times(n)
@@ -119,7 +119,7 @@ def design_statistics(
         else jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (S, *jnp.shape(a))), intervention)
     )
     stats = expected_statistics_batch(draws, init, horizon, interventions=ivs, solver=solver)
-    Ms, Ts, energy = [], [], 0.0
+    Ms, Ts, energy = [], [], jnp.asarray(0.0)
     for n in range(len(posterior.alpha)):
         k = posterior.cardinalities[n]
         M = jax.vmap(lambda st, n=n: st.node_transitions(n))(stats)
@@ -255,7 +255,7 @@ def parameter_eig(
         stats = _sampled_statistics(
             posterior, model, key, initial_state, horizon, intervention, max_events
         )
-        total = 0.0
+        total = jnp.asarray(0.0)
         for n, (a, b, st) in enumerate(zip(posterior.alpha, posterior.beta, stats)):
             k = a.shape[-1]
             lam = jnp.where(_off(k), model.cims[n], 1.0)

@@ -51,8 +51,8 @@ class RatePosterior(AbstractPosterior):
     statistics.
     """
 
-    alpha: tuple[Float[Array, "configs k k"], ...]
-    beta: tuple[Float[Array, "configs k"], ...]
+    alpha: tuple[Float[Array, "_configs _k _k"], ...]
+    beta: tuple[Float[Array, "_configs _k"], ...]
     names: tuple[str, ...] = eqx.field(static=True)
     cardinalities: tuple[int, ...] = eqx.field(static=True)
     parents: tuple[tuple[int, ...], ...] = eqx.field(static=True)
@@ -153,7 +153,7 @@ class RatePosterior(AbstractPosterior):
         off-diagonal rates: $\bar\alpha/\bar\beta^2 + (\bar\alpha/\bar\beta-\Lambda^*)^2$."""
         if truth.parents != self.parents or truth.cardinalities != self.cardinalities:
             raise ValueError("truth: must have the posterior's graph and cardinalities.")
-        total, count = 0.0, 0
+        total, count = jnp.asarray(0.0), 0
         for a, b, q in zip(self.alpha, self.beta, truth.cims):
             k = a.shape[-1]
             mean = a / b[..., None]
@@ -175,7 +175,9 @@ def path_log_likelihood(model: CTBN, statistics: SufficientStatistics) -> Float[
     is zero gives $-\infty$."""
     if statistics.parents != model.parents or statistics.cardinalities != model.cardinalities:
         raise ValueError("statistics: computed for another graph or cardinalities than model.")
-    return sum(
-        poisson_path_log_likelihood(q, st.transitions, st.dwell_times)
-        for q, st in zip(model.cims, statistics.pooled())
+    return jnp.asarray(
+        sum(
+            poisson_path_log_likelihood(q, st.transitions, st.dwell_times)
+            for q, st in zip(model.cims, statistics.pooled())
+        )
     )

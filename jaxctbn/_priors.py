@@ -17,6 +17,7 @@ import abc
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
@@ -109,8 +110,8 @@ class GammaPrior(AbstractPrior):
     **Arguments:** `alpha` (shape), `beta` (rate): scalars or one value per node, $>0$.
     """
 
-    alpha: float | Float[Array, " nodes"]
-    beta: float | Float[Array, " nodes"]
+    alpha: float | Float[Array, ""] | Float[Array, " nodes"]
+    beta: float | Float[Array, ""] | Float[Array, " nodes"]
 
     def __init__(self, alpha: ArrayLike = 1.0, beta: ArrayLike = 1.0):
         self.alpha = _positive_per_node(alpha, "alpha")
@@ -172,8 +173,8 @@ class NodelmanPrior(AbstractPrior):
     time: scalars or one value per node, $>0$.
     """
 
-    alpha: float | Float[Array, " nodes"]
-    tau: float | Float[Array, " nodes"]
+    alpha: float | Float[Array, ""] | Float[Array, " nodes"]
+    tau: float | Float[Array, ""] | Float[Array, " nodes"]
 
     def __init__(self, alpha: ArrayLike = 1.0, tau: ArrayLike = 1.0):
         self.alpha = _positive_per_node(alpha, "alpha")

@@ -44,7 +44,9 @@ def random_graph(
     return tuple(parents)
 
 
-def _check_common(parents, cardinalities, fast, names):
+def _check_common(
+    parents, cardinalities, fast, names
+) -> tuple[tuple[int, ...], np.ndarray, Sequence[str] | None]:
     n = len(parents)
     cardinalities = tuple(int(k) for k in (cardinalities if cardinalities is not None else [2] * n))
     if len(cardinalities) != n:
@@ -69,7 +71,7 @@ def random_ctbn(
     r"""Rates $\Lambda_n(x,x',u)\sim\mathrm{Gam}(\alpha,\beta)$ independently, with
     $\alpha=\alpha_f=5$ for fast and $\alpha_s=1/5$ for slow nodes and $\beta=1$ (paper §6,
     structure learning). `fast` flags fast nodes (default: all fast)."""
-    cardinalities, fast, names = _check_common(parents, cardinalities, fast, names)
+    cardinalities, is_fast, names = _check_common(parents, cardinalities, fast, names)
     if alpha_fast <= 0 or alpha_slow <= 0 or beta <= 0:
         raise ValueError("alpha_fast, alpha_slow and beta must be > 0.")
     keys = jr.split(key, len(parents))
@@ -77,7 +79,7 @@ def random_ctbn(
     for n, ps in enumerate(parents):
         k = cardinalities[n]
         configs = int(np.prod([cardinalities[p] for p in ps]))
-        alpha = alpha_fast if fast[n] else alpha_slow
+        alpha = alpha_fast if is_fast[n] else alpha_slow
         rates = jr.gamma(keys[n], alpha, (configs, k, k)) / beta
         # Gamma(0.2) draws can underflow to exactly 0 in float32; keep rates strictly positive
         rates = jnp.maximum(rates, jnp.finfo(rates.dtype).tiny)
@@ -100,7 +102,7 @@ def scaled_softmax_ctbn(
     with $r=r_f$ for fast and $r_s$ for slow nodes: a node is drawn towards the states its parents
     are in. The softmax is over all $k$ target states (the paper's formula leaves the index
     implicit; this is our reading). Parent states are compared as integers."""
-    cardinalities, fast, names = _check_common(parents, cardinalities, fast, names)
+    cardinalities, is_fast, names = _check_common(parents, cardinalities, fast, names)
     cims = []
     for n, ps in enumerate(parents):
         k = cardinalities[n]
@@ -109,7 +111,7 @@ def scaled_softmax_ctbn(
             votes = np.array([sum(1 for y in config if y == x) for x in range(k)], float)
             w = np.exp(gamma * votes - (gamma * votes).max())
             soft = w / w.sum()
-            r = rate_fast if fast[n] else rate_slow
+            r = rate_fast if is_fast[n] else rate_slow
             q = np.tile(r * soft, (k, 1))
             table.append(q)
         cims.append(np.stack(table))

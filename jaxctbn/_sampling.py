@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -75,10 +77,13 @@ def sample_trajectory(
     model = intervention.apply(model.checked())
     dtype = jnp.result_type(*model.cims)
     horizon = jnp.asarray(horizon, dtype)
-    horizon = eqx.error_if(
-        horizon,
-        ~(horizon > 0) | ~jnp.isfinite(horizon),
-        "horizon: must be positive and finite.",
+    horizon = cast(
+        Array,
+        eqx.error_if(
+            horizon,
+            ~(horizon > 0) | ~jnp.isfinite(horizon),
+            "horizon: must be positive and finite.",
+        ),
     )
     s0 = jnp.asarray(initial_state)
     if jnp.issubdtype(s0.dtype, jnp.floating):

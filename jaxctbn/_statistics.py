@@ -49,7 +49,7 @@ def _check_complete(trajectories: Trajectories) -> Trajectories:
 
 def segments(
     trajectory: Trajectories,
-) -> tuple[Int[Array, "events+1 nodes"], Float[Array, " events+1"], Bool[Array, " events"]]:
+) -> tuple[Int[Array, "segments nodes"], Float[Array, " segments"], Bool[Array, " events"]]:
     """The piecewise-constant segments of **one** padded trajectory: the state of each segment
     `(E + 1, N)` (initial state, then the state after each jump slot), its dwell time `(E + 1,)`
     (zero for unused slots; they sum to the duration), and which jump slots hold a real event

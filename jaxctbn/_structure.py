@@ -52,22 +52,22 @@ def enumerate_parent_sets(
         raise ValueError(
             f"max_parents must be between 0 and {num_nodes - 1} (N - 1), got {max_parents}."
         )
-    required, forbidden = set(required), set(forbidden)
-    if node in required or node in forbidden:
+    required_set, forbidden_set = set(required), set(forbidden)
+    if node in required_set or node in forbidden_set:
         raise ValueError(f"required/forbidden edges of node {node}: self-loops are not allowed.")
-    if required & forbidden:
+    if required_set & forbidden_set:
         raise ValueError(
-            f"edges {sorted(required & forbidden)} -> {node} are both required and forbidden."
+            f"edges {sorted(required_set & forbidden_set)} -> {node} are both required and forbidden."
         )
-    if len(required) > max_parents:
+    if len(required_set) > max_parents:
         raise ValueError(
-            f"node {node} has {len(required)} required parents > max_parents={max_parents}."
+            f"node {node} has {len(required_set)} required parents > max_parents={max_parents}."
         )
-    others = [m for m in range(num_nodes) if m != node and m not in forbidden]
+    others = [m for m in range(num_nodes) if m != node and m not in forbidden_set]
     sets = []
     for size in range(max_parents + 1):
         for combo in itertools.combinations(others, size):
-            if required <= set(combo):
+            if required_set <= set(combo):
                 sets.append(list(combo) + [-1] * (max_parents - size))
     return np.asarray(sets, dtype=np.int32).reshape(len(sets), max_parents)
 
@@ -78,7 +78,7 @@ def candidate_parent_sets(
     *,
     required_edges: Sequence[tuple[int, int]] = (),
     forbidden_edges: Sequence[tuple[int, int]] = (),
-) -> tuple[Int[Array, "sets max_parents"], ...]:
+) -> tuple[Int[Array, "_sets max_parents"], ...]:
     """Candidate parent sets of every node (see [`jaxctbn.enumerate_parent_sets`][]); edges are
     `(parent, child)` index pairs."""
     for a, b in list(required_edges) + list(forbidden_edges):
@@ -112,7 +112,7 @@ class FamilyStatistics(eqx.Module):
 
     transitions: tuple[Array, ...]
     dwell_times: tuple[Array, ...]
-    parent_sets: tuple[Int[Array, "sets max_parents"], ...]
+    parent_sets: tuple[Int[Array, "_sets max_parents"], ...]
     cardinalities: tuple[int, ...] = eqx.field(static=True)
 
     def __add__(self, other: "FamilyStatistics") -> "FamilyStatistics":
@@ -276,7 +276,7 @@ def _pairwise_gather(node, sets, cards, configs, D, E):
 def family_statistics(
     trajectories: Trajectories,
     cardinalities: Sequence[int],
-    parent_sets: Sequence[Int[Array, "sets max_parents"]],
+    parent_sets: Sequence[Int[Array | np.ndarray, "_sets max_parents"]],
     *,
     method: str = "auto",
     chunk: int = 4096,
@@ -388,7 +388,7 @@ def _scores(prior: AbstractPrior, statistics: FamilyStatistics, dwell_times) -> 
 
 def score_parent_sets(
     statistics: FamilyStatistics, *, prior: AbstractPrior = GammaPrior()
-) -> tuple[Float[Array, " sets"], ...]:
+) -> tuple[Float[Array, " _sets"], ...]:
     r"""Local log marginal likelihoods $\ln p(X_n\mid X_P)$ of every candidate parent set of
     every node under `prior` ([`jaxctbn.GammaPrior`][], the paper's, or
     [`jaxctbn.NodelmanPrior`][], CTBN-RLE's family score), vectorised over sets, **with** the
@@ -407,8 +407,8 @@ class StructurePosterior(AbstractPosterior):
       for rate draws given a graph).
     """
 
-    log_marginal_likelihoods: tuple[Float[Array, " sets"], ...]
-    log_prior: tuple[Float[Array, " sets"], ...]
+    log_marginal_likelihoods: tuple[Float[Array, " _sets"], ...]
+    log_prior: tuple[Float[Array, " _sets"], ...]
     statistics: FamilyStatistics
     prior: AbstractPrior
     names: tuple[str, ...] = eqx.field(static=True)
@@ -480,7 +480,7 @@ class StructurePosterior(AbstractPosterior):
         return criterion.score_structure(self, candidates, initial_state, horizon, **options)
 
     @property
-    def parent_sets(self) -> tuple[Array, ...]:
+    def parent_sets(self) -> tuple[Int[Array | np.ndarray, "_sets max_parents"], ...]:
         return self.statistics.parent_sets
 
     def update(self, new: FamilyStatistics) -> "StructurePosterior":
@@ -491,13 +491,13 @@ class StructurePosterior(AbstractPosterior):
             lambda p: (p.log_marginal_likelihoods, p.statistics), self, (scores, stats)
         )
 
-    def log_posterior(self) -> tuple[Float[Array, " sets"], ...]:
+    def log_posterior(self) -> tuple[Float[Array, " _sets"], ...]:
         """$\\ln p(\\mathrm{par}(n)=P\\mid H)$ for every candidate set of every node."""
         return tuple(
             jax.nn.log_softmax(s + p) for s, p in zip(self.log_marginal_likelihoods, self.log_prior)
         )
 
-    def parent_set_probabilities(self) -> tuple[Float[Array, " sets"], ...]:
+    def parent_set_probabilities(self) -> tuple[Float[Array, " _sets"], ...]:
         return tuple(jnp.exp(lp) for lp in self.log_posterior())
 
     def edge_marginals(self) -> Float[Array, "nodes nodes"]:
@@ -530,7 +530,7 @@ class StructurePosterior(AbstractPosterior):
 
     def entropy(self) -> Float[Array, ""]:
         """Entropy of the structure posterior, $\\sum_n H[p(\\mathrm{par}(n)\\mid H)]$ (nats)."""
-        total = 0.0
+        total = jnp.asarray(0.0)
         for lp in self.log_posterior():
             total = total - jnp.sum(jnp.where(jnp.isfinite(lp), jnp.exp(lp) * lp, 0.0))
         return total
@@ -540,8 +540,9 @@ class StructurePosterior(AbstractPosterior):
         keys = jr.split(key, len(self.names))
         return jnp.stack([jr.categorical(k, lp) for k, lp in zip(keys, self.log_posterior())])
 
-    def _node_statistics(self, n: int, index) -> tuple[Array, Array, Array]:
-        """Node n's history statistics under its candidate set `index`, and its configurations."""
+    def _node_statistics(self, n: int, index):
+        """Node n's history statistics under its candidate set `index`, and its configurations
+        (jax or numpy arrays, as the posterior holds them: `jaxctbn learn` converts it to numpy)."""
         return (
             self.statistics.transitions[n][index],
             self.statistics.dwell_times[n][index],
@@ -555,7 +556,9 @@ class StructurePosterior(AbstractPosterior):
             cims.append(r - jnp.eye(k) * r.sum(-1, keepdims=True))
         return PaddedCTBN(
             cims=tuple(cims),
-            parent_index=tuple(self.parent_sets[n][indices[n]] for n in range(len(self.names))),
+            parent_index=tuple(
+                self.statistics.parent_sets[n][indices[n]] for n in range(len(self.names))
+            ),
             names=self.names,
             cardinalities=self.cardinalities,
         )

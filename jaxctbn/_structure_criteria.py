@@ -125,7 +125,7 @@ def structure_divergences(
     solver: AbstractMasterEquationSolver = DEFAULT_SOLVER,
     estimator: AbstractKLEstimator = PlugIn(),
     path_key: PRNGKeyArray | None = None,
-) -> tuple[Float[Array, " sets"], ...]:
+) -> tuple[Float[Array, " _sets"], ...]:
     r"""$a_n(P')$ for every node and candidate set (zeros for intervened nodes) over the draws.
 
     - `estimator=PlugIn()`: the paper's first-order form, $\ell_n$ at the expected statistics
@@ -232,7 +232,7 @@ def _node_divergence(
 
 def _divergences_all_candidates(
     posterior, draws, interventions, chunk, divergence_of_node
-) -> tuple[Float[Array, "candidates sets"], ...]:
+) -> tuple[Float[Array, "candidates _sets"], ...]:
     """$a_n(P')$ for every candidate and node, skipping the work for candidates that clamp
     node $n$ (their $a_n$ is 0): per node the candidates are ordered not-clamping first and
     mapped over in chunks of `chunk`, and a chunk of clamping candidates only is skipped by
@@ -276,17 +276,21 @@ def _divergences_all_candidates(
 
 def structure_vbhc_minimum(posterior: StructurePosterior, divergences) -> Float[Array, ""]:
     r"""$\min_q\mathrm{VBHC}=\sum_n-\ln\sum_{P'}p(P'\mid H)e^{-a_n(P')}$ (maths §4)."""
-    return sum(-jax.nn.logsumexp(lp - a) for lp, a in zip(posterior.log_posterior(), divergences))
+    return jnp.asarray(
+        sum(-jax.nn.logsumexp(lp - a) for lp, a in zip(posterior.log_posterior(), divergences))
+    )
 
 
 def structure_bhc(posterior: StructurePosterior, divergences) -> Float[Array, ""]:
     r"""$\mathrm{BHC}=\sum_n\sum_{P'}p(P'\mid H)\,a_n(P')$."""
-    return sum((jnp.exp(lp) * a).sum() for lp, a in zip(posterior.log_posterior(), divergences))
+    return jnp.asarray(
+        sum((jnp.exp(lp) * a).sum() for lp, a in zip(posterior.log_posterior(), divergences))
+    )
 
 
 def structure_vbhc(posterior: StructurePosterior, divergences, logits) -> Float[Array, ""]:
     r"""$\sum_n[\mathrm{KL}(q_n\|p_n)+\sum_{P'}q_n(P')a_n(P')]$ with $q_n=\mathrm{softmax}$(`logits[n]`)."""
-    total = 0.0
+    total = jnp.asarray(0.0)
     for lp, a, z in zip(posterior.log_posterior(), divergences, logits):
         lq = jax.nn.log_softmax(z)
         q = jnp.exp(lq)
@@ -315,7 +319,7 @@ def divergences_all_candidates(
     solver: AbstractMasterEquationSolver,
     estimator: AbstractKLEstimator,
     batching: AbstractBatching,
-) -> tuple[Float[Array, "candidates sets"], ...]:
+) -> tuple[Float[Array, "candidates _sets"], ...]:
     """$a_n(P')$ for every candidate (leading axis), node and candidate set, with the same draws
     and path keys for every candidate (common random numbers). Per node, candidates are computed
     in chunks of `batching.chunk_size`, and chunks whose candidates all clamp the node are
@@ -345,7 +349,7 @@ def structure_eig(
     sets with the path's statistics added. As printed, Algorithm 4 drops $p(P\mid H)$ and
     overestimates (by ~2.4x in the example of maths §6)."""
     cards = posterior.cardinalities
-    total = 0.0
+    total = jnp.asarray(0.0)
     for n, models in enumerate(draws.models):
         sets = posterior.parent_sets[n]
         n_sets, n_samples = sets.shape[0], jax.tree_util.tree_leaves(models)[0].shape[1]

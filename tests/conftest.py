@@ -34,3 +34,17 @@ def getkey():
         return sub
 
     return _getkey
+
+
+@pytest.fixture
+def no_runtime_typecheck():
+    """Turn off the jaxtyping/beartype run-time checks (pytest `--jaxtyping-packages`) for a test
+    that passes arguments of the wrong type on purpose, to test jaxctbn's own error messages."""
+    import jaxtyping
+
+    previous = jaxtyping.config.jaxtyping_disable
+    jaxtyping.config.update("jaxtyping_disable", True)
+    try:
+        yield
+    finally:
+        jaxtyping.config.update("jaxtyping_disable", previous)

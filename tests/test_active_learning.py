@@ -116,6 +116,7 @@ def test_repetitions_are_a_vmap_and_reproducible(getkey):
     np.testing.assert_array_equal(batch.metrics["shd"], again.metrics["shd"])
 
 
+@pytest.mark.usefixtures("no_runtime_typecheck")
 def test_active_learning_bad_input(getkey):
     truth = random_model(getkey(), CARDS, PARENTS)
     task = jc.StructureLearningTask(truth, max_parents=1)

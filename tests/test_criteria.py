@@ -225,6 +225,7 @@ def test_scores_invariant_to_relabelling_nodes(getkey):
         )
 
 
+@pytest.mark.usefixtures("no_runtime_typecheck")
 def test_criteria_bad_input(getkey):
     cards, parents = CASES["binary"]
     truth, post = _history_posterior(getkey(), cards, parents)

@@ -401,6 +401,7 @@ def test_metrics_jit_inside_scan():
 
 
 # ----------------------------------------------------------------------------- bad input
+@pytest.mark.usefixtures("no_runtime_typecheck")
 def test_learning_bad_input(getkey):
     cards, parents = (2, 2), ((), (0,))
     model = random_model(getkey(), cards, parents)

@@ -115,6 +115,7 @@ def test_structure_scoring_all_interventions(getkey):
     score(post2, key)  # new history, same shapes: no recompilation
 
 
+@pytest.mark.usefixtures("no_runtime_typecheck")
 def test_structure_criteria_bad_input(getkey):
     cards, parents = CASES["binary"]
     truth, post = _posterior(getkey(), cards, parents)
