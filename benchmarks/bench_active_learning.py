@@ -12,16 +12,19 @@ Outputs: `results/active_<target>/` (summary.md, figure.png, interventions.png, 
 config.json) and `results/active_learning.{json,md}` (timings and profile).
 
 The profile splits one VBHC design step (one repetition, one experiment) into: scoring the 81
-candidates (`score_interventions_structure`) and the rest (sampling, update, metrics; measured
+candidates (`score_interventions`) and the rest (sampling, update, metrics; measured
 as the step time of the passive design), and the scoring into its master-equation solves
 (the same number of solves through `expected_statistics_batch` alone) and the rest.
 
-Run: `python benchmarks/bench_active_learning.py [--quick] [--repetitions R] [--experiments K]`.
+Run: `python benchmarks/bench_active_learning.py [--quick] [--repetitions R] [--experiments K]`;
+`--profile-only` times just the pieces of one structure VBHC step (seconds, not the full
+experiment) and prints them as JSON without writing any results file.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -47,9 +50,7 @@ def profile_structure_step(truth, samples=10):
     space = jc.intervention_space(truth.cardinalities)
     init = jnp.zeros(4, jnp.int32)
     score = jax.jit(
-        lambda p, k: jc.score_interventions_structure(
-            p, space, init, 3.0, key=k, num_samples=samples
-        )
+        lambda p, k: jc.score_interventions(p, space, init, 3.0, key=k, num_samples=samples)
     )
     jax.block_until_ready(score(post, jax.random.key(0)))
     t_score = timeit(score, post, jax.random.key(1), repeat=3, min_time=0.2)
@@ -77,7 +78,16 @@ def main():
     ap.add_argument("--chunk", type=int, default=25)
     ap.add_argument("--targets", default="structure,parameters")
     ap.add_argument("--name", default="active_learning")
+    ap.add_argument(
+        "--profile-only",
+        action="store_true",
+        help="only time the pieces of one structure VBHC step; print them, write nothing",
+    )
     args = ap.parse_args()
+    if args.profile_only:
+        prof = profile_structure_step(jc.paper_network(jax.random.key(0)))
+        print(json.dumps({"environment": environment(), "profile": prof}, indent=1))
+        return
     R, K, chunk = args.repetitions, args.experiments, args.chunk
     if args.quick:
         R, K, chunk = 4, 3, 2
@@ -89,15 +99,10 @@ def main():
     for target in args.targets.split(","):
         out = os.path.join(RESULTS, f"active_{target}" + ("_quick" if args.quick else ""))
         t0 = time.perf_counter()
-        report = jc.run_experiment(
-            target,
-            designs=designs[target],
-            repetitions=R,
-            experiments=K,
-            chunk=chunk,
-            out=out,
-            progress=True,
+        config = jc.ExperimentConfig(
+            target=target, designs=designs[target], repetitions=R, experiments=K, chunk=chunk
         )
+        report = jc.run_experiment(config, out=out, progress=True)
         wall = time.perf_counter() - t0
         records["runs"][target] = {
             "wall_s": wall,

@@ -10,6 +10,10 @@ Ranking accuracy = Spearman correlation of a criterion's scores over the 81 inte
 high-sample EIG (parameters: N_S = 400 draws x 10 paths; structure: N_S = 60 x 10 paths), mean
 over 5 seeds of the criterion.
 
+Criterion labels: `vbhc` = `jc.VBHC()` (closed form), `vbhc-optax` = `jc.VBHC(optimiser=jc.LBFGS())`,
+`bhc` = `jc.BHC()`, `eig` = `jc.EIG(num_paths=paths)`, `vbhc-mc` =
+`jc.VBHC(estimator=jc.MonteCarlo(num_paths=paths))`; all through `jc.score_interventions`.
+
 Run: `python benchmarks/bench_criteria.py [--quick]`; writes `results/criteria.{json,md}`.
 """
 
@@ -40,42 +44,34 @@ def history(truth, key, n=5):
     return traj
 
 
+PARAMETER_CRITERIA = {
+    "vbhc": jc.VBHC(),
+    "vbhc-optax": jc.VBHC(optimiser=jc.LBFGS()),  # the closed-form minimum by optax L-BFGS
+    "bhc": jc.BHC(),
+}
+STRUCTURE_CRITERIA = {"vbhc": jc.VBHC(), "bhc": jc.BHC()}
+
+
 def param_scores(post, space, init, key, crit, ns=NS, paths=10):
     if crit == "eig":
-        return jc.map_interventions(
-            lambda iv: jc.parameter_eig(
-                post, init, TAU, key=key, num_samples=ns, num_paths=paths, intervention=iv
-            ),
-            space,
-            batch_size=9,
-        )
-    return jc.score_interventions(post, space, init, TAU, key=key, num_samples=ns, criterion=crit)
+        criterion, batching = jc.EIG(num_paths=paths), jc.Chunked(9)
+    else:
+        criterion, batching = PARAMETER_CRITERIA[crit], None
+    return jc.score_interventions(
+        post, space, init, TAU, key=key, num_samples=ns, criterion=criterion, batching=batching
+    )
 
 
 def struct_scores(post, space, init, key, crit, ns=NS, paths=10):
     if crit == "eig":
-        k1, k2 = jax.random.split(key)
-        draws = jc.structure_draws(post, k1, ns)
-        return jc.map_interventions(
-            lambda iv: jc.structure_eig(
-                post, draws, init, TAU, path_key=k2, num_paths=paths, intervention=iv
-            ),
-            space,
-            batch_size=3,
-        )
-    est = "monte-carlo" if crit == "vbhc-mc" else "plug-in"
-    crit = "vbhc" if crit == "vbhc-mc" else crit
-    return jc.score_interventions_structure(
-        post,
-        space,
-        init,
-        TAU,
-        key=key,
-        num_samples=ns,
-        criterion=crit,
-        estimator=est,
-        num_paths=paths,
-        batch_size=3 if est == "monte-carlo" else None,
+        criterion, batching = jc.EIG(num_paths=paths), jc.Chunked(3)
+    elif crit == "vbhc-mc":
+        criterion = jc.VBHC(estimator=jc.MonteCarlo(num_paths=paths))
+        batching = jc.Chunked(3)
+    else:
+        criterion, batching = STRUCTURE_CRITERIA[crit], None  # default Chunked(9)
+    return jc.score_interventions(
+        post, space, init, TAU, key=key, num_samples=ns, criterion=criterion, batching=batching
     )
 
 

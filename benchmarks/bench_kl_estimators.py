@@ -8,7 +8,7 @@ Problem: 2 binary nodes, X0 -> X1 (X0 slow: rates 0.5; X1 follows X0: 3 towards 
 0.3 away), prior alpha = beta = 1, initial state (0, 0), no intervention; horizons tau = 1, 3, 10;
 history: none, or 10 sampled paths of length tau. For fixed posterior draws (N_S = 20 per
 stratum) we compute every $a_n(P')$ by (i) plug-in, (ii) Monte Carlo with 10 paths per draw (what
-`score_interventions_structure(estimator="monte-carlo")` uses by default) and (iii) a reference:
+`jc.MonteCarlo()` uses by default) and (iii) a reference:
 Monte Carlo with 2000 paths per draw. A second reference with other path keys gives the
 reference's own noise. Reported: relative error of each estimator's total BHC
 $\\sum_n\\sum_{P'}p(P'\\mid H)a_n(P')$ and min-VBHC, and the largest relative error over the
@@ -46,16 +46,13 @@ def truth_model():
 
 
 def divergences(post, draws, tau, estimator, key, paths):
+    if estimator == "plug-in":
+        est = jc.PlugIn()
+    else:
+        est = jc.MonteCarlo(num_paths=paths, max_events=64 + int(40 * tau))
     return jax.jit(
         lambda p, d, k: jc.structure_divergences(
-            p,
-            d,
-            jnp.array([0, 0]),
-            tau,
-            estimator=estimator,
-            path_key=k,
-            num_paths=paths,
-            max_events=64 + int(40 * tau),
+            p, d, jnp.array([0, 0]), tau, estimator=est, path_key=k
         )
     )(post, draws, key)
 

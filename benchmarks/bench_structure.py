@@ -107,7 +107,9 @@ def main():
         stats_fn = jax.jit(lambda t: jc.family_statistics(t, cards, sets))
         score_fn = jax.jit(
             lambda s: (lambda p: (p.log_marginal_likelihoods, p.edge_marginals(), p.map_indices()))(
-                jc.StructurePosterior.from_statistics(s, truth.names, alpha=ALPHA, beta=BETA)
+                jc.StructurePosterior.from_statistics(
+                    s, truth.names, prior=jc.GammaPrior(ALPHA, BETA)
+                )
             )
         )
         c_stats, stats_c = compile_time(stats_fn, traj)
@@ -123,7 +125,9 @@ def main():
             float(np.max(np.abs(np.asarray(a) - b) / np.maximum(1, np.abs(b))))
             for a, b in zip(scores, np_scores)
         )
-        post = jc.StructurePosterior.from_statistics(stats, truth.names, alpha=ALPHA, beta=BETA)
+        post = jc.StructurePosterior.from_statistics(
+            stats, truth.names, prior=jc.GammaPrior(ALPHA, BETA)
+        )
         adj = jc.adjacency_from_parents(truth.parents, N)
         shd = int(jc.structural_hamming_distance(post.map_adjacency(), adj))
         auroc = float(jc.edge_auroc(edges, adj))
