@@ -100,9 +100,12 @@ class AbstractCTBN(eqx.Module):
         own = jnp.arange(k) == states[..., node, None]
         return jnp.where(own, jnp.zeros((), cim.dtype), rows)
 
-    def checked(self) -> "AbstractCTBN":
-        """The same model, with `eqx.error_if` guards on negative or NaN rates."""
-        cims = tuple(check_rates(c, f"cims[{self.names[n]!r}]") for n, c in enumerate(self.cims))
+    def checked(self, source: str = "cims") -> "AbstractCTBN":
+        """The same model, with `eqx.error_if` guards on negative or NaN rates; error messages
+        name the rates as `source[node name]`."""
+        cims = tuple(
+            check_rates(c, f"{source}[{self.names[n]!r}]") for n, c in enumerate(self.cims)
+        )
         return eqx.tree_at(lambda m: m.cims, self, cims)
 
 

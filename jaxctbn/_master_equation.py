@@ -218,8 +218,8 @@ def _prepare(
     model: AbstractCTBN, initial_state: ArrayLike, intervention: Intervention | None
 ) -> tuple[AbstractCTBN, AbstractGenerator, Float[Array, " global_states"]]:
     model = model.checked()
-    if intervention is not None:
-        model = intervention.apply(model)
+    if intervention is not None:  # an imperfect intervention can make rates negative or NaN
+        model = intervention.apply(model).checked("cims under the intervention")
     p0 = initial_distribution(model, initial_state, intervention)
     return model, amalgamate(model), p0
 

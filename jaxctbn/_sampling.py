@@ -74,7 +74,8 @@ def sample_trajectory(
     n_nodes = model.num_nodes
     if intervention is None:
         intervention = Intervention.none(n_nodes)
-    model = intervention.apply(model.checked())
+    # checked again after an imperfect intervention, which can make rates negative or NaN
+    model = intervention.apply(model.checked()).checked("cims under the intervention")
     dtype = jnp.result_type(*model.cims)
     horizon = jnp.asarray(horizon, dtype)
     horizon = cast(

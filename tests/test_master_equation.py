@@ -146,6 +146,31 @@ def test_imperfect_intervention_scales_rates(getkey):
     np.testing.assert_allclose(st2.dwell_times, ref2.dwell_times, rtol=1e-12)
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda m: jc.Intervention.none(3).with_rate_scales([1.0, -1.0, 1.0]),
+        lambda m: jc.Intervention.none(3).with_rate_scales([1.0, 1.0, jnp.nan]),
+        lambda m: jc.Intervention.none(3).replace_cims([None, None, -jnp.abs(m.cims[2])]),
+    ],
+    ids=["negative-scale", "nan-scale", "negative-replacement"],
+)
+def test_imperfect_intervention_rates_are_checked(make, getkey):
+    # the intervened model is checked, not only the model before the intervention
+    model = random_model(getkey(), *CASES["binary-chain"])
+    iv = make(model)
+    s0 = jnp.array([0, 0, 0])
+    match = r"cims under the intervention\['X[12]'\]"
+    with pytest.raises(eqx.EquinoxRuntimeError, match=match):
+        eqx.filter_jit(lambda m, i: jc.expected_statistics(m, s0, 1.0, intervention=i).dwell_times)(
+            model, iv
+        )
+    with pytest.raises(eqx.EquinoxRuntimeError, match=match):
+        eqx.filter_jit(
+            lambda m, i, k: jc.sample_trajectory(m, s0, 1.0, key=k, intervention=i).jump_times
+        )(model, iv, getkey())
+
+
 def test_intervention_space_vmaps(getkey):
     cards, parents = CASES["mixed-cycle"]
     model = random_model(getkey(), cards, parents)
