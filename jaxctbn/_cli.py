@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import sys
-from types import SimpleNamespace
 
 
 class _Parser(argparse.ArgumentParser):
@@ -138,11 +137,22 @@ def _load_network(path):
     return CTBN.from_json(path)
 
 
-def _assignment(values, model, what):
+def _assignment(values, names, cardinalities, what):
     from ._layout import parse_assignment
 
     text = ",".join(values) if isinstance(values, list) else values
-    return parse_assignment(text, model.names, what, model.cardinalities)
+    return parse_assignment(text, names, what, cardinalities)
+
+
+def _initial_state(values, names, cardinalities):
+    """`--initial-state NODE=STATE,...` for every node: `({name: state}, int array (N,))`."""
+    import jax.numpy as jnp
+
+    init = _assignment(values, names, cardinalities, "--initial-state")
+    missing = [n for n in names if n not in init]
+    if missing:
+        raise ValueError(f"--initial-state: missing node(s) {missing}; give NODE=STATE for all.")
+    return init, jnp.asarray([init[n] for n in names], jnp.int32)
 
 
 def _positive(text, what):
@@ -169,18 +179,12 @@ def _cmd_sample(args):
     if args.trajectories < 1:
         raise ValueError(f"--trajectories: must be >= 1, got {args.trajectories}.")
     intervention = Intervention.perfect(
-        model, _assignment(args.intervention, model, "--intervention")
+        model, _assignment(args.intervention, model.names, model.cardinalities, "--intervention")
     )
     key = jax.random.key(args.seed)
     key_init, key_paths = jax.random.split(key)
     if args.initial_state:
-        init = _assignment(args.initial_state, model, "--initial-state")
-        missing = [n for n in model.names if n not in init]
-        if missing:
-            raise ValueError(
-                f"--initial-state: missing node(s) {missing}; give NODE=STATE for all."
-            )
-        initial = jnp.asarray([init[n] for n in model.names], jnp.int32)
+        _, initial = _initial_state(args.initial_state, model.names, model.cardinalities)
     else:  # uniformly random initial state per trajectory
         initial = jnp.stack(
             [
@@ -216,13 +220,9 @@ def _cmd_moments(args):
 
     model = _load_network(args.network)
     duration = _positive(args.duration, "--duration")
-    init = _assignment(args.initial_state, model, "--initial-state")
-    missing = [n for n in model.names if n not in init]
-    if missing:
-        raise ValueError(f"--initial-state: missing node(s) {missing}; give NODE=STATE for all.")
-    assignment = _assignment(args.intervention, model, "--intervention")
+    init, initial = _initial_state(args.initial_state, model.names, model.cardinalities)
+    assignment = _assignment(args.intervention, model.names, model.cardinalities, "--intervention")
     intervention = Intervention.perfect(model, assignment)
-    initial = jnp.asarray([init[n] for n in model.names], jnp.int32)
     stats, per_node, effective = _jit(_moments)(model, initial, jnp.asarray(duration), intervention)
     out = {
         "duration": duration,
@@ -380,7 +380,6 @@ def _cmd_learn(args):
 
 def _cmd_design(args):
     import jax
-    import jax.numpy as jnp
     import numpy as np
 
     from ._interventions import intervention_space
@@ -397,11 +396,7 @@ def _cmd_design(args):
     beta = _positive(args.beta, "--beta")
     if args.samples < 1:
         raise ValueError(f"--samples: must be >= 1, got {args.samples}.")
-    init = _assignment(args.initial_state, model, "--initial-state")
-    missing = [n for n in model.names if n not in init]
-    if missing:
-        raise ValueError(f"--initial-state: missing node(s) {missing}; give NODE=STATE for all.")
-    initial = jnp.asarray([init[n] for n in model.names], jnp.int32)
+    init, initial = _initial_state(args.initial_state, model.names, model.cardinalities)
     posterior = _jit(RatePosterior.for_model)(model, prior=GammaPrior(alpha, beta))
     if args.data is not None:
         df = read_csv(args.data)
@@ -470,12 +465,7 @@ def _design_structure(args):
         traj, names, cards, max_parents=max_parents, prior=GammaPrior(alpha, beta)
     )
 
-    spec = SimpleNamespace(names=tuple(names), cardinalities=cards)  # what the parser reads
-    init = _assignment(args.initial_state, spec, "--initial-state")
-    missing = [n for n in names if n not in init]
-    if missing:
-        raise ValueError(f"--initial-state: missing node(s) {missing}; give NODE=STATE for all.")
-    initial = jnp.asarray([init[n] for n in names], jnp.int32)
+    init, initial = _initial_state(args.initial_state, names, cards)
     space = intervention_space(cards)
     key = jax.random.key(args.seed)
     scores = _score_space(posterior, space, initial, duration, key, args)
