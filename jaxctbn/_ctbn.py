@@ -5,6 +5,7 @@ from __future__ import annotations
 import abc
 import json
 import math
+import numbers
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -235,6 +236,32 @@ class CTBN(AbstractCTBN):
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "CTBN":
         """Build from the network JSON schema (see the README; extra keys are ignored)."""
+
+        def rate_matrix(rows: Any, k: int, where: str) -> np.ndarray:
+            """`Q` as a `k x k` float matrix (a list of `k` lists of `k` numbers, or an array),
+            with errors naming the row and entry: numpy alone reports a ragged list or a string
+            without saying where."""
+            if isinstance(rows, np.ndarray) or hasattr(rows, "__array__"):  # the Python route
+                q = np.asarray(rows)
+                if q.shape != (k, k) or q.dtype == bool or not np.issubdtype(q.dtype, np.number):
+                    raise ValueError(
+                        f"{where} must be a {k}x{k} array of numbers, got {q.dtype} {q.shape}."
+                    )
+                return q.astype(float)
+            if not isinstance(rows, list | tuple) or len(rows) != k:
+                got = f"{len(rows)} rows" if isinstance(rows, list | tuple) else repr(rows)
+                raise ValueError(f"{where} must be {k}x{k} (a list of {k} rows), got {got}.")
+            for r, row in enumerate(rows):
+                if not isinstance(row, list | tuple):
+                    raise ValueError(f"{where} must be {k}x{k}: row {r} is {row!r}, not a list.")
+                if len(row) != k:
+                    raise ValueError(f"{where} must be {k}x{k}: row {r} has {len(row)} entries.")
+                for c, v in enumerate(row):
+                    # json gives int or float; NaN and Infinity are floats, checked below
+                    if not isinstance(v, numbers.Real) or isinstance(v, bool | np.bool_):
+                        raise ValueError(f"{where}[{r}][{c}] must be a number, got {v!r}.")
+            return np.asarray(rows, dtype=float)
+
         if not isinstance(data, Mapping):
             raise ValueError("network: expected a JSON object with keys 'nodes' and 'cims'.")
         if "nodes" not in data or "cims" not in data:
@@ -257,9 +284,11 @@ class CTBN(AbstractCTBN):
                 )
             cards.append(card)
             ps = node.get("parents", [])
-            if not isinstance(ps, list):
+            if not isinstance(ps, list) or not all(isinstance(p, str) for p in ps):
+                # an index (or 1.5, or null) would be read as some other node: names only
                 raise ValueError(
-                    f"network: parents of node {node['name']!r} must be a list of names."
+                    f"network: nodes[{j}].parents of node {node['name']!r} must be a list of "
+                    f"node names, got {ps!r}."
                 )
             parents.append(ps)
         names = tuple(names)
@@ -286,29 +315,40 @@ class CTBN(AbstractCTBN):
             pnames = [names[p] for p in parent_idx[i]]
             for j, (entry, config) in enumerate(zip(entries, configs)):
                 if not isinstance(entry, Mapping) or "Q" not in entry:
-                    raise ValueError(f"network: cims[{name!r}][{j}] must be an object with 'Q'.")
+                    raise ValueError(
+                        f"network: cims[{name!r}][{j}] must be an object with 'Q' and "
+                        "'parent_states'."
+                    )
+                where = f"network: cims[{name!r}][{j}]"
                 expected = dict(zip(pnames, config))
                 got = entry.get("parent_states", {})
-                if {k: int(v) for k, v in dict(got).items()} != expected:
+                if not isinstance(got, Mapping):
                     raise ValueError(
-                        f"network: cims[{name!r}][{j}] has parent_states {dict(got)}, expected "
+                        f"{where}.parent_states must be an object {{parent name: state}}, "
+                        f"got {got!r}."
+                    )
+                for parent, state in got.items():
+                    if not isinstance(state, numbers.Integral) or isinstance(
+                        state, bool | np.bool_
+                    ):
+                        raise ValueError(
+                            f"{where}.parent_states[{parent!r}] must be an integer state, "
+                            f"got {state!r}."
+                        )
+                if {p: int(v) for p, v in got.items()} != expected:
+                    raise ValueError(
+                        f"{where}.parent_states is {dict(got)}, expected "
                         f"{expected} (itertools.product order over the parents {pnames})."
                     )
-                q = np.asarray(entry["Q"], dtype=float)
                 k = cards[i]
-                if q.shape != (k, k):
-                    raise ValueError(
-                        f"network: cims[{name!r}][{j}]['Q'] must be {k}x{k}, got shape {q.shape}."
-                    )
+                q = rate_matrix(entry["Q"], k, f"{where}.Q")
                 off = q[~np.eye(k, dtype=bool)]
                 if not np.all(np.isfinite(q)):
-                    raise ValueError(f"network: cims[{name!r}][{j}]['Q'] has non-finite entries.")
+                    raise ValueError(f"{where}.Q has non-finite entries.")
                 if np.any(off < 0):
-                    raise ValueError(
-                        f"network: cims[{name!r}][{j}]['Q'] has negative off-diagonal rates."
-                    )
+                    raise ValueError(f"{where}.Q has negative off-diagonal rates.")
                 if not np.allclose(q.sum(1), 0.0, atol=1e-8 * max(1.0, np.abs(q).max())):
-                    raise ValueError(f"network: cims[{name!r}][{j}]['Q'] rows must sum to 0.")
+                    raise ValueError(f"{where}.Q rows must sum to 0.")
                 table.append(q)
             cims.append(np.stack(table))
         return cls(cims=cims, parents=parent_idx, names=names)
@@ -330,10 +370,16 @@ class CTBN(AbstractCTBN):
 
     @classmethod
     def from_json(cls, path: str | os.PathLike) -> "CTBN":
+        """Read a network JSON file (the schema of `from_dict`); a directory or a file
+        that is not UTF-8 JSON raises a `ValueError` naming the file."""
+        if os.path.isdir(path):
+            raise ValueError(
+                f"network file {os.fspath(path)!r} is a directory; give a network JSON file."
+            )
         try:
-            with open(path) as f:
+            with open(path, encoding="utf-8") as f:
                 data = json.load(f)
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise ValueError(f"network file {os.fspath(path)!r} is not valid JSON: {e}") from None
         return cls.from_dict(data)
 
