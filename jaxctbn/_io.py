@@ -78,24 +78,75 @@ def _node_spec(model) -> tuple[list[str], tuple[int, ...]]:
     raise ValueError("model: expected a CTBN or a dict {node name: cardinality}.")
 
 
-def infer_cardinalities(df: pd.DataFrame) -> dict[str, int]:
-    """`{node: max observed state + 1 (at least 2)}` for the node columns of a long-format frame."""
+def _check_frame(df: pd.DataFrame) -> None:
+    """Checks of the columns and the row count shared by every reader of the long format."""
+    cols = [str(c) for c in df.columns]
+    if len(cols) == 1 and any(sep in cols[0] for sep in ";\t|"):
+        raise ValueError(
+            f"data: the header is the single column {cols[0]!r}; the file must be "
+            "comma-separated: trajectory_id,time,<nodes>[,intervention]."
+        )
+    duplicated = sorted({c for c in cols if cols.count(c) > 1})
+    if duplicated:
+        raise ValueError(f"data: duplicate column(s) {duplicated}; each column must appear once.")
+    for col in ("trajectory_id", "time"):
+        if col not in cols:
+            raise ValueError(
+                f"data: missing column {col!r}; expected trajectory_id, time, <nodes>."
+            )
+    if len(df) == 0:
+        raise ValueError("data: no rows after the header; a trajectory needs at least two rows.")
+    missing = np.flatnonzero(df["trajectory_id"].isna().to_numpy())
+    if missing.size:
+        i = int(missing[0])
+        raise ValueError(
+            f"data: empty trajectory_id in row {i} (line {i + 2} of a CSV file); every row "
+            "needs the id of its trajectory."
+        )
+
+
+def _node_states(df: pd.DataFrame, name: str) -> np.ndarray:
+    """The integer states in node column `name`, with an error naming the column and row."""
     import pandas as pd
 
+    column = df[name]
+    values = cast("pd.Series", pd.to_numeric(column, errors="coerce")).to_numpy(dtype=float)
+    bad = ~np.isfinite(values) | (values != np.round(values)) | (values < 0)
+    if pd.api.types.is_bool_dtype(column):
+        bad[:] = True
+    if bad.any():
+        i = int(np.argmax(bad))
+        value = column.iloc[i]
+        value = value.item() if isinstance(value, np.generic) else value  # 1.5, not np.float64(1.5)
+        raise ValueError(
+            f"data: column {name!r} must hold non-negative integer states; row {i} "
+            f"(line {i + 2} of a CSV file) has {value!r}."
+        )
+    return values.astype(np.int64)
+
+
+def infer_cardinalities(df: pd.DataFrame) -> dict[str, int]:
+    """`{node: max observed state + 1 (at least 2)}` for the node columns of a long-format frame."""
+    _check_frame(df)
     cols = [c for c in df.columns if c not in RESERVED_COLUMNS]
     if not cols:
         raise ValueError("data: no node columns besides trajectory_id, time and intervention.")
-    out = {}
-    for c in cols:
-        values = cast("pd.Series", pd.to_numeric(df[c], errors="coerce"))
-        if values.isna().any() or (values < 0).any() or (values != values.round()).any():
-            raise ValueError(f"data: column {c!r} must hold non-negative integer states.")
-        out[c] = max(2, int(values.max()) + 1)
-    return out
+    return {c: max(2, int(_node_states(df, c).max()) + 1) for c in cols}
+
+
+def _event_slots(num_jumps: np.ndarray, max_events: int | None) -> int:
+    """The jump slots per row: `max_events` if given, else the 99th percentile of the jump
+    counts; never more than the longest trajectory needs, at least 1."""
+    longest = int(num_jumps.max())
+    if max_events is None:
+        max_events = int(np.percentile(num_jumps, 99, method="higher"))
+    elif int(max_events) != max_events or max_events < 1:
+        raise ValueError(f"max_events: must be a positive integer, got {max_events!r}.")
+    return max(1, min(int(max_events), longest))
 
 
 def trajectories_from_dataframe(
-    df: pd.DataFrame, model, *, dtype=None
+    df: pd.DataFrame, model, *, dtype=None, max_events: int | None = None
 ) -> tuple[Trajectories, list]:
     """Parse the long format (see [`jaxctbn.trajectories_to_dataframe`][]).
 
@@ -103,14 +154,27 @@ def trajectories_from_dataframe(
     may share a time stamp (a zero-length stay). Consecutive rows may differ in at most one node
     (a CTBN changes one node at a time); identical rows are allowed and ignored. The last row of
     a trajectory marks the end of observation. `model` is a CTBN or a dict
-    `{node name: cardinality}`. Returns the trajectories and their ids.
+    `{node name: cardinality}`.
+
+    **Long trajectories are cut into pieces.** Every row of the result holds at most `E` jumps,
+    where `E` is `max_events` if given and otherwise the 99th percentile of the trajectories'
+    jump counts. A trajectory with more jumps becomes consecutive rows: each piece starts in the
+    state after the previous piece's last jump, at that jump's time (so the previous piece ends
+    with a jump at its own end, followed by a zero-length stay), and keeps the trajectory's
+    intervention. Dwell times and transition counts are sums over time, so the
+    [sufficient statistics][jaxctbn.SufficientStatistics] (pooled or total),
+    [`jaxctbn.family_statistics`][] and the structure scores are those of the whole trajectory
+    (up to rounding of the time differences). Nothing in the library uses a trajectory's initial
+    state other than as the state of its first stay, so a piece's start state counts nowhere
+    else. The padded arrays hold `rows x E` slots, at most `(trajectories + jumps / E) x E`, so
+    one very long trajectory no longer makes every row as long as itself. Pass
+    `max_events` >= the longest trajectory's jump count to keep one row per trajectory.
+
+    **Returns:** the trajectories and, for each row, the id of its trajectory (the pieces of a
+    trajectory are consecutive rows with the same id).
     """
     names, cards = _node_spec(model)
-    for col in ("trajectory_id", "time"):
-        if col not in df.columns:
-            raise ValueError(
-                f"data: missing column {col!r}; expected trajectory_id, time, <nodes>."
-            )
+    _check_frame(df)
     node_cols = [c for c in df.columns if c not in RESERVED_COLUMNS]
     unknown = [c for c in node_cols if c not in names]
     if unknown:
@@ -120,16 +184,9 @@ def trajectories_from_dataframe(
     missing = [n for n in names if n not in node_cols]
     if missing:
         raise ValueError(f"data: missing node column(s) {missing}.")
-    if len(df) == 0:
-        raise ValueError("data: no rows.")
-    values = df[names].to_numpy()
-    if not np.issubdtype(values.dtype, np.number) or np.any(~np.isfinite(values.astype(float))):
-        raise ValueError("data: node columns must hold integer states (no missing values).")
-    if np.any(values != np.round(values)):
-        raise ValueError("data: node states must be integers.")
-    values = values.astype(np.int64)
+    values = np.stack([_node_states(df, name) for name in names], axis=1)
     for n, name in enumerate(names):
-        bad = (values[:, n] < 0) | (values[:, n] >= cards[n])
+        bad = values[:, n] >= cards[n]
         if bad.any():
             raise ValueError(
                 f"data: column {name!r} has state {values[bad, n][0]} outside 0..{cards[n] - 1}."
@@ -186,49 +243,84 @@ def trajectories_from_dataframe(
                     f"{names[n]!r} is not constantly {istates[n]}."
                 )
         keep = np.nonzero(changes == 1)[0] + 1
-        parsed.append((t[0], t[-1] - t[0], s[0], t[keep] - t[0], s[keep], targets, istates))
-    E = max(1, max(len(p[3]) for p in parsed))
-    R, N = len(parsed), len(names)
+        parsed.append((tid, t[-1] - t[0], s[0], t[keep] - t[0], s[keep], targets, istates))
+    E = _event_slots(np.asarray([len(p[3]) for p in parsed]), max_events)
+    # pieces: (id, start state, duration, jump times from the piece's start, states, targets,
+    # intervention states); piece p of a trajectory holds its jumps p*E .. (p+1)*E - 1
+    pieces = []
+    for tid, dur, s0, jt, js, tg, ts in parsed:
+        start, state = 0.0, s0
+        for p in range(max(1, -(-len(jt) // E))):
+            j_t, j_s = jt[p * E : (p + 1) * E], js[p * E : (p + 1) * E]
+            last = (p + 1) * E >= len(jt)
+            end = dur if last else j_t[-1]
+            pieces.append((tid, state, end - start, j_t - start, j_s, tg, ts))
+            if not last:
+                start, state = j_t[-1], j_s[-1]
+    R, N = len(pieces), len(names)
     # config flags are attributes set at run time, which the stubs of jax.config do not list
     dtype = dtype or (jnp.float64 if jax.config.jax_enable_x64 else jnp.float32)  # pyright: ignore[reportAttributeAccessIssue]
     jump_times = np.zeros((R, E))
     states = np.zeros((R, E, N), np.int32)
-    arr = {k: [] for k in ("init", "dur", "num", "tg", "ts")}
-    for r, (_, dur, s0, jt, js, tg, ts) in enumerate(parsed):
+    for r, (_, s0, dur, jt, js, _, _) in enumerate(pieces):
         m = len(jt)
         jump_times[r, :m], jump_times[r, m:] = jt, dur
         states[r, :m] = js
         states[r, m:] = js[-1] if m else s0
-        arr["init"].append(s0)
-        arr["dur"].append(dur)
-        arr["num"].append(m)
-        arr["tg"].append(tg)
-        arr["ts"].append(ts)
     traj = Trajectories(
-        initial_states=jnp.asarray(np.stack(arr["init"]), jnp.int32),
+        initial_states=jnp.asarray(np.stack([p[1] for p in pieces]), jnp.int32),
         jump_times=jnp.asarray(jump_times, dtype),
         states=jnp.asarray(states),
-        num_events=jnp.asarray(arr["num"], jnp.int32),
-        durations=jnp.asarray(arr["dur"], dtype),
+        num_events=jnp.asarray([len(p[3]) for p in pieces], jnp.int32),
+        durations=jnp.asarray([p[2] for p in pieces], dtype),
         truncated=jnp.zeros((R,), bool),
-        intervention_targets=jnp.asarray(np.stack(arr["tg"])),
-        intervention_states=jnp.asarray(np.stack(arr["ts"]), jnp.int32),
+        intervention_targets=jnp.asarray(np.stack([p[5] for p in pieces])),
+        intervention_states=jnp.asarray(np.stack([p[6] for p in pieces]), jnp.int32),
     )
-    return traj, order_ids
+    return traj, [p[0] for p in pieces]
 
 
 def read_csv(path: str | os.PathLike) -> pd.DataFrame:
-    """Read a long-format CSV with a clear error for missing or unreadable files."""
+    """Read a long-format CSV, with one-line `ValueError`s naming the file for a missing,
+    unreadable or malformed file (a directory, not UTF-8, a repeated or empty header name; the
+    checks of the columns and rows follow in [`jaxctbn.trajectories_from_dataframe`][])."""
+    import csv
+
     import pandas as pd
 
+    name = os.fspath(path)
     if not os.path.exists(path):
-        raise ValueError(f"data file {os.fspath(path)!r} does not exist.")
+        raise ValueError(f"data file {name!r} does not exist.")
+    if os.path.isdir(path):
+        raise ValueError(f"data file {name!r} is a directory; give a trajectory CSV file.")
     try:
+        # pandas renames a repeated column `A` to `A.1` (which would read as one more node) and
+        # an empty one to `Unnamed: 2`, so check the header as written
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            header = next((row for row in csv.reader(f) if row), None)
+        if header is None:
+            raise ValueError(
+                f"data file {name!r} is empty; expected a header trajectory_id,time,<nodes>."
+            )
+        repeated = sorted({c for c in header if header.count(c) > 1})
+        if repeated:
+            raise ValueError(
+                f"data file {name!r}: column(s) {repeated} appear more than once in the header."
+            )
+        if "" in [c.strip() for c in header]:
+            i = [c.strip() for c in header].index("")
+            raise ValueError(f"data file {name!r}: column {i + 1} of the header has no name.")
         return pd.read_csv(path, keep_default_na=True)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise ValueError(f"data file {os.fspath(path)!r} is not a readable CSV: {e}") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, csv.Error) as e:
+        reason = " ".join(str(e).split())
+        raise ValueError(f"data file {name!r} is not a readable CSV: {reason}") from None
+    except OSError as e:
+        raise ValueError(f"data file {name!r} cannot be read: {e.strerror or e}.") from None
 
 
-def read_trajectories_csv(path: str | os.PathLike, model) -> tuple[Trajectories, list]:
-    """Read the long-format CSV (see [`jaxctbn.trajectories_from_dataframe`][])."""
-    return trajectories_from_dataframe(read_csv(path), model)
+def read_trajectories_csv(
+    path: str | os.PathLike, model, *, max_events: int | None = None
+) -> tuple[Trajectories, list]:
+    """Read the long-format CSV (see [`jaxctbn.trajectories_from_dataframe`][], which also
+    describes `max_events`)."""
+    return trajectories_from_dataframe(read_csv(path), model, max_events=max_events)
