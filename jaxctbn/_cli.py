@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 
 
 class _Parser(argparse.ArgumentParser):
@@ -155,14 +156,105 @@ def _initial_state(values, names, cardinalities):
     return init, jnp.asarray([init[n] for n in names], jnp.int32)
 
 
-def _positive(text, what):
+def _positive_number(text) -> float:
+    """argparse type: a positive finite number (durations, horizons, prior parameters)."""
     try:
         value = float(text)
-    except ValueError:
-        raise ValueError(f"{what}: expected a number, got {text!r}.") from None
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not (value > 0 and value < float("inf")):
-        raise ValueError(f"{what}: must be a positive finite number, got {text!r}.")
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
     return value
+
+
+def _positive(text, what):
+    """`_positive_number` for values checked after parsing."""
+    try:
+        return _positive_number(text)
+    except argparse.ArgumentTypeError as e:
+        raise ValueError(f"{what}: {e}.") from None
+
+
+def _at_least(minimum: int):
+    """argparse type: an integer >= `minimum` (counts: trajectories, samples, repetitions...)."""
+
+    def parse(text) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}")
+        return value
+
+    return parse
+
+
+MAX_SEED = 2**63 - 1
+
+
+def _seed(text) -> int:
+    """argparse type: a seed for `jax.random.key`, 0 <= S <= 2**63 - 1.
+
+    JAX takes a seed as a signed 64-bit integer and raises OverflowError beyond; negative seeds
+    are refused too, so that each valid seed is one plain number (no sign convention to keep).
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 2**63 - 1, got {text!r}")
+    return value
+
+
+# what each command writes to --out; checked before any work starts
+_OUT_KINDS = {
+    "sample": "file",
+    "moments": "file",
+    "learn": "file",
+    "design": "file",
+    "run": "directory",
+    "demo": "directory",
+}
+
+
+def _check_out(path: str, kind: str) -> None:
+    """Raise a `ValueError` naming `--out` when `path` cannot be written as a `kind`
+    (`"file"` or `"directory"`), so that a long run does not fail only when it saves.
+
+    Writability is tested by creating (and at once removing) an unnamed temporary file where
+    the output will go: permission bits alone do not tell (root ignores them, a read-only
+    mount does not). Nothing is left behind; a missing output directory is not created here."""
+    if kind == "file":
+        if os.path.isdir(path):
+            raise ValueError(f"--out: {path!r} is a directory; give a file path.")
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            why = "is not a directory" if os.path.exists(folder) else "does not exist"
+            raise ValueError(f"--out: cannot write {path!r}: {folder!r} {why}.")
+        if os.path.exists(path):
+            try:
+                open(path, "a").close()  # opened for appending, not written: the file is unchanged
+            except OSError as e:
+                raise ValueError(f"--out: cannot write {path!r}: {e.strerror or e}.") from None
+            return
+    else:
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise ValueError(f"--out: {path!r} exists and is not a directory; give a directory.")
+        folder = os.path.abspath(path)
+        while not os.path.exists(folder):  # the nearest existing ancestor gets the new folders
+            folder = os.path.dirname(folder)
+        if not os.path.isdir(folder):
+            raise ValueError(f"--out: cannot create directory {path!r}: {folder!r} is a file.")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise ValueError(
+            f"--out: cannot write {path!r}: directory {folder!r} is not writable "
+            f"({e.strerror or e})."
+        ) from None
 
 
 def _cmd_sample(args):
@@ -219,7 +311,7 @@ def _cmd_moments(args):
     from ._interventions import Intervention
 
     model = _load_network(args.network)
-    duration = _positive(args.duration, "--duration")
+    duration = args.duration
     init, initial = _initial_state(args.initial_state, model.names, model.cardinalities)
     assignment = _assignment(args.intervention, model.names, model.cardinalities, "--intervention")
     intervention = Intervention.perfect(model, assignment)
@@ -308,11 +400,9 @@ def _prior(convention: str, alpha: float, beta: float):
 
 
 def _criterion(name: str, paths: int):
-    """The criterion Module named by `--criterion`."""
+    """The criterion Module named by `--criterion` (`--paths` >= 1 is checked by the parser)."""
     from ._criteria import BHC, EIG, VBHC
 
-    if paths < 1:
-        raise ValueError(f"--paths: must be >= 1, got {paths}.")
     return {"vbhc": VBHC(), "bhc": BHC(), "eig": EIG(num_paths=paths)}[name]
 
 
@@ -328,9 +418,10 @@ def _cmd_learn(args):
     names, cards = list(nodes), tuple(nodes.values())
     N = len(names)
     max_parents = _max_parents(args.max_parents, N)
-    alpha = _positive(args.alpha, "--alpha")
-    beta = _positive(args.beta, "--beta")
+    alpha, beta = args.alpha, args.beta
+    # long trajectories come back cut into pieces: ids has one entry per row
     traj, ids = trajectories_from_dataframe(df, nodes)
+    num_trajectories = len(dict.fromkeys(ids))
     post = learn_structure(
         traj,
         names,
@@ -347,7 +438,7 @@ def _cmd_learn(args):
             "beta": beta,
             "max_parents": max_parents,
         },
-        "trajectories": len(ids),
+        "trajectories": num_trajectories,
         "nodes": {},
         "map_graph": {},
         "entropy": float(entropy),
@@ -372,7 +463,7 @@ def _cmd_learn(args):
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
     print(
-        f"learned from {len(ids)} trajectories; MAP graph: "
+        f"learned from {num_trajectories} trajectories; MAP graph: "
         + ", ".join(f"{k} <- {v}" for k, v in out["map_graph"].items())
         + f"; wrote {args.out}"
     )
@@ -390,14 +481,13 @@ def _cmd_design(args):
 
     if args.target == "structure":
         return _design_structure(args)
+    if args.network is None:
+        raise ValueError(
+            "--network: required with --target parameters (the known graph, a network JSON)."
+        )
     model = _load_network(args.network)
-    duration = _positive(args.duration, "--duration")
-    alpha = _positive(args.alpha, "--alpha")
-    beta = _positive(args.beta, "--beta")
-    if args.samples < 1:
-        raise ValueError(f"--samples: must be >= 1, got {args.samples}.")
     init, initial = _initial_state(args.initial_state, model.names, model.cardinalities)
-    posterior = _jit(RatePosterior.for_model)(model, prior=GammaPrior(alpha, beta))
+    posterior = _jit(RatePosterior.for_model)(model, prior=GammaPrior(args.alpha, args.beta))
     if args.data is not None:
         df = read_csv(args.data)
         traj, _ = trajectories_from_dataframe(df, model)
@@ -407,8 +497,8 @@ def _cmd_design(args):
         posterior = _jit(RatePosterior.update_with)(posterior, stats)
     space = intervention_space(model.cardinalities)
     key = jax.random.key(args.seed)
-    scores = _score_space(posterior, space, initial, duration, key, args)
-    _write_ranking(args, np.asarray(scores), space, list(model.names), init, duration)
+    scores = _score_space(posterior, space, initial, args.duration, key, args)
+    _write_ranking(args, np.asarray(scores), space, list(model.names), init, args.duration)
 
 
 def _design_structure(args):
@@ -428,22 +518,17 @@ def _design_structure(args):
 
     if args.data is None and args.network is None:
         raise ValueError("--data or --network: give the history (or a network for the node list).")
+    df = None if args.data is None else read_csv(args.data)
     if args.network is not None:
         model = _load_network(args.network)
         nodes = dict(zip(model.names, model.cardinalities))
     else:
-        # args.data is set here (the check above raises when --data and --network are both absent)
-        nodes = infer_cardinalities(read_csv(args.data))  # pyright: ignore[reportArgumentType]
+        # df is read here (the check above raises when --data and --network are both absent)
+        nodes = infer_cardinalities(df)  # pyright: ignore[reportArgumentType]
     names, cards = list(nodes), tuple(nodes.values())
     N = len(names)
     max_parents = _max_parents(args.max_parents, N)
-    duration = _positive(args.duration, "--duration")
-    alpha = _positive(args.alpha, "--alpha")
-    beta = _positive(args.beta, "--beta")
-    if args.samples < 1:
-        raise ValueError(f"--samples: must be >= 1, got {args.samples}.")
-    if args.data is not None:
-        df = read_csv(args.data)
+    if df is not None:
         extra = [c for c in df.columns if c not in RESERVED_COLUMNS and c not in nodes]
         if extra:
             raise ValueError(f"data: unknown node column(s) {extra}; the nodes are {names}.")
@@ -462,14 +547,14 @@ def _design_structure(args):
             intervention_states=jnp.zeros((1, N), jnp.int32),
         )
     posterior = learn_structure(
-        traj, names, cards, max_parents=max_parents, prior=GammaPrior(alpha, beta)
+        traj, names, cards, max_parents=max_parents, prior=GammaPrior(args.alpha, args.beta)
     )
 
     init, initial = _initial_state(args.initial_state, names, cards)
     space = intervention_space(cards)
     key = jax.random.key(args.seed)
-    scores = _score_space(posterior, space, initial, duration, key, args)
-    _write_ranking(args, np.asarray(scores), space, names, init, duration)
+    scores = _score_space(posterior, space, initial, args.duration, key, args)
+    _write_ranking(args, np.asarray(scores), space, names, init, args.duration)
 
 
 def _score_space(posterior, space, initial_state, horizon, key, args):
@@ -558,20 +643,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sample", help="sample trajectories to a long-format CSV")
     p.add_argument("--network", required=True, help="network JSON file")
-    p.add_argument("--trajectories", type=int, required=True)
-    p.add_argument("--duration", required=True, help="observation time per trajectory")
+    p.add_argument("--trajectories", type=_at_least(1), required=True)
+    p.add_argument(
+        "--duration", type=_positive_number, required=True, help="observation time per trajectory"
+    )
     p.add_argument("--intervention", nargs="*", default=[], help="NODE=STATE ... (perfect)")
     p.add_argument(
         "--initial-state", nargs="*", default=[], help="NODE=STATE ... (default: uniform random)"
     )
-    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--seed", type=_seed, required=True, help="0 <= S <= 2**63 - 1")
     p.add_argument("--max-events", type=int, default=1024, help="initial event buffer (grows)")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_cmd_sample)
 
     p = sub.add_parser("moments", help="expected statistics from the master equation")
     p.add_argument("--network", required=True)
-    p.add_argument("--duration", required=True)
+    p.add_argument("--duration", type=_positive_number, required=True)
     p.add_argument("--initial-state", nargs="+", required=True, help="NODE=STATE,...")
     p.add_argument("--intervention", nargs="*", default=[], help="NODE=STATE,...")
     p.add_argument("--out", required=True)
@@ -579,9 +666,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("learn", help="exact Bayesian structure learning from a trajectory CSV")
     p.add_argument("--data", required=True, help="long-format trajectory CSV")
-    p.add_argument("--max-parents", type=int, default=None, help="default min(2, N-1)")
-    p.add_argument("--alpha", default="1.0")
-    p.add_argument("--beta", default="1.0")
+    p.add_argument("--max-parents", type=_at_least(0), default=None, help="default min(2, N-1)")
+    p.add_argument("--alpha", type=_positive_number, default="1.0")
+    p.add_argument("--beta", type=_positive_number, default="1.0")
     p.add_argument("--prior-convention", choices=["gamma", "nodelman"], default="gamma")
     p.add_argument(
         "--cardinalities",
@@ -598,13 +685,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--criterion", choices=["vbhc", "bhc", "eig"], default="vbhc")
     p.add_argument("--network", default=None, help="known graph (parameter learning)")
     p.add_argument("--initial-state", nargs="+", required=True, help="NODE=STATE,...")
-    p.add_argument("--duration", required=True)
-    p.add_argument("--samples", type=int, default=10, help="posterior draws N_S")
-    p.add_argument("--paths", type=int, default=10, help="paths per draw (eig)")
-    p.add_argument("--alpha", default="1.0")
-    p.add_argument("--beta", default="1.0")
-    p.add_argument("--max-parents", type=int, default=None)
-    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--duration", type=_positive_number, required=True)
+    p.add_argument("--samples", type=_at_least(1), default=10, help="posterior draws N_S")
+    p.add_argument("--paths", type=_at_least(1), default=10, help="paths per draw (eig)")
+    p.add_argument("--alpha", type=_positive_number, default="1.0")
+    p.add_argument("--beta", type=_positive_number, default="1.0")
+    p.add_argument("--max-parents", type=_at_least(0), default=None)
+    p.add_argument("--seed", type=_seed, required=True, help="0 <= S <= 2**63 - 1")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_cmd_design)
 
@@ -615,35 +702,53 @@ def build_parser() -> argparse.ArgumentParser:
         default="passive,random,bhc,vbhc",
         help="comma-separated: passive,random,vbhc,bhc,vbhc-optax,eig,negative-vbhc",
     )
-    p.add_argument("--repetitions", type=int, default=None, help="independent runs (default 20)")
-    p.add_argument("--experiments", type=int, default=None, help="experiments per run (10)")
-    p.add_argument("--samples", type=int, default=10, help="posterior draws N_S")
-    p.add_argument("--horizon", default="3.0", help="trajectory length tau")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--repetitions", type=_at_least(1), default=None, help="independent runs (default 20)"
+    )
+    p.add_argument(
+        "--experiments", type=_at_least(1), default=None, help="experiments per run (10)"
+    )
+    p.add_argument("--samples", type=_at_least(1), default=10, help="posterior draws N_S")
+    p.add_argument("--horizon", type=_positive_number, default="3.0", help="trajectory length tau")
+    p.add_argument("--seed", type=_seed, default=0, help="0 <= S <= 2**63 - 1")
     p.add_argument("--out", default=None, help="output directory (default run_<target>)")
     p.add_argument("--network", default=None, help="ground-truth network JSON (default: built in)")
-    p.add_argument("--truth-seed", type=int, default=0, help="seed of the built-in ground truth")
-    p.add_argument("--max-parents", type=int, default=None, help="structure: max in-degree")
-    p.add_argument("--alpha", default="1.0")
-    p.add_argument("--beta", default="1.0")
-    p.add_argument("--paths", type=int, default=10, help="paths per draw (eig)")
-    p.add_argument("--chunk", type=int, default=10, help="repetitions per compiled batch")
+    p.add_argument("--truth-seed", type=_seed, default=0, help="seed of the built-in ground truth")
+    p.add_argument(
+        "--max-parents", type=_at_least(0), default=None, help="structure: max in-degree"
+    )
+    p.add_argument("--alpha", type=_positive_number, default="1.0")
+    p.add_argument("--beta", type=_positive_number, default="1.0")
+    p.add_argument("--paths", type=_at_least(1), default=10, help="paths per draw (eig)")
+    p.add_argument("--chunk", type=_at_least(1), default=10, help="repetitions per compiled batch")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("demo", help="the paper's 4-node network: sample, solve, compare, plot")
     p.add_argument("--out", default="demo_output")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--trajectories", type=int, default=2000)
+    p.add_argument("--seed", type=_seed, default=0, help="0 <= S <= 2**63 - 1")
+    p.add_argument(
+        "--trajectories", type=_at_least(2), default=2000, help="paths per intervention (>= 2)"
+    )
     p.set_defaults(func=_cmd_demo)
     return parser
 
 
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # a parse error (exit 2, its line printed) or --help (0)
+        return e.code if isinstance(e.code, int) else 2
     if args.command is None:
         parser.print_help()
+        return 2
+    if args.command == "run" and args.out is None:
+        args.out = f"run_{args.target}"
+    try:
+        _check_out(args.out, _OUT_KINDS[args.command])
+    except ValueError as e:
+        print(f"jaxctbn: error: {e}", file=sys.stderr)
         return 2
     _setup_jax()
     try:

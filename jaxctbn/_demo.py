@@ -22,6 +22,10 @@ from ._statistics import SufficientStatistics
 
 
 def run_demo(out_dir: str = "demo_output", seed: int = 0, trajectories: int = 2000) -> dict:
+    """Sample `trajectories` paths (>= 2: the z-scores need a standard error) per intervention
+    of the network drawn from `seed`, compare with the master equation, write to `out_dir`."""
+    if int(trajectories) != trajectories or trajectories < 2:
+        raise ValueError(f"trajectories: must be an integer >= 2, got {trajectories!r}.")
     jax.config.update("jax_enable_x64", True)
     os.makedirs(out_dir, exist_ok=True)
     key_model, key_paths = jax.random.split(jax.random.key(seed))

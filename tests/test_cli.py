@@ -3,6 +3,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -160,7 +161,7 @@ def test_sample_writes_csv_that_reads_back(network, tmp_path):
                 "--seed",
                 "1",
             ],
-            "--trajectories: must be >= 1",
+            "argument --trajectories: must be an integer >= 1",
         ),
         (
             [
@@ -176,6 +177,11 @@ def test_sample_writes_csv_that_reads_back(network, tmp_path):
             ],
             "expected a number",
         ),
+        (
+            ["sample", "--network", "{net}", "--trajectories", "2", "--duration", "1"]
+            + ["--seed", str(2**64)],
+            "argument --seed: must be between 0 and 2**63 - 1",
+        ),
     ],
 )
 def test_cli_errors_are_one_line(args, message, network, tmp_path):
@@ -187,10 +193,154 @@ def test_cli_errors_are_one_line(args, message, network, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "jaxctbn._cli", *args], capture_output=True, text=True
     )
-    assert proc.returncode != 0
+    assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert message in lines[0] and lines[0].startswith("jaxctbn: error:")
+    assert not (tmp_path / "o").exists()
+
+
+def _unwritable(folder) -> bool:
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return False
+    except OSError:
+        return True
+
+
+@pytest.fixture
+def inputs(network, tmp_path):
+    """Files for the error table: `{name}` in an argument is replaced by its path."""
+    _, net = network
+    data = json.loads(net.read_text())
+    paths = {"net": str(net), "tmp": str(tmp_path), "out": str(tmp_path / "out")}
+
+    def network_file(name, mutate):
+        d = json.loads(json.dumps(data))
+        mutate(d)
+        (tmp_path / name).write_text(json.dumps(d))
+        paths[name] = str(tmp_path / name)
+
+    network_file(
+        "ragged", lambda d: d["cims"]["B"][1].update(Q=[[-2, 1, 1], [0.2, -0.2], [0, 1, -1]])
+    )
+    network_file("text_q", lambda d: d["cims"]["A"][0]["Q"][1].__setitem__(0, "2"))
+    network_file("half_state", lambda d: d["cims"]["B"][1]["parent_states"].update(A=1.5))
+    network_file("text_state", lambda d: d["cims"]["B"][1]["parent_states"].update(A="one"))
+    network_file("list_states", lambda d: d["cims"]["B"][1].update(parent_states=[1]))
+    network_file("index_parent", lambda d: d["nodes"][1].update(parents=[0]))
+    header = "trajectory_id,time,A,B\n"
+    for name, text in {
+        "good": header + "0,0,0,0\n0,1,1,0\n0,2,1,2\n",
+        "header_only": header,
+        "empty": "",
+        "semicolons": header.replace(",", ";") + "0;0;0;0\n0;1;1;0\n",
+        "duplicate": "trajectory_id,time,A,A,B\n0,0,0,0,0\n0,1,1,1,0\n",
+        "no_name": "trajectory_id,time,,B\n0,0,0,0\n0,1,1,0\n",
+        "empty_id": header + "0,0,0,0\n0,1,1,0\n,0,0,0\n,2,0,1\n",
+        "half_node": header + "0,0,0,0\n0,1,0.5,0\n",
+    }.items():
+        (tmp_path / f"{name}.csv").write_text(text)
+        paths[name] = str(tmp_path / f"{name}.csv")
+    read_only = tmp_path / "read_only"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    if not _unwritable(read_only):  # root ignores permission bits; sysfs refuses even root
+        read_only.chmod(0o755)
+        if not _unwritable("/sys"):
+            pytest.skip("no read-only directory to test with")
+        read_only = Path("/sys")
+    paths["read_only"] = str(read_only)
+    yield paths
+    (tmp_path / "read_only").chmod(0o755)
+
+
+MOMENTS = "moments --duration 1 --initial-state A=0,B=0 --network"
+SAMPLE = "sample --network {net} --trajectories 2 --duration 1 --seed 0"
+DESIGN = "design --initial-state A=0,B=0 --duration 1 --seed 0 --target"
+RUN = "run parameters --network {net} --repetitions 1 --experiments 1 --samples 2"
+
+
+@pytest.mark.parametrize(
+    "command, message",
+    [
+        # issue 10, as reported
+        (f"{DESIGN} parameters --data {{good}}", "--network: required with --target parameters"),
+        (
+            f"{SAMPLE} --seed 18446744073709551616",
+            "argument --seed: must be between 0 and 2**63 - 1",
+        ),
+        (f"{SAMPLE} --seed -1", "argument --seed: must be between 0 and 2**63 - 1, got '-1'"),
+        (f"{RUN} --truth-seed 9223372036854775808", "argument --truth-seed: must be between 0"),
+        ("learn --data {empty_id}", "empty trajectory_id in row 2 (line 4 of a CSV file)"),
+        ("demo --trajectories -5", "argument --trajectories: must be an integer >= 2, got '-5'"),
+        ("demo --trajectories 0", "argument --trajectories: must be an integer >= 2, got '0'"),
+        ("learn --data {header_only}", "data: no rows after the header"),
+        (
+            "learn --data {semicolons}",
+            "single column 'trajectory_id;time;A;B'; the file must be comma-separated",
+        ),
+        ("learn --data {duplicate}", "column(s) ['A'] appear more than once in the header"),
+        (f"{MOMENTS} {{ragged}}", "network: cims['B'][1].Q must be 3x3: row 1 has 2 entries"),
+        (f"{MOMENTS} {{text_q}}", "network: cims['A'][0].Q[1][0] must be a number, got '2'"),
+        (
+            f"{MOMENTS} {{half_state}}",
+            "cims['B'][1].parent_states['A'] must be an integer state, got 1.5",
+        ),
+        (
+            f"{MOMENTS} {{text_state}}",
+            "cims['B'][1].parent_states['A'] must be an integer state, got 'one'",
+        ),
+        (f"{MOMENTS} {{list_states}}", "cims['B'][1].parent_states must be an object"),
+        (f"{MOMENTS} {{net}} --out {{read_only}}/m.json", "is not writable"),
+        (f"{RUN} --out {{read_only}}/run", "is not writable"),
+        (f"{MOMENTS} {{net}} --out {{net}}/m.json", "is not a directory"),
+        (f"{MOMENTS} {{net}} --out {{tmp}}/missing/m.json", "missing' does not exist"),
+        ("learn --data {good} --out {tmp}", "is a directory; give a file path"),
+        (f"{RUN} --out {{net}}", "exists and is not a directory; give a directory"),
+        ("demo --trajectories 2 --out {net}/demo", "cannot create directory"),
+        # the same kind, found on the way
+        (
+            f"{DESIGN} structure --data {{good}} --samples 0",
+            "argument --samples: must be an integer >= 1",
+        ),
+        (
+            f"{DESIGN} structure --data {{good}} --paths 0",
+            "argument --paths: must be an integer >= 1",
+        ),
+        (f"{DESIGN} structure --data {{good}} --max-parents -1", "argument --max-parents: must be"),
+        (f"{RUN} --horizon -1", "argument --horizon: must be a positive finite number, got '-1'"),
+        (f"{MOMENTS} {{net}} --duration abc", "argument --duration: expected a number, got 'abc'"),
+        (f"{RUN} --chunk 0", "argument --chunk: must be an integer >= 1, got '0'"),
+        (f"{RUN} --repetitions 0", "argument --repetitions: must be an integer >= 1"),
+        (f"{RUN} --experiments 0", "argument --experiments: must be an integer >= 1"),
+        ("learn --data {good} --beta inf", "argument --beta: must be a positive finite number"),
+        ("demo --trajectories 1", "argument --trajectories: must be an integer >= 2, got '1'"),
+        ("learn --data {tmp}/none.csv", "data file '{tmp}/none.csv' does not exist"),
+        ("learn --data {tmp}", "data file '{tmp}' is a directory; give a trajectory CSV file"),
+        (f"{MOMENTS} {{tmp}}", "network file '{tmp}' is a directory; give a network JSON file"),
+        ("learn --data {empty}", "is empty; expected a header trajectory_id,time,<nodes>"),
+        ("learn --data {no_name}", "column 3 of the header has no name"),
+        ("learn --data {half_node}", "column 'A' must hold non-negative integer states; row 1"),
+        (
+            f"{MOMENTS} {{index_parent}}",
+            "nodes[1].parents of node 'B' must be a list of node names",
+        ),
+    ],
+)
+def test_cli_input_errors(command, message, inputs, capsys):
+    """Issue 10: each bad input gives exit code 2, one line naming the argument, field or file
+    (and what is valid), and writes nothing, before any compilation."""
+    args = [a.format(**inputs) for a in command.split()]
+    if "--out" not in args:
+        args += ["--out", inputs["out"]]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("jaxctbn: error: ")
+    assert message.format(**inputs) in lines[0], lines[0]
+    assert captured.out == "" and not os.path.exists(inputs["out"])
 
 
 def test_console_script_is_installed():
@@ -455,7 +605,7 @@ def test_run_parameters_small(network, tmp_path, capsys):
     for extra, message in [
         (["--designs", "passive,best"], "--designs: unknown design(s) ['best']"),
         (["--horizon", "-1"], "--horizon: must be a positive"),
-        (["--repetitions", "0"], "repetitions: must be a positive integer"),
+        (["--repetitions", "0"], "argument --repetitions: must be an integer >= 1"),
     ]:
         assert main([*args, *extra, "--out", str(tmp_path / "bad"), "--no-progress"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
