@@ -165,3 +165,33 @@ def test_fast_run_sized_from_the_rates_and_a_robust_directory(tmp_path, capsys):
     # a buffer set too small is an error naming it, not NaN repetitions
     assert main([*args, "--max-events", "64"]) == 2
     assert "max_events: a simulated path of passive had more than 64 jumps" in _error_line(capsys)
+
+
+def test_chunk_contents_are_checked_and_failures_reported(tmp_path, capsys):
+    from jaxctbn import _experiments
+
+    layout = _experiments._chunk_layout("parameters", 2, 1, 2)
+    dtypes = {"f": float, "iu": np.int32, "b": bool, "U": str}
+    part = {k: np.zeros(shape, dtypes[kinds]) for k, (shape, kinds) in layout.items()}
+    part["errors"] = np.array(["", "rates: negative"])
+    part["metric_mse"][1] = np.nan  # a failed repetition: NaN rows
+    path = tmp_path / "0-1.npz"
+    with open(path, "wb") as f:
+        np.savez(f, **part)
+    loaded = _experiments._load_chunk(str(path), "parameters", 2, 1, 2)
+    assert loaded is not None and capsys.readouterr().err == ""
+    failures = {}
+    _experiments._record_failures(failures, "vbhc", 4, loaded["errors"])
+    assert failures == {"vbhc": [{"repetition": 5, "error": "rates: negative"}]}
+    assert "vbhc repetition 5 failed: rates: negative" in capsys.readouterr().err
+    settings = {"repetitions": 2, "experiments": 1, "horizon": 3.0, "samples": 2, "seed": 0}
+    lines = _experiments.summary_table("parameters", {}, settings, failures)
+    assert "**vbhc: 1 of 2 repetitions failed**" in lines[-1]
+    # an edited chunk: NaN in a finished repetition, or a wrong shape
+    part["metric_mse"][0] = np.nan
+    with open(path, "wb") as f:
+        np.savez(f, **part)
+    assert _experiments._load_chunk(str(path), "parameters", 2, 1, 2) is None
+    assert "is damaged (ValueError: metric_mse is not finite" in capsys.readouterr().err
+    assert _experiments._load_chunk(str(path), "parameters", 3, 1, 2) is None
+    assert "metric_mse has shape (2, 2)" in capsys.readouterr().err
