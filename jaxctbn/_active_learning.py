@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import ClassVar, Literal
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -34,7 +36,7 @@ from ._metrics import adjacency_from_parents, edge_aupr, edge_auroc, structural_
 from ._optimisers import LBFGS
 from ._posterior import AbstractPosterior, RatePosterior
 from ._priors import AbstractPrior, GammaPrior
-from ._sampling import Trajectories, sample_trajectory
+from ._sampling import Trajectories, automatic_max_events, sample_trajectory
 from ._solvers import DEFAULT_SOLVER, AbstractMasterEquationSolver
 from ._statistics import SufficientStatistics
 from ._structure import StructurePosterior, family_statistics
@@ -191,7 +193,9 @@ class StructureLearningTask(AbstractLearningTask):
     r"""Exact Bayesian structure learning (exhaustive parent sets with in-degree
     $\le$ `max_parents`, rate prior `prior`, default [`jaxctbn.GammaPrior`][]`(1, 1)`). Metrics:
     edge AUROC and AUPR of the posterior edge marginals against the true graph, structural
-    Hamming distance of the MAP graph, and the entropy of the structure posterior (nats)."""
+    Hamming distance of the MAP graph, and the entropy of the structure posterior (nats). The
+    truth needs at least 2 nodes, one edge and one absent edge (else AUROC/AUPR are undefined);
+    other truths are refused here with a `ValueError`."""
 
     truth: CTBN
     max_parents: int = eqx.field(static=True, kw_only=True)
@@ -204,6 +208,18 @@ class StructureLearningTask(AbstractLearningTask):
     }
 
     def __check_init__(self):
+        N = self.truth.num_nodes
+        if N < 2:
+            raise ValueError(
+                f"truth: structure learning needs at least 2 nodes (a {N}-node network has no "
+                "candidate edges, so its AUROC and AUPR are undefined)."
+            )
+        edges = sum(len(self.truth.parent_list(n)) for n in range(N))
+        if edges == 0 or edges == N * (N - 1):
+            raise ValueError(
+                f"truth: the edge AUROC/AUPR need a true graph with at least one edge and one "
+                f"absent edge; this one has {'no edges' if edges == 0 else 'every edge'}."
+            )
         if not 0 <= self.max_parents < self.truth.num_nodes:
             raise ValueError(
                 f"max_parents must be in 0..{self.truth.num_nodes - 1}, got {self.max_parents}."
@@ -294,7 +310,7 @@ def run_active_learning(
     num_experiments: int,
     horizon: ArrayLike = 3.0,
     candidates: Intervention | None = None,
-    max_events: int = 512,
+    max_events: int | None = None,
 ) -> ActiveLearningResult:
     r"""One sequential experiment of `num_experiments` steps as a single `jax.lax.scan`.
 
@@ -303,11 +319,14 @@ def run_active_learning(
     gives the same run; two designs run with the same key see the same initial states and the
     same random streams, so their differences are not sampling noise in those.
 
-    A simulated trajectory that overflows `max_events` (static) raises an error rather than
-    being silently cut.
+    `max_events` (static) is the jump buffer of a simulated trajectory; `None` sizes it from the
+    truth's exit rates and the horizon ([`jaxctbn.run_repetitions`][] does this outside `jit`;
+    here the truth and horizon must then be concrete). A trajectory that overflows it raises an
+    error rather than being silently cut.
     """
     if num_experiments < 1:
         raise ValueError(f"num_experiments must be >= 1, got {num_experiments}.")
+    max_events = _resolve_max_events(task, horizon, max_events)
     truth = task.truth
     if candidates is None:
         candidates = intervention_space(truth.cardinalities)
@@ -358,6 +377,28 @@ def run_active_learning(
         num_events=events,
         posterior=final,
     )
+
+
+def _resolve_max_events(task, horizon, max_events) -> int:
+    """`max_events`, or when `None` the automatic buffer for the truth's rates and `horizon`."""
+    if max_events is not None:
+        if isinstance(max_events, bool) or not isinstance(max_events, (int, np.integer)):
+            raise ValueError(f"max_events must be an integer or None, got {max_events!r}.")
+        if max_events < 1:
+            raise ValueError(f"max_events must be >= 1, got {max_events}.")
+        return int(max_events)
+    if isinstance(horizon, jax.core.Tracer) or np.ndim(horizon) != 0:
+        auto = None
+    elif not (float(horizon) > 0 and math.isfinite(float(horizon))):
+        return 1  # any size: the horizon check in the loop raises before a path is used
+    else:
+        auto = automatic_max_events(task.truth, float(horizon))
+    if auto is None:
+        raise ValueError(
+            "max_events: cannot size the event buffer from traced rates or horizon (inside "
+            "jit); pass max_events explicitly."
+        )
+    return auto
 
 
 @eqx.filter_jit
@@ -416,7 +457,7 @@ def run_repetitions(
     num_experiments: int,
     horizon: ArrayLike = 3.0,
     candidates: Intervention | None = None,
-    max_events: int = 512,
+    max_events: int | None = None,
     throw: bool = True,
 ) -> ActiveLearningResult | tuple[ActiveLearningResult, RepetitionStatus]:
     """[`jaxctbn.run_active_learning`][] vmapped over a batch of keys (one per repetition), as
@@ -428,7 +469,11 @@ def run_repetitions(
     [`jaxctbn.RepetitionStatus`][] saying which repetitions failed and why; a failed
     repetition's fields are NaN (floats) or -1 (integers). The batch runs as one compiled call;
     only when it fails are its repetitions rerun one at a time (one more compilation) to tell
-    the failing ones from the others, so a clean batch costs nothing extra."""
+    the failing ones from the others, so a clean batch costs nothing extra.
+
+    `max_events=None` sizes the jump buffer from the truth's exit rates and `horizon` (see
+    [`jaxctbn.run_active_learning`][])."""
+    max_events = _resolve_max_events(task, horizon, max_events)
     args = (task, design, keys, num_experiments, horizon, candidates, max_events)
     if throw:
         return _run_batch(*args)

@@ -264,12 +264,10 @@ def _cmd_sample(args):
 
     from ._interventions import Intervention
     from ._io import write_trajectories_csv
-    from ._sampling import sample_trajectories
+    from ._sampling import sample_within_cap
 
     model = _load_network(args.network)
-    duration = _positive(args.duration, "--duration")
-    if args.trajectories < 1:
-        raise ValueError(f"--trajectories: must be >= 1, got {args.trajectories}.")
+    duration = args.duration  # checked by argparse (_positive_number)
     intervention = Intervention.perfect(
         model, _assignment(args.intervention, model.names, model.cardinalities, "--intervention")
     )
@@ -285,20 +283,16 @@ def _cmd_sample(args):
             ],
             axis=1,
         ).astype(jnp.int32)
-    max_events = args.max_events
-    while True:
-        traj = sample_trajectories(
-            model,
-            initial,
-            duration,
-            key=key_paths,
-            num_trajectories=args.trajectories,
-            intervention=intervention,
-            max_events=max_events,
-        )
-        if not bool(np.any(np.asarray(traj.truncated))):
-            break
-        max_events *= 2  # same key: the untruncated paths are identical, the cut ones complete
+    traj = sample_within_cap(
+        model,
+        initial,
+        duration,
+        key=key_paths,
+        num_trajectories=args.trajectories,
+        intervention=intervention,
+        max_events=args.max_events,
+        name="--max-events",
+    )
     write_trajectories_csv(traj, model, args.out)
     n_events = int(np.asarray(traj.num_events).sum())
     print(f"wrote {args.trajectories} trajectories ({n_events} jumps) to {args.out}")
@@ -625,9 +619,15 @@ def _cmd_run(args):
         prior=GammaPrior(_positive(args.alpha, "--alpha"), _positive(args.beta, "--beta")),
         paths=args.paths,
         chunk=args.chunk,
+        max_events=args.max_events,
     )
-    report = run_experiment(config, out=out, progress=not args.no_progress)
-    print("\n".join(summary_table(args.target, report["summary"], report["settings"])))
+    report = run_experiment(
+        config, out=out, progress=not args.no_progress, overwrite=args.overwrite
+    )
+    summary = summary_table(
+        args.target, report["summary"], report["settings"], report["failed_repetitions"]
+    )
+    print("\n".join(summary))
     print(f"wrote {out}/summary.md, metrics.csv, results.json, figure.png, interventions.png")
 
 
@@ -652,7 +652,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--initial-state", nargs="*", default=[], help="NODE=STATE ... (default: uniform random)"
     )
     p.add_argument("--seed", type=_seed, required=True, help="0 <= S <= 2**63 - 1")
-    p.add_argument("--max-events", type=int, default=1024, help="initial event buffer (grows)")
+    p.add_argument(
+        "--max-events",
+        type=_at_least(1),
+        default=1_000_000,
+        help="cap on the jumps of one path (default 1000000); checked before sampling",
+    )
     p.add_argument("--out", required=True)
     p.set_defaults(func=_cmd_sample)
 
@@ -721,6 +726,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beta", type=_positive_number, default="1.0")
     p.add_argument("--paths", type=_at_least(1), default=10, help="paths per draw (eig)")
     p.add_argument("--chunk", type=_at_least(1), default=10, help="repetitions per compiled batch")
+    p.add_argument(
+        "--max-events",
+        type=_at_least(1),
+        default=None,
+        help="jump buffer per path (default: from rates)",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="discard results of other settings in --out"
+    )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_run)
 

@@ -6,7 +6,10 @@ Output layout of `run_experiment(..., out=DIR)`:
 
 - `DIR/config.json`: every setting, and the ground truth (`DIR/truth.json`, a network JSON);
 - `DIR/chunks/<design>/<first>-<last>.npz`: finished repetitions, written as they finish; a
-  rerun with the same settings loads them instead of recomputing (resume after interruption);
+  rerun with the same settings loads them instead of recomputing (resume after interruption).
+  A damaged chunk file (truncated, edited, missing keys or wrong shapes) is reported on stderr
+  and recomputed. A rerun with other settings into the same directory is refused unless
+  `overwrite=True` (`--overwrite`), which discards the old results;
 - `DIR/metrics.csv`: one row per design x repetition x experiment: `design, repetition,
   experiment` (0 = before any experiment), every metric, `intervention` (e.g. `X1=0;X3=1`,
   `none`; empty at experiment 0) and `initial_state`;
@@ -15,6 +18,10 @@ Output layout of `run_experiment(..., out=DIR)`:
 - `DIR/summary.md`: the summary table; `DIR/figure.png`: learning curves like the paper's
   figures; `DIR/interventions.png`: the marginal probability of intervening on each node at
   each experiment, per design.
+
+Every file is written atomically (a temporary file, then `os.replace`), so an interrupted run
+never leaves a half-written file, and files that describe other settings (`summary.md`, ...)
+are removed before a changed run starts.
 """
 
 from __future__ import annotations
@@ -22,8 +29,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sys
 import time
+import warnings
+import zipfile
+import zlib
 from typing import Any, Literal
 
 import equinox as eqx
@@ -42,6 +53,7 @@ from ._ctbn import CTBN
 from ._interventions import intervention_space
 from ._priors import GammaPrior
 from ._random import paper_network
+from ._sampling import automatic_max_events
 
 #: The learning task of each target; its `metric_labels` name the metrics, labels and directions.
 TASKS = {"structure": StructureLearningTask, "parameters": ParameterLearningTask}
@@ -81,7 +93,14 @@ def _ci(x):
 def summarise(target: str, results: dict[str, dict[str, np.ndarray]]) -> dict:
     """Per design and metric: mean at the last experiment and the mean over experiments 1..K
     (the area under the learning curve), each with a 95% interval over repetitions; and paired
-    differences of that area against `passive` and `random` (same repetition keys)."""
+    differences of that area against `passive` and `random` (same repetition keys). Failed
+    repetitions (NaN rows) are left out; a design whose repetitions all failed gets NaN."""
+    with warnings.catch_warnings():  # all-NaN slices: failures are reported separately
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _summarise(target, results)
+
+
+def _summarise(target, results):
     summary = {}
     for design, res in results.items():
         entry = {}
@@ -109,7 +128,11 @@ def summarise(target: str, results: dict[str, dict[str, np.ndarray]]) -> dict:
     return summary
 
 
-def summary_table(target: str, summary: dict, settings: dict) -> list[str]:
+def summary_table(
+    target: str, summary: dict, settings: dict, failures: dict | None = None
+) -> list[str]:
+    """The summary as Markdown lines; `failures` (`report["failed_repetitions"]`) adds a line
+    per design whose failed repetitions are left out of the means."""
     lines = [
         f"# Active {target} learning: {settings['repetitions']} repetitions x "
         f"{settings['experiments']} experiments (tau = {settings['horizon']}, "
@@ -137,6 +160,13 @@ def summary_table(target: str, summary: dict, settings: dict) -> list[str]:
                 f"{e['area_mean']:.4f} ± {e['area_ci95']:.4f} | {diff('passive')} | "
                 f"{diff('random')} |"
             )
+    for design, failed in (failures or {}).items():
+        lines.append("")
+        lines.append(
+            f"**{design}: {len(failed)} of {settings['repetitions']} repetitions failed** and are "
+            "left out of the means (NaN in metrics.csv); `failed_repetitions` in results.json "
+            "has the errors."
+        )
     return lines
 
 
@@ -161,12 +191,13 @@ def _plot(target, results, names, out_dir, settings):
             ax.fill_between(k, lo, hi, color=line.get_color(), alpha=0.15)
         ax.set_xlabel("experiments")
         ax.set_title(METRICS[target][metric][0], fontsize=10)
-        if metric == "mse":
+        values = np.concatenate([np.ravel(res[metric]) for res in results.values()])
+        if metric == "mse" and np.any(np.isfinite(values) & (values > 0)):
             ax.set_yscale("log")
     axes[0][0].legend(fontsize=8)
     fig.suptitle(f"active {target} learning, {settings['repetitions']} repetitions", fontsize=10)
     fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "figure.png"), dpi=120)
+    _atomic(os.path.join(out_dir, "figure.png"), lambda f: fig.savefig(f, dpi=120, format="png"))
     plt.close(fig)
 
     designs = list(results)
@@ -179,7 +210,10 @@ def _plot(target, results, names, out_dir, settings):
         ax.set_xlabel("experiment")
         ax.set_title(design, fontsize=9)
     fig.colorbar(im, ax=axes[0].tolist(), label="P(intervene on node)")
-    fig.savefig(os.path.join(out_dir, "interventions.png"), dpi=120)
+    _atomic(
+        os.path.join(out_dir, "interventions.png"),
+        lambda f: fig.savefig(f, dpi=120, format="png"),
+    )
     plt.close(fig)
 
 
@@ -193,7 +227,9 @@ class ExperimentConfig(eqx.Module):
     [`jaxctbn.CTBN`][]; default the built-in fast/slow network drawn from `truth_seed`),
     `max_parents` (structure; default $N-1$), `prior` (a [`jaxctbn.GammaPrior`][] with scalar
     parameters), `paths` (EIG paths per draw), `chunk` (repetitions per compiled batch; changes
-    results only by rounding), `max_events` (jump buffer of a simulated trajectory).
+    results only by rounding), `max_events` (jump buffer of a simulated trajectory; default
+    `None`: sized from the truth's exit rates and the horizon, see
+    [`jaxctbn.run_active_learning`][]; a path that overflows it is an error, never cut).
     Settings are checked here, with one-line `ValueError`s."""
 
     target: Literal["structure", "parameters"] = eqx.field(default="structure", static=True)
@@ -209,7 +245,7 @@ class ExperimentConfig(eqx.Module):
     prior: GammaPrior = GammaPrior()
     paths: int = eqx.field(default=10, static=True)
     chunk: int = eqx.field(default=10, static=True)
-    max_events: int = eqx.field(default=512, static=True)
+    max_events: int | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         if self.target not in TASKS:
@@ -234,6 +270,12 @@ class ExperimentConfig(eqx.Module):
             not isinstance(v, float) for v in (self.prior.alpha, self.prior.beta)
         ):
             raise ValueError("prior: the experiments take a GammaPrior with scalar alpha and beta.")
+        if self.target == "structure" and self.truth is not None:
+            # the task checks the truth (>= 2 nodes, metrics defined) and max_parents
+            N = self.truth.num_nodes
+            StructureLearningTask(
+                self.truth, max_parents=N - 1 if self.max_parents is None else self.max_parents
+            )
 
     @property
     def num_repetitions(self) -> int:
@@ -253,21 +295,28 @@ def run_experiment(
     *,
     out: str | None = None,
     progress: bool = True,
+    overwrite: bool = False,
 ) -> dict:
     """Run the paper's synthetic experiment for several designs and return
     `{"settings", "results", "summary", "timing"}` (`results[design][metric]` is an array
     `(repetitions, experiments + 1)`; also `intervention_index`, `targets`).
 
     With `out`, results are written as described in the module docstring and finished chunks
-    are reused on a rerun with the same settings.
+    are reused on a rerun with the same settings (only `designs` and `repetitions` may change).
+    A directory that holds results for other settings raises a `ValueError` naming them, unless
+    `overwrite=True`, which deletes the old results and starts afresh.
     """
     config = ExperimentConfig() if config is None else config
     target, designs = config.target, list(config.designs)
     repetitions, experiments = config.num_repetitions, config.num_experiments
     samples, paths, chunk, horizon = config.samples, config.paths, config.chunk, config.horizon
-    seed, truth_seed, max_events = config.seed, config.truth_seed, config.max_events
+    seed, truth_seed = config.seed, config.truth_seed
     alpha, beta = config.prior.alpha, config.prior.beta
     truth = default_truth(target, truth_seed) if config.truth is None else config.truth
+    max_events = config.max_events
+    if max_events is None:
+        # None only for non-finite rates, which the sampler reports itself
+        max_events = automatic_max_events(truth, horizon) or 512
     max_parents = config.max_parents
     if target == "structure":
         max_parents = truth.num_nodes - 1 if max_parents is None else max_parents
@@ -288,28 +337,20 @@ def run_experiment(
         "max_parents": max_parents,
         "alpha": alpha,
         "beta": beta,
+        "max_events": max_events,
         "interventions": int(space.targets.shape[0]),
         "truth": truth.to_dict(),
     }
     chunk_dir = None
     if out is not None:
-        os.makedirs(out, exist_ok=True)
-        chunk_dir = os.path.join(out, "chunks")
-        cfg_path = os.path.join(out, "config.json")
-        # chunks are only reusable if every setting that changes them is the same
-        key_settings = {k: v for k, v in settings.items() if k not in ("designs", "repetitions")}
-        if os.path.exists(cfg_path):
-            with open(cfg_path) as f:
-                old = json.load(f)
-            old_key = {k: v for k, v in old.items() if k not in ("designs", "repetitions")}
-            if old_key != json.loads(json.dumps(key_settings)):
-                import shutil
-
-                shutil.rmtree(chunk_dir, ignore_errors=True)
-        with open(cfg_path, "w") as f:
-            json.dump(settings, f, indent=1)
-        truth.to_json(os.path.join(out, "truth.json"))
-
+        chunk_dir = _prepare_out(out, settings, overwrite)
+        _atomic(
+            os.path.join(out, "config.json"), lambda f: f.write(_json_bytes(settings, indent=1))
+        )
+        _atomic(
+            os.path.join(out, "truth.json"),
+            lambda f: f.write(_json_bytes(truth.to_dict(), indent=1)),
+        )
     base = jax.random.key(seed)
     starts = list(range(0, repetitions, chunk))
     bar = None
@@ -326,9 +367,10 @@ def run_experiment(
             path = None
             if chunk_dir is not None:
                 path = os.path.join(chunk_dir, design_name, f"{start}-{stop - 1}.npz")
-                if os.path.exists(path):
-                    with np.load(path) as z:
-                        parts.append({k: z[k] for k in z.files})
+                loaded = _load_chunk(path, target, stop - start, experiments, truth.num_nodes)
+                if loaded is not None:
+                    _record_failures(failures, design_name, start, loaded["errors"])
+                    parts.append(loaded)
                     if bar is not None:
                         bar.update(stop - start)
                     continue
@@ -347,15 +389,14 @@ def run_experiment(
                 throw=False,
             )
             res = jax.device_get(res)
-            for r in np.nonzero(~status.ok)[0]:  # kept as NaN rows; the others are unaffected
-                failures.setdefault(design_name, []).append(
-                    {"repetition": start + int(r), "error": status.messages[r]}
+            errors = np.asarray(status.messages, dtype=str).reshape(stop - start)
+            truncated = [m for m in status.messages if "truncated" in m]
+            if truncated:  # a setting, not bad luck: stop rather than record NaN repetitions
+                raise ValueError(
+                    f"max_events: a simulated path of {design_name} had more than {max_events} "
+                    "jumps; raise it (--max-events) or leave it unset (sized from the rates)."
                 )
-                print(
-                    f"jaxctbn run: {design_name} repetition {start + int(r)} failed: "
-                    f"{status.messages[r]}",
-                    file=sys.stderr,
-                )
+            _record_failures(failures, design_name, start, errors)
             chunk_seconds.append(time.perf_counter() - t0)
             seconds += chunk_seconds[-1]
             computed += stop - start
@@ -366,16 +407,15 @@ def run_experiment(
                 states=np.asarray(res.states),
                 initial_states=np.asarray(res.initial_states),
                 num_events=np.asarray(res.num_events),
+                errors=errors,
             )
             if path is not None:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                tmp = path + ".tmp.npz"
-                np.savez(tmp, **part)
-                os.replace(tmp, path)
+                _atomic(path, lambda f, part=part: np.savez(f, **part))
             parts.append(part)
             if bar is not None:
                 bar.update(stop - start)
-        merged = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        merged = {k: np.concatenate([p[k] for p in parts]) for k in parts[0] if k != "errors"}
         results[design_name] = {
             **{k[len("metric_") :]: v for k, v in merged.items() if k.startswith("metric_")},
             **{k: v for k, v in merged.items() if not k.startswith("metric_")},
@@ -421,7 +461,8 @@ def _write_outputs(target, report, truth, out):
                 row["intervention"] = ivs[k - 1] if k > 0 else ""
                 row["initial_state"] = inits[k - 1] if k > 0 else ""
                 rows.append(row)
-    pd.DataFrame(rows).to_csv(os.path.join(out, "metrics.csv"), index=False)
+    frame = pd.DataFrame(rows)
+    _atomic(os.path.join(out, "metrics.csv"), lambda f: f.write(frame.to_csv(index=False).encode()))
     payload = {
         "settings": settings,
         "timing": report["timing"],
@@ -435,9 +476,146 @@ def _write_outputs(target, report, truth, out):
             for design, res in results.items()
         },
     }
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump(payload, f)
-    lines = summary_table(target, report["summary"], settings)
-    with open(os.path.join(out, "summary.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    _plot(target, results, names, out, settings)
+    _atomic(os.path.join(out, "results.json"), lambda f: f.write(_json_bytes(payload)))
+    lines = summary_table(target, report["summary"], settings, report["failed_repetitions"])
+    _atomic(os.path.join(out, "summary.md"), lambda f: f.write(("\n".join(lines) + "\n").encode()))
+    with warnings.catch_warnings():  # all-NaN designs (failures are reported separately)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        _plot(target, results, names, out, settings)
+
+
+# ------------------------------------------------------------------ the output directory
+
+#: Files derived from a finished run (removed when a changed run starts in the directory).
+_OUTPUTS = ("metrics.csv", "results.json", "summary.md", "figure.png", "interventions.png")
+#: Settings that may change between runs that share chunks.
+_FREE_SETTINGS = ("designs", "repetitions")
+
+
+def _json_bytes(data, indent=None) -> bytes:
+    return json.dumps(data, indent=indent).encode()
+
+
+def _atomic(path: str, write) -> None:
+    """`write(f)` to a temporary file (binary) next to `path`, then rename it to `path`: an
+    interrupted run leaves either the old file or the new one, never half of one."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _describe_differences(old: dict, new: dict) -> str:
+    diffs = []
+    for key in sorted(set(old) | set(new)):
+        if key in _FREE_SETTINGS or old.get(key) == new.get(key):
+            continue
+        if key == "truth":
+            diffs.append("truth")
+        else:
+            diffs.append(f"{key} {old.get(key)!r} -> {new.get(key)!r}")
+    return ", ".join(diffs)
+
+
+def _prepare_out(out: str, settings: dict, overwrite: bool) -> str:
+    """Check that `out` holds nothing or a run with compatible settings, and remove what a
+    changed run would leave stale. Returns the chunk directory."""
+    os.makedirs(out, exist_ok=True)
+    chunk_dir = os.path.join(out, "chunks")
+    cfg_path = os.path.join(out, "config.json")
+    new = json.loads(json.dumps(settings))
+    hint = "choose another directory or pass --overwrite (overwrite=True) to discard it"
+    if overwrite:
+        shutil.rmtree(chunk_dir, ignore_errors=True)
+        old = None
+    elif os.path.exists(cfg_path):
+        try:
+            with open(cfg_path) as f:
+                old = json.load(f)
+            if not isinstance(old, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as error:
+            raise ValueError(
+                f"out: {cfg_path} is unreadable ({error}), so the results in {out} cannot be "
+                f"checked; {hint}."
+            ) from None
+        diffs = _describe_differences(old, new)
+        if diffs:
+            raise ValueError(f"out: {out} holds a run with other settings ({diffs}); {hint}.")
+    else:
+        old = None
+        if os.path.isdir(chunk_dir) and any(files for _, _, files in os.walk(chunk_dir)):
+            raise ValueError(f"out: {out} holds chunk files but no config.json; {hint}.")
+    if old != new:  # other designs or repetitions, or a fresh start: old summaries are stale
+        for name in _OUTPUTS:
+            path = os.path.join(out, name)
+            if os.path.exists(path):
+                os.remove(path)
+    return chunk_dir
+
+
+def _chunk_layout(target, reps, experiments, nodes) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Every array of a chunk file: name -> (shape, numpy dtype kinds)."""
+    layout: dict[str, tuple[tuple[int, ...], str]] = {
+        f"metric_{m}": ((reps, experiments + 1), "f") for m in METRICS[target]
+    }
+    layout.update(
+        intervention_index=((reps, experiments), "iu"),
+        targets=((reps, experiments, nodes), "b"),
+        states=((reps, experiments, nodes), "iu"),
+        initial_states=((reps, experiments, nodes), "iu"),
+        num_events=((reps, experiments), "iu"),
+        errors=((reps,), "U"),
+    )
+    return layout
+
+
+def _load_chunk(path, target, reps, experiments, nodes) -> dict[str, np.ndarray] | None:
+    """The arrays of a finished chunk, or `None` when it must be computed: missing, or damaged
+    (then a line on stderr names the file and why)."""
+    if not os.path.exists(path):
+        return None
+    layout = _chunk_layout(target, reps, experiments, nodes)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if set(z.files) != set(layout):
+                missing, extra = set(layout) - set(z.files), set(z.files) - set(layout)
+                raise KeyError(
+                    f"missing {sorted(missing)}" if missing else f"unexpected {sorted(extra)}"
+                )
+            part = {name: z[name] for name in layout}
+        for name, (shape, kinds) in layout.items():
+            a = part[name]
+            if a.shape != shape or a.dtype.kind not in kinds:
+                raise ValueError(
+                    f"{name} has shape {a.shape} and dtype {a.dtype}, expected {shape}"
+                )
+        ok = part["errors"] == ""
+        for m in METRICS[target]:
+            if not np.all(np.isfinite(part[f"metric_{m}"][ok])):
+                raise ValueError(f"metric_{m} is not finite in a finished repetition")
+    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        print(
+            f"jaxctbn run: chunk file {path} is damaged ({type(error).__name__}: {reason}); "
+            "recomputing it.",
+            file=sys.stderr,
+        )
+        return None
+    return part
+
+
+def _record_failures(failures, design, start, errors) -> None:
+    for r, message in enumerate(np.asarray(errors, dtype=str)):
+        if message:
+            failures.setdefault(design, []).append({"repetition": start + r, "error": str(message)})
+            print(
+                f"jaxctbn run: {design} repetition {start + r} failed: {message}",
+                file=sys.stderr,
+            )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
@@ -15,6 +17,8 @@ def _prepare(scores, labels):
         raise ValueError(
             f"scores {scores.shape} and labels {labels.shape} must have the same size."
         )
+    if scores.shape[0] == 0:
+        raise ValueError("scores: empty; the AUROC/AUPR of no candidates is undefined.")
     order = jnp.argsort(-scores, stable=True)
     s = scores[order]
     y = (labels[order] > 0).astype(jnp.result_type(scores.dtype, float))
@@ -26,7 +30,8 @@ def _prepare(scores, labels):
 def auroc(scores: ArrayLike, labels: ArrayLike) -> Float[Array, ""]:
     r"""Area under the ROC curve, ties counted as one half (the Mann–Whitney statistic; equal to
     `sklearn.metrics.roc_auc_score`). Returns **NaN** when `labels` are all positive or all
-    negative: the ROC curve is then undefined (scikit-learn raises in that case)."""
+    negative: the ROC curve is then undefined (scikit-learn raises in that case);
+    [`jaxctbn.edge_auroc`][] raises instead. Empty inputs raise a `ValueError`."""
     s, y, group_end = _prepare(scores, labels)
     n = s.shape[0]
     # average rank (1-based, ascending scores) of each tie group
@@ -46,7 +51,8 @@ def aupr(scores: ArrayLike, labels: ArrayLike) -> Float[Array, ""]:
     r"""Area under the precision–recall curve as average precision,
     $\sum_j (R_j-R_{j-1})P_j$ over the distinct score thresholds (ties grouped), equal to
     `sklearn.metrics.average_precision_score`. Returns **NaN** when there is no positive label
-    (recall undefined)."""
+    (recall undefined); [`jaxctbn.edge_aupr`][] raises instead. Empty inputs raise a
+    `ValueError`."""
     s, y, group_end = _prepare(scores, labels)
     n = s.shape[0]
     tp = jnp.cumsum(y)
@@ -68,7 +74,8 @@ def _cummin_reverse(x):
 
 
 def _off_diagonal(matrix):
-    matrix = jnp.asarray(matrix)
+    if not isinstance(matrix, np.ndarray):
+        matrix = jnp.asarray(matrix)
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
         raise ValueError(f"expected a square (N, N) matrix, got shape {matrix.shape}.")
     n = matrix.shape[0]
@@ -76,14 +83,43 @@ def _off_diagonal(matrix):
     return matrix[mask]
 
 
+def _edge_metric(metric, edge_probabilities, true_adjacency, name: str):
+    """`metric` of the off-diagonal entries, with the true graph checked to have both an edge
+    and an absent edge (else the metric is undefined): a `ValueError` when the true graph is
+    concrete (it usually is, also under `jit`), an `eqx.error_if` when it is traced."""
+    scores = _off_diagonal(edge_probabilities)
+    message = (
+        f"true_adjacency: the edge {name} needs a true graph with at least one edge and one "
+        "absent edge."
+    )
+    if isinstance(true_adjacency, jax.core.Tracer):
+        labels = _off_diagonal(true_adjacency)
+        positives = jnp.sum(labels > 0)
+        bad = (positives == 0) | (positives == labels.size)
+        return eqx.error_if(metric(scores, labels), bad, message)
+    labels = np.asarray(true_adjacency)
+    if labels.ndim == 2 and labels.shape[0] == 1:
+        raise ValueError(
+            f"true_adjacency: a 1-node graph has no candidate edges; the edge {name} is "
+            "undefined (structure learning needs at least 2 nodes)."
+        )
+    labels = _off_diagonal(labels)
+    positives = int(np.sum(labels > 0))
+    if positives == 0 or positives == labels.size:
+        raise ValueError(message)
+    return metric(scores, labels)
+
+
 def edge_auroc(edge_probabilities: ArrayLike, true_adjacency: ArrayLike) -> Float[Array, ""]:
-    """AUROC of edge marginals `[m, n] = p(m -> n)` against a true adjacency (diagonal ignored)."""
-    return auroc(_off_diagonal(edge_probabilities), _off_diagonal(true_adjacency))
+    """AUROC of edge marginals `[m, n] = p(m -> n)` against a true adjacency (diagonal ignored).
+    Raises when the true graph has no edge or no absent edge (the AUROC is then undefined)."""
+    return _edge_metric(auroc, edge_probabilities, true_adjacency, "AUROC")
 
 
 def edge_aupr(edge_probabilities: ArrayLike, true_adjacency: ArrayLike) -> Float[Array, ""]:
-    """AUPR of edge marginals against a true adjacency (diagonal ignored)."""
-    return aupr(_off_diagonal(edge_probabilities), _off_diagonal(true_adjacency))
+    """AUPR of edge marginals against a true adjacency (diagonal ignored). Raises when the true
+    graph has no edge or no absent edge (as for [`jaxctbn.edge_auroc`][])."""
+    return _edge_metric(aupr, edge_probabilities, true_adjacency, "AUPR")
 
 
 def structural_hamming_distance(adjacency: ArrayLike, true_adjacency: ArrayLike) -> Array:

@@ -100,7 +100,7 @@ def test_sample_writes_csv_that_reads_back(network, tmp_path):
     out = tmp_path / "traj.csv"
     sample = ["sample", "--network", str(path), "--trajectories", "25", "--duration", "3"]
     sample += ["--intervention", "A=1", "--seed", "3"]
-    rc = main([*sample, "--max-events", "2", "--out", str(out)])
+    rc = main([*sample, "--max-events", "64", "--out", str(out)])
     assert rc == 0
     df = pd.read_csv(out)
     assert list(df.columns) == ["trajectory_id", "time", "A", "B", "intervention"]

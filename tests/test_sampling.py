@@ -272,3 +272,48 @@ def test_initial_distribution_is_sampled(getkey):
     assert np.max(np.abs(z)) < 4.5
     with pytest.raises(ValueError, match="needs 6 probabilities"):
         jc.sample_trajectory(model, jnp.ones(5) / 5, 1.0, key=getkey())
+
+
+@pytest.mark.usefixtures("no_runtime_typecheck")
+def test_sampling_argument_checks(getkey):
+    model = random_model(getkey(), (2, 2), ((), (0,)))
+    s0 = jnp.array([0, 0])
+    for bad in (-1, 0):
+        with pytest.raises(ValueError, match="num_trajectories must be >= 1"):
+            jc.sample_trajectories(model, s0, 1.0, key=getkey(), num_trajectories=bad)
+    with pytest.raises(ValueError, match="num_trajectories must be an integer"):
+        jc.sample_trajectories(model, s0, 1.0, key=getkey(), num_trajectories=2.5)  # pyright: ignore[reportArgumentType]
+    with pytest.raises(ValueError, match="max_events must be >= 1"):
+        jc.sample_trajectories(model, s0, 1.0, key=getkey(), num_trajectories=2, max_events=0)
+    with pytest.raises(ValueError, match="horizon: expected one number"):
+        jc.sample_trajectories(model, s0, jnp.ones(2), key=getkey(), num_trajectories=2)
+
+
+def test_capped_sampler_batches_doubles_and_refuses(getkey, monkeypatch, capsys):
+    """The CLI's sampler: the same paths as one big buffer, whatever the batches and however
+    the buffer grew; an estimate or a path over the cap raises."""
+    from jaxctbn import _sampling
+
+    model = random_model(getkey(), (2, 2), ((), (0,)))
+    key, R = getkey(), 5
+    inits = jnp.array([[0, 0], [1, 0], [0, 1], [1, 1], [0, 0]])
+    expect = jc.sample_trajectories(model, inits, 3.0, key=key, num_trajectories=R, max_events=64)
+    assert not expect.truncated.any()
+    monkeypatch.setattr(_sampling, "events_bound", lambda mean: 2)  # start too small: doubles
+    monkeypatch.setattr(_sampling, "_BATCH_BYTES", 2 * 2 * 16)  # batches of 2 paths
+    monkeypatch.setattr(_sampling, "_LONG_SAMPLING", 0.0)  # show the progress bar
+    got = _sampling.sample_within_cap(model, inits, 3.0, key=key, num_trajectories=R, max_events=64)
+    assert "sampling" in capsys.readouterr().err
+    m = int(expect.num_events.max())
+    assert got.max_events == m and not got.truncated.any()
+    np.testing.assert_array_equal(got.num_events, expect.num_events)
+    np.testing.assert_array_equal(got.jump_times, expect.jump_times[:, :m])
+    np.testing.assert_array_equal(got.states, expect.states[:, :m])
+    with pytest.raises(ValueError, match=f"--cap: a path of duration 3 has more than {m - 1}"):
+        _sampling.sample_within_cap(
+            model, inits, 3.0, key=key, num_trajectories=R, max_events=m - 1, name="--cap"
+        )
+    monkeypatch.undo()
+    fast = random_model(getkey(), (2, 2), ((), (0,)), scale=1e12)
+    with pytest.raises(ValueError, match=r"max_events: a path of duration 1 is expected to have"):
+        _sampling.sample_within_cap(fast, inits, 1.0, key=key, num_trajectories=R, max_events=10**6)
