@@ -45,7 +45,7 @@ def test_sample_refuses_before_sampling_when_the_cap_is_too_small(tmp_path, caps
     assert main([*base, "--network", str(slow), "--duration", "1e6"]) == 2
     assert "duration 1e+06 is expected to have up to ~2e+06 events" in _error_line(capsys)
     assert main([*base, "--network", str(slow), "--duration", "1", "--max-events", "0"]) == 2
-    assert "--max-events: must be >= 1" in _error_line(capsys)
+    assert "argument --max-events: must be an integer >= 1" in _error_line(capsys)
     assert not (tmp_path / "o.csv").exists()
 
 
@@ -81,9 +81,14 @@ def test_run_paths_and_max_events_are_checked(tmp_path, capsys):
     _, path = _network(tmp_path, 1.0)
     run = ["run", "parameters", "--network", str(path), "--out", str(tmp_path / "r")]
     assert main([*run, "--designs", "eig", "--paths", "0", "--no-progress"]) == 2
-    assert "paths: must be a positive integer, got 0" in _error_line(capsys)
+    assert "argument --paths: must be an integer >= 1, got '0'" in _error_line(capsys)
     assert main([*run, "--max-events", "0", "--no-progress"]) == 2
-    assert "max_events: must be a positive integer, got 0" in _error_line(capsys)
+    assert "argument --max-events: must be an integer >= 1, got '0'" in _error_line(capsys)
+    truth = jc.CTBN.from_json(path)
+    with pytest.raises(ValueError, match="paths: must be a positive integer, got 0"):
+        jc.ExperimentConfig(target="parameters", truth=truth, designs=("eig",), paths=0)
+    with pytest.raises(ValueError, match="max_events: must be a positive integer, got 0"):
+        jc.ExperimentConfig(target="parameters", truth=truth, max_events=0)
     task = jc.ParameterLearningTask(jc.CTBN.from_json(path))
 
     @jax.jit
