@@ -27,11 +27,24 @@ def _prepare(scores, labels):
     return s, y, group_end
 
 
+def _require_classes(value, labels, *, negatives: bool, message: str):
+    """`value`, guarded: `labels` must hold a positive (and, if `negatives`, a negative) label.
+    A `ValueError` when the labels are concrete, an `eqx.error_if` on `value` when traced."""
+    if isinstance(labels, jax.core.Tracer):
+        y = jnp.ravel(labels) > 0
+        bad = ~jnp.any(y) | (negatives & jnp.all(y))
+        return eqx.error_if(value, bad, message)
+    y = np.ravel(np.asarray(labels)) > 0
+    if not y.any() or (negatives and y.all()):
+        raise ValueError(message)
+    return value
+
+
 def auroc(scores: ArrayLike, labels: ArrayLike) -> Float[Array, ""]:
     r"""Area under the ROC curve, ties counted as one half (the Mann–Whitney statistic; equal to
-    `sklearn.metrics.roc_auc_score`). Returns **NaN** when `labels` are all positive or all
-    negative: the ROC curve is then undefined (scikit-learn raises in that case);
-    [`jaxctbn.edge_auroc`][] raises instead. Empty inputs raise a `ValueError`."""
+    `sklearn.metrics.roc_auc_score`). The ROC curve is undefined when `labels` are all positive
+    or all negative: that raises (a `ValueError` for concrete labels, an `eqx.error_if` on the
+    result under `jit`), as do empty inputs."""
     s, y, group_end = _prepare(scores, labels)
     n = s.shape[0]
     # average rank (1-based, ascending scores) of each tie group
@@ -44,15 +57,21 @@ def auroc(scores: ArrayLike, labels: ArrayLike) -> Float[Array, ""]:
     P = y.sum()
     Q = n - P
     u = (asc_rank * y).sum() - P * (P + 1) / 2
-    return jnp.where((P > 0) & (Q > 0), u / (P * Q), jnp.nan)
+    value = u / jnp.maximum(P * Q, 1.0)
+    return _require_classes(
+        value,
+        labels,
+        negatives=True,
+        message="labels: the AUROC needs at least one positive and one negative label.",
+    )
 
 
 def aupr(scores: ArrayLike, labels: ArrayLike) -> Float[Array, ""]:
     r"""Area under the precision–recall curve as average precision,
     $\sum_j (R_j-R_{j-1})P_j$ over the distinct score thresholds (ties grouped), equal to
-    `sklearn.metrics.average_precision_score`. Returns **NaN** when there is no positive label
-    (recall undefined); [`jaxctbn.edge_aupr`][] raises instead. Empty inputs raise a
-    `ValueError`."""
+    `sklearn.metrics.average_precision_score`. Recall is undefined without a positive label: that
+    raises (a `ValueError` for concrete labels, an `eqx.error_if` under `jit`), as do empty
+    inputs."""
     s, y, group_end = _prepare(scores, labels)
     n = s.shape[0]
     tp = jnp.cumsum(y)
@@ -61,8 +80,10 @@ def aupr(scores: ArrayLike, labels: ArrayLike) -> Float[Array, ""]:
     tp_end = jnp.where(group_end, tp, 0.0)
     prev_end_tp = jnp.concatenate([jnp.zeros((1,), tp.dtype), _cummax(tp_end)[:-1]])
     gain = jnp.where(group_end, tp - prev_end_tp, 0.0)
-    ap = (gain * precision).sum() / P
-    return jnp.where(P > 0, ap, jnp.nan)
+    ap = (gain * precision).sum() / jnp.maximum(P, 1.0)
+    return _require_classes(
+        ap, labels, negatives=False, message="labels: the AUPR needs at least one positive label."
+    )
 
 
 def _cummax(x):

@@ -372,11 +372,17 @@ def test_metrics_match_sklearn_with_ties():
     )
 
 
-def test_metrics_degenerate_cases_are_nan_not_crash():
+def test_metrics_degenerate_cases_raise_instead_of_nan():
     scores = jnp.array([0.1, 0.5, 0.9])
-    assert np.isnan(jc.auroc(scores, jnp.array([1, 1, 1])))
-    assert np.isnan(jc.auroc(scores, jnp.array([0, 0, 0])))
-    assert np.isnan(jc.aupr(scores, jnp.array([0, 0, 0])))
+    for labels in ([1, 1, 1], [0, 0, 0]):
+        with pytest.raises(ValueError, match="AUROC needs at least one positive and one negative"):
+            jc.auroc(scores, jnp.array(labels))
+        with pytest.raises(Exception, match="AUROC needs at least one positive and one negative"):
+            jax.jit(jc.auroc)(scores, jnp.array(labels))
+    with pytest.raises(ValueError, match="AUPR needs at least one positive label"):
+        jc.aupr(scores, jnp.array([0, 0, 0]))
+    with pytest.raises(Exception, match="AUPR needs at least one positive label"):
+        jax.vmap(jc.aupr)(scores[None], jnp.array([[0, 0, 0]]))
     np.testing.assert_allclose(jc.aupr(scores, jnp.array([1, 1, 1])), 1.0)
     with pytest.raises(ValueError, match="same size"):
         jc.auroc(scores, jnp.array([1, 0]))
