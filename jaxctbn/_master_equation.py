@@ -224,9 +224,13 @@ def _initial_distribution(
     return p.reshape(-1)
 
 
-def _check_horizon(horizon: ArrayLike, dtype) -> Float[Array, ""]:
+def _check_horizon_shape(horizon: ArrayLike) -> None:
     if jnp.ndim(horizon) != 0:
         raise ValueError(f"horizon: expected a scalar, got shape {jnp.shape(horizon)}.")
+
+
+def _check_horizon(horizon: ArrayLike, dtype) -> Float[Array, ""]:
+    _check_horizon_shape(horizon)
     horizon = jnp.asarray(horizon, dtype)
     return eqx.error_if(
         horizon,
@@ -241,10 +245,10 @@ def _prepare(
     """The checked (intervened) model, its generator and the initial distribution. Every check
     is attached to values that all of the solve's outputs are computed from: the rates to the
     model (hence the generator), the initial state and the intervention's states to `p0`."""
-    model = model.checked()
     if intervention is not None:
         intervention = intervention.checked(model)
-        # an imperfect intervention can make rates negative or NaN
+    model = model.checked()
+    if intervention is not None:  # an imperfect intervention can make rates negative or NaN
         model = intervention.apply(model).checked("cims under the intervention")
     p0 = _initial_distribution(model, initial_state, intervention)
     return model, amalgamate(model), p0
@@ -280,6 +284,7 @@ def expected_statistics(
     computed from the value it checks (`final_marginal`, `dwell_times` and the node statistics
     projected from them), so selecting any one of them under `jax.jit` still raises.
     """
+    _check_horizon_shape(horizon)
     model, gen, p0 = _prepare(model, initial_state, intervention)
     horizon = _check_horizon(horizon, p0.dtype)
     p_final, dwell = solver.solve(gen, p0, horizon)
@@ -298,6 +303,7 @@ def expected_statistics_batch(
     carry a leading batch axis (broadcast them yourself); `horizon` is shared. Uses the solver's
     batched form (one shared-step ODE solve for [`jaxctbn.DiffraxSolver`][]).
     """
+    _check_horizon_shape(horizon)
     if interventions is None:
         prepared = jax.vmap(lambda m, x: _prepare(m, x, None))(models, initial_state)
     else:

@@ -131,7 +131,7 @@ def _memory_budget(value: int | float | str | None = None) -> int:
     return int(number)
 
 
-def _format_bytes(n: float) -> str:
+def _format_bytes(n: int | float) -> str:
     if n < 1024:
         return f"{n:.0f} B"
     for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):

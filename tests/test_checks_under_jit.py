@@ -133,7 +133,9 @@ def test_expected_statistics_batch_checks_guard_every_output():
         for match, bad, guarded in ES_CASES
         if not match.startswith("horizon")
     ]
-    select = {k: ES_SELECT[k] for k in ("dwell_times", "final_marginal")}
+    # the same checks as the unbatched route (tested output by output above), through the
+    # batched solve
+    select = {"dwell_times": ES_SELECT["dwell_times"]}
     _check_outputs(program, select, _batch(good, good), cases, vmap=False)
 
 
@@ -360,7 +362,7 @@ def test_structure_posterior_statistics_checks_guard_every_output():
 
 
 def test_edge_prior_check_guards_every_output():
-    outputs = {"log_prior": lambda p: p.log_prior[0], "edges": lambda p: p.edge_marginals()}
+    outputs = {"log_prior": lambda p: p.log_prior[0]}  # the check's only output
 
     def program(select):
         def f(edge_prior):
