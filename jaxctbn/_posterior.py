@@ -178,12 +178,13 @@ def path_log_likelihood(model: CTBN, statistics: SufficientStatistics) -> Float[
 
     Differentiable in the rates: use it to fit rates, imperfect-intervention strengths or a
     network that outputs rates by gradient descent. A transition observed where the model's rate
-    is zero gives $-\infty$."""
+    is zero gives $-\infty$; negative or NaN rates are an error (`eqx.error_if`)."""
     if statistics.parents != model.parents or statistics.cardinalities != model.cardinalities:
         raise ValueError("statistics: computed for another graph or cardinalities than model.")
+    cims = model.checked().cims  # a negative or NaN rate would give NaN, not an error
     return jnp.asarray(
         sum(
             poisson_path_log_likelihood(q, st.transitions, st.dwell_times)
-            for q, st in zip(model.cims, statistics.pooled())
+            for q, st in zip(cims, statistics.pooled())
         )
     )

@@ -63,9 +63,16 @@ def _check_trajectories(
       finite and $\ge0$; the real jump times finite, non-decreasing and in `[0, duration]`.
     """
     cards = tuple(int(k) for k in cardinalities)
+    _check_states_now(trajectories, cards, names)  # also checks the shapes
+    return _guard_trajectories(trajectories, cards, None if names is None else tuple(names))
+
+
+@eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
+def _guard_trajectories(
+    t: Trajectories, cards: tuple[int, ...], names: tuple[str, ...] | None
+) -> Trajectories:
+    """The value checks of `_check_trajectories`, attached to every field of `t`."""
     N = len(cards)
-    t = trajectories
-    _check_states_now(t, cards, names)  # also checks the shapes
     batch, E = _check_shapes(t, cards)
     labels = [_node_label(n, names) for n in range(N)]
     valid = jnp.arange(E) < jnp.asarray(t.num_events)[..., None]  # (..., E): real jumps

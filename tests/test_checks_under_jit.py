@@ -422,3 +422,13 @@ def test_traced_prior_parameters_are_checked():
         ("tau: prior parameters must be > 0", (jnp.asarray(0.0),), ("score1",)),
     ]
     _check_outputs(lambda select: select, outputs, good, cases)
+
+
+def test_path_log_likelihood_checks_the_rates():
+    stats = jc.SufficientStatistics.from_trajectories(_trajectories(*T_GOOD), (2, 2), ((), (0,)))
+
+    def f(cim_a):
+        return jc.path_log_likelihood(_model(cim_a), stats)
+
+    cases = [("cims['A']: conditional intensity matrices have negative", (NEG_RATE,), None)]
+    _check_outputs(lambda select: f, {"loglik": None}, (CIM_A,), cases)

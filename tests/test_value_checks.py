@@ -135,3 +135,16 @@ def test_memory_budget_parsing(monkeypatch):
     for bad in ("-1", "8X", 0):
         with pytest.raises(ValueError, match="memory_budget: expected a positive number"):
             _memory_budget(bad)
+
+
+def test_padded_ctbn_parent_index_is_checked():
+    cims = (jnp.zeros((2, 2, 2)), jnp.zeros((2, 2, 2)))
+    for index, match in [
+        ((jnp.array([2]), jnp.array([-1])), r"node 'A' holds 2; entries must be .* in 0\.\.1"),
+        ((jnp.array([0]), jnp.array([-1])), r"node 'A' holds 0"),
+        ((jnp.array([-1, -1]), jnp.array([0, 0])), r"node 'B' lists a parent twice"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            jc.PaddedCTBN(cims=cims, parent_index=index, names=("A", "B"), cardinalities=(2, 2))
+    padded = MODEL.padded(max_parents=1)
+    assert [np.asarray(i).tolist() for i in padded.parent_index] == [[-1], [0]]
