@@ -189,12 +189,11 @@ def _memory_parts(
         K = sum(cards)
         Kp = 1 + sum(k - 1 for k in cards)
         cols = K + sum(k * (k - 1) for k in cards)
-        S = math.prod(cards)
-        eff = min(rows, S) if S <= rows else rows
+        rows_summed = min(rows, math.prod(cards))  # rows are summed per global state first
         size = itemsize * (
             rows * K
             + events * (cols - K)
-            + 2 * min(chunk, max(eff, 1)) * Kp * (Kp + 1) / 2
+            + 2 * min(chunk, max(rows_summed, 1)) * Kp * (Kp + 1) / 2
             + cols * (Kp * (Kp + 1) / 2 + Kp * Kp + Kp * K + 2 * K * K)
             + 2 * max(k * k for k in cards) * K * K
         )
@@ -242,12 +241,44 @@ def _check_memory(
     )
 
 
-def _choose_method(method, max_width, parts_for, budget) -> str:
-    """`"auto"`: matmul for in-degree <= 2 unless its temporaries exceed the budget."""
+def _plan_family_statistics(
+    what: str,
+    trajectories: Trajectories,
+    cards: tuple[int, ...],
+    set_shapes: Sequence[tuple[int, int]],
+    *,
+    method: str,
+    chunk: int,
+    names: Sequence[str] | None,
+    budget: int,
+    largest_states=None,
+) -> str:
+    """The route of `family_statistics` (`"auto"`: matmul for in-degree <= 2 unless its
+    temporaries exceed the budget), after checking the estimated memory of the request against
+    `budget` (`ValueError` naming the large part). `largest_states`: an optional callable giving
+    each node's largest state in the data, for the message."""
+    num_paths, slots = (int(d) for d in trajectories.jump_times.shape)
+
+    def parts_for(route):
+        return _memory_parts(
+            cards,
+            set_shapes,
+            rows=num_paths * (slots + 1),
+            events=num_paths * slots,
+            method=route,
+            chunk=chunk,
+            itemsize=jnp.dtype(trajectories.jump_times.dtype).itemsize,
+            names=names,
+        )
+
     if method == "auto":
-        if max_width <= 2 and sum(p[0] for p in parts_for("matmul")) <= budget:
-            return "matmul"
-        return "scatter"
+        width = max((w for _, w in set_shapes), default=0)
+        fits = sum(p[0] for p in parts_for("matmul")) <= budget
+        method = "matmul" if width <= 2 and fits else "scatter"
+    parts = parts_for(method)
+    if sum(p[0] for p in parts) > budget:
+        observed = None if largest_states is None else largest_states()
+        _check_memory(what, parts, budget, largest_states=observed)
     return method
 
 
@@ -469,26 +500,21 @@ def family_statistics(
         )
     if method not in ("auto", "scatter", "matmul"):
         raise ValueError(f"method must be 'auto', 'scatter' or 'matmul', got {method!r}.")
+    if names is not None and len(names) != len(cards):
+        raise ValueError(f"names: need {len(cards)} node names, got {len(names)}.")
     max_k = max(jnp.shape(s)[-1] for s in parent_sets)
     if method == "matmul" and max_k > 2:
         raise ValueError("method='matmul' supports at most 2 parents; use 'scatter'.")
-    budget = _memory_budget(memory_budget)
-    num_paths, slots = (int(d) for d in trajectories.jump_times.shape)
-
-    def parts_for(route):
-        return _memory_parts(
-            cards,
-            [(int(jnp.shape(s)[0]), int(jnp.shape(s)[-1])) for s in parent_sets],
-            rows=num_paths * (slots + 1),
-            events=num_paths * slots,
-            method=route,
-            chunk=chunk,
-            itemsize=jnp.dtype(trajectories.jump_times.dtype).itemsize,
-            names=names,
-        )
-
-    method = _choose_method(method, max_k, parts_for, budget)
-    _check_memory("family_statistics", parts_for(method), budget)
+    method = _plan_family_statistics(
+        "family_statistics",
+        trajectories,
+        cards,
+        [(int(jnp.shape(s)[0]), int(jnp.shape(s)[-1])) for s in parent_sets],
+        method=method,
+        chunk=chunk,
+        names=names,
+        budget=_memory_budget(memory_budget),
+    )
     use_matmul = method == "matmul"
     # every statistic below is computed from the checked trajectories
     trajectories = _check_trajectories(trajectories, cards, names)
@@ -657,8 +683,10 @@ class StructurePosterior(AbstractPosterior):
         run; add experiments with [`jaxctbn.StructurePosterior.update`][]. The memory of the
         statistics tables is estimated first and checked against the budget as in
         [`jaxctbn.family_statistics`][]."""
-        cards = tuple(int(k) for k in cardinalities)
+        names, cards = tuple(names), tuple(int(k) for k in cardinalities)
         N = len(cards)
+        if len(names) != N:
+            raise ValueError(f"names: need {N} node names, got {len(names)}.")
         sets = candidate_parent_sets(
             N, max_parents, required_edges=required_edges, forbidden_edges=forbidden_edges
         )
@@ -670,7 +698,7 @@ class StructurePosterior(AbstractPosterior):
             method=None,
             chunk=1,
             itemsize=jnp.dtype(float).itemsize,
-            names=tuple(names),
+            names=names,
         )
         _check_memory("StructurePosterior.from_prior", parts, _memory_budget(memory_budget))
         Ms, Ts = [], []
@@ -873,27 +901,17 @@ def learn_structure(
         len(cards), max_parents, required_edges=required_edges, forbidden_edges=forbidden_edges
     )
     if method in ("auto", "scatter", "matmul") and trajectories.jump_times.ndim == 2:
-        R, E = (int(d) for d in trajectories.jump_times.shape)
-        width = max_parents
-
-        def parts_for(route):
-            return _memory_parts(
-                cards,
-                [(int(S.shape[0]), width) for S in sets],
-                rows=R * (E + 1),
-                events=R * E,
-                method=route,
-                chunk=4096,
-                itemsize=jnp.dtype(trajectories.jump_times.dtype).itemsize,
-                names=names,
-            )
-
-        method = _choose_method(method, width, parts_for, budget)
-        _check_memory(
+        # checked here too (not only when family_statistics is traced) for the data's states
+        method = _plan_family_statistics(
             "learn_structure",
-            parts_for(method),
-            budget,
-            largest_states=_largest_states(trajectories),
+            trajectories,
+            cards,
+            [(int(S.shape[0]), int(S.shape[-1])) for S in sets],
+            method=method,
+            chunk=4096,
+            names=names,
+            budget=budget,
+            largest_states=lambda: _largest_states(trajectories),
         )
     return _learn_structure(
         trajectories,
