@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import equinox as eqx
+import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
@@ -419,6 +421,23 @@ class PaddedCTBN(AbstractCTBN):
             raise ValueError(
                 "PaddedCTBN: cims, parent_index and cardinalities need one entry per node."
             )
+        N = len(self.cardinalities)
+        for n, index in enumerate(self.parent_index):
+            if isinstance(index, jax.core.Tracer):
+                continue  # built inside jit: the index was computed, not given
+            index = np.asarray(index)
+            bad = (index < -1) | (index >= N) | (index == n)
+            if bad.any():
+                raise ValueError(
+                    f"PaddedCTBN: parent_index of node {self.names[n]!r} holds "
+                    f"{int(index[bad].flat[0])}; entries must be other nodes' indices in "
+                    f"0..{N - 1}, or -1 for an empty slot."
+                )
+            present = np.sort(np.where(index >= 0, index, -1 - np.arange(index.shape[-1])), -1)
+            if (np.diff(present, axis=-1) == 0).any():
+                raise ValueError(
+                    f"PaddedCTBN: parent_index of node {self.names[n]!r} lists a parent twice."
+                )
 
     def parent_list(self, node: int) -> Int[Array | np.ndarray, "*batch max_parents"]:
         return self.parent_index[node]

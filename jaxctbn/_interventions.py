@@ -6,6 +6,8 @@ import itertools
 from collections.abc import Mapping, Sequence
 
 import equinox as eqx
+import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
@@ -40,6 +42,15 @@ class Intervention(eqx.Module):
                 f"Intervention: targets {jnp.shape(self.targets)} and states "
                 f"{jnp.shape(self.states)} must have the same shape (one entry per node)."
             )
+        # the upper bound needs the model's cardinalities: see `checked`
+        if _is_concrete(self.targets, self.states):
+            bad = np.asarray(self.targets, bool) & (np.asarray(self.states) < 0)
+            if bad.any():
+                index = tuple(np.argwhere(bad)[0])
+                raise ValueError(
+                    f"intervention: clamped state {int(np.asarray(self.states)[index])} of node "
+                    f"{index[-1]} must be >= 0."
+                )
 
     @property
     def num_nodes(self) -> int:
@@ -88,12 +99,51 @@ class Intervention(eqx.Module):
             )
         return eqx.tree_at(lambda i: i.replacement_cims, self, cims, is_leaf=lambda x: x is None)
 
-    def apply(self, model: AbstractCTBN) -> AbstractCTBN:
-        """The intervened model: replaced/scaled CIMs, and zero rates for clamped nodes."""
+    def checked(self, model: AbstractCTBN) -> "Intervention":
+        """The same intervention, with every clamped state checked against `model`'s
+        cardinalities (`0..k-1`): a `ValueError` now when the states are concrete, otherwise an
+        `eqx.error_if` attached to the returned states (so everything computed from them is
+        guarded). Messages name the intervention, the node and its valid states."""
         if self.num_nodes != model.num_nodes:
             raise ValueError(
                 f"intervention: has {self.num_nodes} nodes, the model has {model.num_nodes}."
             )
+        cards = model.cardinalities
+        if _is_concrete(self.targets, self.states):
+            states = np.asarray(self.states)
+            bad = np.asarray(self.targets, bool) & ((states < 0) | (states >= np.asarray(cards)))
+            if bad.any():
+                index = tuple(np.argwhere(bad)[0])
+                n = index[-1]
+                raise ValueError(
+                    f"intervention: clamped state {int(states[index])} of node "
+                    f"{model.names[n]!r} must be in 0..{cards[n] - 1}."
+                )
+            return self
+        states = jnp.asarray(self.states)
+        bad = jnp.asarray(self.targets) & ((states < 0) | (states >= jnp.asarray(cards)))
+        per_node = bad.reshape(-1, len(cards)).any(0)
+        states = eqx.branched_error_if(
+            states,
+            per_node.any(),
+            jnp.argmax(per_node),
+            [
+                f"intervention: clamped state of node {name!r} must be in 0..{k - 1}."
+                for name, k in zip(model.names, cards)
+            ],
+        )
+        return eqx.tree_at(lambda i: i.states, self, states)
+
+    def apply(self, model: AbstractCTBN) -> AbstractCTBN:
+        """The intervened model: replaced/scaled CIMs, and zero rates for clamped nodes.
+        Concrete clamped states are checked against the model here (`ValueError`); inside jit
+        use [`jaxctbn.Intervention.checked`][] on the intervention whose `states` you use."""
+        if self.num_nodes != model.num_nodes:
+            raise ValueError(
+                f"intervention: has {self.num_nodes} nodes, the model has {model.num_nodes}."
+            )
+        if _is_concrete(self.targets, self.states):
+            self.checked(model)
         cims = []
         for n, cim in enumerate(model.cims):
             new = None if self.replacement_cims is None else self.replacement_cims[n]
@@ -119,6 +169,11 @@ class Intervention(eqx.Module):
         """The perfect part as `{name: state}` (concrete arrays only)."""
         t, s = np.asarray(self.targets), np.asarray(self.states)
         return {model.names[n]: int(s[n]) for n in range(model.num_nodes) if t[n]}
+
+
+def _is_concrete(*arrays) -> bool:
+    """Whether every array is a concrete value (not a tracer inside jit / vmap / grad)."""
+    return not any(isinstance(a, jax.core.Tracer) for a in arrays)
 
 
 def intervention_space(cardinalities: Sequence[int]) -> Intervention:

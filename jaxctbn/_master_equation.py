@@ -165,7 +165,20 @@ def initial_distribution(
     `initial_state` is an integer array of node states `(N,)` (a point mass) or a float array: a
     distribution over the global states `(S,)` or a tensor with one axis per node. Under a perfect
     intervention, clamped nodes are moved to their clamped state (their marginal mass is kept).
+
+    Values are checked inside jit (`eqx.error_if` on the result): node states in `0..k-1`,
+    probabilities finite, non-negative and summing to 1, clamped states of the intervention in
+    `0..k-1` (reported as the intervention's, not as `initial_state`).
     """
+    if intervention is not None:
+        intervention = intervention.checked(model)
+    return _initial_distribution(model, initial_state, intervention)
+
+
+def _initial_distribution(
+    model: AbstractCTBN, initial_state: ArrayLike, intervention: Intervention | None
+) -> Float[Array, " global_states"]:
+    """`initial_distribution` for an intervention already passed through `checked(model)`."""
     initial_state = jnp.asarray(initial_state)
     cards = model.cardinalities
     S = model.num_global_states
@@ -175,13 +188,19 @@ def initial_distribution(
             raise ValueError(
                 f"initial_state: expected {model.num_nodes} node states, got shape {initial_state.shape}."
             )
-        if intervention is not None:
+        bad = (initial_state < 0) | (initial_state >= jnp.asarray(cards))
+        if intervention is not None:  # a clamped node's given state is replaced, not used
+            bad = bad & ~intervention.targets
             initial_state = intervention.initial_states(initial_state)
-        bad = jnp.any((initial_state < 0) | (initial_state >= jnp.asarray(cards)))
-        initial_state = eqx.error_if(
+        initial_state = eqx.branched_error_if(
             initial_state,
-            bad,
-            f"initial_state: node states must be in 0..k-1 for cardinalities {cards}.",
+            jnp.any(bad),
+            jnp.argmax(bad),
+            [
+                f"initial_state: node states must be in 0..k-1; node {name!r} has states "
+                f"0..{k - 1}."
+                for name, k in zip(model.names, cards)
+            ],
         )
         return jnp.zeros((S,), dtype).at[global_state_index(initial_state, cards)].set(1.0)
     if initial_state.size != S:
@@ -205,7 +224,13 @@ def initial_distribution(
     return p.reshape(-1)
 
 
+def _check_horizon_shape(horizon: ArrayLike) -> None:
+    if jnp.ndim(horizon) != 0:
+        raise ValueError(f"horizon: expected a scalar, got shape {jnp.shape(horizon)}.")
+
+
 def _check_horizon(horizon: ArrayLike, dtype) -> Float[Array, ""]:
+    _check_horizon_shape(horizon)
     horizon = jnp.asarray(horizon, dtype)
     return eqx.error_if(
         horizon,
@@ -217,10 +242,15 @@ def _check_horizon(horizon: ArrayLike, dtype) -> Float[Array, ""]:
 def _prepare(
     model: AbstractCTBN, initial_state: ArrayLike, intervention: Intervention | None
 ) -> tuple[AbstractCTBN, AbstractGenerator, Float[Array, " global_states"]]:
+    """The checked (intervened) model, its generator and the initial distribution. Every check
+    is attached to values that all of the solve's outputs are computed from: the rates to the
+    model (hence the generator), the initial state and the intervention's states to `p0`."""
+    if intervention is not None:
+        intervention = intervention.checked(model)
     model = model.checked()
     if intervention is not None:  # an imperfect intervention can make rates negative or NaN
         model = intervention.apply(model).checked("cims under the intervention")
-    p0 = initial_distribution(model, initial_state, intervention)
+    p0 = _initial_distribution(model, initial_state, intervention)
     return model, amalgamate(model), p0
 
 
@@ -238,7 +268,7 @@ def expected_statistics(
 
     - `model`: a [`jaxctbn.CTBN`][] or [`jaxctbn.PaddedCTBN`][].
     - `initial_state`: an initial state (ints, one per node) or distribution (floats).
-    - `horizon`: $\tau>0$.
+    - `horizon`: $\tau>0$, a scalar.
     - `intervention`: an optional [`jaxctbn.Intervention`][].
     - `solver`: a master-equation solver (default [`jaxctbn.Uniformisation`][], the fastest
       exact route measured in `benchmarks/bench_master_equation.py`).
@@ -247,7 +277,14 @@ def expected_statistics(
 
     Pure: works under `jax.jit`, `jax.vmap` (over models, interventions, initial states) and
     `jax.grad` (with respect to the rates).
+
+    Shapes are checked now (`ValueError`); values inside jit (`eqx.error_if`): rates of the model
+    and of the intervened model finite and $\ge0$, node states and clamped states in `0..k-1`, a
+    distribution that sums to 1, $\tau$ positive and finite. Each check guards every array
+    computed from the value it checks (`final_marginal`, `dwell_times` and the node statistics
+    projected from them), so selecting any one of them under `jax.jit` still raises.
     """
+    _check_horizon_shape(horizon)
     model, gen, p0 = _prepare(model, initial_state, intervention)
     horizon = _check_horizon(horizon, p0.dtype)
     p_final, dwell = solver.solve(gen, p0, horizon)
@@ -266,6 +303,7 @@ def expected_statistics_batch(
     carry a leading batch axis (broadcast them yourself); `horizon` is shared. Uses the solver's
     batched form (one shared-step ODE solve for [`jaxctbn.DiffraxSolver`][]).
     """
+    _check_horizon_shape(horizon)
     if interventions is None:
         prepared = jax.vmap(lambda m, x: _prepare(m, x, None))(models, initial_state)
     else:

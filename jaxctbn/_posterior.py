@@ -102,26 +102,32 @@ class RatePosterior(AbstractPosterior):
 
     def update(self, pooled: Sequence[NodeStatistics]) -> "RatePosterior":
         r"""Add pooled statistics (one [`jaxctbn.NodeStatistics`][] per node, for this graph):
-        $\bar\alpha\mathrel{+}=M$, $\bar\beta\mathrel{+}=T$. Statistics must be non-negative."""
+        $\bar\alpha\mathrel{+}=M$, $\bar\beta\mathrel{+}=T$. Statistics must be finite and
+        non-negative (checked inside jit; the check guards every `alpha` and `beta`)."""
         if len(pooled) != len(self.alpha):
             raise ValueError(f"statistics: need one entry per node ({len(self.alpha)}).")
-        alphas, betas = [], []
         for n, (a, b, st) in enumerate(zip(self.alpha, self.beta, pooled)):
             if st.transitions.shape != a.shape or st.dwell_times.shape != b.shape:
                 raise ValueError(
                     f"statistics of node {self.names[n]!r}: shapes {st.transitions.shape} and "
                     f"{st.dwell_times.shape}, expected {a.shape} and {b.shape}."
                 )
-            M = eqx.error_if(
-                st.transitions,
-                jnp.any(st.transitions < 0) | jnp.any(~jnp.isfinite(st.transitions)),
-                "statistics: transition counts must be finite and >= 0.",
-            )
-            T = eqx.error_if(
-                st.dwell_times,
-                jnp.any(st.dwell_times < 0) | jnp.any(~jnp.isfinite(st.dwell_times)),
-                "statistics: dwell times must be finite and >= 0.",
-            )
+        # one check over all nodes, attached to all statistics: every alpha and beta is guarded
+        stats = [(st.transitions, st.dwell_times) for st in pooled]
+        preds = jnp.stack(
+            [jnp.any((M < 0) | ~jnp.isfinite(M)) for M, _ in stats]
+            + [jnp.any((T < 0) | ~jnp.isfinite(T)) for _, T in stats]
+        )
+        msgs = [
+            f"statistics of node {name!r}: transition counts must be finite and >= 0."
+            for name in self.names
+        ] + [
+            f"statistics of node {name!r}: dwell times must be finite and >= 0."
+            for name in self.names
+        ]
+        stats = eqx.branched_error_if(stats, preds.any(), jnp.argmax(preds), msgs)
+        alphas, betas = [], []
+        for a, b, (M, T) in zip(self.alpha, self.beta, stats):
             k = a.shape[-1]
             alphas.append(a + jnp.where(off_diagonal(k), M, 0.0))
             betas.append(b + T)
@@ -172,12 +178,13 @@ def path_log_likelihood(model: CTBN, statistics: SufficientStatistics) -> Float[
 
     Differentiable in the rates: use it to fit rates, imperfect-intervention strengths or a
     network that outputs rates by gradient descent. A transition observed where the model's rate
-    is zero gives $-\infty$."""
+    is zero gives $-\infty$; negative or NaN rates are an error (`eqx.error_if`)."""
     if statistics.parents != model.parents or statistics.cardinalities != model.cardinalities:
         raise ValueError("statistics: computed for another graph or cardinalities than model.")
+    cims = model.checked().cims  # a negative or NaN rate would give NaN, not an error
     return jnp.asarray(
         sum(
             poisson_path_log_likelihood(q, st.transitions, st.dwell_times)
-            for q, st in zip(model.cims, statistics.pooled())
+            for q, st in zip(cims, statistics.pooled())
         )
     )

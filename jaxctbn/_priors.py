@@ -89,8 +89,14 @@ class AbstractPrior(eqx.Module):
         """Raise `ValueError` if per-node parameters do not match `num_nodes`."""
 
 
-def _node_value(value, node: int) -> Array:
-    return jnp.asarray(value, dtype=float) if jnp.ndim(value) == 0 else value[node]
+def _node_value(value, node: int, name: str) -> Array:
+    """Node `node`'s value of a scalar or per-node parameter. Concrete values were checked at
+    construction; a traced one (a prior built inside jit or vmap) is checked here, and every
+    use of the parameter goes through this."""
+    out = jnp.asarray(value, dtype=float) if jnp.ndim(value) == 0 else value[node]
+    if isinstance(value, jax.core.Tracer):
+        out = eqx.error_if(out, ~(out > 0), f"{name}: prior parameters must be > 0.")
+    return out
 
 
 def _check_length(value, num_nodes: int, name: str) -> None:
@@ -123,7 +129,7 @@ class GammaPrior(AbstractPrior):
 
     def node_parameters(self, node: int) -> tuple[Array, Array]:
         """$(\\alpha, \\beta)$ of `node`."""
-        return _node_value(self.alpha, node), _node_value(self.beta, node)
+        return _node_value(self.alpha, node, "alpha"), _node_value(self.beta, node, "beta")
 
     def log_marginal_likelihood(self, node, transitions, dwell_times, num_configs):
         alpha, beta = self.node_parameters(node)
@@ -188,8 +194,8 @@ class NodelmanPrior(AbstractPrior):
         r"""$(\alpha_{xx'u}, \tau_{xu})$ of `node` with `k` states and `num_configs` parent
         configurations."""
         U = jnp.asarray(num_configs, dtype)
-        a_xx = _node_value(self.alpha, node) / ((k - 1) * k * U)
-        tau = _node_value(self.tau, node) / (k * U)
+        a_xx = _node_value(self.alpha, node, "alpha") / ((k - 1) * k * U)
+        tau = _node_value(self.tau, node, "tau") / (k * U)
         return a_xx, tau
 
     def log_marginal_likelihood(self, node, transitions, dwell_times, num_configs):

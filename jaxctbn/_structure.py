@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import re
 from collections.abc import Sequence
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -33,7 +36,7 @@ from ._layout import (
 from ._posterior import AbstractPosterior
 from ._priors import AbstractPrior, GammaPrior
 from ._sampling import Trajectories
-from ._statistics import _check_complete, segments
+from ._statistics import _check_states_now, _check_trajectories, segments
 
 
 # --------------------------------------------------------------------------- candidates
@@ -98,6 +101,187 @@ def candidate_parent_sets(
     )
 
 
+# --------------------------------------------------------------------------- memory
+DEFAULT_MEMORY_BUDGET = 4 * 2**30
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def _memory_budget(value: int | float | str | None = None) -> int:
+    """The memory budget of structure learning in bytes: `value` if given, else the environment
+    variable `JAXCTBN_MEMORY_BUDGET`, else 4 GiB. A number of bytes, or a number with a binary
+    suffix `K`, `M`, `G` or `T` (`"8G"`, `"512MiB"`, `"1.5 GB"` = 1.5 GiB)."""
+    source = "memory_budget"
+    if value is None:
+        value = os.environ.get("JAXCTBN_MEMORY_BUDGET")
+        source = "JAXCTBN_MEMORY_BUDGET"
+        if value is None or not value.strip():
+            return DEFAULT_MEMORY_BUDGET
+    number = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str):
+        match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*", value, re.I)
+        if match:
+            number = float(match.group(1)) * _UNITS[match.group(2).upper()]
+    if number is None or not number > 0 or not math.isfinite(number):
+        raise ValueError(
+            f"{source}: expected a positive number of bytes such as 8000000000 or 8G, "
+            f"got {value!r}."
+        )
+    return int(number)
+
+
+def _format_bytes(n: int | float) -> str:
+    if n < 1024:
+        return f"{n:.0f} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        n /= 1024
+        if n < 1024 or unit == "PiB":
+            return f"{n:.1f} {unit}" if n < 1e4 else f"{n:.2g} {unit}"
+    raise AssertionError
+
+
+def _label(n: int, names: Sequence[str] | None) -> str:
+    return f"node {names[n]!r}" if names is not None else f"node {n}"
+
+
+def _memory_parts(
+    cards: tuple[int, ...],
+    set_shapes: Sequence[tuple[int, int]],
+    *,
+    rows: int,
+    events: int,
+    method: str | None,
+    chunk: int,
+    itemsize: int,
+    names: Sequence[str] | None,
+) -> list[tuple[float, str, str]]:
+    """Estimated bytes of the large arrays of `family_statistics` + scoring, as
+    `(bytes, what, kind)`: the per-node statistics tables (`kind="tables"`), the route's
+    temporaries (`"scatter"`, `"matmul"`) and the path segments (`"segments"`). XLA keeps a
+    few copies of each, hence the factors; the estimate aims at the right order of magnitude."""
+    N = len(cards)
+    parts = []
+    for n, (sets, width) in enumerate(set_shapes):
+        k = cards[n]
+        configs = max_configs(n, cards, width)
+        # statistics, their copy in the posterior, and the scoring's elementwise temporaries
+        size = 6.0 * sets * configs * k * (k + 1) * itemsize
+        parts.append(
+            (
+                size,
+                f"{_label(n, names)} has {k} states: {sets} candidate parent sets x {configs} "
+                f"parent configurations x {k}x{k} transition tables",
+                "tables",
+            )
+        )
+        if method == "scatter":  # per candidate set: config index, bins and weights per row
+            size = 8.0 * sets * (rows + events) * (width + 4)
+            parts.append(
+                (
+                    size,
+                    f"method='scatter' for {_label(n, names)}: {sets} candidate parent sets x "
+                    f"{rows + events} path segments and jumps",
+                    "scatter",
+                )
+            )
+    if method == "matmul":
+        K = sum(cards)
+        Kp = 1 + sum(k - 1 for k in cards)
+        cols = K + sum(k * (k - 1) for k in cards)
+        rows_summed = min(rows, math.prod(cards))  # rows are summed per global state first
+        size = itemsize * (
+            rows * K
+            + events * (cols - K)
+            + 2 * min(chunk, max(rows_summed, 1)) * Kp * (Kp + 1) / 2
+            + cols * (Kp * (Kp + 1) / 2 + Kp * Kp + Kp * K + 2 * K * K)
+            + 2 * max(k * k for k in cards) * K * K
+        )
+        parts.append(
+            (
+                size,
+                f"the co-occupancy tables of method='matmul': {cols} weight columns x {K}x{K} "
+                "one-hot states",
+                "matmul",
+            )
+        )
+    parts.append(
+        (8.0 * (rows + 2 * events) * (N + 3), f"{rows} path segments of {N} nodes", "segments")
+    )
+    return parts
+
+
+def _check_memory(
+    what: str,
+    parts: list[tuple[float, str, str]],
+    budget: int,
+    *,
+    largest_states: Sequence[int] | None = None,
+) -> None:
+    """Raise a one-line `ValueError` when the estimated `parts` exceed `budget` bytes."""
+    total = sum(size for size, _, _ in parts)
+    if total <= budget:
+        return
+    size, part, kind = max(parts, key=lambda p: p[0])
+    hints = {
+        "tables": "check the data for a mistyped state or give the right cardinalities, or lower "
+        "max_parents",
+        "scatter": "pass fewer trajectories at a time (FamilyStatistics add up: a + b)",
+        "matmul": "use method='scatter'",
+        "segments": "pass fewer trajectories at a time (FamilyStatistics add up: a + b)",
+    }
+    observed = ""
+    if largest_states is not None and kind == "tables":
+        observed = f" (largest states in the data: {list(largest_states)})"
+    raise ValueError(
+        f"{what}: needs about {_format_bytes(total)}, more than the memory budget of "
+        f"{_format_bytes(budget)}; the largest part: {part} ({_format_bytes(size)}){observed}. "
+        f"To reduce it, {hints[kind]}; or raise the budget with JAXCTBN_MEMORY_BUDGET (e.g. "
+        "JAXCTBN_MEMORY_BUDGET=16G) or memory_budget= if the machine has the memory."
+    )
+
+
+def _plan_family_statistics(
+    what: str,
+    trajectories: Trajectories,
+    cards: tuple[int, ...],
+    set_shapes: Sequence[tuple[int, int]],
+    *,
+    method: str,
+    chunk: int,
+    names: Sequence[str] | None,
+    budget: int,
+    largest_states=None,
+) -> str:
+    """The route of `family_statistics` (`"auto"`: matmul for in-degree <= 2 unless its
+    temporaries exceed the budget), after checking the estimated memory of the request against
+    `budget` (`ValueError` naming the large part). `largest_states`: an optional callable giving
+    each node's largest state in the data, for the message."""
+    num_paths, slots = (int(d) for d in trajectories.jump_times.shape)
+
+    def parts_for(route):
+        return _memory_parts(
+            cards,
+            set_shapes,
+            rows=num_paths * (slots + 1),
+            events=num_paths * slots,
+            method=route,
+            chunk=chunk,
+            itemsize=jnp.dtype(trajectories.jump_times.dtype).itemsize,
+            names=names,
+        )
+
+    if method == "auto":
+        width = max((w for _, w in set_shapes), default=0)
+        fits = sum(p[0] for p in parts_for("matmul")) <= budget
+        method = "matmul" if width <= 2 and fits else "scatter"
+    parts = parts_for(method)
+    if sum(p[0] for p in parts) > budget:
+        observed = None if largest_states is None else largest_states()
+        _check_memory(what, parts, budget, largest_states=observed)
+    return method
+
+
 # --------------------------------------------------------------------------- statistics
 class FamilyStatistics(eqx.Module):
     r"""Pooled statistics of every node projected onto each of its candidate parent sets.
@@ -126,9 +310,9 @@ class FamilyStatistics(eqx.Module):
         )
 
 
-def _segments(trajectories: Trajectories):
-    """Flattened segments (state, dwell, trajectory) and events (pre, post state, trajectory)."""
-    t = _check_complete(trajectories)
+def _segments(t: Trajectories):
+    """Flattened segments (state, dwell, trajectory) and events (pre, post state, trajectory)
+    of checked trajectories."""
     R, E = t.jump_times.shape
     seg_states, dwell, valid_event = jax.vmap(segments)(t)  # (R, E+1, N), (R, E+1), (R, E)
     traj = jnp.broadcast_to(jnp.arange(R)[:, None], (R, E + 1))
@@ -280,14 +464,28 @@ def family_statistics(
     *,
     method: str = "auto",
     chunk: int = 4096,
+    names: Sequence[str] | None = None,
+    memory_budget: int | float | str | None = None,
 ) -> FamilyStatistics:
     r"""Pooled statistics of each node under each of its candidate parent sets, from a batch of
     trajectories (one leading axis), in one jittable computation.
 
     `method`: `"scatter"` (one segment sum per candidate set, any in-degree), `"matmul"`
     (in-degree <= 2: all three-way co-occupancy sums at once by matrix products, much faster for
-    many nodes), or `"auto"` (matmul when possible). Both routes give the same numbers (tested).
-    `chunk` (static) is the number of path segments per matrix product in the matmul route.
+    many nodes and few states), or `"auto"` (matmul when possible and within the memory budget).
+    Both routes give the same numbers (tested). `chunk` (static) is the number of path segments
+    per matrix product in the matmul route.
+
+    **Checks.** The trajectories' node states must be in `0..k-1` for `cardinalities` (a
+    `ValueError` naming the node when the arrays are concrete, an `eqx.error_if` inside jit; a
+    state $\ge k$ would otherwise silently drop its time); no path may be truncated and times
+    must be valid. `names` (optional) names the nodes in messages.
+
+    **Memory.** Before allocating anything, the memory of the request is estimated from the
+    cardinalities, the number of candidate parent sets and their configurations, the number of
+    path segments and the route. Above the budget (`memory_budget`, bytes or e.g. `"8G"`; default
+    the environment variable `JAXCTBN_MEMORY_BUDGET`, else 4 GiB) this raises a one-line
+    `ValueError` that says what is large and how to reduce it.
     """
     cards = tuple(int(k) for k in cardinalities)
     if len(parent_sets) != len(cards):
@@ -302,11 +500,25 @@ def family_statistics(
         )
     if method not in ("auto", "scatter", "matmul"):
         raise ValueError(f"method must be 'auto', 'scatter' or 'matmul', got {method!r}.")
-    seg, dwell, seg_traj, pre, post, valid_event, ev_traj = _segments(trajectories)
+    if names is not None and len(names) != len(cards):
+        raise ValueError(f"names: need {len(cards)} node names, got {len(names)}.")
     max_k = max(jnp.shape(s)[-1] for s in parent_sets)
-    use_matmul = method == "matmul" or (method == "auto" and max_k <= 2)
-    if use_matmul and max_k > 2:
+    if method == "matmul" and max_k > 2:
         raise ValueError("method='matmul' supports at most 2 parents; use 'scatter'.")
+    method = _plan_family_statistics(
+        "family_statistics",
+        trajectories,
+        cards,
+        [(int(jnp.shape(s)[0]), int(jnp.shape(s)[-1])) for s in parent_sets],
+        method=method,
+        chunk=chunk,
+        names=names,
+        budget=_memory_budget(memory_budget),
+    )
+    use_matmul = method == "matmul"
+    # every statistic below is computed from the checked trajectories
+    trajectories = _check_trajectories(trajectories, cards, names)
+    seg, dwell, seg_traj, pre, post, valid_event, ev_traj = _segments(trajectories)
     # pooling: node n's statistics skip the trajectories in which n was intervened on
     keep_seg = ~trajectories.intervention_targets[seg_traj]  # (segs, N)
     keep_ev = ~trajectories.intervention_targets[ev_traj] & valid_event[:, None]  # (events, N)
@@ -367,19 +579,29 @@ def family_statistics(
 
 
 # --------------------------------------------------------------------------- scores
-def _check_statistics(statistics: FamilyStatistics) -> tuple[Array, ...]:
-    return tuple(
-        eqx.error_if(T, jnp.any(T < 0), "statistics: dwell times must be >= 0.")
-        for T in statistics.dwell_times
+def _check_statistics(statistics: FamilyStatistics) -> FamilyStatistics:
+    """The same statistics, guarded (`eqx.error_if` on every field) by: dwell times and
+    transition counts finite and >= 0."""
+    bad_T = jnp.stack([jnp.any(~(T >= 0) | ~jnp.isfinite(T)) for T in statistics.dwell_times])
+    bad_M = jnp.stack([jnp.any(~(M >= 0) | ~jnp.isfinite(M)) for M in statistics.transitions])
+    preds = jnp.stack([bad_T.any(), bad_M.any()])
+    return eqx.branched_error_if(
+        statistics,
+        preds.any(),
+        jnp.argmax(preds),
+        [
+            "statistics: dwell times must be finite and >= 0.",
+            "statistics: transition counts must be finite and >= 0.",
+        ],
     )
 
 
-def _scores(prior: AbstractPrior, statistics: FamilyStatistics, dwell_times) -> tuple:
+def _scores(prior: AbstractPrior, statistics: FamilyStatistics) -> tuple:
     cards = statistics.cardinalities
     return tuple(
         jax.vmap(lambda M, T, u, n=n: prior.log_marginal_likelihood(n, M, T, u))(
             statistics.transitions[n],
-            dwell_times[n],
+            statistics.dwell_times[n],
             num_configurations(statistics.parent_sets[n], cards),
         )
         for n in range(len(cards))
@@ -392,9 +614,10 @@ def score_parent_sets(
     r"""Local log marginal likelihoods $\ln p(X_n\mid X_P)$ of every candidate parent set of
     every node under `prior` ([`jaxctbn.GammaPrior`][], the paper's, or
     [`jaxctbn.NodelmanPrior`][], CTBN-RLE's family score), vectorised over sets, **with** the
-    prior's normalising terms (maths §5)."""
+    prior's normalising terms (maths §5). Statistics must be finite and $\ge0$ (checked inside
+    jit, guarding every score)."""
     prior.check_num_nodes(len(statistics.cardinalities))
-    return _scores(prior, statistics, _check_statistics(statistics))
+    return _scores(prior, _check_statistics(statistics))
 
 
 # --------------------------------------------------------------------------- posterior
@@ -430,7 +653,10 @@ class StructurePosterior(AbstractPosterior):
         N = len(statistics.cardinalities)
         if len(names) != N:
             raise ValueError(f"names: need {N} node names, got {len(names)}.")
-        scores = score_parent_sets(statistics, prior=prior)
+        prior.check_num_nodes(N)
+        # the stored statistics are the checked ones, so every field is guarded
+        statistics = _check_statistics(statistics)
+        scores = _scores(prior, statistics)
         log_prior = structure_log_prior(statistics.parent_sets, edge_prior)
         return cls(
             log_marginal_likelihoods=scores,
@@ -451,14 +677,30 @@ class StructurePosterior(AbstractPosterior):
         edge_prior: Array | None = None,
         required_edges: Sequence[tuple[int, int]] = (),
         forbidden_edges: Sequence[tuple[int, int]] = (),
+        memory_budget: int | float | str | None = None,
     ) -> "StructurePosterior":
         """The posterior before any data (zero statistics), e.g. the start of an active-learning
-        run; add experiments with [`jaxctbn.StructurePosterior.update`][]."""
-        cards = tuple(int(k) for k in cardinalities)
+        run; add experiments with [`jaxctbn.StructurePosterior.update`][]. The memory of the
+        statistics tables is estimated first and checked against the budget as in
+        [`jaxctbn.family_statistics`][]."""
+        names, cards = tuple(names), tuple(int(k) for k in cardinalities)
         N = len(cards)
+        if len(names) != N:
+            raise ValueError(f"names: need {N} node names, got {len(names)}.")
         sets = candidate_parent_sets(
             N, max_parents, required_edges=required_edges, forbidden_edges=forbidden_edges
         )
+        parts = _memory_parts(
+            cards,
+            [(int(S.shape[0]), int(S.shape[-1])) for S in sets],
+            rows=0,
+            events=0,
+            method=None,
+            chunk=1,
+            itemsize=jnp.dtype(float).itemsize,
+            names=names,
+        )
+        _check_memory("StructurePosterior.from_prior", parts, _memory_budget(memory_budget))
         Ms, Ts = [], []
         for n, k in enumerate(cards):
             configs = max_configs(n, cards, sets[n].shape[-1])
@@ -484,9 +726,10 @@ class StructurePosterior(AbstractPosterior):
         return self.statistics.parent_sets
 
     def update(self, new: FamilyStatistics) -> "StructurePosterior":
-        """Add the statistics of new experiments and rescore (no raw paths needed)."""
-        stats = self.statistics + new
-        scores = _scores(self.prior, stats, stats.dwell_times)
+        r"""Add the statistics of new experiments and rescore (no raw paths needed). The new
+        statistics must be finite and $\ge0$ (checked inside jit, guarding every field)."""
+        stats = self.statistics + _check_statistics(new)
+        scores = _scores(self.prior, stats)
         return eqx.tree_at(
             lambda p: (p.log_marginal_likelihoods, p.statistics), self, (scores, stats)
         )
@@ -624,7 +867,6 @@ def structure_log_prior(parent_sets, edge_prior=None) -> tuple[Array, ...]:
     return tuple(out)
 
 
-@eqx.filter_jit
 def learn_structure(
     trajectories: Trajectories,
     names: Sequence[str],
@@ -636,13 +878,74 @@ def learn_structure(
     required_edges: Sequence[tuple[int, int]] = (),
     forbidden_edges: Sequence[tuple[int, int]] = (),
     method: str = "auto",
+    memory_budget: int | float | str | None = None,
 ) -> StructurePosterior:
     """Exhaustive Bayesian structure learning from trajectories pooled across interventions:
     candidate sets, [`jaxctbn.family_statistics`][] and [`jaxctbn.StructurePosterior`][] in one
-    compiled call (arguments other than arrays are static)."""
-    N = len(cardinalities)
+    compiled call (arguments other than arrays are static).
+
+    Before compiling: node states in the data must be in `0..k-1` for `cardinalities`
+    (`ValueError` naming the node, when the arrays are concrete; inside jit an `eqx.error_if`),
+    and the memory of the request is estimated and checked against the budget
+    (`memory_budget`, bytes or e.g. `"8G"`; default the environment variable
+    `JAXCTBN_MEMORY_BUDGET`, else 4 GiB): above it, a one-line `ValueError` says what is large
+    (e.g. a node with many states) and how to reduce it, instead of running out of memory.
+    """
+    names, cards = tuple(names), tuple(int(k) for k in cardinalities)
+    if len(names) != len(cards):
+        raise ValueError(f"names: need {len(cards)} node names, got {len(names)}.")
+    budget = _memory_budget(memory_budget)
+    # concrete data: a state >= k is reported now, naming the node
+    _check_states_now(trajectories, cards, names)
     sets = candidate_parent_sets(
-        N, max_parents, required_edges=required_edges, forbidden_edges=forbidden_edges
+        len(cards), max_parents, required_edges=required_edges, forbidden_edges=forbidden_edges
     )
-    stats = family_statistics(trajectories, cardinalities, sets, method=method)
+    if method in ("auto", "scatter", "matmul") and trajectories.jump_times.ndim == 2:
+        # checked here too (not only when family_statistics is traced) for the data's states
+        method = _plan_family_statistics(
+            "learn_structure",
+            trajectories,
+            cards,
+            [(int(S.shape[0]), int(S.shape[-1])) for S in sets],
+            method=method,
+            chunk=4096,
+            names=names,
+            budget=budget,
+            largest_states=lambda: _largest_states(trajectories),
+        )
+    return _learn_structure(
+        trajectories,
+        names,
+        cards,
+        sets,
+        prior=prior,
+        edge_prior=edge_prior,
+        method=method,
+        memory_budget=budget,
+    )
+
+
+def _largest_states(trajectories: Trajectories) -> list[int] | None:
+    """The largest state of each node in concrete data (for messages), else `None`."""
+    if isinstance(trajectories.states, jax.core.Tracer) or isinstance(
+        trajectories.initial_states, jax.core.Tracer
+    ):
+        return None
+    N = trajectories.initial_states.shape[-1]
+    seen = np.concatenate(
+        [
+            np.asarray(trajectories.initial_states).reshape(-1, N),
+            np.asarray(trajectories.states).reshape(-1, N),
+        ]
+    )
+    return [int(v) for v in seen.max(0)]
+
+
+@eqx.filter_jit
+def _learn_structure(
+    trajectories: Trajectories, names, cards, sets, *, prior, edge_prior, method, memory_budget
+) -> StructurePosterior:
+    stats = family_statistics(
+        trajectories, cards, sets, method=method, names=names, memory_budget=memory_budget
+    )
     return StructurePosterior.from_statistics(stats, names, prior=prior, edge_prior=edge_prior)
