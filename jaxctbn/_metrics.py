@@ -45,6 +45,15 @@ def auroc(scores: ArrayLike, labels: ArrayLike) -> Float[Array, ""]:
     `sklearn.metrics.roc_auc_score`). The ROC curve is undefined when `labels` are all positive
     or all negative: that raises (a `ValueError` for concrete labels, an `eqx.error_if` on the
     result under `jit`), as do empty inputs."""
+    return _require_classes(
+        _auroc_value(scores, labels),
+        labels,
+        negatives=True,
+        message="labels: the AUROC needs at least one positive and one negative label.",
+    )
+
+
+def _auroc_value(scores, labels):
     s, y, group_end = _prepare(scores, labels)
     n = s.shape[0]
     # average rank (1-based, ascending scores) of each tie group
@@ -57,13 +66,7 @@ def auroc(scores: ArrayLike, labels: ArrayLike) -> Float[Array, ""]:
     P = y.sum()
     Q = n - P
     u = (asc_rank * y).sum() - P * (P + 1) / 2
-    value = u / jnp.maximum(P * Q, 1.0)
-    return _require_classes(
-        value,
-        labels,
-        negatives=True,
-        message="labels: the AUROC needs at least one positive and one negative label.",
-    )
+    return u / jnp.maximum(P * Q, 1.0)
 
 
 def aupr(scores: ArrayLike, labels: ArrayLike) -> Float[Array, ""]:
@@ -72,6 +75,15 @@ def aupr(scores: ArrayLike, labels: ArrayLike) -> Float[Array, ""]:
     `sklearn.metrics.average_precision_score`. Recall is undefined without a positive label: that
     raises (a `ValueError` for concrete labels, an `eqx.error_if` under `jit`), as do empty
     inputs."""
+    return _require_classes(
+        _aupr_value(scores, labels),
+        labels,
+        negatives=False,
+        message="labels: the AUPR needs at least one positive label.",
+    )
+
+
+def _aupr_value(scores, labels):
     s, y, group_end = _prepare(scores, labels)
     n = s.shape[0]
     tp = jnp.cumsum(y)
@@ -80,10 +92,7 @@ def aupr(scores: ArrayLike, labels: ArrayLike) -> Float[Array, ""]:
     tp_end = jnp.where(group_end, tp, 0.0)
     prev_end_tp = jnp.concatenate([jnp.zeros((1,), tp.dtype), _cummax(tp_end)[:-1]])
     gain = jnp.where(group_end, tp - prev_end_tp, 0.0)
-    ap = (gain * precision).sum() / jnp.maximum(P, 1.0)
-    return _require_classes(
-        ap, labels, negatives=False, message="labels: the AUPR needs at least one positive label."
-    )
+    return (gain * precision).sum() / jnp.maximum(P, 1.0)
 
 
 def _cummax(x):
@@ -134,13 +143,13 @@ def _edge_metric(metric, edge_probabilities, true_adjacency, name: str):
 def edge_auroc(edge_probabilities: ArrayLike, true_adjacency: ArrayLike) -> Float[Array, ""]:
     """AUROC of edge marginals `[m, n] = p(m -> n)` against a true adjacency (diagonal ignored).
     Raises when the true graph has no edge or no absent edge (the AUROC is then undefined)."""
-    return _edge_metric(auroc, edge_probabilities, true_adjacency, "AUROC")
+    return _edge_metric(_auroc_value, edge_probabilities, true_adjacency, "AUROC")
 
 
 def edge_aupr(edge_probabilities: ArrayLike, true_adjacency: ArrayLike) -> Float[Array, ""]:
     """AUPR of edge marginals against a true adjacency (diagonal ignored). Raises when the true
     graph has no edge or no absent edge (as for [`jaxctbn.edge_auroc`][])."""
-    return _edge_metric(aupr, edge_probabilities, true_adjacency, "AUPR")
+    return _edge_metric(_aupr_value, edge_probabilities, true_adjacency, "AUPR")
 
 
 def structural_hamming_distance(adjacency: ArrayLike, true_adjacency: ArrayLike) -> Array:

@@ -89,6 +89,7 @@ def _prepare(model, horizon, intervention, max_events):
         )
     if intervention is None:
         intervention = Intervention.none(model.num_nodes)
+    intervention = intervention.checked(model)  # clamped states in range, named as such
     # checked again after an imperfect intervention, which can make rates negative or NaN
     model = intervention.apply(model.checked()).checked("cims under the intervention")
     dtype = jnp.result_type(*model.cims)

@@ -81,6 +81,19 @@ def test_clamped_state_out_of_range_is_reported_as_the_intervention(getkey):
         by_hand.apply(MODEL)
     with pytest.raises(ValueError, match=message):
         jc.sample_trajectory(MODEL, jnp.array([0, 0]), 1.0, key=getkey(), intervention=by_hand)
+    key = getkey()  # traced intervention: the check runs inside jit, still naming the node
+
+    @jax.jit
+    def sample(intervention):
+        path = jc.sample_trajectory(
+            MODEL, jnp.array([0, 0]), 1.0, key=key, intervention=intervention
+        )
+        return path.jump_times
+
+    with pytest.raises(
+        Exception, match=r"intervention: clamped state of node 'B' must be in 0\.\.1"
+    ):
+        sample(by_hand)
     # a state that is not clamped is not used, so it is not checked
     jc.Intervention(targets=jnp.array([False, False]), states=jnp.array([0, 7])).checked(MODEL)
     with pytest.raises(ValueError, match=r"intervention: clamped state -1 of node 1 must be >= 0"):
