@@ -372,11 +372,24 @@ def _max_parents(value, N):
     return max_parents
 
 
-def _parse_cardinalities(text, inferred):
+def _parse_cardinalities(text, df):
+    """The node cardinalities: inferred from the data `df`, overridden by `--cardinalities`
+    (never below the largest state seen). The warning of a suspicious inferred cardinality is
+    shown only for nodes that `--cardinalities` does not give."""
+    import warnings
+
+    from ._io import infer_cardinalities
     from ._layout import parse_assignment
 
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        inferred = infer_cardinalities(df)
     out = dict(inferred)
-    for name, k in parse_assignment(",".join(text), list(out), "--cardinalities").items():
+    given = parse_assignment(",".join(text), list(out), "--cardinalities")
+    for w in caught:
+        if not any(f"node {name!r} " in str(w.message) for name in given):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    for name, k in given.items():
         if k < inferred[name]:
             raise ValueError(
                 f"--cardinalities: {name!r} has states up to {inferred[name] - 1} in the data, "
@@ -404,11 +417,11 @@ def _cmd_learn(args):
     import jax
     import numpy as np
 
-    from ._io import infer_cardinalities, read_csv, trajectories_from_dataframe
+    from ._io import read_csv, trajectories_from_dataframe
     from ._structure import learn_structure
 
     df = read_csv(args.data)
-    nodes = _parse_cardinalities(args.cardinalities, infer_cardinalities(df))
+    nodes = _parse_cardinalities(args.cardinalities, df)
     names, cards = list(nodes), tuple(nodes.values())
     N = len(names)
     max_parents = _max_parents(args.max_parents, N)
@@ -748,7 +761,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings of the library, as one line each on stderr."""
+    print(f"jaxctbn: warning: {message}", file=sys.stderr if file is None else file)
+
+
 def main(argv=None) -> int:
+    """The `jaxctbn` command: returns the exit status (0, or 2 with one error line)."""
+    import warnings
+
+    with warnings.catch_warnings():  # restores the caller's warning display afterwards
+        warnings.showwarning = _show_warning
+        return _main(argv)
+
+
+def _main(argv) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

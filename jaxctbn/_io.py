@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import TYPE_CHECKING, cast
 
 import jax
@@ -126,12 +127,29 @@ def _node_states(df: pd.DataFrame, name: str) -> np.ndarray:
 
 
 def infer_cardinalities(df: pd.DataFrame) -> dict[str, int]:
-    """`{node: max observed state + 1 (at least 2)}` for the node columns of a long-format frame."""
+    """`{node: max observed state + 1 (at least 2)}` for the node columns of a long-format frame.
+
+    A node with more than 2 inferred states some of which never appear (e.g. states 0, 1 and a
+    mistyped 400 give 401 states) gets a `UserWarning` naming the node and the states seen: a
+    large inferred cardinality makes learning slow and memory-hungry (see the memory budget in
+    [`jaxctbn.learn_structure`][]); pass the cardinalities explicitly if it is wrong."""
     _check_frame(df)
     cols = [c for c in df.columns if c not in RESERVED_COLUMNS]
     if not cols:
         raise ValueError("data: no node columns besides trajectory_id, time and intervention.")
-    return {c: max(2, int(_node_states(df, c).max()) + 1) for c in cols}
+    cards = {}
+    for c in cols:
+        seen = np.unique(_node_states(df, c))
+        cards[c] = max(2, int(seen.max()) + 1)
+        if cards[c] > 2 and seen.size < cards[c]:
+            shown = ", ".join(map(str, seen[:6])) + (", ..." if seen.size > 6 else "")
+            warnings.warn(
+                f"data: node {c!r} is inferred to have {cards[c]} states (largest state "
+                f"{int(seen.max())}), but only {seen.size} distinct states appear ({shown}); "
+                "give the cardinalities (--cardinalities NODE=K) if that is wrong.",
+                stacklevel=2,
+            )
+    return cards
 
 
 def _event_slots(num_jumps: np.ndarray, max_events: int | None) -> int:

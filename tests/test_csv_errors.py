@@ -177,3 +177,27 @@ def test_max_events_bounds_the_rows():
     np.testing.assert_array_equal(traj.initial_states[1], traj.states[0, 3])
     with pytest.raises(ValueError, match="max_events: must be a positive integer"):
         jc.trajectories_from_dataframe(df, {"A": 2, "B": 2}, max_events=0)
+
+
+def test_a_suspicious_inferred_cardinality_is_warned_about(tmp_path, capsys):
+    """One mistyped state (400) among 0/1 gives 401 inferred states: a one-line warning names
+    the node and the states seen; the library route raises a UserWarning."""
+    path = tmp_path / "typo.csv"
+    path.write_text(
+        "trajectory_id,time,A,B\n0,0.0,0,1\n0,0.5,1,1\n0,1.0,1,400\n0,2.0,1,400\n"
+        "1,0.0,0,0\n1,1.5,0,1\n1,2.0,0,1\n"
+    )
+    with pytest.warns(UserWarning, match=r"node 'B' is inferred to have 401 states"):
+        assert infer_cardinalities(read_csv(path)) == {"A": 2, "B": 401}
+    from jaxctbn._cli import main
+
+    learn = ["learn", "--data", str(path), "--max-parents", "0", "--out", str(tmp_path / "o.json")]
+    assert main([*learn, "--cardinalities", "B=401"]) == 0  # given: no warning
+    assert capsys.readouterr().err == ""
+    assert main(learn) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "jaxctbn: warning: data: node 'B' is inferred to have 401 states (largest state 400), "
+        "but only 3 distinct states appear (0, 1, 400); give the cardinalities "
+        "(--cardinalities NODE=K) if that is wrong."
+    ]
