@@ -39,8 +39,10 @@ from ._master_equation import marginals as marginals
 
 # paths and data
 from ._sampling import Trajectories as Trajectories
+from ._sampling import automatic_max_events as automatic_max_events
 from ._sampling import sample_trajectories as sample_trajectories
 from ._sampling import sample_trajectory as sample_trajectory
+from ._sampling import sample_within_cap as sample_within_cap
 from ._statistics import NodeStatistics as NodeStatistics
 from ._statistics import SufficientStatistics as SufficientStatistics
 from ._statistics import node_statistics as node_statistics
