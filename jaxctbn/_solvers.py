@@ -4,8 +4,9 @@ $\int_0^\tau p_t\,dt$ (maths §1); the backward (adjoint) equation $-\dot\beta_t
 and the forward-backward interval integrals $\int_0^\tau\alpha_t(s)\beta_t(s')\,dt$ that smoothing
 of partially observed paths needs.
 
-- [`jaxctbn.Uniformisation`][] (default): exact, matrix-free, $\approx\lambda\tau+O(\sqrt{\lambda\tau})$
-  products with $W$, $\lambda=\max_s -W(s,s)$.
+- [`jaxctbn.Uniformisation`][] (default): exact, matrix-free, about $\lambda\tau$ products with
+  $W$ ($\lambda=\max_s -W(s,s)$; up to 1.22 $\lambda\tau$ when split into steps), accurate in
+  float32 and float64 for any $\lambda\tau$ up to a cost limit (`max_terms`) that raises.
 - [`jaxctbn.DiffraxSolver`][]: any diffrax ODE solver on the augmented system
   $\dot p = pW,\ \dot I = p$, matrix-free; `solve_batch` runs one solve over a whole batch with
   shared step sizes.
@@ -263,34 +264,53 @@ class Uniformisation(AbstractMasterEquationSolver):
     \int_0^h p_t\,dt=\frac1\lambda\sum_{k\ge0}\Pr(N>k)\,p_0P^k .$$
 
     **Steps.** $[0,\tau]$ is split into $n=\lceil\lambda\tau/L\rceil$ equal steps of length
-    $h=\tau/n$, $L$ = `max_step_mean`, so every step has Poisson mean $\mu=\lambda h\le L$. All
-    steps share $h$, so the weights are computed **once** per solve, in an array of static length
-    (the number of terms that Poisson($L$) needs): ratio products out from the mode (every factor
-    $\le1$, no $e^{-\mu}$, no log-space cancellation), truncated where $\Pr(N\ge k)$ <
-    `tolerance`, then normalised to sum to one; the integral weights $\Pr(N>k)$ are a reversed
-    cumulative sum of those (no $1-\sum$ cancellation), scaled to sum to $h$. Step $i+1$ starts
-    from $p_{ih}$; the step integrals are added with compensated (Kahan) summation. So $p_\tau$
-    keeps the mass of $p_0$ and the dwell times sum to $\tau$ up to rounding, in float32 and
-    float64 alike, for any $\lambda\tau$ (the previous single series lost both once $\lambda\tau$
-    reached about $10^4$ in float32). Cost: $n(K_\mu-1)$ products with $W$, $K_\mu\approx
-    \mu+c\sqrt\mu$ terms per step ($c\approx7$ at `tolerance=1e-13`), i.e. about
-    $\lambda\tau\,(1+c/\sqrt L)$ products in all once $\lambda\tau>L$, and the single series of
-    $\approx\lambda\tau+c\sqrt{\lambda\tau}$ products below. Accuracy: truncation below
-    `tolerance` (relative to $\tau$ for the integral) plus rounding, which grows with the number
-    of products; `benchmarks/bench_precision.py` measures both.
+    $h=\tau/n$ ($L$ = `max_step_mean`), so that every step has Poisson mean $\mu=\lambda h\le L$;
+    step $i+1$ starts from $p_{ih}$ and the step integrals are summed (compensated). All steps
+    share $h$, so the weights are computed **once** per solve, in arrays of static length (the
+    terms Poisson($L$) needs): ratio products out from the mode (every factor $\le1$; no
+    $e^{-\mu}$, no log-space cancellation), truncated where $\Pr(N\ge k)$ < `tolerance` and
+    normalised to sum to one; the integral weights $\Pr(N>k)$ are a reversed cumulative sum of
+    those (no $1-\sum$ cancellation), scaled to sum to $h$.
 
-    **Limit.** The number of products is known before the loop starts; if it exceeds
+    **Rounding.** A chain of $\approx\lambda\tau$ products commits a rounding error of about
+    eps$\cdot\|p\|$ per product; near equilibrium it is the same at every product, and along the
+    slow directions of the chain nothing damps it, so done directly it grows like $\lambda\tau$
+    (to 1e-4 in float32 at $\lambda\tau=10^6$ with rates 1e-2 and 1e2). So every step after the
+    first is summed as a difference from its start vector $v$: with $c=v(P-I)$, computed
+    error-free once per step (TwoSum; each flow $q_r(s)v(s)$ rounded once, leaving $s$ and
+    entering $s_r'$), $\delta_0=0$, $\delta_{k+1}=\delta_kP+c$,
+    $\sum_k\Pr(N=k)vP^k=v+\sum_k\Pr(N=k)\delta_k$: the products act on $\delta$, which is small
+    near equilibrium, and $v$ gets weight exactly one; $v$ is carried as an unevaluated sum of two
+    floats. The first step, where $p_0$ relaxes and $c$ is not small, is summed directly. In
+    float32 the products themselves are sums of flows ($\sum_r(\mathrm{push}_r(q_rv)-q_rv)$),
+    unbiased where `generator.apply` (which subtracts a once-rounded exit rate) is biased by
+    about eps per product; in float64 that bias is negligible and `apply` (half the flops) is
+    used. Measured against an extended-precision dense reference
+    (`benchmarks/bench_precision.py`, `tests/test_properties.py`): errors of $p_\tau$ and of the
+    dwell times (relative to $\tau$) below about 1e-6 in float32 and 1e-11 in float64 for
+    $\lambda\tau$ up to $10^6$, rate ratios up to $10^4$; the tests assert 1e-5 and 1e-10.
+
+    **Cost.** $K_\mu$ products with $W$ per step, $K_\mu\approx\mu+c\sqrt\mu$ ($c\approx7$ at
+    `tolerance=1e-13`): the single series ($\approx\lambda\tau+c\sqrt{\lambda\tau}$ products) up
+    to $\lambda\tau=L$, and about $\lambda\tau\,(1+c/\sqrt L)$ beyond (1.22 $\lambda\tau$ at the
+    default $L=1024$; smaller $L$ costs more products, larger $L$ more float32 rounding, see
+    the benchmark). Per step, one error-free $c$ (about three products' work). Float32 products
+    take about twice the flops of float64 ones. Compilation: two nested loops (steps, products).
+
+    **Limit.** The number of products, $nK_\mu$, is known before the loop starts; if it exceeds
     `max_terms` the loop does not run and an error is raised on both outputs (never a silent
-    truncation). Stiff or very long problems beyond that are for
-    [`jaxctbn.MatrixExponential`][] (small networks: cost independent of $\lambda\tau$) or
-    [`jaxctbn.DiffraxSolver`][] with an implicit solver.
+    truncation; also for a non-finite $\lambda\tau$). The default allows
+    $\lambda\tau\approx1.6\cdot10^6$; the cost is linear in $\lambda\tau$ ($10^6$: ~1 s for
+    $S\le16$ and ~15 s for $S=1024$ on a 2-core CPU). Beyond that, for small networks use
+    [`jaxctbn.MatrixExponential`][], whose cost does not depend on $\lambda\tau$ (accurate in
+    float64; in float32 its error reaches 1e-3 at $\lambda\tau=10^5$).
 
-    **Autodiff.** Both loops (steps, and products within a step) are
-    `equinox.internal.while_loop(kind="checkpointed")`, so reverse-mode autodiff works;
-    $\lambda$ and $n$ are held constant under differentiation (the result is exact for every
-    $\lambda\ge\max d$ and every $n$, so this is the exact gradient). `solve_backward` is the same
-    with $P\beta$ in place of $pP$. `solve_batch` shares one $\lambda$ (the batch's largest exit
-    rate), hence one schedule, across the batch.
+    **Autodiff.** Both loops are `equinox.internal.while_loop(kind="checkpointed")`, so
+    reverse-mode autodiff works; $\lambda$ and $n$ are held constant under differentiation (the
+    result is exact for every $\lambda\ge\max d$ and every $n$, so this is the exact gradient;
+    the derivative of a TwoSum's error term is zero). `solve_backward` is the same with
+    $P\beta$ in place of $pP$ (a constant $\beta$ is kept exactly). `solve_batch` shares one
+    $\lambda$ (the batch's largest exit rate), hence one schedule, across the batch.
 
     **Forward-backward.** `forward_backward` uses, with $a_k=\alpha_0P^k$, $b_j=P^j\beta_\tau$
     and the Beta integral
@@ -316,11 +336,11 @@ class Uniformisation(AbstractMasterEquationSolver):
 
     - `tolerance`: Poisson tail mass at which each series stops (default `1e-13`; ~`1e-8` is
       enough in float32, where rounding dominates).
-    - `max_terms`: hard limit on the number of products with $W$ in one solve; more needed
-      raises an error (default $2\cdot10^6$, enough for $\lambda\tau\approx1.5\cdot10^6$).
+    - `max_terms`: hard limit on the number of products with $W$ in one `solve`; more needed
+      raises an error (default $2\cdot10^6$).
     - `fb_max_terms`: static size of the buffer of backward vectors in `forward_backward`
       (default 512); more terms needed raises an error.
-    - `max_step_mean`: $L$, the largest Poisson mean $\lambda h$ of one step (default 256).
+    - `max_step_mean`: $L$, the largest Poisson mean $\lambda h$ of one step (default 1024).
     """
 
     tolerance: float = eqx.field(default=1e-13, static=True)
@@ -382,6 +402,12 @@ class Uniformisation(AbstractMasterEquationSolver):
         apply = generator.apply_transpose if transpose else generator.apply
         inv_lam = 1 / lam
 
+        def accumulate(acc, x):  # acc + x, acc a pair; compensated (Neumaier) in float32
+            if jnp.finfo(dtype).bits < 64:
+                total, err = _two_sum(acc[0], x)
+                return total, acc[1] + err
+            return acc[0] + x, acc[1]
+
         def increment(v):  # v (P - I)
             if jnp.finfo(dtype).bits < 64:
                 return _flow_product(generator, q, v, transpose)
@@ -411,8 +437,8 @@ class Uniformisation(AbstractMasterEquationSolver):
             # product of a step is not used (K products for K - 1 needed).
             def body(carry):
                 k, delta, acc_p, acc_i = carry
-                acc_p = acc_p + pmf[k] * delta
-                acc_i = acc_i + iw[k] * delta
+                acc_p = accumulate(acc_p, pmf[k] * delta)
+                acc_i = accumulate(acc_i, iw[k] * delta)
                 return k + 1, delta + increment(delta) + c, acc_p, acc_i
 
             zero = jnp.zeros_like(v[0])
@@ -420,12 +446,13 @@ class Uniformisation(AbstractMasterEquationSolver):
             _, _, acc_p, acc_i = eqxi.while_loop(
                 lambda carry: carry[0] < K,
                 body,
-                (jnp.asarray(0, jnp.int32), delta0, zero, zero),
+                (jnp.asarray(0, jnp.int32), delta0, (zero, zero), (zero, zero)),
                 max_steps=self._num_weights,
                 kind="checkpointed",
             )
-            hi, err = _two_sum(b[0], acc_p)
-            return _two_sum(hi, b[1] + err), (h * b[0], h * b[1] + acc_i)
+            hi, err = _two_sum(b[0], acc_p[0])
+            p = _two_sum(hi, b[1] + acc_p[1] + err)
+            return p, (h * b[0], h * b[1] + acc_i[0] + acc_i[1])
 
         def step(c):
             i, p, total = c
@@ -653,16 +680,38 @@ class MatrixExponential(AbstractMasterEquationSolver):
 
     Exact up to Padé/scaling-and-squaring accuracy; forms a $2S\times 2S$ matrix, so only for small
     networks. `solve_batch` uses `lax.map` (vmapping `expm` would evaluate every Padé branch).
+    The cost does not depend on $\lambda\tau$ (up to $\log_2$ of it in squarings, at most 32:
+    $\|\tau A\|_1$ up to about $10^{10}$; beyond, and for any non-finite result, an error is
+    raised on every output). In float64 it stays accurate for large $\lambda\tau$ (1e-12 at
+    $\lambda\tau=10^5$); in float32 the squarings lose accuracy (1e-3 at $\lambda\tau=10^5$,
+    `benchmarks/results/precision.md`), where [`jaxctbn.Uniformisation`][] does not.
     """
 
     @staticmethod
-    def _moments(W, p0, horizon):
+    def _expm(M):
+        # jax's default (16 squarings) silently returns NaN once ||M||_1 > ~3e5
+        return jax.scipy.linalg.expm(M, max_squarings=_MAX_SQUARINGS)
+
+    @staticmethod
+    def _checked(outputs):
+        # one check guarding every output: using either alone keeps it
+        bad = ~jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in outputs]))
+        return eqx.error_if(
+            outputs,
+            bad,
+            "MatrixExponential: the matrix exponential is not finite (the horizon, or the rates "
+            "times the horizon, exceed about 1e10, or the rates are not finite); use "
+            "Uniformisation.",
+        )
+
+    @classmethod
+    def _moments(cls, W, p0, horizon):
         S = p0.shape[0]
         eye = jnp.eye(S, dtype=W.dtype)
         A = jnp.block([[W, eye], [jnp.zeros_like(W), jnp.zeros_like(W)]])
-        E = jax.scipy.linalg.expm(jnp.asarray(horizon, W.dtype) * A)
+        E = cls._expm(jnp.asarray(horizon, W.dtype) * A)
         z = jnp.concatenate([p0, jnp.zeros_like(p0)]) @ E
-        return z[:S], z[S:]
+        return cls._checked((z[:S], z[S:]))
 
     def solve(self, generator, p0, horizon):
         return self._moments(generator.dense(), p0, horizon)
@@ -678,9 +727,12 @@ class MatrixExponential(AbstractMasterEquationSolver):
         A = generator.dense().T
         B = jnp.outer(alpha_start, jnp.asarray(beta_end, A.dtype))
         M = jnp.block([[A, B], [jnp.zeros_like(A), A]])
-        C = jax.scipy.linalg.expm(jnp.asarray(horizon, A.dtype) * M)[:S, S:]
+        C = self._expm(jnp.asarray(horizon, A.dtype) * M)[:S, S:]
         src, dst = _shift_indices(generator.cardinalities)
-        return jnp.diagonal(C), C[src, dst]
+        return self._checked((jnp.diagonal(C), C[src, dst]))
+
+
+_MAX_SQUARINGS = 32
 
 
 DEFAULT_SOLVER = Uniformisation()

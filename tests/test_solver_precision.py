@@ -200,6 +200,26 @@ def test_forward_backward_check_guards_each_output(which, getkey):
         ).block_until_ready()
 
 
+@pytest.mark.parametrize("which", [0, 1], ids=["final", "integral"])
+def test_matrix_exponential_check_guards_each_output(which):
+    # jax's expm returns NaN past its squaring limit; MatrixExponential must raise instead
+    model, _ = _too_long()
+    gen = jc.amalgamate(model)
+    solver = jc.MatrixExponential()
+    p0 = jnp.array([[1.0, 0.0], [0.5, 0.5]])
+    with pytest.raises(RUNTIME_ERRORS, match="MatrixExponential: the matrix exponential"):
+        jax.jit(lambda p: solver.solve(gen, p, 1e12)[which])(p0[0]).block_until_ready()
+    with pytest.raises(RUNTIME_ERRORS, match="MatrixExponential: the matrix exponential"):
+        jax.jit(jax.vmap(lambda p: solver.forward_backward(gen, p, p, 1e12)[which]))(
+            p0
+        ).block_until_ready()
+    # lambda tau = 5e7, past jax's default of 16 squarings: finite, and right to the accuracy
+    # that 25 squarings leave (about 2^25 eps)
+    p, integral = jax.jit(solver.solve)(gen, p0[0], 1e6)
+    np.testing.assert_allclose(p, 0.5, rtol=1e-7)
+    np.testing.assert_allclose(integral, 5e5, rtol=1e-7)
+
+
 # --------------------------------------------------------------------------------- gradients
 def test_gradient_through_many_steps(getkey):
     model = random_model(getkey(), (2, 3), ((1,), (0,)), scale=3.0)
