@@ -4,8 +4,9 @@ $\int_0^\tau p_t\,dt$ (maths §1); the backward (adjoint) equation $-\dot\beta_t
 and the forward-backward interval integrals $\int_0^\tau\alpha_t(s)\beta_t(s')\,dt$ that smoothing
 of partially observed paths needs.
 
-- [`jaxctbn.Uniformisation`][] (default): exact, matrix-free, $\approx\lambda\tau+O(\sqrt{\lambda\tau})$
-  products with $W$, $\lambda=\max_s -W(s,s)$.
+- [`jaxctbn.Uniformisation`][] (default): exact, matrix-free, about $\lambda\tau$ products with
+  $W$ ($\lambda=\max_s -W(s,s)$; up to 1.22 $\lambda\tau$ when split into steps), accurate in
+  float32 and float64 for any $\lambda\tau$ up to a cost limit (`max_terms`) that raises.
 - [`jaxctbn.DiffraxSolver`][]: any diffrax ODE solver on the augmented system
   $\dot p = pW,\ \dot I = p$, matrix-free; `solve_batch` runs one solve over a whole batch with
   shared step sizes.
@@ -16,6 +17,8 @@ of partially observed paths needs.
 from __future__ import annotations
 
 import abc
+import functools
+import math
 from typing import Any
 
 import equinox as eqx
@@ -134,12 +137,36 @@ class AbstractMasterEquationSolver(eqx.Module):
         """
 
 
-def _poisson_tail_not_small(k, log_pmf, mean, tol):
-    """Whether Pr(N >= k) may still exceed `tol`, N ~ Poisson(mean), given log Pr(N = k).
+@functools.cache
+def _poisson_num_terms(mean: float, tol: float) -> int:
+    """The smallest `K` with Pr(N >= K) < `tol` for N ~ Poisson(`mean`): a static length,
+    computed once in float64 at trace time (the tail summed from the top: no cancellation)."""
+    top = int(mean + 40.0 * math.sqrt(mean) + 200)
+    log_mean = math.log(mean)
+    tails = [0.0] * (top + 1)
+    for k in range(top - 1, -1, -1):
+        tails[k] = tails[k + 1] + math.exp(-mean + k * log_mean - math.lgamma(k + 1))
+    return next((k for k in range(top + 1) if tails[k] < tol), top)
 
-    For k + 1 > mean the tail is bounded by Pr(N=k) / (1 - mean/(k+1)) (geometric bound)."""
-    bound = jnp.exp(log_pmf) / jnp.maximum(1 - mean / (k + 1), 1e-3)
-    return (k < mean + 1) | (bound >= tol)
+
+def _poisson_pmf(mean: Array, length: int) -> Array:
+    r"""$\mathrm{Pois}(k;\mu)$ for $k<$ `length`, normalised to sum to one over that range.
+
+    Ratio products out from the mode $m=\lfloor\mu\rfloor$: $w_k/w_m=\prod_{j=m+1}^k\mu/j$ above it
+    and $\prod_{j=k+1}^{m}j/\mu$ below it. Every factor is at most one (no overflow), no $e^{-\mu}$
+    is formed (no underflow of the bulk), and $w_k$ carries a relative error of about $|k-m|$
+    roundings, against $\mu\cdot\mathrm{eps}$ for $\exp(k\log\mu-\mu-\log k!)$."""
+    k = jnp.arange(length, dtype=mean.dtype)
+    mode = jnp.floor(mean)
+    up = jnp.where(k > mode, mean / jnp.maximum(k, 1), 1)
+    down = jnp.where(k < mode, (k + 1) / mean, 1)
+    w = jnp.cumprod(up) * jnp.flip(jnp.cumprod(jnp.flip(down)))
+    return w / jnp.sum(w)
+
+
+def _reverse_cumsum(x: Array) -> Array:
+    """`out[k] = sum(x[k:])`, summed from the small end (the tail keeps its relative accuracy)."""
+    return jnp.flip(jnp.cumsum(jnp.flip(x)))
 
 
 def _pull_shifts(generator: AbstractGenerator, v: Array) -> Array:
@@ -155,23 +182,138 @@ def _pull_shifts(generator: AbstractGenerator, v: Array) -> Array:
     return jnp.stack(rows) if rows else jnp.zeros((0,) + v.shape, v.dtype)
 
 
+def _push(x: Array, n: int, j: int, k: int) -> Array:
+    """Values at `s` moved to `s_r'` (node `n` of `s` moved forward by `j`, mod `k`)."""
+    return jnp.flip(x, axis=n) if k == 2 else jnp.roll(x, j, axis=n)
+
+
+def _pull(x: Array, n: int, j: int, k: int) -> Array:
+    """`out[s] = x[s_r']`: the inverse of `_push`."""
+    return jnp.flip(x, axis=n) if k == 2 else jnp.roll(x, -j, axis=n)
+
+
+def _two_sum(a: Array, b: Array) -> tuple[Array, Array]:
+    """`s = fl(a + b)` and its rounding error `e`: `a + b = s + e` exactly (Knuth's TwoSum)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _increment(
+    generator: AbstractGenerator, q: tuple[Array, ...], hi: Array, lo: Array, transpose
+) -> tuple[Array, Array]:
+    r"""$v(P-I)=vW/\lambda$ (or $(P-I)v$ if `transpose`) for $v$ = `hi + lo`, with `q[r]` the
+    rates of shift $r$ divided by $\lambda$, every addition error-free (TwoSum).
+
+    Near equilibrium this is a small difference of large flows, and `generator.apply` would give
+    it an absolute error of about eps times $\|v\|$ that is the same at every step (so it
+    accumulates). Here each flow $q_r(s)v(s)$ is rounded once and the same rounded number leaves
+    $s$ and enters $s_r'$ (an error along a transition, which the chain damps, and no mass
+    created or lost); the transposed form sums $q_r\,(v(s_r')-v(s))$, zero for a constant $v$."""
+    cards = generator.cardinalities
+    shape = cards + generator.batch_shape
+    h, low = hi.reshape(shape), lo.reshape(shape)
+    s, e = jnp.zeros_like(h), jnp.zeros_like(h)
+    for r, (n, j) in enumerate(generator.shifts):
+        k = cards[n]
+        if transpose:
+            d, d_err = _two_sum(_pull(h, n, j, k), -h)
+            s, err = _two_sum(s, q[r] * d)
+            e = e + err + q[r] * (d_err + _pull(low, n, j, k) - low)
+        else:
+            flow = q[r] * h
+            s, err_in = _two_sum(s, _push(flow, n, j, k))
+            s, err_out = _two_sum(s, -flow)
+            flow_lo = q[r] * low
+            e = e + (err_in + err_out) + (_push(flow_lo, n, j, k) - flow_lo)
+    out = s + e
+    return out.reshape(hi.shape), (e - (out - s)).reshape(hi.shape)
+
+
+def _flow_product(generator: AbstractGenerator, q: tuple[Array, ...], v: Array, transpose) -> Array:
+    r"""$vW/\lambda$ (or $Wv/\lambda$ if `transpose`) as a sum over shifts of flows, with `q[r]`
+    the rates of shift $r$ divided by $\lambda$: $\sum_r(\mathrm{push}_r(q_rv)-q_rv)$, resp.
+    $\sum_rq_r\,(v(s_r')-v(s))$.
+
+    Unbiased where `generator.apply` is not: `apply` forms $-d(s)v(s)$ with the exit rate
+    $d=\sum_rR_r$ rounded once, so in each state outflow and inflow differ by a fixed relative
+    amount of order eps, the same at every product; over the $K$ products of a step that is an
+    error of about $K\,$eps (1e-5 in float32 at $K\approx1000$). Here each flow is rounded once
+    and the same number leaves $s$ and enters $s_r'$; the transposed form is zero for a constant
+    $v$. About twice the flops of `apply`, so used in float32 only (in float64 the bias is
+    1e-16 per product)."""
+    cards = generator.cardinalities
+    vt = v.reshape(cards + generator.batch_shape)
+    out = jnp.zeros_like(vt)
+    for r, (n, j) in enumerate(generator.shifts):
+        if transpose:
+            out = out + q[r] * (_pull(vt, n, j, cards[n]) - vt)
+        else:
+            flow = q[r] * vt
+            out = out + (_push(flow, n, j, cards[n]) - flow)
+    return out.reshape(v.shape)
+
+
 class Uniformisation(AbstractMasterEquationSolver):
-    r"""Exact uniformisation (Jensen's method), matrix-free.
+    r"""Exact uniformisation (Jensen's method), matrix-free, in steps of bounded Poisson mean.
 
-    With $\lambda\ge\max_s d(s)$ and $P=I+W/\lambda$, and $N\sim\mathrm{Poisson}(\lambda\tau)$,
+    With $\lambda\ge\max_s d(s)$, $P=I+W/\lambda$ and $N\sim\mathrm{Poisson}(\lambda h)$, over a
+    step of length $h$
 
-    $$p_\tau=\sum_{k\ge0}\Pr(N=k)\,p_0P^k,\qquad
-    \int_0^\tau p_t\,dt=\frac1\lambda\sum_{k\ge0}\Pr(N>k)\,p_0P^k .$$
+    $$p_h=\sum_{k\ge0}\Pr(N=k)\,p_0P^k,\qquad
+    \int_0^h p_t\,dt=\frac1\lambda\sum_{k\ge0}\Pr(N>k)\,p_0P^k .$$
 
-    The series stops once $\Pr(N>k)$ < `tolerance`; all weights are non-negative, so there is no
-    cancellation and the result is accurate to about `tolerance` (relative to $\tau$ for the
-    integral). Poisson weights are computed in log space (no underflow for large $\lambda\tau$).
-    The loop is an `equinox.internal.while_loop(kind="checkpointed")`, so reverse-mode autodiff
-    works; $\lambda$ is held constant under differentiation (the result is exact for every
-    $\lambda\ge\max d$, so this is the exact gradient). `solve_backward` is the same series with
-    $P\beta$ in place of $pP$.
+    **Steps.** $[0,\tau]$ is split into $n=\lceil\lambda\tau/L\rceil$ equal steps of length
+    $h=\tau/n$ ($L$ = `max_step_mean`), so that every step has Poisson mean $\mu=\lambda h\le L$;
+    step $i+1$ starts from $p_{ih}$ and the step integrals are summed (compensated). All steps
+    share $h$, so the weights are computed **once** per solve, in arrays of static length (the
+    terms Poisson($L$) needs): ratio products out from the mode (every factor $\le1$; no
+    $e^{-\mu}$, no log-space cancellation), truncated where $\Pr(N\ge k)$ < `tolerance` and
+    normalised to sum to one; the integral weights $\Pr(N>k)$ are a reversed cumulative sum of
+    those (no $1-\sum$ cancellation), scaled to sum to $h$.
 
-    `forward_backward` uses, with $a_k=\alpha_0P^k$, $b_j=P^j\beta_\tau$ and the Beta integral
+    **Rounding.** A chain of $\approx\lambda\tau$ products commits a rounding error of about
+    eps$\cdot\|p\|$ per product; near equilibrium it is the same at every product, and along the
+    slow directions of the chain nothing damps it, so done directly it grows like $\lambda\tau$
+    (to 1e-4 in float32 at $\lambda\tau=10^6$ with rates 1e-2 and 1e2). So every step after the
+    first is summed as a difference from its start vector $v$: with $c=v(P-I)$, computed
+    error-free once per step (TwoSum; each flow $q_r(s)v(s)$ rounded once, leaving $s$ and
+    entering $s_r'$), $\delta_0=0$, $\delta_{k+1}=\delta_kP+c$,
+    $\sum_k\Pr(N=k)vP^k=v+\sum_k\Pr(N=k)\delta_k$: the products act on $\delta$, which is small
+    near equilibrium, and $v$ gets weight exactly one; $v$ is carried as an unevaluated sum of two
+    floats. The first step, where $p_0$ relaxes and $c$ is not small, is summed directly. In
+    float32 the products themselves are sums of flows ($\sum_r(\mathrm{push}_r(q_rv)-q_rv)$),
+    unbiased where `generator.apply` (which subtracts a once-rounded exit rate) is biased by
+    about eps per product; in float64 that bias is negligible and `apply` (half the flops) is
+    used. Measured against an extended-precision dense reference
+    (`benchmarks/bench_precision.py`, `tests/test_properties.py`): errors of $p_\tau$ and of the
+    dwell times (relative to $\tau$) below about 1e-6 in float32 and 1e-11 in float64 for
+    $\lambda\tau$ up to $10^6$, rate ratios up to $10^4$; the tests assert 1e-5 and 1e-10.
+
+    **Cost.** $K_\mu$ products with $W$ per step, $K_\mu\approx\mu+c\sqrt\mu$ ($c\approx7$ at
+    `tolerance=1e-13`): the single series ($\approx\lambda\tau+c\sqrt{\lambda\tau}$ products) up
+    to $\lambda\tau=L$, and about $\lambda\tau\,(1+c/\sqrt L)$ beyond (1.22 $\lambda\tau$ at the
+    default $L=1024$; smaller $L$ costs more products, larger $L$ more float32 rounding, see
+    the benchmark). Per step, one error-free $c$ (about three products' work). Float32 products
+    take about twice the flops of float64 ones. Compilation: two nested loops (steps, products).
+
+    **Limit.** The number of products, $nK_\mu$, is known before the loop starts; if it exceeds
+    `max_terms` the loop does not run and an error is raised on both outputs (never a silent
+    truncation; also for a non-finite $\lambda\tau$). The default allows
+    $\lambda\tau\approx1.6\cdot10^6$; the cost is linear in $\lambda\tau$ ($10^6$: ~1 s for
+    $S\le16$ and ~15 s for $S=1024$ on a 2-core CPU). Beyond that, for small networks use
+    [`jaxctbn.MatrixExponential`][], whose cost does not depend on $\lambda\tau$ (accurate in
+    float64; in float32 its error reaches 1e-3 at $\lambda\tau=10^5$).
+
+    **Autodiff.** Both loops are `equinox.internal.while_loop(kind="checkpointed")`, so
+    reverse-mode autodiff works; $\lambda$ and $n$ are held constant under differentiation (the
+    result is exact for every $\lambda\ge\max d$ and every $n$, so this is the exact gradient;
+    the derivative of a TwoSum's error term is zero). `solve_backward` is the same with
+    $P\beta$ in place of $pP$ (a constant $\beta$ is kept exactly). `solve_batch` shares one
+    $\lambda$ (the batch's largest exit rate), hence one schedule, across the batch.
+
+    **Forward-backward.** `forward_backward` uses, with $a_k=\alpha_0P^k$, $b_j=P^j\beta_\tau$
+    and the Beta integral
     $\int_0^\tau\mathrm{Pois}(k;\lambda t)\,\mathrm{Pois}(j;\lambda(\tau-t))\,dt
     =\mathrm{Pois}(k+j+1;\lambda\tau)/\lambda$,
 
@@ -181,79 +323,163 @@ class Uniformisation(AbstractMasterEquationSolver):
 
     truncated at $K$ terms, the first $K$ with $\Pr(N\ge K)$ < `tolerance` (so the neglected part
     of $\sum_s\mathrm{dwell}(s)$ is below `tolerance` $\cdot\,\tau\,\|\alpha_0\|_1
-    \|\beta_\tau\|_\infty$). For non-negative $\alpha_0,\beta_\tau$ every term is
-    non-negative (no cancellation). Cost, with $K_{\max}$ = `fb_max_terms` and $J$ shifts:
+    \|\beta_\tau\|_\infty$). The Poisson weights are computed as above (ratios out from the
+    mode); this route is not split into steps. For non-negative $\alpha_0,\beta_\tau$ every term
+    is non-negative (no cancellation). Cost, with $K_{\max}$ = `fb_max_terms` and $J$ shifts:
     $2K$ products with $W$; $K$ products of the $K_{\max}\times S$ buffer of the $b_j$ with a
     window of Poisson weights, $O(K\,K_{\max}\,S)$ flops (the dominant term unless $J$ is
     large); $O(K\,J\,S)$ for the shifted products. Memory $K_{\max}S$ plus $O(JS)$ (reverse
     mode adds the checkpoints of two loops). Meant for moderate $S$ and $\lambda\tau$; if
-    $K>K_{\max}$ an error is raised (never a silent truncation).
+    $K>K_{\max}$ an error is raised on both outputs (never a silent truncation).
 
     **Arguments (keyword-only):**
 
-    - `tolerance`: Poisson tail mass at which to stop (default `1e-13`; use ~`1e-7` in float32).
-    - `max_terms`: hard limit on the number of products; reaching it raises an error.
+    - `tolerance`: Poisson tail mass at which each series stops (default `1e-13`; ~`1e-8` is
+      enough in float32, where rounding dominates).
+    - `max_terms`: hard limit on the number of products with $W$ in one `solve`; more needed
+      raises an error (default $2\cdot10^6$).
     - `fb_max_terms`: static size of the buffer of backward vectors in `forward_backward`
       (default 512); more terms needed raises an error.
+    - `max_step_mean`: $L$, the largest Poisson mean $\lambda h$ of one step (default 1024).
     """
 
     tolerance: float = eqx.field(default=1e-13, static=True)
-    max_terms: int = eqx.field(default=1_000_000, static=True)
+    max_terms: int = eqx.field(default=2_000_000, static=True)
     fb_max_terms: int = eqx.field(default=512, static=True)
+    max_step_mean: float = eqx.field(default=1024.0, static=True)
+
+    def __check_init__(self):
+        if not 0 < self.tolerance < 1e-2:
+            raise ValueError(
+                f"Uniformisation: tolerance must be in (0, 1e-2), got {self.tolerance}."
+            )
+        if not self.max_step_mean >= 1:
+            raise ValueError(
+                f"Uniformisation: max_step_mean must be >= 1, got {self.max_step_mean}."
+            )
 
     @staticmethod
     def _rate(generator, horizon, dtype):
-        return jax.lax.stop_gradient(
-            jnp.maximum(generator.max_exit_rate(), 1.0 / horizon) * 1.0000001
-        ).astype(dtype)
+        # one rate for a whole batch (trailing batch axes): one schedule, one set of weights
+        lam = jnp.maximum(jnp.max(generator.max_exit_rate()), 1.0 / horizon) * 1.0000001
+        return jax.lax.stop_gradient(lam).astype(dtype)
+
+    @property
+    def _num_weights(self) -> int:
+        # static length of the weight arrays: the terms Poisson(L) needs (margin for rounding of mu)
+        return _poisson_num_terms(float(self.max_step_mean) * (1 + 1e-4), float(self.tolerance))
+
+    def _schedule(self, lam, horizon):
+        """Steps `n` (float), step length `h`, terms per step `K` and the weights of one step."""
+        dtype = lam.dtype
+        n = jnp.maximum(jnp.ceil(jax.lax.stop_gradient(lam * horizon) / self.max_step_mean), 1)
+        h = horizon / n
+        pmf = _poisson_pmf(lam * h, self._num_weights)
+        at_least = jax.lax.stop_gradient(_reverse_cumsum(pmf))  # Pr(N >= k)
+        K = jnp.maximum(jnp.sum(at_least >= jnp.asarray(self.tolerance, dtype)), 2)
+        k = jnp.arange(self._num_weights)
+        pmf = jnp.where(k < K, pmf, 0)
+        pmf = pmf / jnp.sum(pmf)
+        more = jnp.concatenate([_reverse_cumsum(pmf)[1:], jnp.zeros((1,), dtype)])  # Pr(N > k)
+        integral_weights = more * (h / jnp.sum(more))
+        return n, h, K.astype(jnp.int32), pmf, integral_weights
+
+    def _too_many(self, n, K):
+        return ~(n * K.astype(n.dtype) <= self.max_terms)  # also true for NaN
 
     def _uniformise(self, generator, p0, horizon, transpose=False):
-        # p0: (S, *batch) with the generator's batch axes trailing; scalars have shape batch.
+        # p0: (S, *batch) with the generator's batch axes trailing.
         # transpose=False: row vectors, p -> pW; transpose=True: column vectors, v -> Wv.
-        apply = generator.apply_transpose if transpose else generator.apply
         dtype = p0.dtype
         horizon = jnp.asarray(horizon, dtype)
         lam = self._rate(generator, horizon, dtype)
-        mean = lam * horizon
-        log_mean = jnp.log(mean)
-        tol = jnp.asarray(self.tolerance, dtype)
-        one = jnp.ones((), dtype)
+        q = tuple(
+            generator.shift_rate_tensor(r).astype(dtype) / lam for r in range(len(generator.shifts))
+        )
+        n, h, K, pmf, iw = self._schedule(lam, horizon)
+        too_many = self._too_many(n, K)
+        num_steps = jnp.where(too_many, 0, n).astype(jnp.int32)  # no loop at all on error
+        apply = generator.apply_transpose if transpose else generator.apply
+        inv_lam = 1 / lam
 
-        # Scalar recursions (cheap next to a product with W): log Pr(N=k) by
-        # log p_{k+1} = log p_k + log(mean) - log(k+1), and Pr(N>k) = 1 - sum_{j<=k} p_j with
-        # Kahan-compensated summation so the small tail keeps its relative accuracy.
-        def cond(carry):
-            k, _, _, _, log_pmf, _, _ = carry
-            return jnp.any(_poisson_tail_not_small(k.astype(dtype), log_pmf, mean, tol))
+        def accumulate(acc, x):  # acc + x, acc a pair; compensated (Neumaier) in float32
+            if jnp.finfo(dtype).bits < 64:
+                total, err = _two_sum(acc[0], x)
+                return total, acc[1] + err
+            return acc[0] + x, acc[1]
 
-        def body(carry):
-            k, v, acc_p, acc_i, log_pmf, csum, comp = carry
-            kf = k.astype(dtype)
-            pmf = jnp.exp(log_pmf)
-            y = pmf - comp
-            t_sum = csum + y
-            comp = (t_sum - csum) - y
-            csum = t_sum
-            tail = jnp.clip((one - csum) + comp, 0.0, 1.0)  # Pr(N > k)
-            acc_p = acc_p + pmf * v
-            acc_i = acc_i + (tail / lam) * v
-            v = v + apply(v) / lam
-            log_pmf = log_pmf + log_mean - jnp.log(kf + 1)
-            return k + 1, v, acc_p, acc_i, log_pmf, csum, comp
+        def increment(v):  # v (P - I)
+            if jnp.finfo(dtype).bits < 64:
+                return _flow_product(generator, q, v, transpose)
+            return apply(v) * inv_lam
+
+        def one_step(v, direct):
+            # v is a pair (hi, lo), value hi + lo; the step returns (v E, v F) with
+            # E = sum_k pmf[k] P^k and F = sum_k iw[k] P^k. Written as v P^k = b + delta_k with
+            # a base b (b = v, or b = 0 when `direct`):
+            #   delta_0 = v - b,  delta_{k+1} = delta_k P + c,  c = b (P - I)  (once per step),
+            #   v E = b + sum_k pmf[k] delta_k,  v F = h b + sum_k iw[k] delta_k
+            # (sum pmf = 1 and sum iw = h in exact arithmetic, so b gets total weight exactly 1
+            # resp. h). With b = v the products act on delta, which is small where the chain
+            # is near equilibrium, and c is computed error-free (there, a small difference of
+            # large flows); done directly (b = 0), the same O(eps |v|) rounding repeats at
+            # every product and step in the slow directions, where nothing damps it (1e-4 in
+            # float32 at lambda tau = 1e6). But c's own rounding is repeated K times per step,
+            # an error of about mu * eps * |c|: small after the first step, where |c| ~
+            # (slow rates / lambda) |v|, but not in the first, where p0 relaxes and |c| ~ |v|.
+            # So the first step is done directly and the others with b = v.
+            keep = jnp.where(direct, 0, 1).astype(dtype)
+            b = (keep * v[0], keep * v[1])
+            c, _ = _increment(generator, q, b[0], b[1], transpose)
+
+            # delta_k is accumulated before the product that makes delta_{k+1}, so that XLA
+            # does not fuse (and so repeat) the product into each accumulation; the last
+            # product of a step is not used (K products for K - 1 needed).
+            def body(carry):
+                k, delta, acc_p, acc_i = carry
+                acc_p = accumulate(acc_p, pmf[k] * delta)
+                acc_i = accumulate(acc_i, iw[k] * delta)
+                return k + 1, delta + increment(delta) + c, acc_p, acc_i
+
+            zero = jnp.zeros_like(v[0])
+            delta0 = (v[0] - b[0]) + (v[1] - b[1])
+            _, _, acc_p, acc_i = eqxi.while_loop(
+                lambda carry: carry[0] < K,
+                body,
+                (jnp.asarray(0, jnp.int32), delta0, (zero, zero), (zero, zero)),
+                max_steps=self._num_weights,
+                kind="checkpointed",
+            )
+            hi, err = _two_sum(b[0], acc_p[0])
+            p = _two_sum(hi, b[1] + acc_p[1] + err)
+            return p, (h * b[0], h * b[1] + acc_i[0] + acc_i[1])
+
+        def step(c):
+            i, p, total = c
+            p, integral = one_step(p, i == 0)
+            # the step integrals are small next to the running total: compensated sum
+            hi, err = _two_sum(total[0], integral[0])
+            return i + 1, p, (hi, total[1] + err + integral[1])
 
         zero = jnp.zeros_like(p0)
-        zero_s = jnp.zeros_like(mean)
-        init = (jnp.asarray(0, jnp.int32), p0, zero, zero, -mean, zero_s, zero_s)
-        k, _, acc_p, acc_i, log_pmf, _, _ = eqxi.while_loop(
-            cond, body, init, max_steps=self.max_terms, kind="checkpointed"
+        max_steps = 2 * self.max_terms // max(1, int(self.max_step_mean)) + 2
+        _, p, total = eqxi.while_loop(
+            lambda c: c[0] < num_steps,
+            step,
+            (jnp.asarray(0, jnp.int32), (p0, zero), (zero, zero)),
+            max_steps=max_steps,
+            kind="checkpointed",
         )
-        acc_p = eqx.error_if(
-            acc_p,
-            cond((k, None, None, None, log_pmf, None, None)),
-            "Uniformisation: max_terms reached before the Poisson tail fell below tolerance; "
-            "increase max_terms (the rates times the horizon are very large).",
+        p, total = p[0] + p[1], total[0] + total[1]
+        # one check guarding both outputs: using either alone keeps it
+        return eqx.error_if(
+            (p, total),
+            too_many,
+            "Uniformisation: max_terms reached: the solve needs more than max_terms products "
+            "with W (lambda * horizon, the largest exit rate times the horizon, is very large, "
+            "or not finite). Increase max_terms (the cost grows linearly with lambda * horizon), "
+            "or use MatrixExponential (small networks; cost independent of the horizon).",
         )
-        return acc_p, acc_i
 
     def solve(self, generator, p0, horizon):
         return self._uniformise(generator, p0, horizon)
@@ -278,28 +504,20 @@ class Uniformisation(AbstractMasterEquationSolver):
         horizon = jnp.asarray(horizon, dtype)
         lam = self._rate(generator, horizon, dtype)
         mean = lam * horizon
-        log_mean = jnp.log(mean)
-        tol = jnp.asarray(self.tolerance, dtype)
         K_max = self.fb_max_terms
 
-        # Number of terms K: the first k with Pr(N >= k) < tolerance (at most K_max + 1 here).
-        # An integer, so no derivative: computed from stopped values with a plain while loop.
-        mean_c, log_mean_c = jax.lax.stop_gradient((mean, log_mean))
+        # Poisson weights on 0..2 K_max - 1, stably (ratios out from the mode). K: the first k
+        # with Pr(N >= k) < tolerance; an integer, so no derivative. If the mean lies beyond
+        # K_max, K > K_max anyway and the error below fires.
+        pmf = _poisson_pmf(mean, 2 * K_max)
+        at_least = jax.lax.stop_gradient(_reverse_cumsum(pmf))
+        K = jnp.sum(at_least >= jnp.asarray(self.tolerance, dtype)).astype(jnp.int32)
+        too_many = (K > K_max) | ~(jax.lax.stop_gradient(mean) <= K_max)
+        K = jnp.where(too_many, 0, K)  # no loop on error
 
-        def k_cond(c):
-            k, log_pmf = c
-            return (k <= K_max) & _poisson_tail_not_small(k.astype(dtype), log_pmf, mean_c, tol)
-
-        def k_body(c):
-            k, log_pmf = c
-            return k + 1, log_pmf + log_mean_c - jnp.log((k + 1).astype(dtype))
-
-        K, _ = jax.lax.while_loop(k_cond, k_body, (jnp.asarray(0, jnp.int32), -mean_c))
-
-        # Poisson weights w[m] = Pois(m; mean) for 1 <= m <= K, else 0, in log space.
-        m = jnp.arange(2 * K_max, dtype=dtype)
-        log_w = -mean + m * log_mean - jax.scipy.special.gammaln(m + 1)
-        w = jnp.where((m >= 1) & (m <= K.astype(dtype)), jnp.exp(log_w), 0.0)
+        # w[m] = Pois(m; mean) for 1 <= m <= K, else 0
+        m = jnp.arange(2 * K_max)
+        w = jnp.where((m >= 1) & (m <= K), pmf, 0.0)
 
         # b_j = P^j beta_end for j < K, stored (write-only buffer inside the loop).
         def b_body(c):
@@ -335,33 +553,21 @@ class Uniformisation(AbstractMasterEquationSolver):
         _, _, dwell, flux = eqxi.while_loop(
             lambda c: c[0] < K, a_body, init, max_steps=K_max, kind="checkpointed"
         )
-        too_many = K > K_max
-        msg = (
+        # one check guarding both outputs: using either alone keeps it
+        return eqx.error_if(
+            (dwell / lam, flux / lam),
+            too_many,
             "Uniformisation.forward_backward: more than fb_max_terms terms needed for the "
             "Poisson tail to fall below tolerance; increase fb_max_terms (the rates times the "
-            "horizon are large)."
+            "horizon are large), or use MatrixExponential (small networks).",
         )
-        dwell = eqx.error_if(dwell / lam, too_many, msg)
-        flux = eqx.error_if(flux / lam, too_many, msg)
-        return dwell, flux
 
     def num_products(self, generator: AbstractGenerator, horizon) -> Array:
         """How many products with $W$ `solve` takes for this generator and horizon."""
         dtype = generator.exit_rates.dtype
         horizon = jnp.asarray(horizon, dtype)
-        lam = jnp.maximum(generator.max_exit_rate(), 1.0 / horizon) * 1.0000001
-        mean = lam * horizon
-        tol = jnp.asarray(self.tolerance, dtype)
-
-        def cond(c):
-            return _poisson_tail_not_small(c[0], c[1], mean, tol)
-
-        def body(c):
-            k, log_pmf = c
-            return k + 1, log_pmf + jnp.log(mean) - jnp.log(k + 1)
-
-        k, _ = jax.lax.while_loop(cond, body, (jnp.zeros((), dtype), -mean))
-        return k.astype(jnp.int32)
+        n, _, K, _, _ = self._schedule(self._rate(generator, horizon, dtype), horizon)
+        return (n * K).astype(jnp.int32)
 
 
 def _max_norm(tree) -> Array:
@@ -474,16 +680,38 @@ class MatrixExponential(AbstractMasterEquationSolver):
 
     Exact up to Padé/scaling-and-squaring accuracy; forms a $2S\times 2S$ matrix, so only for small
     networks. `solve_batch` uses `lax.map` (vmapping `expm` would evaluate every Padé branch).
+    The cost does not depend on $\lambda\tau$ (up to $\log_2$ of it in squarings, at most 32:
+    $\|\tau A\|_1$ up to about $10^{10}$; beyond, and for any non-finite result, an error is
+    raised on every output). In float64 it stays accurate for large $\lambda\tau$ (1e-12 at
+    $\lambda\tau=10^5$); in float32 the squarings lose accuracy (1e-3 at $\lambda\tau=10^5$,
+    `benchmarks/results/precision.md`), where [`jaxctbn.Uniformisation`][] does not.
     """
 
     @staticmethod
-    def _moments(W, p0, horizon):
+    def _expm(M):
+        # jax's default (16 squarings) silently returns NaN once ||M||_1 > ~3e5
+        return jax.scipy.linalg.expm(M, max_squarings=_MAX_SQUARINGS)
+
+    @staticmethod
+    def _checked(outputs):
+        # one check guarding every output: using either alone keeps it
+        bad = ~jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in outputs]))
+        return eqx.error_if(
+            outputs,
+            bad,
+            "MatrixExponential: the matrix exponential is not finite (the horizon, or the rates "
+            "times the horizon, exceed about 1e10, or the rates are not finite); use "
+            "Uniformisation.",
+        )
+
+    @classmethod
+    def _moments(cls, W, p0, horizon):
         S = p0.shape[0]
         eye = jnp.eye(S, dtype=W.dtype)
         A = jnp.block([[W, eye], [jnp.zeros_like(W), jnp.zeros_like(W)]])
-        E = jax.scipy.linalg.expm(jnp.asarray(horizon, W.dtype) * A)
+        E = cls._expm(jnp.asarray(horizon, W.dtype) * A)
         z = jnp.concatenate([p0, jnp.zeros_like(p0)]) @ E
-        return z[:S], z[S:]
+        return cls._checked((z[:S], z[S:]))
 
     def solve(self, generator, p0, horizon):
         return self._moments(generator.dense(), p0, horizon)
@@ -499,9 +727,12 @@ class MatrixExponential(AbstractMasterEquationSolver):
         A = generator.dense().T
         B = jnp.outer(alpha_start, jnp.asarray(beta_end, A.dtype))
         M = jnp.block([[A, B], [jnp.zeros_like(A), A]])
-        C = jax.scipy.linalg.expm(jnp.asarray(horizon, A.dtype) * M)[:S, S:]
+        C = self._expm(jnp.asarray(horizon, A.dtype) * M)[:S, S:]
         src, dst = _shift_indices(generator.cardinalities)
-        return jnp.diagonal(C), C[src, dst]
+        return self._checked((jnp.diagonal(C), C[src, dst]))
+
+
+_MAX_SQUARINGS = 32
 
 
 DEFAULT_SOLVER = Uniformisation()
