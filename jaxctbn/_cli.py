@@ -31,9 +31,14 @@ def _cache_dir():
 
 
 def _setup_jax():
+    import logging
+
     import jax
 
     jax.config.update("jax_enable_x64", True)
+    # A check inside compiled code (eqx.error_if) raises from a host callback, and JAX also logs
+    # that callback's traceback to stderr; the CLI prints the library's own message instead.
+    logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)
     path = _cache_dir()
     if path is not None:
         # Compilation dominates a CLI call on small data; JAX's persistent cache keeps the

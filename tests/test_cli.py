@@ -182,6 +182,10 @@ def test_sample_writes_csv_that_reads_back(network, tmp_path):
             + ["--seed", str(2**64)],
             "argument --seed: must be between 0 and 2**63 - 1",
         ),
+        (  # raised inside compiled code: JAX's callback traceback must not reach stderr
+            ["moments", "--network", "{net}", "--duration", "1e12", "--initial-state", "A=0,B=0"],
+            "Uniformisation: max_terms reached",
+        ),
     ],
 )
 def test_cli_errors_are_one_line(args, message, network, tmp_path):
