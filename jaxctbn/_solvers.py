@@ -287,23 +287,26 @@ class Uniformisation(AbstractMasterEquationSolver):
     about eps per product; in float64 that bias is negligible and `apply` (half the flops) is
     used. Measured against an extended-precision dense reference
     (`benchmarks/bench_precision.py`, `tests/test_properties.py`): errors of $p_\tau$ and of the
-    dwell times (relative to $\tau$) below about 1e-6 in float32 and 1e-11 in float64 for
-    $\lambda\tau$ up to $10^6$, rate ratios up to $10^4$; the tests assert 1e-5 and 1e-10.
+    dwell times (relative to $\tau$) below 4e-6 in float32 (mostly from rounding in the first,
+    direct step: about $\sqrt{K}\,$eps) and 1e-12 in float64, for $\lambda\tau$ up to $10^8$
+    and rate ratios up to $10^4$; the tests assert 1e-5 and 1e-10.
 
     **Cost.** $K_\mu$ products with $W$ per step, $K_\mu\approx\mu+c\sqrt\mu$ ($c\approx7$ at
     `tolerance=1e-13`): the single series ($\approx\lambda\tau+c\sqrt{\lambda\tau}$ products) up
     to $\lambda\tau=L$, and about $\lambda\tau\,(1+c/\sqrt L)$ beyond (1.22 $\lambda\tau$ at the
     default $L=1024$; smaller $L$ costs more products, larger $L$ more float32 rounding, see
     the benchmark). Per step, one error-free $c$ (about three products' work). Float32 products
-    take about twice the flops of float64 ones. Compilation: two nested loops (steps, products).
+    (flows) take about 1.5 times as long as float64 ones for large $S$. Compilation: two nested
+    loops (steps, products), about twice the compile time of a single series.
 
     **Limit.** The number of products, $nK_\mu$, is known before the loop starts; if it exceeds
     `max_terms` the loop does not run and an error is raised on both outputs (never a silent
     truncation; also for a non-finite $\lambda\tau$). The default allows
-    $\lambda\tau\approx1.6\cdot10^6$; the cost is linear in $\lambda\tau$ ($10^6$: ~1 s for
-    $S\le16$ and ~15 s for $S=1024$ on a 2-core CPU). Beyond that, for small networks use
-    [`jaxctbn.MatrixExponential`][], whose cost does not depend on $\lambda\tau$ (accurate in
-    float64; in float32 its error reaches 1e-3 at $\lambda\tau=10^5$).
+    $\lambda\tau\approx1.6\cdot10^6$; the cost is linear in $\lambda\tau$ ($10^6$: 0.01-0.2 s
+    for $S\le16$, about 12 s for $S=1024$, on a 2-core CPU). Beyond that, raise `max_terms`, or
+    for small networks use [`jaxctbn.MatrixExponential`][], whose cost does not depend on
+    $\lambda\tau$ (in float64 its error grows to 1e-9 at $\lambda\tau=10^8$; in float32 to
+    1e-3 at $10^5$).
 
     **Autodiff.** Both loops are `equinox.internal.while_loop(kind="checkpointed")`, so
     reverse-mode autodiff works; $\lambda$ and $n$ are held constant under differentiation (the
@@ -402,12 +405,6 @@ class Uniformisation(AbstractMasterEquationSolver):
         apply = generator.apply_transpose if transpose else generator.apply
         inv_lam = 1 / lam
 
-        def accumulate(acc, x):  # acc + x, acc a pair; compensated (Neumaier) in float32
-            if jnp.finfo(dtype).bits < 64:
-                total, err = _two_sum(acc[0], x)
-                return total, acc[1] + err
-            return acc[0] + x, acc[1]
-
         def increment(v):  # v (P - I)
             if jnp.finfo(dtype).bits < 64:
                 return _flow_product(generator, q, v, transpose)
@@ -437,8 +434,8 @@ class Uniformisation(AbstractMasterEquationSolver):
             # product of a step is not used (K products for K - 1 needed).
             def body(carry):
                 k, delta, acc_p, acc_i = carry
-                acc_p = accumulate(acc_p, pmf[k] * delta)
-                acc_i = accumulate(acc_i, iw[k] * delta)
+                acc_p = acc_p + pmf[k] * delta
+                acc_i = acc_i + iw[k] * delta
                 return k + 1, delta + increment(delta) + c, acc_p, acc_i
 
             zero = jnp.zeros_like(v[0])
@@ -446,13 +443,12 @@ class Uniformisation(AbstractMasterEquationSolver):
             _, _, acc_p, acc_i = eqxi.while_loop(
                 lambda carry: carry[0] < K,
                 body,
-                (jnp.asarray(0, jnp.int32), delta0, (zero, zero), (zero, zero)),
+                (jnp.asarray(0, jnp.int32), delta0, zero, zero),
                 max_steps=self._num_weights,
                 kind="checkpointed",
             )
-            hi, err = _two_sum(b[0], acc_p[0])
-            p = _two_sum(hi, b[1] + acc_p[1] + err)
-            return p, (h * b[0], h * b[1] + acc_i[0] + acc_i[1])
+            hi, err = _two_sum(b[0], acc_p)
+            return _two_sum(hi, b[1] + err), (h * b[0], h * b[1] + acc_i)
 
         def step(c):
             i, p, total = c
