@@ -18,7 +18,7 @@ from test_solver_precision import reference_moments
 
 import jaxctbn as jc
 
-SHAPES = [(2,), (3, 2), (2, 3, 3), (2, 2, 3, 2), (2, 2, 2, 2, 2)]  # S = 2, 6, 18, 24, 32
+SHAPES = [(3,), (3, 2), (2, 2, 3, 2), (2, 2, 2, 2, 2)]  # S = 3, 6, 24, 32
 # the accuracy the solver documents: absolute on p_tau, relative to tau on the dwell times
 TOLERANCE = {np.float32: 1e-5, np.float64: 1e-10}
 
@@ -82,7 +82,7 @@ def _draw_problem(cards, dtype, kind, seed, log_tau, log_ratio, log_lam_tau):
     return padded, state, tau, intervention, ref, ref_state
 
 
-@settings(max_examples=8, deadline=None, derandomize=True)
+@settings(max_examples=6, deadline=None, derandomize=True)
 @given(
     shape=st.sampled_from(range(len(SHAPES))),
     dtype=st.sampled_from([np.float32, np.float64]),
@@ -93,9 +93,9 @@ def _draw_problem(cards, dtype, kind, seed, log_tau, log_ratio, log_lam_tau):
     log_lam_tau=st.floats(-1, 5),
 )
 # the corners: long horizons, rate ratio 1e4, lambda * tau = 1e5, both precisions
-@example(4, np.float32, "imperfect", 1, 3.0, 4.0, 5.0)
+@example(3, np.float32, "imperfect", 1, 3.0, 4.0, 5.0)
 @example(2, np.float64, "perfect", 2, 3.0, 4.0, 5.0)
-@example(3, np.float32, "none", 3, -2.0, 4.0, 3.0)
+@example(1, np.float32, "none", 3, -2.0, 4.0, 3.0)
 def test_solver_properties(shape, dtype, kind, seed, log_tau, log_ratio, log_lam_tau):
     cards = SHAPES[shape]
     padded, state, tau, intervention, ref, ref_state = _draw_problem(

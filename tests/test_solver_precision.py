@@ -213,6 +213,8 @@ def test_matrix_exponential_check_guards_each_output(which):
         jax.jit(jax.vmap(lambda p: solver.forward_backward(gen, p, p, 1e12)[which]))(
             p0
         ).block_until_ready()
+    if which:
+        return
     # lambda tau = 5e7, past jax's default of 16 squarings: finite, and right to the accuracy
     # that 25 squarings leave (about 2^25 eps)
     p, integral = jax.jit(solver.solve)(gen, p0[0], 1e6)
@@ -222,10 +224,10 @@ def test_matrix_exponential_check_guards_each_output(which):
 
 # --------------------------------------------------------------------------------- gradients
 def test_gradient_through_many_steps(getkey):
-    model = random_model(getkey(), (2, 3), ((1,), (0,)), scale=3.0)
+    model = random_model(getkey(), (2, 3), ((), (0,)), scale=3.0)
     init = jnp.array([1, 0])
     weights = jax.random.normal(getkey(), (6,))
-    stepped = jc.Uniformisation(max_step_mean=8.0)  # ~20 steps at tau = 6
+    stepped = jc.Uniformisation(max_step_mean=8.0)  # ~10 steps at tau = 6
 
     def loss(cims, tau):
         st = jc.expected_statistics(
