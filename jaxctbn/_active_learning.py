@@ -36,7 +36,7 @@ from ._metrics import adjacency_from_parents, edge_aupr, edge_auroc, structural_
 from ._optimisers import LBFGS
 from ._posterior import AbstractPosterior, RatePosterior
 from ._priors import AbstractPrior, GammaPrior
-from ._sampling import Trajectories, automatic_max_events, sample_trajectory
+from ._sampling import Trajectories, _check_count, automatic_max_events, sample_trajectory
 from ._solvers import DEFAULT_SOLVER, AbstractMasterEquationSolver
 from ._statistics import SufficientStatistics
 from ._structure import StructurePosterior, family_statistics
@@ -382,10 +382,7 @@ def run_active_learning(
 def _resolve_max_events(task, horizon, max_events) -> int:
     """`max_events`, or when `None` the automatic buffer for the truth's rates and `horizon`."""
     if max_events is not None:
-        if isinstance(max_events, bool) or not isinstance(max_events, (int, np.integer)):
-            raise ValueError(f"max_events must be an integer or None, got {max_events!r}.")
-        if max_events < 1:
-            raise ValueError(f"max_events must be >= 1, got {max_events}.")
+        _check_count(max_events, "max_events")
         return int(max_events)
     if isinstance(horizon, jax.core.Tracer) or np.ndim(horizon) != 0:
         auto = None

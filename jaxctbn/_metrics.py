@@ -115,29 +115,21 @@ def _off_diagonal(matrix):
 
 def _edge_metric(metric, edge_probabilities, true_adjacency, name: str):
     """`metric` of the off-diagonal entries, with the true graph checked to have both an edge
-    and an absent edge (else the metric is undefined): a `ValueError` when the true graph is
-    concrete (it usually is, also under `jit`), an `eqx.error_if` when it is traced."""
+    and an absent edge (else the metric is undefined) by `_require_classes`."""
     scores = _off_diagonal(edge_probabilities)
     message = (
         f"true_adjacency: the edge {name} needs a true graph with at least one edge and one "
         "absent edge."
     )
-    if isinstance(true_adjacency, jax.core.Tracer):
-        labels = _off_diagonal(true_adjacency)
-        positives = jnp.sum(labels > 0)
-        bad = (positives == 0) | (positives == labels.size)
-        return eqx.error_if(metric(scores, labels), bad, message)
-    labels = np.asarray(true_adjacency)
-    if labels.ndim == 2 and labels.shape[0] == 1:
-        raise ValueError(
-            f"true_adjacency: a 1-node graph has no candidate edges; the edge {name} is "
-            "undefined (structure learning needs at least 2 nodes)."
-        )
-    labels = _off_diagonal(labels)
-    positives = int(np.sum(labels > 0))
-    if positives == 0 or positives == labels.size:
-        raise ValueError(message)
-    return metric(scores, labels)
+    if not isinstance(true_adjacency, jax.core.Tracer):
+        true_adjacency = np.asarray(true_adjacency)
+        if true_adjacency.ndim == 2 and true_adjacency.shape[0] == 1:
+            raise ValueError(
+                f"true_adjacency: a 1-node graph has no candidate edges; the edge {name} is "
+                "undefined (structure learning needs at least 2 nodes)."
+            )
+    labels = _off_diagonal(true_adjacency)
+    return _require_classes(metric(scores, labels), labels, negatives=True, message=message)
 
 
 def edge_auroc(edge_probabilities: ArrayLike, true_adjacency: ArrayLike) -> Float[Array, ""]:

@@ -64,3 +64,20 @@ def one_hot_state(model, state):
 
 
 __all__ = ["brute_force_generator", "scipy_moments", "random_model", "jnp"]
+
+
+def network_dict():
+    """A 2-node network JSON document (A -> B, binary), for tests that mutate one field."""
+    return {
+        "nodes": [
+            {"name": "A", "cardinality": 2, "parents": []},
+            {"name": "B", "cardinality": 2, "parents": ["A"]},
+        ],
+        "cims": {
+            "A": [{"parent_states": {}, "Q": [[-1, 1], [2, -2]]}],
+            "B": [
+                {"parent_states": {"A": 0}, "Q": [[-1, 1], [2, -2]]},
+                {"parent_states": {"A": 1}, "Q": [[-3, 3], [1, -1]]},
+            ],
+        },
+    }

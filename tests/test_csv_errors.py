@@ -6,6 +6,7 @@ import equinox as eqx
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import network_dict
 
 import jaxctbn as jc
 from jaxctbn._demo import run_demo
@@ -55,22 +56,6 @@ def test_dataframe_with_repeated_column():
         jc.trajectories_from_dataframe(df, {"A": 2})
 
 
-def _net():
-    return {
-        "nodes": [
-            {"name": "A", "cardinality": 2, "parents": []},
-            {"name": "B", "cardinality": 2, "parents": ["A"]},
-        ],
-        "cims": {
-            "A": [{"parent_states": {}, "Q": [[-1, 1], [2, -2]]}],
-            "B": [
-                {"parent_states": {"A": 0}, "Q": [[-1, 1], [2, -2]]},
-                {"parent_states": {"A": 1}, "Q": [[-3, 3], [1, -1]]},
-            ],
-        },
-    }
-
-
 @pytest.mark.parametrize(
     "mutate, message",
     [
@@ -88,14 +73,14 @@ def _net():
     ],
 )
 def test_network_fields_are_named(mutate, message):
-    data = _net()
+    data = network_dict()
     mutate(data)
     with pytest.raises(ValueError, match=f"network: .*{message}"):
         jc.CTBN.from_dict(data)
 
 
 def test_network_q_may_be_an_array():
-    data = _net()
+    data = network_dict()
     data["cims"]["B"][1]["Q"] = np.array([[-3.0, 3.0], [1.0, -1.0]])
     data["cims"]["B"][1]["parent_states"] = {"A": np.int64(1)}
     model = jc.CTBN.from_dict(data)

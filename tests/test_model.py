@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import random_model
+from helpers import network_dict, random_model
 
 import jaxctbn as jc
 
@@ -67,22 +67,6 @@ def test_bad_structure_raises(kwargs, message):
         jc.CTBN(**kwargs)
 
 
-def _net():
-    return {
-        "nodes": [
-            {"name": "A", "cardinality": 2, "parents": []},
-            {"name": "B", "cardinality": 2, "parents": ["A"]},
-        ],
-        "cims": {
-            "A": [{"parent_states": {}, "Q": [[-1, 1], [2, -2]]}],
-            "B": [
-                {"parent_states": {"A": 0}, "Q": [[-1, 1], [2, -2]]},
-                {"parent_states": {"A": 1}, "Q": [[-3, 3], [1, -1]]},
-            ],
-        },
-    }
-
-
 @pytest.mark.parametrize(
     "mutate, message",
     [
@@ -99,7 +83,7 @@ def _net():
     ],
 )
 def test_bad_network_dict_raises(mutate, message):
-    data = _net()
+    data = network_dict()
     mutate(data)
     with pytest.raises(ValueError, match=message):
         jc.CTBN.from_dict(data)
