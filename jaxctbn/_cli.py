@@ -172,14 +172,6 @@ def _positive_number(text) -> float:
     return value
 
 
-def _positive(text, what):
-    """`_positive_number` for values checked after parsing."""
-    try:
-        return _positive_number(text)
-    except argparse.ArgumentTypeError as e:
-        raise ValueError(f"{what}: {e}.") from None
-
-
 def _at_least(minimum: int):
     """argparse type: an integer >= `minimum` (counts: trajectories, samples, repetitions...)."""
 
@@ -629,12 +621,12 @@ def _cmd_run(args):
         repetitions=args.repetitions,
         experiments=args.experiments,
         samples=args.samples,
-        horizon=_positive(args.horizon, "--horizon"),
+        horizon=args.horizon,
         seed=args.seed,
         truth=truth,
         truth_seed=args.truth_seed,
         max_parents=args.max_parents,
-        prior=GammaPrior(_positive(args.alpha, "--alpha"), _positive(args.beta, "--beta")),
+        prior=GammaPrior(args.alpha, args.beta),
         paths=args.paths,
         chunk=args.chunk,
         max_events=args.max_events,
