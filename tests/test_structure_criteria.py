@@ -1,3 +1,4 @@
+import functools
 import itertools
 
 import equinox as eqx
@@ -20,15 +21,21 @@ def _posterior(key, cards, parents, num_paths=3, **kwargs):
 
 
 CASES = {"binary": ((2, 2, 2), ((), (0,), (1,))), "ternary": ((3, 2, 2), ((1,), (), (0,)))}
+PRIORS = {"gamma": jc.GammaPrior(), "nodelman": jc.NodelmanPrior(2.0, 1.0)}
 
 
-@pytest.mark.parametrize("with_intervention", [False, True])
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize(
+    "case, with_intervention, prior",
+    [(case, iv, "gamma") for case in CASES for iv in (False, True)]
+    # one case for the Nodelman prior (each prior compiles anew); three states, so the
+    # Dirichlet part of its score is not trivial
+    + [("ternary", False, "nodelman")],
+)
 def test_structure_vbhc_optax_equals_closed_form_and_graph_enumeration(
-    case, with_intervention, getkey
+    case, with_intervention, prior, getkey
 ):
     cards, parents = CASES[case]
-    truth, post = _posterior(getkey(), cards, parents)
+    truth, post = _posterior(getkey(), cards, parents, prior=PRIORS[prior])
     iv = jc.Intervention.perfect(truth, {"X1": 1}) if with_intervention else None
     draws = jc.structure_draws(post, getkey(), 4)
     a = jc.structure_divergences(post, draws, jnp.array([1, 0, 1]), 2.0, intervention=iv)
@@ -148,6 +155,99 @@ def test_predictive_is_the_ratio_of_marginal_likelihoods(prior, getkey):
     np.testing.assert_allclose(direct, ratio, rtol=1e-10)
 
 
+def _path_log_likelihood(rates, M, T):
+    r"""$\sum_{u,x\ne x'}[M\ln\Lambda-T\Lambda]$ in numpy (with $0\ln0=0$), for a batch of
+    rate draws `(draws, configs, k, k)`. For the Nodelman prior, with $\Lambda=q\theta$, this is
+    $\sum_{u,x}[M_{xu}\ln q_{xu}-q_{xu}T_{xu}+\sum_{x'}M_{xx'u}\ln\theta_{xx'u}]$."""
+    off = ~np.eye(M.shape[-1], dtype=bool)
+    jumps = off & (M > 0)
+    log_rates = np.log(np.where(jumps, rates, 1.0))
+    return np.where(jumps, M * log_rates, 0.0).sum((-3, -2, -1)) - np.where(
+        off, T[..., None] * rates, 0.0
+    ).sum((-3, -2, -1))
+
+
+@pytest.mark.parametrize("prior", [jc.GammaPrior(2.0, 1.5), jc.NodelmanPrior(2.0, 1.5)])
+def test_marginal_and_predictive_likelihoods_by_monte_carlo_over_rate_draws(prior):
+    # p(new | old) = E[path likelihood of the new statistics] over rates drawn from the
+    # posterior given the old statistics (`sample_rates`); with no old statistics, over the
+    # prior: the marginal likelihood. One parent configuration and few new jumps keep the
+    # variance low (several configurations: see the quadrature test below)
+    rng = np.random.default_rng(8)
+    k, C, draws, chunk = 3, 1, 40_000, 2_000
+    off = 1 - np.eye(k)
+    new_M = rng.integers(0, 2, (C, k, k)) * off * (rng.random((C, k, k)) < 0.5)
+    new_T = rng.uniform(0.1, 0.6, (C, k))
+    old_M = rng.integers(0, 5, (C, k, k)) * off
+    old_T = rng.uniform(0.5, 2.0, (C, k))
+    assert new_M.sum() > 0
+
+    @jax.jit
+    def sample(keys, M, T):  # in chunks: one large vmap of the Gamma sampler is slower
+        one = jax.vmap(lambda key: prior.sample_rates(1, M, T, C, key))
+        return jax.lax.map(one, keys.reshape(-1, chunk, *keys.shape[1:])).reshape(-1, C, k, k)
+
+    keys = jax.random.split(jax.random.key(6), draws)
+    f = functools.partial(jnp.asarray, dtype=float)
+    zeros = (np.zeros((C, k, k)), np.zeros((C, k)))
+    for (M, T), exact in (
+        (zeros, prior.log_marginal_likelihood(1, f(new_M), f(new_T), C)),
+        ((old_M, old_T), prior.log_predictive(1, f(new_M), f(new_T), f(old_M), f(old_T), C)),
+    ):
+        rates = np.asarray(sample(keys, f(M), f(T)))
+        log_lik = _path_log_likelihood(rates, new_M, new_T)
+        shift = log_lik.max()
+        lik = np.exp(log_lik - shift)
+        estimate = np.log(lik.mean()) + shift
+        rel_se = lik.std() / lik.mean() / np.sqrt(draws)
+        assert rel_se < 0.02, rel_se  # so that the check below is tight
+        assert abs(estimate - float(exact)) < 4 * rel_se, (estimate, float(exact), rel_se)
+
+
+def test_nodelman_predictive_by_quadrature_for_a_binary_node():
+    # two states: the Dirichlet over the one next state is trivial, so each rate is the exit
+    # rate q_xu ~ Gam(a_xu + M_xu + 1, tau_xu + T_xu) a posteriori, and the predictive is a
+    # product of one-dimensional integrals of q^M e^{-qT} against that density
+    integrate = pytest.importorskip("scipy.integrate")
+    stats = pytest.importorskip("scipy.stats")
+    prior = jc.NodelmanPrior(jnp.array([1.0, 3.0]), jnp.array([2.0, 0.5]))  # per node: node 1
+    k, C = 2, 3
+    a_xx, tau = 3.0 / ((k - 1) * k * C), 0.5 / (k * C)
+    rng = np.random.default_rng(7)
+    off = 1 - np.eye(k)
+    new_M = rng.integers(0, 4, (C, k, k)) * off
+    new_T = rng.uniform(0.0, 1.5, (C, k))
+    for old_M, old_T in (
+        (np.zeros((C, k, k)), np.zeros((C, k))),
+        (rng.integers(0, 6, (C, k, k)) * off, rng.uniform(0.1, 3.0, (C, k))),
+    ):
+        reference = 0.0
+        for u in range(C):
+            for x in range(k):
+                shape, rate = a_xx + old_M[u, x].sum() + 1, tau + old_T[u, x]
+                m, t = new_M[u, x].sum(), new_T[u, x]
+                value, _ = integrate.quad(
+                    lambda q, shape=shape, rate=rate, m=m, t=t: (
+                        stats.gamma.pdf(q, shape, scale=1 / rate) * q**m * np.exp(-q * t)
+                    ),
+                    0.0,
+                    np.inf,
+                    epsabs=0.0,
+                    epsrel=1e-12,
+                    limit=200,
+                )
+                reference += np.log(value)
+        ours = prior.log_predictive(
+            1,
+            jnp.asarray(new_M, float),
+            jnp.asarray(new_T),
+            jnp.asarray(old_M, float),
+            jnp.asarray(old_T),
+            C,
+        )
+        np.testing.assert_allclose(ours, reference, rtol=1e-9)
+
+
 def test_structure_criteria_under_the_nodelman_prior(getkey):
     cards, parents = CASES["binary"]
     truth, post = _posterior(getkey(), cards, parents, prior=jc.NodelmanPrior(2.0, 1.0))
@@ -161,11 +261,21 @@ def test_structure_criteria_under_the_nodelman_prior(getkey):
     assert abs(float(vbhc[-1])) < 1e-12  # every node clamped: nothing to learn
 
 
-def test_structure_eig_below_vbhc_below_bhc(getkey):
+@pytest.mark.parametrize(
+    "prior, interventions",
+    # the Nodelman prior without an intervention only: each prior and each intervention
+    # structure compiles anew
+    [
+        pytest.param("gamma", ({}, {"X0": 1}), id="gamma"),
+        pytest.param("nodelman", ({},), id="nodelman"),
+    ],
+)
+def test_structure_eig_below_vbhc_below_bhc(prior, interventions, getkey):
     cards, parents = ((2, 2), ((), (0,)))
-    truth, post = _posterior(getkey(), cards, parents, num_paths=2)
+    truth, post = _posterior(getkey(), cards, parents, num_paths=2, prior=PRIORS[prior])
     init = jnp.array([0, 1])
-    for iv in [None, jc.Intervention.perfect(truth, {"X0": 1})]:
+    for assignment in interventions:
+        iv = jc.Intervention.perfect(truth, assignment) if assignment else None
         draws = jc.structure_draws(post, getkey(), 20)
         path_key = getkey()
         mc = jc.structure_divergences(
