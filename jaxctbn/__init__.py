@@ -67,6 +67,7 @@ from ._structure import family_statistics as family_statistics
 from ._structure import learn_structure as learn_structure
 from ._structure import score_parent_sets as score_parent_sets
 from ._structure import structure_log_prior as structure_log_prior
+from ._empirical_bayes import EmpiricalBayes as EmpiricalBayes
 
 # design criteria
 from ._batching import AbstractBatching as AbstractBatching
@@ -108,6 +109,10 @@ from ._criteria import score_interventions as score_interventions
 # active learning
 from ._active_learning import DESIGN_NAMES as DESIGN_NAMES
 from ._active_learning import AbstractDesign as AbstractDesign
+from ._active_learning import AbstractInitialStatePolicy as AbstractInitialStatePolicy
+from ._active_learning import FixedInitialState as FixedInitialState
+from ._active_learning import InitialStateDistribution as InitialStateDistribution
+from ._active_learning import RandomInitialState as RandomInitialState
 from ._active_learning import AbstractLearningTask as AbstractLearningTask
 from ._active_learning import ActiveLearningResult as ActiveLearningResult
 from ._active_learning import CallableDesign as CallableDesign

@@ -1,7 +1,8 @@
 r"""Sequential active learning: designs, learning tasks and the compiled experiment loop.
 
-One run is $K$ experiments. In experiment $k$: an initial state $s_0$ is drawn uniformly at
-random and revealed to the design; the design picks an intervention $i_k$ from a fixed batch of
+One run is $K$ experiments. In experiment $k$: an initial state $s_0$ is chosen by the
+initial-state policy (by default drawn uniformly at random and revealed to the design, as in
+the paper); the design picks an intervention $i_k$ from a fixed batch of
 candidates (by default the paper's whole space, [`jaxctbn.intervention_space`][]); one trajectory
 of length $\tau$ is simulated from the ground truth under $i_k$; the posterior is updated with
 pooling (an intervened node learns nothing from that trajectory); metrics are recorded.
@@ -30,8 +31,10 @@ from jaxtyping import Array, ArrayLike, Float, Int, Key, PRNGKeyArray, UInt32
 from ._batching import AbstractBatching
 from ._criteria import BHC, EIG, VBHC, AbstractCriterion, score_interventions
 from ._ctbn import CTBN
+from ._empirical_bayes import EmpiricalBayes
 from ._errors import error_message
 from ._interventions import Intervention, intervention_space
+from ._layout import all_global_states
 from ._metrics import adjacency_from_parents, edge_aupr, edge_auroc, structural_hamming_distance
 from ._optimisers import LBFGS
 from ._posterior import AbstractPosterior, RatePosterior
@@ -160,6 +163,111 @@ def design_from_name(
     raise ValueError(f"design: unknown name {name!r}; valid: {', '.join(DESIGN_NAMES)}.")
 
 
+# ------------------------------------------------------------------- initial-state policies
+
+
+class AbstractInitialStatePolicy(eqx.Module):
+    """How the initial state $s_0$ of each experiment is chosen, and what the design sees of it.
+
+    `draw` returns the state the trajectory starts in; `revealed` what the design is given:
+    the state itself, or a distribution over global states `(S,)` when $s_0$ is hidden (the
+    (V)BHC then score the expected statistics under that distribution)."""
+
+    @abc.abstractmethod
+    def draw(self, key: PRNGKeyArray, cardinalities: tuple[int, ...]) -> Int[Array, " nodes"]:
+        """The initial state of one experiment (jittable)."""
+
+    def revealed(self, state: Int[Array, " nodes"], cardinalities: tuple[int, ...]) -> Array:
+        """What the design sees: by default the drawn state."""
+        return state
+
+    def check(self, cardinalities: tuple[int, ...], names: tuple[str, ...]) -> None:
+        """Raise `ValueError` if the policy does not fit a network with these cardinalities."""
+
+
+class RandomInitialState(AbstractInitialStatePolicy):
+    """$s_0$ uniform over the global states, revealed to the design (the paper's choice, §6)."""
+
+    def draw(self, key, cardinalities):
+        return _random_state(key, cardinalities)
+
+
+class FixedInitialState(AbstractInitialStatePolicy):
+    """The same $s_0$ in every experiment (known to the design). **Argument:** `state`, one
+    state per node."""
+
+    state: tuple[int, ...] = eqx.field(static=True)
+
+    def __init__(self, state):
+        state = tuple(int(s) for s in np.ravel(np.asarray(state)))
+        if not state or any(s < 0 for s in state):
+            raise ValueError(f"state: need one non-negative state per node, got {state}.")
+        self.state = state
+
+    def check(self, cardinalities, names):
+        if len(self.state) != len(cardinalities):
+            raise ValueError(
+                f"initial state: need {len(cardinalities)} node states, got {len(self.state)}."
+            )
+        for s, k, name in zip(self.state, cardinalities, names):
+            if not 0 <= s < k:
+                raise ValueError(f"initial state: node {name!r} has states 0..{k - 1}, got {s}.")
+
+    def draw(self, key, cardinalities):
+        return jnp.asarray(self.state, jnp.int32)
+
+
+class InitialStateDistribution(AbstractInitialStatePolicy):
+    r"""$s_0$ drawn from a distribution over the global states (`probabilities`, `(S,)` in
+    product order or one axis per node; default uniform). With `revealed=False` (default) the
+    design sees only the distribution, not the draw ("a distribution of initial states", §6); with
+    `revealed=True` it sees the drawn state. The structure EIG samples paths, so it needs a
+    revealed state."""
+
+    probabilities: Float[Array, "..."] | None = None
+    revealed_to_design: bool = eqx.field(default=False, static=True, kw_only=True)
+
+    def __init__(self, probabilities=None, *, revealed: bool = False):
+        if probabilities is not None:
+            p = np.asarray(probabilities, float)
+            if np.any(~np.isfinite(p)) or np.any(p < 0) or abs(p.sum() - 1) > 1e-9:
+                raise ValueError(
+                    "probabilities: must be finite, non-negative and sum to 1 (one per global "
+                    "state)."
+                )
+            probabilities = jnp.asarray(p.ravel())
+        self.probabilities = probabilities
+        self.revealed_to_design = bool(revealed)
+
+    def check(self, cardinalities, names):
+        S = math.prod(cardinalities)
+        if self.probabilities is not None and self.probabilities.shape[0] != S:
+            raise ValueError(
+                f"probabilities: need one per global state ({S}), got "
+                f"{self.probabilities.shape[0]}."
+            )
+
+    def _probabilities(self, cardinalities):
+        S = math.prod(cardinalities)
+        if self.probabilities is None:
+            return jnp.full((S,), 1.0 / S)
+        return self.probabilities
+
+    def draw(self, key, cardinalities):
+        p = self._probabilities(cardinalities)
+        index = jr.choice(key, p.shape[0], p=p)
+        return jnp.asarray(all_global_states(tuple(cardinalities)))[index]
+
+    def revealed(self, state, cardinalities):
+        if self.revealed_to_design:
+            return state
+        return self._probabilities(cardinalities).astype(jnp.result_type(float))
+
+
+#: The paper's initial-state policy (uniform, revealed), the default of the loop.
+PAPER_INITIAL_STATE = RandomInitialState()
+
+
 # --------------------------------------------------------------------------------- tasks
 
 
@@ -191,7 +299,9 @@ class AbstractLearningTask(eqx.Module):
 
 class StructureLearningTask(AbstractLearningTask):
     r"""Exact Bayesian structure learning (exhaustive parent sets with in-degree
-    $\le$ `max_parents`, rate prior `prior`, default [`jaxctbn.GammaPrior`][]`(1, 1)`). Metrics:
+    $\le$ `max_parents`, rate prior `prior`, default [`jaxctbn.GammaPrior`][]`(1, 1)`; with
+    `empirical_bayes=`[`jaxctbn.EmpiricalBayes`][]`()` the prior's hyper-parameters are refitted
+    to the data after every experiment, starting from `prior`). Metrics:
     edge AUROC and AUPR of the posterior edge marginals against the true graph, structural
     Hamming distance of the MAP graph, and the entropy of the structure posterior (nats). The
     truth needs at least 2 nodes, one edge and one absent edge (else AUROC/AUPR are undefined);
@@ -200,6 +310,7 @@ class StructureLearningTask(AbstractLearningTask):
     truth: CTBN
     max_parents: int = eqx.field(static=True, kw_only=True)
     prior: AbstractPrior = eqx.field(default=GammaPrior(), kw_only=True)
+    empirical_bayes: EmpiricalBayes | None = eqx.field(default=None, kw_only=True)
     metric_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "auroc": ("AUROC", "higher"),
         "aupr": ("AUPR", "higher"),
@@ -226,16 +337,22 @@ class StructureLearningTask(AbstractLearningTask):
             )
 
     def initial_posterior(self) -> StructurePosterior:
+        prior = self.prior
+        if self.empirical_bayes is not None:
+            prior = self.empirical_bayes.initial_prior(prior, self.truth.num_nodes)
         return StructurePosterior.from_prior(
             self.truth.names,
             self.truth.cardinalities,
             max_parents=self.max_parents,
-            prior=self.prior,
+            prior=prior,
         )
 
     def update(self, posterior: StructurePosterior, path: Trajectories) -> StructurePosterior:
         new = family_statistics(_as_batch(path), posterior.cardinalities, posterior.parent_sets)
-        return posterior.update(new)
+        posterior = posterior.update(new)
+        if self.empirical_bayes is not None:
+            posterior = self.empirical_bayes.fit(posterior)
+        return posterior
 
     def metrics(self, posterior: StructurePosterior) -> dict[str, Array]:
         true = adjacency_from_parents(self.truth.parents, self.truth.num_nodes)
@@ -311,6 +428,7 @@ def run_active_learning(
     horizon: ArrayLike = 3.0,
     candidates: Intervention | None = None,
     max_events: int | None = None,
+    initial_state_policy: AbstractInitialStatePolicy = PAPER_INITIAL_STATE,
 ) -> ActiveLearningResult:
     r"""One sequential experiment of `num_experiments` steps as a single `jax.lax.scan`.
 
@@ -323,6 +441,10 @@ def run_active_learning(
     truth's exit rates and the horizon ([`jaxctbn.run_repetitions`][] does this outside `jit`;
     here the truth and horizon must then be concrete). A trajectory that overflows it raises an
     error rather than being silently cut.
+
+    `initial_state_policy`: how each experiment's $s_0$ is chosen and what the design sees of it
+    ([`jaxctbn.RandomInitialState`][], the paper's and the default; [`jaxctbn.FixedInitialState`][];
+    [`jaxctbn.InitialStateDistribution`][]).
     """
     if num_experiments < 1:
         raise ValueError(f"num_experiments must be >= 1, got {num_experiments}.")
@@ -340,11 +462,18 @@ def run_active_learning(
         horizon, ~(horizon > 0) | ~jnp.isfinite(horizon), "horizon: must be positive and finite."
     )
     cards = truth.cardinalities
+    if not isinstance(initial_state_policy, AbstractInitialStatePolicy):
+        raise ValueError(
+            "initial_state_policy: expected RandomInitialState(), FixedInitialState(...) or "
+            f"InitialStateDistribution(...), got {initial_state_policy!r}."
+        )
+    initial_state_policy.check(cards, truth.names)
 
     def step(posterior, key):
         k_init, k_design, k_path = jr.split(key, 3)
-        initial_state = _random_state(k_init, cards)
-        index = design.choose(posterior, candidates, initial_state, horizon, k_design)
+        initial_state = initial_state_policy.draw(k_init, cards)
+        seen = initial_state_policy.revealed(initial_state, cards)
+        index = design.choose(posterior, candidates, seen, horizon, k_design)
         iv = jax.tree_util.tree_map(lambda a: a[index], candidates)
         path = sample_trajectory(
             truth, initial_state, horizon, key=k_path, intervention=iv, max_events=max_events
@@ -399,7 +528,7 @@ def _resolve_max_events(task, horizon, max_events) -> int:
 
 
 @eqx.filter_jit
-def _run_batch(task, design, keys, num_experiments, horizon, candidates, max_events):
+def _run_batch(task, design, keys, num_experiments, horizon, candidates, max_events, policy):
     return jax.vmap(
         lambda k: run_active_learning(
             task,
@@ -409,6 +538,7 @@ def _run_batch(task, design, keys, num_experiments, horizon, candidates, max_eve
             horizon=horizon,
             candidates=candidates,
             max_events=max_events,
+            initial_state_policy=policy,
         )
     )(keys)
 
@@ -455,6 +585,7 @@ def run_repetitions(
     horizon: ArrayLike = 3.0,
     candidates: Intervention | None = None,
     max_events: int | None = None,
+    initial_state_policy: AbstractInitialStatePolicy = PAPER_INITIAL_STATE,
     throw: bool = True,
 ) -> ActiveLearningResult | tuple[ActiveLearningResult, RepetitionStatus]:
     """[`jaxctbn.run_active_learning`][] vmapped over a batch of keys (one per repetition), as
@@ -469,9 +600,18 @@ def run_repetitions(
     the failing ones from the others, so a clean batch costs nothing extra.
 
     `max_events=None` sizes the jump buffer from the truth's exit rates and `horizon` (see
-    [`jaxctbn.run_active_learning`][])."""
+    [`jaxctbn.run_active_learning`][]); `initial_state_policy` as there."""
     max_events = _resolve_max_events(task, horizon, max_events)
-    args = (task, design, keys, num_experiments, horizon, candidates, max_events)
+    args = (
+        task,
+        design,
+        keys,
+        num_experiments,
+        horizon,
+        candidates,
+        max_events,
+        initial_state_policy,
+    )
     if throw:
         return _run_batch(*args)
     num = int(jnp.shape(keys)[0])

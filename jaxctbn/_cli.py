@@ -172,6 +172,15 @@ def _positive_number(text) -> float:
     return value
 
 
+def _hyperparameter(text) -> float | tuple[float, ...]:
+    """argparse type: a prior hyper-parameter, one positive number or one per node in node
+    order, comma-separated (`5,0.2,5,0.2`)."""
+    parts = [t for t in str(text).split(",")]
+    if len(parts) == 1:
+        return _positive_number(parts[0])
+    return tuple(_positive_number(t.strip()) for t in parts)
+
+
 def _at_least(minimum: int):
     """argparse type: an integer >= `minimum` (counts: trajectories, samples, repetitions...)."""
 
@@ -396,11 +405,50 @@ def _parse_cardinalities(text, df):
     return out
 
 
-def _prior(convention: str, alpha: float, beta: float):
-    """The rate prior named by `--prior-convention` (the CLI's only string for it)."""
+def _prior(args, num_nodes: int):
+    """The rate prior named by `--prior` (alias `--prior-convention`; the CLI's only string for
+    it) with `--alpha`, `--beta` (for `nodelman`, `--beta` is the imaginary time tau); per-node
+    values need one per node."""
     from ._priors import GammaPrior, NodelmanPrior
 
-    return GammaPrior(alpha, beta) if convention == "gamma" else NodelmanPrior(alpha, beta)
+    for flag, value in (("--alpha", args.alpha), ("--beta", args.beta)):
+        if isinstance(value, tuple) and len(value) != num_nodes:
+            raise ValueError(
+                f"{flag}: give one value or one per node ({num_nodes}), got {len(value)}."
+            )
+    import numpy as np
+
+    cls = GammaPrior if args.prior == "gamma" else NodelmanPrior
+    return cls(
+        *(np.asarray(v, float) if isinstance(v, tuple) else v for v in (args.alpha, args.beta))
+    )
+
+
+def _empirical_bayes(args):
+    """`--empirical-bayes`: an `EmpiricalBayes` Module (per node when `--alpha`/`--beta` have
+    one value per node), or `None`."""
+    if not args.empirical_bayes:
+        return None
+    from ._empirical_bayes import EmpiricalBayes
+
+    per_node = isinstance(args.alpha, tuple) or isinstance(args.beta, tuple)
+    return EmpiricalBayes(per_node=per_node)
+
+
+def _prior_json(args, posterior=None) -> dict:
+    """The prior as written to output files: given values, and fitted ones under
+    `--empirical-bayes`."""
+    import numpy as np
+
+    def value(v):
+        return float(v) if np.ndim(v) == 0 else [float(x) for x in np.ravel(v)]
+
+    out = {"convention": args.prior, "alpha": value(args.alpha), "beta": value(args.beta)}
+    if args.empirical_bayes and posterior is not None:
+        names = type(posterior.prior).hyperparameter_names
+        fitted = [value(np.asarray(getattr(posterior.prior, n))) for n in names]
+        out["empirical_bayes"] = {"alpha": fitted[0], "beta": fitted[1]}
+    return out
 
 
 def _criterion(name: str, paths: int):
@@ -422,26 +470,17 @@ def _cmd_learn(args):
     names, cards = list(nodes), tuple(nodes.values())
     N = len(names)
     max_parents = _max_parents(args.max_parents, N)
-    alpha, beta = args.alpha, args.beta
     # long trajectories come back cut into pieces: ids has one entry per row
     traj, ids = trajectories_from_dataframe(df, nodes)
     num_trajectories = len(dict.fromkeys(ids))
-    post = learn_structure(
-        traj,
-        names,
-        cards,
-        max_parents=max_parents,
-        prior=_prior(args.prior_convention, alpha, beta),
-    )
+    post = learn_structure(traj, names, cards, max_parents=max_parents, prior=_prior(args, N))
+    eb = _empirical_bayes(args)
+    if eb is not None:
+        post = _jit(eb.fit)(post)
     post = jax.tree_util.tree_map(np.asarray, post)
     probs, edges, entropy, graph, map_model = _structure_summary(post)
     out = {
-        "prior": {
-            "convention": args.prior_convention,
-            "alpha": alpha,
-            "beta": beta,
-            "max_parents": max_parents,
-        },
+        "prior": {**_prior_json(args, post), "max_parents": max_parents},
         "trajectories": num_trajectories,
         "nodes": {},
         "map_graph": {},
@@ -480,7 +519,6 @@ def _cmd_design(args):
     from ._interventions import intervention_space
     from ._io import read_csv, trajectories_from_dataframe
     from ._posterior import RatePosterior
-    from ._priors import GammaPrior
     from ._statistics import SufficientStatistics
 
     if args.target == "structure":
@@ -491,7 +529,12 @@ def _cmd_design(args):
         )
     model = _load_network(args.network)
     init, initial = _initial_state(args.initial_state, model.names, model.cardinalities)
-    posterior = _jit(RatePosterior.for_model)(model, prior=GammaPrior(args.alpha, args.beta))
+    if args.prior != "gamma" or args.empirical_bayes:
+        raise ValueError(
+            "--prior/--empirical-bayes: parameter learning takes the Gamma prior with given "
+            "--alpha/--beta (the Nodelman prior and empirical Bayes are for structure learning)."
+        )
+    posterior = _jit(RatePosterior.for_model)(model, prior=_prior(args, model.num_nodes))
     if args.data is not None:
         df = read_csv(args.data)
         traj, _ = trajectories_from_dataframe(df, model)
@@ -517,7 +560,6 @@ def _design_structure(args):
         read_csv,
         trajectories_from_dataframe,
     )
-    from ._priors import GammaPrior
     from ._structure import learn_structure
 
     if args.data is None and args.network is None:
@@ -550,9 +592,11 @@ def _design_structure(args):
             intervention_targets=jnp.ones((1, N), bool),
             intervention_states=jnp.zeros((1, N), jnp.int32),
         )
-    posterior = learn_structure(
-        traj, names, cards, max_parents=max_parents, prior=GammaPrior(args.alpha, args.beta)
-    )
+    posterior = learn_structure(traj, names, cards, max_parents=max_parents, prior=_prior(args, N))
+    eb = _empirical_bayes(args)
+    if eb is not None:
+        posterior = _jit(eb.fit)(posterior)
+    args.fitted_prior = _prior_json(args, posterior)
 
     init, initial = _initial_state(args.initial_state, names, cards)
     space = intervention_space(cards)
@@ -592,6 +636,7 @@ def _write_ranking(args, scores, space, names, init, duration):
         "duration": duration,
         "initial_state": init,
         "seed": args.seed,
+        "prior": getattr(args, "fitted_prior", None) or _prior_json(args),
     }
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
@@ -604,7 +649,6 @@ def _write_ranking(args, scores, space, names, init, duration):
 def _cmd_run(args):
     from ._active_learning import DESIGN_NAMES
     from ._experiments import ExperimentConfig, run_experiment, summary_table
-    from ._priors import GammaPrior
 
     designs = [d.strip() for d in args.designs.split(",") if d.strip()]
     unknown = [d for d in designs if d not in DESIGN_NAMES]
@@ -626,7 +670,9 @@ def _cmd_run(args):
         truth=truth,
         truth_seed=args.truth_seed,
         max_parents=args.max_parents,
-        prior=GammaPrior(args.alpha, args.beta),
+        prior=_prior(args, 4 if truth is None else truth.num_nodes),
+        empirical_bayes=_empirical_bayes(args),
+        initial_state_policy=_policy(args, truth),
         paths=args.paths,
         chunk=args.chunk,
         max_events=args.max_events,
@@ -641,10 +687,61 @@ def _cmd_run(args):
     print(f"wrote {out}/summary.md, metrics.csv, results.json, figure.png, interventions.png")
 
 
+def _policy(args, truth):
+    """`--initial-state-policy` (and `--initial-state` for `fixed`) as a policy Module."""
+    from ._active_learning import FixedInitialState, InitialStateDistribution, RandomInitialState
+    from ._random import PAPER_NAMES
+
+    names = PAPER_NAMES if truth is None else truth.names
+    cards = (2,) * len(names) if truth is None else truth.cardinalities
+    if args.initial_state and args.initial_state_policy != "fixed":
+        raise ValueError("--initial-state: only with --initial-state-policy fixed.")
+    if args.initial_state_policy == "random-revealed":
+        return RandomInitialState()
+    if args.initial_state_policy == "hidden-uniform":
+        return InitialStateDistribution()
+    if not args.initial_state:
+        return FixedInitialState([0] * len(names))
+    _, state = _initial_state(args.initial_state, list(names), cards)
+    return FixedInitialState(state)
+
+
 def _cmd_demo(args):
     from ._demo import run_demo
 
     run_demo(out_dir=args.out, seed=args.seed, trajectories=args.trajectories)
+
+
+def _prior_arguments(p) -> None:
+    """`--prior gamma|nodelman` (alias `--prior-convention`), `--alpha A`, `--beta B` and
+    `--empirical-bayes`: the same options wherever a prior is chosen."""
+    p.add_argument(
+        "--prior",
+        "--prior-convention",
+        dest="prior",
+        choices=["gamma", "nodelman"],
+        default="gamma",
+        help="rate prior: gamma (the paper's, Gam(alpha, beta) per rate) or nodelman (CTBN-RLE's "
+        "family score: alpha imaginary transitions, beta imaginary time)",
+    )
+    p.add_argument(
+        "--alpha",
+        type=_hyperparameter,
+        default="1.0",
+        help="prior alpha: one value, or one per node comma-separated",
+    )
+    p.add_argument(
+        "--beta",
+        type=_hyperparameter,
+        default="1.0",
+        help="prior beta (nodelman: tau): one value, or one per node comma-separated",
+    )
+    p.add_argument(
+        "--empirical-bayes",
+        action="store_true",
+        help="fit alpha and beta to the data by type-II maximum likelihood (structure; starts "
+        "from --alpha/--beta; per node when they have one value per node)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -682,9 +779,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("learn", help="exact Bayesian structure learning from a trajectory CSV")
     p.add_argument("--data", required=True, help="long-format trajectory CSV")
     p.add_argument("--max-parents", type=_at_least(0), default=None, help="default min(2, N-1)")
-    p.add_argument("--alpha", type=_positive_number, default="1.0")
-    p.add_argument("--beta", type=_positive_number, default="1.0")
-    p.add_argument("--prior-convention", choices=["gamma", "nodelman"], default="gamma")
+    _prior_arguments(p)
     p.add_argument(
         "--cardinalities",
         nargs="*",
@@ -703,8 +798,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=_positive_number, required=True)
     p.add_argument("--samples", type=_at_least(1), default=10, help="posterior draws N_S")
     p.add_argument("--paths", type=_at_least(1), default=10, help="paths per draw (eig)")
-    p.add_argument("--alpha", type=_positive_number, default="1.0")
-    p.add_argument("--beta", type=_positive_number, default="1.0")
+    _prior_arguments(p)
     p.add_argument("--max-parents", type=_at_least(0), default=None)
     p.add_argument("--seed", type=_seed, required=True, help="0 <= S <= 2**63 - 1")
     p.add_argument("--out", required=True)
@@ -732,8 +826,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-parents", type=_at_least(0), default=None, help="structure: max in-degree"
     )
-    p.add_argument("--alpha", type=_positive_number, default="1.0")
-    p.add_argument("--beta", type=_positive_number, default="1.0")
+    _prior_arguments(p)
+    p.add_argument(
+        "--initial-state-policy",
+        choices=["random-revealed", "fixed", "hidden-uniform"],
+        default="random-revealed",
+        help="s0 of each experiment: uniform and revealed (the paper's), fixed (--initial-state, "
+        "default all 0), or uniform and hidden from the design",
+    )
+    p.add_argument(
+        "--initial-state", nargs="*", default=[], help="NODE=STATE,... (with the fixed policy)"
+    )
     p.add_argument("--paths", type=_at_least(1), default=10, help="paths per draw (eig)")
     p.add_argument("--chunk", type=_at_least(1), default=10, help="repetitions per compiled batch")
     p.add_argument(

@@ -44,15 +44,20 @@ import numpy as np
 
 from ._active_learning import (
     DESIGN_NAMES,
+    AbstractInitialStatePolicy,
+    FixedInitialState,
+    InitialStateDistribution,
     ParameterLearningTask,
+    RandomInitialState,
     StructureLearningTask,
     design_from_name,
     run_repetitions,
 )
 from ._ctbn import CTBN
+from ._empirical_bayes import EmpiricalBayes
 from ._interventions import intervention_space
-from ._priors import GammaPrior
-from ._random import paper_network
+from ._priors import AbstractPrior, GammaPrior, NodelmanPrior
+from ._random import PAPER_NAMES, paper_network
 from ._sampling import automatic_max_events
 
 #: The learning task of each target; its `metric_labels` name the metrics, labels and directions.
@@ -71,6 +76,59 @@ def default_truth(target: str, seed: int = 0) -> CTBN:
     (structure) or scaled-softmax rates (parameters), drawn once from `seed`."""
     rates = "gamma" if target == "structure" else "softmax"
     return paper_network(jax.random.key(seed), rates=rates)
+
+
+def _json_value(v):
+    """A hyper-parameter as JSON: a float, or a list of one per node."""
+    return float(v) if np.ndim(v) == 0 else np.asarray(v, float).tolist()
+
+
+def prior_settings(prior: AbstractPrior) -> dict:
+    """`{"prior": "gamma" | "nodelman", "alpha": ..., "beta": ...}` (for the Nodelman prior
+    `beta` is its total imaginary time `tau`, as `--beta` on the command line)."""
+    if isinstance(prior, NodelmanPrior):
+        return {
+            "prior": "nodelman",
+            "alpha": _json_value(prior.alpha),
+            "beta": _json_value(prior.tau),
+        }
+    if isinstance(prior, GammaPrior):
+        return {
+            "prior": "gamma",
+            "alpha": _json_value(prior.alpha),
+            "beta": _json_value(prior.beta),
+        }
+    raise ValueError(f"prior: expected GammaPrior or NodelmanPrior, got {type(prior).__name__}.")
+
+
+def _empirical_bayes_settings(eb: EmpiricalBayes | None):
+    if eb is None:
+        return None
+    return {"per_node": eb.per_node, "bounds": list(eb.bounds)}
+
+
+def policy_settings(policy: AbstractInitialStatePolicy):
+    """The initial-state policy as JSON: `"random-revealed"`, `{"fixed": [states]}` or
+    `{"distribution": "uniform" | [probabilities], "revealed": bool}`."""
+    if isinstance(policy, RandomInitialState):
+        return "random-revealed"
+    if isinstance(policy, FixedInitialState):
+        return {"fixed": list(policy.state)}
+    if isinstance(policy, InitialStateDistribution):
+        p = policy.probabilities
+        return {
+            "distribution": "uniform" if p is None else np.asarray(p, float).tolist(),
+            "revealed": policy.revealed_to_design,
+        }
+    return type(policy).__name__
+
+
+#: Settings added after results were first written: a `config.json` without them holds these.
+_LATER_SETTINGS = {
+    "prior": "gamma",
+    "empirical_bayes": None,
+    "initial_state_policy": "random-revealed",
+}
 
 
 def _labels(names, targets, states):
@@ -128,6 +186,26 @@ def _summarise(target, results):
     return summary
 
 
+def _describe_prior(settings: dict) -> str:
+    name = {"gamma": "Gamma", "nodelman": "Nodelman"}[settings.get("prior", "gamma")]
+    text = f"{name}({settings.get('alpha', 1.0)}, {settings.get('beta', 1.0)})"
+    eb = settings.get("empirical_bayes")
+    if eb:
+        text += " with empirical Bayes" + (" (per node)" if eb["per_node"] else "")
+    return text
+
+
+def _describe_policy(policy) -> str:
+    if policy == "random-revealed":
+        return "uniform at random, revealed to the design (the paper's)"
+    if isinstance(policy, dict) and "fixed" in policy:
+        return f"fixed at {policy['fixed']}"
+    if isinstance(policy, dict) and "distribution" in policy:
+        seen = "revealed" if policy["revealed"] else "hidden from the design"
+        return f"drawn from the {'uniform' if policy['distribution'] == 'uniform' else 'given'} distribution, {seen}"
+    return str(policy)
+
+
 def summary_table(
     target: str, summary: dict, settings: dict, failures: dict | None = None
 ) -> list[str]:
@@ -137,6 +215,9 @@ def summary_table(
         f"# Active {target} learning: {settings['repetitions']} repetitions x "
         f"{settings['experiments']} experiments (tau = {settings['horizon']}, "
         f"N_S = {settings['samples']}, seed {settings['seed']})",
+        "",
+        f"Learning prior: {_describe_prior(settings)}; initial state: "
+        f"{_describe_policy(settings.get('initial_state_policy', 'random-revealed'))}.",
         "",
         "Mean ± 95% interval over repetitions. 'area' = mean over experiments 1..K (area under "
         "the learning curve); 'vs passive' / 'vs random' = paired difference of the area "
@@ -225,8 +306,12 @@ class ExperimentConfig(eqx.Module):
     (default 20 and 10), `samples` ($N_S$), `horizon` ($\\tau$), `seed` (repetition $r$ uses
     `fold_in(key(seed), r)` for every design: common random numbers), `truth` (a
     [`jaxctbn.CTBN`][]; default the built-in fast/slow network drawn from `truth_seed`),
-    `max_parents` (structure; default $N-1$), `prior` (a [`jaxctbn.GammaPrior`][] with scalar
-    parameters), `paths` (EIG paths per draw), `chunk` (repetitions per compiled batch; changes
+    `max_parents` (structure; default $N-1$), `prior` (a [`jaxctbn.GammaPrior`][] or, for
+    structure learning, a [`jaxctbn.NodelmanPrior`][]; parameters scalars or one per node),
+    `empirical_bayes` (structure learning: an [`jaxctbn.EmpiricalBayes`][] refits the prior's
+    hyper-parameters after every experiment, starting from `prior`; default `None`),
+    `initial_state_policy` (default [`jaxctbn.RandomInitialState`][], the paper's; see
+    [`jaxctbn.run_active_learning`][]), `paths` (EIG paths per draw), `chunk` (repetitions per compiled batch; changes
     results only by rounding), `max_events` (jump buffer of a simulated trajectory; default
     `None`: sized from the truth's exit rates and the horizon, see
     [`jaxctbn.run_active_learning`][]; a path that overflows it is an error, never cut).
@@ -242,7 +327,9 @@ class ExperimentConfig(eqx.Module):
     truth: CTBN | None = None
     truth_seed: int = eqx.field(default=0, static=True)
     max_parents: int | None = eqx.field(default=None, static=True)
-    prior: GammaPrior = GammaPrior()
+    prior: AbstractPrior = GammaPrior()
+    empirical_bayes: EmpiricalBayes | None = None
+    initial_state_policy: AbstractInitialStatePolicy = RandomInitialState()
     paths: int = eqx.field(default=10, static=True)
     chunk: int = eqx.field(default=10, static=True)
     max_events: int | None = eqx.field(default=None, static=True)
@@ -266,13 +353,30 @@ class ExperimentConfig(eqx.Module):
                 raise ValueError(f"{name}: must be a positive integer, got {v}.")
         if not (self.horizon > 0 and math.isfinite(self.horizon)):
             raise ValueError(f"horizon: must be positive and finite, got {self.horizon}.")
-        if not isinstance(self.prior, GammaPrior) or any(
-            not isinstance(v, float) for v in (self.prior.alpha, self.prior.beta)
-        ):
-            raise ValueError("prior: the experiments take a GammaPrior with scalar alpha and beta.")
+        N = len(PAPER_NAMES) if self.truth is None else self.truth.num_nodes
+        allowed = (GammaPrior,) if self.target == "parameters" else (GammaPrior, NodelmanPrior)
+        if not isinstance(self.prior, allowed):
+            raise ValueError(
+                f"prior: {self.target} learning takes "
+                + " or ".join(c.__name__ for c in allowed)
+                + f", got {type(self.prior).__name__}."
+            )
+        self.prior.check_num_nodes(N)
+        if self.empirical_bayes is not None and self.target != "structure":
+            raise ValueError("empirical_bayes: supported for structure learning only.")
+        if self.empirical_bayes is not None:
+            self.empirical_bayes.initial_prior(self.prior, N)  # per-node values need per_node
+        if not isinstance(self.initial_state_policy, AbstractInitialStatePolicy):
+            raise ValueError(
+                "initial_state_policy: expected RandomInitialState(), FixedInitialState(...) or "
+                f"InitialStateDistribution(...), got {self.initial_state_policy!r}."
+            )
+        if self.truth is not None:
+            self.initial_state_policy.check(self.truth.cardinalities, self.truth.names)
+        else:
+            self.initial_state_policy.check((2,) * N, PAPER_NAMES)
         if self.target == "structure" and self.truth is not None:
             # the task checks the truth (>= 2 nodes, metrics defined) and max_parents
-            N = self.truth.num_nodes
             StructureLearningTask(
                 self.truth, max_parents=N - 1 if self.max_parents is None else self.max_parents
             )
@@ -311,7 +415,6 @@ def run_experiment(
     repetitions, experiments = config.num_repetitions, config.num_experiments
     samples, paths, chunk, horizon = config.samples, config.paths, config.chunk, config.horizon
     seed, truth_seed = config.seed, config.truth_seed
-    alpha, beta = config.prior.alpha, config.prior.beta
     truth = default_truth(target, truth_seed) if config.truth is None else config.truth
     max_events = config.max_events
     if max_events is None:
@@ -320,8 +423,14 @@ def run_experiment(
     max_parents = config.max_parents
     if target == "structure":
         max_parents = truth.num_nodes - 1 if max_parents is None else max_parents
-        task = StructureLearningTask(truth, max_parents=max_parents, prior=config.prior)
+        task = StructureLearningTask(
+            truth,
+            max_parents=max_parents,
+            prior=config.prior,
+            empirical_bayes=config.empirical_bayes,
+        )
     else:
+        assert isinstance(config.prior, GammaPrior)  # checked by ExperimentConfig
         task = ParameterLearningTask(truth, prior=config.prior)
     space = intervention_space(truth.cardinalities)
     settings = {
@@ -335,8 +444,9 @@ def run_experiment(
         "seed": seed,
         "truth_seed": truth_seed,
         "max_parents": max_parents,
-        "alpha": alpha,
-        "beta": beta,
+        **prior_settings(config.prior),
+        "empirical_bayes": _empirical_bayes_settings(config.empirical_bayes),
+        "initial_state_policy": policy_settings(config.initial_state_policy),
         "max_events": max_events,
         "interventions": int(space.targets.shape[0]),
         "truth": truth.to_dict(),
@@ -386,6 +496,7 @@ def run_experiment(
                 horizon=horizon,
                 candidates=space,
                 max_events=max_events,
+                initial_state_policy=config.initial_state_policy,
                 throw=False,
             )
             res = jax.device_get(res)
@@ -513,6 +624,7 @@ def _atomic(path: str, write) -> None:
 
 def _describe_differences(old: dict, new: dict) -> str:
     diffs = []
+    old = {**_LATER_SETTINGS, **old}
     for key in sorted(set(old) | set(new)):
         if key in _FREE_SETTINGS or old.get(key) == new.get(key):
             continue

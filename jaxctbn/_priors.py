@@ -14,6 +14,7 @@ old ones, and the posterior mean and draws of the rates.
 from __future__ import annotations
 
 import abc
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -47,7 +48,12 @@ class AbstractPrior(eqx.Module):
     `transitions` $M$ `(configs, k, k)` and `dwell_times` $T$ `(configs, k)` are taken under a
     parent set with `num_configs` $|U|$ configurations (a traced integer is fine; padded
     configurations carry zero statistics and must contribute nothing).
+
+    `hyperparameter_names` (a class attribute) names the fields that hold the prior's positive
+    hyper-parameters (scalars or one value per node); [`jaxctbn.EmpiricalBayes`][] fits them.
     """
+
+    hyperparameter_names: ClassVar[tuple[str, ...]] = ()
 
     @abc.abstractmethod
     def log_marginal_likelihood(
@@ -118,6 +124,7 @@ class GammaPrior(AbstractPrior):
 
     alpha: float | Float[Array, ""] | Float[Array, " nodes"]
     beta: float | Float[Array, ""] | Float[Array, " nodes"]
+    hyperparameter_names: ClassVar[tuple[str, ...]] = ("alpha", "beta")
 
     def __init__(self, alpha: ArrayLike = 1.0, beta: ArrayLike = 1.0):
         self.alpha = _positive_per_node(alpha, "alpha")
@@ -181,6 +188,7 @@ class NodelmanPrior(AbstractPrior):
 
     alpha: float | Float[Array, ""] | Float[Array, " nodes"]
     tau: float | Float[Array, ""] | Float[Array, " nodes"]
+    hyperparameter_names: ClassVar[tuple[str, ...]] = ("alpha", "tau")
 
     def __init__(self, alpha: ArrayLike = 1.0, tau: ArrayLike = 1.0):
         self.alpha = _positive_per_node(alpha, "alpha")

@@ -734,6 +734,24 @@ class StructurePosterior(AbstractPosterior):
             lambda p: (p.log_marginal_likelihoods, p.statistics), self, (scores, stats)
         )
 
+    def with_prior(self, prior: AbstractPrior) -> "StructurePosterior":
+        """The same data scored under another rate `prior` (e.g. hyper-parameters fitted by
+        [`jaxctbn.EmpiricalBayes`][]); jittable."""
+        prior.check_num_nodes(len(self.names))
+        scores = _scores(prior, self.statistics)
+        return eqx.tree_at(lambda p: (p.log_marginal_likelihoods, p.prior), self, (scores, prior))
+
+    def log_evidence(self) -> Float[Array, ""]:
+        r"""$\ln p(H)=\sum_n\ln\sum_P p(P)\,p(X_n\mid X_P)$: the marginal likelihood of the
+        data under the rate prior, averaged over graphs with the structure prior normalised
+        (it factorises over nodes). Zero before any data."""
+        return jnp.asarray(
+            sum(
+                jax.nn.logsumexp(jax.nn.log_softmax(p) + s)
+                for s, p in zip(self.log_marginal_likelihoods, self.log_prior)
+            )
+        )
+
     def log_posterior(self) -> tuple[Float[Array, " _sets"], ...]:
         """$\\ln p(\\mathrm{par}(n)=P\\mid H)$ for every candidate set of every node."""
         return tuple(
