@@ -648,7 +648,7 @@ def _write_ranking(args, scores, space, names, init, duration):
 
 def _cmd_run(args):
     from ._active_learning import DESIGN_NAMES
-    from ._experiments import ExperimentConfig, run_experiment, summary_table
+    from ._experiments import ExperimentConfig, run_experiment, summary_table, verdicts
 
     designs = [d.strip() for d in args.designs.split(",") if d.strip()]
     unknown = [d for d in designs if d not in DESIGN_NAMES]
@@ -684,6 +684,8 @@ def _cmd_run(args):
         args.target, report["summary"], report["settings"], report["failed_repetitions"]
     )
     print("\n".join(summary))
+    print("\nVerdict (area under the learning curve, paired, 95% interval):")
+    print("\n".join(verdicts(args.target, report["summary"])))
     print(f"wrote {out}/summary.md, metrics.csv, results.json, figure.png, interventions.png")
 
 

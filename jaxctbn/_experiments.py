@@ -186,6 +186,35 @@ def _summarise(target, results):
     return summary
 
 
+def verdicts(target: str, summary: dict) -> list[str]:
+    """One line per design: its paired differences of the area under the learning curve against
+    passive and random observation, and whether the 95% interval excludes zero ("better",
+    "worse") or not ("no clear difference")."""
+    lines = []
+    for design, entry in summary.items():
+        parts = []
+        for base in ("passive", "random"):
+            if design == base:
+                continue
+            items = []
+            for metric, (label, direction) in METRICS[target].items():
+                e = entry[metric]
+                key = f"area_minus_{base}"
+                if key not in e or not np.isfinite(e[key]):
+                    continue
+                m, hw = e[key], e[key + "_ci95"]
+                if abs(m) <= hw or not np.isfinite(hw):
+                    word = "no clear difference"
+                else:
+                    word = "better" if (m > 0) == (direction == "higher") else "worse"
+                items.append(f"{label.split(' (')[0]} {m:+.3f} ± {hw:.3f} ({word})")
+            if items:
+                parts.append(f"vs {base}: " + ", ".join(items))
+        if parts:
+            lines.append(f"{design}: " + "; ".join(parts))
+    return lines
+
+
 def _describe_prior(settings: dict) -> str:
     name = {"gamma": "Gamma", "nodelman": "Nodelman"}[settings.get("prior", "gamma")]
     text = f"{name}({settings.get('alpha', 1.0)}, {settings.get('beta', 1.0)})"
@@ -589,6 +618,8 @@ def _write_outputs(target, report, truth, out):
     }
     _atomic(os.path.join(out, "results.json"), lambda f: f.write(_json_bytes(payload)))
     lines = summary_table(target, report["summary"], settings, report["failed_repetitions"])
+    lines += ["", "Verdict (area under the learning curve, paired, 95% interval):", ""]
+    lines += [f"- {line}" for line in verdicts(target, report["summary"])]
     _atomic(os.path.join(out, "summary.md"), lambda f: f.write(("\n".join(lines) + "\n").encode()))
     with warnings.catch_warnings():  # all-NaN designs (failures are reported separately)
         warnings.simplefilter("ignore", RuntimeWarning)

@@ -256,3 +256,27 @@ def test_cli_priors_policy_and_old_directories(tmp_path, capsys):
     bad = ["run", "parameters", "--prior", "nodelman", "--out", str(tmp_path / "p")]
     assert main([*bad, "--no-progress"]) == 2
     assert "parameters learning takes GammaPrior" in capsys.readouterr().err
+
+
+def test_verdicts_from_paired_differences():
+    from jaxctbn._experiments import summarise, verdicts
+
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.4, 0.6, (30, 4))
+    results = {
+        "passive": {"auroc": base, "aupr": base, "shd": 3 + base, "entropy": 5 + base},
+        "random": {"auroc": base - 0.2, "aupr": base, "shd": 3 + base, "entropy": 5 + base},
+        "vbhc": {
+            "auroc": base + 0.05 + rng.normal(0, 0.01, base.shape),
+            "aupr": base + rng.normal(0, 0.01, base.shape),
+            "shd": 3 + base,
+            "entropy": 5 + base + 0.3,
+        },
+    }
+    lines = verdicts("structure", summarise("structure", results))
+    assert len(lines) == 3 and lines[0].startswith("passive: vs random: AUROC +0.200")
+    vbhc = lines[2]
+    assert vbhc.startswith("vbhc: vs passive: AUROC +0.05") and "(better)" in vbhc
+    assert "AUPR " in vbhc and "(no clear difference)" in vbhc
+    # more entropy is worse, more AUROC is better
+    assert "structure posterior entropy +0.300 ± 0.000 (worse)" in vbhc
