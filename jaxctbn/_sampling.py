@@ -214,25 +214,27 @@ class _EventBuffer(_AbstractRecorder):
 
 
 class _StateStatistics(_AbstractRecorder):
-    """The path's statistics over the global states: the time spent in each state `(S,)` and the
-    number of jumps out of each state by each transition `(S, transitions)` (those that move a
-    node; see `_transition_table`). Every node statistic under any parent set is a projection
-    of these (`PathStatistics`)."""
+    """What one node's statistics under any parent set are projections of (`PathStatistics`):
+    the time the path spent in each global state `(S,)` and the jumps of `node` out of each
+    state to each of its states `(S, k)`."""
 
     cardinalities: tuple[int, ...] = eqx.field(static=True)
+    node: int = eqx.field(static=True)
     dtype: Any = eqx.field(static=True)
 
     def init(self, s0):
         S = math.prod(self.cardinalities)
-        R = sum(self.cardinalities)
-        return jnp.zeros((S,), self.dtype), jnp.zeros((S, R), self.dtype)
+        return jnp.zeros((S,), self.dtype), jnp.zeros(
+            (S, self.cardinalities[self.node]), self.dtype
+        )
 
     def record(self, record, step):
         dwell, jumps = record
         state = global_state_index(step.state, self.cardinalities)
-        moved = step.accept & jnp.any(step.new_state != step.state)
+        x, x_new = step.state[self.node], step.new_state[self.node]
+        moved = step.accept & (x_new != x)  # only one node moves in a jump
         dwell = dwell.at[state].add(jnp.where(step.running, step.end - step.time, 0.0))
-        jumps = jumps.at[state, step.transition].add(moved.astype(self.dtype))
+        jumps = jumps.at[state, x_new].add(moved.astype(self.dtype))
         return dwell, jumps
 
 
@@ -329,29 +331,26 @@ def _trajectories(model, horizon, s0, keys, intervention, max_events) -> Traject
 
 
 class PathStatistics(eqx.Module):
-    r"""Statistics of sampled paths over the global states (instead of their jumps), as the
-    structure criteria use them: `dwell_times` `(*batch, S)` (time spent in each global state)
-    and `jumps` `(*batch, S, transitions)` (jumps out of each state by each transition, one per
-    node and target state, the nodes' in order). Node statistics under any parent set are
-    projections ([`PathStatistics.node_statistics_on_sets`][]); they equal those of the
-    trajectories the paths would be ([`jaxctbn.node_statistics`][]), up to rounding."""
+    r"""What sampled paths add to the statistics of one node, kept over the global states
+    instead of as jumps: `dwell_times` `(*batch, S)` (the time spent in each global state) and
+    `jumps` `(*batch, S, k)` (the jumps of `node` out of each state to each of its `k` states).
+    The node's statistics under any parent set are projections of these
+    ([`PathStatistics.node_statistics_on_sets`][]); they equal those that
+    [`jaxctbn.node_statistics`][] cuts from the same paths as trajectories, up to rounding."""
 
     dwell_times: Float[Array, "*batch global_states"]
-    jumps: Float[Array, "*batch global_states transitions"]
+    jumps: Float[Array, "*batch global_states k"]
+    node: int = eqx.field(static=True)
     cardinalities: tuple[int, ...] = eqx.field(static=True)
 
     def node_statistics_on_sets(
-        self, node: int, parent_sets: Int[Array, "sets max_parents"]
+        self, parent_sets: Int[Array, "sets max_parents"]
     ) -> tuple[Float[Array, "*batch sets configs k k"], Float[Array, "*batch sets configs k"]]:
-        """`(transitions, dwell_times)` of `node` projected onto every padded parent set, for
+        """`(transitions, dwell_times)` of the node projected onto every padded parent set, for
         every path of the batch."""
-        cards = self.cardinalities
-        k = cards[node]
-        first = sum(cards[:node])
-        G = state_bins_on_sets(node, parent_sets, cards, self.dwell_times.dtype)
-        V = jnp.concatenate(
-            [self.dwell_times[..., None], self.jumps[..., first : first + k]], axis=-1
-        )  # (*batch, S, 1 + k): time in the state, then jumps of `node` to each target
+        k = self.cardinalities[self.node]
+        G = state_bins_on_sets(self.node, parent_sets, self.cardinalities, self.dwell_times.dtype)
+        V = jnp.concatenate([self.dwell_times[..., None], self.jumps], axis=-1)  # (*batch, S, 1+k)
         out = jnp.einsum("psb,...sj->...pbj", G, V)
         out = out.reshape(*out.shape[:-2], -1, k, 1 + k)  # (*batch, sets, configs, k, 1 + k)
         return out[..., 1:], out[..., 0]
@@ -364,8 +363,9 @@ def _path_statistics(
     horizon: ArrayLike,
     keys: Key[Array, "*batch paths"],
     max_events: int,
+    node: int,
 ) -> PathStatistics:
-    """The `PathStatistics` of one path per key: `keys` has shape `(*batch, paths)`, and
+    """The `PathStatistics` of `node` for one path per key: `keys` has shape `(*batch, paths)`, and
     `model` and `intervention` carry the leading axes `batch` (one model and intervention per
     group of paths; broadcast them yourself); `initial_state` (as for
     [`jaxctbn.sample_trajectory`][]) and `horizon` are shared. Each path is the one
@@ -387,7 +387,7 @@ def _path_statistics(
     group = jnp.repeat(jnp.arange(tables.shape[0]), shape[-1])
     s0, keys = jax.vmap(
         lambda g, k: _initial_state(
-            models, Intervention(targets=targets[g], states=clamped[g]), initial_state, k
+            model, Intervention(targets=targets[g], states=clamped[g]), initial_state, k
         )
     )(group, keys.reshape(-1))
     _, _, truncated, (dwell, jumps) = _gillespie(
@@ -397,16 +397,16 @@ def _path_statistics(
         s0,
         keys,
         max_events,
-        _StateStatistics(cards, horizon.dtype),
+        _StateStatistics(cards, node, horizon.dtype),
         source_axes=(None, 0),
     )
     dwell, jumps = eqx.error_if(
-        (dwell.reshape(*shape, S), jumps.reshape(*shape, S, R)),
+        (dwell.reshape(*shape, S), jumps.reshape(*shape, S, cards[node])),
         jnp.any(truncated),
         f"max_events: a path sampled for a design criterion has more than {max_events} jumps; "
         "raise the criterion's max_events (EIG(max_events=...), MonteCarlo(max_events=...)).",
     )
-    return PathStatistics(dwell_times=dwell, jumps=jumps, cardinalities=cards)
+    return PathStatistics(dwell_times=dwell, jumps=jumps, node=node, cardinalities=cards)
 
 
 def sample_trajectories(

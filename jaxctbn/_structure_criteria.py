@@ -40,7 +40,7 @@ from ._layout import num_configurations
 from ._master_equation import expected_statistics_batch
 from ._optimisers import AbstractVBHCOptimiser
 from ._priors import GammaPrior
-from ._sampling import _check_count, _nested_vmap, _path_statistics
+from ._sampling import PathStatistics, _check_count, _nested_vmap, _path_statistics
 from ._solvers import DEFAULT_SOLVER, AbstractMasterEquationSolver
 from ._structure import StructurePosterior
 
@@ -73,17 +73,17 @@ def _flat_draws(draws: StructureDraws, n: int):
     return flat, jnp.repeat(jnp.arange(n_sets), n_samples)
 
 
-def _sampled_node_statistics(
-    posterior, draws, n, interventions, initial_state, horizon, path_key, num_paths, max_events
-):
-    """Node n's statistics under every candidate set, `(candidates, draws, paths, sets, ...)`,
-    of `num_paths` sampled paths per draw of node n and per candidate (`interventions`, leading
-    axis): all in one sampling loop, the same path keys for every candidate."""
+def _sampled_statistics(
+    draws, n, interventions, initial_state, horizon, path_key, num_paths, max_events
+) -> PathStatistics:
+    """What `num_paths` sampled paths per draw of node n and per candidate (`interventions`,
+    leading axis) add to node n's statistics, batch `(candidates, draws, paths)`: all in one
+    sampling loop, the same path keys for every candidate."""
     flat, _ = _flat_draws(draws, n)
     B = flat.parent_index[0].shape[0]
     C = interventions.targets.shape[0]
     keys = jr.split(jr.fold_in(path_key, n), (B, num_paths))
-    stats = _path_statistics(
+    return _path_statistics(
         jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (C, *a.shape)), flat),
         jax.tree_util.tree_map(
             lambda a: jnp.broadcast_to(a[:, None], (C, B, *a.shape[1:])), interventions
@@ -92,8 +92,8 @@ def _sampled_node_statistics(
         horizon,
         jnp.broadcast_to(keys, (C, *keys.shape)),
         max_events,
+        n,
     )
-    return stats.node_statistics_on_sets(n, posterior.parent_sets[n])
 
 
 class StructureDraws(eqx.Module):
@@ -219,8 +219,7 @@ def _node_divergence(
 
         ells = jax.vmap(one_candidate)(interventions)  # (candidates, draws, sets)
     else:
-        M, T = _sampled_node_statistics(
-            posterior,
+        stats = _sampled_statistics(
             draws,
             n,
             interventions,
@@ -230,7 +229,12 @@ def _node_divergence(
             estimator.num_paths,
             estimator.max_events,
         )
-        ells = _nested_vmap(ell, 3)(M, T).mean(2)  # mean over the paths of each draw
+
+        def ells_of(stats):  # one candidate's paths: mean over the paths of each draw
+            return _nested_vmap(ell, 2)(*stats.node_statistics_on_sets(sets)).mean(1)
+
+        # candidate by candidate: the statistics on every set of every path are the big arrays
+        ells = jax.lax.map(ells_of, stats)  # (candidates, draws, sets)
     ells = ells.reshape(-1, n_sets, ells.shape[1] // n_sets, n_sets)  # [i, P, s, P']
     own = jnp.diagonal(ells, axis1=1, axis2=3).transpose(0, 2, 1)  # [i, P, s]: ell(S; P)
     diff = (own[..., None] - ells).mean(2)  # [i, P, P']
@@ -256,16 +260,21 @@ def _node_eig(
     r"""Node n's term of the structure EIG, $\sum_P p(P\mid H)\,\mathsf E[\ln p(P\mid S,H)
     -\ln p(P\mid H)]$, for a batch of candidates `interventions` (leading axis), `(candidates,)`
     (zero for a candidate that clamps n). `rescore` is node n's `_rescorer`."""
-    n_sets = posterior.parent_sets[n].shape[0]
+    sets = posterior.parent_sets[n]
     old = posterior.log_posterior()[n]
-    M, T = _sampled_node_statistics(
-        posterior, draws, n, interventions, initial_state, horizon, path_key, num_paths, max_events
-    )  # (candidates, draws, paths, sets, ...)
-    new = _nested_vmap(rescore, 3)(M, T)  # (candidates, draws, paths, sets)
     _, true_index = _flat_draws(draws, n)
-    own = jnp.take_along_axis(new, true_index[None, :, None, None], axis=-1)[..., 0]
-    gains = (own - old[true_index][:, None]).mean(2)  # (candidates, draws): mean over paths
-    gains = gains.reshape(gains.shape[0], n_sets, -1).mean(2)  # [i, P]: mean over the draws
+    stats = _sampled_statistics(
+        draws, n, interventions, initial_state, horizon, path_key, num_paths, max_events
+    )
+
+    def gains_of(stats):  # one candidate's paths: ln p(P | S, H) - ln p(P | H) for the true P
+        new = _nested_vmap(rescore, 2)(*stats.node_statistics_on_sets(sets))  # (draws, paths, P)
+        own = jnp.take_along_axis(new, true_index[:, None, None], axis=-1)[..., 0]
+        return (own - old[true_index][:, None]).mean(1)  # mean over the paths of each draw
+
+    # candidate by candidate: the statistics on every set of every path are the big arrays
+    gains = jax.lax.map(gains_of, stats)  # (candidates, draws)
+    gains = gains.reshape(gains.shape[0], sets.shape[0], -1).mean(2)  # [i, P]: mean over draws
     keep = (~interventions.targets[:, n]).astype(gains.dtype)
     return keep * (jnp.exp(old) * gains).sum(1)
 
