@@ -12,6 +12,8 @@ diagonal (so no NaN can leak in from it).
   prior $(\alpha,\beta)$ it is the structure score (maths §5), with the posterior
   $(\bar\alpha,\bar\beta)$ and the statistics of a future path the predictive likelihood (maths
   §5), and it is the data term of the closed-form VBHC minimum (maths §3).
+  [`gamma_poisson_log_gamma_table`][] tabulates its $\ln\Gamma$ terms for counts added to
+  fixed ones (the structure EIG rescores many sampled paths against one history).
 - [`dirichlet_gamma_log_marginal`][]: the Nodelman et al. (2003) family score (exit rate
   Gamma, next state Dirichlet), as CTBN-RLE computes it.
 - [`gamma_log_density`][], [`gamma_kl`][].
@@ -49,12 +51,16 @@ def gamma_poisson_log_marginal(
     beta: ArrayLike,
     transitions: Float[Array, "*configs k k"],
     dwell_times: Float[Array, "*configs k"],
+    *,
+    log_gamma: Float[Array, "*configs k k"] | None = None,
 ) -> Float[Array, ""]:
     r"""$\sum_{u,x\ne x'}[\ln\Gamma(\alpha+M)-\ln\Gamma(\alpha)+\alpha\ln\beta
     -(\alpha+M)\ln(\beta+T)]$: the log marginal likelihood of counts $M$ and dwell times $T$ under
     independent $\mathrm{Gam}(\alpha,\beta)$ rates. `alpha` broadcasts against the transitions
     `(configs, k, k)` (per rate), `beta` against the dwell times `(configs, k)` (shared over
-    $x'$). Configurations with zero statistics contribute 0."""
+    $x'$). Configurations with zero statistics contribute 0. `log_gamma`: $\ln\Gamma(\alpha+M)$
+    when the caller has it already (looked up from [`gamma_poisson_log_gamma_table`][]; the
+    same numbers, far cheaper than evaluating $\ln\Gamma$)."""
     k = transitions.shape[-1]
     off = off_diagonal(k)
     dtype = dwell_times.dtype
@@ -62,8 +68,27 @@ def gamma_poisson_log_marginal(
     b = jnp.asarray(beta, dtype)[..., None]
     M = jnp.where(off, transitions, 0.0)
     T = dwell_times[..., None]
-    terms = gammaln(a + M) - gammaln(a) + a * jnp.log(b) - (a + M) * jnp.log(b + T)
+    if log_gamma is None:
+        log_gamma = gammaln(a + M)
+    terms = log_gamma - gammaln(a) + a * jnp.log(b) - (a + M) * jnp.log(b + T)
     return jnp.where(off, terms, 0.0).sum()
+
+
+def gamma_poisson_log_gamma_table(
+    alpha: ArrayLike, transitions: Float[Array, "*configs k k"], max_count: int
+) -> Float[Array, "*configs k k counts"]:
+    r"""$\ln\Gamma(\alpha+M+m)$ for every entry of `transitions` $M$ and every number of new
+    jumps $m=0,\dots,$`max_count` (off the diagonal; the diagonal is unused): for many sets of
+    new counts $\hat M\le$ `max_count` added to the same $M$ (sampled paths), the
+    $\ln\Gamma(\alpha+M+\hat M)$ of [`gamma_poisson_log_marginal`][] are lookups in this table,
+    the same numbers (the sum $M+\hat M$ of whole numbers is exact)."""
+    k = transitions.shape[-1]
+    off = off_diagonal(k)
+    dtype = transitions.dtype
+    a = jnp.where(off, jnp.asarray(alpha, dtype), 1.0)
+    M = jnp.where(off, transitions, 0.0)
+    counts = jnp.arange(max_count + 1, dtype=dtype)
+    return gammaln(a[..., None] + (M[..., None] + counts))
 
 
 def dirichlet_gamma_log_marginal(

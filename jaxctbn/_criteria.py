@@ -42,9 +42,9 @@ from ._solvers import DEFAULT_SOLVER, AbstractMasterEquationSolver
 from ._structure import StructurePosterior
 from ._structure_criteria import (
     divergences_all_candidates,
+    eig_all_candidates,
     structure_bhc,
     structure_draws,
-    structure_eig,
     structure_vbhc_minimise,
     structure_vbhc_minimum,
 )
@@ -189,10 +189,15 @@ class EIG(AbstractCriterion):
     r"""The expected information gain by Monte Carlo (maths §6): `num_paths` sampled paths per
     posterior draw, the same path keys for every candidate. For parameters by conjugacy without
     an inner loop ([`jaxctbn.parameter_eig`][]); for structure Algorithm 4 with the stratum
-    weights ([`jaxctbn.structure_eig`][]).
+    weights ([`jaxctbn.structure_eig`][]), per node all candidates x draws x paths of a chunk
+    of candidates in one sampling loop that keeps only the paths' statistics, and the chunks
+    whose candidates all clamp the node skipped (default batching `Chunked(9)`, as for the
+    other structure criteria).
 
-    **Arguments (keyword-only):** `num_paths` (default 10), `max_events` (jump buffer per path;
-    default 512 for parameters and 256 for structure; an overflowing path raises an error)."""
+    **Arguments (keyword-only):** `num_paths` (default 10), `max_events` (the most jumps a
+    sampled path may have, a longer path raises an error; default 512 for parameters, where it
+    is the jump buffer of each path, and 256 for structure, where no jumps are stored and its
+    size hardly changes the cost)."""
 
     num_paths: int = eqx.field(default=10, static=True, kw_only=True)
     max_events: int | None = eqx.field(default=None, static=True, kw_only=True)
@@ -226,20 +231,17 @@ class EIG(AbstractCriterion):
     ):
         key_draws, key_paths = jr.split(key)
         draws = structure_draws(posterior, key_draws, num_samples)
-
-        def eig(iv):
-            return structure_eig(
-                posterior,
-                draws,
-                initial_state,
-                horizon,
-                path_key=key_paths,
-                num_paths=self.num_paths,
-                intervention=iv,
-                max_events=self.max_events or 256,
-            )
-
-        return (Vmap() if batching is None else batching).map(eig, candidates)
+        return eig_all_candidates(
+            posterior,
+            draws,
+            candidates,
+            initial_state,
+            horizon,
+            key=key_paths,
+            num_paths=self.num_paths,
+            max_events=self.max_events or 256,
+            batching=Chunked(STRUCTURE_CHUNK) if batching is None else batching,
+        )
 
 
 @eqx.filter_jit

@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import overload
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Int
@@ -140,3 +141,21 @@ def config_index(
     rev = jnp.cumprod(slot_card[::-1])[::-1]
     strides = jnp.concatenate([rev[1:], jnp.ones((1,), dtype=rev.dtype)])
     return (slot_value * strides).sum(-1).astype(jnp.int32)
+
+
+def state_bins_on_sets(
+    node: int, parent_sets: Int[Array, "sets max_parents"], cardinalities: tuple[int, ...], dtype
+) -> Array:
+    """Per padded parent set, the one-hot matrix `(sets, S, configs * k)` that sends global state
+    $s$ to the bin $c(s_P)\\,k + s_n$ of `node` (`configs` = the most configurations any set of
+    that padding can have). A node statistic on every set is this matrix times a per-state
+    statistic; the matrix depends on no model, so a batch of models shares it."""
+    states = jnp.asarray(all_global_states(cardinalities))
+    k = cardinalities[node]
+    configs = max_configs(node, cardinalities, parent_sets.shape[-1])
+
+    def one_hot(parents):
+        bins = config_index(states, parents, cardinalities) * k + states[:, node]
+        return (bins[:, None] == jnp.arange(configs * k)).astype(dtype)
+
+    return jax.vmap(one_hot)(jnp.asarray(parent_sets))

@@ -29,6 +29,7 @@ from ._layout import (
     global_state_index,
     max_configs,
     num_configurations,
+    state_bins_on_sets,
 )
 from ._solvers import DEFAULT_SOLVER, AbstractMasterEquationSolver
 
@@ -131,14 +132,9 @@ class ExpectedStatistics(AbstractExpectedStatistics):
         shares it and the projections become one matrix product."""
         k = self.model.cardinalities[node]
         configs = max_configs(node, self.model.cardinalities, parent_sets.shape[-1])
-
-        def one_hot(P):
-            states, c, _ = self._bins(node, P)
-            return jax.nn.one_hot(
-                c * k + states[:, node], configs * k, dtype=self.dwell_times.dtype
-            )
-
-        G = jax.vmap(one_hot)(parent_sets)  # (sets, S, configs*k)
+        G = state_bins_on_sets(
+            node, parent_sets, self.model.cardinalities, self.dwell_times.dtype
+        )  # (sets, S, configs*k)
         shifts = [r for r, (n, _) in enumerate(self.generator.shifts) if n == node]
         jumps = [self.generator.shifts[r][1] for r in shifts]
         V = jnp.stack(

@@ -1,10 +1,12 @@
-"""Exact (Gillespie) sampling of cCTBN trajectories under an intervention."""
+"""Exact (Gillespie) sampling of cCTBN trajectories under an intervention, or of only their
+statistics over the global states (what the structure criteria need, without the jumps)."""
 
 from __future__ import annotations
 
+import abc
 import math
 import sys
-from typing import cast
+from typing import Any, NamedTuple, cast
 
 import equinox as eqx
 import jax
@@ -12,11 +14,11 @@ import jax.core
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, Key, PRNGKeyArray
 
 from ._ctbn import AbstractCTBN
 from ._interventions import Intervention
-from ._layout import all_global_states
+from ._layout import all_global_states, global_state_index, state_bins_on_sets
 
 
 class Trajectories(eqx.Module):
@@ -75,26 +77,26 @@ def sample_trajectory(
     """
     model, horizon, intervention = _prepare(model, horizon, intervention, max_events)
     s0, key = _initial_state(model, intervention, initial_state, key)
-    batch = _gillespie(model, horizon, s0[None], key[None], intervention, max_events)
+    batch = _trajectories(model, horizon, s0[None], key[None], intervention, max_events)
     return jax.tree_util.tree_map(lambda a: a[0], batch)
 
 
 def _prepare(model, horizon, intervention, max_events):
     """Checks shared by all paths: the (intervened) model's rates and the horizon."""
     _check_count(max_events, "max_events")
+    horizon = _checked_horizon(horizon, jnp.result_type(*model.cims))
+    model, intervention = _intervened(model, intervention)
+    return model, horizon, intervention
+
+
+def _checked_horizon(horizon, dtype) -> Array:
     if jnp.ndim(horizon) != 0:
         raise ValueError(
             f"horizon: expected one number (a scalar), got shape {jnp.shape(horizon)}; vmap "
             "over horizons for several."
         )
-    if intervention is None:
-        intervention = Intervention.none(model.num_nodes)
-    intervention = intervention.checked(model)  # clamped states in range, named as such
-    # checked again after an imperfect intervention, which can make rates negative or NaN
-    model = intervention.apply(model.checked()).checked("cims under the intervention")
-    dtype = jnp.result_type(*model.cims)
     horizon = jnp.asarray(horizon, dtype)
-    horizon = cast(
+    return cast(
         Array,
         eqx.error_if(
             horizon,
@@ -102,7 +104,16 @@ def _prepare(model, horizon, intervention, max_events):
             "horizon: must be positive and finite.",
         ),
     )
-    return model, horizon, intervention
+
+
+def _intervened(model, intervention):
+    """The checked intervened model and the checked intervention (`None` = no intervention)."""
+    if intervention is None:
+        intervention = Intervention.none(model.num_nodes)
+    intervention = intervention.checked(model)  # clamped states in range, named as such
+    # checked again after an imperfect intervention, which can make rates negative or NaN
+    model = intervention.apply(model.checked()).checked("cims under the intervention")
+    return model, intervention
 
 
 def _initial_state(model, intervention, initial_state, key):
@@ -135,26 +146,130 @@ def _initial_state(model, intervention, initial_state, key):
     return s0, key
 
 
-def _gillespie(model, horizon, s0, keys, intervention, max_events) -> Trajectories:
-    """The Gillespie loop for a batch of paths `s0 (B, N)`, `keys (B,)` in **one** while loop
-    that runs until every path is done (each iteration advances every unfinished path).
+def _nested_vmap(fn, ndim: int):
+    """`fn` mapped over `ndim` leading axes of every argument."""
+    for _ in range(ndim):
+        fn = jax.vmap(fn)
+    return fn
+
+
+def _transition_table(cardinalities) -> tuple[Array, Array]:
+    """Transition `r` of the sampler (one per node and target state) moves node `owner[r]` to
+    state `target[r]`; a node's transitions are contiguous, in the order of the nodes."""
+    owner = np.concatenate([[n] * k for n, k in enumerate(cardinalities)])
+    target = np.concatenate([np.arange(k) for k in cardinalities])
+    return jnp.asarray(owner, jnp.int32), jnp.asarray(target, jnp.int32)
+
+
+class _AbstractRecorder(eqx.Module):
+    """What the Gillespie loop keeps of one path: its jumps (`_EventBuffer`, for `Trajectories`)
+    or only the statistics they add up to (`_StateStatistics`, for the design criteria, whose
+    cost then does not grow with the buffer size)."""
+
+    cardinalities: eqx.AbstractVar[tuple[int, ...]]
+
+    @abc.abstractmethod
+    def init(self, s0: Int[Array, " nodes"]) -> Any:
+        """The record of a path that starts in `s0` and has not moved yet."""
+
+    @abc.abstractmethod
+    def record(self, record: Any, step: "_Step") -> Any:
+        """The record after one iteration of the loop (`step`; for a finished path a no-op)."""
+
+
+class _Step(NamedTuple):
+    """One iteration of the Gillespie loop for one path: it was in `state` from `time` to
+    `end` (the next jump, or the horizon if that comes first) after `count` jumps; `accept`
+    says whether the jump to `new_state` by transition `transition` happened (the path was
+    running, the jump came before the horizon and within `max_events`), `running` whether the
+    path was still running."""
+
+    state: Int[Array, " nodes"]
+    new_state: Int[Array, " nodes"]
+    transition: Int[Array, ""]
+    time: Float[Array, ""]
+    end: Float[Array, ""]
+    count: Int[Array, ""]
+    accept: Bool[Array, ""]
+    running: Bool[Array, ""]
+
+
+class _EventBuffer(_AbstractRecorder):
+    """Every jump in a padded buffer of `max_events` slots (times, then the state after it)."""
+
+    cardinalities: tuple[int, ...] = eqx.field(static=True)
+    max_events: int = eqx.field(static=True)
+    horizon: Float[Array, ""]
+
+    def init(self, s0):
+        times = jnp.full((self.max_events,), self.horizon)
+        return times, jnp.broadcast_to(s0, (self.max_events, s0.shape[0]))
+
+    def record(self, record, step):
+        times, states = record
+        slot = jnp.minimum(step.count, self.max_events - 1)
+        times = times.at[slot].set(jnp.where(step.accept, step.end, times[slot]))
+        states = states.at[slot].set(jnp.where(step.accept, step.new_state, states[slot]))
+        return times, states
+
+
+class _StateStatistics(_AbstractRecorder):
+    """What one node's statistics under any parent set are projections of (`PathStatistics`):
+    the time the path spent in each global state `(S,)` and the jumps of `node` out of each
+    state to each of its states `(S, k)`."""
+
+    cardinalities: tuple[int, ...] = eqx.field(static=True)
+    node: int = eqx.field(static=True)
+    dtype: Any = eqx.field(static=True)
+
+    def init(self, s0):
+        S = math.prod(self.cardinalities)
+        return jnp.zeros((S,), self.dtype), jnp.zeros(
+            (S, self.cardinalities[self.node]), self.dtype
+        )
+
+    def record(self, record, step):
+        dwell, jumps = record
+        state = global_state_index(step.state, self.cardinalities)
+        x, x_new = step.state[self.node], step.new_state[self.node]
+        moved = step.accept & (x_new != x)  # only one node moves in a jump
+        dwell = dwell.at[state].add(jnp.where(step.running, step.end - step.time, 0.0))
+        jumps = jumps.at[state, x_new].add(moved.astype(self.dtype))
+        return dwell, jumps
+
+
+def _model_rates(model: AbstractCTBN, s: Int[Array, " nodes"]) -> Float[Array, " transitions"]:
+    """Rates of the transitions (`_transition_table`) out of global state `s`."""
+    return jnp.concatenate([model.node_rates(n, s) for n in range(model.num_nodes)])
+
+
+def _rate_table(model: AbstractCTBN) -> Float[Array, "global_states transitions"]:
+    """`_model_rates` at every global state: for small state spaces a row lookup per jump is
+    much cheaper than evaluating the conditional rates of every node (same numbers)."""
+    states = jnp.asarray(all_global_states(model.cardinalities))
+    return jax.vmap(lambda s: _model_rates(model, s))(states)
+
+
+def _gillespie(source, rates_at, horizon, s0, keys, max_events, recorder, *, source_axes=None):
+    """The Gillespie loop for a batch of paths, `s0` `(B, N)` and `keys` `(B,)`, in **one**
+    while loop that runs until every path is done (each iteration advances every unfinished
+    path). The rates out of state `s` are `rates_at(source, s)` for a pytree `source` (a model,
+    or rate tables and an index into them) mapped over the paths by `jax.vmap`'s
+    `in_axes=source_axes` (`None`: shared by all paths). Returns the final states, the numbers
+    of jumps, whether a path had more than `max_events` jumps (it stops there, `truncated`), and
+    the `recorder`'s record, each with a leading axis `B`.
 
     Not `jax.vmap` of a per-path loop on purpose: vmap turns a per-path stopping condition into
     a select over the whole carry in every iteration, which copies the event buffers, so the
-    cost per event grows with `max_events` (quadratic overall for long paths)."""
-    n_nodes = model.num_nodes
+    cost per event grows with `max_events` (quadratic overall for long paths). One flat batch,
+    too: nested vmaps over groups of paths make the per-path lookups markedly slower."""
     dtype = horizon.dtype
-    cards = model.cardinalities
-    owner = jnp.asarray(np.concatenate([[n] * k for n, k in enumerate(cards)]), jnp.int32)
-    target = jnp.asarray(np.concatenate([np.arange(k) for k in cards]), jnp.int32)
+    owner, target = _transition_table(recorder.cardinalities)
 
-    def rates_at(s):
-        return jnp.concatenate([model.node_rates(n, s) for n in range(n_nodes)])
-
-    def body(carry):  # one path; a finished path (`done`) stays as it is
-        t, s, count, times, states, key, truncated, done = carry
+    def body(source, carry):  # one path; a finished path (`done`) stays as it is
+        t, s, count, key, truncated, done, record = carry
         key, k_time, k_choice = jr.split(key, 3)
-        rates = rates_at(s)
+        rates = rates_at(source, s)
         total = rates.sum()
         wait = jr.exponential(k_time, dtype=dtype) / total
         t_new = t + wait
@@ -164,31 +279,45 @@ def _gillespie(model, horizon, s0, keys, intervention, max_events) -> Trajectori
         idx = jnp.clip(jnp.searchsorted(jnp.cumsum(rates), u, side="right"), 0, rates.shape[0] - 1)
         s_new = s.at[owner[idx]].set(target[idx])
         accept = ~done & ~stops & ~overflow
-        slot = jnp.minimum(count, max_events - 1)
-        times = times.at[slot].set(jnp.where(accept, t_new, times[slot]))
-        states = states.at[slot].set(jnp.where(accept, s_new, states[slot]))
+        end = jnp.where(stops, horizon, t_new)
+        record = recorder.record(record, _Step(s, s_new, idx, t, end, count, accept, ~done))
         s = jnp.where(accept, s_new, s)
         t = jnp.where(accept, t_new, t)
         count = count + accept.astype(count.dtype)
-        return t, s, count, times, states, key, truncated | overflow, done | stops | overflow
+        return t, s, count, key, truncated | overflow, done | stops | overflow, record
 
-    B = s0.shape[0]
-    init = (
-        jnp.zeros((B,), dtype),
-        s0,
-        jnp.zeros((B,), jnp.int32),
-        jnp.full((B, max_events), horizon, dtype),
-        jnp.broadcast_to(s0[:, None], (B, max_events, n_nodes)),
-        keys,
-        jnp.zeros((B,), bool),
-        jnp.zeros((B,), bool),
+    def start(s, key):
+        false = jnp.zeros((), bool)
+        return (
+            jnp.zeros((), dtype),
+            s,
+            jnp.zeros((), jnp.int32),
+            key,
+            false,
+            false,
+            recorder.init(s),
+        )
+
+    _, s_end, count, _, truncated, _, record = jax.lax.while_loop(
+        lambda carry: jnp.any(~carry[5]),
+        lambda carry: jax.vmap(body, in_axes=(source_axes, 0))(source, carry),
+        jax.vmap(start)(s0, keys),
     )
-    _, s_end, count, times, states, _, truncated, _ = jax.lax.while_loop(
-        lambda carry: jnp.any(~carry[-1]), jax.vmap(body), init
+    return s_end, count, truncated, record
+
+
+def _trajectories(model, horizon, s0, keys, intervention, max_events) -> Trajectories:
+    """`_gillespie` with an event buffer, for a batch of paths `s0 (B, N)`, `keys (B,)` of one
+    model."""
+    n_nodes = model.num_nodes
+    recorder = _EventBuffer(model.cardinalities, max_events, horizon)
+    s_end, count, truncated, (times, states) = _gillespie(
+        model, _model_rates, horizon, s0, keys, max_events, recorder
     )
     # padding after the last jump repeats the final state
     pad = jnp.arange(max_events) >= count[:, None]
     states = jnp.where(pad[:, :, None], s_end[:, None], states)
+    B = s0.shape[0]
     return Trajectories(
         initial_states=s0,
         jump_times=times,
@@ -199,6 +328,85 @@ def _gillespie(model, horizon, s0, keys, intervention, max_events) -> Trajectori
         intervention_targets=jnp.broadcast_to(intervention.targets, (B, n_nodes)),
         intervention_states=jnp.broadcast_to(intervention.states, (B, n_nodes)),
     )
+
+
+class PathStatistics(eqx.Module):
+    r"""What sampled paths add to the statistics of one node, kept over the global states
+    instead of as jumps: `dwell_times` `(*batch, S)` (the time spent in each global state) and
+    `jumps` `(*batch, S, k)` (the jumps of `node` out of each state to each of its `k` states).
+    The node's statistics under any parent set are projections of these
+    ([`PathStatistics.node_statistics_on_sets`][]); they equal those that
+    [`jaxctbn.node_statistics`][] cuts from the same paths as trajectories, up to rounding."""
+
+    dwell_times: Float[Array, "*batch global_states"]
+    jumps: Float[Array, "*batch global_states k"]
+    node: int = eqx.field(static=True)
+    cardinalities: tuple[int, ...] = eqx.field(static=True)
+
+    def node_statistics_on_sets(
+        self, parent_sets: Int[Array, "sets max_parents"]
+    ) -> tuple[Float[Array, "*batch sets configs k k"], Float[Array, "*batch sets configs k"]]:
+        """`(transitions, dwell_times)` of the node projected onto every padded parent set, for
+        every path of the batch."""
+        k = self.cardinalities[self.node]
+        G = state_bins_on_sets(self.node, parent_sets, self.cardinalities, self.dwell_times.dtype)
+        V = jnp.concatenate([self.dwell_times[..., None], self.jumps], axis=-1)  # (*batch, S, 1+k)
+        out = jnp.einsum("psb,...sj->...pbj", G, V)
+        out = out.reshape(*out.shape[:-2], -1, k, 1 + k)  # (*batch, sets, configs, k, 1 + k)
+        return out[..., 1:], out[..., 0]
+
+
+def _path_statistics(
+    model: AbstractCTBN,
+    intervention: Intervention,
+    initial_state: ArrayLike,
+    horizon: ArrayLike,
+    keys: Key[Array, "*batch paths"],
+    max_events: int,
+    node: int,
+) -> PathStatistics:
+    """The `PathStatistics` of `node` for one path per key: `keys` has shape `(*batch, paths)`, and
+    `model` and `intervention` carry the leading axes `batch` (one model and intervention per
+    group of paths; broadcast them yourself); `initial_state` (as for
+    [`jaxctbn.sample_trajectory`][]) and `horizon` are shared. Each path is the one
+    `sample_trajectory` draws with the same model, intervention and key, all of them in one
+    loop, and no jumps are stored, so the cost does not grow with `max_events`. A path with
+    more than `max_events` jumps raises an error, as its statistics from `sample_trajectory`
+    would."""
+    _check_count(max_events, "max_events")
+    horizon = _checked_horizon(horizon, jnp.result_type(*model.cims))
+    cards = model.cardinalities
+    N, S, R = len(cards), math.prod(cards), sum(cards)
+    shape = keys.shape
+    batch = shape[:-1]
+    models, intervention = _nested_vmap(_intervened, len(batch))(model, intervention)
+    tables = _nested_vmap(_rate_table, len(batch))(models).reshape(-1, S, R)
+    targets = intervention.targets.reshape(-1, N)
+    clamped = intervention.states.reshape(-1, N)
+    # one flat batch of paths; path p belongs to group p // paths (its model and intervention)
+    group = jnp.repeat(jnp.arange(tables.shape[0]), shape[-1])
+    s0, keys = jax.vmap(
+        lambda g, k: _initial_state(
+            model, Intervention(targets=targets[g], states=clamped[g]), initial_state, k
+        )
+    )(group, keys.reshape(-1))
+    _, _, truncated, (dwell, jumps) = _gillespie(
+        (tables, group),
+        lambda source, s: source[0][source[1], global_state_index(s, cards)],
+        horizon,
+        s0,
+        keys,
+        max_events,
+        _StateStatistics(cards, node, horizon.dtype),
+        source_axes=(None, 0),
+    )
+    dwell, jumps = eqx.error_if(
+        (dwell.reshape(*shape, S), jumps.reshape(*shape, S, cards[node])),
+        jnp.any(truncated),
+        f"max_events: a path sampled for a design criterion has more than {max_events} jumps; "
+        "raise the criterion's max_events (EIG(max_events=...), MonteCarlo(max_events=...)).",
+    )
+    return PathStatistics(dwell_times=dwell, jumps=jumps, node=node, cardinalities=cards)
 
 
 def sample_trajectories(
@@ -248,7 +456,7 @@ def _sample_keys(model, initial_states, horizon, keys, intervention, max_events)
     s0, keys = jax.vmap(
         lambda s, k: _initial_state(model, intervention, s, k), in_axes=(in_axes, 0)
     )(initial_states, keys)
-    return _gillespie(model, horizon, s0, keys, intervention, max_events)
+    return _trajectories(model, horizon, s0, keys, intervention, max_events)
 
 
 _sample_keys_jit = eqx.filter_jit(_sample_keys)

@@ -33,14 +33,15 @@ import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from ._batching import AbstractBatching
+from ._conjugate import gamma_poisson_log_gamma_table, gamma_poisson_log_marginal
 from ._interventions import Intervention
 from ._kl_estimators import AbstractKLEstimator, MonteCarlo, PlugIn
 from ._layout import num_configurations
 from ._master_equation import expected_statistics_batch
 from ._optimisers import AbstractVBHCOptimiser
-from ._sampling import sample_trajectory
+from ._priors import GammaPrior
+from ._sampling import PathStatistics, _check_count, _nested_vmap, _path_statistics
 from ._solvers import DEFAULT_SOLVER, AbstractMasterEquationSolver
-from ._statistics import node_statistics
 from ._structure import StructurePosterior
 
 
@@ -63,20 +64,36 @@ def predictive_log_likelihood(
     )
 
 
-def _sampled_node_statistics(
-    model, key, n, sets, configs, cards, initial_state, horizon, intervention, max_events
-):
-    """Sample one path of `model` and return node n's statistics under every candidate set."""
-    path = sample_trajectory(
-        model,
-        jnp.asarray(initial_state),
+def _flat_draws(draws: StructureDraws, n: int):
+    """Node n's draws as one batch `(sets * samples,)` of models, and the index of the set each
+    draw fixes par(n) to."""
+    models = draws.models[n]
+    n_sets, n_samples = jax.tree_util.tree_leaves(models)[0].shape[:2]
+    flat = jax.tree_util.tree_map(lambda a: a.reshape(n_sets * n_samples, *a.shape[2:]), models)
+    return flat, jnp.repeat(jnp.arange(n_sets), n_samples)
+
+
+def _sampled_statistics(
+    draws, n, interventions, initial_state, horizon, path_key, num_paths, max_events
+) -> PathStatistics:
+    """What `num_paths` sampled paths per draw of node n and per candidate (`interventions`,
+    leading axis) add to node n's statistics, batch `(candidates, draws, paths)`: all in one
+    sampling loop, the same path keys for every candidate."""
+    flat, _ = _flat_draws(draws, n)
+    B = flat.parent_index[0].shape[0]
+    C = interventions.targets.shape[0]
+    keys = jr.split(jr.fold_in(path_key, n), (B, num_paths))
+    return _path_statistics(
+        jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (C, *a.shape)), flat),
+        jax.tree_util.tree_map(
+            lambda a: jnp.broadcast_to(a[:, None], (C, B, *a.shape[1:])), interventions
+        ),
+        initial_state,
         horizon,
-        key=key,
-        intervention=intervention,
-        max_events=max_events,
+        jnp.broadcast_to(keys, (C, *keys.shape)),
+        max_events,
+        n,
     )
-    st = jax.vmap(lambda P: node_statistics(path, n, P, cards, num_configs=configs))(sets)
-    return st.transitions, st.dwell_times
 
 
 class StructureDraws(eqx.Module):
@@ -137,7 +154,15 @@ def structure_divergences(
     divergence_of_node = _divergence_of_node(
         posterior, draws, initial_state, horizon, solver, estimator, path_key
     )
-    return tuple(divergence_of_node(n, intervention) for n in range(len(draws.models)))
+    ivs = _one_candidate(posterior, intervention)
+    return tuple(divergence_of_node(n, ivs)[0] for n in range(len(draws.models)))
+
+
+def _one_candidate(posterior: StructurePosterior, intervention: Intervention | None):
+    """`intervention` (`None` = none) as a batch of one candidate."""
+    if intervention is None:
+        intervention = Intervention.none(len(posterior.names))
+    return jax.tree_util.tree_map(lambda a: a[None], intervention)
 
 
 def _divergence_of_node(posterior, draws, initial_state, horizon, solver, estimator, path_key):
@@ -164,7 +189,7 @@ def _node_divergence(
     posterior,
     draws,
     n,
-    intervention,
+    interventions,
     *,
     initial_state,
     horizon,
@@ -172,105 +197,159 @@ def _node_divergence(
     estimator,
     path_key,
 ):
-    """$a_n(P')$ for one node `n` (zeros if `intervention` clamps it)."""
-    models = draws.models[n]
+    """$a_n(P')$ for one node `n` and a batch of candidates `interventions` (leading axis),
+    `(candidates, sets)` (zeros for a candidate that clamps n)."""
     sets = posterior.parent_sets[n]
-    n_sets, n_samples = sets.shape[0], jax.tree_util.tree_leaves(models)[0].shape[1]
-    flat = jax.tree_util.tree_map(lambda a: a.reshape(n_sets * n_samples, *a.shape[2:]), models)
-    B = n_sets * n_samples
-    configs = posterior.statistics.transitions[n].shape[1]
+    n_sets = sets.shape[0]
+    flat, _ = _flat_draws(draws, n)
+    B = flat.parent_index[0].shape[0]
 
     def ell(M_hat, T_hat):
         return predictive_log_likelihood(posterior, n, M_hat, T_hat)
 
     if isinstance(estimator, PlugIn):
         init = jnp.broadcast_to(jnp.asarray(initial_state), (B, *jnp.shape(initial_state)))
-        ivs = (
-            None
-            if intervention is None
-            else jax.tree_util.tree_map(
+
+        def one_candidate(intervention):
+            ivs = jax.tree_util.tree_map(
                 lambda a: jnp.broadcast_to(a, (B, *jnp.shape(a))), intervention
             )
-        )
-        stats = expected_statistics_batch(flat, init, horizon, interventions=ivs, solver=solver)
+            stats = expected_statistics_batch(flat, init, horizon, interventions=ivs, solver=solver)
+            return jax.vmap(lambda st: ell(*st.node_statistics_on_sets(n, sets)))(stats)
 
-        def ell_all(st):
-            M_hat, T_hat = st.node_statistics_on_sets(n, sets)
-            return ell(M_hat, T_hat)
-
-        ells = jax.vmap(ell_all)(stats)
+        ells = jax.vmap(one_candidate)(interventions)  # (candidates, draws, sets)
     else:
-        keys = jr.split(jr.fold_in(path_key, n), (B, estimator.num_paths))
+        stats = _sampled_statistics(
+            draws,
+            n,
+            interventions,
+            initial_state,
+            horizon,
+            path_key,
+            estimator.num_paths,
+            estimator.max_events,
+        )
 
-        def ell_paths(model, ks):
-            def one_path(k):
-                M, T = _sampled_node_statistics(
-                    model,
-                    k,
-                    n,
-                    sets,
-                    configs,
-                    posterior.cardinalities,
-                    initial_state,
-                    horizon,
-                    intervention,
-                    estimator.max_events,
-                )
-                return ell(M, T)
+        def ells_of(stats):  # one candidate's paths: mean over the paths of each draw
+            return _nested_vmap(ell, 2)(*stats.node_statistics_on_sets(sets)).mean(1)
 
-            return jax.vmap(one_path)(ks).mean(0)
-
-        ells = jax.vmap(ell_paths)(flat, keys)
-    ells = ells.reshape(n_sets, n_samples, n_sets)  # [P, s, P']
-    own = jnp.diagonal(ells, axis1=0, axis2=2).T  # [P, s]: ell(S; P) for the true set
-    diff = (own[:, :, None] - ells).mean(1)  # [P, P']
+        # candidate by candidate: the statistics on every set of every path are the big arrays
+        ells = jax.lax.map(ells_of, stats)  # (candidates, draws, sets)
+    ells = ells.reshape(-1, n_sets, ells.shape[1] // n_sets, n_sets)  # [i, P, s, P']
+    own = jnp.diagonal(ells, axis1=1, axis2=3).transpose(0, 2, 1)  # [i, P, s]: ell(S; P)
+    diff = (own[..., None] - ells).mean(2)  # [i, P, P']
     probs = posterior.parent_set_probabilities()[n]
-    a = probs @ diff
-    keep = 1.0 if intervention is None else (~intervention.targets[n]).astype(a.dtype)
-    return keep * a
+    a = jnp.einsum("p,ipq->iq", probs, diff)
+    keep = (~interventions.targets[:, n]).astype(a.dtype)
+    return keep[:, None] * a
 
 
-def _divergences_all_candidates(
-    posterior, draws, interventions, chunk, divergence_of_node
-) -> tuple[Float[Array, "candidates _sets"], ...]:
-    """$a_n(P')$ for every candidate and node, skipping the work for candidates that clamp
-    node $n$ (their $a_n$ is 0): per node the candidates are ordered not-clamping first and
-    mapped over in chunks of `chunk`, and a chunk of clamping candidates only is skipped by
-    `lax.cond`. For the paper's space a node is clamped by 2/3 of the candidates, so this saves
-    up to 2/3 of the master-equation solves. (Under `vmap` over histories the candidates are
-    shared, the predicate stays unbatched and the skip is kept.)"""
+def _node_eig(
+    posterior,
+    draws,
+    n,
+    interventions,
+    *,
+    initial_state,
+    horizon,
+    path_key,
+    num_paths,
+    max_events,
+    rescore,
+):
+    r"""Node n's term of the structure EIG, $\sum_P p(P\mid H)\,\mathsf E[\ln p(P\mid S,H)
+    -\ln p(P\mid H)]$, for a batch of candidates `interventions` (leading axis), `(candidates,)`
+    (zero for a candidate that clamps n). `rescore` is node n's `_rescorer`."""
+    sets = posterior.parent_sets[n]
+    old = posterior.log_posterior()[n]
+    _, true_index = _flat_draws(draws, n)
+    stats = _sampled_statistics(
+        draws, n, interventions, initial_state, horizon, path_key, num_paths, max_events
+    )
+
+    def gains_of(stats):  # one candidate's paths: ln p(P | S, H) - ln p(P | H) for the true P
+        new = _nested_vmap(rescore, 2)(*stats.node_statistics_on_sets(sets))  # (draws, paths, P)
+        own = jnp.take_along_axis(new, true_index[:, None, None], axis=-1)[..., 0]
+        return (own - old[true_index][:, None]).mean(1)  # mean over the paths of each draw
+
+    # candidate by candidate: the statistics on every set of every path are the big arrays
+    gains = jax.lax.map(gains_of, stats)  # (candidates, draws)
+    gains = gains.reshape(gains.shape[0], sets.shape[0], -1).mean(2)  # [i, P]: mean over draws
+    keep = (~interventions.targets[:, n]).astype(gains.dtype)
+    return keep * (jnp.exp(old) * gains).sum(1)
+
+
+def _rescorer(posterior: StructurePosterior, n: int, max_events: int):
+    r"""`(M, T) -> ln p(P | S, H)` for every candidate set P of node n: the sets rescored with a
+    path's statistics `M` `(sets, configs, k, k)`, `T` `(sets, configs, k)` added to the
+    history's. For the Gamma prior the $\ln\Gamma$ terms, which dominate the cost, are looked up
+    in a table over the possible counts (a path has at most `max_events` jumps); the same
+    numbers as the prior's `log_marginal_likelihood`, which every other prior uses."""
+    M_bar = posterior.statistics.transitions[n]
+    T_bar = posterior.statistics.dwell_times[n]
+    U = num_configurations(posterior.parent_sets[n], posterior.cardinalities)
+    prior = posterior.prior
+    if type(prior) is GammaPrior:
+        alpha, beta = prior.node_parameters(n)
+        table = gamma_poisson_log_gamma_table(alpha, M_bar, max_events)
+
+        def score(Mh, Th, Mb, Tb, table, u):
+            index = jnp.clip(Mh.astype(jnp.int32), 0, max_events)[..., None]
+            log_gamma = jnp.take_along_axis(table, index, axis=-1)[..., 0]
+            return gamma_poisson_log_marginal(alpha, beta, Mb + Mh, Tb + Th, log_gamma=log_gamma)
+
+        def rescored(M, T):
+            return jax.nn.log_softmax(
+                posterior.log_prior[n] + jax.vmap(score)(M, T, M_bar, T_bar, table, U)
+            )
+
+        return rescored
+
+    def generic_score(Mh, Th, Mb, Tb, u):
+        return prior.log_marginal_likelihood(n, Mb + Mh, Tb + Th, u)
+
+    def generic(M, T):
+        return jax.nn.log_softmax(
+            posterior.log_prior[n] + jax.vmap(generic_score)(M, T, M_bar, T_bar, U)
+        )
+
+    return generic
+
+
+def _over_free_candidates(interventions, num_nodes, chunk, value_of_node) -> tuple[Array, ...]:
+    """`value_of_node(n, chunk_of_candidates)` for every node and candidate, one array per node
+    with the candidates on the leading axis, skipping the work for candidates that clamp node
+    $n$ (whose value is 0; `value_of_node` must give 0 for them too): per node the candidates
+    are ordered not-clamping first and computed in chunks of `chunk` (`value_of_node` gets a
+    whole chunk, so it can batch it as it likes), and a chunk of clamping candidates only is
+    skipped by `lax.cond`. For the paper's space a node is clamped by 2/3 of the candidates, so
+    this saves up to 2/3 of the master-equation solves or sampled paths. (Under `vmap` over
+    histories the candidates are shared, the predicate stays unbatched and the skip is kept.)"""
     num_candidates = interventions.targets.shape[0]
     num_chunks = -(-num_candidates // chunk)
     pad = num_chunks * chunk - num_candidates
     out = []
-    for n in range(len(draws.models)):
-        n_sets = posterior.parent_sets[n].shape[0]
+    for n in range(num_nodes):
         clamps = interventions.targets[:, n]
         order = jnp.argsort(clamps, stable=True)  # candidates that leave n free come first
         order = jnp.concatenate([order, jnp.full((pad,), order[-1])]).reshape(num_chunks, chunk)
         free = ~clamps[order]  # (chunks, chunk)
 
-        def run_chunk(xs, n=n, n_sets=n_sets):
+        def compute(ivs, n=n):
+            return value_of_node(n, ivs)
+
+        def run_chunk(xs, compute=compute):
             idx, free_c = xs
             ivs = jax.tree_util.tree_map(lambda a: a[idx], interventions)
+            shape = jax.eval_shape(compute, ivs)
+            return jax.lax.cond(
+                free_c.any(), compute, lambda _: jnp.zeros(shape.shape, shape.dtype), ivs
+            )
 
-            def compute(ivs):
-                return jax.vmap(lambda iv: divergence_of_node(n, iv))(ivs)
-
-            def skip(ivs):
-                dtype = posterior.statistics.dwell_times[n].dtype
-                return jnp.zeros((chunk, n_sets), dtype)
-
-            return jax.lax.cond(free_c.any(), compute, skip, ivs)
-
-        per_chunk = jax.lax.map(run_chunk, (order, free))  # (chunks, chunk, sets)
+        per_chunk = jax.lax.map(run_chunk, (order, free))  # (chunks, chunk, ...)
+        values = per_chunk.reshape(-1, *per_chunk.shape[2:])[:num_candidates]
         flat_order = order.reshape(-1)[:num_candidates]
-        a = (
-            jnp.zeros((num_candidates, n_sets), per_chunk.dtype)
-            .at[flat_order]
-            .set(per_chunk.reshape(-1, n_sets)[:num_candidates])
-        )
-        out.append(a)
+        out.append(jnp.zeros_like(values).at[flat_order].set(values))
     return tuple(out)
 
 
@@ -328,7 +407,7 @@ def divergences_all_candidates(
         posterior, draws, initial_state, horizon, solver, estimator, key
     )
     chunk = batching.chunk_size(candidates.targets.shape[0])
-    return _divergences_all_candidates(posterior, draws, candidates, chunk, divergence_of_node)
+    return _over_free_candidates(candidates, len(draws.models), chunk, divergence_of_node)
 
 
 @eqx.filter_jit
@@ -347,58 +426,63 @@ def structure_eig(
     $\sum_{n\in\aleph}\sum_P p(P\mid H)\,\mathsf E_{G_{\neg n},\Lambda,S\mid\mathrm{par}(n)=P}
     [\ln p(P\mid S,H)-\ln p(P\mid H)]$, where $p(\cdot\mid S,H)$ rescores node $n$'s candidate
     sets with the path's statistics added. As printed, Algorithm 4 drops $p(P\mid H)$ and
-    overestimates (by ~2.4x in the example of maths §6)."""
-    cards = posterior.cardinalities
-    total = jnp.asarray(0.0)
-    for n, models in enumerate(draws.models):
-        sets = posterior.parent_sets[n]
-        n_sets, n_samples = sets.shape[0], jax.tree_util.tree_leaves(models)[0].shape[1]
-        flat = jax.tree_util.tree_map(lambda a: a.reshape(n_sets * n_samples, *a.shape[2:]), models)
-        M_bar = posterior.statistics.transitions[n]
-        T_bar = posterior.statistics.dwell_times[n]
-        configs = M_bar.shape[1]
-        U = num_configurations(sets, cards)
-        prior_n = posterior.log_prior[n]
-        old = posterior.log_posterior()[n]
-        keys = jr.split(jr.fold_in(path_key, n), (n_sets * n_samples, num_paths))
-        true_index = jnp.repeat(jnp.arange(n_sets), n_samples)
+    overestimates (by ~2.4x in the example of maths §6).
 
-        def gain(
-            model,
-            ks,
-            P,
-            n=n,
-            sets=sets,
-            M_bar=M_bar,
-            T_bar=T_bar,
-            configs=configs,
-            U=U,
-            prior_n=prior_n,
-            old=old,
-        ):
-            def one_path(k):
-                M, T = _sampled_node_statistics(
-                    model,
-                    k,
-                    n,
-                    sets,
-                    configs,
-                    cards,
-                    initial_state,
-                    horizon,
-                    intervention,
-                    max_events,
-                )
+    `num_paths` paths per draw (keys from `path_key`; reuse it across interventions for common
+    random numbers), each with at most `max_events` jumps (a longer path raises an error; only
+    the statistics of the paths are kept, so the cost hardly grows with `max_events`). For a
+    batch of candidates use [`jaxctbn.score_interventions`][] with [`jaxctbn.EIG`][]: the same
+    numbers, with each node's paths for a whole chunk of candidates sampled in one loop and the
+    nodes a candidate clamps skipped."""
+    ivs = _one_candidate(posterior, intervention)
+    node_eig = _eig_of_node(
+        posterior, draws, initial_state, horizon, path_key, num_paths, max_events
+    )
+    return sum((node_eig(n, ivs)[0] for n in range(len(draws.models))), start=jnp.asarray(0.0))
 
-                def score(Mh, Th, Mb, Tb, u):
-                    return posterior.prior.log_marginal_likelihood(n, Mb + Mh, Tb + Th, u)
 
-                new = jax.nn.log_softmax(prior_n + jax.vmap(score)(M, T, M_bar, T_bar, U))
-                return new[P] - old[P]
+def _eig_of_node(posterior, draws, initial_state, horizon, path_key, num_paths, max_events):
+    """Validate the settings and return `(n, candidates) -> node n's EIG term per candidate`."""
+    _check_count(num_paths, "num_paths")
+    _check_count(max_events, "max_events")
+    # built here, before the caller's loop over chunks of candidates: XLA would otherwise fuse
+    # the rescorers' lgamma tables into their lookups and evaluate lgamma per lookup again
+    rescorers = [_rescorer(posterior, n, max_events) for n in range(len(draws.models))]
 
-            return jax.vmap(one_path)(ks).mean()
+    def node_eig(n, interventions):
+        return _node_eig(
+            posterior,
+            draws,
+            n,
+            interventions,
+            initial_state=initial_state,
+            horizon=horizon,
+            path_key=path_key,
+            num_paths=num_paths,
+            max_events=max_events,
+            rescore=rescorers[n],
+        )
 
-        gains = jax.vmap(gain)(flat, keys, true_index).reshape(n_sets, n_samples).mean(1)
-        keep = 1.0 if intervention is None else (~intervention.targets[n]).astype(gains.dtype)
-        total = total + keep * (jnp.exp(old) * gains).sum()
-    return total
+    return node_eig
+
+
+def eig_all_candidates(
+    posterior: StructurePosterior,
+    draws: StructureDraws,
+    candidates: Intervention,
+    initial_state: ArrayLike,
+    horizon: ArrayLike,
+    *,
+    key: PRNGKeyArray,
+    num_paths: int,
+    max_events: int,
+    batching: AbstractBatching,
+) -> Float[Array, " candidates"]:
+    """[`jaxctbn.structure_eig`][] of every candidate (leading axis), with the same draws and
+    path keys for every candidate (common random numbers): per node, the candidates in chunks
+    of `batching.chunk_size`, each chunk's paths sampled in one loop, and chunks whose
+    candidates all clamp the node skipped (their term is 0)."""
+    node_eig = _eig_of_node(posterior, draws, initial_state, horizon, key, num_paths, max_events)
+    chunk = batching.chunk_size(candidates.targets.shape[0])
+    per_node = _over_free_candidates(candidates, len(draws.models), chunk, node_eig)
+    return sum(per_node[1:], start=per_node[0])
