@@ -104,7 +104,7 @@ def run_cell(prior_name, truth_seed, policy_name, repetitions, experiments, chun
         initial_state_policy=POLICIES[policy_name],
         chunk=chunk,
     )
-    name = f"{prior_name}_seed{truth_seed}_{policy_name}".replace(" ", "-")
+    name = f"{prior_name}_seed{truth_seed}_{policy_name}".replace(" ", "-").replace("/", "-")
     out = os.path.join(RESULTS, "sensitivity", "cells", name)
     report = jc.run_experiment(config, out=out, progress=False)
     return report["results"], report["timing"]
@@ -138,7 +138,7 @@ def run_ensemble(prior_name, policy_name, size, experiments, chunk):
     stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *truths)
     base = jax.random.key(0)
     keys = jax.vmap(lambda s: jax.random.fold_in(base, s))(jnp.asarray(seeds))
-    name = f"{prior_name}_{policy_name}".replace(" ", "-")
+    name = f"{prior_name}_{policy_name}".replace(" ", "-").replace("/", "-")
     directory = os.path.join(RESULTS, "sensitivity", "ensemble", name)
     os.makedirs(directory, exist_ok=True)
     results, seconds = {}, {}
