@@ -221,8 +221,9 @@ class InitialStateDistribution(AbstractInitialStatePolicy):
     r"""$s_0$ drawn from a distribution over the global states (`probabilities`, `(S,)` in
     product order or one axis per node; default uniform). With `revealed=False` (default) the
     design sees only the distribution, not the draw ("a distribution of initial states", §6); with
-    `revealed=True` it sees the drawn state. The structure EIG samples paths, so it needs a
-    revealed state."""
+    `revealed=True` it sees the drawn state. With a hidden state the (V)BHC score the expected
+    statistics under the distribution, and the EIG draws each sampled path's initial state from
+    it."""
 
     probabilities: Float[Array, "..."] | None = None
     revealed_to_design: bool = eqx.field(default=False, static=True, kw_only=True)
