@@ -440,8 +440,7 @@ def _prior_json(args, posterior=None) -> dict:
     `--empirical-bayes`."""
     import numpy as np
 
-    def value(v):
-        return float(v) if np.ndim(v) == 0 else [float(x) for x in np.ravel(v)]
+    from ._experiments import _json_value as value
 
     out = {"convention": args.prior, "alpha": value(args.alpha), "beta": value(args.beta)}
     if args.empirical_bayes and posterior is not None:
