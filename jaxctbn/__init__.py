@@ -50,6 +50,12 @@ from ._io import read_trajectories_csv as read_trajectories_csv
 from ._io import trajectories_from_dataframe as trajectories_from_dataframe
 from ._io import trajectories_to_dataframe as trajectories_to_dataframe
 from ._io import write_trajectories_csv as write_trajectories_csv
+from ._panel import Emissions as Emissions
+from ._panel import PanelExpectedStatistics as PanelExpectedStatistics
+from ._panel import PanelObservations as PanelObservations
+from ._panel import panel_expected_statistics as panel_expected_statistics
+from ._panel import panel_log_likelihood as panel_log_likelihood
+from ._panel import panel_marginals as panel_marginals
 
 # priors and posteriors
 from ._conjugate import gamma_kl as gamma_kl

@@ -35,6 +35,26 @@ from ._solvers import DEFAULT_SOLVER, AbstractMasterEquationSolver
 
 
 # --------------------------------------------------------------------------- results
+def projection_bins(model: AbstractCTBN, node: int, parents) -> tuple[Array, Array, int]:
+    """`(states, configs_of_states, configs)`: all global states `(S, N)`, the configuration
+    index of `parents` (default: the model's; a static tuple of indices or names, or a padded
+    array) in each of them `(S,)`, and the number of configurations (padded arrays: the most
+    any set of that padding can have). The binning every node projection of per-state
+    statistics uses."""
+    cards = model.cardinalities
+    states = jnp.asarray(all_global_states(cards))
+    if parents is None:
+        parents = model.parent_list(node)
+    if isinstance(parents, tuple | list):
+        parents = tuple(model.node_index(p) for p in parents)
+        if node in parents:
+            raise ValueError(f"parents: node {node} cannot be its own parent.")
+        configs = num_configurations(parents, cards)
+    else:
+        configs = max_configs(node, cards, parents.shape[-1])
+    return states, config_index(states, parents, cards), configs
+
+
 class AbstractExpectedStatistics(eqx.Module):
     r"""Expected node-level path statistics of a cCTBN over $[0,\tau]$: the interface the
     design criteria and the KL divergence use. The exact implementation,
@@ -83,18 +103,7 @@ class ExpectedStatistics(AbstractExpectedStatistics):
     model: AbstractCTBN
 
     def _bins(self, node: int, parents):
-        cards = self.model.cardinalities
-        states = jnp.asarray(all_global_states(cards))
-        if parents is None:
-            parents = self.model.parent_list(node)
-        if isinstance(parents, tuple | list):
-            parents = tuple(self.model.node_index(p) for p in parents)
-            if node in parents:
-                raise ValueError(f"parents: node {node} cannot be its own parent.")
-            configs = num_configurations(parents, cards)
-        else:
-            configs = max_configs(node, cards, parents.shape[-1])
-        return states, config_index(states, parents, cards), configs
+        return projection_bins(self.model, node, parents)
 
     def node_dwell_times(self, node: int | str, parents=None) -> Float[Array, "configs k"]:
         """$\\mathsf E[\\hat T_n(x,u)]$ for parent set `parents` (default: the model's)."""
