@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -98,11 +98,11 @@ class PanelObservations(eqx.Module):
 
     def __init__(
         self,
-        times: ArrayLike,
-        states: ArrayLike,
+        times: ArrayLike | Sequence[Any],
+        states: ArrayLike | Sequence[Any],
         *,
-        num_observations: ArrayLike | None = None,
-        exact_entry: ArrayLike | None = None,
+        num_observations: ArrayLike | Sequence[Any] | None = None,
+        exact_entry: ArrayLike | Sequence[Any] | None = None,
         intervention: Intervention | None = None,
     ):
         times = jnp.asarray(times)
@@ -174,10 +174,10 @@ class PanelObservations(eqx.Module):
     @classmethod
     def from_sequences(
         cls,
-        times: Sequence[ArrayLike],
-        states: Sequence[ArrayLike],
+        times: Sequence[Any],
+        states: Sequence[Any],
         *,
-        exact_entry: Sequence[ArrayLike] | None = None,
+        exact_entry: Sequence[Any] | None = None,
         intervention: Intervention | None = None,
     ) -> "PanelObservations":
         """A batch from one array of times `(O_r,)` and of states `(O_r, N)` per trajectory (and
@@ -226,10 +226,9 @@ class PanelObservations(eqx.Module):
             )
         symbols = np.asarray(model.cardinalities if emissions is None else emissions.symbols(model))
         states = self.states
-        valid = jnp.arange(states.shape[-2]) < self.num_observations[..., None]
         if _is_concrete(states, self.num_observations, self.exact_entry):
             y = np.asarray(states)
-            ok = np.asarray(valid)[..., None]
+            ok = (np.arange(y.shape[-2]) < np.asarray(self.num_observations)[..., None])[..., None]
             exact = np.asarray(self.exact_entry)[..., None]
             limit = np.where(exact, np.asarray(model.cardinalities), symbols)
             bad = ok & (y >= limit)
@@ -245,6 +244,7 @@ class PanelObservations(eqx.Module):
         limit = jnp.where(
             self.exact_entry[..., None], jnp.asarray(model.cardinalities), jnp.asarray(symbols)
         )
+        valid = jnp.arange(states.shape[-2]) < self.num_observations[..., None]
         bad = valid[..., None] & (states >= limit)
         per_node = bad.reshape(-1, model.num_nodes).any(0)
         states = eqx.branched_error_if(
@@ -744,7 +744,9 @@ def _check_possible(outputs, filtered: _Smoothed, observations: PanelObservation
     for flat_index in range(size if detail else math.prod(batch)):
         if detail:
             *r, i = np.unravel_index(flat_index, batch + (num_slots,))
-            when = f"time {times[(*r, i)]:g}" if times is not None else f"observation {i}"
+            when = f"observation {i}"
+            if times is not None:
+                when = f"time {times[(*r, i)]:g} ({when})"
         else:
             r = np.unravel_index(flat_index, batch) if batch else ()
             when = "one of its observations"

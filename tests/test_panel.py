@@ -1,0 +1,422 @@
+"""Panel observations (issue 12, exact inference): the scaled forward-backward filter against
+independent routes: a dense scipy product of matrix exponentials with observation masks (the
+log-likelihood), Van Loan block exponentials per interval (smoothed statistics), rejection
+sampling of Gillespie paths (z-scores), the complete-path statistics of a densely observed path,
+and finite differences (the gradient)."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+from helpers import brute_force_generator, random_model
+
+import jaxctbn as jc
+
+CARDS = (2, 3, 2)
+PARENTS = ((2,), (0,), (1, 0))
+STATES = np.array(list(itertools.product(*(range(k) for k in CARDS))))
+INDEX = {tuple(s): i for i, s in enumerate(STATES)}
+SHIFTS = [(n, j) for n, k in enumerate(CARDS) for j in range(1, k)]
+# global state reached from s by shift r
+DESTINATION = np.array(
+    [
+        [INDEX[tuple(np.where(np.arange(3) == n, (s + j) % np.array(CARDS), s))] for s in STATES]
+        for n, j in SHIFTS
+    ]
+)
+MISSING = -1
+
+
+def _model(key):
+    return random_model(key, CARDS, PARENTS)
+
+
+def _panel():
+    """Five trajectories covering missing values, a perfect intervention, exact entry times (in
+    the middle and last) and a single observation; padded to five observations."""
+    X = MISSING
+    times = [
+        [0.0, 0.4, 0.9, 1.7, 2.2],
+        [0.0, 0.5, 1.1, 1.6],
+        [0.2, 0.7, 1.0, 1.4, 2.1],
+        [0.0],
+        [0.0, 0.3, 0.8],
+    ]
+    states = [
+        [[0, 1, 1], [X, 2, X], [1, X, 0], [X, X, X], [0, 0, X]],
+        [[1, 0, 0], [X, 2, 1], [1, X, X], [1, 1, 0]],  # do(X0 = 1)
+        [[0, 0, 1], [X, 1, X], [X, X, 0], [X, 2, X], [1, X, X]],  # exact entry at 1.4
+        [[1, 2, 0]],
+        [[0, 0, 0], [X, X, X], [X, 2, 1]],  # exact entry (two nodes) at 0.8
+    ]
+    exact = [
+        [False] * 5,
+        [False] * 4,
+        [False, False, False, True, False],
+        [False],
+        [False, False, True],
+    ]
+    targets = np.zeros((5, 3), bool)
+    targets[1, 0] = True
+    clamped = np.zeros((5, 3), np.int32)
+    clamped[1, 0] = 1
+    intervention = jc.Intervention(targets=jnp.asarray(targets), states=jnp.asarray(clamped))
+    return times, states, exact, intervention
+
+
+EMISSIONS = [
+    None,
+    np.array([[0.8, 0.15, 0.05], [0.1, 0.85, 0.05], [0.05, 0.15, 0.8]]),
+    np.array([[0.9, 0.1], [0.25, 0.75]]),
+]
+
+
+# --------------------------------------------------------------------------- dense reference
+def _evidence(y, matrices):
+    e = np.ones(len(STATES))
+    for n, m in enumerate(matrices):
+        if y[n] >= 0:
+            e = e * (m[STATES[:, n], y[n]] if m is not None else (STATES[:, n] == y[n]))
+    return e
+
+
+def _dense(model, intervention, times, states, exact, matrices=(None,) * 3, p0=None):
+    """Scaled forward-backward with dense scipy matrix exponentials; statistics from Van Loan's
+    block exponential per interval. Returns a dict."""
+    if intervention is not None:
+        model = intervention.apply(model)
+    W = brute_force_generator(model)
+    S = W.shape[0]
+    targets = np.zeros(3, bool) if intervention is None else np.asarray(intervention.targets)
+    clamp = np.zeros(3, int) if intervention is None else np.asarray(intervention.states)
+    if p0 is None:
+        prior = np.all((STATES == clamp) | ~targets, axis=1).astype(float)
+        prior /= prior.sum()
+    else:
+        prior = np.asarray(p0, float).reshape(CARDS)
+        for n in range(3):
+            if targets[n]:
+                summed = prior.sum(axis=n, keepdims=True)
+                prior = np.zeros_like(prior)
+                np.put_along_axis(prior, np.full(summed.shape, clamp[n]), summed, axis=n)
+        prior = prior.reshape(-1)
+    m = len(times)
+    inside = [_evidence(y, (None,) * 3) for y in states]
+    ev = [inside[i] if exact[i] else _evidence(states[i], matrices) for i in range(m)]
+    jump = [W * (1 - o)[:, None] * o[None, :] for o in inside]
+    a = prior * ev[0]
+    norms = [a.sum()]
+    alphas, predicted = [a / a.sum()], [prior]
+    for i in range(1, m):
+        pred = alphas[-1] @ scipy.linalg.expm(W * (times[i] - times[i - 1]))
+        a = pred @ jump[i] if exact[i] else pred * ev[i]
+        norms.append(a.sum())
+        alphas.append(a / a.sum())
+        predicted.append(pred)
+    betas, ends = [np.ones(S)] * m, [np.ones(S)] * m
+    for i in range(m - 1, 0, -1):
+        end = (jump[i] @ betas[i] if exact[i] else ev[i] * betas[i]) / norms[i]
+        ends[i - 1] = end
+        betas[i - 1] = scipy.linalg.expm(W * (times[i] - times[i - 1])) @ end
+    dwell, moves = np.zeros(S), np.zeros((S, S))
+    for i in range(1, m):
+        h = times[i] - times[i - 1]
+        A = np.block([[W.T, np.outer(alphas[i - 1], ends[i - 1])], [np.zeros((S, S)), W.T]])
+        C = scipy.linalg.expm(h * A)[:S, S:]
+        Z = alphas[i - 1] @ scipy.linalg.expm(W * h) @ ends[i - 1]
+        dwell += np.diag(C) / Z
+        moves += (W - np.diag(np.diag(W))) * C / Z
+        if exact[i]:
+            jm = predicted[i][:, None] * jump[i] * betas[i][None, :]
+            moves += jm / jm.sum()
+
+    def marginal(t):
+        j = max(k for k in range(m) if times[k] <= t)
+        f = alphas[j] @ scipy.linalg.expm(W * (t - times[j]))
+        b = scipy.linalg.expm(W * (times[j + 1] - t)) @ ends[j] if j < m - 1 else np.ones(S)
+        return f * b / (f * b).sum()
+
+    logs = np.log(norms)
+    return dict(
+        conditional=logs[1:].sum(),
+        full=logs.sum(),
+        dwell=dwell,
+        moves=moves,
+        marginal=marginal,
+    )
+
+
+def _as_dense(transitions):
+    """(J, S) per-shift transitions -> (S, S)."""
+    out = np.zeros((len(STATES), len(STATES)))
+    for r in range(len(SHIFTS)):
+        out[np.arange(len(STATES)), DESTINATION[r]] += np.asarray(transitions[r])
+    return out
+
+
+def _node_projection(moves, dwell, node, parents):
+    """Dense (S, S) transitions and (S,) dwell projected onto a node and parent set."""
+    k = CARDS[node]
+    configs = int(np.prod([CARDS[p] for p in parents]))
+    u = np.zeros(len(STATES), int)
+    for p in parents:
+        u = u * CARDS[p] + STATES[:, p]
+    T = np.zeros((configs, k))
+    M = np.zeros((configs, k, k))
+    for s in range(len(STATES)):
+        T[u[s], STATES[s, node]] += dwell[s]
+        for t in range(len(STATES)):
+            diff = STATES[s] != STATES[t]
+            if diff.sum() == 1 and diff[node]:
+                M[u[s], STATES[s, node], STATES[t, node]] += moves[s, t]
+    return M, T
+
+
+def _trajectory(r, times, states, exact, intervention):
+    one = jax.tree_util.tree_map(lambda x: x[r], intervention)
+    targets = np.asarray(one.targets)
+    return (
+        None if not targets.any() else one,
+        np.asarray(times[r]),
+        np.asarray(states[r]),
+        np.asarray(exact[r]),
+    )
+
+
+# --------------------------------------------------------------------------- tests
+@pytest.mark.parametrize("noisy", [False, True], ids=["exact-observations", "emissions"])
+def test_log_likelihood_matches_dense_expm_product(noisy, getkey):
+    model = _model(getkey())
+    times, states, exact, intervention = _panel()
+    obs = jc.PanelObservations.from_sequences(
+        times, states, exact_entry=exact, intervention=intervention
+    )
+    emissions = jc.Emissions(EMISSIONS) if noisy else None
+    matrices = EMISSIONS if noisy else (None,) * 3
+    p0 = np.asarray(jax.random.dirichlet(getkey(), jnp.ones(len(STATES))))
+
+    conditional = jax.jit(lambda m, o: jc.panel_log_likelihood(m, o, emissions=emissions))(
+        model, obs
+    )
+    full = jax.jit(
+        lambda m, o, p: jc.panel_log_likelihood(m, o, emissions=emissions, initial_distribution=p)
+    )(model, obs, p0)
+    assert conditional.shape == full.shape == (5,)
+    for r in range(5):
+        ref = _dense(model, *_trajectory(r, times, states, exact, intervention), matrices, None)
+        ref_full = _dense(model, *_trajectory(r, times, states, exact, intervention), matrices, p0)
+        np.testing.assert_allclose(conditional[r], ref["conditional"], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(full[r], ref_full["full"], rtol=1e-10)
+    # a trajectory with one observation contributes nothing to the conditional likelihood
+    assert float(conditional[3]) == 0.0
+
+
+def test_smoothed_statistics_and_marginals_match_van_loan(getkey):
+    model = _model(getkey())
+    times, states, exact, intervention = _panel()
+    obs = jc.PanelObservations.from_sequences(
+        times, states, exact_entry=exact, intervention=intervention
+    )
+    emissions = jc.Emissions(EMISSIONS)
+    stats = jax.jit(lambda m, o: jc.panel_expected_statistics(m, o, emissions=emissions))(
+        model, obs
+    )
+    grid = jnp.array([0.2, 0.45, 0.8, 1.4, 1.5, 2.1, 2.6])
+    marg = jax.jit(lambda m, o, g: jc.panel_marginals(m, o, g, emissions=emissions))(
+        model, obs, grid
+    )
+    assert stats.dwell_times.shape == (5, len(STATES))
+    assert stats.transitions.shape == (5, len(SHIFTS), len(STATES))
+    assert marg.shape == (5, len(grid), len(STATES))
+    worst = 0.0
+    for r in range(5):
+        args = _trajectory(r, times, states, exact, intervention)
+        ref = _dense(model, *args, EMISSIONS)
+        np.testing.assert_allclose(stats.dwell_times[r], ref["dwell"], rtol=1e-8, atol=1e-12)
+        np.testing.assert_allclose(
+            _as_dense(stats.transitions[r]), ref["moves"], rtol=1e-8, atol=1e-12
+        )
+        worst = max(worst, float(np.max(np.abs(stats.dwell_times[r] - ref["dwell"]))))
+        # dwell times fill the observed span; an exact entry adds one jump
+        span = args[1][-1] - args[1][0]
+        np.testing.assert_allclose(stats.dwell_times[r].sum(), span, rtol=1e-12, atol=1e-14)
+        for g, t in enumerate(np.asarray(grid)):
+            if t >= args[1][0]:
+                np.testing.assert_allclose(marg[r, g], ref["marginal"](t), atol=1e-9)
+    # node projections (model's and other parent sets), pooled over the batch with `sum`
+    pooled = stats.sum()
+    ref_moves = sum(
+        _dense(model, *_trajectory(r, times, states, exact, intervention), EMISSIONS)["moves"]
+        for r in range(5)
+    )
+    ref_dwell = np.asarray(stats.dwell_times).sum(0)
+    for node, parents in [(1, (0,)), (2, (1, 0)), (0, ())]:
+        M, T = _node_projection(ref_moves, ref_dwell, node, parents)
+        np.testing.assert_allclose(pooled.node_transitions(node, parents), M, rtol=1e-8)
+        np.testing.assert_allclose(pooled.node_dwell_times(node, parents), T, rtol=1e-12)
+    sets = jnp.array([[-1, -1], [0, -1], [1, 0]])
+    Ms, Ts = pooled.node_statistics_on_sets(2, sets)
+    np.testing.assert_allclose(Ms[2, :6], pooled.node_transitions(2, (1, 0)), rtol=1e-12)
+    np.testing.assert_allclose(Ts[1, :2], pooled.node_dwell_times(2, (0,)), rtol=1e-12)
+    np.testing.assert_allclose(pooled.log_likelihood, stats.log_likelihood.sum())
+    # the intervened node of trajectory 1 never moves
+    assert float(stats.node_transitions(0, ())[1].sum()) == 0.0
+    assert worst < 1e-9
+
+
+def _state_at(paths, t):
+    """States `(R, N)` of sampled paths at time t."""
+    passed = (np.asarray(paths.jump_times) <= t) & (
+        np.arange(paths.jump_times.shape[-1]) < np.asarray(paths.num_events)[:, None]
+    )
+    count = passed.sum(-1)
+    after = np.asarray(paths.states)[np.arange(len(count)), np.maximum(count - 1, 0)]
+    return np.where((count > 0)[:, None], after, np.asarray(paths.initial_states))
+
+
+def test_statistics_match_rejection_sampling(getkey):
+    # 2 binary nodes; paths from a known start, kept when they match two partial observations
+    # and a noisy-free final one; z-scores of the smoothed statistics
+    model = random_model(getkey(), (2, 2), ((1,), (0,)), scale=1.5)
+    times = np.array([0.0, 0.6, 1.2])
+    states = np.array([[0, 0], [MISSING, 1], [1, MISSING]])
+    paths = jc.sample_trajectories(
+        model, jnp.array([0, 0]), 1.2, key=getkey(), num_trajectories=30_000, max_events=64
+    )
+    keep = np.ones(30_000, bool)
+    for t, y in zip(times[1:], states[1:]):
+        at = _state_at(paths, t)
+        keep &= np.all((y < 0) | (at == y), axis=1)
+    kept = jax.tree_util.tree_map(lambda x: x[keep], paths)
+    n_kept = int(keep.sum())
+    assert n_kept > 3000
+    stats = jax.jit(jc.panel_expected_statistics)(model, jc.PanelObservations(times, states))
+    zs = []
+    for node, parents in [(0, (1,)), (1, (0,))]:
+        path_stats = jax.jit(
+            jax.vmap(lambda p, n=node, u=parents: jc.node_statistics(p, n, u, (2, 2)))
+        )(kept)
+        for mc, exact in [
+            (path_stats.dwell_times, stats.node_dwell_times(node, parents)),
+            (path_stats.transitions, stats.node_transitions(node, parents)),
+        ]:
+            mc = np.asarray(mc)
+            se = mc.std(0) / np.sqrt(n_kept)
+            mask = se > 0
+            zs.append(np.abs(mc.mean(0) - np.asarray(exact))[mask] / se[mask])
+    z = np.concatenate(zs)
+    assert np.max(z) < 4.0, z
+
+
+def test_dense_observation_grid_recovers_path_statistics(getkey):
+    model = random_model(getkey(), (2, 3), ((1,), (0,)))
+    path = jc.sample_trajectory(model, jnp.array([0, 1]), 4.0, key=getkey(), max_events=64)
+    grid = np.linspace(0.0, 4.0, 801)
+    one = jax.tree_util.tree_map(lambda x: x[None], path)
+    obs = jc.PanelObservations(grid, np.stack([_state_at(one, t)[0] for t in grid]))
+    stats = jax.jit(jc.panel_expected_statistics)(model, obs)
+    for node, parents in [(0, (1,)), (1, (0,))]:
+        exact = jc.node_statistics(path, node, parents, (2, 3))
+        np.testing.assert_allclose(
+            stats.node_dwell_times(node, parents), exact.dwell_times, atol=0.03
+        )
+        np.testing.assert_allclose(
+            stats.node_transitions(node, parents), exact.transitions, atol=0.05
+        )
+
+
+def test_gradient_matches_finite_differences(getkey):
+    # one trajectory (no batch axis) with missing values, noisy observations and an exact entry
+    model = random_model(getkey(), (2, 3), ((1,), (0,)))
+    X = MISSING
+    obs = jc.PanelObservations(
+        [0.0, 0.4, 1.1, 1.5],
+        [[0, 1], [1, X], [X, 2], [0, 0]],
+        exact_entry=[False, False, True, False],
+    )
+    emissions = jc.Emissions([np.array([[0.9, 0.1], [0.2, 0.8]]), None])
+
+    def loss(cims):
+        m = jc.CTBN(cims=cims, parents=model.parents)
+        return jc.panel_log_likelihood(m, obs, emissions=emissions)
+
+    value_and_grad = jax.jit(jax.value_and_grad(loss))
+    direction = [
+        jax.random.normal(getkey(), c.shape) * (1 - jnp.eye(c.shape[-1])) for c in model.cims
+    ]
+    _, grads = value_and_grad(model.cims)
+    ad = float(sum((g * d).sum() for g, d in zip(grads, direction)))
+    eps = 1e-5
+    plus, _ = value_and_grad([c + eps * d for c, d in zip(model.cims, direction)])
+    minus, _ = value_and_grad([c - eps * d for c, d in zip(model.cims, direction)])
+    fd = float((plus - minus) / (2 * eps))
+    assert abs(ad - fd) < 1e-7 * max(1.0, abs(fd))
+
+
+def test_long_gaps_and_many_observations_stay_stable(getkey):
+    model = random_model(getkey(), (2, 3), ((1,), (0,)), scale=3.0)
+    rng = np.random.default_rng(0)
+    # 300 observations, one gap of 2000 time units (about 10^4 jumps), partly missing
+    gaps = np.concatenate([rng.uniform(0.05, 1.0, 299)])
+    gaps[150] = 2000.0
+    times = np.concatenate([[0.0], np.cumsum(gaps)])
+    states = np.stack([rng.integers(0, 2, 300), rng.integers(0, 3, 300)], axis=1)
+    states[rng.uniform(size=(300, 2)) < 0.3] = MISSING
+    states[0] = [0, 1]
+    obs = jc.PanelObservations(times, states)
+    ll64 = jax.jit(jc.panel_log_likelihood)(model, obs)
+    model32 = jc.CTBN(cims=[c.astype(jnp.float32) for c in model.cims], parents=model.parents)
+    ll32 = jax.jit(jc.panel_log_likelihood)(model32, obs)
+    # dense reference in log space (scaled product of expm's)
+    W = brute_force_generator(model)
+    cards_states = np.array(list(itertools.product(range(2), range(3))))
+    a = np.all(cards_states == states[0], axis=1).astype(float)
+    ref = 0.0
+    for i in range(1, 300):
+        a = a @ scipy.linalg.expm(W * (times[i] - times[i - 1]))
+        a = a * np.all((states[i] < 0) | (cards_states == states[i]), axis=1)
+        ref += np.log(a.sum())
+        a /= a.sum()
+    assert np.isfinite(float(ll64)) and ref < -100
+    np.testing.assert_allclose(float(ll64), ref, rtol=1e-10)
+    assert ll32.dtype == jnp.float32
+    np.testing.assert_allclose(float(ll32), ref, rtol=1e-4)
+
+
+def test_bad_inputs_are_clear_errors(getkey):
+    X = MISSING
+    with pytest.raises(ValueError, match="conflicting states at the same time"):
+        jc.PanelObservations([0.0, 1.0, 1.0], [[0, 1], [1, X], [0, 2]])
+    with pytest.raises(ValueError, match="observed twice"):
+        jc.PanelObservations([0.0, 1.0, 1.0], [[0, 1], [1, X], [X, 2]])
+    with pytest.raises(ValueError, match="not sorted"):
+        jc.PanelObservations([0.0, 2.0, 1.0], [[0, 1], [1, X], [0, 2]])
+    with pytest.raises(ValueError, match="states: unknown state -3"):
+        jc.PanelObservations([0.0, 1.0], [[0, 1], [-3, 0]])
+    with pytest.raises(ValueError, match="exact_entry: the first observation"):
+        jc.PanelObservations([0.0, 1.0], [[0, 1], [1, 0]], exact_entry=[True, False])
+    with pytest.raises(ValueError, match="num_observations"):
+        jc.PanelObservations([[0.0, 1.0]], [[[0, 1], [1, 0]]], num_observations=[0])
+
+    model = random_model(getkey(), (2, 3), ((1,), (0,)))
+    with pytest.raises(ValueError, match=r"state 3 for node 'X1', which has states 0..2"):
+        jc.panel_log_likelihood(model, jc.PanelObservations([0.0, 1.0], [[0, 1], [1, 3]]))
+    with pytest.raises(ValueError, match="emissions: the matrix of node 'X0' has 3 rows"):
+        jc.panel_log_likelihood(
+            model,
+            jc.PanelObservations([0.0, 1.0], [[0, 1], [1, 2]]),
+            emissions=jc.Emissions([np.eye(3), None]),
+        )
+
+    # structural zeros: X1 can never leave state 0 (its rates out of 0 are exactly zero)
+    cims = [np.array(c) for c in model.cims]
+    cims[1][:, 0, 1:] = 0.0
+    blocked = jc.CTBN(cims=cims, parents=model.parents)
+    obs = jc.PanelObservations.from_sequences(
+        [[0.0, 1.0], [0.0, 0.5, 1.5]], [[[0, 0], [1, 0]], [[1, 0], [X, 0], [X, 2]]]
+    )
+    with pytest.raises(Exception, match=r"trajectory 1 at time 1.5 \(observation 2\) is imposs"):
+        jax.block_until_ready(jc.panel_log_likelihood(blocked, obs))
