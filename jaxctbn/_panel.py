@@ -728,34 +728,37 @@ def _vmapped(fn, ndim: int):
     return fn
 
 
-def _check_possible(outputs, filtered: _Smoothed, observations: PanelObservations):
-    """`eqx.branched_error_if` on `outputs` if an observation has likelihood 0 (or the filter
-    is not finite), naming the trajectory and time."""
-    c = filtered.norms
-    bad = filtered.valid & ~(c > 0) | filtered.valid & ~jnp.isfinite(c)
-    flat = bad.reshape(-1)
+def _check_possible(outputs, bad: Bool[Array, "*batch observations"], observations):
+    """Raise if an observation has likelihood 0 (or the filter is not finite), naming the
+    trajectory and the time: a `ValueError` when `bad` is concrete (an eager call), otherwise
+    an `eqx.branched_error_if` on `outputs` naming the trajectory and the observation's index."""
     batch, num_slots = observations.batch_shape, observations.times.shape[-1]
+    reason = (
+        "is impossible under the model (likelihood 0: a structural zero rate, a perfect "
+        "intervention clamping an observed node to another state, or an emission probability "
+        "0 rules it out), or the filter is not finite."
+    )
+    if _is_concrete(bad):
+        found = np.argwhere(np.asarray(bad))
+        if len(found):
+            *r, i = (int(x) for x in found[0])
+            t = float(np.asarray(observations.times)[(*r, i)])
+            raise ValueError(
+                f"observations: trajectory {_label(r)} at time {t:g} (observation {i}) {reason}"
+            )
+        return outputs
     size = math.prod(batch) * num_slots
-    concrete = _is_concrete(observations.times)
-    times = np.asarray(observations.times) if concrete else None
-    cap = 20_000  # one message per observation; beyond, one per trajectory
-    detail = size <= cap
+    detail = size <= 20_000  # one message per observation; beyond, one per trajectory
     messages = []
     for flat_index in range(size if detail else math.prod(batch)):
         if detail:
             *r, i = np.unravel_index(flat_index, batch + (num_slots,))
             when = f"observation {i}"
-            if times is not None:
-                when = f"time {times[(*r, i)]:g} ({when})"
         else:
             r = np.unravel_index(flat_index, batch) if batch else ()
             when = "one of its observations"
-        messages.append(
-            f"observations: trajectory {_label(r)} at {when} is impossible under the model "
-            "(likelihood 0: a structural zero rate, a perfect intervention clamping an observed "
-            "node to another state, or an emission probability 0 rules it out), or the filter "
-            "is not finite."
-        )
+        messages.append(f"observations: trajectory {_label(r)} at {when} {reason}")
+    flat = bad.reshape(-1)
     index = jnp.argmax(flat) if detail else jnp.argmax(bad.reshape(-1, num_slots).any(-1))
     return eqx.branched_error_if(outputs, flat.any(), index, messages)
 
@@ -838,6 +841,16 @@ def panel_marginals(
 
 
 def _run(model, observations, emissions, initial_distribution, solver, what, grid=None):
+    if not isinstance(observations, PanelObservations):
+        raise ValueError("observations: expected a PanelObservations.")
+    observations.checked(model, emissions)  # a ValueError now for concrete states
+    bad, out = _compute(model, observations, emissions, initial_distribution, solver, what, grid)
+    return _check_possible(out, bad, observations)
+
+
+@eqx.filter_jit
+def _compute(model, observations, emissions, initial_distribution, solver, what, grid):
+    """One compiled program per call (eager calls would otherwise compile op by op)."""
     model, observations, matrices, p0 = _setup(model, observations, emissions, initial_distribution)
     batch = observations.batch_shape
     dtype = matrices[0].dtype
@@ -859,19 +872,28 @@ def _run(model, observations, emissions, initial_distribution, solver, what, gri
         gen, filtered = _filter(model, obs, matrices, p, solver)
         first = 0 if p is not None else filtered.log_norms[0]
         log_likelihood = filtered.log_norms.sum() - first
+        c = filtered.norms
+        bad = filtered.valid & ~((c > 0) & jnp.isfinite(c))
         if what == "likelihood":
-            return filtered, log_likelihood
+            return bad, log_likelihood
         betas, ends = _backward(gen, obs, matrices, filtered, solver)
         if what == "marginals":
-            return filtered, _marginals(gen, filtered, ends, obs.num_observations, g, solver)
+            return bad, _marginals(gen, filtered, ends, obs.num_observations, g, solver)
         dwell, transitions = _statistics(gen, obs, filtered, betas, ends, solver)
-        return filtered, (dwell, transitions, log_likelihood)
-
-    filtered, out = _vmapped(one, len(batch))(observations, p0, grid)
-    out = _check_possible(out, filtered, observations)
-    if what == "statistics":
-        dwell, transitions, log_likelihood = out
-        return PanelExpectedStatistics(
+        return bad, PanelExpectedStatistics(
             dwell_times=dwell, transitions=transitions, log_likelihood=log_likelihood, model=model
         )
-    return out
+
+    if what == "statistics":
+        # the model is shared by the batch: only the arrays get the batch axes
+        def arrays(obs, p, g):
+            bad, stats = one(obs, p, g)
+            return bad, (stats.dwell_times, stats.transitions, stats.log_likelihood)
+
+        bad, (dwell, transitions, log_likelihood) = _vmapped(arrays, len(batch))(
+            observations, p0, grid
+        )
+        return bad, PanelExpectedStatistics(
+            dwell_times=dwell, transitions=transitions, log_likelihood=log_likelihood, model=model
+        )
+    return _vmapped(one, len(batch))(observations, p0, grid)
