@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import equinox as eqx
 import jax
@@ -801,7 +801,9 @@ def panel_log_likelihood(
     emission matrices), in float32 and float64. Raises (inside jit, `eqx.error_if`) when an
     observation is impossible under the model, naming the trajectory and time.
     """
-    return _run(model, observations, emissions, initial_distribution, solver, "likelihood")
+    return cast(
+        Array, _run(model, observations, emissions, initial_distribution, solver, "likelihood")
+    )
 
 
 def panel_expected_statistics(
@@ -820,7 +822,10 @@ def panel_expected_statistics(
     `forward_backward` bounds the length of one gap (for [`jaxctbn.Uniformisation`][],
     largest exit rate times the gap below about `fb_max_terms`, else it raises; use
     [`jaxctbn.MatrixExponential`][] for long gaps on small networks)."""
-    return _run(model, observations, emissions, initial_distribution, solver, "statistics")
+    return cast(
+        PanelExpectedStatistics,
+        _run(model, observations, emissions, initial_distribution, solver, "statistics"),
+    )
 
 
 def panel_marginals(
@@ -837,7 +842,10 @@ def panel_marginals(
     process before the first observation is not modelled); after the last observation the
     filter is simply propagated. At an exact entry time the marginal is the state entered.
     Arguments otherwise as for [`jaxctbn.panel_log_likelihood`][]."""
-    return _run(model, observations, emissions, initial_distribution, solver, "marginals", times)
+    return cast(
+        Array,
+        _run(model, observations, emissions, initial_distribution, solver, "marginals", times),
+    )
 
 
 def _run(model, observations, emissions, initial_distribution, solver, what, grid=None):
@@ -880,20 +888,13 @@ def _compute(model, observations, emissions, initial_distribution, solver, what,
         if what == "marginals":
             return bad, _marginals(gen, filtered, ends, obs.num_observations, g, solver)
         dwell, transitions = _statistics(gen, obs, filtered, betas, ends, solver)
-        return bad, PanelExpectedStatistics(
-            dwell_times=dwell, transitions=transitions, log_likelihood=log_likelihood, model=model
-        )
+        return bad, (dwell, transitions, log_likelihood)
 
+    bad, out = _vmapped(one, len(batch))(observations, p0, grid)
     if what == "statistics":
-        # the model is shared by the batch: only the arrays get the batch axes
-        def arrays(obs, p, g):
-            bad, stats = one(obs, p, g)
-            return bad, (stats.dwell_times, stats.transitions, stats.log_likelihood)
-
-        bad, (dwell, transitions, log_likelihood) = _vmapped(arrays, len(batch))(
-            observations, p0, grid
-        )
-        return bad, PanelExpectedStatistics(
+        # the model is shared by the batch: only the arrays have the batch axes
+        dwell, transitions, log_likelihood = out
+        out = PanelExpectedStatistics(
             dwell_times=dwell, transitions=transitions, log_likelihood=log_likelihood, model=model
         )
-    return _vmapped(one, len(batch))(observations, p0, grid)
+    return bad, out
