@@ -257,7 +257,24 @@ class PanelObservations(eqx.Module):
                 for name in model.names
             ],
         )
-        return eqx.tree_at(lambda o: o.states, self, states)
+        # the structure checks of the constructor, on traced values
+        times = self.times
+        real_step = valid[..., 1:] & ~(jnp.diff(times, axis=-1) > 0)
+        times = eqx.error_if(
+            times,
+            jnp.any(real_step) | jnp.any(valid & ~jnp.isfinite(times)),
+            "times: each trajectory's observation times must be finite and strictly increasing.",
+        )
+        exact = self.exact_entry & valid
+        states = eqx.error_if(
+            states,
+            jnp.any(valid[..., None] & (states < -1))
+            | jnp.any(exact[..., 0])
+            | jnp.any(exact & jnp.all(states < 0, axis=-1)),
+            "states: observed states must be >= -1 (-1 = missing), and an exact entry time "
+            "needs an observed node and cannot be a trajectory's first observation.",
+        )
+        return eqx.tree_at(lambda o: (o.times, o.states), self, (times, states))
 
 
 def _label(index) -> str:
@@ -270,10 +287,12 @@ def _label(index) -> str:
 def _check_concrete(times, states, num_observations, exact_entry) -> None:
     """Structure checks of concrete panel arrays (one-line `ValueError`s)."""
     num_slots = times.shape[-1]
-    if np.any((num_observations < 1) | (num_observations > num_slots)):
+    out_of_range = (num_observations < 1) | (num_observations > num_slots)
+    if np.any(out_of_range):
+        index = tuple(np.argwhere(out_of_range)[0])
         raise ValueError(
-            f"num_observations: every trajectory needs 1..{num_slots} observations, got "
-            f"{int(num_observations[num_observations < 1].min() if (num_observations < 1).any() else num_observations.max())}."
+            f"num_observations: every trajectory needs 1..{num_slots} observations; trajectory "
+            f"{_label(index)} has {int(num_observations[index])}."
         )
     valid = np.arange(num_slots) < num_observations[..., None]
     if np.any(valid[..., None] & (states < -1)):

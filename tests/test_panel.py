@@ -248,22 +248,34 @@ def test_smoothed_statistics_and_marginals_match_van_loan(getkey):
                 errors["marginals"] = max(
                     errors["marginals"], np.abs(marg[r, g] - ref["marginal"](t)).max()
                 )
-    # an exact entry time records one sure jump into the observed state (X1 = 2 at 1.4)
-    assert float(stats.node_transitions(1, ())[2, 0, :, 2].sum()) >= 1.0
-    # node projections (model's and other parent sets), pooled over the batch with `sum`
-    pooled = stats.sum()
-    ref_dwell = np.asarray(stats.dwell_times).sum(0)
-    for node, parents in [(1, (0,)), (2, (1, 0)), (0, ())]:
-        M, T = _node_projection(ref_moves, ref_dwell, node, parents)
-        np.testing.assert_allclose(pooled.node_transitions(node, parents), M, rtol=1e-8)
-        np.testing.assert_allclose(pooled.node_dwell_times(node, parents), T, rtol=1e-12)
+    # node projections (model's and other parent sets), pooled over the batch with `sum`;
+    # one compiled program for all of them
+    families = [(1, (0,)), (2, (1, 0)), (0, ())]
     sets = jnp.array([[-1, -1], [0, -1], [1, 0]])
-    Ms, Ts = pooled.node_statistics_on_sets(2, sets)
-    np.testing.assert_allclose(Ms[2, :6], pooled.node_transitions(2, (1, 0)), rtol=1e-12)
-    np.testing.assert_allclose(Ts[1, :2], pooled.node_dwell_times(2, (0,)), rtol=1e-12)
-    np.testing.assert_allclose(pooled.log_likelihood, stats.log_likelihood.sum())
+
+    @jax.jit
+    def projections(stats):
+        pooled = stats.sum()
+        per_family = [
+            (pooled.node_transitions(n, u), pooled.node_dwell_times(n, u)) for n, u in families
+        ]
+        on_sets = pooled.node_statistics_on_sets(2, sets)
+        return per_family, on_sets, pooled.log_likelihood, stats.node_transitions(0, ())
+
+    per_family, (Ms, Ts), pooled_log_likelihood, clamped = projections(stats)
+    ref_dwell = np.asarray(stats.dwell_times).sum(0)
+    for (node, parents), (M, T) in zip(families, per_family):
+        M_ref, T_ref = _node_projection(ref_moves, ref_dwell, node, parents)
+        np.testing.assert_allclose(M, M_ref, rtol=1e-8)
+        np.testing.assert_allclose(T, T_ref, rtol=1e-12)
+    np.testing.assert_allclose(Ms[2, :6], per_family[1][0], rtol=1e-12)
+    np.testing.assert_allclose(Ts[1, :2], _node_projection(ref_moves, ref_dwell, 2, (0,))[1])
+    np.testing.assert_allclose(pooled_log_likelihood, stats.log_likelihood.sum())
     # the intervened node of trajectory 1 never moves
-    assert float(stats.node_transitions(0, ())[1].sum()) == 0.0
+    assert float(clamped[1].sum()) == 0.0
+    # an exact entry time records one sure jump into the observed state (X1 = 2 at 1.4)
+    exact_moves = _node_projection(_as_dense(stats.transitions[2]), ref_dwell, 1, ())[0]
+    assert exact_moves[0, :, 2].sum() >= 1.0
     print("max abs errors:", {k: f"{float(v):.1e}" for k, v in errors.items()})
 
 
