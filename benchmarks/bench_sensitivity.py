@@ -21,6 +21,10 @@ interruption); the ensemble cells vmap over truths and keys and keep their chunk
 `results/sensitivity/ensemble/`. Outputs: `results/sensitivity.{json,md}` and
 `results/sensitivity.png` (the grid at a glance).
 
+Empirical Bayes refits after every experiment of every repetition (~25x the cost of a cell with a
+fixed prior here), so its cells use fewer repetitions: 40 on the built-in truth, 10 on the other
+truths, 30 ensemble truths (`--eb-repetitions`, `--eb-repetitions-other`, `--eb-ensemble`).
+
 Run: `python benchmarks/bench_sensitivity.py [--repetitions R] [--experiments K]
 [--ensemble E] [--quick]`.
 """
@@ -212,28 +216,50 @@ def _figure(grid, path):
     plt.close(fig)
 
 
+# empirical Bayes refits its hyper-parameters (100 L-BFGS steps) after every experiment of every
+# repetition: ~25x the cost of a fixed-prior cell on this CPU, so it gets fewer repetitions
+COSTLY = ("empirical Bayes",)
+
+
+def _repetitions(prior, seed, policy, args) -> int:
+    """Repetitions of a single-truth cell: all for fixed priors; for empirical Bayes
+    `--eb-repetitions` on the built-in truth (seed 0) and `--eb-repetitions-other` on the
+    other truths."""
+    if prior not in COSTLY:
+        return args.repetitions
+    reps = args.eb_repetitions if seed == 0 else args.eb_repetitions_other
+    return min(args.repetitions, reps)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repetitions", type=int, default=40)
     parser.add_argument("--experiments", type=int, default=10)
     parser.add_argument("--ensemble", type=int, default=100)
     parser.add_argument("--chunk", type=int, default=10)
+    parser.add_argument(
+        "--eb-repetitions", type=int, default=40, help="empirical Bayes, built-in truth"
+    )
+    parser.add_argument(
+        "--eb-repetitions-other", type=int, default=10, help="empirical Bayes, truths 1-3"
+    )
+    parser.add_argument("--eb-ensemble", type=int, default=30, help="empirical Bayes, truths")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 reps, 2 experiments")
     args = parser.parse_args()
     if args.quick:
         global RESULTS
         RESULTS = _common.RESULTS = os.path.join(RESULTS, "quick")
         args.repetitions, args.experiments, args.ensemble, args.chunk = 2, 2, 2, 2
+        args.eb_repetitions = args.eb_repetitions_other = args.eb_ensemble = 2
     grid, t_start = {}, time.perf_counter()
     for prior in PRIORS:
         for policy in POLICIES:
             for seed in TRUTH_SEEDS:
                 t0 = time.perf_counter()
-                results, _ = run_cell(
-                    prior, seed, policy, args.repetitions, args.experiments, args.chunk
-                )
+                reps = _repetitions(prior, seed, policy, args)
+                results, _ = run_cell(prior, seed, policy, reps, args.experiments, args.chunk)
                 grid[f"{prior} | seed {seed} | {policy}"] = {
-                    "repetitions": args.repetitions,
+                    "repetitions": reps,
                     "differences": differences(results),
                     "seconds": time.perf_counter() - t0,
                 }
@@ -242,9 +268,10 @@ def main():
                     flush=True,
                 )
             t0 = time.perf_counter()
-            results, _ = run_ensemble(prior, policy, args.ensemble, args.experiments, args.chunk)
+            size = args.ensemble if prior not in COSTLY else min(args.ensemble, args.eb_ensemble)
+            results, _ = run_ensemble(prior, policy, size, args.experiments, args.chunk)
             grid[f"{prior} | ensemble | {policy}"] = {
-                "repetitions": args.ensemble,
+                "repetitions": size,
                 "differences": differences(results),
                 "seconds": time.perf_counter() - t0,
             }
@@ -254,7 +281,10 @@ def main():
         "# Sensitivity of the structure-learning claim: VBHC vs passive and random",
         "",
         f"Command: `{command}` ({args.repetitions} repetitions per single-truth cell, "
-        f"{args.ensemble} truths x 1 repetition for the ensemble, {args.experiments} "
+        f"{args.ensemble} truths x 1 repetition for the ensemble; empirical Bayes, which refits "
+        f"after every experiment, {args.eb_repetitions} repetitions on the built-in truth, "
+        f"{args.eb_repetitions_other} on the other truths and {args.eb_ensemble} ensemble "
+        f"truths; {args.experiments} "
         "experiments, tau = 3, N_S = 10, all 81 interventions, in-degree <= 3, float64). "
         f"Total {time.perf_counter() - t_start:.0f} s.",
         "",
@@ -262,10 +292,10 @@ def main():
         "over experiments 1..K) and of the last experiment, ± 95% interval. Entropy: lower is "
         "better, so a negative entropy difference favours VBHC.",
         "",
-        "| prior | truth | s0 | AUROC area vs passive | AUROC area vs random | AUPR area vs "
+        "| prior | truth | s0 | reps | AUROC area vs passive | AUROC area vs random | AUPR area vs "
         "passive | AUPR area vs random | entropy area vs passive | entropy area vs random | "
         "AUROC last vs passive |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key, cell in grid.items():
         prior, truth, policy = key.split(" | ")
@@ -276,7 +306,8 @@ def main():
             return f"{m:+.3f} ± {hw:.3f}"
 
         lines.append(
-            f"| {prior} | {truth} | {policy} | {f('auroc', 'area_vs_passive')} | "
+            f"| {prior} | {truth} | {policy} | {cell['repetitions']} | "
+            f"{f('auroc', 'area_vs_passive')} | "
             f"{f('auroc', 'area_vs_random')} | {f('aupr', 'area_vs_passive')} | "
             f"{f('aupr', 'area_vs_random')} | {f('entropy', 'area_vs_passive')} | "
             f"{f('entropy', 'area_vs_random')} | {f('auroc', 'final_vs_passive')} |"
