@@ -128,7 +128,10 @@ def test_scatter_and_matmul_routes_agree_with_node_statistics(getkey):
     for n in range(4):
         np.testing.assert_allclose(scatter.transitions[n], matmul.transitions[n], atol=1e-10)
         np.testing.assert_allclose(scatter.dwell_times[n], matmul.dwell_times[n], atol=1e-10)
-        # independent route: per-trajectory node statistics on each padded candidate set
+    # independent route on two nodes (each compiles anew): the ternary node 1, and node 2, whose
+    # intervened trajectories must be left out of its statistics
+    for n in (1, 2):
+        # per-trajectory node statistics on each padded candidate set
         configs = scatter.dwell_times[n].shape[1]
         per_set = jax.jit(
             jax.vmap(
