@@ -2,10 +2,12 @@
 # The paper's synthetic experiments at full size under the paper-faithful setting (issue 11;
 # docs/concepts/active-learning.md#paper-faithful). Resumable: rerun to continue.
 #
-# - structure, 500 repetitions x 15 experiments: passive, random, BHC, VBHC, with the truth's own Gamma hyper-parameters per node (slow X1, X3: Gamma(1/5,1); fast X2, X4:
+# - structure, 500 repetitions x 15 experiments: passive, random, BHC, VBHC, with the
+#   truth's own Gamma hyper-parameters per node (slow X1, X3: Gamma(1/5,1); fast X2, X4:
 #   Gamma(5,1));
 # - the EIG design (10 paths per draw) costs ~6x a VBHC step for structure and ~100x for
-#   parameters, so it runs on the first 100 (structure) or 50 (parameters) repetitions (the same keys: fold_in(key(0), r)),
+#   parameters, so it runs on the first 100 (structure) or 50 (parameters) repetitions
+#   (the same keys: fold_in(key(0), r)),
 #   next to passive, random and VBHC on the same repetitions so its paired differences come
 #   from one directory; negative VBHC (a control) runs there too, for structure;
 # - parameters, 500 repetitions x 15: results/active_parameters (Gamma(1,1): the paper gives no
