@@ -5,6 +5,8 @@ import os
 # starts its backend; notebook kernels started by the tests inherit it.
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 
+import gc  # noqa: E402
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
@@ -22,6 +24,18 @@ def _cli_compilation_cache(tmp_path_factory):
         os.environ.pop("JAXCTBN_CACHE_DIR", None)
     else:
         os.environ["JAXCTBN_CACHE_DIR"] = old
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_compiled_programs():
+    """Free every compiled program after each test module. XLA's CPU executables each hold
+    memory mappings, and a worker that runs a few hundred tests without freeing them reaches the
+    kernel's `vm.max_map_count` (65530 by default; measured ~5000 for tests/test_panel.py alone),
+    after which LLVM's next allocation fails and the worker dies (a CI crash, not a test
+    failure). Programs shared between modules are simply compiled again."""
+    yield
+    jax.clear_caches()
+    gc.collect()
 
 
 @pytest.fixture
