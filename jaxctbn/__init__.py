@@ -50,6 +50,8 @@ from ._io import read_trajectories_csv as read_trajectories_csv
 from ._io import trajectories_from_dataframe as trajectories_from_dataframe
 from ._io import trajectories_to_dataframe as trajectories_to_dataframe
 from ._io import write_trajectories_csv as write_trajectories_csv
+from ._io import panel_from_dataframe as panel_from_dataframe
+from ._io import read_panel_csv as read_panel_csv
 from ._panel import Emissions as Emissions
 from ._panel import PanelExpectedStatistics as PanelExpectedStatistics
 from ._panel import PanelObservations as PanelObservations
@@ -74,6 +76,10 @@ from ._structure import learn_structure as learn_structure
 from ._structure import score_parent_sets as score_parent_sets
 from ._structure import structure_log_prior as structure_log_prior
 from ._empirical_bayes import EmpiricalBayes as EmpiricalBayes
+from ._panel_structure import PanelStructureFit as PanelStructureFit
+from ._panel_structure import expected_family_statistics as expected_family_statistics
+from ._panel_structure import learn_structure_from_panels as learn_structure_from_panels
+from ._panel_structure import panel_family_statistics as panel_family_statistics
 
 # design criteria
 from ._batching import AbstractBatching as AbstractBatching

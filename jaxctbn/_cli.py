@@ -172,6 +172,17 @@ def _positive_number(text) -> float:
     return value
 
 
+def _non_negative_number(text) -> float:
+    """argparse type: a finite number >= 0 (tolerances)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not (value >= 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
 def _hyperparameter(text) -> float | tuple[float, ...]:
     """argparse type: a prior hyper-parameter, one positive number or one per node in node
     order, comma-separated (`5,0.2,5,0.2`)."""
@@ -378,7 +389,7 @@ def _max_parents(value, N):
     return max_parents
 
 
-def _parse_cardinalities(text, df):
+def _parse_cardinalities(text, df, *, missing: bool = False):
     """The node cardinalities: inferred from the data `df`, overridden by `--cardinalities`
     (never below the largest state seen). The warning of a suspicious inferred cardinality is
     shown only for nodes that `--cardinalities` does not give."""
@@ -389,7 +400,7 @@ def _parse_cardinalities(text, df):
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        inferred = infer_cardinalities(df)
+        inferred = infer_cardinalities(df, missing=missing)
     out = dict(inferred)
     given = parse_assignment(",".join(text), list(out), "--cardinalities")
     for w in caught:
@@ -464,15 +475,41 @@ def _cmd_learn(args):
     from ._io import read_csv, trajectories_from_dataframe
     from ._structure import learn_structure
 
+    panel = args.observation == "panel"
+    if not panel and args.exact_entry:
+        raise ValueError("--exact-entry: only for panel data (--observation panel).")
     df = read_csv(args.data)
-    nodes = _parse_cardinalities(args.cardinalities, df)
+    nodes = _parse_cardinalities(args.cardinalities, df, missing=panel)
     names, cards = list(nodes), tuple(nodes.values())
     N = len(names)
     max_parents = _max_parents(args.max_parents, N)
-    # long trajectories come back cut into pieces: ids has one entry per row
-    traj, ids = trajectories_from_dataframe(df, nodes)
-    num_trajectories = len(dict.fromkeys(ids))
-    post = learn_structure(traj, names, cards, max_parents=max_parents, prior=_prior(args, N))
+    extra = {}
+    if panel:
+        from ._io import panel_from_dataframe
+        from ._panel_structure import learn_structure_from_panels
+
+        entry = _assignment(args.exact_entry, names, cards, "--exact-entry")
+        observations, ids = panel_from_dataframe(df, nodes, exact_entry=entry)
+        num_trajectories = len(ids)
+        fit = learn_structure_from_panels(
+            observations,
+            names,
+            cards,
+            max_parents=max_parents,
+            prior=_prior(args, N),
+            tolerance=args.tolerance,
+            max_iterations=args.max_iterations,
+        )
+        post = fit.posterior
+        extra = {
+            "log_likelihood": float(fit.log_likelihood),
+            "em": {"iterations": fit.iterations, "converged": fit.converged},
+        }
+    else:
+        # long trajectories come back cut into pieces: ids has one entry per row
+        traj, ids = trajectories_from_dataframe(df, nodes)
+        num_trajectories = len(dict.fromkeys(ids))
+        post = learn_structure(traj, names, cards, max_parents=max_parents, prior=_prior(args, N))
     eb = _empirical_bayes(args)
     if eb is not None:
         post = _jit(eb.fit)(post)
@@ -502,10 +539,11 @@ def _cmd_learn(args):
         }
         out["map_graph"][name] = [names[p] for p in graph[n]]
     out["rates"] = map_model.to_dict()
+    out.update(extra)
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
     print(
-        f"learned from {num_trajectories} trajectories; MAP graph: "
+        f"learned from {num_trajectories} {'panel ' if panel else ''}trajectories; MAP graph: "
         + ", ".join(f"{k} <- {v}" for k, v in out["map_graph"].items())
         + f"; wrote {args.out}"
     )
@@ -745,6 +783,24 @@ def _prior_arguments(p) -> None:
     )
 
 
+def _observation_arguments(p) -> None:
+    """`--observation paths|panel` and `--exact-entry NODE=STATE ...`."""
+    p.add_argument(
+        "--observation",
+        choices=["paths", "panel"],
+        default="paths",
+        help="how the CSV was observed: paths (complete trajectories, each row the state from "
+        "that time on) or panel (states seen at the row times, hidden between; empty cell = "
+        "not observed)",
+    )
+    p.add_argument(
+        "--exact-entry",
+        nargs="*",
+        default=[],
+        help="panel: NODE=STATE ... observed at the exact time it is entered (msm's deathexact)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="jaxctbn", description="Conditional CTBNs in JAX.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -786,6 +842,20 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="*",
         default=[],
         help="NODE=K,... (default: largest state in the data + 1, at least 2)",
+    )
+    _observation_arguments(p)
+    p.add_argument(
+        "--tolerance",
+        type=_non_negative_number,
+        default="1e-6",
+        help="panel: structural EM stops when the graph is unchanged and the log-likelihood "
+        "changed by at most T x (1 + |L|) (default 1e-6)",
+    )
+    p.add_argument(
+        "--max-iterations",
+        type=_at_least(1),
+        default=100,
+        help="panel: at most N structural EM iterations (default 100)",
     )
     p.add_argument("--out", required=True)
     p.set_defaults(func=_cmd_learn)

@@ -11,7 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._ctbn import AbstractCTBN
+from ._interventions import Intervention
 from ._layout import parse_assignment
+from ._panel import PanelObservations
 from ._sampling import Trajectories
 
 if TYPE_CHECKING:
@@ -106,28 +108,39 @@ def _check_frame(df: pd.DataFrame) -> None:
         )
 
 
-def _node_states(df: pd.DataFrame, name: str) -> np.ndarray:
-    """The integer states in node column `name`, with an error naming the column and row."""
+def _node_states(df: pd.DataFrame, name: str, *, missing: bool = False) -> np.ndarray:
+    """The integer states in node column `name`, with an error naming the column and row. With
+    `missing=True` (panel data) an empty cell is allowed and read as `-1`."""
     import pandas as pd
 
     column = df[name]
+    empty = column.isna().to_numpy()
     values = cast("pd.Series", pd.to_numeric(column, errors="coerce")).to_numpy(dtype=float)
     bad = ~np.isfinite(values) | (values != np.round(values)) | (values < 0)
     if pd.api.types.is_bool_dtype(column):
         bad[:] = True
+    if missing:
+        bad &= ~empty
     if bad.any():
         i = int(np.argmax(bad))
         value = column.iloc[i]
         value = value.item() if isinstance(value, np.generic) else value  # 1.5, not np.float64(1.5)
+        hint = (
+            "; empty cells (missing observations) are allowed only for panel data "
+            "(--observation panel)"
+            if empty[i]
+            else ""
+        )
         raise ValueError(
             f"data: column {name!r} must hold non-negative integer states; row {i} "
-            f"(line {i + 2} of a CSV file) has {value!r}."
+            f"(line {i + 2} of a CSV file) has {value!r}{hint}."
         )
-    return values.astype(np.int64)
+    return np.where(empty, -1, np.nan_to_num(values)).astype(np.int64)
 
 
-def infer_cardinalities(df: pd.DataFrame) -> dict[str, int]:
-    """`{node: max observed state + 1 (at least 2)}` for the node columns of a long-format frame.
+def infer_cardinalities(df: pd.DataFrame, *, missing: bool = False) -> dict[str, int]:
+    """`{node: max observed state + 1 (at least 2)}` for the node columns of a long-format frame
+    (`missing=True`: panel data, where empty cells are missing observations and are skipped).
 
     A node with more than 2 inferred states some of which never appear (e.g. states 0, 1 and a
     mistyped 400 give 401 states) gets a `UserWarning` naming the node and the states seen: a
@@ -139,7 +152,10 @@ def infer_cardinalities(df: pd.DataFrame) -> dict[str, int]:
         raise ValueError("data: no node columns besides trajectory_id, time and intervention.")
     cards = {}
     for c in cols:
-        seen = np.unique(_node_states(df, c))
+        seen = np.unique(_node_states(df, c, missing=missing))
+        seen = seen[seen >= 0]
+        if seen.size == 0:
+            raise ValueError(f"data: node column {c!r} has no observed state.")
         cards[c] = max(2, int(seen.max()) + 1)
         if cards[c] > 2 and seen.size < cards[c]:
             shown = ", ".join(map(str, seen[:6])) + (", ..." if seen.size > 6 else "")
@@ -342,3 +358,137 @@ def read_trajectories_csv(
     """Read the long-format CSV (see [`jaxctbn.trajectories_from_dataframe`][], which also
     describes `max_events`)."""
     return trajectories_from_dataframe(read_csv(path), model, max_events=max_events)
+
+
+def panel_from_dataframe(
+    df: pd.DataFrame, model, *, exact_entry: dict[str, int] | None = None
+) -> tuple[PanelObservations, list]:
+    """Parse the long format as **panel** data: each row is an observation of the nodes at that
+    time (an empty cell = that node was not observed then), the process being hidden between
+    rows. Same columns as [`jaxctbn.trajectories_from_dataframe`][]:
+    `trajectory_id, time, <nodes>[, intervention]`.
+
+    - Rows of a trajectory are sorted by time. Two rows at the same time are merged when they
+      agree on every node observed in both, and are an error naming the trajectory and time when
+      they conflict.
+    - A row with no observed node is dropped (it carries no information).
+    - A trajectory with a single observation time is kept; under the default likelihood,
+      conditional on the first observation, it contributes nothing (see
+      [`jaxctbn.panel_log_likelihood`][]).
+    - `exact_entry` `{node: state}` (msm's `deathexact`): a row observing `node` in `state`
+      is an **exact entry time** (the process entered the state by a jump at that time; the
+      state before is unknown) unless it is the trajectory's first row or the previous row
+      already observed `node` in `state`.
+    - `intervention` labels (`A=1;B=0`) are per trajectory as for paths; a clamped node must
+      be observed only in its clamped state.
+
+    `model` is a CTBN or a dict `{node name: cardinality}`. **Returns:** the
+    [`jaxctbn.PanelObservations`][] (a batch padded to the longest trajectory) and the
+    trajectory id of each row of the batch."""
+    names, cards = _node_spec(model)
+    _check_frame(df)
+    node_cols = [c for c in df.columns if c not in RESERVED_COLUMNS]
+    unknown = [c for c in node_cols if c not in names]
+    if unknown:
+        raise ValueError(
+            f"data: unknown node column(s) {unknown}; the network's nodes are {names}."
+        )
+    absent = [n for n in names if n not in node_cols]
+    if absent:
+        raise ValueError(f"data: missing node column(s) {absent}.")
+    values = np.stack([_node_states(df, name, missing=True) for name in names], axis=1)
+    for n, name in enumerate(names):
+        bad = values[:, n] >= cards[n]
+        if bad.any():
+            raise ValueError(
+                f"data: column {name!r} has state {values[bad, n][0]} outside 0..{cards[n] - 1}."
+            )
+    entry = parse_assignment(
+        None if not exact_entry else ",".join(f"{k}={v}" for k, v in exact_entry.items()),
+        names,
+        "exact_entry",
+        cards,
+    )
+    try:
+        times = df["time"].to_numpy(dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError("data: column 'time' must be numeric.") from None
+    if np.any(~np.isfinite(times)):
+        raise ValueError("data: column 'time' has missing or non-finite values.")
+    labels = df["intervention"].to_numpy(dtype=object) if "intervention" in df.columns else None
+    ids = df["trajectory_id"].to_numpy()
+    groups: dict = {}
+    for row, tid in enumerate(ids.tolist()):
+        groups.setdefault(tid, []).append(row)
+    all_times, all_states, all_entry, all_targets, all_clamped, kept = [], [], [], [], [], []
+    for tid, rows in groups.items():
+        rows = np.asarray(rows)
+        rows = rows[np.argsort(times[rows], kind="stable")]
+        rows = rows[(values[rows] >= 0).any(1)]
+        if rows.size == 0:
+            continue
+        t_rows, s_rows = times[rows], values[rows]
+        merged_t, merged_s = [t_rows[0]], [s_rows[0].copy()]
+        for t, s in zip(t_rows[1:], s_rows[1:]):
+            if t != merged_t[-1]:
+                merged_t.append(t)
+                merged_s.append(s.copy())
+                continue
+            prev = merged_s[-1]
+            both = (prev >= 0) & (s >= 0)
+            if np.any(both & (prev != s)):
+                n = int(np.argmax(both & (prev != s)))
+                raise ValueError(
+                    f"data: trajectory {tid!r} has two rows at time {t:g} with conflicting "
+                    f"states {int(prev[n])} and {int(s[n])} of node {names[n]!r}."
+                )
+            merged_s[-1] = np.where(prev >= 0, prev, s)
+        t_arr, s_arr = np.asarray(merged_t), np.stack(merged_s)
+        flags = np.zeros(len(t_arr), bool)
+        for name, state in entry.items():
+            n = names.index(name)
+            hit = s_arr[:, n] == state
+            flags |= hit & np.concatenate([[False], ~hit[:-1]])
+        label_values = (
+            set()
+            if labels is None
+            else {
+                str(v) if not (isinstance(v, float) and np.isnan(v)) else "" for v in labels[rows]
+            }
+        )
+        if len(label_values) > 1:
+            raise ValueError(f"data: trajectory {tid!r} has more than one intervention label.")
+        label = label_values.pop() if label_values else ""
+        targets, istates = _parse_intervention_label(label, names, cards, tid)
+        for n in np.nonzero(targets)[0]:
+            seen = s_arr[:, n]
+            if np.any((seen >= 0) & (seen != istates[n])):
+                raise ValueError(
+                    f"data: trajectory {tid!r} was recorded under do({names[n]}={istates[n]}) but "
+                    f"{names[n]!r} is observed in another state."
+                )
+        all_times.append(t_arr)
+        all_states.append(s_arr)
+        all_entry.append(flags)
+        all_targets.append(targets)
+        all_clamped.append(istates)
+        kept.append(tid)
+    if not kept:
+        raise ValueError("data: no row observes any node.")
+    intervention = None
+    if any(t.any() for t in all_targets):
+        intervention = Intervention(
+            targets=jnp.asarray(np.stack(all_targets)),
+            states=jnp.asarray(np.stack(all_clamped), jnp.int32),
+        )
+    observations = PanelObservations.from_sequences(
+        all_times, all_states, exact_entry=all_entry, intervention=intervention
+    )
+    return observations, kept
+
+
+def read_panel_csv(
+    path: str | os.PathLike, model, *, exact_entry: dict[str, int] | None = None
+) -> tuple[PanelObservations, list]:
+    """Read a long-format CSV as panel data (see [`jaxctbn.panel_from_dataframe`][])."""
+    return panel_from_dataframe(read_csv(path), model, exact_entry=exact_entry)

@@ -63,7 +63,17 @@ def one_hot_state(model, state):
     return p
 
 
-__all__ = ["brute_force_generator", "scipy_moments", "random_model", "jnp"]
+def state_at(paths, t):
+    """States `(R, N)` of sampled paths (`jaxctbn.Trajectories`) at time t."""
+    passed = (np.asarray(paths.jump_times) <= t) & (
+        np.arange(paths.jump_times.shape[-1]) < np.asarray(paths.num_events)[:, None]
+    )
+    count = passed.sum(-1)
+    after = np.asarray(paths.states)[np.arange(len(count)), np.maximum(count - 1, 0)]
+    return np.where((count > 0)[:, None], after, np.asarray(paths.initial_states))
+
+
+__all__ = ["brute_force_generator", "scipy_moments", "random_model", "state_at", "jnp"]
 
 
 def network_dict():

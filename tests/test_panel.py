@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg
-from helpers import brute_force_generator, random_model
+from helpers import brute_force_generator, random_model, state_at
 
 import jaxctbn as jc
 
@@ -279,16 +279,6 @@ def test_smoothed_statistics_and_marginals_match_van_loan(getkey):
     print("max abs errors:", {k: f"{float(v):.1e}" for k, v in errors.items()})
 
 
-def _state_at(paths, t):
-    """States `(R, N)` of sampled paths at time t."""
-    passed = (np.asarray(paths.jump_times) <= t) & (
-        np.arange(paths.jump_times.shape[-1]) < np.asarray(paths.num_events)[:, None]
-    )
-    count = passed.sum(-1)
-    after = np.asarray(paths.states)[np.arange(len(count)), np.maximum(count - 1, 0)]
-    return np.where((count > 0)[:, None], after, np.asarray(paths.initial_states))
-
-
 def _path_node_statistics(initial, jump_times, states, num_events, horizon, cards, node, parents):
     """Per path, M_n(x, x', u) and T_n(x, u) cut from padded jump arrays (plain numpy)."""
     R, E = jump_times.shape
@@ -324,7 +314,7 @@ def test_statistics_match_rejection_sampling(getkey):
     assert not np.any(paths.truncated)
     keep = np.ones(n, bool)
     for t, y in zip(times[1:], states[1:]):
-        keep &= np.all((y < 0) | (_state_at(paths, t) == y), axis=1)
+        keep &= np.all((y < 0) | (state_at(paths, t) == y), axis=1)
     arrays = [
         np.asarray(x)[keep]
         for x in (paths.initial_states, paths.jump_times, paths.states, paths.num_events)
