@@ -62,7 +62,10 @@ class AbstractExpectedStatistics(eqx.Module):
     Monte Carlo) implements the same three methods and plugs into the criteria unchanged.
 
     `parents` is a static tuple of node indices or names, or a padded integer array (`-1` =
-    empty slot); `None` means the model's own parents."""
+    empty slot); `None` means the model's own parents. `model` is the model the statistics
+    are of (its cardinalities and default parent sets)."""
+
+    model: eqx.AbstractVar[AbstractCTBN]
 
     @abc.abstractmethod
     def node_dwell_times(self, node: int | str, parents=None) -> Float[Array, "configs k"]:

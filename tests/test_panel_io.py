@@ -74,6 +74,7 @@ def test_exact_entry_flags_and_interventions():
     obs, _ = jc.panel_from_dataframe(df, NET, exact_entry={"B": 2})
     np.testing.assert_array_equal(obs.exact_entry[0], [False, False, True, False])
     np.testing.assert_array_equal(obs.exact_entry[1, :3], [False, False, True])
+    assert obs.intervention is not None
     np.testing.assert_array_equal(obs.intervention.targets, [[False, False], [True, False]])
     np.testing.assert_array_equal(obs.intervention.states[1], [1, 0])
 
