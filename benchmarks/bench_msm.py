@@ -113,9 +113,10 @@ def panel_from_long(df, subject, time_col, state_col, *, deathexact=(), decode=N
     """Group msm's long format into `PanelObservations`: one trajectory per subject (order of
     first appearance, rows sorted by time), states 1..k -> 0..k-1 (or `decode(state)` -> a row
     of node states), and `exact_entry` on rows in a `deathexact` state except a subject's first
-    (msm ignores the obstype of the first observation)."""
+    (msm ignores the obstype of the first observation). A subject with one observation
+    contributes 0 here; msm drops it (none in these data sets)."""
     times, states, exact = [], [], []
-    for _, g in df.groupby(subject, sort=False):
+    for sid, g in df.groupby(subject, sort=False):
         g = g.sort_values(time_col, kind="stable")
         s = g[state_col].to_numpy().astype(int)
         times.append(g[time_col].to_numpy(float))
@@ -125,6 +126,10 @@ def panel_from_long(df, subject, time_col, state_col, *, deathexact=(), decode=N
             states.append(np.array([decode(v) for v in s], np.int32))
         e = np.isin(s, list(deathexact))
         e[0] = False
+        if np.any(e[1:] & (s[1:] == s[:-1])):
+            # an exact entry into the state the subject is already in has likelihood 0 (in msm
+            # too): such rows are follow-up after absorption and must be dropped upstream
+            raise ValueError(f"subject {sid}: repeated observation of a deathexact state")
         exact.append(e)
     return jc.PanelObservations.from_sequences(times, states, exact_entry=exact)
 
