@@ -58,6 +58,11 @@ from ._panel import PanelObservations as PanelObservations
 from ._panel import panel_expected_statistics as panel_expected_statistics
 from ._panel import panel_log_likelihood as panel_log_likelihood
 from ._panel import panel_marginals as panel_marginals
+from ._panel_fit import AbstractRateFitMethod as AbstractRateFitMethod
+from ._panel_fit import EMFit as EMFit
+from ._panel_fit import GradientFit as GradientFit
+from ._panel_fit import RateFit as RateFit
+from ._panel_fit import fit_rates as fit_rates
 
 # priors and posteriors
 from ._conjugate import gamma_kl as gamma_kl

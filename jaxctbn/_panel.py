@@ -581,14 +581,16 @@ def _filter(
     prior = _initial_distribution(model, p0, intervention)
     a0 = prior * evidence[0]
     c0 = a0.sum()
-    alpha0 = a0 / c0
+    # an impossible observation (c = 0) is reported by `_check_possible` from the norms; the
+    # filter stays finite meanwhile, so that no solver downstream fails first on NaN inputs
+    alpha0 = jnp.where(_positive(c0), a0 / jnp.where(_positive(c0), c0, 1), prior)
 
     def step(alpha, inputs):
         dt, ok, is_exact, e, o = inputs
         predicted, _ = solver.solve(gen, alpha, _safe(dt, ok))
         a = jnp.where(is_exact, _entry_forward(gen, predicted, o), predicted * e)
         c = jnp.where(ok, a.sum(), 1)
-        alpha = jnp.where(ok, a / c, alpha)
+        alpha = jnp.where(ok & _positive(c), a / jnp.where(_positive(c), c, 1), alpha)
         return alpha, (alpha, predicted, c)
 
     inputs = (jnp.diff(times), valid[1:], exact[1:], evidence[1:], inside[1:])
@@ -603,6 +605,11 @@ def _filter(
         log_norms=jnp.where(valid, jnp.log(norms), 0),
         inside=inside,
     )
+
+
+def _positive(c: Array) -> Array:
+    """Whether a filter norm is usable (positive and finite)."""
+    return (c > 0) & jnp.isfinite(c)
 
 
 def _safe(dt: Array, ok: Array) -> Array:
@@ -629,7 +636,8 @@ def _backward(
 
     def step(beta, inputs):
         dt, ok, is_exact, e, o, c = inputs
-        end = jnp.where(is_exact, _entry_backward(gen, beta, o), e * beta) / c
+        end = jnp.where(is_exact, _entry_backward(gen, beta, o), e * beta)
+        end = end / jnp.where(_positive(c), c, 1)  # c = 0 is reported, not propagated
         previous, _ = solver.solve_backward(gen, end, _safe(dt, ok))
         beta = jnp.where(ok, previous, beta)
         return beta, (beta, jnp.where(ok, end, 1))

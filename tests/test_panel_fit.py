@@ -1,0 +1,379 @@
+"""Fitting the rates of a fixed graph to panel data (`fit_rates`): EM against L-BFGS on the
+log-rates, both against scipy's L-BFGS-B on an independent numpy likelihood (products of
+scipy.linalg.expm of the dense generator), on data simulated by a numpy Gillespie sampler.
+
+One data set per model shape, so that every compiled fit is reused: a 2-node binary CTBN with
+some trajectories under do(A = 1) (pooling), a 3-state illness-death node with structural
+zeros, and a binary node for the boundary cases and the imperfect interventions."""
+
+import functools
+import itertools
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.optimize
+import scipy.special
+from helpers import brute_force_generator
+
+import jaxctbn as jc
+
+
+# --------------------------------------------------------------------------- numpy references
+def _gillespie_panel(W, start, grid, rng):
+    """The global state of a path of the dense generator W at each time of `grid`."""
+    s, t, out = start, grid[0], []
+    for g in grid:
+        while True:
+            exit_rate = -W[s, s]
+            wait = rng.exponential(1 / exit_rate) if exit_rate > 0 else np.inf
+            if t + wait > g:
+                # memoryless: the remaining wait after g is again exponential
+                t = g
+                break
+            t += wait
+            rates = np.where(np.arange(len(W)) == s, 0.0, W[s])
+            s = int(rng.choice(len(W), p=rates / rates.sum()))
+        out.append(s)
+    return np.array(out)
+
+
+def _dense_log_likelihood(generators, grids, paths):
+    """sum_r sum_i log P_r(t_i - t_{i-1})[s_{i-1}, s_i], P = expm(W_r h) (complete
+    observations; conditional on the first one); one expm per distinct (generator, gap)."""
+    cache, total = {}, 0.0
+    for W, grid, path in zip(generators, grids, paths):
+        for h, a, b in zip(np.diff(grid), path[:-1], path[1:]):
+            key = (id(W), float(h))
+            if key not in cache:
+                with np.errstate(divide="ignore"):  # log 0 off the structural zeros' reach
+                    cache[key] = np.log(scipy.linalg.expm(W * h))
+            total += cache[key][a, b]
+    return total
+
+
+def _log_gamma_prior(rates, alpha, beta):
+    return np.sum((alpha - 1) * np.log(rates) - beta * rates + alpha * np.log(beta))
+
+
+def _scipy_fit(objective, x0):
+    """Maximise `objective(rates)` by L-BFGS-B on the log-rates (finite-difference gradient)."""
+    result = scipy.optimize.minimize(
+        lambda z: -objective(np.exp(z)),
+        np.log(x0),
+        method="L-BFGS-B",
+        options=dict(ftol=1e-14, gtol=1e-9, maxiter=2000),
+    )
+    return np.exp(result.x), -result.fun
+
+
+def _free_rates(model):
+    """The off-diagonal rates of every node, flattened (nonzero ones only)."""
+    out = []
+    for c in model.cims:
+        c = np.asarray(c)
+        k = c.shape[-1]
+        out.append(c[:, ~np.eye(k, dtype=bool)].ravel())
+    return np.concatenate(out)
+
+
+# --------------------------------------------------------------------------- 2-node data
+PARENTS = ((), (0,))
+TRUE = jc.CTBN(
+    cims=[
+        jnp.array([[[0.0, 0.8], [1.5, 0.0]]]),
+        jnp.array([[[0.0, 0.5], [1.2, 0.0]], [[0.0, 2.0], [0.4, 0.0]]]),
+    ],
+    parents=PARENTS,
+    names=("A", "B"),
+)
+START = jc.CTBN(cims=[jnp.ones((1, 2, 2)), jnp.ones((2, 2, 2))], parents=PARENTS, names=("A", "B"))
+STATES = np.array(list(itertools.product(range(2), range(2))))
+R, CLAMPED = 40, 10  # the last CLAMPED trajectories run under do(A = 1)
+GRID = np.linspace(0.0, 4.0, 9)
+
+
+@functools.cache
+def _two_node_data():
+    rng = np.random.default_rng(0)
+    targets = np.zeros((R, 2), bool)
+    targets[R - CLAMPED :, 0] = True
+    clamp = np.zeros((R, 2), np.int32)
+    clamp[R - CLAMPED :, 0] = 1
+    intervention = jc.Intervention(targets=jnp.asarray(targets), states=jnp.asarray(clamp))
+    truth = _free_rates(TRUE)
+    W_free, W_clamped = _two_node_generator(truth, False), _two_node_generator(truth, True)
+    # the hand-written generator is the library's amalgamation
+    np.testing.assert_allclose(W_free, brute_force_generator(TRUE))
+    paths = []
+    for r in range(R):
+        clamped = r >= R - CLAMPED
+        start = int(rng.integers(2)) + (2 if clamped else 2 * int(rng.integers(2)))
+        paths.append(_gillespie_panel(W_clamped if clamped else W_free, start, GRID, rng))
+    paths = np.array(paths)
+    obs = jc.PanelObservations(
+        np.broadcast_to(GRID, (R, len(GRID))), STATES[paths], intervention=intervention
+    )
+    return obs, paths
+
+
+def _two_node_generator(rates, clamped):
+    """The dense generator over (A, B) in itertools.product order, written out by hand; under
+    do(A = 1) A does not move."""
+    a01, a10, b01_0, b10_0, b01_1, b10_1 = rates
+    Q = np.zeros((4, 4))
+    if not clamped:
+        Q[0, 2], Q[1, 3], Q[2, 0], Q[3, 1] = a01, a01, a10, a10  # A moves, B fixed
+    Q[0, 1], Q[1, 0] = b01_0, b10_0  # B moves with A = 0
+    Q[2, 3], Q[3, 2] = b01_1, b10_1  # B moves with A = 1
+    return Q - np.diag(Q.sum(1))
+
+
+def _two_node_objective(prior=None):
+    """The numpy objective of the 6 rates (log-likelihood, + log Gamma prior density)."""
+    _, paths = _two_node_data()
+
+    def objective(rates):
+        W_free, W_clamped = _two_node_generator(rates, False), _two_node_generator(rates, True)
+        gens = [W_clamped if r >= R - CLAMPED else W_free for r in range(R)]
+        value = _dense_log_likelihood(gens, [GRID] * R, paths)
+        if prior is not None:
+            value += _log_gamma_prior(rates, *prior) - len(rates) * scipy.special.gammaln(prior[0])
+        return value
+
+    return objective
+
+
+PRIOR = (20.0, 10.0)  # strong: mode (alpha - 1) / beta = 1.9
+
+
+@functools.cache
+def _two_node_fit(method_name, with_prior):
+    obs, _ = _two_node_data()
+    method = (
+        jc.EMFit(tolerance=1e-13, max_iterations=3000)
+        if method_name == "em"
+        else jc.GradientFit(tolerance=1e-13)
+    )
+    prior = jc.GammaPrior(*PRIOR) if with_prior else None
+    return jc.fit_rates(START, obs, method=method, prior=prior)
+
+
+@pytest.mark.parametrize("with_prior", [False, True], ids=["ml", "map"])
+def test_em_and_gradient_reach_the_scipy_optimum(with_prior):
+    em, gradient = _two_node_fit("em", with_prior), _two_node_fit("gradient", with_prior)
+    objective = _two_node_objective(PRIOR if with_prior else None)
+    reference, best = _scipy_fit(objective, np.ones(6))
+    for fit in (em, gradient):
+        assert bool(fit.converged), fit.method
+        rates = _free_rates(fit.model)
+        # the objective reported is the independent one at the fitted rates
+        np.testing.assert_allclose(fit.log_posterior, objective(rates), rtol=1e-10)
+        np.testing.assert_allclose(fit.log_posterior, best, rtol=1e-7)
+        np.testing.assert_allclose(rates, reference, rtol=1e-3)
+        assert not any(np.any(b) for b in fit.at_lower_bound + fit.at_upper_bound)
+    np.testing.assert_allclose(em.log_posterior, gradient.log_posterior, rtol=1e-9)
+    np.testing.assert_allclose(_free_rates(em.model), _free_rates(gradient.model), rtol=1e-3)
+    if with_prior:
+        # a prior term, not just the likelihood
+        assert float(em.log_posterior) != pytest.approx(float(em.log_likelihood))
+    else:
+        assert float(em.log_posterior) == float(em.log_likelihood)
+    print(
+        f"prior={with_prior}: EM {int(em.iterations)} iterations, L-BFGS "
+        f"{int(gradient.iterations)}; max rel. rate error vs scipy "
+        f"{np.max(np.abs(_free_rates(em.model) / reference - 1)):.1e} (EM), "
+        f"{np.max(np.abs(_free_rates(gradient.model) / reference - 1)):.1e} (L-BFGS)"
+    )
+
+
+@pytest.mark.parametrize("with_prior", [False, True], ids=["ml", "map"])
+def test_em_objective_never_decreases(with_prior):
+    fit = _two_node_fit("em", with_prior)
+    trace = np.asarray(fit.trace)
+    assert trace.shape == (3001,)
+    steps = np.diff(trace)
+    assert np.all(steps >= -1e-12 * (1 + np.abs(trace[1:]))), steps.min()
+    assert trace[0] < trace[-1]
+    # padded with the final value after the last iteration
+    assert np.all(trace[int(fit.iterations) :] == trace[-1])
+    np.testing.assert_allclose(trace[-1], fit.log_posterior, rtol=1e-12)
+
+
+def test_strong_prior_pulls_towards_its_mode():
+    ml = _free_rates(_two_node_fit("em", False).model)
+    fit = _two_node_fit("em", True)
+    mode = (PRIOR[0] - 1) / PRIOR[1]
+    rates = _free_rates(fit.model)
+    # (jointly: the rates are coupled through the panel likelihood, so not every one need
+    # move towards the mode)
+    assert np.abs(rates - mode).sum() < 0.7 * np.abs(ml - mode).sum()
+    assert np.abs(rates - mode).max() < np.abs(ml - mode).max()
+
+
+# --------------------------------------------------------------------------- illness-death
+ILLNESS = np.array([[0.0, 0.5, 0.2], [0.3, 0.0, 0.6], [0.0, 0.0, 0.0]])  # state 2 absorbing
+
+
+@functools.cache
+def _illness_data():
+    rng = np.random.default_rng(1)
+    W = ILLNESS - np.diag(ILLNESS.sum(1))
+    grid = np.arange(0.0, 6.0)
+    paths = np.array([_gillespie_panel(W, int(rng.integers(2)), grid, rng) for _ in range(30)])
+    return grid, paths
+
+
+def _illness_start():
+    # structural zeros: no way out of the absorbing state 2
+    start = np.array([[0.0, 1.0, 1.0], [1.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
+    return jc.CTBN(cims=[start[None]], parents=[()], names=("health",))
+
+
+def test_structural_zeros_stay_zero():
+    grid, paths = _illness_data()
+    obs = jc.PanelObservations(np.broadcast_to(grid, paths.shape), paths[..., None])
+    fit = jc.fit_rates(_illness_start(), obs, method=jc.EMFit(tolerance=1e-12))
+    q = np.asarray(fit.model.cims[0][0])
+    assert q[2, 0] == 0.0 and q[2, 1] == 0.0 and q[2, 2] == 0.0
+    assert not np.any(fit.at_lower_bound[0][0, 2]) and not np.any(fit.at_upper_bound[0][0, 2])
+    free = [(0, 1), (0, 2), (1, 0), (1, 2)]
+
+    def objective(rates):
+        Q = np.zeros((3, 3))
+        for (x, y), v in zip(free, rates):
+            Q[x, y] = v
+        W = Q - np.diag(Q.sum(1))
+        return _dense_log_likelihood([W] * len(paths), [grid] * len(paths), paths)
+
+    reference, best = _scipy_fit(objective, np.ones(4))
+    np.testing.assert_allclose(fit.log_likelihood, best, rtol=1e-8)
+    np.testing.assert_allclose([q[x, y] for x, y in free], reference, rtol=1e-3)
+
+
+def test_observation_impossible_under_structural_zeros_names_the_trajectory():
+    grid, paths = _illness_data()
+    paths = paths.copy()
+    paths[3, 4:] = [2, 0]  # leaves the absorbing state
+    obs = jc.PanelObservations(np.broadcast_to(grid, paths.shape), paths[..., None])
+    with pytest.raises(ValueError, match=r"observations: trajectory 3 at time 5 .*impossible"):
+        jc.fit_rates(_illness_start(), obs)
+    # the same message from the log-likelihood with the dense solver
+    with pytest.raises(ValueError, match=r"observations: trajectory 3 at time 5 .*impossible"):
+        jc.panel_log_likelihood(_illness_start(), obs, solver=jc.MatrixExponential())
+
+
+# --------------------------------------------------------------------------- one binary node
+BINARY = jc.CTBN(cims=[jnp.array([[[0.0, 1.0], [1.0, 0.0]]])], parents=[()])
+TIMES = np.broadcast_to(np.arange(6.0), (4, 6))
+NEVER_LEFT = [[0, 0, 1, 1, 1, 1], [0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1]]
+ALTERNATING = [[0, 1, 0, 1, 0, 1], [1, 0, 1, 0, 1, 0]] * 2
+
+
+@functools.cache
+def _never_left_fit(method_name):
+    obs = jc.PanelObservations(TIMES, np.asarray(NEVER_LEFT)[..., None])
+    return jc.fit_rates(BINARY, obs, method=jc.EMFit() if method_name == "em" else jc.GradientFit())
+
+
+@pytest.mark.parametrize("method", [jc.EMFit(), jc.GradientFit()], ids=["em", "gradient"])
+def test_boundary_rates_are_flagged_and_finite(method):
+    # state 1 is never left: its exit rate is driven to 0; 0 -> 1 has the closed form log 2
+    # (the chance of staying in 0 over a gap is 1/2 in the data)
+    fit = _never_left_fit(method.name)
+    q = np.asarray(fit.model.cims[0][0])
+    assert np.all(np.isfinite(q)) and np.isfinite(float(fit.log_likelihood))
+    np.testing.assert_array_equal(fit.at_lower_bound[0][0], [[False, False], [True, False]])
+    assert not np.any(fit.at_upper_bound[0])
+    np.testing.assert_allclose(q[0, 1], np.log(2), rtol=1e-5)
+    np.testing.assert_allclose(fit.log_likelihood, 6 * np.log(0.5), rtol=1e-7)
+    # alternating data: consistent with instantaneous equilibration; the rates go to the top
+    # of the box (1e8 / longest gap / one rate per state), and the log-likelihood to its
+    # supremum 20 log(1/2)
+    obs = jc.PanelObservations(TIMES, np.asarray(ALTERNATING)[..., None])
+    fit = jc.fit_rates(BINARY, obs, method=method)
+    q = np.asarray(fit.model.cims[0][0])
+    assert np.all(np.isfinite(q)) and np.isfinite(float(fit.log_likelihood))
+    np.testing.assert_array_equal(fit.at_upper_bound[0][0], [[False, True], [True, False]])
+    assert not np.any(fit.at_lower_bound[0])
+    np.testing.assert_allclose(q[[0, 1], [1, 0]], 1e8, rtol=1e-3)
+    np.testing.assert_allclose(fit.log_likelihood, 20 * np.log(0.5), rtol=1e-7)
+
+
+def test_under_jit_gives_the_same_fit():
+    obs = jc.PanelObservations(TIMES, np.asarray(NEVER_LEFT)[..., None])
+    eager = _never_left_fit("em")
+    jitted = eqx.filter_jit(jc.fit_rates)(BINARY, obs)
+    np.testing.assert_allclose(jitted.log_posterior, eager.log_posterior, rtol=1e-12)
+    np.testing.assert_allclose(jitted.model.cims[0], eager.model.cims[0], rtol=1e-9)
+    np.testing.assert_array_equal(jitted.at_lower_bound[0], eager.at_lower_bound[0])
+    np.testing.assert_array_equal(jitted.trace, eager.trace)
+    assert int(jitted.iterations) == int(eager.iterations) and jitted.method == "em"
+
+
+def test_imperfect_intervention_scales_the_dwell_times():
+    # two trajectories in which the node's rates are scaled by 3: EM's M-step sum M / sum cT
+    # against scipy on the likelihood with the scaled generator
+    rng = np.random.default_rng(2)
+    truth = np.array([[0.0, 0.7], [0.4, 0.0]])
+    grid = np.arange(0.0, 8.0)
+    scales = np.array([1.0, 1.0, 1.0, 3.0, 3.0, 1.0])
+    paths = []
+    for c in scales:
+        W = c * (truth - np.diag(truth.sum(1)))
+        paths.append(_gillespie_panel(W, int(rng.integers(2)), grid, rng))
+    paths = np.array(paths)
+    intervention = jc.Intervention(
+        targets=jnp.zeros((6, 1), bool), states=jnp.zeros((6, 1), jnp.int32)
+    ).with_rate_scales([jnp.asarray(scales)])
+    obs = jc.PanelObservations(
+        np.broadcast_to(grid, paths.shape), paths[..., None], intervention=intervention
+    )
+    fit = jc.fit_rates(BINARY, obs, method=jc.EMFit(tolerance=1e-13))
+
+    def objective(rates):
+        Q = np.array([[0.0, rates[0]], [rates[1], 0.0]])
+        W = Q - np.diag(Q.sum(1))
+        return _dense_log_likelihood([c * W for c in scales], [grid] * 6, paths)
+
+    reference, best = _scipy_fit(objective, np.ones(2))
+    np.testing.assert_allclose(fit.log_likelihood, best, rtol=1e-8)
+    np.testing.assert_allclose(
+        np.asarray(fit.model.cims[0])[0, [0, 1], [1, 0]], reference, rtol=1e-3
+    )
+
+
+# --------------------------------------------------------------------------- bad input
+def test_bad_input_names_the_argument(no_runtime_typecheck):
+    obs = jc.PanelObservations(TIMES, np.asarray(NEVER_LEFT)[..., None])
+    with pytest.raises(ValueError, match="model: fit_rates needs a CTBN"):
+        jc.fit_rates(BINARY.padded(), obs)  # pyright: ignore
+    with pytest.raises(ValueError, match="prior: fit_rates needs a GammaPrior"):
+        jc.fit_rates(BINARY, obs, prior=jc.NodelmanPrior())  # pyright: ignore
+    with pytest.raises(ValueError, match="alpha"):
+        jc.fit_rates(BINARY, obs, prior=jc.GammaPrior(alpha=jnp.ones(3)))
+    with pytest.raises(ValueError, match="observations: have 2 nodes, the model has 1"):
+        jc.fit_rates(BINARY, jc.PanelObservations(TIMES, np.zeros((4, 6, 2), int)))
+    with pytest.raises(ValueError, match="observations: expected a PanelObservations"):
+        jc.fit_rates(BINARY, TIMES)  # pyright: ignore
+    with pytest.raises(ValueError, match="method: expected EMFit"):
+        jc.fit_rates(BINARY, obs, method=jc.LBFGS())  # pyright: ignore
+    with pytest.raises(ValueError, match="states: trajectory 0 .* node 'X0'"):
+        jc.fit_rates(BINARY, jc.PanelObservations(TIMES, np.full((4, 6, 1), 2)))
+    negative = jc.CTBN(cims=[jnp.array([[[0.0, -1.0], [1.0, 0.0]]])], parents=[()])
+    with pytest.raises(ValueError, match="model: the starting rates of node 'X0'"):
+        jc.fit_rates(negative, obs)
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="max_iterations"):
+            jc.EMFit(max_iterations=bad)  # pyright: ignore
+        with pytest.raises(ValueError, match="max_iterations"):
+            jc.GradientFit(max_iterations=bad)  # pyright: ignore
+    for bad in (-1e-3, float("nan"), float("inf"), True):
+        with pytest.raises(ValueError, match="tolerance"):
+            jc.EMFit(tolerance=bad)
+        with pytest.raises(ValueError, match="tolerance"):
+            jc.GradientFit(tolerance=bad)
+    with pytest.raises(TypeError):
+        jc.EMFit(1e-6)  # keyword-only  # pyright: ignore
