@@ -526,67 +526,67 @@ def fit_rates(
 ) -> RateFit:
     r"""Maximum-likelihood (or, with `prior`, MAP) rates of a fixed graph from panel data.
 
-       Maximises the panel log-likelihood summed over the trajectories (conditional on each
-       trajectory's first observation, R msm's convention, unless `initial_distribution` is
-       given) plus, with a prior, the Gamma log density of the free rates in rate space (no
-       Jacobian term),
+    Maximises the panel log-likelihood summed over the trajectories (conditional on each
+    trajectory's first observation, R msm's convention, unless `initial_distribution` is
+    given) plus, with a prior, the Gamma log density of the free rates in rate space (no
+    Jacobian term),
 
-       $$\ell(\Lambda)=\sum_r\log p(Y_r\mid\Lambda)+\sum_n\sum_{(u,x,x')\ \mathrm{free}}
-       \big[(\alpha_n-1)\log\Lambda_n(x,x',u)-\beta_n\Lambda_n(x,x',u)
-       +\alpha_n\log\beta_n-\log\Gamma(\alpha_n)\big].$$
+    $$\ell(\Lambda)=\sum_r\log p(Y_r\mid\Lambda)+\sum_n\sum_{(u,x,x')\ \mathrm{free}}
+    \big[(\alpha_n-1)\log\Lambda_n(x,x',u)-\beta_n\Lambda_n(x,x',u)
+    +\alpha_n\log\beta_n-\log\Gamma(\alpha_n)\big].$$
     The CIMs of `model` are the starting values; its off-diagonal rates that are exactly
-       0 are **structural zeros** and stay 0. Free rates are kept in the box
-       $[10^{-12}/\tau,\ 10^8/(\tau_{\max}\sum_n(k_n-1))]$ ($\tau$ the median and $\tau_{\max}$ the
-       longest positive gap between consecutive observations; starting values are clipped into
-       it), and the result flags rates driven to the boundary: `at_lower_bound` where
-       $\lambda\tau<10^{-6}$, `at_upper_bound` at the top of the box or where
-       $\lambda\tau_{\min}\ge20$ ($\tau_{\min}$ the shortest gap: the state is left within every
-       gap). With [`jaxctbn.Uniformisation`][], $10^8$ is replaced by its `fb_max_terms`/2. An
-       optimiser only creeps towards a rate of $\infty$, so after it stops the rates with
-       $\lambda\tau_{\min}\ge1$ are tried together at the top of the box (ratios kept) and kept
-       there when the objective does not decrease by more than the tolerance. The fitted value
-       of a flagged rate is not an estimate: the data bound it on one side only.
+    0 are **structural zeros** and stay 0. Free rates are kept in the box
+    $[10^{-12}/\tau,\ 10^8/(\tau_{\max}\sum_n(k_n-1))]$ ($\tau$ the median and $\tau_{\max}$ the
+    longest positive gap between consecutive observations; starting values are clipped into
+    it), and the result flags rates driven to the boundary: `at_lower_bound` where
+    $\lambda\tau<10^{-6}$, `at_upper_bound` at the top of the box or where
+    $\lambda\tau_{\min}\ge20$ ($\tau_{\min}$ the shortest gap: the state is left within every
+    gap). With [`jaxctbn.Uniformisation`][], $10^8$ is replaced by its `fb_max_terms`/2. An
+    optimiser only creeps towards a rate of $\infty$, so after it stops the rates with
+    $\lambda\tau_{\min}\ge1$ are tried together at the top of the box (ratios kept) and kept
+    there when the objective does not decrease by more than the tolerance. The fitted value
+    of a flagged rate is not an estimate: the data bound it on one side only.
 
-       A node learns only from the trajectories in which it is not perfectly intervened on (the
-       pooling rule of [`jaxctbn.RatePosterior`][]); imperfect interventions that scale its rates
-       by $c$ are taken into account ($\lambda\leftarrow\sum M/\sum cT$ in the EM step), and a
-       node whose CIMs an intervention replaces learns nothing from those observations.
+    A node learns only from the trajectories in which it is not perfectly intervened on (the
+    pooling rule of [`jaxctbn.RatePosterior`][]); imperfect interventions that scale its rates
+    by $c$ are taken into account ($\lambda\leftarrow\sum M/\sum cT$ in the EM step), and a
+    node whose CIMs an intervention replaces learns nothing from those observations.
 
-       **Arguments:**
+    **Arguments:**
 
-       - `model`: a [`jaxctbn.CTBN`][]: the graph, the structural zeros and the starting rates.
-       - `observations`: [`jaxctbn.PanelObservations`][] (one trajectory or a batch).
-       - `method`: [`jaxctbn.EMFit`][] (default) or [`jaxctbn.GradientFit`][], with their
-         `tolerance` and `max_iterations`.
-       - `prior`: `None` (maximum likelihood) or a [`jaxctbn.GammaPrior`][]
-         $\mathrm{Gam}(\alpha_n,\beta_n)$ on every free rate of node $n$ (scalars or one value per
-         node): the MAP, whose M-step is the mode $(\alpha-1+\bar M)/(\beta+\bar T)$ clipped into
-         the box. With $\alpha<1$ the density is unbounded at 0, and a rate with few transitions
-         has its mode at the bottom of the box.
-       - `emissions`, `initial_distribution`: as for [`jaxctbn.panel_log_likelihood`][] (fixed,
-         not fitted).
-       - `solver`: the master-equation solver of the forward-backward pass. Default
-         [`jaxctbn.MatrixExponential`][]: panel gaps are long compared with the rates' time
-         scale, and the dense exponential has no limit on rate times gap (its cost grows with the
-         number of global states $S$ as $S^3$). For larger networks pass
-         [`jaxctbn.Uniformisation`][], whose smoothed statistics need the largest exit rate times
-         the longest gap below about its `fb_max_terms` (it raises otherwise): the top of the
-         box is lowered to keep it so, and a rate that the data put above it is flagged.
+    - `model`: a [`jaxctbn.CTBN`][]: the graph, the structural zeros and the starting rates.
+    - `observations`: [`jaxctbn.PanelObservations`][] (one trajectory or a batch).
+    - `method`: [`jaxctbn.EMFit`][] (default) or [`jaxctbn.GradientFit`][], with their
+      `tolerance` and `max_iterations`.
+    - `prior`: `None` (maximum likelihood) or a [`jaxctbn.GammaPrior`][]
+      $\mathrm{Gam}(\alpha_n,\beta_n)$ on every free rate of node $n$ (scalars or one value per
+      node): the MAP, whose M-step is the mode $(\alpha-1+\bar M)/(\beta+\bar T)$ clipped into
+      the box. With $\alpha<1$ the density is unbounded at 0, and a rate with few transitions
+      has its mode at the bottom of the box.
+    - `emissions`, `initial_distribution`: as for [`jaxctbn.panel_log_likelihood`][] (fixed,
+      not fitted).
+    - `solver`: the master-equation solver of the forward-backward pass. Default
+      [`jaxctbn.MatrixExponential`][]: panel gaps are long compared with the rates' time
+      scale, and the dense exponential has no limit on rate times gap (its cost grows with the
+      number of global states $S$ as $S^3$). For larger networks pass
+      [`jaxctbn.Uniformisation`][], whose smoothed statistics need the largest exit rate times
+      the longest gap below about its `fb_max_terms` (it raises otherwise): the top of the
+      box is lowered to keep it so, and a rate that the data put above it is flagged.
 
-       **Returns:** a [`jaxctbn.RateFit`][].
+    **Returns:** a [`jaxctbn.RateFit`][].
 
-       Pure and `jax.jit`-compatible end to end (`eqx.filter_jit(fit_rates)`): both optimisers
-       run in `jax.lax.while_loop`. Bad arguments raise `ValueError` naming the argument; an
-       observation that is impossible under the starting model (a structural zero, a perfect
-       intervention, an emission probability 0) raises as in
-       [`jaxctbn.panel_log_likelihood`][], naming the trajectory.
+    Pure and `jax.jit`-compatible end to end (`eqx.filter_jit(fit_rates)`): both optimisers
+    run in `jax.lax.while_loop`. Bad arguments raise `ValueError` naming the argument; an
+    observation that is impossible under the starting model (a structural zero, a perfect
+    intervention, an emission probability 0) raises as in
+    [`jaxctbn.panel_log_likelihood`][], naming the trajectory.
 
-       **Example:**
+    **Example:**
 
-       ```python
-       fit = jaxctbn.fit_rates(start, observations, method=jaxctbn.GradientFit())
-       fit.model.cims, fit.converged, fit.at_lower_bound
-       ```
+    ```python
+    fit = jaxctbn.fit_rates(start, observations, method=jaxctbn.GradientFit())
+    fit.model.cims, fit.converged, fit.at_lower_bound
+    ```
     """
     if not isinstance(model, CTBN):
         raise ValueError(
