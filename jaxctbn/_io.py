@@ -475,6 +475,14 @@ def panel_from_dataframe(
         kept.append(tid)
     if not kept:
         raise ValueError("data: no row observes any node.")
+    single = [tid for tid, t in zip(kept, all_times) if len(t) == 1]
+    if single:
+        shown = ", ".join(repr(t) for t in single[:3]) + (", ..." if len(single) > 3 else "")
+        warnings.warn(
+            f"data: {len(single)} trajectory(ies) ({shown}) have a single observation time and "
+            "contribute nothing to the likelihood conditional on the first observation.",
+            stacklevel=2,
+        )
     intervention = None
     if any(t.any() for t in all_targets):
         intervention = Intervention(

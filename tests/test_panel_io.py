@@ -29,7 +29,8 @@ def test_panel_rows_missing_cells_and_merging():
         "s2,3.0,,\n"  # nothing observed: dropped
         "s3,4.0,0,0\n"  # a single observation: kept
     )
-    obs, ids = jc.panel_from_dataframe(df, NET)
+    with pytest.warns(UserWarning, match=r"2 trajectory\(ies\) \('s2', 's3'\) have a single"):
+        obs, ids = jc.panel_from_dataframe(df, NET)
     assert ids == ["s1", "s2", "s3"]
     np.testing.assert_array_equal(obs.num_observations, [3, 1, 1])
     np.testing.assert_allclose(obs.times[0], [0.0, 1.0, 2.5])
