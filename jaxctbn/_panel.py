@@ -48,7 +48,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from ._ctbn import AbstractCTBN
-from ._generator import AbstractGenerator, amalgamate
+from ._generator import AbstractGenerator, _shift_indices, amalgamate
 from ._interventions import Intervention, _is_concrete
 from ._layout import max_configs, state_bins_on_sets
 from ._master_equation import (
@@ -556,8 +556,11 @@ def _filter(
     matrices: tuple[Array, ...],
     p0: Array | None,
     solver: AbstractMasterEquationSolver,
+    propagators: Array | None = None,
 ) -> tuple[AbstractGenerator, _Smoothed]:
-    """The scaled forward filter of one trajectory (see the module docstring)."""
+    """The scaled forward filter of one trajectory (see the module docstring). With
+    `propagators` `(O - 1, S, S)`, interval $i$'s $e^{(t_i-t_{i-1})W}$ is read from it instead
+    of being solved."""
     intervention = observations.intervention
     if intervention is not None:
         intervention = intervention.checked(model)
@@ -586,14 +589,17 @@ def _filter(
     alpha0 = jnp.where(_positive(c0), a0 / jnp.where(_positive(c0), c0, 1), prior)
 
     def step(alpha, inputs):
-        dt, ok, is_exact, e, o = inputs
-        predicted, _ = solver.solve(gen, alpha, _safe(dt, ok))
+        dt, ok, is_exact, e, o, P = inputs
+        if P is None:
+            predicted, _ = solver.solve(gen, alpha, _safe(dt, ok))
+        else:
+            predicted = alpha @ P
         a = jnp.where(is_exact, _entry_forward(gen, predicted, o), predicted * e)
         c = jnp.where(ok, a.sum(), 1)
         alpha = jnp.where(ok & _positive(c), a / jnp.where(_positive(c), c, 1), alpha)
         return alpha, (alpha, predicted, c)
 
-    inputs = (jnp.diff(times), valid[1:], exact[1:], evidence[1:], inside[1:])
+    inputs = (jnp.diff(times), valid[1:], exact[1:], evidence[1:], inside[1:], propagators)
     _, (alphas, predicted, norms) = jax.lax.scan(step, alpha0, inputs)
     norms = jnp.concatenate([c0[None], norms])
     return gen, _Smoothed(
@@ -624,10 +630,11 @@ def _backward(
     matrices: tuple[Array, ...],
     filtered: _Smoothed,
     solver: AbstractMasterEquationSolver,
+    propagators: Array | None = None,
 ) -> tuple[Array, Array]:
     r"""The scaled backward messages: `betas` $\hat\beta_i$ `(O, S)` and `ends` `(O, S)`, row
     $i$ = $b_{i+1}$, the backward message at the end of the interval after observation $i$
-    (ones after the last)."""
+    (ones after the last). `propagators` as in `_filter`."""
     cards = gen.cardinalities
     valid = filtered.valid
     exact = observations.exact_entry & valid
@@ -635,10 +642,13 @@ def _backward(
     evidence = jax.vmap(lambda v: _evidence(cards, v, matrices))(y)
 
     def step(beta, inputs):
-        dt, ok, is_exact, e, o, c = inputs
+        dt, ok, is_exact, e, o, c, P = inputs
         end = jnp.where(is_exact, _entry_backward(gen, beta, o), e * beta)
         end = end / jnp.where(_positive(c), c, 1)  # c = 0 is reported, not propagated
-        previous, _ = solver.solve_backward(gen, end, _safe(dt, ok))
+        if P is None:
+            previous, _ = solver.solve_backward(gen, end, _safe(dt, ok))
+        else:
+            previous = P @ end
         beta = jnp.where(ok, previous, beta)
         return beta, (beta, jnp.where(ok, end, 1))
 
@@ -650,6 +660,7 @@ def _backward(
         evidence[1:],
         filtered.inside[1:],
         filtered.norms[1:],
+        propagators,
     )
     # reversed scan; the outputs of interval i (between observations i - 1 and i) are
     # (beta_{i-1}, b_i), stacked in the original order
@@ -681,14 +692,117 @@ def _statistics(
     rates = jnp.stack([gen.shift_rates(r) for r in range(len(gen.shifts))])
     dwell_times = jnp.einsum("i,is->s", weight, dwell)
     transitions = rates * jnp.einsum("i,irs->rs", weight, flux)
-    # an exact entry time records one jump into the observed configuration
+    return dwell_times, transitions + _exact_entry_transitions(gen, observations, filtered, betas)
+
+
+def _exact_entry_transitions(
+    gen: AbstractGenerator, observations: PanelObservations, filtered: _Smoothed, betas: Array
+) -> Array:
+    """Per shift `(J, S)`: the one jump into the observed configuration that each exact entry
+    time records, smoothed over its source state."""
     exact = (observations.exact_entry & filtered.valid)[1:]
     jumps = jax.vmap(lambda a, b, o: _entry_jumps(gen, a, b, o))(
         filtered.predicted[1:], betas[1:], filtered.inside[1:]
     )
     total = jumps.sum((-2, -1))
     jump_weight = jnp.where(exact, 1 / jnp.where(exact, total, 1), 0)
-    return dwell_times, transitions + jnp.einsum("i,irs->rs", jump_weight, jumps)
+    return jnp.einsum("i,irs->rs", jump_weight, jumps)
+
+
+# --------------------------------------------------------------------------- equal gaps pooled
+class GapGroups(eqx.Module):
+    """The intervals of a flat batch of trajectories `(R, O)` grouped by their length: interval
+    `i` of trajectory `r` (between observations `i` and `i + 1`) has length
+    `gaps[index[r, i]]` (padding intervals point anywhere; they carry no weight)."""
+
+    index: Int[Array, "trajectories intervals"]
+    gaps: Float[Array, " groups"]
+
+
+def gap_groups(observations: PanelObservations) -> GapGroups | None:
+    """The distinct positive gaps of concrete observations with one batch axis (host-side);
+    `None` for traced arrays (inside `jit` the grouping cannot be computed)."""
+    if not _is_concrete(observations.times, observations.num_observations):
+        return None
+    times = np.asarray(observations.times, float)
+    if times.ndim != 2:
+        return None
+    gaps = np.diff(times, axis=-1)
+    ok = np.arange(1, times.shape[-1]) < np.asarray(observations.num_observations)[:, None]
+    values, inverse = np.unique(np.where(ok, gaps, np.nan), return_inverse=True)
+    keep = np.isfinite(values) & (values > 0)
+    if not keep.any():
+        return None
+    # padding (nan) maps to group 0, masked by the filter's validity anyway
+    remap = np.where(keep, np.cumsum(keep) - 1, 0)
+    index = remap[inverse.reshape(gaps.shape)]
+    dtype = (
+        observations.times.dtype
+        if jnp.issubdtype(observations.times.dtype, jnp.floating)
+        else float
+    )
+    return GapGroups(index=jnp.asarray(index, jnp.int32), gaps=jnp.asarray(values[keep], dtype))
+
+
+@eqx.filter_jit
+def _pooled_by_gaps(model, observations, emissions, initial_distribution, groups, what):
+    r"""Pooled statistics (or only the log-likelihoods) of a flat batch without interventions,
+    with every dense exponential shared by the intervals of equal length: $e^{hW}$ once per
+    distinct gap $h$ for the filter and the backward pass, and, because the interval integral
+    $\int_0^h e^{tW^\top}Be^{(h-t)W^\top}dt$ is linear in $B=\hat\alpha b^\top/Z$, one Van
+    Loan exponential per distinct gap for the summed $B$ of its intervals. Returns
+    `(bad, log-likelihoods (R,))` or `(bad, PanelExpectedStatistics without batch axis)`."""
+    from ._solvers import MatrixExponential
+
+    solver = MatrixExponential()
+    model, observations, matrices, p0 = _setup(model, observations, emissions, initial_distribution)
+    gen = amalgamate(model)
+    W = gen.dense()
+    S = W.shape[0]
+    gaps = groups.gaps.astype(W.dtype)
+    P = MatrixExponential._checked((jax.vmap(lambda h: MatrixExponential._expm(h * W))(gaps),))[0]
+
+    def one(obs, p, index):
+        props = P[index]
+        _, filtered = _filter(model, obs, matrices, p, solver, props)
+        first = 0 if p is not None else filtered.log_norms[0]
+        log_likelihood = filtered.log_norms.sum() - first
+        c = filtered.norms
+        bad = filtered.valid & ~((c > 0) & jnp.isfinite(c))
+        if what == "likelihood":
+            return bad, log_likelihood
+        betas, ends = _backward(gen, obs, matrices, filtered, solver, props)
+        a, b = filtered.alphas[:-1], ends[:-1]
+        ok = filtered.valid[1:]
+        Z = jnp.einsum("is,ist,it->i", a, props, b)
+        weight = jnp.where(ok, 1 / jnp.where(ok & (Z > 0), Z, 1), 0)
+        outer = weight[:, None, None] * a[:, :, None] * b[:, None, :]
+        jumps = _exact_entry_transitions(gen, obs, filtered, betas)
+        return bad, (outer, jumps, log_likelihood)
+
+    bad, out = jax.vmap(one)(observations, p0, groups.index)
+    if what == "likelihood":
+        return bad, out
+    outer, jumps, log_likelihood = out
+    summed = jax.ops.segment_sum(
+        outer.reshape(-1, S, S), groups.index.reshape(-1), num_segments=gaps.shape[0]
+    )
+    A = W.T
+    zero = jnp.zeros_like(A)
+
+    def van_loan(h, B):
+        return MatrixExponential._expm(h * jnp.block([[A, B], [zero, A]]))[:S, S:]
+
+    C = MatrixExponential._checked((jax.vmap(van_loan)(gaps, summed).sum(0),))[0]
+    src, dst = _shift_indices(gen.cardinalities)
+    rates = jnp.stack([gen.shift_rates(r) for r in range(len(gen.shifts))])
+    statistics = PanelExpectedStatistics(
+        dwell_times=jnp.diagonal(C),
+        transitions=rates * C[src, dst] + jumps.sum(0),
+        log_likelihood=log_likelihood.sum(),
+        model=model,
+    )
+    return bad, statistics
 
 
 def _marginals(

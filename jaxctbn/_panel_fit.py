@@ -54,7 +54,16 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from ._ctbn import CTBN, _with_diagonal
 from ._interventions import _is_concrete
-from ._panel import Emissions, PanelExpectedStatistics, PanelObservations, _check_possible, _compute
+from ._panel import (
+    Emissions,
+    GapGroups,
+    PanelExpectedStatistics,
+    PanelObservations,
+    _check_possible,
+    _compute,
+    _pooled_by_gaps,
+    gap_groups,
+)
 from ._priors import GammaPrior
 from ._solvers import AbstractMasterEquationSolver, MatrixExponential, Uniformisation
 
@@ -85,6 +94,7 @@ class _Problem(eqx.Module):
     shortest: Array  # shortest positive gap
     lower: Array  # lowest free rate
     upper: Array  # highest free rate
+    groups: GapGroups | None  # intervals grouped by length (no interventions, dense solver)
 
     def with_rates(self, rates: tuple[Array, ...]) -> CTBN:
         """The model with these off-diagonal rates (diagonals recomputed)."""
@@ -113,6 +123,16 @@ class _Problem(eqx.Module):
 
     def log_likelihood(self, rates: tuple[Array, ...]) -> tuple[Array, Array]:
         """Summed log-likelihood, and the `(R, O)` impossible-observation flags."""
+        if self.groups is not None:
+            bad, log_likelihood = _pooled_by_gaps(
+                self.with_rates(rates),
+                self.observations,
+                self.emissions,
+                self.initial_distribution,
+                self.groups,
+                "likelihood",
+            )
+            return jnp.sum(cast(Array, log_likelihood)), bad
         bad, log_likelihood = _compute(
             self.with_rates(rates),
             self.observations,
@@ -128,7 +148,19 @@ class _Problem(eqx.Module):
         return self.log_likelihood(rates)[0] + self.log_prior(rates)
 
     def e_step(self, rates: tuple[Array, ...]) -> tuple[Array, PanelExpectedStatistics]:
-        """The objective at `rates` and the smoothed statistics of every trajectory."""
+        """The objective at `rates` and the smoothed statistics of every trajectory (pooled,
+        without a batch axis, when the intervals are grouped by length)."""
+        if self.groups is not None:
+            _, stats = _pooled_by_gaps(
+                self.with_rates(rates),
+                self.observations,
+                self.emissions,
+                self.initial_distribution,
+                self.groups,
+                "statistics",
+            )
+            stats = cast(PanelExpectedStatistics, stats)
+            return stats.log_likelihood + self.log_prior(rates), stats
         _, stats = _compute(
             self.with_rates(rates),
             self.observations,
@@ -149,7 +181,11 @@ class _Problem(eqx.Module):
         for n, (q, f) in enumerate(zip(rates, self.free)):
             where = self.pooled[:, n]
             scale = self.scales[n]
-            if scale is None:
+            if self.groups is not None:  # already pooled: no interventions
+                pooled = stats
+                M = pooled.node_transitions(n)
+                cT = jnp.broadcast_to(pooled.node_dwell_times(n)[..., None], M.shape)
+            elif scale is None:
                 pooled = stats.sum(where=where)
                 M = pooled.node_transitions(n)
                 cT = jnp.broadcast_to(pooled.node_dwell_times(n)[..., None], M.shape)
@@ -206,7 +242,9 @@ def _solver_limit(solver: AbstractMasterEquationSolver) -> float:
     return _UPPER
 
 
-def _problem(model, observations, prior, emissions, initial_distribution, solver) -> _Problem:
+def _problem(
+    model, observations, prior, emissions, initial_distribution, solver, groups
+) -> _Problem:
     dtype = jnp.result_type(*model.cims)
     N = model.num_nodes
     flat = _flat(observations)
@@ -257,6 +295,7 @@ def _problem(model, observations, prior, emissions, initial_distribution, solver
         shortest=shortest,
         lower=lower,
         upper=upper,
+        groups=groups,
     )
     start = problem.clip(problem.start())
     return eqx.tree_at(lambda p: p.model, problem, problem.with_rates(start))
@@ -636,16 +675,21 @@ def fit_rates(
             jnp.stack([jnp.asarray(b, dtype) for _, b in pairs]),
             jnp.asarray(True),
         )
+    # intervals of equal length share their dense exponentials (see `_pooled_by_gaps`): only
+    # for concrete data without interventions and the dense solver
+    groups = None
+    if observations.intervention is None and isinstance(solver, MatrixExponential):
+        groups = gap_groups(_flat(observations))
     fit, bad = _fit(
-        model, observations, method, parameters, emissions, initial_distribution, solver
+        model, observations, method, parameters, emissions, initial_distribution, solver, groups
     )
     bad = jnp.reshape(bad, observations.batch_shape + (observations.times.shape[-1],))
     return _check_possible(fit, bad, observations)
 
 
 @eqx.filter_jit
-def _fit(model, observations, method, prior, emissions, initial_distribution, solver):
-    problem = _problem(model, observations, prior, emissions, initial_distribution, solver)
+def _fit(model, observations, method, prior, emissions, initial_distribution, solver, groups):
+    problem = _problem(model, observations, prior, emissions, initial_distribution, solver, groups)
     _, bad = problem.log_likelihood(problem.start())
     outcome = method.fit(problem, ~bad.any())
     rates = problem.clip(outcome.rates)

@@ -303,13 +303,15 @@ def test_boundary_rates_are_flagged_and_finite(method):
 
 
 def test_under_jit_gives_the_same_fit():
+    # eagerly the intervals are grouped by length (shared exponentials); under jit they cannot
+    # be (traced times), so this also compares the two routes
     obs = jc.PanelObservations(TIMES, np.asarray(NEVER_LEFT)[..., None])
     eager = _never_left_fit("em")
     jitted = eqx.filter_jit(jc.fit_rates)(BINARY, obs)
     np.testing.assert_allclose(jitted.log_posterior, eager.log_posterior, rtol=1e-12)
     np.testing.assert_allclose(jitted.model.cims[0], eager.model.cims[0], rtol=1e-9)
     np.testing.assert_array_equal(jitted.at_lower_bound[0], eager.at_lower_bound[0])
-    np.testing.assert_array_equal(jitted.trace, eager.trace)
+    np.testing.assert_allclose(jitted.trace, eager.trace, rtol=1e-12)
     assert int(jitted.iterations) == int(eager.iterations) and jitted.method == "em"
 
 
@@ -412,3 +414,47 @@ def test_em_and_gradient_agree_with_misclassification_and_exact_entry():
         em.model, obs, emissions=emissions, solver=jc.MatrixExponential()
     )
     np.testing.assert_allclose(em.log_likelihood, again.sum(), rtol=1e-12)
+
+
+def test_intervals_grouped_by_length_give_the_per_trajectory_statistics():
+    # the fit's route (one exponential and one Van Loan block per distinct gap, summed rank-one
+    # terms) against the per-interval route summed over trajectories: regular and irregular
+    # gaps, padding, missing values, misclassification and exact entry times
+    from jaxctbn._panel import _pooled_by_gaps, gap_groups
+
+    model = jc.CTBN(
+        cims=[
+            jnp.array([[[-0.5, 0.5], [0.7, -0.7]], [[-0.2, 0.2], [0.3, -0.3]]]),
+            jnp.array([[[-1.0, 1.0], [0.1, -0.1]], [[-0.1, 0.1], [1.0, -1.0]]]),
+        ],
+        parents=((1,), (0,)),
+    )
+    rng = np.random.default_rng(5)
+    R, K = 12, 6
+    W = brute_force_generator(model)
+    times = np.broadcast_to(np.arange(K, dtype=float), (R, K)).copy()
+    times[: R // 2, 1:] += rng.uniform(0, 0.5, (R // 2, K - 1))  # half irregular
+    global_states = np.array([_gillespie_panel(W, 0, t, rng) for t in times])
+    states = np.stack([global_states // 2, global_states % 2], axis=-1)
+    states = np.where(rng.random(states.shape) < 0.15, -1, states)
+    states[:, 0] = [0, 0]
+    exact = np.zeros((R, K), bool)
+    exact[:3, 4] = True  # an entry into the observed configuration (sure to be possible)
+    states[:3, 4] = [1, 1]
+    states[:3, 3] = [0, 0]
+    obs = jc.PanelObservations(times, states, num_observations=[K] * 10 + [4, 3], exact_entry=exact)
+    groups = gap_groups(obs)
+    assert groups is not None and 1 < groups.gaps.shape[0] < R * (K - 1)
+    emissions = jc.Emissions([np.array([[0.9, 0.1], [0.2, 0.8]]), None])
+    for e in (None, emissions):
+        reference = jc.panel_expected_statistics(
+            model, obs, emissions=e, solver=jc.MatrixExponential()
+        ).sum()
+        _, grouped = _pooled_by_gaps(model, obs, e, None, groups, "statistics")
+        np.testing.assert_allclose(grouped.dwell_times, reference.dwell_times, rtol=1e-10)
+        np.testing.assert_allclose(
+            grouped.transitions, reference.transitions, rtol=1e-9, atol=1e-12
+        )
+        np.testing.assert_allclose(grouped.log_likelihood, reference.log_likelihood, rtol=1e-12)
+        _, per_trajectory = _pooled_by_gaps(model, obs, e, None, groups, "likelihood")
+        np.testing.assert_allclose(per_trajectory.sum(), reference.log_likelihood, rtol=1e-12)
