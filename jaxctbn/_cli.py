@@ -642,7 +642,7 @@ def _cmd_fit(args):
         if args.max_iterations is not None:
             options["max_iterations"] = args.max_iterations
         method = EMFit(**options) if args.method == "em" else GradientFit(**options)
-        prior = None if alpha is None else GammaPrior(alpha, beta)
+        prior = None if alpha is None or beta is None else GammaPrior(alpha, beta)
         fit = fit_rates(model, observations, method=method, prior=prior)
         fitted = fit.model
         out.update(

@@ -8,8 +8,10 @@ zeros, and a binary node for the boundary cases and the imperfect interventions.
 
 import functools
 import itertools
+from typing import cast
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -450,11 +452,16 @@ def test_intervals_grouped_by_length_give_the_per_trajectory_statistics():
         reference = jc.panel_expected_statistics(
             model, obs, emissions=e, solver=jc.MatrixExponential()
         ).sum()
-        _, grouped = _pooled_by_gaps(model, obs, e, None, groups, "statistics")
+        grouped = cast(
+            jc.PanelExpectedStatistics,
+            _pooled_by_gaps(model, obs, e, None, groups, "statistics")[1],
+        )
         np.testing.assert_allclose(grouped.dwell_times, reference.dwell_times, rtol=1e-10)
         np.testing.assert_allclose(
             grouped.transitions, reference.transitions, rtol=1e-9, atol=1e-12
         )
         np.testing.assert_allclose(grouped.log_likelihood, reference.log_likelihood, rtol=1e-12)
-        _, per_trajectory = _pooled_by_gaps(model, obs, e, None, groups, "likelihood")
+        per_trajectory = cast(
+            jax.Array, _pooled_by_gaps(model, obs, e, None, groups, "likelihood")[1]
+        )
         np.testing.assert_allclose(per_trajectory.sum(), reference.log_likelihood, rtol=1e-12)
