@@ -26,6 +26,7 @@ maximises the approximate score.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -34,7 +35,15 @@ from jaxtyping import Array, Bool, Float, Int
 
 from ._ctbn import CTBN, AbstractCTBN, PaddedCTBN
 from ._master_equation import AbstractExpectedStatistics
-from ._panel import Emissions, PanelExpectedStatistics, PanelObservations, panel_expected_statistics
+from ._panel import (
+    Emissions,
+    PanelExpectedStatistics,
+    PanelObservations,
+    _check_possible,
+    _pooled_by_gaps,
+    gap_groups,
+    panel_expected_statistics,
+)
 from ._priors import AbstractPrior, GammaPrior
 from ._solvers import AbstractMasterEquationSolver, MatrixExponential
 from ._structure import (
@@ -155,7 +164,11 @@ def _independent_start(observations: PanelObservations, names, cards) -> CTBN:
 
 
 @eqx.filter_jit
-def _e_step(model, observations, emissions, solver, parent_sets, targets):
+def _e_step(model, observations, emissions, solver, parent_sets, targets, groups):
+    if groups is not None:  # no interventions: pooled directly, exponentials shared by gap
+        bad, pooled = _pooled_by_gaps(model, observations, emissions, None, groups, "statistics")
+        pooled = cast(PanelExpectedStatistics, _check_possible(pooled, bad, observations))
+        return expected_family_statistics(pooled, parent_sets), pooled.log_likelihood
     stats = panel_expected_statistics(model, observations, emissions=emissions, solver=solver)
     family = panel_family_statistics(stats, parent_sets, intervention_targets=targets)
     return family, stats.log_likelihood.sum()
@@ -261,12 +274,17 @@ def learn_structure_from_panels(
     else:
         targets = jnp.broadcast_to(observations.intervention.targets, (R, N))
     sets = tuple(jnp.asarray(s, jnp.int32) for s in sets)
+    groups = None
+    if observations.intervention is None and isinstance(solver, MatrixExponential):
+        groups = gap_groups(observations)
     trace: list[float] = []
     previous_graph = _graph_of(model)
     converged = False
     posterior = None
     for _ in range(max_iterations):
-        family, log_likelihood = _e_step(model, observations, emissions, solver, sets, targets)
+        family, log_likelihood = _e_step(
+            model, observations, emissions, solver, sets, targets, groups
+        )
         trace.append(float(log_likelihood))
         posterior, indices, next_model = _m_step(family, names, prior, edge_prior)
         graph = tuple(
