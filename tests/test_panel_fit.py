@@ -403,8 +403,8 @@ def test_em_and_gradient_agree_with_misclassification_and_exact_entry():
     fits = {
         name: jc.fit_rates(_illness_start(), obs, method=method, emissions=emissions)
         for name, method in [
-            ("em", jc.EMFit(tolerance=1e-12, max_iterations=3000)),
-            ("gradient", jc.GradientFit(tolerance=1e-12)),
+            ("em", jc.EMFit(tolerance=1e-11, max_iterations=2000)),
+            ("gradient", jc.GradientFit(tolerance=1e-11)),
         ]
     }
     em, gradient = fits["em"], fits["gradient"]
