@@ -752,7 +752,7 @@ def _pooled_by_gaps(model, observations, emissions, initial_distribution, groups
     $\int_0^h e^{tW^\top}Be^{(h-t)W^\top}dt$ is linear in $B=\hat\alpha b^\top/Z$, one Van
     Loan exponential per distinct gap for the summed $B$ of its intervals. Returns
     `(bad, log-likelihoods (R,))` or `(bad, PanelExpectedStatistics without batch axis)`."""
-    from ._solvers import MatrixExponential
+    from ._solvers import MatrixExponential, expm_batched
 
     solver = MatrixExponential()
     model, observations, matrices, p0 = _setup(model, observations, emissions, initial_distribution)
@@ -760,7 +760,7 @@ def _pooled_by_gaps(model, observations, emissions, initial_distribution, groups
     W = gen.dense()
     S = W.shape[0]
     gaps = groups.gaps.astype(W.dtype)
-    P = MatrixExponential._checked((jax.vmap(lambda h: MatrixExponential._expm(h * W))(gaps),))[0]
+    P = MatrixExponential._checked((expm_batched(gaps[:, None, None] * W),))[0]
 
     def one(obs, p, index):
         props = P[index]
@@ -790,10 +790,8 @@ def _pooled_by_gaps(model, observations, emissions, initial_distribution, groups
     A = W.T
     zero = jnp.zeros_like(A)
 
-    def van_loan(h, B):
-        return MatrixExponential._expm(h * jnp.block([[A, B], [zero, A]]))[:S, S:]
-
-    C = MatrixExponential._checked((jax.vmap(van_loan)(gaps, summed).sum(0),))[0]
+    blocks = jax.vmap(lambda h, B: h * jnp.block([[A, B], [zero, A]]))(gaps, summed)
+    C = MatrixExponential._checked((expm_batched(blocks)[:, :S, S:].sum(0),))[0]
     src, dst = _shift_indices(gen.cardinalities)
     rates = jnp.stack([gen.shift_rates(r) for r in range(len(gen.shifts))])
     statistics = PanelExpectedStatistics(
