@@ -153,4 +153,21 @@ from ._metrics import edge_aupr as edge_aupr
 from ._metrics import edge_auroc as edge_auroc
 from ._metrics import structural_hamming_distance as structural_hamming_distance
 
+# the real-data pool experiment
+from ._pool import POOL_DESIGN_NAMES as POOL_DESIGN_NAMES
+from ._pool import AbstractPoolDesign as AbstractPoolDesign
+from ._pool import CriterionPool as CriterionPool
+from ._pool import PassivePool as PassivePool
+from ._pool import PoolExperiment as PoolExperiment
+from ._pool import PoolResult as PoolResult
+from ._pool import RandomPool as RandomPool
+from ._pool import pool_design_from_name as pool_design_from_name
+from ._pool import pool_membership as pool_membership
+from ._pool import pool_scores as pool_scores
+from ._pool import prepare_pool as prepare_pool
+from ._pool import run_pool as run_pool
+from ._pool import run_pool_experiment as run_pool_experiment
+from ._pool import run_pool_repetitions as run_pool_repetitions
+from ._pool import subject_family_statistics as subject_family_statistics
+
 __version__ = "0.1.0"

@@ -815,6 +815,14 @@ def _cmd_run(args):
     from ._active_learning import DESIGN_NAMES
     from ._experiments import ExperimentConfig, run_experiment, summary_table, verdicts
 
+    if args.target == "pool":
+        return _cmd_run_pool(args)
+    given = [o for o, v in (("--data", args.data), ("--observation", args.observation),
+                            ("--root", args.root)) if v is not None]  # fmt: skip
+    if given:
+        raise ValueError(f"{', '.join(given)}: only with 'run pool'.")
+    args.designs = args.designs or "passive,random,bhc,vbhc"
+    args.samples = args.samples or 10
     designs = [d.strip() for d in args.designs.split(",") if d.strip()]
     unknown = [d for d in designs if d not in DESIGN_NAMES]
     if unknown or not designs:
@@ -852,6 +860,64 @@ def _cmd_run(args):
     print("\nVerdict (area under the learning curve, paired, 95% interval):")
     print("\n".join(verdicts(args.target, report["summary"])))
     print(f"wrote {out}/summary.md, metrics.csv, results.json, figure.png, interventions.png")
+
+
+def _cmd_run_pool(args):
+    """`jaxctbn run pool`: the paper's real-data experiment (subjects drawn from a pool of panel
+    trajectories, interventions = sub-pools with the root held constant; `jaxctbn._pool`)."""
+    from ._experiments import summary_table, verdicts
+    from ._io import infer_cardinalities, panel_from_dataframe, read_csv
+    from ._pool import POOL_DESIGN_NAMES, data_digest, prepare_pool, run_pool_experiment
+
+    if args.data is None or args.root is None or args.observation is None:
+        raise ValueError("run pool: needs --data DATA.csv --observation panel --root NODE.")
+    if args.observation != "panel":
+        raise ValueError("--observation: run pool needs --observation panel (panel visits).")
+    designs = [d.strip() for d in (args.designs or ",".join(POOL_DESIGN_NAMES)).split(",")]
+    unknown = [d for d in designs if d not in POOL_DESIGN_NAMES]
+    if unknown or not [d for d in designs if d]:
+        raise ValueError(
+            f"--designs: unknown pool design(s) {unknown}; valid: " + ",".join(POOL_DESIGN_NAMES)
+        )
+    df = read_csv(args.data)
+    cards = infer_cardinalities(df, missing=True)
+    names = list(cards)
+    if args.root not in names:
+        raise ValueError(f"--root: unknown node {args.root!r}; the nodes are {names}.")
+    observations, ids = panel_from_dataframe(df, cards)
+    N = len(names)
+    print(f"learning the network from all {len(ids)} subjects ({N} nodes) ...", flush=True)
+    pool, fit = prepare_pool(
+        observations,
+        names,
+        [cards[n] for n in names],
+        root=args.root,
+        max_parents=_max_parents(args.max_parents, N) if args.max_parents is not None else N - 1,
+        prior=_prior(args, N),
+        subject_ids=ids,
+    )
+    graph = fit.posterior.map_graph()
+    print("full-data network: " + "; ".join(
+        f"{names[n]} <- {','.join(names[p] for p in ps) or '(none)'}" for n, ps in enumerate(graph)
+    ))  # fmt: skip
+    report = run_pool_experiment(
+        pool,
+        fit,
+        designs=designs,
+        repetitions=args.repetitions or 100,
+        experiments=args.experiments or 20,
+        samples=args.samples or 40,
+        seed=args.seed,
+        chunk=args.chunk,
+        data=f"{os.path.basename(args.data)} sha256:{data_digest(args.data)}",
+        out=args.out,
+        progress=not args.no_progress,
+        overwrite=args.overwrite,
+    )
+    print("\n".join(summary_table("pool", report["summary"], report["settings"])))
+    print("\nVerdict (area under the learning curve, paired, 95% interval):")
+    print("\n".join(verdicts("pool", report["summary"])))
+    print(f"wrote {args.out}/summary.md, metrics.csv, results.json, figure.png, interventions.png")
 
 
 def _policy(args, truth):
@@ -1041,19 +1107,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_design)
 
     p = sub.add_parser("run", help="sequential active-learning experiment (paper section 6)")
-    p.add_argument("target", choices=["structure", "parameters"])
+    p.add_argument("target", choices=["structure", "parameters", "pool"])
     p.add_argument(
         "--designs",
-        default="passive,random,bhc,vbhc",
-        help="comma-separated: passive,random,vbhc,bhc,vbhc-optax,eig,negative-vbhc",
+        default=None,
+        help="comma-separated: passive,random,vbhc,bhc,vbhc-optax,eig,negative-vbhc (default "
+        "passive,random,bhc,vbhc; pool: passive,random,vbhc,negative-vbhc)",
     )
+    p.add_argument("--data", default=None, help="pool: panel CSV of the subjects")
+    p.add_argument("--observation", choices=["paths", "panel"], default=None, help="pool: panel")
+    p.add_argument("--root", default=None, help="pool: the root node held constant per subject")
     p.add_argument(
         "--repetitions", type=_at_least(1), default=None, help="independent runs (default 20)"
     )
     p.add_argument(
         "--experiments", type=_at_least(1), default=None, help="experiments per run (10)"
     )
-    p.add_argument("--samples", type=_at_least(1), default=10, help="posterior draws N_S")
+    p.add_argument(
+        "--samples", type=_at_least(1), default=None, help="posterior draws N_S (10; pool 40)"
+    )
     p.add_argument("--horizon", type=_positive_number, default="3.0", help="trajectory length tau")
     p.add_argument("--seed", type=_seed, default=0, help="0 <= S <= 2**63 - 1")
     p.add_argument("--out", default=None, help="output directory (default run_<target>)")

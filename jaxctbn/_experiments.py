@@ -64,6 +64,12 @@ from ._sampling import automatic_max_events
 TASKS = {"structure": StructureLearningTask, "parameters": ParameterLearningTask}
 #: For each target: metric name -> (label, better is "higher" or "lower").
 METRICS = {target: task.metric_labels for target, task in TASKS.items()}
+# the real-data pool experiment (`jaxctbn run pool`, `jaxctbn._pool`) shares the writers below
+METRICS["pool"] = {
+    "entropy": ("posterior entropy (nats)", "lower"),
+    "auroc": ("AUROC vs full-data MAP graph", "higher"),
+    "aupr": ("AUPR vs full-data MAP graph", "higher"),
+}
 
 DEFAULTS = {
     "structure": {"repetitions": 20, "experiments": 10},
@@ -580,7 +586,9 @@ def run_experiment(
     return report
 
 
-def _write_outputs(target, report, truth, out):
+def _write_outputs(target, report, truth, out, extra_columns=None):
+    """`extra_columns`: `{column: {design: (repetitions, experiments) values}}` added to
+    metrics.csv (empty at experiment 0), e.g. the pool experiment's subject ids."""
     import pandas as pd
 
     settings, results = report["settings"], report["results"]
@@ -600,6 +608,8 @@ def _write_outputs(target, report, truth, out):
                     row[metric] = float(res[metric][r, k])
                 row["intervention"] = ivs[k - 1] if k > 0 else ""
                 row["initial_state"] = inits[k - 1] if k > 0 else ""
+                for column, values in (extra_columns or {}).items():
+                    row[column] = values[design][r, k - 1] if k > 0 else ""
                 rows.append(row)
     frame = pd.DataFrame(rows)
     _atomic(os.path.join(out, "metrics.csv"), lambda f: f.write(frame.to_csv(index=False).encode()))
@@ -716,6 +726,9 @@ def _chunk_layout(target, reps, experiments, nodes) -> dict[str, tuple[tuple[int
         num_events=((reps, experiments), "iu"),
         errors=((reps,), "U"),
     )
+    if target == "pool":  # subjects drawn from a pool: no simulated paths
+        del layout["num_events"]
+        layout["subjects"] = ((reps, experiments), "iu")
     return layout
 
 

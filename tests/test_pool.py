@@ -1,0 +1,266 @@
+"""The real-data pool experiment (`jaxctbn._pool`, `jaxctbn run pool`) on tiny panels."""
+
+import json
+import os
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+
+import jaxctbn
+from jaxctbn._cli import main
+from jaxctbn._structure import candidate_parent_sets
+
+jax.config.update("jax_enable_x64", True)
+
+NAMES = ("R", "A", "B")
+
+
+def _simulate(seed=0, subjects=24, visits=5):
+    """A synthetic panel: root R constant per subject, A driven by R, B driven by A (numpy
+    Gillespie), seen at integer times; a few root cells left empty."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for s in range(subjects):
+        r = int(rng.integers(2))
+        a, b = int(rng.integers(2)), int(rng.integers(2))
+        t = 0.0
+        for v in range(visits):
+            while True:
+                ra = 0.3 if a == r else 1.5
+                rb = 1.2 if b != a else 0.2
+                total = ra + rb
+                dt = rng.exponential(1 / total)
+                if t + dt > v:
+                    t = float(v)
+                    break
+                t += dt
+                if rng.random() < ra / total:
+                    a = 1 - a
+                else:
+                    b = 1 - b
+            root = "" if (s % 5 == 0 and v == 2) else str(r)
+            rows.append({"trajectory_id": s, "time": float(v), "R": root, "A": a, "B": b})
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def panel():
+    df = _simulate()
+    obs, ids = jaxctbn.panel_from_dataframe(df.replace("", np.nan), {n: 2 for n in NAMES})
+    return df, obs, ids
+
+
+@pytest.fixture(scope="module")
+def prepared(panel):
+    _, obs, ids = panel
+    return jaxctbn.prepare_pool(obs, NAMES, (2, 2, 2), root="R", subject_ids=ids, max_iterations=3)
+
+
+def test_membership_hand_made():
+    # subject 0: root 1 throughout; 1: root 0 with a missing visit (still in do(R=0));
+    # 2: root changes (full pool only); 3: root never observed (full pool only)
+    df = pd.DataFrame(
+        {
+            "trajectory_id": [0, 0, 1, 1, 1, 2, 2, 3, 3],
+            "time": [0, 1, 0, 1, 2, 0, 1, 0, 1],
+            "R": [1, 1, 0, None, 0, 0, 1, None, None],
+            "A": [0, 1, 0, 0, 1, 1, 1, 0, 1],
+        }
+    )
+    obs, ids = jaxctbn.panel_from_dataframe(df, {"R": 2, "A": 2})
+    m = jaxctbn.pool_membership(obs, 0, 2)
+    assert ids == [0, 1, 2, 3]
+    np.testing.assert_array_equal(
+        m, [[True, True, True, True], [False, True, False, False], [True, False, False, False]]
+    )
+
+
+def test_pool_options(prepared, panel):
+    pool, fit = prepared
+    df = panel[0]
+    assert pool.option_labels == ("none", "R=0", "R=1")
+    # the root is constant by construction, so every subject is in exactly one sub-pool
+    m = np.asarray(pool.membership)
+    assert m[0].all() and np.all(m[1] ^ m[2])
+    first = df[df.time == 0].set_index("trajectory_id")["R"].astype(int)
+    np.testing.assert_array_equal(m[2], [first[i] == 1 for i in pool.subject_ids])
+    assert fit.posterior.map_graph()[0] == ()  # the root has no parents
+    np.testing.assert_array_equal(np.asarray(pool.initial_states)[1:, 0], [0, 1])
+
+
+@pytest.mark.parametrize("name", ["passive", "random"])
+def test_designs_draw_from_their_pools_without_repeats(prepared, name):
+    pool, _ = prepared
+    design = jaxctbn.pool_design_from_name(name, num_samples=2)
+    keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.key(1), r))(jnp.arange(2))
+    K = pool.num_subjects  # (the criterion designs: in the CLI test)
+    res = jaxctbn.run_pool_repetitions(pool, design, keys, num_experiments=K)
+    m = np.asarray(pool.membership)
+    for r in range(2):
+        subjects, options = np.asarray(res.subject[r]), np.asarray(res.option[r])
+        assert len(set(subjects.tolist())) == K
+        assert np.all(m[options, subjects])
+        if name == "passive":
+            assert np.all(options == 0)
+    assert res.entropy.shape == (2, K + 1) and np.all(np.isfinite(np.asarray(res.aupr)))
+
+
+def test_all_subjects_equals_pooled_statistics(prepared, panel):
+    """Drawing every subject gives the posterior of all subjects' statistics at once, computed
+    by the independent route (pool the smoothed statistics, then project)."""
+    pool, fit = prepared
+    _, obs, _ = panel
+    sets = candidate_parent_sets(3, 2)
+    stats = jaxctbn.panel_expected_statistics(fit.model, obs, solver=jaxctbn.MatrixExponential())
+    for name in ("passive", "random"):
+        design = jaxctbn.pool_design_from_name(name)
+        res = jaxctbn.run_pool(pool, design, jax.random.key(3), num_experiments=pool.num_subjects)
+        # the root's own statistics only count for subjects drawn from the full pool
+        clamped = np.zeros((pool.num_subjects, 3), bool)
+        clamped[np.asarray(res.subject), 0] = np.asarray(res.option) > 0
+        expected = jaxctbn.panel_family_statistics(
+            stats, sets, intervention_targets=jnp.asarray(clamped)
+        )
+        for a, b in zip(
+            jax.tree_util.tree_leaves(res.statistics), jax.tree_util.tree_leaves(expected)
+        ):
+            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)
+        posterior = jaxctbn.StructurePosterior.from_statistics(expected, NAMES)
+        np.testing.assert_allclose(
+            pool.prior_posterior.update(res.statistics).entropy(), posterior.entropy(), rtol=1e-9
+        )
+        if name == "random":
+            assert np.any(np.asarray(res.option) > 0)
+
+
+def test_vbhc_and_negative_choose_opposite_extremes(prepared):
+    pool, _ = prepared
+    key = jax.random.key(5)
+    post = pool.prior_posterior.update(pool.subject_statistics(jnp.asarray(0), jnp.asarray(0)))
+
+    @eqx.filter_jit
+    def choices(post, pool, open_):
+        scores = jaxctbn.pool_scores(post, pool, key=key, num_samples=2)
+        best = jaxctbn.CriterionPool(num_samples=2).choose(post, pool, open_, key)
+        worst = jaxctbn.CriterionPool(num_samples=2, worst=True).choose(post, pool, open_, key)
+        return scores, best, worst
+
+    scores, best, worst = choices(post, pool, jnp.ones(3, bool))
+    scores = np.asarray(scores)
+    assert np.ptp(scores) > 0
+    assert int(best) == int(np.argmax(scores)) and int(worst) == int(np.argmin(scores))
+    # a closed option is never chosen
+    closed = jnp.ones(3, bool).at[int(best)].set(False)
+    _, best2, worst2 = choices(post, pool, closed)
+    assert int(best2) != int(best) and int(worst2) != int(best)
+
+
+def test_same_key_same_result(prepared):
+    pool, _ = prepared
+    design = jaxctbn.pool_design_from_name("random")
+    a = jaxctbn.run_pool(pool, design, jax.random.key(7), num_experiments=6)
+    b = jaxctbn.run_pool(pool, design, jax.random.key(7), num_experiments=6)
+    c = jaxctbn.run_pool(pool, design, jax.random.key(8), num_experiments=6)
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        np.testing.assert_array_equal(x, y)
+    assert not np.array_equal(a.subject, c.subject)
+
+
+def test_bad_root(panel):
+    _, obs, _ = panel
+    with pytest.raises(ValueError, match="unknown node 'X'"):
+        jaxctbn.prepare_pool(obs, NAMES, (2, 2, 2), root="X")
+    flipping = jaxctbn.PanelObservations([[0.0, 1.0]] * 2, [[[0, 0], [1, 0]], [[1, 1], [0, 1]]])
+    with pytest.raises(ValueError, match="no subject has 'R' observed in one state"):
+        jaxctbn.prepare_pool(flipping, ("R", "A"), (2, 2), root="R")
+    with pytest.raises(ValueError, match="observational data"):
+        jaxctbn.prepare_pool(
+            eqx.tree_at(
+                lambda o: o.intervention,
+                obs,
+                jaxctbn.Intervention(
+                    targets=jnp.ones(obs.batch_shape + (3,), bool),
+                    states=jnp.zeros(obs.batch_shape + (3,), jnp.int32),
+                ),
+                is_leaf=lambda x: x is None,
+            ),
+            NAMES,
+            (2, 2, 2),
+            root="R",
+        )
+
+
+def test_cli_run_pool(tmp_path, capsys):
+    data = tmp_path / "panel.csv"
+    df = _simulate()
+    df.to_csv(data, index=False)
+    out = tmp_path / "run"
+    argv = ["run", "pool", "--data", str(data), "--observation", "panel", "--root", "R"]
+    code = main(
+        argv
+        + ["--designs", "passive,random,vbhc,negative-vbhc", "--repetitions", "2"]
+        + ["--experiments", "3", "--samples", "2", "--seed", "4", "--out", str(out)]
+        + ["--no-progress"]
+    )
+    assert code == 0, capsys.readouterr().err
+    for name in ("config.json", "truth.json", "metrics.csv", "results.json", "summary.md"):
+        assert (out / name).exists(), name
+    assert (out / "figure.png").exists() and (out / "interventions.png").exists()
+    assert (out / "chunks" / "negative-vbhc" / "0-1.npz").exists()
+    metrics = pd.read_csv(out / "metrics.csv")
+    assert set(metrics.design) == {"passive", "random", "vbhc", "negative-vbhc"}
+    assert {"entropy", "auroc", "aupr", "subject", "intervention"} <= set(metrics.columns)
+    assert len(metrics) == 4 * 2 * 4
+    assert set(metrics.intervention.dropna()) <= {"none", "R=0", "R=1"}
+    # every design draws from its option's pool, never the same subject twice in a repetition
+    root = df.groupby("trajectory_id")["R"].first().astype(int)
+    drawn = metrics[metrics.experiment > 0]
+    for (design, _), group in drawn.groupby(["design", "repetition"]):
+        assert group.subject.is_unique
+        for subject, label in zip(group.subject, group.intervention):
+            assert label == "none" or label == f"R={root[subject]}"
+            assert design != "passive" or label == "none"
+    settings = json.loads((out / "config.json").read_text())
+    assert settings["root"] == "R" and settings["full_data_graph"]["R"] == []
+    assert settings["samples"] == 2 and settings["options"]["none"] == 24
+    assert "| vbhc | AUROC" in (out / "summary.md").read_text()
+    # a rerun loads the finished chunks: same results
+    before = (out / "results.json").read_text()
+    assert main(argv + ["--designs", "passive,random,vbhc,negative-vbhc", "--repetitions", "2",
+                        "--experiments", "3", "--samples", "2", "--seed", "4", "--out", str(out),
+                        "--no-progress"]) == 0  # fmt: skip
+    after = json.loads((out / "results.json").read_text())
+    assert after["designs"] == json.loads(before)["designs"]
+    capsys.readouterr()
+
+
+def test_cli_run_pool_bad_input(tmp_path, capsys):
+    df = _simulate(subjects=4)
+    df.loc[df.trajectory_id == 1, "A"] = 1  # A constant in subject 1: a valid but odd root
+    data = tmp_path / "panel.csv"
+    df.to_csv(data, index=False)
+    bad = ["--out", str(tmp_path / "bad"), "--no-progress"]
+    argv = ["run", "pool", "--data", str(data), "--observation", "panel"]
+    assert main(argv + ["--root", "X"] + bad) == 2
+    assert "unknown node 'X'" in capsys.readouterr().err
+    flipping = tmp_path / "flip.csv"
+    pd.DataFrame(
+        {"trajectory_id": [0, 0, 1, 1], "time": [0, 1, 0, 1], "R": [0, 1, 1, 0], "A": [0, 0, 1, 1]}
+    ).to_csv(flipping, index=False)
+    flip = ["run", "pool", "--data", str(flipping), "--observation", "panel", "--root", "R"]
+    assert main(flip + bad) == 2
+    assert "no subject has 'R' observed in one state" in capsys.readouterr().err
+    paths = ["run", "pool", "--data", str(data), "--observation", "paths", "--root", "R"]
+    assert main(paths + bad) == 2
+    assert "--observation panel" in capsys.readouterr().err
+    assert main(["run", "pool", "--observation", "panel", "--root", "R"] + bad) == 2
+    assert "--data" in capsys.readouterr().err
+    assert main(["run", "structure", "--root", "R"] + bad) == 2
+    assert "--root: only with 'run pool'" in capsys.readouterr().err
+    assert main(["run", "parameters", "--data", str(data)] + bad) == 2
+    assert "--data: only with 'run pool'" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "bad" / "summary.md")
