@@ -138,6 +138,30 @@ def _node_states(df: pd.DataFrame, name: str, *, missing: bool = False) -> np.nd
     return np.where(empty, -1, np.nan_to_num(values)).astype(np.int64)
 
 
+def _node_values(df: pd.DataFrame, names, cards, *, missing: bool) -> np.ndarray:
+    """The checked frame's node columns as integer states `(rows, N)` in the order of `names`
+    (`-1` for an empty cell when `missing`): every node has a column, no other column is a
+    node, and every state is below its node's cardinality."""
+    _check_frame(df)
+    node_cols = [c for c in df.columns if c not in RESERVED_COLUMNS]
+    unknown = [c for c in node_cols if c not in names]
+    if unknown:
+        raise ValueError(
+            f"data: unknown node column(s) {unknown}; the network's nodes are {names}."
+        )
+    absent = [n for n in names if n not in node_cols]
+    if absent:
+        raise ValueError(f"data: missing node column(s) {absent}.")
+    values = np.stack([_node_states(df, name, missing=missing) for name in names], axis=1)
+    for n, name in enumerate(names):
+        bad = values[:, n] >= cards[n]
+        if bad.any():
+            raise ValueError(
+                f"data: column {name!r} has state {values[bad, n][0]} outside 0..{cards[n] - 1}."
+            )
+    return values
+
+
 def infer_cardinalities(df: pd.DataFrame, *, missing: bool = False) -> dict[str, int]:
     """`{node: max observed state + 1 (at least 2)}` for the node columns of a long-format frame
     (`missing=True`: panel data, where empty cells are missing observations and are skipped).
@@ -208,23 +232,7 @@ def trajectories_from_dataframe(
     trajectory are consecutive rows with the same id).
     """
     names, cards = _node_spec(model)
-    _check_frame(df)
-    node_cols = [c for c in df.columns if c not in RESERVED_COLUMNS]
-    unknown = [c for c in node_cols if c not in names]
-    if unknown:
-        raise ValueError(
-            f"data: unknown node column(s) {unknown}; the network's nodes are {names}."
-        )
-    missing = [n for n in names if n not in node_cols]
-    if missing:
-        raise ValueError(f"data: missing node column(s) {missing}.")
-    values = np.stack([_node_states(df, name) for name in names], axis=1)
-    for n, name in enumerate(names):
-        bad = values[:, n] >= cards[n]
-        if bad.any():
-            raise ValueError(
-                f"data: column {name!r} has state {values[bad, n][0]} outside 0..{cards[n] - 1}."
-            )
+    values = _node_values(df, names, cards, missing=False)
     try:
         times = df["time"].to_numpy(dtype=float)
     except (TypeError, ValueError):
@@ -386,23 +394,7 @@ def panel_from_dataframe(
     [`jaxctbn.PanelObservations`][] (a batch padded to the longest trajectory) and the
     trajectory id of each row of the batch."""
     names, cards = _node_spec(model)
-    _check_frame(df)
-    node_cols = [c for c in df.columns if c not in RESERVED_COLUMNS]
-    unknown = [c for c in node_cols if c not in names]
-    if unknown:
-        raise ValueError(
-            f"data: unknown node column(s) {unknown}; the network's nodes are {names}."
-        )
-    absent = [n for n in names if n not in node_cols]
-    if absent:
-        raise ValueError(f"data: missing node column(s) {absent}.")
-    values = np.stack([_node_states(df, name, missing=True) for name in names], axis=1)
-    for n, name in enumerate(names):
-        bad = values[:, n] >= cards[n]
-        if bad.any():
-            raise ValueError(
-                f"data: column {name!r} has state {values[bad, n][0]} outside 0..{cards[n] - 1}."
-            )
+    values = _node_values(df, names, cards, missing=True)
     entry = parse_assignment(
         None if not exact_entry else ",".join(f"{k}={v}" for k, v in exact_entry.items()),
         names,

@@ -613,6 +613,14 @@ def _filter(
     )
 
 
+def _filtered_log_likelihood(filtered: _Smoothed, p0: Array | None) -> tuple[Array, Array]:
+    r"""`(bad, log-likelihood)` of one filtered trajectory: the observations whose norm is not
+    usable (likelihood 0), and $\sum_i\log c_i$, without $c_0$ under the conditional
+    convention (`p0` is `None`)."""
+    first = 0 if p0 is not None else filtered.log_norms[0]
+    return filtered.valid & ~_positive(filtered.norms), filtered.log_norms.sum() - first
+
+
 def _positive(c: Array) -> Array:
     """Whether a filter norm is usable (positive and finite)."""
     return (c > 0) & jnp.isfinite(c)
@@ -765,10 +773,7 @@ def _pooled_by_gaps(model, observations, emissions, initial_distribution, groups
     def one(obs, p, index):
         props = P[index]
         _, filtered = _filter(model, obs, matrices, p, solver, props)
-        first = 0 if p is not None else filtered.log_norms[0]
-        log_likelihood = filtered.log_norms.sum() - first
-        c = filtered.norms
-        bad = filtered.valid & ~((c > 0) & jnp.isfinite(c))
+        bad, log_likelihood = _filtered_log_likelihood(filtered, p)
         if what == "likelihood":
             return bad, log_likelihood
         betas, ends = _backward(gen, obs, matrices, filtered, solver, props)
@@ -1017,10 +1022,7 @@ def _compute(model, observations, emissions, initial_distribution, solver, what,
 
     def one(obs, p, g):
         gen, filtered = _filter(model, obs, matrices, p, solver)
-        first = 0 if p is not None else filtered.log_norms[0]
-        log_likelihood = filtered.log_norms.sum() - first
-        c = filtered.norms
-        bad = filtered.valid & ~((c > 0) & jnp.isfinite(c))
+        bad, log_likelihood = _filtered_log_likelihood(filtered, p)
         if what == "likelihood":
             return bad, log_likelihood
         betas, ends = _backward(gen, obs, matrices, filtered, solver)

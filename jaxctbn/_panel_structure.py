@@ -49,40 +49,37 @@ from ._solvers import AbstractMasterEquationSolver, MatrixExponential
 from ._structure import (
     FamilyStatistics,
     StructurePosterior,
-    _check_memory,
-    _memory_budget,
-    _memory_parts,
-    candidate_parent_sets,
+    _candidate_sets_within_budget,
 )
 
 # panel gaps are long relative to the rates: the dense exponential has no limit on a gap's length
 DENSE_SOLVER = MatrixExponential()
 
 
+def _project_families(node_statistics, parent_sets, cards) -> FamilyStatistics:
+    """[`jaxctbn.FamilyStatistics`][] with node $n$'s statistics `node_statistics(n)` (an
+    [`jaxctbn.AbstractExpectedStatistics`][]) projected onto each of its candidate sets
+    (leading batch axes are kept)."""
+    if len(parent_sets) != len(cards):
+        raise ValueError(f"parent_sets: need one array per node ({len(cards)}).")
+    sets = tuple(jnp.asarray(s, jnp.int32) for s in parent_sets)
+    Ms, Ts = zip(
+        *(node_statistics(n).node_statistics_on_sets(n, sets[n]) for n in range(len(cards)))
+    )
+    return FamilyStatistics(
+        transitions=tuple(Ms), dwell_times=tuple(Ts), parent_sets=sets, cardinalities=tuple(cards)
+    )
+
+
 def expected_family_statistics(
     statistics: AbstractExpectedStatistics,
     parent_sets: Sequence[Int[Array | np.ndarray, "_sets max_parents"]],
 ) -> FamilyStatistics:
-    r"""[`jaxctbn.FamilyStatistics`][] from expected statistics (one pooled set, no batch axis):
-    node $n$'s expected $\bar M_n$, $\bar T_n$ projected onto each of its candidate sets. For a
-    batch of panel trajectories use [`jaxctbn.panel_family_statistics`][], which also applies the
-    pooling rule across interventions."""
-    cards = statistics.model.cardinalities
-    if len(parent_sets) != len(cards):
-        raise ValueError(f"parent_sets: need one array per node ({len(cards)}).")
-    Ms, Ts = [], []
-    for n in range(len(cards)):
-        M, T = statistics.node_statistics_on_sets(n, jnp.asarray(parent_sets[n], jnp.int32))
-        if M.ndim != 4:
-            raise ValueError("statistics: expected pooled statistics (no batch axis).")
-        Ms.append(M)
-        Ts.append(T)
-    return FamilyStatistics(
-        transitions=tuple(Ms),
-        dwell_times=tuple(Ts),
-        parent_sets=tuple(jnp.asarray(s, jnp.int32) for s in parent_sets),
-        cardinalities=tuple(cards),
-    )
+    r"""[`jaxctbn.FamilyStatistics`][] from expected statistics: node $n$'s expected
+    $\bar M_n$, $\bar T_n$ projected onto each of its candidate sets (leading batch axes of the
+    statistics are kept, e.g. one per subject). For a batch of panel trajectories pooled across
+    interventions use [`jaxctbn.panel_family_statistics`][]."""
+    return _project_families(lambda n: statistics, parent_sets, statistics.model.cardinalities)
 
 
 def panel_family_statistics(
@@ -106,17 +103,8 @@ def panel_family_statistics(
             f"intervention_targets: expected shape {(R, len(cards))}, got "
             f"{jnp.shape(intervention_targets)}."
         )
-    Ms, Ts = [], []
-    for n in range(len(cards)):
-        pooled = statistics.sum(where=~intervention_targets[:, n])
-        M, T = pooled.node_statistics_on_sets(n, jnp.asarray(parent_sets[n], jnp.int32))
-        Ms.append(M)
-        Ts.append(T)
-    return FamilyStatistics(
-        transitions=tuple(Ms),
-        dwell_times=tuple(Ts),
-        parent_sets=tuple(jnp.asarray(s, jnp.int32) for s in parent_sets),
-        cardinalities=tuple(cards),
+    return _project_families(
+        lambda n: statistics.sum(where=~intervention_targets[:, n]), parent_sets, cards
     )
 
 
@@ -247,20 +235,15 @@ def learn_structure_from_panels(
         raise ValueError(f"tolerance: must be a number >= 0, got {tolerance!r}.")
     if not (isinstance(max_iterations, int) and max_iterations >= 1):
         raise ValueError(f"max_iterations: must be an integer >= 1, got {max_iterations!r}.")
-    sets = candidate_parent_sets(
-        N, max_parents, required_edges=required_edges, forbidden_edges=forbidden_edges
-    )
-    parts = _memory_parts(
+    sets = _candidate_sets_within_budget(
+        "learn_structure_from_panels",
+        names,
         cards,
-        [(int(S.shape[0]), int(S.shape[-1])) for S in sets],
-        rows=0,
-        events=0,
-        method=None,
-        chunk=1,
-        itemsize=jnp.dtype(float).itemsize,
-        names=names,
+        max_parents,
+        required_edges=required_edges,
+        forbidden_edges=forbidden_edges,
+        memory_budget=memory_budget,
     )
-    _check_memory("learn_structure_from_panels", parts, _memory_budget(memory_budget))
     model = _independent_start(observations, names, cards) if start is None else start
     if model.cardinalities != cards or tuple(model.names) != names:
         raise ValueError("start: must have the nodes and cardinalities of `names`/`cardinalities`.")

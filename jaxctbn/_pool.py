@@ -57,7 +57,12 @@ from ._experiments import METRICS
 from ._interventions import Intervention
 from ._metrics import edge_aupr, edge_auroc
 from ._panel import PanelObservations, panel_expected_statistics
-from ._panel_structure import DENSE_SOLVER, PanelStructureFit, learn_structure_from_panels
+from ._panel_structure import (
+    DENSE_SOLVER,
+    PanelStructureFit,
+    expected_family_statistics,
+    learn_structure_from_panels,
+)
 from ._priors import AbstractPrior, GammaPrior
 from ._solvers import AbstractMasterEquationSolver
 from ._structure import FamilyStatistics, StructurePosterior, candidate_parent_sets
@@ -171,17 +176,7 @@ def subject_family_statistics(
     [`jaxctbn.FamilyStatistics`][] with a leading subjects axis on every array (summing that
     axis gives [`jaxctbn.panel_family_statistics`][] of the batch without interventions)."""
     stats = panel_expected_statistics(model, observations, solver=solver)
-    Ms, Ts = [], []
-    for n in range(model.num_nodes):
-        M, T = stats.node_statistics_on_sets(n, jnp.asarray(parent_sets[n], jnp.int32))
-        Ms.append(M)
-        Ts.append(T)
-    return FamilyStatistics(
-        transitions=tuple(Ms),
-        dwell_times=tuple(Ts),
-        parent_sets=tuple(jnp.asarray(s, jnp.int32) for s in parent_sets),
-        cardinalities=tuple(model.cardinalities),
-    )
+    return expected_family_statistics(stats, parent_sets)
 
 
 def prepare_pool(

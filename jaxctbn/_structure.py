@@ -579,6 +579,35 @@ def family_statistics(
 
 
 # --------------------------------------------------------------------------- scores
+def _candidate_sets_within_budget(
+    caller: str,
+    names: tuple[str, ...],
+    cards: tuple[int, ...],
+    max_parents: int,
+    *,
+    required_edges: Sequence[tuple[int, int]],
+    forbidden_edges: Sequence[tuple[int, int]],
+    memory_budget: int | float | str | None,
+) -> tuple[Array, ...]:
+    """The candidate parent sets, after checking that the statistics tables they need (no
+    trajectory buffers) fit in the memory budget (a `ValueError` from `caller` otherwise)."""
+    sets = candidate_parent_sets(
+        len(cards), max_parents, required_edges=required_edges, forbidden_edges=forbidden_edges
+    )
+    parts = _memory_parts(
+        cards,
+        [(int(S.shape[0]), int(S.shape[-1])) for S in sets],
+        rows=0,
+        events=0,
+        method=None,
+        chunk=1,
+        itemsize=jnp.dtype(float).itemsize,
+        names=names,
+    )
+    _check_memory(caller, parts, _memory_budget(memory_budget))
+    return sets
+
+
 def _check_statistics(statistics: FamilyStatistics) -> FamilyStatistics:
     """The same statistics, guarded (`eqx.error_if` on every field) by: dwell times and
     transition counts finite and >= 0."""
@@ -687,20 +716,15 @@ class StructurePosterior(AbstractPosterior):
         N = len(cards)
         if len(names) != N:
             raise ValueError(f"names: need {N} node names, got {len(names)}.")
-        sets = candidate_parent_sets(
-            N, max_parents, required_edges=required_edges, forbidden_edges=forbidden_edges
-        )
-        parts = _memory_parts(
+        sets = _candidate_sets_within_budget(
+            "StructurePosterior.from_prior",
+            names,
             cards,
-            [(int(S.shape[0]), int(S.shape[-1])) for S in sets],
-            rows=0,
-            events=0,
-            method=None,
-            chunk=1,
-            itemsize=jnp.dtype(float).itemsize,
-            names=names,
+            max_parents,
+            required_edges=required_edges,
+            forbidden_edges=forbidden_edges,
+            memory_budget=memory_budget,
         )
-        _check_memory("StructurePosterior.from_prior", parts, _memory_budget(memory_budget))
         Ms, Ts = [], []
         for n, k in enumerate(cards):
             configs = max_configs(n, cards, sets[n].shape[-1])
