@@ -556,11 +556,11 @@ def _filter(
     matrices: tuple[Array, ...],
     p0: Array | None,
     solver: AbstractMasterEquationSolver,
-    propagators: Array | None = None,
+    propagators: tuple[Array, Array] | None = None,
 ) -> tuple[AbstractGenerator, _Smoothed]:
     """The scaled forward filter of one trajectory (see the module docstring). With
-    `propagators` `(O - 1, S, S)`, interval $i$'s $e^{(t_i-t_{i-1})W}$ is read from it instead
-    of being solved."""
+    `propagators = (table, index)`, interval $i$'s $e^{(t_i-t_{i-1})W}$ is read as
+    `table[index[i]]` (`table` `(G, S, S)`, `index` `(O - 1,)`) instead of being solved."""
     intervention = observations.intervention
     if intervention is not None:
         intervention = intervention.checked(model)
@@ -588,18 +588,20 @@ def _filter(
     # filter stays finite meanwhile, so that no solver downstream fails first on NaN inputs
     alpha0 = jnp.where(_positive(c0), a0 / jnp.where(_positive(c0), c0, 1), prior)
 
+    table, index = (None, None) if propagators is None else propagators
+
     def step(alpha, inputs):
-        dt, ok, is_exact, e, o, P = inputs
-        if P is None:
+        dt, ok, is_exact, e, o, i = inputs
+        if table is None:
             predicted, _ = solver.solve(gen, alpha, _safe(dt, ok))
-        else:
-            predicted = alpha @ P
+        else:  # gathered inside the step: fused, never materialised per interval
+            predicted = jnp.sum(alpha[:, None] * table[i], axis=0)
         a = jnp.where(is_exact, _entry_forward(gen, predicted, o), predicted * e)
         c = jnp.where(ok, a.sum(), 1)
         alpha = jnp.where(ok & _positive(c), a / jnp.where(_positive(c), c, 1), alpha)
         return alpha, (alpha, predicted, c)
 
-    inputs = (jnp.diff(times), valid[1:], exact[1:], evidence[1:], inside[1:], propagators)
+    inputs = (jnp.diff(times), valid[1:], exact[1:], evidence[1:], inside[1:], index)
     _, (alphas, predicted, norms) = jax.lax.scan(step, alpha0, inputs)
     norms = jnp.concatenate([c0[None], norms])
     return gen, _Smoothed(
@@ -638,7 +640,7 @@ def _backward(
     matrices: tuple[Array, ...],
     filtered: _Smoothed,
     solver: AbstractMasterEquationSolver,
-    propagators: Array | None = None,
+    propagators: tuple[Array, Array] | None = None,
 ) -> tuple[Array, Array]:
     r"""The scaled backward messages: `betas` $\hat\beta_i$ `(O, S)` and `ends` `(O, S)`, row
     $i$ = $b_{i+1}$, the backward message at the end of the interval after observation $i$
@@ -649,14 +651,16 @@ def _backward(
     y = jnp.where(valid[:, None], observations.states, -1)
     evidence = jax.vmap(lambda v: _evidence(cards, v, matrices))(y)
 
+    table, index = (None, None) if propagators is None else propagators
+
     def step(beta, inputs):
-        dt, ok, is_exact, e, o, c, P = inputs
+        dt, ok, is_exact, e, o, c, i = inputs
         end = jnp.where(is_exact, _entry_backward(gen, beta, o), e * beta)
         end = end / jnp.where(_positive(c), c, 1)  # c = 0 is reported, not propagated
-        if P is None:
+        if table is None:
             previous, _ = solver.solve_backward(gen, end, _safe(dt, ok))
         else:
-            previous = P @ end
+            previous = jnp.sum(table[i] * end[None, :], axis=1)
         beta = jnp.where(ok, previous, beta)
         return beta, (beta, jnp.where(ok, end, 1))
 
@@ -668,7 +672,7 @@ def _backward(
         evidence[1:],
         filtered.inside[1:],
         filtered.norms[1:],
-        propagators,
+        index,
     )
     # reversed scan; the outputs of interval i (between observations i - 1 and i) are
     # (beta_{i-1}, b_i), stacked in the original order
@@ -771,15 +775,14 @@ def _pooled_by_gaps(model, observations, emissions, initial_distribution, groups
     P = MatrixExponential._checked((expm_batched(gaps[:, None, None] * W),))[0]
 
     def one(obs, p, index):
-        props = P[index]
-        _, filtered = _filter(model, obs, matrices, p, solver, props)
+        _, filtered = _filter(model, obs, matrices, p, solver, (P, index))
         bad, log_likelihood = _filtered_log_likelihood(filtered, p)
         if what == "likelihood":
             return bad, log_likelihood
-        betas, ends = _backward(gen, obs, matrices, filtered, solver, props)
+        betas, ends = _backward(gen, obs, matrices, filtered, solver, (P, index))
         a, b = filtered.alphas[:-1], ends[:-1]
         ok = filtered.valid[1:]
-        Z = jnp.einsum("is,ist,it->i", a, props, b)
+        Z = jnp.sum(a * betas[:-1], axis=-1)  # a_i P_i b_i, with P_i b_i = beta_i
         weight = jnp.where(ok, 1 / jnp.where(ok & (Z > 0), Z, 1), 0)
         outer = weight[:, None, None] * a[:, :, None] * b[:, None, :]
         jumps = _exact_entry_transitions(gen, obs, filtered, betas)
