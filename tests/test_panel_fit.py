@@ -465,3 +465,24 @@ def test_intervals_grouped_by_length_give_the_per_trajectory_statistics():
             jax.Array, _pooled_by_gaps(model, obs, e, None, groups, "likelihood")[1]
         )
         np.testing.assert_allclose(per_trajectory.sum(), reference.log_likelihood, rtol=1e-12)
+
+
+def test_float32_fits_reach_the_float64_optimum():
+    # the same data and model in float32 (times, rates): both methods converge to the optimum
+    # of the independent float64 objective, to float32 accuracy, with float32 results
+    obs, _ = _two_node_data()
+    obs32 = eqx.tree_at(lambda o: o.times, obs, jnp.asarray(obs.times, jnp.float32))
+    start32 = jc.CTBN(
+        cims=[c.astype(jnp.float32) for c in START.cims], parents=PARENTS, names=("A", "B")
+    )
+    objective = _two_node_objective()
+    reference, best = _scipy_fit(objective, np.ones(6))
+    for method in (jc.EMFit(tolerance=1e-6), jc.GradientFit(tolerance=1e-6)):
+        fit = jc.fit_rates(start32, obs32, method=method)
+        assert bool(fit.converged), fit.method
+        assert fit.log_likelihood.dtype == jnp.float32
+        assert all(c.dtype == jnp.float32 for c in fit.model.cims)
+        rates = _free_rates(fit.model).astype(np.float64)
+        np.testing.assert_allclose(float(fit.log_likelihood), objective(rates), rtol=1e-5)
+        np.testing.assert_allclose(objective(rates), best, rtol=1e-5)
+        np.testing.assert_allclose(rates, reference, rtol=3e-2)
