@@ -52,6 +52,9 @@ from ._io import trajectories_to_dataframe as trajectories_to_dataframe
 from ._io import write_trajectories_csv as write_trajectories_csv
 from ._io import panel_from_dataframe as panel_from_dataframe
 from ._io import read_panel_csv as read_panel_csv
+from ._io import infer_cardinalities as infer_cardinalities
+from ._datasets import DATASETS as DATASETS
+from ._datasets import dataset_path as dataset_path
 from ._panel import Emissions as Emissions
 from ._panel import PanelExpectedStatistics as PanelExpectedStatistics
 from ._panel import PanelObservations as PanelObservations

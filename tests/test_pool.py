@@ -264,3 +264,26 @@ def test_cli_run_pool_bad_input(tmp_path, capsys):
     assert main(["run", "parameters", "--data", str(data)] + bad) == 2
     assert "--data: only with 'run pool'" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "bad" / "summary.md")
+
+
+def test_shipped_pbcseq_panel_matches_its_readme():
+    # the packaged data set: the counts its README states (312 patients, 1945 visits, the two
+    # trial arms 154 / 158, trt constant per patient), read through the public panel reader
+    path = jaxctbn.dataset_path("pbcseq_panel")
+    df = pd.read_csv(path)
+    assert list(df.columns) == ["trajectory_id", "time", "trt", "ascites", "hepato", "spiders",
+                                "edema"]  # fmt: skip
+    assert df.trajectory_id.nunique() == 312 and len(df) == 1945
+    arms = df.groupby("trajectory_id").trt.agg(["min", "max"])
+    assert (arms["min"] == arms["max"]).all()
+    assert np.bincount(arms["min"].to_numpy()).tolist() == [154, 158]
+    cards = jaxctbn.infer_cardinalities(df, missing=True)
+    assert cards == dict.fromkeys(["trt", "ascites", "hepato", "spiders", "edema"], 2)
+    with pytest.warns(UserWarning, match="single observation"):
+        observations, ids = jaxctbn.read_panel_csv(path, cards)
+    assert observations.batch_shape == (312,) and len(ids) == 312
+    assert int(np.asarray(observations.num_observations).sum()) == 1945
+    readme = os.path.join(os.path.dirname(path), "README.md")
+    assert "Mayo Clinic" in open(readme).read()  # the attribution ships next to the data
+    with pytest.raises(ValueError, match="name: unknown data set"):
+        jaxctbn.dataset_path("pbc")
