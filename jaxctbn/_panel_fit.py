@@ -121,27 +121,24 @@ class _Problem(eqx.Module):
             total = total + jnp.where(f, term, 0).sum()
         return jnp.where(self.has_prior, total, 0)
 
+    def _pass(self, rates: tuple[Array, ...], what: str):
+        """`(bad, result)` of the filter (`what="likelihood"`) or of forward-backward
+        (`"statistics"`) at `rates`: intervals grouped by length when `groups` is set,
+        otherwise each solved on its own."""
+        model = self.with_rates(rates)
+        if self.groups is not None:
+            return _pooled_by_gaps(
+                model, self.observations, self.emissions, self.initial_distribution,
+                self.groups, what,
+            )  # fmt: skip
+        return _compute(
+            model, self.observations, self.emissions, self.initial_distribution, self.solver,
+            what, None,
+        )  # fmt: skip
+
     def log_likelihood(self, rates: tuple[Array, ...]) -> tuple[Array, Array]:
         """Summed log-likelihood, and the `(R, O)` impossible-observation flags."""
-        if self.groups is not None:
-            bad, log_likelihood = _pooled_by_gaps(
-                self.with_rates(rates),
-                self.observations,
-                self.emissions,
-                self.initial_distribution,
-                self.groups,
-                "likelihood",
-            )
-            return jnp.sum(cast(Array, log_likelihood)), bad
-        bad, log_likelihood = _compute(
-            self.with_rates(rates),
-            self.observations,
-            self.emissions,
-            self.initial_distribution,
-            self.solver,
-            "likelihood",
-            None,
-        )
+        bad, log_likelihood = self._pass(rates, "likelihood")
         return jnp.sum(cast(Array, log_likelihood)), bad
 
     def objective(self, rates: tuple[Array, ...]) -> Array:
@@ -150,27 +147,7 @@ class _Problem(eqx.Module):
     def e_step(self, rates: tuple[Array, ...]) -> tuple[Array, PanelExpectedStatistics]:
         """The objective at `rates` and the smoothed statistics of every trajectory (pooled,
         without a batch axis, when the intervals are grouped by length)."""
-        if self.groups is not None:
-            _, stats = _pooled_by_gaps(
-                self.with_rates(rates),
-                self.observations,
-                self.emissions,
-                self.initial_distribution,
-                self.groups,
-                "statistics",
-            )
-            stats = cast(PanelExpectedStatistics, stats)
-            return stats.log_likelihood + self.log_prior(rates), stats
-        _, stats = _compute(
-            self.with_rates(rates),
-            self.observations,
-            self.emissions,
-            self.initial_distribution,
-            self.solver,
-            "statistics",
-            None,
-        )
-        stats = cast(PanelExpectedStatistics, stats)
+        stats = cast(PanelExpectedStatistics, self._pass(rates, "statistics")[1])
         return jnp.sum(stats.log_likelihood) + self.log_prior(rates), stats
 
     def m_step(self, rates: tuple[Array, ...], stats: PanelExpectedStatistics) -> tuple[Array, ...]:
