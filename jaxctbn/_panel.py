@@ -764,7 +764,8 @@ def _pooled_by_gaps(model, observations, emissions, initial_distribution, groups
     $\int_0^h e^{tW^\top}Be^{(h-t)W^\top}dt$ is linear in $B=\hat\alpha b^\top/Z$, one Van
     Loan exponential per distinct gap for the summed $B$ of its intervals. Returns
     `(bad, log-likelihoods (R,))` or `(bad, PanelExpectedStatistics without batch axis)`."""
-    from ._solvers import MatrixExponential, expm_batched
+    from ._dense_linalg import expm_batched
+    from ._solvers import MatrixExponential
 
     solver = MatrixExponential()
     model, observations, matrices, p0 = _setup(model, observations, emissions, initial_distribution)

@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
+from ._dense_linalg import expm
 from ._generator import AbstractGenerator, _shift_indices, batch_last
 
 
@@ -675,7 +676,9 @@ class MatrixExponential(AbstractMasterEquationSolver):
     dwell and flux are read from $C$.
 
     Exact up to Padé/scaling-and-squaring accuracy; forms a $2S\times 2S$ matrix, so only for small
-    networks. `solve_batch` uses `lax.map` (vmapping `expm` would evaluate every Padé branch).
+    networks. `solve_batch` uses `lax.map` (memory for one $2S\times2S$ block at a time). The
+    exponential is [13/13] Padé with scaling and squaring, and never calls a batched LAPACK
+    kernel (`jaxctbn/_dense_linalg.py` explains the deadlock that avoids).
     The cost does not depend on $\lambda\tau$ (up to $\log_2$ of it in squarings, at most 32:
     $\|\tau A\|_1$ up to about $10^{10}$; beyond, and for any non-finite result, an error is
     raised on every output). In float64 it stays accurate for large $\lambda\tau$ (1e-12 at
@@ -685,8 +688,9 @@ class MatrixExponential(AbstractMasterEquationSolver):
 
     @staticmethod
     def _expm(M):
-        # jax's default (16 squarings) silently returns NaN once ||M||_1 > ~3e5
-        return jax.scipy.linalg.expm(M, max_squarings=_MAX_SQUARINGS)
+        # Pade 13 with up to 32 squarings (jax.scipy.linalg.expm's default of 16 silently
+        # returns NaN once ||M||_1 > ~3e5) and no batched LAPACK call (see _dense_linalg)
+        return expm(M)
 
     @staticmethod
     def _checked(outputs):
@@ -726,69 +730,6 @@ class MatrixExponential(AbstractMasterEquationSolver):
         C = self._expm(jnp.asarray(horizon, A.dtype) * M)[:S, S:]
         src, dst = _shift_indices(generator.cardinalities)
         return self._checked((jnp.diagonal(C), C[src, dst]))
-
-
-_MAX_SQUARINGS = 32
-
-# Higham (2005): the [13/13] Pade approximant is accurate to double precision for ||A||_1 <= 5.37
-_PADE13 = (
-    64764752532480000.0, 32382376266240000.0, 7771770303897600.0, 1187353796428800.0,
-    129060195264000.0, 10559470521600.0, 670442572800.0, 33522128640.0, 1323241920.0,
-    40840800.0, 960960.0, 16380.0, 182.0, 1.0,
-)  # fmt: skip
-_THETA13 = 5.371920351148152
-
-
-@jax.custom_vjp
-def expm_batched(matrices: Array) -> Array:
-    r"""$e^{A}$ for a batch of matrices by scaling and squaring with the [13/13] Padé
-    approximant (Higham 2005), written for a batch: one approximant for all, then
-    $\max_b s_b$ squarings, each matrix squared only while it needs to be ($s_b$ from its own
-    1-norm, at most 32). `jax.scipy.linalg.expm` under `jax.vmap` instead evaluates every Padé
-    order and all 32 squarings for every matrix. Non-finite results are the caller's to check.
-
-    Reverse-mode differentiable (a custom VJP: the adjoint of the Fréchet derivative
-    $L(A,\cdot)$ is $L(A^\top,\cdot)$, the upper-right block of
-    $\exp\begin{bmatrix}A^\top&\bar G\\0&A^\top\end{bmatrix}$); not forward-mode."""
-    return _expm_batched(matrices)
-
-
-def _expm_batched(matrices: Array) -> Array:
-    A = jnp.asarray(matrices)
-    norm = jnp.abs(A).sum(-2).max(-1)
-    s = jnp.clip(jnp.ceil(jnp.log2(jnp.maximum(norm, 1e-300) / _THETA13)), 0, _MAX_SQUARINGS)
-    s = s.astype(jnp.int32)
-    A = A / (2.0 ** s.astype(A.dtype))[:, None, None]
-    b = _PADE13
-    eye = jnp.eye(A.shape[-1], dtype=A.dtype)
-    A2 = A @ A
-    A4 = A2 @ A2
-    A6 = A4 @ A2
-    U = A @ (
-        A6 @ (b[13] * A6 + b[11] * A4 + b[9] * A2) + b[7] * A6 + b[5] * A4 + b[3] * A2 + b[1] * eye
-    )
-    V = A6 @ (b[12] * A6 + b[10] * A4 + b[8] * A2) + b[6] * A6 + b[4] * A4 + b[2] * A2 + b[0] * eye
-    R = jnp.linalg.solve(V - U, V + U)
-    return jax.lax.fori_loop(
-        0, jnp.max(s, initial=0), lambda k, R: jnp.where((k < s)[:, None, None], R @ R, R), R
-    )
-
-
-def _expm_batched_forward(matrices):
-    return _expm_batched(matrices), matrices
-
-
-def _expm_batched_backward(matrices, cotangent):
-    A = jnp.swapaxes(jnp.asarray(matrices), -1, -2)
-    n = A.shape[-1]
-    zero = jnp.zeros_like(A)
-    block = jnp.concatenate(
-        [jnp.concatenate([A, cotangent], -1), jnp.concatenate([zero, A], -1)], -2
-    )
-    return (_expm_batched(block)[..., :n, n:],)
-
-
-expm_batched.defvjp(_expm_batched_forward, _expm_batched_backward)
 
 
 DEFAULT_SOLVER = Uniformisation()

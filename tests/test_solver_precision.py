@@ -248,27 +248,3 @@ def test_gradient_through_many_steps(getkey):
     W = brute_force_generator(model)
     p_tau, _ = reference_moments(W, one_hot_state(model, [1, 0]), 6.0)
     np.testing.assert_allclose(g_tau, float(weights @ (p_tau @ W) + weights @ p_tau), rtol=1e-9)
-
-
-def test_batched_expm_and_its_gradient_match_scipy():
-    # the batched scaling-and-squaring exponential of the panel fit against scipy's expm, and
-    # its custom reverse-mode derivative against scipy's Frechet derivative, over generators of 1-norm 1e-3..1e4
-    import scipy.linalg
-
-    from jaxctbn._solvers import expm_batched
-
-    rng = np.random.default_rng(0)
-    scales = np.array([1e-3, 0.5, 7.0, 60.0, 1e4])
-    A = rng.uniform(0.1, 1.0, size=(5, 4, 4)) * (1 - np.eye(4))  # generators: rows sum to 0
-    A = A - A.sum(-1)[..., None] * np.eye(4)
-    A = A * scales[:, None, None] / np.abs(A).sum(-2).max(-1)[:, None, None]
-    out = np.asarray(expm_batched(jnp.asarray(A)))
-    for a, e in zip(A, out):
-        ref = scipy.linalg.expm(a)
-        np.testing.assert_allclose(e, ref, rtol=1e-9, atol=1e-12 * np.abs(ref).max())
-    G = rng.normal(size=A.shape)
-    grad = np.asarray(jax.grad(lambda x: jnp.sum(G * expm_batched(x)))(jnp.asarray(A)))
-    for a, g, gbar in zip(A[:4], G[:4], grad[:4]):
-        E = rng.normal(size=a.shape)
-        directional = np.sum(g * scipy.linalg.expm_frechet(a, E, compute_expm=False))
-        np.testing.assert_allclose(np.sum(gbar * E), directional, rtol=1e-8)

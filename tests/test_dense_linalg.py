@@ -1,0 +1,157 @@
+"""The dense matrix functions (`jaxctbn/_dense_linalg.py`): the batched linear solve and matrix
+exponential against numpy/scipy, both solve routes (Gauss-Jordan for n <= 8, LAPACK one matrix
+at a time above), and no batched LAPACK kernel in the compiled programs of the dense routes
+(jaxlib 0.10's batched LAPACK kernels can deadlock XLA's CPU thread pool; see the module)."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+
+import jaxctbn as jc
+from jaxctbn._dense_linalg import expm, expm_batched, solve_batched
+from jaxctbn._panel import gap_groups
+from jaxctbn._panel_fit import _fit, _flat
+
+
+def batched_lapack_calls(hlo: str) -> list[str]:
+    """The LAPACK custom calls of an optimised HLO module whose first operand has batch axes
+    (rank > 2): each a `target shape` string."""
+    calls = []
+    for line in hlo.splitlines():
+        target = re.search(r'custom_call_target="(lapack_\w+)"', line)
+        if target is None:
+            continue
+        operand = re.search(r"operand_layout_constraints=\{(\w+)\[([\d,]*)\]", line)
+        assert operand is not None, line
+        if len(operand.group(2).split(",")) > 2:
+            calls.append(f"{target.group(1)} {operand.group(1)}[{operand.group(2)}]")
+    return calls
+
+
+def _compiled(fn, *args) -> str:
+    text = jax.jit(fn).lower(*args).compile().as_text()
+    assert text is not None
+    return text
+
+
+def test_the_check_finds_batched_lapack():
+    # the check can fail: jnp.linalg.solve on a batch calls batched getrf/trsm
+    M = jnp.asarray(np.random.default_rng(0).normal(size=(3, 12, 12)))
+    assert batched_lapack_calls(_compiled(jnp.linalg.solve, M, M))
+
+
+@pytest.mark.parametrize("n", [1, 3, 8, 9, 20])
+@pytest.mark.parametrize("batch", [(), (5,), (2, 3)], ids=["single", "batch", "batch2d"])
+def test_solve_matches_numpy(n, batch):
+    rng = np.random.default_rng(n)
+    M = rng.normal(size=batch + (n, n)) + 3 * np.eye(n)
+    B = rng.normal(size=batch + (n, 4))
+    ref = np.linalg.solve(M, B)
+    out = np.asarray(jax.jit(solve_batched)(jnp.asarray(M), jnp.asarray(B)))
+    np.testing.assert_allclose(out, ref, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [4, 12])
+def test_solve_under_vmap_stays_one_matrix_at_a_time(n):
+    rng = np.random.default_rng(1)
+    M = jnp.asarray(rng.normal(size=(2, 3, n, n)) + 3 * np.eye(n))
+    B = jnp.asarray(rng.normal(size=(2, 3, n, n)))
+    twice = jax.vmap(jax.vmap(solve_batched))
+    np.testing.assert_allclose(twice(M, B), np.linalg.solve(M, B), rtol=1e-10, atol=1e-12)
+    assert batched_lapack_calls(_compiled(twice, M, B)) == []
+
+
+def test_pivoting_handles_a_zero_leading_entry():
+    # without pivoting the first step would divide by 0
+    M = np.array([[0.0, 1.0, 2.0], [1.0, 0.0, 3.0], [4.0, -3.0, 8.0]])
+    B = np.eye(3)
+    np.testing.assert_allclose(solve_batched(jnp.asarray(M), jnp.asarray(B)), np.linalg.inv(M))
+
+
+def test_singular_system_is_not_finite():
+    # the caller's check (MatrixExponential._checked) relies on it
+    M = jnp.ones((3, 3))
+    assert not np.all(np.isfinite(np.asarray(solve_batched(M, jnp.eye(3)))))
+
+
+def _generators(n, scales, rng):
+    """Generators (rows sum to 0) of 1-norm `scales`, shape (len(scales), n, n)."""
+    A = rng.uniform(0.1, 1.0, size=(len(scales), n, n)) * (1 - np.eye(n))
+    A = A - A.sum(-1)[..., None] * np.eye(n)
+    return A * np.asarray(scales)[:, None, None] / np.abs(A).sum(-2).max(-1)[:, None, None]
+
+
+@pytest.mark.parametrize("n", [4, 12], ids=["elimination", "lapack"])
+def test_batched_expm_and_its_gradient_match_scipy(n):
+    # against scipy's expm, and the custom reverse-mode derivative against scipy's Frechet
+    # derivative, over generators of 1-norm 1e-3..1e4
+    rng = np.random.default_rng(0)
+    A = _generators(n, [1e-3, 0.5, 7.0, 60.0, 1e4], rng)
+    out = np.asarray(expm_batched(jnp.asarray(A)))
+    for a, e in zip(A, out):
+        ref = scipy.linalg.expm(a)
+        np.testing.assert_allclose(e, ref, rtol=1e-9, atol=1e-12 * np.abs(ref).max())
+    G = rng.normal(size=A.shape)
+    grad = np.asarray(jax.grad(lambda x: jnp.sum(G * expm_batched(x)))(jnp.asarray(A)))
+    for a, g, gbar in zip(A[:4], G[:4], grad[:4]):
+        E = rng.normal(size=a.shape)
+        directional = np.sum(g * scipy.linalg.expm_frechet(a, E, compute_expm=False))
+        np.testing.assert_allclose(np.sum(gbar * E), directional, rtol=1e-8)
+
+
+def test_expm_of_a_general_matrix_matches_scipy():
+    # not only generators: mixed signs, a rotation block, the VJP's block form
+    rng = np.random.default_rng(2)
+    for n in (3, 10):
+        a = rng.normal(size=(n, n)) * 2
+        np.testing.assert_allclose(expm(jnp.asarray(a)), scipy.linalg.expm(a), rtol=1e-11)
+
+
+def test_matrix_exponential_solver_compiles_without_batched_lapack():
+    # the dense solver under vmap (as the criteria call it), 3 binary nodes: 8 states, so the
+    # moments' 16 x 16 blocks take the LAPACK route and the elimination route is checked below
+    model = jc.CTBN(
+        cims=[jnp.full((1, 2, 2), 0.7), jnp.full((2, 2, 2), 1.3), jnp.full((2, 2, 2), 0.4)],
+        parents=((), (0,), (1,)),
+    )
+    generator = jc.amalgamate(model)
+    p0 = jnp.full((4, 8), 1 / 8)
+    solver = jc.MatrixExponential()
+
+    def moments(p0):
+        return jax.vmap(lambda p: solver.solve(generator, p, jnp.asarray(1.5)))(p0)
+
+    def smoothing(p0):
+        return jax.vmap(
+            lambda p: solver.forward_backward(generator, p, jnp.ones(8), jnp.asarray(1.5))
+        )(p0)
+
+    for fn in (moments, smoothing):
+        assert batched_lapack_calls(_compiled(fn, p0)) == []
+    # the same numbers as scipy's dense exponential
+    W = np.asarray(generator.dense())
+    np.testing.assert_allclose(moments(p0)[0], p0 @ scipy.linalg.expm(1.5 * W), rtol=1e-12)
+
+
+def test_panel_fit_compiles_without_batched_lapack():
+    # the program that hung: a fit on a panel, 3 binary nodes (8 states): the exponentials of
+    # the gaps take the elimination route, the 16 x 16 Van Loan blocks the LAPACK route; EM with
+    # intervals grouped by length (eager data), L-BFGS with one interval at a time (traced data)
+    rng = np.random.default_rng(3)
+    model = jc.CTBN(
+        cims=[jnp.full((1, 2, 2), 0.7), jnp.full((2, 2, 2), 1.1), jnp.full((2, 2, 2), 0.4)],
+        parents=((), (0,), (1,)),
+    )
+    times = np.cumsum(rng.uniform(0.2, 1.0, size=(6, 4)), -1)
+    obs = jc.PanelObservations(times, rng.integers(0, 2, size=(6, 4, 3)))
+    groups = gap_groups(_flat(obs))  # as fit_rates computes them eagerly
+    no_prior = (jnp.ones(3), jnp.zeros(3), jnp.asarray(False))
+    for method, route in ((jc.EMFit(), groups), (jc.GradientFit(), None)):
+        lowered = _fit.lower(
+            model, obs, method, no_prior, None, None, jc.MatrixExponential(), route
+        )
+        assert batched_lapack_calls(lowered.compile().compiled.as_text()) == []
