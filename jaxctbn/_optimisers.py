@@ -15,6 +15,7 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 
 
@@ -44,8 +45,19 @@ class LBFGS(AbstractVBHCOptimiser):
         def step(carry, _):
             p, state = carry
             value, grad = value_and_grad(p, state=state)
-            updates, state = opt.update(grad, state, p, value=value, grad=grad, value_fn=loss)
-            return (optax.apply_updates(p, updates), state), None
+            updates, new_state = opt.update(grad, state, p, value=value, grad=grad, value_fn=loss)
+            new_p = optax.apply_updates(p, updates)
+            # an iteration past convergence (zero step: s.y = 0 in the curvature pair) can
+            # return NaN; keep the last finite point that did not increase the loss, which then
+            # stays put for the remaining steps
+            new_value = optax.tree.get(new_state, "value")
+            finite = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(new_p)]
+            ok = jnp.all(jnp.stack(finite)) & jnp.isfinite(new_value) & (new_value <= value)
+
+            def keep(new, old):
+                return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
+
+            return (keep(new_p, p), keep(new_state, state)), None
 
         (p, _), _ = jax.lax.scan(step, (init, opt.init(init)), None, length=self.steps)
         return loss(p), p
