@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 from jaxtyping import Array
 
-MAX_SQUARINGS = 32
+_MAX_SQUARINGS = 32
 
 # Higham (2005): the [13/13] Pade approximant is accurate to double precision for ||A||_1 <= 5.37
 _PADE13 = (
@@ -120,7 +120,7 @@ def expm_batched(matrices: Array) -> Array:
 def _expm_batched(matrices: Array) -> Array:
     A = jnp.asarray(matrices)
     norm = jnp.abs(A).sum(-2).max(-1)
-    s = jnp.clip(jnp.ceil(jnp.log2(jnp.maximum(norm, 1e-300) / _THETA13)), 0, MAX_SQUARINGS)
+    s = jnp.clip(jnp.ceil(jnp.log2(jnp.maximum(norm, 1e-300) / _THETA13)), 0, _MAX_SQUARINGS)
     s = s.astype(jnp.int32)
     A = A / (2.0 ** s.astype(A.dtype))[:, None, None]
     b = _PADE13

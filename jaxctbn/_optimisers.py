@@ -48,11 +48,10 @@ class LBFGS(AbstractVBHCOptimiser):
             updates, new_state = opt.update(grad, state, p, value=value, grad=grad, value_fn=loss)
             new_p = optax.apply_updates(p, updates)
             # an iteration past convergence (zero step: s.y = 0 in the curvature pair) can
-            # return NaN; keep the last finite point that did not increase the loss, which then
-            # stays put for the remaining steps
+            # return NaN; keep the last point of finite loss that did not increase it, which
+            # then stays put for the remaining steps (a NaN point has a NaN loss)
             new_value = optax.tree.get(new_state, "value")
-            finite = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(new_p)]
-            ok = jnp.all(jnp.stack(finite)) & jnp.isfinite(new_value) & (new_value <= value)
+            ok = jnp.isfinite(new_value) & (new_value <= value)
 
             def keep(new, old):
                 return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
