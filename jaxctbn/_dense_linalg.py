@@ -42,6 +42,79 @@ _THETA13 = 5.371920351148152
 _ELIMINATION_MAX_ORDER = 8
 
 
+# reductions over an axis at most this long are written as sums of slices (see `short_sum`)
+_UNROLLED_MAX_LENGTH = 16
+# matrix products with a contraction at most this long are unrolled (see `matmul`)
+_UNROLLED_MATMUL_MAX = 4
+
+
+def short_sum(x: Array, axis: int = -1) -> Array:
+    """`x.sum(axis)`, written as a chain of additions of slices when the axis is short.
+
+    jaxlib 0.10's CPU backend hands reductions to YNNPACK fusions, which for short axes inside a
+    loop cost several times a fused elementwise loop (the panel filter's 4-state sums: measured
+    in `benchmarks/bench_msm.py`); the sum of slices fuses into its neighbours instead. Longer
+    axes keep `jnp.sum`."""
+    n = x.shape[axis]
+    if n > _UNROLLED_MAX_LENGTH or n == 0:
+        return jnp.sum(x, axis=axis)
+    total = jax.lax.index_in_dim(x, 0, axis, keepdims=False)
+    for k in range(1, n):
+        total = total + jax.lax.index_in_dim(x, k, axis, keepdims=False)
+    return total
+
+
+@jax.custom_vjp
+def vector_matrix(v: Array, M: Array) -> Array:
+    """`v @ M` for a vector `(n,)` and a matrix `(n, m)`, by `short_sum` over `n` (its VJP
+    too: the transpose of a broadcast would be a reduction again)."""
+    return short_sum(v[:, None] * M, axis=0)
+
+
+@jax.custom_vjp
+def matrix_vector(M: Array, v: Array) -> Array:
+    """`M @ v` for a matrix `(m, n)` and a vector `(n,)`, by `short_sum` over `n` (and its
+    VJP)."""
+    return short_sum(M * v[None, :], axis=1)
+
+
+def _vector_matrix_forward(v, M):
+    return vector_matrix(v, M), (v, M)
+
+
+def _vector_matrix_backward(residuals, cotangent):
+    v, M = residuals
+    return matrix_vector(M, cotangent), v[:, None] * cotangent[None, :]
+
+
+def _matrix_vector_forward(M, v):
+    return matrix_vector(M, v), (M, v)
+
+
+def _matrix_vector_backward(residuals, cotangent):
+    M, v = residuals
+    return cotangent[:, None] * v[None, :], vector_matrix(cotangent, M)
+
+
+vector_matrix.defvjp(_vector_matrix_forward, _vector_matrix_backward)
+matrix_vector.defvjp(_matrix_vector_forward, _matrix_vector_backward)
+
+
+def matmul(A: Array, B: Array) -> Array:
+    """`A @ B` for batches of matrices `(..., m, n)`, `(..., n, p)`: for a contraction of at most
+    `_UNROLLED_MATMUL_MAX` terms, a sum of broadcast products that XLA fuses into a loop (jaxlib
+    0.10's CPU `dot` on a batch of 4 x 4 matrices costs several times that); otherwise
+    `jnp.matmul`. (Longer unrolled contractions lose: XLA fuses a chain of them into one loop
+    that recomputes the inner products.)"""
+    n = A.shape[-1]
+    if n > _UNROLLED_MATMUL_MAX:
+        return jnp.matmul(A, B)
+    total = A[..., :, 0:1] * B[..., 0:1, :]
+    for k in range(1, n):
+        total = total + A[..., :, k : k + 1] * B[..., k : k + 1, :]
+    return total
+
+
 def _gauss_jordan(M: Array, B: Array) -> Array:
     """`M^{-1} B` for a batch `(..., n, n)`, `(..., n, m)` by Gauss-Jordan elimination with
     partial pivoting (the pivot of column k is the largest remaining entry; rows are not swapped,
@@ -125,16 +198,21 @@ def _expm_batched(matrices: Array) -> Array:
     A = A / (2.0 ** s.astype(A.dtype))[:, None, None]
     b = _PADE13
     eye = jnp.eye(A.shape[-1], dtype=A.dtype)
-    A2 = A @ A
-    A4 = A2 @ A2
-    A6 = A4 @ A2
-    U = A @ (
-        A6 @ (b[13] * A6 + b[11] * A4 + b[9] * A2) + b[7] * A6 + b[5] * A4 + b[3] * A2 + b[1] * eye
-    )
-    V = A6 @ (b[12] * A6 + b[10] * A4 + b[8] * A2) + b[6] * A6 + b[4] * A4 + b[2] * A2 + b[0] * eye
+    A2 = matmul(A, A)
+    A4 = matmul(A2, A2)
+    A6 = matmul(A4, A2)
+    U = matmul(
+        A,
+        matmul(A6, b[13] * A6 + b[11] * A4 + b[9] * A2)
+        + b[7] * A6 + b[5] * A4 + b[3] * A2 + b[1] * eye,
+    )  # fmt: skip
+    V = (
+        matmul(A6, b[12] * A6 + b[10] * A4 + b[8] * A2)
+        + b[6] * A6 + b[4] * A4 + b[2] * A2 + b[0] * eye
+    )  # fmt: skip
     R = solve_batched(V - U, V + U)
     return jax.lax.fori_loop(
-        0, jnp.max(s, initial=0), lambda k, R: jnp.where((k < s)[:, None, None], R @ R, R), R
+        0, jnp.max(s, initial=0), lambda k, R: jnp.where((k < s)[:, None, None], matmul(R, R), R), R
     )
 
 

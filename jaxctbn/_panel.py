@@ -48,6 +48,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from ._ctbn import AbstractCTBN
+from ._dense_linalg import matrix_vector, short_sum, vector_matrix
 from ._generator import AbstractGenerator, _shift_indices, amalgamate
 from ._interventions import Intervention, _is_concrete
 from ._layout import max_configs, state_bins_on_sets
@@ -536,7 +537,7 @@ def _entry_jumps(generator: AbstractGenerator, a: Array, b: Array, inside: Array
 
 def _entry_backward(generator: AbstractGenerator, b: Array, inside: Array) -> Array:
     r"""$Jb$: $(Jb)(s')=1[s'\notin O]\sum_{s\in O}W(s',s)b(s)$."""
-    return _entry_jumps(generator, jnp.ones_like(b), b, inside).sum(0)
+    return short_sum(_entry_jumps(generator, jnp.ones_like(b), b, inside), 0)
 
 
 # --------------------------------------------------------------------------- one trajectory
@@ -583,7 +584,7 @@ def _filter(
         p0 = jnp.full((S,), 1.0 / S, dtype)
     prior = _initial_distribution(model, p0, intervention)
     a0 = prior * evidence[0]
-    c0 = a0.sum()
+    c0 = short_sum(a0)
     # an impossible observation (c = 0) is reported by `_check_possible` from the norms; the
     # filter stays finite meanwhile, so that no solver downstream fails first on NaN inputs
     alpha0 = jnp.where(_positive(c0), a0 / jnp.where(_positive(c0), c0, 1), prior)
@@ -595,9 +596,9 @@ def _filter(
         if table is None:
             predicted, _ = solver.solve(gen, alpha, _safe(dt, ok))
         else:  # gathered inside the step: fused, never materialised per interval
-            predicted = jnp.sum(alpha[:, None] * table[i], axis=0)
+            predicted = vector_matrix(alpha, table[i])
         a = jnp.where(is_exact, _entry_forward(gen, predicted, o), predicted * e)
-        c = jnp.where(ok, a.sum(), 1)
+        c = jnp.where(ok, short_sum(a), 1)
         alpha = jnp.where(ok & _positive(c), a / jnp.where(_positive(c), c, 1), alpha)
         return alpha, (alpha, predicted, c)
 
@@ -620,7 +621,7 @@ def _filtered_log_likelihood(filtered: _Smoothed, p0: Array | None) -> tuple[Arr
     usable (likelihood 0), and $\sum_i\log c_i$, without $c_0$ under the conditional
     convention (`p0` is `None`)."""
     first = 0 if p0 is not None else filtered.log_norms[0]
-    return filtered.valid & ~_positive(filtered.norms), filtered.log_norms.sum() - first
+    return filtered.valid & ~_positive(filtered.norms), short_sum(filtered.log_norms) - first
 
 
 def _positive(c: Array) -> Array:
@@ -660,7 +661,7 @@ def _backward(
         if table is None:
             previous, _ = solver.solve_backward(gen, end, _safe(dt, ok))
         else:
-            previous = jnp.sum(table[i] * end[None, :], axis=1)
+            previous = matrix_vector(table[i], end)
         beta = jnp.where(ok, previous, beta)
         return beta, (beta, jnp.where(ok, end, 1))
 
@@ -716,7 +717,7 @@ def _exact_entry_transitions(
     jumps = jax.vmap(lambda a, b, o: _entry_jumps(gen, a, b, o))(
         filtered.predicted[1:], betas[1:], filtered.inside[1:]
     )
-    total = jumps.sum((-2, -1))
+    total = short_sum(short_sum(jumps, -1), -1)
     jump_weight = jnp.where(exact, 1 / jnp.where(exact, total, 1), 0)
     return jnp.einsum("i,irs->rs", jump_weight, jumps)
 
@@ -727,20 +728,21 @@ class GapGroups(eqx.Module):
     `i` of trajectory `r` (between observations `i` and `i + 1`) has length
     `gaps[index[r, i]]` (padding intervals point anywhere; they carry no weight)."""
 
-    index: Int[Array, "trajectories intervals"]
-    gaps: Float[Array, " groups"]
+    index: Int[np.ndarray | Array, "trajectories intervals"]
+    gaps: Float[np.ndarray | Array, " groups"]
 
 
 def gap_groups(observations: PanelObservations) -> GapGroups | None:
-    """The distinct positive gaps of concrete observations with one batch axis (host-side);
-    `None` for traced arrays (inside `jit` the grouping cannot be computed)."""
+    """The distinct positive gaps of concrete observations (host-side), with the batch axes
+    flattened into one, `index` `(R, O - 1)`; `None` for traced arrays (inside `jit` the
+    grouping cannot be computed)."""
     if not _is_concrete(observations.times, observations.num_observations):
         return None
-    times = np.asarray(observations.times, float)
-    if times.ndim != 2:
-        return None
+    num_slots = observations.times.shape[-1]
+    times = np.asarray(observations.times, float).reshape(-1, num_slots)
     gaps = np.diff(times, axis=-1)
-    ok = np.arange(1, times.shape[-1]) < np.asarray(observations.num_observations)[:, None]
+    counts = np.asarray(observations.num_observations).reshape(-1)
+    ok = np.arange(1, num_slots) < counts[:, None]
     values, inverse = np.unique(np.where(ok, gaps, np.nan), return_inverse=True)
     keep = np.isfinite(values) & (values > 0)
     if not keep.any():
@@ -753,7 +755,8 @@ def gap_groups(observations: PanelObservations) -> GapGroups | None:
         if jnp.issubdtype(observations.times.dtype, jnp.floating)
         else float
     )
-    return GapGroups(index=jnp.asarray(index, jnp.int32), gaps=jnp.asarray(values[keep], dtype))
+    # numpy arrays: converted when passed to the compiled fit (no eager dispatch here)
+    return GapGroups(index=index.astype(np.int32), gaps=values[keep].astype(dtype))
 
 
 @eqx.filter_jit
@@ -783,7 +786,7 @@ def _pooled_by_gaps(model, observations, emissions, initial_distribution, groups
         betas, ends = _backward(gen, obs, matrices, filtered, solver, (P, index))
         a, b = filtered.alphas[:-1], ends[:-1]
         ok = filtered.valid[1:]
-        Z = jnp.sum(a * betas[:-1], axis=-1)  # a_i P_i b_i, with P_i b_i = beta_i
+        Z = short_sum(a * betas[:-1])  # a_i P_i b_i, with P_i b_i = beta_i
         weight = jnp.where(ok, 1 / jnp.where(ok & (Z > 0), Z, 1), 0)
         outer = weight[:, None, None] * a[:, :, None] * b[:, None, :]
         jumps = _exact_entry_transitions(gen, obs, filtered, betas)
@@ -876,7 +879,9 @@ def _vmapped(fn, ndim: int):
     return fn
 
 
-def _check_possible(outputs, bad: Bool[Array, "*batch observations"], observations):
+def _check_possible(
+    outputs, bad: Bool[Array | np.ndarray, "*batch observations"], observations
+):
     """Raise if an observation has likelihood 0 (or the filter is not finite), naming the
     trajectory and the time: a `ValueError` when `bad` is concrete (an eager call), otherwise
     an `eqx.branched_error_if` on `outputs` naming the trajectory and the observation's index."""

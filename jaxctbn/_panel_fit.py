@@ -144,11 +144,13 @@ class _Problem(eqx.Module):
     def objective(self, rates: tuple[Array, ...]) -> Array:
         return self.log_likelihood(rates)[0] + self.log_prior(rates)
 
-    def e_step(self, rates: tuple[Array, ...]) -> tuple[Array, PanelExpectedStatistics]:
-        """The objective at `rates` and the smoothed statistics of every trajectory (pooled,
-        without a batch axis, when the intervals are grouped by length)."""
-        stats = cast(PanelExpectedStatistics, self._pass(rates, "statistics")[1])
-        return jnp.sum(stats.log_likelihood) + self.log_prior(rates), stats
+    def e_step(self, rates: tuple[Array, ...]) -> tuple[Array, PanelExpectedStatistics, Array]:
+        """The objective at `rates`, the smoothed statistics of every trajectory (pooled,
+        without a batch axis, when the intervals are grouped by length) and the `(R, O)`
+        impossible-observation flags."""
+        bad, stats = self._pass(rates, "statistics")
+        stats = cast(PanelExpectedStatistics, stats)
+        return jnp.sum(stats.log_likelihood) + self.log_prior(rates), stats, bad
 
     def m_step(self, rates: tuple[Array, ...], stats: PanelExpectedStatistics) -> tuple[Array, ...]:
         r"""Per free rate, the maximiser over the box of
@@ -280,10 +282,12 @@ def _problem(
 
 # --------------------------------------------------------------------------- methods
 class _Outcome(eqx.Module):
-    rates: tuple[Array, ...]
+    rates: tuple[Array, ...]  # inside the box
+    objective: Array  # at `rates`
     converged: Array
     iterations: Array
     trace: Array
+    bad: Array  # (R, O): observations impossible at the start (then no iteration ran)
 
 
 def _padded(trace: Array, iterations: Array, final: Array) -> Array:
@@ -327,10 +331,10 @@ class AbstractRateFitMethod(eqx.Module):
     name: ClassVar[str]
 
     @abc.abstractmethod
-    def fit(self, problem: _Problem, start_ok: Array) -> _Outcome:
+    def fit(self, problem: _Problem) -> _Outcome:
         """Run the optimiser from `problem`'s starting rates (called by
-        [`jaxctbn.fit_rates`][], inside `jax.jit`); `start_ok` is `False` when an observation is
-        impossible at the start, and then no iteration runs."""
+        [`jaxctbn.fit_rates`][], inside `jax.jit`); when an observation is impossible at the
+        start (the first evaluation's flags, returned as `bad`), no iteration runs."""
 
 
 class EMFit(AbstractRateFitMethod):
@@ -366,10 +370,10 @@ class EMFit(AbstractRateFitMethod):
     def __init__(self, *, tolerance: float | ArrayLike = 1e-8, max_iterations: int = 1000):
         self.tolerance, self.max_iterations = _check_method(tolerance, max_iterations, "EMFit")
 
-    def fit(self, problem, start_ok):
+    def fit(self, problem):
         tol = jnp.asarray(self.tolerance, problem.tau.dtype)
         rates = problem.start()
-        objective, stats = problem.e_step(rates)
+        objective, stats, bad = problem.e_step(rates)
         trace = jnp.full((self.max_iterations + 1,), objective)
 
         def cond(carry):
@@ -379,7 +383,7 @@ class EMFit(AbstractRateFitMethod):
         def body(carry):
             rates, objective, stats, it, trace, _, _ = carry
             new_rates = problem.m_step(rates, stats)
-            new_objective, new_stats = problem.e_step(new_rates)
+            new_objective, new_stats, _ = problem.e_step(new_rates)
             finite = jnp.isfinite(new_objective)
             change = jnp.abs(new_objective - objective)
             converged = finite & (change <= tol * (1 + jnp.abs(new_objective)))
@@ -394,10 +398,15 @@ class EMFit(AbstractRateFitMethod):
             return rates, objective, stats, it, trace, converged | ~finite, converged
 
         no = jnp.asarray(False)
-        carry = (rates, objective, stats, jnp.zeros((), jnp.int32), trace, ~start_ok, no)
+        carry = (rates, objective, stats, jnp.zeros((), jnp.int32), trace, bad.any(), no)
         rates, objective, _, it, trace, _, converged = jax.lax.while_loop(cond, body, carry)
         return _Outcome(
-            rates=rates, converged=converged, iterations=it, trace=_padded(trace, it, objective)
+            rates=rates,
+            objective=objective,
+            converged=converged,
+            iterations=it,
+            trace=_padded(trace, it, objective),
+            bad=bad,
         )
 
 
@@ -428,7 +437,7 @@ class GradientFit(AbstractRateFitMethod):
             tolerance, max_iterations, "GradientFit"
         )
 
-    def fit(self, problem, start_ok):
+    def fit(self, problem):
         import optax
 
         dtype = problem.tau.dtype
@@ -450,7 +459,8 @@ class GradientFit(AbstractRateFitMethod):
         )
         opt = optax.lbfgs()
         value_and_grad = optax.value_and_grad_from_state(loss)
-        value0 = loss(theta0)
+        start_likelihood, bad = problem.log_likelihood(rates_of(theta0))
+        value0 = -(start_likelihood + problem.log_prior(rates_of(theta0)))
         trace = jnp.full((self.max_iterations + 1,), -value0)
 
         def cond(carry):
@@ -482,14 +492,16 @@ class GradientFit(AbstractRateFitMethod):
             stop = converged | stalled
             return theta, state, value, it, trace, stop, converged | (stalled & small_gradient)
 
-        carry = (theta0, opt.init(theta0), value0, jnp.zeros((), jnp.int32), trace, ~start_ok)
+        carry = (theta0, opt.init(theta0), value0, jnp.zeros((), jnp.int32), trace, bad.any())
         carry = (*carry, jnp.asarray(False))
         theta, _, value, it, trace, _, converged = jax.lax.while_loop(cond, body, carry)
         return _Outcome(
             rates=rates_of(theta),
+            objective=-value,
             converged=converged,
             iterations=it,
             trace=_padded(trace, it, -value),
+            bad=bad,
         )
 
 
@@ -639,20 +651,24 @@ def fit_rates(
         raise ValueError(f"solver: expected a master-equation solver, got {type(solver).__name__}.")
     if _is_concrete(*model.cims):
         for name, c in zip(model.names, model.cims):
-            off = np.asarray(_off_diagonal_rates(c))
+            c = np.asarray(c)
+            off = c[..., ~np.eye(c.shape[-1], dtype=bool)]
             if not np.all(np.isfinite(off)) or np.any(off < 0):
                 raise ValueError(
                     f"model: the starting rates of node {name!r} must be finite and >= 0."
                 )
     observations.checked(model, emissions)  # a ValueError now for concrete states
+    # host-side (numpy) arrays where possible: each eager jax operation costs a dispatch
+    dtype = np.dtype(jnp.result_type(*model.cims))
+    tolerance = method.tolerance
+    tolerance = np.asarray(tolerance, dtype) if _is_concrete(tolerance) else tolerance
     method = eqx.tree_at(
-        lambda m: m.tolerance, method, jnp.asarray(method.tolerance, jnp.result_type(*model.cims))
+        lambda m: m.tolerance, method, jnp.asarray(tolerance, dtype)
     )  # data, so that a new tolerance does not recompile
     # the prior as arrays: one compiled fit serves every prior, and none
-    dtype = jnp.result_type(*model.cims)
     N = model.num_nodes
     if prior is None:
-        parameters = (jnp.ones(N, dtype), jnp.zeros(N, dtype), jnp.asarray(False))
+        parameters = (np.ones(N, dtype), np.zeros(N, dtype), np.asarray(False))
     else:
         pairs = [prior.node_parameters(n) for n in range(N)]
         parameters = (
@@ -664,20 +680,20 @@ def fit_rates(
     # for concrete data without interventions and the dense solver
     groups = None
     if observations.intervention is None and isinstance(solver, MatrixExponential):
-        groups = gap_groups(_flat(observations))
+        groups = gap_groups(observations)
     fit, bad = _fit(
         model, observations, method, parameters, emissions, initial_distribution, solver, groups
     )
-    bad = jnp.reshape(bad, observations.batch_shape + (observations.times.shape[-1],))
+    shape = observations.batch_shape + (observations.times.shape[-1],)
+    bad = np.reshape(np.asarray(bad), shape) if _is_concrete(bad) else jnp.reshape(bad, shape)
     return _check_possible(fit, bad, observations)
 
 
 @eqx.filter_jit
 def _fit(model, observations, method, prior, emissions, initial_distribution, solver, groups):
     problem = _problem(model, observations, prior, emissions, initial_distribution, solver, groups)
-    _, bad = problem.log_likelihood(problem.start())
-    outcome = method.fit(problem, ~bad.any())
-    rates = problem.clip(outcome.rates)
+    outcome = method.fit(problem)
+    rates = problem.clip(outcome.rates)  # (the optimisers stay inside; rounding)
     # a rate driven to infinity creeps up (the objective flattens out); try the fast rates at
     # the top of the box, ratios kept, and keep that when the objective does not decrease
     candidates = tuple(f & (q * problem.shortest >= _PUSH) for q, f in zip(rates, problem.free))
@@ -686,19 +702,31 @@ def _fit(model, observations, method, prior, emissions, initial_distribution, so
     pushed = tuple(
         jnp.where(c, jnp.minimum(q * factor, problem.upper), q) for q, c in zip(rates, candidates)
     )
-    both = jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), rates, pushed)
-    likelihoods = jax.vmap(lambda r: problem.log_likelihood(r)[0])(both)
-    posteriors = likelihoods + jax.vmap(problem.log_prior)(both)
-    log_posterior = posteriors[0]
+    # the optimiser's last objective is at `rates`; without a prior its log density is 0
+    log_posterior = outcome.objective
+    log_likelihood = log_posterior - problem.log_prior(rates)
+
+    def pushed_evaluation(pushed):
+        likelihood = problem.log_likelihood(pushed)[0]
+        return likelihood, likelihood + problem.log_prior(pushed)
+
+    def no_candidates(pushed):
+        minus_infinity = jnp.full((), -jnp.inf, log_posterior.dtype)
+        return minus_infinity, minus_infinity
+
+    # one more filter pass only when some rate is a candidate
+    pushed_likelihood, pushed_posterior = jax.lax.cond(
+        fastest > 0, pushed_evaluation, no_candidates, pushed
+    )
     tol = jnp.asarray(method.tolerance, log_posterior.dtype)
     accept = (
         (fastest > 0)
-        & jnp.isfinite(posteriors[1])
-        & (posteriors[1] >= log_posterior - tol * (1 + jnp.abs(log_posterior)))
+        & jnp.isfinite(pushed_posterior)
+        & (pushed_posterior >= log_posterior - tol * (1 + jnp.abs(log_posterior)))
     )
     rates = tuple(jnp.where(accept, p, q) for p, q in zip(pushed, rates))
-    log_likelihood = jnp.where(accept, likelihoods[1], likelihoods[0])
-    log_posterior = jnp.where(accept, posteriors[1], posteriors[0])
+    log_likelihood = jnp.where(accept, pushed_likelihood, log_likelihood)
+    log_posterior = jnp.where(accept, pushed_posterior, log_posterior)
     lower = tuple(f & (q * problem.tau < _FLAG_LOWER) for q, f in zip(rates, problem.free))
     upper = tuple(
         f & ((q * problem.shortest >= _FLAG_UPPER) | (q >= problem.upper * (1 - 1e-9)))
@@ -715,4 +743,4 @@ def _fit(model, observations, method, prior, emissions, initial_distribution, so
         at_upper_bound=upper,
         method=method.name,
     )
-    return fit, bad
+    return fit, outcome.bad

@@ -12,9 +12,47 @@ import pytest
 import scipy.linalg
 
 import jaxctbn as jc
-from jaxctbn._dense_linalg import expm, expm_batched, solve_batched
+from jaxctbn._dense_linalg import (
+    expm,
+    expm_batched,
+    matmul,
+    matrix_vector,
+    short_sum,
+    solve_batched,
+    vector_matrix,
+)
 from jaxctbn._panel import gap_groups
-from jaxctbn._panel_fit import _fit, _flat
+from jaxctbn._panel_fit import _fit
+
+
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 16, 17])
+def test_unrolled_contractions_match_numpy(n):
+    """`short_sum`, `vector_matrix`, `matrix_vector` and `matmul` (unrolled for short axes,
+    `jnp` above) against numpy, under `jit` and `vmap`, and their gradients against `jnp`'s."""
+    rng = np.random.default_rng(n)
+    x = rng.normal(size=(3, n, 2))
+    v, u, M = rng.normal(size=n), rng.normal(size=4), rng.normal(size=(n, 4))
+    A, B = rng.normal(size=(5, 4, n)), rng.normal(size=(5, n, 3))
+    x, v, u, M, A, B = (jnp.asarray(a) for a in (x, v, u, M, A, B))
+    np.testing.assert_allclose(jax.jit(short_sum, static_argnums=1)(x, 1), x.sum(1), rtol=1e-13)
+    np.testing.assert_allclose(jax.jit(vector_matrix)(v, M), v @ M, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(jax.jit(matrix_vector)(M.T, v), M.T @ v, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(jax.jit(matmul)(A, B), A @ B, rtol=1e-12, atol=1e-14)
+    batched = jax.vmap(vector_matrix)(jnp.stack([v, 2 * v]), jnp.stack([M, M]))
+    np.testing.assert_allclose(batched, np.stack([v @ M, 2 * v @ M]), rtol=1e-12, atol=1e-14)
+    # gradients (the custom VJPs of the vector products) against jnp's matmul
+    ours = jax.grad(lambda v, M: jnp.sum(jnp.sin(vector_matrix(v, M))), (0, 1))(v, M)
+    theirs = jax.grad(lambda v, M: jnp.sum(jnp.sin(v @ M)), (0, 1))(v, M)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    ours = jax.grad(lambda M, u: jnp.sum(jnp.cos(matrix_vector(M, u))), (0, 1))(M, u)
+    theirs = jax.grad(lambda M, u: jnp.sum(jnp.cos(M @ u)), (0, 1))(M, u)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    ours = jax.grad(lambda A, B: jnp.sum(matmul(A, B) ** 2), (0, 1))(A, B)
+    theirs = jax.grad(lambda A, B: jnp.sum((A @ B) ** 2), (0, 1))(A, B)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
 
 
 def batched_lapack_calls(hlo: str) -> list[str]:
@@ -148,7 +186,7 @@ def test_panel_fit_compiles_without_batched_lapack():
     )
     times = np.cumsum(rng.uniform(0.2, 1.0, size=(6, 4)), -1)
     obs = jc.PanelObservations(times, rng.integers(0, 2, size=(6, 4, 3)))
-    groups = gap_groups(_flat(obs))  # as fit_rates computes them eagerly
+    groups = gap_groups(obs)  # as fit_rates computes them eagerly
     no_prior = (jnp.ones(3), jnp.zeros(3), jnp.asarray(False))
     for method, route in ((jc.EMFit(), groups), (jc.GradientFit(), None)):
         lowered = _fit.lower(
