@@ -558,10 +558,13 @@ def _filter(
     p0: Array | None,
     solver: AbstractMasterEquationSolver,
     propagators: tuple[Array, Array] | None = None,
+    exact_entries: bool = True,
 ) -> tuple[AbstractGenerator, _Smoothed]:
     """The scaled forward filter of one trajectory (see the module docstring). With
     `propagators = (table, index)`, interval $i$'s $e^{(t_i-t_{i-1})W}$ is read as
-    `table[index[i]]` (`table` `(G, S, S)`, `index` `(O - 1,)`) instead of being solved."""
+    `table[index[i]]` (`table` `(G, S, S)`, `index` `(O - 1,)`) instead of being solved.
+    `exact_entries=False` (static: no observation of the batch records an exact entry time)
+    leaves out the entry terms."""
     intervention = observations.intervention
     if intervention is not None:
         intervention = intervention.checked(model)
@@ -597,7 +600,9 @@ def _filter(
             predicted, _ = solver.solve(gen, alpha, _safe(dt, ok))
         else:  # gathered inside the step: fused, never materialised per interval
             predicted = vector_matrix(alpha, table[i])
-        a = jnp.where(is_exact, _entry_forward(gen, predicted, o), predicted * e)
+        a = predicted * e
+        if exact_entries:
+            a = jnp.where(is_exact, _entry_forward(gen, predicted, o), a)
         c = jnp.where(ok, short_sum(a), 1)
         alpha = jnp.where(ok & _positive(c), a / jnp.where(_positive(c), c, 1), alpha)
         return alpha, (alpha, predicted, c)
@@ -642,10 +647,11 @@ def _backward(
     filtered: _Smoothed,
     solver: AbstractMasterEquationSolver,
     propagators: tuple[Array, Array] | None = None,
+    exact_entries: bool = True,
 ) -> tuple[Array, Array]:
     r"""The scaled backward messages: `betas` $\hat\beta_i$ `(O, S)` and `ends` `(O, S)`, row
     $i$ = $b_{i+1}$, the backward message at the end of the interval after observation $i$
-    (ones after the last). `propagators` as in `_filter`."""
+    (ones after the last). `propagators` and `exact_entries` as in `_filter`."""
     cards = gen.cardinalities
     valid = filtered.valid
     exact = observations.exact_entry & valid
@@ -656,7 +662,9 @@ def _backward(
 
     def step(beta, inputs):
         dt, ok, is_exact, e, o, c, i = inputs
-        end = jnp.where(is_exact, _entry_backward(gen, beta, o), e * beta)
+        end = e * beta
+        if exact_entries:
+            end = jnp.where(is_exact, _entry_backward(gen, beta, o), end)
         end = end / jnp.where(_positive(c), c, 1)  # c = 0 is reported, not propagated
         if table is None:
             previous, _ = solver.solve_backward(gen, end, _safe(dt, ok))
@@ -730,6 +738,7 @@ class GapGroups(eqx.Module):
 
     index: Int[np.ndarray | Array, "trajectories intervals"]
     gaps: Float[np.ndarray | Array, " groups"]
+    exact_entries: bool = eqx.field(static=True, default=True)  # any exact entry time?
 
 
 def gap_groups(observations: PanelObservations) -> GapGroups | None:
@@ -756,7 +765,12 @@ def gap_groups(observations: PanelObservations) -> GapGroups | None:
         else float
     )
     # numpy arrays: converted when passed to the compiled fit (no eager dispatch here)
-    return GapGroups(index=index.astype(np.int32), gaps=values[keep].astype(dtype))
+    exact_entries = not _is_concrete(observations.exact_entry) or bool(
+        np.any(np.asarray(observations.exact_entry))
+    )
+    return GapGroups(
+        index=index.astype(np.int32), gaps=values[keep].astype(dtype), exact_entries=exact_entries
+    )
 
 
 @eqx.filter_jit
@@ -779,17 +793,22 @@ def _pooled_by_gaps(model, observations, emissions, initial_distribution, groups
     P = MatrixExponential._checked((expm_batched(gaps[:, None, None] * W),))[0]
 
     def one(obs, p, index):
-        _, filtered = _filter(model, obs, matrices, p, solver, (P, index))
+        _, filtered = _filter(model, obs, matrices, p, solver, (P, index), groups.exact_entries)
         bad, log_likelihood = _filtered_log_likelihood(filtered, p)
         if what == "likelihood":
             return bad, log_likelihood
-        betas, ends = _backward(gen, obs, matrices, filtered, solver, (P, index))
+        betas, ends = _backward(
+            gen, obs, matrices, filtered, solver, (P, index), groups.exact_entries
+        )
         a, b = filtered.alphas[:-1], ends[:-1]
         ok = filtered.valid[1:]
         Z = short_sum(a * betas[:-1])  # a_i P_i b_i, with P_i b_i = beta_i
         weight = jnp.where(ok, 1 / jnp.where(ok & (Z > 0), Z, 1), 0)
         outer = weight[:, None, None] * a[:, :, None] * b[:, None, :]
-        jumps = _exact_entry_transitions(gen, obs, filtered, betas)
+        if groups.exact_entries:
+            jumps = _exact_entry_transitions(gen, obs, filtered, betas)
+        else:
+            jumps = jnp.zeros((len(gen.shifts), S), W.dtype)
         return bad, (outer, jumps, log_likelihood)
 
     bad, out = jax.vmap(one)(observations, p0, groups.index)
@@ -802,8 +821,17 @@ def _pooled_by_gaps(model, observations, emissions, initial_distribution, groups
     A = W.T
     zero = jnp.zeros_like(A)
 
-    blocks = jax.vmap(lambda h, B: h * jnp.block([[A, B], [zero, A]]))(gaps, summed)
-    C = MatrixExponential._checked((expm_batched(blocks)[:, :S, S:].sum(0),))[0]
+    # the integral is linear in B: scaled to the 1-norm of A, the block's norm (hence the
+    # number of squarings) is set by h W, not by the size of the summed messages
+    norm_A = jnp.abs(A).sum(0).max()
+    norm_B = jnp.abs(summed).sum(-2).max(-1)
+    scale = jnp.where((norm_B > 0) & (norm_A > 0), norm_B / jnp.where(norm_A > 0, norm_A, 1), 1)
+    scale = jnp.where(norm_B > 0, scale, 1)
+    blocks = jax.vmap(lambda h, B: h * jnp.block([[A, B], [zero, A]]))(
+        gaps, summed / scale[:, None, None]
+    )
+    upper_right = expm_batched(blocks)[:, :S, S:] * scale[:, None, None]
+    C = MatrixExponential._checked((upper_right.sum(0),))[0]
     src, dst = _shift_indices(gen.cardinalities)
     rates = jnp.stack([gen.shift_rates(r) for r in range(len(gen.shifts))])
     statistics = PanelExpectedStatistics(
@@ -879,9 +907,7 @@ def _vmapped(fn, ndim: int):
     return fn
 
 
-def _check_possible(
-    outputs, bad: Bool[Array | np.ndarray, "*batch observations"], observations
-):
+def _check_possible(outputs, bad: Bool[Array | np.ndarray, "*batch observations"], observations):
     """Raise if an observation has likelihood 0 (or the filter is not finite), naming the
     trajectory and the time: a `ValueError` when `bad` is concrete (an eager call), otherwise
     an `eqx.branched_error_if` on `outputs` naming the trajectory and the observation's index."""

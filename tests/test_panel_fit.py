@@ -444,11 +444,15 @@ def test_intervals_grouped_by_length_give_the_per_trajectory_statistics():
     exact[:3, 4] = True  # an entry into the observed configuration (sure to be possible)
     states[:3, 4] = [1, 1]
     states[:3, 3] = [0, 0]
-    obs = jc.PanelObservations(times, states, num_observations=[K] * 10 + [4, 3], exact_entry=exact)
-    groups = gap_groups(obs)
-    assert groups is not None and 1 < groups.gaps.shape[0] < R * (K - 1)
+    counts = [K] * 10 + [4, 3]
+    with_entries = jc.PanelObservations(times, states, num_observations=counts, exact_entry=exact)
+    panel_only = jc.PanelObservations(times, states, num_observations=counts)
     emissions = jc.Emissions([np.array([[0.9, 0.1], [0.2, 0.8]]), None])
-    for e in (None, emissions):
+    # with exact entry times, and without (then the grouped filter leaves the entry terms out)
+    for obs, e in itertools.product((with_entries, panel_only), (None, emissions)):
+        groups = gap_groups(obs)
+        assert groups is not None and 1 < groups.gaps.shape[0] < R * (K - 1)
+        assert groups.exact_entries == (obs is with_entries)
         reference = jc.panel_expected_statistics(
             model, obs, emissions=e, solver=jc.MatrixExponential()
         ).sum()
