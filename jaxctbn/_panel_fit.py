@@ -144,6 +144,32 @@ class _Problem(eqx.Module):
     def objective(self, rates: tuple[Array, ...]) -> Array:
         return self.log_likelihood(rates)[0] + self.log_prior(rates)
 
+    def objective_by_fisher(self, rates: tuple[Array, ...]) -> Array:
+        r"""`objective`, reverse-mode differentiable through one forward-backward pass instead
+        of through the filter: by Fisher's identity the gradient of the observed-data
+        log-likelihood is the expected gradient of the complete-data one,
+        $\partial\ell/\partial\Lambda=(\alpha-1+\bar M)/\Lambda-(\beta+\overline{cT})$ for a free
+        rate (0 for the others), with the smoothed statistics of the E-step."""
+
+        @jax.custom_vjp
+        def value(rates):
+            return self.objective(rates)
+
+        def forward(rates):
+            objective, stats, _ = self.e_step(rates)
+            return objective, (rates, stats)
+
+        def backward(residuals, cotangent):
+            rates, stats = residuals
+            gradient = tuple(
+                jnp.where(f, a / jnp.where(f, q, 1) - b, 0) * cotangent
+                for (a, b), q, f in zip(self._counts(stats), rates, self.free)
+            )
+            return (gradient,)
+
+        value.defvjp(forward, backward)
+        return value(rates)
+
     def e_step(self, rates: tuple[Array, ...]) -> tuple[Array, PanelExpectedStatistics, Array]:
         """The objective at `rates`, the smoothed statistics of every trajectory (pooled,
         without a batch axis, when the intervals are grouped by length) and the `(R, O)`
@@ -152,12 +178,11 @@ class _Problem(eqx.Module):
         stats = cast(PanelExpectedStatistics, stats)
         return jnp.sum(stats.log_likelihood) + self.log_prior(rates), stats, bad
 
-    def m_step(self, rates: tuple[Array, ...], stats: PanelExpectedStatistics) -> tuple[Array, ...]:
-        r"""Per free rate, the maximiser over the box of
-        $(\alpha-1+\bar M)\log\lambda-(\beta+\overline{cT})\lambda$: the clipped ratio; where
-        $\beta+\overline{cT}=0$ (no prior and no time spent), the rate is kept."""
+    def _counts(self, stats: PanelExpectedStatistics) -> list[tuple[Array, Array]]:
+        r"""Per node, $(\alpha-1+\bar M,\ \beta+\overline{cT})$ of every rate, `(configs, k, k)`:
+        the pooled expected transitions and (rate-scaled) dwell times plus the prior's."""
         out = []
-        for n, (q, f) in enumerate(zip(rates, self.free)):
+        for n, q in enumerate(self.model.cims):
             where = self.pooled[:, n]
             scale = self.scales[n]
             if self.groups is not None:  # already pooled: no interventions
@@ -172,8 +197,15 @@ class _Problem(eqx.Module):
                 w = where.astype(q.dtype)
                 M = jnp.einsum("r,r...->...", w, stats.node_transitions(n))
                 cT = jnp.einsum("r,rcxy,rcx->cxy", w, scale, stats.node_dwell_times(n))
-            a = self.alpha[n] - 1 + M
-            b = self.beta[n] + cT
+            out.append((self.alpha[n] - 1 + M, self.beta[n] + cT))
+        return out
+
+    def m_step(self, rates: tuple[Array, ...], stats: PanelExpectedStatistics) -> tuple[Array, ...]:
+        r"""Per free rate, the maximiser over the box of
+        $(\alpha-1+\bar M)\log\lambda-(\beta+\overline{cT})\lambda$: the clipped ratio; where
+        $\beta+\overline{cT}=0$ (no prior and no time spent), the rate is kept."""
+        out = []
+        for (a, b), q, f in zip(self._counts(stats), rates, self.free):
             known = b > 0
             proposal = jnp.clip(a / jnp.where(known, b, 1), self.lower, self.upper)
             out.append(jnp.where(f, jnp.where(known, proposal, q), 0))
@@ -451,7 +483,7 @@ class GradientFit(AbstractRateFitMethod):
             )
 
         def loss(theta):
-            return -problem.objective(rates_of(theta))
+            return -problem.objective_by_fisher(rates_of(theta))
 
         theta0 = tuple(
             jnp.where(f, jnp.log(jnp.where(f, q, 1)), 0)

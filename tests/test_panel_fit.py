@@ -386,8 +386,9 @@ def test_bad_input_names_the_argument(no_runtime_typecheck):
 def test_em_and_gradient_agree_with_misclassification_and_exact_entry():
     # the illness-death panel with states 0 and 1 misclassified (10%) and each first
     # observation of the absorbing state 2 taken as its exact entry time: the EM route
-    # (smoothed statistics, including the recorded jump) and the gradient route (autodiff of the
-    # filter) are independent and must reach the same optimum
+    # (smoothed statistics, including the recorded jump) and the gradient route (L-BFGS; its
+    # gradient is checked against autodiff of the filter in
+    # test_fisher_gradient_equals_autodiff_of_the_filter) must reach the same optimum
     grid, paths = _illness_data()
     rng = np.random.default_rng(7)
     flip = (paths < 2) & (rng.random(paths.shape) < 0.1)
@@ -416,6 +417,71 @@ def test_em_and_gradient_agree_with_misclassification_and_exact_entry():
         em.model, obs, emissions=emissions, solver=jc.MatrixExponential()
     )
     np.testing.assert_allclose(em.log_likelihood, again.sum(), rtol=1e-12)
+
+
+def _problem_for(model, obs, prior=None, emissions=None):
+    from jaxctbn._panel import gap_groups
+    from jaxctbn._panel_fit import _problem
+
+    dtype = jnp.float64
+    N = model.num_nodes
+    if prior is None:
+        parameters = (jnp.ones(N, dtype), jnp.zeros(N, dtype), jnp.asarray(False))
+    else:
+        parameters = (jnp.full(N, prior[0]), jnp.full(N, prior[1]), jnp.asarray(True))
+    groups = gap_groups(obs) if obs.intervention is None else None
+    solver = jc.MatrixExponential()
+    return _problem(model, obs, parameters, emissions, None, solver, groups)
+
+
+def test_fisher_gradient_equals_autodiff_of_the_filter():
+    # GradientFit differentiates the objective by Fisher's identity (smoothed statistics of one
+    # forward-backward pass); reverse-mode autodiff through the filter is the independent route.
+    # Per free rate, at rates away from the optimum: perfect interventions (pooling) with a
+    # prior, imperfect ones (rate scales), misclassification with exact entry times (the
+    # intervals grouped by length)
+    rng = np.random.default_rng(11)
+    obs, _ = _two_node_data()
+    grid, paths = _illness_data()
+    scales = np.array([1.0, 1.0, 3.0, 0.5, 1.0, 2.0])
+    scaled = jc.PanelObservations(
+        np.broadcast_to(grid, (6, len(grid))),
+        paths[:6, :, None] % 2,
+        intervention=jc.Intervention(
+            targets=jnp.zeros((6, 1), bool), states=jnp.zeros((6, 1), jnp.int32)
+        ).with_rate_scales([jnp.asarray(scales)]),
+    )
+    entered = (paths == 2) & np.concatenate(
+        [np.zeros((len(paths), 1), bool), paths[:, :-1] != 2], axis=1
+    )
+    emissions = jc.Emissions([np.array([[0.9, 0.1, 0.0], [0.1, 0.9, 0.0], [0.0, 0.0, 1.0]])])
+    illness = jc.PanelObservations(
+        np.broadcast_to(grid, paths.shape), paths[..., None], exact_entry=entered
+    )
+    problems = [
+        _problem_for(START, obs, prior=PRIOR),
+        _problem_for(BINARY, scaled),
+        _problem_for(_illness_start(), illness, emissions=emissions),  # grouped by length
+    ]
+    assert problems[2].groups is not None and problems[1].groups is None
+    for problem in problems:
+        rates = tuple(
+            jnp.where(f, q * jnp.asarray(rng.uniform(0.5, 2.0, q.shape)), 0)
+            for q, f in zip(problem.start(), problem.free)
+        )
+        both = eqx.filter_jit(
+            lambda p, r: (
+                jax.value_and_grad(p.objective_by_fisher)(r),
+                jax.value_and_grad(p.objective)(r),
+            )
+        )  # one compilation per problem
+        (fisher, ours), (value, autodiff) = both(problem, rates)
+        np.testing.assert_allclose(fisher, value, rtol=1e-13)
+        for a, b, f in zip(ours, autodiff, problem.free):
+            assert np.any(np.asarray(f))
+            np.testing.assert_allclose(
+                np.asarray(a)[np.asarray(f)], np.asarray(b)[np.asarray(f)], rtol=1e-8, atol=1e-9
+            )
 
 
 def test_intervals_grouped_by_length_give_the_per_trajectory_statistics():
