@@ -515,7 +515,7 @@ def test_intervals_grouped_by_length_give_the_per_trajectory_statistics():
     panel_only = jc.PanelObservations(times, states, num_observations=counts)
     emissions = jc.Emissions([np.array([[0.9, 0.1], [0.2, 0.8]]), None])
     # with exact entry times, and without (then the grouped filter leaves the entry terms out)
-    for obs, e in itertools.product((with_entries, panel_only), (None, emissions)):
+    for obs, e in [(with_entries, None), (with_entries, emissions), (panel_only, emissions)]:
         groups = gap_groups(obs)
         assert groups is not None and 1 < groups.gaps.shape[0] < R * (K - 1)
         assert groups.exact_entries == (obs is with_entries)
