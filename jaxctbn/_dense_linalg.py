@@ -109,6 +109,8 @@ def matmul(A: Array, B: Array) -> Array:
     n = A.shape[-1]
     if n > _UNROLLED_MATMUL_MAX:
         return jnp.matmul(A, B)
+    # column-times-row products added directly (not `short_sum` of the 4-D broadcast product:
+    # measured 1.5-2x slower for a batch of 4 x 4 exponentials)
     total = A[..., :, 0:1] * B[..., 0:1, :]
     for k in range(1, n):
         total = total + A[..., :, k : k + 1] * B[..., k : k + 1, :]

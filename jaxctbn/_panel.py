@@ -826,7 +826,6 @@ def _pooled_by_gaps(model, observations, emissions, initial_distribution, groups
     norm_A = jnp.abs(A).sum(0).max()
     norm_B = jnp.abs(summed).sum(-2).max(-1)
     scale = jnp.where((norm_B > 0) & (norm_A > 0), norm_B / jnp.where(norm_A > 0, norm_A, 1), 1)
-    scale = jnp.where(norm_B > 0, scale, 1)
     blocks = jax.vmap(lambda h, B: h * jnp.block([[A, B], [zero, A]]))(
         gaps, summed / scale[:, None, None]
     )

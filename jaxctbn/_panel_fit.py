@@ -444,8 +444,8 @@ class EMFit(AbstractRateFitMethod):
 
 class GradientFit(AbstractRateFitMethod):
     r"""Quasi-Newton ascent: `optax.lbfgs` (zoom line search) on $\theta=\log\Lambda$ of the free
-    rates; the rates are $\Lambda=\exp(\mathrm{clip}(\theta))$, clipped into the box of [`jaxctbn.fit_rates`][] (the
-    objective is flat outside it). It maximises the same objective as [`jaxctbn.EMFit`][] (the
+    rates; the rates are $\Lambda=\exp(\mathrm{clip}(\theta))$, clipped into the box of
+    [`jaxctbn.fit_rates`][] (the objective is flat outside it). It maximises the same objective as [`jaxctbn.EMFit`][] (the
     prior density in rate space, no Jacobian term), so the two share the optimum.
 
     The gradient comes from one forward-backward pass by Fisher's identity (the gradient of the
