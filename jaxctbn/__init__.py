@@ -13,6 +13,7 @@ from ._ctbn import CTBN as CTBN
 from ._ctbn import PaddedCTBN as PaddedCTBN
 from ._interventions import Intervention as Intervention
 from ._interventions import intervention_space as intervention_space
+from ._interventions import single_node_interventions as single_node_interventions
 from ._random import paper_network as paper_network
 from ._random import random_ctbn as random_ctbn
 from ._random import random_graph as random_graph
@@ -30,12 +31,15 @@ from ._solvers import AbstractMasterEquationSolver as AbstractMasterEquationSolv
 from ._solvers import DiffraxSolver as DiffraxSolver
 from ._solvers import MatrixExponential as MatrixExponential
 from ._solvers import Uniformisation as Uniformisation
+from ._solvers import AbstractApproximateSolver as AbstractApproximateSolver
 from ._master_equation import AbstractExpectedStatistics as AbstractExpectedStatistics
 from ._master_equation import ExpectedStatistics as ExpectedStatistics
 from ._master_equation import expected_statistics as expected_statistics
 from ._master_equation import expected_statistics_batch as expected_statistics_batch
 from ._master_equation import initial_distribution as initial_distribution
 from ._master_equation import marginals as marginals
+from ._mean_field import MeanField as MeanField
+from ._mean_field import MeanFieldStatistics as MeanFieldStatistics
 
 # paths and data
 from ._sampling import Trajectories as Trajectories

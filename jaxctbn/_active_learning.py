@@ -40,7 +40,7 @@ from ._optimisers import LBFGS
 from ._posterior import AbstractPosterior, RatePosterior
 from ._priors import AbstractPrior, GammaPrior
 from ._sampling import Trajectories, _check_count, automatic_max_events, sample_trajectory
-from ._solvers import DEFAULT_SOLVER, AbstractMasterEquationSolver
+from ._solvers import DEFAULT_SOLVER, StatisticsSolver
 from ._statistics import SufficientStatistics
 from ._structure import StructurePosterior, family_statistics
 
@@ -98,7 +98,7 @@ class CriterionDesign(AbstractDesign):
     criterion: AbstractCriterion
     num_samples: int = eqx.field(default=10, static=True, kw_only=True)
     worst: bool = eqx.field(default=False, static=True, kw_only=True)
-    solver: AbstractMasterEquationSolver = eqx.field(default=DEFAULT_SOLVER, kw_only=True)
+    solver: StatisticsSolver = eqx.field(default=DEFAULT_SOLVER, kw_only=True)
     batching: AbstractBatching | None = eqx.field(default=None, kw_only=True)
 
     def __check_init__(self):

@@ -38,7 +38,7 @@ from ._parameter_criteria import (
     posterior_draws,
 )
 from ._posterior import AbstractPosterior, RatePosterior
-from ._solvers import DEFAULT_SOLVER, AbstractMasterEquationSolver
+from ._solvers import DEFAULT_SOLVER, StatisticsSolver
 from ._structure import StructurePosterior
 from ._structure_criteria import (
     divergences_all_candidates,
@@ -74,7 +74,7 @@ class AbstractCriterion(eqx.Module):
         *,
         key: PRNGKeyArray,
         num_samples: int,
-        solver: AbstractMasterEquationSolver,
+        solver: StatisticsSolver,
         batching: AbstractBatching | None,
     ) -> Float[Array, " candidates"]:
         """Scores for active parameter learning."""
@@ -89,7 +89,7 @@ class AbstractCriterion(eqx.Module):
         *,
         key: PRNGKeyArray,
         num_samples: int,
-        solver: AbstractMasterEquationSolver,
+        solver: StatisticsSolver,
         batching: AbstractBatching | None,
     ) -> Float[Array, " candidates"]:
         """Scores for active structure learning."""
@@ -254,7 +254,7 @@ def score_interventions(
     criterion: AbstractCriterion = VBHC(),
     key: PRNGKeyArray,
     num_samples: int = 10,
-    solver: AbstractMasterEquationSolver = DEFAULT_SOLVER,
+    solver: StatisticsSolver = DEFAULT_SOLVER,
     batching: AbstractBatching | None = None,
 ) -> Float[Array, " candidates"]:
     r"""Score a batch of candidate interventions (leading axis) for the next experiment, as one

@@ -184,3 +184,19 @@ def intervention_space(cardinalities: Sequence[int]) -> Intervention:
     options = [[-1, *range(int(k))] for k in cardinalities]
     combos = np.array(list(itertools.product(*options)), dtype=np.int32).reshape(-1, len(options))
     return Intervention(targets=jnp.asarray(combos >= 0), states=jnp.asarray(np.maximum(combos, 0)))
+
+
+def single_node_interventions(cardinalities: Sequence[int]) -> Intervention:
+    r"""No intervention and every perfect intervention on a single node: a batched
+    [`jaxctbn.Intervention`][] with $1+\sum_n k_n$ members (member 0 = none, then node 0
+    clamped to 0, ..., $k_0-1$, node 1 clamped to 0, ...). The design space for networks too
+    large for [`jaxctbn.intervention_space`][] ($\prod_n(1+k_n)$ members)."""
+    cards = [int(k) for k in cardinalities]
+    rows = [[-1] * len(cards)]
+    for n, k in enumerate(cards):
+        for state in range(k):
+            row = [-1] * len(cards)
+            row[n] = state
+            rows.append(row)
+    combos = np.array(rows, dtype=np.int32)
+    return Intervention(targets=jnp.asarray(combos >= 0), states=jnp.asarray(np.maximum(combos, 0)))

@@ -31,7 +31,12 @@ from ._layout import (
     num_configurations,
     state_bins_on_sets,
 )
-from ._solvers import DEFAULT_SOLVER, AbstractMasterEquationSolver
+from ._solvers import (
+    DEFAULT_SOLVER,
+    AbstractApproximateSolver,
+    AbstractMasterEquationSolver,
+    StatisticsSolver,
+)
 
 
 # --------------------------------------------------------------------------- results
@@ -183,6 +188,32 @@ def initial_distribution(
     return _initial_distribution(model, initial_state, intervention)
 
 
+def checked_node_states(
+    model: AbstractCTBN, initial_state: Array, intervention: Intervention | None
+) -> Int[Array, " nodes"]:
+    """An integer initial state `(N,)` with its shape checked now and its values (`0..k-1`)
+    inside jit, clamped nodes moved to their clamped states (an intervention already passed
+    through `checked(model)`; a clamped node's given state is replaced, not checked)."""
+    cards = model.cardinalities
+    if initial_state.shape != (model.num_nodes,):
+        raise ValueError(
+            f"initial_state: expected {model.num_nodes} node states, got shape {initial_state.shape}."
+        )
+    bad = (initial_state < 0) | (initial_state >= jnp.asarray(cards))
+    if intervention is not None:
+        bad = bad & ~intervention.targets
+        initial_state = intervention.initial_states(initial_state)
+    return eqx.branched_error_if(
+        initial_state,
+        jnp.any(bad),
+        jnp.argmax(bad),
+        [
+            f"initial_state: node states must be in 0..k-1; node {name!r} has states 0..{k - 1}."
+            for name, k in zip(model.names, cards)
+        ],
+    )
+
+
 def _initial_distribution(
     model: AbstractCTBN, initial_state: ArrayLike, intervention: Intervention | None
 ) -> Float[Array, " global_states"]:
@@ -192,24 +223,7 @@ def _initial_distribution(
     S = model.num_global_states
     dtype = jnp.result_type(*model.cims)
     if jnp.issubdtype(initial_state.dtype, jnp.integer):
-        if initial_state.shape != (model.num_nodes,):
-            raise ValueError(
-                f"initial_state: expected {model.num_nodes} node states, got shape {initial_state.shape}."
-            )
-        bad = (initial_state < 0) | (initial_state >= jnp.asarray(cards))
-        if intervention is not None:  # a clamped node's given state is replaced, not used
-            bad = bad & ~intervention.targets
-            initial_state = intervention.initial_states(initial_state)
-        initial_state = eqx.branched_error_if(
-            initial_state,
-            jnp.any(bad),
-            jnp.argmax(bad),
-            [
-                f"initial_state: node states must be in 0..k-1; node {name!r} has states "
-                f"0..{k - 1}."
-                for name, k in zip(model.names, cards)
-            ],
-        )
+        initial_state = checked_node_states(model, initial_state, intervention)
         return jnp.zeros((S,), dtype).at[global_state_index(initial_state, cards)].set(1.0)
     if initial_state.size != S:
         raise ValueError(
@@ -253,13 +267,23 @@ def _prepare(
     """The checked (intervened) model, its generator and the initial distribution. Every check
     is attached to values that all of the solve's outputs are computed from: the rates to the
     model (hence the generator), the initial state and the intervention's states to `p0`."""
+    model, intervention = prepare_model(model, intervention)
+    p0 = _initial_distribution(model, initial_state, intervention)
+    return model, amalgamate(model), p0
+
+
+def prepare_model(
+    model: AbstractCTBN, intervention: Intervention | None
+) -> tuple[AbstractCTBN, Intervention | None]:
+    r"""The checked intervened model and the checked intervention: rates finite and $\ge0$
+    before and after the intervention (an imperfect one can make them negative or NaN), clamped
+    states in range."""
     if intervention is not None:
         intervention = intervention.checked(model)
     model = model.checked()
-    if intervention is not None:  # an imperfect intervention can make rates negative or NaN
+    if intervention is not None:
         model = intervention.apply(model).checked("cims under the intervention")
-    p0 = _initial_distribution(model, initial_state, intervention)
-    return model, amalgamate(model), p0
+    return model, intervention
 
 
 def expected_statistics(
@@ -268,8 +292,8 @@ def expected_statistics(
     horizon: ArrayLike,
     *,
     intervention: Intervention | None = None,
-    solver: AbstractMasterEquationSolver = DEFAULT_SOLVER,
-) -> ExpectedStatistics:
+    solver: StatisticsSolver = DEFAULT_SOLVER,
+) -> AbstractExpectedStatistics:
     r"""Solve the master equation of `model` over $[0,\tau]$ and return the expected statistics.
 
     **Arguments:**
@@ -279,9 +303,11 @@ def expected_statistics(
     - `horizon`: $\tau>0$, a scalar.
     - `intervention`: an optional [`jaxctbn.Intervention`][].
     - `solver`: a master-equation solver (default [`jaxctbn.Uniformisation`][], the fastest
-      exact route measured in `benchmarks/bench_master_equation.py`).
+      exact route measured in `benchmarks/bench_master_equation.py`), or an approximate one
+      for networks too large for the global state space ([`jaxctbn.MeanField`][]).
 
-    **Returns:** an [`jaxctbn.ExpectedStatistics`][].
+    **Returns:** an [`jaxctbn.ExpectedStatistics`][] (exact solvers) or the approximate
+    solver's [`jaxctbn.AbstractExpectedStatistics`][] (e.g. [`jaxctbn.MeanFieldStatistics`][]).
 
     Pure: works under `jax.jit`, `jax.vmap` (over models, interventions, initial states) and
     `jax.grad` (with respect to the rates).
@@ -293,6 +319,9 @@ def expected_statistics(
     projected from them), so selecting any one of them under `jax.jit` still raises.
     """
     _check_horizon_shape(horizon)
+    if isinstance(solver, AbstractApproximateSolver):
+        horizon = _check_horizon(horizon, jnp.result_type(*model.cims))
+        return solver.expected_statistics(model, initial_state, horizon, intervention)
     model, gen, p0 = _prepare(model, initial_state, intervention)
     horizon = _check_horizon(horizon, p0.dtype)
     p_final, dwell = solver.solve(gen, p0, horizon)
@@ -305,13 +334,22 @@ def expected_statistics_batch(
     horizon: ArrayLike,
     *,
     interventions: Intervention | None = None,
-    solver: AbstractMasterEquationSolver = DEFAULT_SOLVER,
-) -> ExpectedStatistics:
+    solver: StatisticsSolver = DEFAULT_SOLVER,
+) -> AbstractExpectedStatistics:
     """[`jaxctbn.expected_statistics`][] for a batch: `models`, `initial_state` and `interventions`
     carry a leading batch axis (broadcast them yourself); `horizon` is shared. Uses the solver's
     batched form (one shared-step ODE solve for [`jaxctbn.DiffraxSolver`][]).
     """
     _check_horizon_shape(horizon)
+    if isinstance(solver, AbstractApproximateSolver):
+        horizon = _check_horizon(horizon, jnp.result_type(*models.cims))
+        if interventions is None:
+            return jax.vmap(lambda m, x: solver.expected_statistics(m, x, horizon, None))(
+                models, initial_state
+            )
+        return jax.vmap(lambda m, x, i: solver.expected_statistics(m, x, horizon, i))(
+            models, initial_state, interventions
+        )
     if interventions is None:
         prepared = jax.vmap(lambda m, x: _prepare(m, x, None))(models, initial_state)
     else:

@@ -138,6 +138,26 @@ class AbstractMasterEquationSolver(eqx.Module):
         """
 
 
+class AbstractApproximateSolver(eqx.Module):
+    r"""An approximate route to the expected node statistics that never forms the $S=\prod_n k_n$
+    global states, for networks too large for an exact solver (e.g.
+    [`jaxctbn.MeanField`][]). Pass it wherever a `solver` of the expected statistics is taken
+    ([`jaxctbn.expected_statistics`][], the design criteria, the active-learning loop): they
+    call `expected_statistics` instead of solving the master equation over the global states,
+    and use the returned [`jaxctbn.AbstractExpectedStatistics`][] as they would the exact one.
+    Must be pure (work under `jax.jit`, `jax.vmap` and `jax.grad`)."""
+
+    @abc.abstractmethod
+    def expected_statistics(self, model, initial_state, horizon, intervention) -> Any:
+        r"""The (approximate) [`jaxctbn.AbstractExpectedStatistics`][] of `model` over
+        $[0,\tau]$ from `initial_state` (node states `(N,)`) under `intervention`
+        (`None` = none); `horizon` is already validated."""
+
+
+# every solver of the expected statistics: exact (over the global states) or approximate
+StatisticsSolver = AbstractMasterEquationSolver | AbstractApproximateSolver
+
+
 @functools.cache
 def _poisson_num_terms(mean: float, tol: float) -> int:
     """The smallest `K` with Pr(N >= K) < `tol` for N ~ Poisson(`mean`): a static length,
