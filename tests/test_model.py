@@ -153,3 +153,19 @@ def test_intervention_validation(getkey):
         jc.Intervention.none(3).apply(model)
     iv = jc.Intervention.perfect(model, {"X1": 2})
     assert iv.as_dict(model) == {"X1": 2}
+
+
+def test_single_node_interventions_are_the_members_of_the_space_with_at_most_one_target():
+    cards = (2, 3, 2)
+    single = jc.single_node_interventions(cards)
+    full = jc.intervention_space(cards)
+    assert single.targets.shape == (1 + sum(cards), 3)
+    assert not bool(single.targets[0].any())  # member 0 = no intervention
+
+    def rows(iv):
+        t, s = np.asarray(iv.targets), np.asarray(iv.states)
+        return {tuple(np.where(t[i], s[i], -1)) for i in range(t.shape[0])}
+
+    keep = np.asarray(full.targets).sum(1) <= 1
+    expected = {r for r in rows(full) if sum(x >= 0 for x in r) <= 1}
+    assert rows(single) == expected and len(rows(single)) == int(keep.sum())
