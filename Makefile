@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sampling.py
 	$(BIN)/python benchmarks/bench_structure.py
 	$(BIN)/python benchmarks/bench_criteria.py
+	$(BIN)/python benchmarks/bench_mean_field.py
 	$(BIN)/python benchmarks/bench_kl_estimators.py
 	$(BIN)/python benchmarks/bench_cli.py
 	$(BIN)/python benchmarks/bench_active_learning.py  # the paper's experiments at full size (~30 min)
