@@ -131,16 +131,24 @@ def config_index(
         for p in parents:
             index = index * cardinalities[p] + states[..., p]
         return index
-    parents = jnp.asarray(parents)
+    present, safe, _, strides = slot_strides(parents, cardinalities)
+    slot_value = jnp.where(present, jnp.take(states, safe, axis=-1), 0)
+    return (slot_value * strides).sum(-1).astype(jnp.int32)
+
+
+def slot_strides(parents, cardinalities: tuple[int, ...]) -> tuple[Array, Array, Array, Array]:
+    """For a padded parent array `(slots,)` (`-1` = empty): `(present, safe, slot_card,
+    strides)`: which slots hold a parent, the slot's node index (0 where empty), its
+    cardinality (1 where empty) and its stride in the configuration index (the product of the
+    later slots' cardinalities; the first parent is the most significant digit)."""
+    parents = jnp.asarray(parents, jnp.int32)
     card = jnp.asarray(cardinalities, dtype=jnp.int32)
     present = parents >= 0
     safe = jnp.where(present, parents, 0)
     slot_card = jnp.where(present, card[safe], 1)
-    slot_value = jnp.where(present, jnp.take(states, safe, axis=-1), 0)
-    # strides: product of the cardinalities of the later slots
-    rev = jnp.cumprod(slot_card[::-1])[::-1]
-    strides = jnp.concatenate([rev[1:], jnp.ones((1,), dtype=rev.dtype)])
-    return (slot_value * strides).sum(-1).astype(jnp.int32)
+    later = jnp.cumprod(slot_card[::-1])[::-1]
+    strides = jnp.concatenate([later[1:], jnp.ones((1,), dtype=later.dtype)])[: parents.shape[-1]]
+    return present, safe, slot_card, strides
 
 
 def state_bins_on_sets(

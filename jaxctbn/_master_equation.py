@@ -13,7 +13,7 @@ and any parent set, behind the interface [`jaxctbn.AbstractExpectedStatistics`][
 from __future__ import annotations
 
 import abc
-from typing import cast
+from typing import Any, cast
 
 import equinox as eqx
 import jax
@@ -46,18 +46,24 @@ def projection_bins(model: AbstractCTBN, node: int, parents) -> tuple[Array, Arr
     array) in each of them `(S,)`, and the number of configurations (padded arrays: the most
     any set of that padding can have). The binning every node projection of per-state
     statistics uses."""
+    parents, configs = projection_parents(model, node, parents)
+    states = jnp.asarray(all_global_states(model.cardinalities))
+    return states, config_index(states, parents, model.cardinalities), configs
+
+
+def projection_parents(model: AbstractCTBN, node: int, parents) -> tuple[Any, int]:
+    """`(parents, configs)`: the parent set a node statistic is projected onto (`None` = the
+    model's; names resolved to indices, checked not to contain `node`) and its number of
+    configurations (padded arrays: the most any set of that padding can have)."""
     cards = model.cardinalities
-    states = jnp.asarray(all_global_states(cards))
     if parents is None:
         parents = model.parent_list(node)
     if isinstance(parents, tuple | list):
         parents = tuple(model.node_index(p) for p in parents)
         if node in parents:
             raise ValueError(f"parents: node {node} cannot be its own parent.")
-        configs = num_configurations(parents, cards)
-    else:
-        configs = max_configs(node, cards, parents.shape[-1])
-    return states, config_index(states, parents, cards), configs
+        return parents, num_configurations(parents, cards)
+    return parents, max_configs(node, cards, parents.shape[-1])
 
 
 class AbstractExpectedStatistics(eqx.Module):

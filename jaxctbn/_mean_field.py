@@ -37,12 +37,13 @@ from jaxtyping import Array, ArrayLike, Float, Int
 
 from ._ctbn import AbstractCTBN
 from ._interventions import Intervention
-from ._layout import max_configs
+from ._layout import slot_strides
 from ._master_equation import (
     AbstractExpectedStatistics,
     _initial_distribution,
     checked_node_states,
     prepare_model,
+    projection_parents,
 )
 from ._solvers import AbstractApproximateSolver
 
@@ -67,17 +68,10 @@ def _digits(
     the slot's node index (0 where empty), the state of each slot's parent in each of `configs`
     configurations `(slots, configs)` (first parent most significant, as
     [`jaxctbn.CTBN`][]'s CIM rows), and which configuration indices exist (`< prod k_p`)."""
-    card = jnp.asarray(cardinalities, jnp.int32)
-    present = parents >= 0
-    safe = jnp.where(present, parents, 0)
-    slot_card = jnp.where(present, card[safe], 1)
+    present, safe, slot_card, strides = slot_strides(parents, cardinalities)
     u = jnp.arange(configs, dtype=jnp.int32)
-    if parents.shape[-1] == 0:
-        return present, safe, jnp.zeros((0, configs), jnp.int32), u < 1
-    later = jnp.cumprod(slot_card[::-1])[::-1]  # product over this and the later slots
-    strides = jnp.concatenate([later[1:], jnp.ones((1,), jnp.int32)])
-    digits = (u[None, :] // strides[:, None]) % slot_card[:, None]
-    return present, safe, digits, u < later[0]
+    digits = (u[None, :] // strides[:, None]) % slot_card[:, None]  # (slots, configs)
+    return present, safe, digits, u < jnp.prod(slot_card)
 
 
 def _config_weights(
@@ -112,22 +106,11 @@ class MeanFieldStatistics(AbstractExpectedStatistics):
     final_marginals: Float[Array, "*batch nodes kmax"]
     model: AbstractCTBN
 
-    def _parents(self, node: int, parents) -> Int[Array, " slots"]:
-        if parents is None:
-            return _padded_parents(self.model.parent_list(node))
-        if isinstance(parents, tuple | list):
-            parents = tuple(self.model.node_index(p) for p in parents)
-            if node in parents:
-                raise ValueError(f"parents: node {node} cannot be its own parent.")
-        return _padded_parents(parents)
-
-    def _num_configs(self, node: int, parents, padded: Array) -> int:
-        cards = self.model.cardinalities
-        if parents is None:
-            parents = self.model.parent_list(node)
-        if isinstance(parents, tuple | list):
-            return int(np.prod([cards[self.model.node_index(p)] for p in parents]))
-        return max_configs(node, cards, padded.shape[-1])
+    def _resolve(self, node: int | str, parents) -> tuple[int, Array, int]:
+        """`(node index, padded parent array, configs)` of a projection."""
+        node = self.model.node_index(node)
+        parents, configs = projection_parents(self.model, node, parents)
+        return node, _padded_parents(parents), configs
 
     def _project(self, node: int, parents: Array, configs: int):
         """`(M, T)` of `node` on one padded parent array with `configs` configuration rows."""
@@ -158,19 +141,15 @@ class MeanFieldStatistics(AbstractExpectedStatistics):
         return M, T
 
     def node_dwell_times(self, node: int | str, parents=None) -> Float[Array, "configs k"]:
-        node = self.model.node_index(node)
-        padded = self._parents(node, parents)
-        return self._project(node, padded, self._num_configs(node, parents, padded))[1]
+        return self._project(*self._resolve(node, parents))[1]
 
     def node_transitions(self, node: int | str, parents=None) -> Float[Array, "configs k k"]:
-        node = self.model.node_index(node)
-        padded = self._parents(node, parents)
-        return self._project(node, padded, self._num_configs(node, parents, padded))[0]
+        return self._project(*self._resolve(node, parents))[0]
 
     def node_statistics_on_sets(
         self, node: int, parent_sets: Int[Array, "sets max_parents"]
     ) -> tuple[Float[Array, "sets configs k k"], Float[Array, "sets configs k"]]:
-        configs = max_configs(node, self.model.cardinalities, parent_sets.shape[-1])
+        _, configs = projection_parents(self.model, node, parent_sets)
         return jax.vmap(lambda P: self._project(node, P, configs))(
             jnp.asarray(parent_sets, jnp.int32)
         )
@@ -186,14 +165,13 @@ def _node_tables(model: AbstractCTBN, kmax: int):
         for p in (model.parent_list(n) for n in range(model.num_nodes))
     )
     rows = max(c.shape[0] for c in model.cims)
-    parents, presents, safes, digits, valids, rates = [], [], [], [], [], []
+    presents, safes, digits, valids, rates = [], [], [], [], []
     for n, cim in enumerate(model.cims):
         padded = _padded_parents(model.parent_list(n), width)
         present, safe, d, valid = _digits(padded, cards, rows)
         k = cards[n]
         off = jnp.where(jnp.eye(k, dtype=bool), 0.0, cim)
         off = jnp.pad(off, ((0, rows - cim.shape[0]), (0, kmax - k), (0, kmax - k)))
-        parents.append(padded)
         presents.append(present)
         safes.append(safe)
         digits.append(d)
