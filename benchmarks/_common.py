@@ -90,3 +90,67 @@ def fmt(t):
     if t < 1:
         return f"{t * 1e3:.1f} ms"
     return f"{t:.2f} s"
+
+
+TIME = "/usr/bin/time"  # GNU time (Debian package `time`)
+
+
+def measure_process(cmd, *, timeout=None):
+    """Run `cmd` as its own process; returns `stdout`, `stderr`, `wall_s`, `peak_rss_bytes` (the
+    process's maximum resident set) and `rss_source`. Under GNU `time -v` when it exists ("time
+    -v": exact up to the ~2 MB of `time` itself); otherwise ("wait4") `ru_maxrss` of the child,
+    an upper bound only (Linux carries the spawning Python process's RSS across the exec).
+    Raises `subprocess.CalledProcessError` on failure, `subprocess.TimeoutExpired` after
+    `timeout` seconds (the whole process group is killed)."""
+    import re
+    import signal
+    import subprocess
+    import tempfile
+
+    use_time = os.path.isfile(TIME) and os.access(TIME, os.X_OK)
+    full = [TIME, "-v", *cmd] if use_time else list(cmd)
+    # output to files (a pipe could fill up while we block in wait4); own process group so a
+    # timeout kills the command too, not only `time`
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(full, stdout=out, stderr=err, start_new_session=True)
+        deadline = None if timeout is None else t0 + timeout
+        while True:
+            pid, status, usage = os.wait4(proc.pid, 0 if deadline is None else os.WNOHANG)
+            if pid:
+                break
+            if deadline is not None and time.perf_counter() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                os.wait4(proc.pid, 0)
+                proc.returncode = -signal.SIGKILL
+                raise subprocess.TimeoutExpired(cmd, timeout)
+            time.sleep(0.05)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, cmd, stdout, stderr)
+    if use_time:
+        m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", stderr)
+        if m is None:
+            raise RuntimeError(f"no peak RSS in the output of {TIME} -v:\n{stderr}")
+        rss, source = int(m.group(1)) * 1024, "time -v"
+        cpu = {
+            key: float(v.group(1))
+            for key, label in (("user_s", "User"), ("sys_s", "System"))
+            if (v := re.search(label + r" time \(seconds\): ([0-9.]+)", stderr))
+        }
+    else:  # ru_maxrss: KiB on Linux, bytes on macOS
+        rss = usage.ru_maxrss * (1 if os.uname().sysname == "Darwin" else 1024)
+        source = "wait4"
+        cpu = {"user_s": usage.ru_utime, "sys_s": usage.ru_stime}
+    return {
+        "stdout": stdout,
+        "stderr": stderr,
+        "wall_s": wall,
+        "peak_rss_bytes": rss,
+        "rss_source": source,
+        **cpu,
+    }

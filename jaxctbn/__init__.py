@@ -14,6 +14,7 @@ from ._ctbn import PaddedCTBN as PaddedCTBN
 from ._interventions import Intervention as Intervention
 from ._interventions import intervention_space as intervention_space
 from ._interventions import single_node_interventions as single_node_interventions
+from ._interventions import design_space as design_space
 from ._random import paper_network as paper_network
 from ._random import random_ctbn as random_ctbn
 from ._random import random_graph as random_graph
@@ -32,14 +33,18 @@ from ._solvers import DiffraxSolver as DiffraxSolver
 from ._solvers import MatrixExponential as MatrixExponential
 from ._solvers import Uniformisation as Uniformisation
 from ._solvers import AbstractApproximateSolver as AbstractApproximateSolver
+from ._solvers import AutomaticSolver as AutomaticSolver
 from ._master_equation import AbstractExpectedStatistics as AbstractExpectedStatistics
 from ._master_equation import ExpectedStatistics as ExpectedStatistics
 from ._master_equation import expected_statistics as expected_statistics
 from ._master_equation import expected_statistics_batch as expected_statistics_batch
 from ._master_equation import initial_distribution as initial_distribution
 from ._master_equation import marginals as marginals
+from ._master_equation import resolve_solver as resolve_solver
 from ._mean_field import MeanField as MeanField
 from ._mean_field import MeanFieldStatistics as MeanFieldStatistics
+from ._monte_carlo import Gillespie as Gillespie
+from ._monte_carlo import SampledStatistics as SampledStatistics
 
 # paths and data
 from ._sampling import Trajectories as Trajectories

@@ -3,7 +3,8 @@ r"""Sequential active learning: designs, learning tasks and the compiled experim
 One run is $K$ experiments. In experiment $k$: an initial state $s_0$ is chosen by the
 initial-state policy (by default drawn uniformly at random and revealed to the design, as in
 the paper); the design picks an intervention $i_k$ from a fixed batch of
-candidates (by default the paper's whole space, [`jaxctbn.intervention_space`][]); one trajectory
+candidates (by default the paper's whole space, [`jaxctbn.intervention_space`][], or for large
+networks the single-node interventions: [`jaxctbn.design_space`][]); one trajectory
 of length $\tau$ is simulated from the ground truth under $i_k$; the posterior is updated with
 pooling (an intervened node learns nothing from that trajectory); metrics are recorded.
 
@@ -33,14 +34,14 @@ from ._criteria import BHC, EIG, VBHC, AbstractCriterion, score_interventions
 from ._ctbn import CTBN
 from ._empirical_bayes import EmpiricalBayes
 from ._errors import error_message
-from ._interventions import Intervention, intervention_space
+from ._interventions import Intervention, design_space
 from ._layout import all_global_states
 from ._metrics import adjacency_from_parents, edge_aupr, edge_auroc, structural_hamming_distance
 from ._optimisers import LBFGS
 from ._posterior import AbstractPosterior, RatePosterior
 from ._priors import AbstractPrior, GammaPrior
 from ._sampling import Trajectories, _check_count, automatic_max_events, sample_trajectory
-from ._solvers import DEFAULT_SOLVER, StatisticsSolver
+from ._solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from ._statistics import SufficientStatistics
 from ._structure import StructurePosterior, family_statistics
 
@@ -98,7 +99,7 @@ class CriterionDesign(AbstractDesign):
     criterion: AbstractCriterion
     num_samples: int = eqx.field(default=10, static=True, kw_only=True)
     worst: bool = eqx.field(default=False, static=True, kw_only=True)
-    solver: StatisticsSolver = eqx.field(default=DEFAULT_SOLVER, kw_only=True)
+    solver: StatisticsSolver = eqx.field(default=AUTOMATIC_SOLVER, kw_only=True)
     batching: AbstractBatching | None = eqx.field(default=None, kw_only=True)
 
     def __check_init__(self):
@@ -433,8 +434,9 @@ def run_active_learning(
 ) -> ActiveLearningResult:
     r"""One sequential experiment of `num_experiments` steps as a single `jax.lax.scan`.
 
-    `candidates`: the candidate interventions (leading axis; default the whole
-    [`jaxctbn.intervention_space`][] of the truth, member 0 = no intervention). The same `key`
+    `candidates`: the candidate interventions (leading axis; default
+    [`jaxctbn.design_space`][] of the truth: the whole [`jaxctbn.intervention_space`][] up to
+    4096 members, else the single-node interventions; member 0 = no intervention). The same `key`
     gives the same run; two designs run with the same key see the same initial states and the
     same random streams, so their differences are not sampling noise in those.
 
@@ -452,7 +454,7 @@ def run_active_learning(
     max_events = _resolve_max_events(task, horizon, max_events)
     truth = task.truth
     if candidates is None:
-        candidates = intervention_space(truth.cardinalities)
+        candidates = design_space(truth.cardinalities)
     if candidates.targets.ndim != 2 or candidates.targets.shape[1] != truth.num_nodes:
         raise ValueError(
             f"candidates: expected a batch (candidates, {truth.num_nodes}), got targets of "

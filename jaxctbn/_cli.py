@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -326,19 +327,41 @@ def _cmd_moments(args):
     duration = args.duration
     init, initial = _initial_state(args.initial_state, model.names, model.cardinalities)
     assignment = _assignment(args.intervention, model.names, model.cardinalities, "--intervention")
+    from ._master_equation import ExpectedStatistics, resolve_solver
+    from ._mean_field import MeanField
+    from ._solvers import AutomaticSolver, Uniformisation
+
     intervention = Intervention.perfect(model, assignment)
-    stats, per_node, effective = _jit(_moments)(model, initial, jnp.asarray(duration), intervention)
+    solver = {"auto": AutomaticSolver(), "exact": Uniformisation(), "mean-field": MeanField()}[
+        args.solver
+    ]
+    used = resolve_solver(solver, model)
+    states = math.prod(model.cardinalities)
+    exact = not isinstance(used, MeanField)
+    stats, per_node, effective = _jit(_moments)(
+        model, initial, jnp.asarray(duration), intervention, used
+    )
     out = {
         "duration": duration,
         "initial_state": {n: int(effective[i]) for i, n in enumerate(model.names)},
         "intervention": assignment,
+        "solver": {
+            "name": "uniformisation" if exact else "mean-field",
+            "exact": exact,
+            "global_states": states,
+            "chosen": "automatically" if args.solver == "auto" else "by --solver",
+            "max_global_states": solver.max_global_states
+            if isinstance(solver, AutomaticSolver)
+            else None,
+        },
         "nodes": {},
-        "global": {
+    }
+    if isinstance(stats, ExpectedStatistics):
+        out["global"] = {
             "nodes": list(model.names),
             "expected_dwell": np.asarray(stats.dwell_times).tolist(),
             "final_marginal": np.asarray(stats.final_marginal).tolist(),
-        },
-    }
+        }
     for i, name in enumerate(model.names):
         out["nodes"][name] = {
             "parents": [model.names[p] for p in model.parents[i]],
@@ -347,8 +370,17 @@ def _cmd_moments(args):
         }
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
+    how = (
+        f"exact, uniformisation over {states} global states"
+        if exact
+        else f"approximate: mean-field, the {states} global states exceed "
+        f"{out['solver']['max_global_states']}"
+        if args.solver == "auto"
+        else "approximate: mean-field, by --solver"
+    )
     print(
-        f"wrote expected statistics of {model.num_nodes} nodes over [0, {duration}] to {args.out}"
+        f"wrote expected statistics of {model.num_nodes} nodes over [0, {duration}] to "
+        f"{args.out} ({how})"
     )
 
 
@@ -360,11 +392,11 @@ def _jit(fn):
     return eqx.filter_jit(fn)
 
 
-def _moments(model, initial, duration, intervention):
+def _moments(model, initial, duration, intervention, solver):
     """What `moments` writes: the statistics, each node's (dwell, transitions), the initial state."""
     from ._master_equation import expected_statistics
 
-    stats = expected_statistics(model, initial, duration, intervention=intervention)
+    stats = expected_statistics(model, initial, duration, intervention=intervention, solver=solver)
     per_node = [
         (stats.node_dwell_times(i), stats.node_transitions(i)) for i in range(model.num_nodes)
     ]
@@ -681,7 +713,6 @@ def _cmd_design(args):
     import jax
     import numpy as np
 
-    from ._interventions import intervention_space
     from ._io import read_csv, trajectories_from_dataframe
     from ._posterior import RatePosterior
     from ._statistics import SufficientStatistics
@@ -707,7 +738,7 @@ def _cmd_design(args):
             traj, model.cardinalities, model.parents
         )
         posterior = _jit(RatePosterior.update_with)(posterior, stats)
-    space = intervention_space(model.cardinalities)
+    space = _candidates(args.interventions, model.cardinalities)
     key = jax.random.key(args.seed)
     scores = _score_space(posterior, space, initial, args.duration, key, args)
     _write_ranking(args, np.asarray(scores), space, list(model.names), init, args.duration)
@@ -718,7 +749,6 @@ def _design_structure(args):
     import jax.numpy as jnp
     import numpy as np
 
-    from ._interventions import intervention_space
     from ._io import (
         RESERVED_COLUMNS,
         infer_cardinalities,
@@ -764,10 +794,18 @@ def _design_structure(args):
     args.fitted_prior = _prior_json(args, posterior)
 
     init, initial = _initial_state(args.initial_state, names, cards)
-    space = intervention_space(cards)
+    space = _candidates(args.interventions, cards)
     key = jax.random.key(args.seed)
     scores = _score_space(posterior, space, initial, args.duration, key, args)
     _write_ranking(args, np.asarray(scores), space, names, init, args.duration)
+
+
+def _candidates(which, cards):
+    """The candidate interventions of `--interventions` (auto: all up to 4096, else single)."""
+    from ._interventions import design_space, intervention_space, single_node_interventions
+
+    choose = {"auto": design_space, "all": intervention_space, "single": single_node_interventions}
+    return choose[which](cards)
 
 
 def _score_space(posterior, space, initial_state, horizon, key, args):
@@ -849,6 +887,7 @@ def _cmd_run(args):
         paths=args.paths,
         chunk=args.chunk,
         max_events=args.max_events,
+        interventions=args.interventions,
     )
     report = run_experiment(
         config, out=out, progress=not args.no_progress, overwrite=args.overwrite
@@ -1024,6 +1063,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=_positive_number, required=True)
     p.add_argument("--initial-state", nargs="+", required=True, help="NODE=STATE,...")
     p.add_argument("--intervention", nargs="*", default=[], help="NODE=STATE,...")
+    p.add_argument(
+        "--solver",
+        choices=("auto", "exact", "mean-field"),
+        default="auto",
+        help="auto (default): exact up to 16384 global states, mean-field beyond",
+    )
     p.add_argument("--out", required=True)
     p.set_defaults(func=_cmd_moments)
 
@@ -1102,6 +1147,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--paths", type=_at_least(1), default=10, help="paths per draw (eig)")
     _prior_arguments(p)
     p.add_argument("--max-parents", type=_at_least(0), default=None)
+    p.add_argument(
+        "--interventions",
+        choices=["auto", "all", "single"],
+        default="auto",
+        help="candidates: all (every perfect intervention), single (none or one node clamped), "
+        "auto (default: all up to 4096 candidates, else single)",
+    )
     p.add_argument("--seed", type=_seed, required=True, help="0 <= S <= 2**63 - 1")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_cmd_design)
@@ -1144,6 +1196,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--initial-state", nargs="*", default=[], help="NODE=STATE,... (with the fixed policy)"
+    )
+    p.add_argument(
+        "--interventions",
+        choices=["auto", "all", "single"],
+        default="auto",
+        help="candidates: all (every perfect intervention), single (none or one node clamped), "
+        "auto (default: all up to 4096 candidates, else single)",
     )
     p.add_argument("--paths", type=_at_least(1), default=10, help="paths per draw (eig)")
     p.add_argument("--chunk", type=_at_least(1), default=10, help="repetitions per compiled batch")

@@ -38,7 +38,7 @@ from ._parameter_criteria import (
     posterior_draws,
 )
 from ._posterior import AbstractPosterior, RatePosterior
-from ._solvers import DEFAULT_SOLVER, StatisticsSolver
+from ._solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from ._structure import StructurePosterior
 from ._structure_criteria import (
     divergences_all_candidates,
@@ -254,7 +254,7 @@ def score_interventions(
     criterion: AbstractCriterion = VBHC(),
     key: PRNGKeyArray,
     num_samples: int = 10,
-    solver: StatisticsSolver = DEFAULT_SOLVER,
+    solver: StatisticsSolver = AUTOMATIC_SOLVER,
     batching: AbstractBatching | None = None,
 ) -> Float[Array, " candidates"]:
     r"""Score a batch of candidate interventions (leading axis) for the next experiment, as one

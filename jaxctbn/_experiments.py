@@ -55,7 +55,7 @@ from ._active_learning import (
 )
 from ._ctbn import CTBN
 from ._empirical_bayes import EmpiricalBayes
-from ._interventions import intervention_space
+from ._interventions import design_space, intervention_space, single_node_interventions
 from ._priors import AbstractPrior, GammaPrior, NodelmanPrior
 from ._random import PAPER_NAMES, paper_network
 from ._sampling import automatic_max_events
@@ -333,6 +333,13 @@ def _plot(target, results, names, out_dir, settings):
     plt.close(fig)
 
 
+def default_max_parents(num_nodes: int, max_parents: int | None) -> int:
+    """`max_parents` if given, else $N-1$ (every parent set) up to 8 nodes and 2 beyond."""
+    if max_parents is not None:
+        return max_parents
+    return num_nodes - 1 if num_nodes <= 8 else 2
+
+
 class ExperimentConfig(eqx.Module):
     """Every setting of the paper's synthetic experiment (the fields of `config.json`).
 
@@ -349,7 +356,12 @@ class ExperimentConfig(eqx.Module):
     [`jaxctbn.run_active_learning`][]), `paths` (EIG paths per draw), `chunk` (repetitions per compiled batch; changes
     results only by rounding), `max_events` (jump buffer of a simulated trajectory; default
     `None`: sized from the truth's exit rates and the horizon, see
-    [`jaxctbn.run_active_learning`][]; a path that overflows it is an error, never cut).
+    [`jaxctbn.run_active_learning`][]; a path that overflows it is an error, never cut),
+    `interventions` (the candidates: `"all"` the paper's whole [`jaxctbn.intervention_space`][],
+    `"single"` the [`jaxctbn.single_node_interventions`][], default `"auto"` =
+    [`jaxctbn.design_space`][]: all up to 4096 members, single-node beyond). With
+    `max_parents=None` structure learning allows $N-1$ parents up to 8 nodes and 2 beyond (the
+    exhaustive search has $2^{N-1}$ parent sets per node).
     Settings are checked here, with one-line `ValueError`s."""
 
     target: Literal["structure", "parameters"] = eqx.field(default="structure", static=True)
@@ -368,10 +380,15 @@ class ExperimentConfig(eqx.Module):
     paths: int = eqx.field(default=10, static=True)
     chunk: int = eqx.field(default=10, static=True)
     max_events: int | None = eqx.field(default=None, static=True)
+    interventions: Literal["auto", "all", "single"] = eqx.field(default="auto", static=True)
 
     def __check_init__(self):
         if self.target not in TASKS:
             raise ValueError(f"target must be 'structure' or 'parameters', got {self.target!r}.")
+        if self.interventions not in ("auto", "all", "single"):
+            raise ValueError(
+                f"interventions must be 'auto', 'all' or 'single', got {self.interventions!r}."
+            )
         designs = list(self.designs)
         if not designs:
             raise ValueError("designs: give at least one design.")
@@ -412,9 +429,7 @@ class ExperimentConfig(eqx.Module):
             self.initial_state_policy.check((2,) * N, PAPER_NAMES)
         if self.target == "structure" and self.truth is not None:
             # the task checks the truth (>= 2 nodes, metrics defined) and max_parents
-            StructureLearningTask(
-                self.truth, max_parents=N - 1 if self.max_parents is None else self.max_parents
-            )
+            StructureLearningTask(self.truth, max_parents=default_max_parents(N, self.max_parents))
 
     @property
     def num_repetitions(self) -> int:
@@ -457,7 +472,7 @@ def run_experiment(
         max_events = automatic_max_events(truth, horizon) or 512
     max_parents = config.max_parents
     if target == "structure":
-        max_parents = truth.num_nodes - 1 if max_parents is None else max_parents
+        max_parents = default_max_parents(truth.num_nodes, max_parents)
         task = StructureLearningTask(
             truth,
             max_parents=max_parents,
@@ -467,7 +482,11 @@ def run_experiment(
     else:
         assert isinstance(config.prior, GammaPrior)  # checked by ExperimentConfig
         task = ParameterLearningTask(truth, prior=config.prior)
-    space = intervention_space(truth.cardinalities)
+    space = {
+        "auto": design_space,
+        "all": intervention_space,
+        "single": single_node_interventions,
+    }[config.interventions](truth.cardinalities)
     settings = {
         "target": target,
         "designs": designs,
@@ -484,6 +503,7 @@ def run_experiment(
         "initial_state_policy": policy_settings(config.initial_state_policy),
         "max_events": max_events,
         "interventions": int(space.targets.shape[0]),
+        "intervention_space": config.interventions,
         "truth": truth.to_dict(),
     }
     chunk_dir = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 
 import equinox as eqx
@@ -200,3 +201,23 @@ def single_node_interventions(cardinalities: Sequence[int]) -> Intervention:
             rows.append(row)
     combos = np.array(rows, dtype=np.int32)
     return Intervention(targets=jnp.asarray(combos >= 0), states=jnp.asarray(np.maximum(combos, 0)))
+
+
+MAX_FULL_SPACE = 4096
+
+
+def design_space(
+    cardinalities: Sequence[int], *, max_members: int = MAX_FULL_SPACE
+) -> Intervention:
+    r"""The default candidate interventions of a network: the paper's whole
+    [`jaxctbn.intervention_space`][] while it has at most `max_members` members
+    ($\prod_n(1+k_n)\le4096$: up to 7 binary or 6 ternary nodes), else the
+    [`jaxctbn.single_node_interventions`][] ($1+\sum_n k_n$ members). Member 0 is "no
+    intervention" either way. The default of the active-learning loop, of `jaxctbn design` and of
+    `jaxctbn run` (`--interventions all|single` there chooses yourself)."""
+    cards = [int(k) for k in cardinalities]
+    if not isinstance(max_members, int) or isinstance(max_members, bool) or max_members < 1:
+        raise ValueError(f"max_members must be an integer >= 1, got {max_members!r}.")
+    if math.prod(k + 1 for k in cards) <= max_members:
+        return intervention_space(cards)
+    return single_node_interventions(cards)

@@ -13,6 +13,7 @@ and any parent set, behind the interface [`jaxctbn.AbstractExpectedStatistics`][
 from __future__ import annotations
 
 import abc
+import math
 from typing import Any, cast
 
 import equinox as eqx
@@ -32,9 +33,11 @@ from ._layout import (
     state_bins_on_sets,
 )
 from ._solvers import (
+    AUTOMATIC_SOLVER,
     DEFAULT_SOLVER,
     AbstractApproximateSolver,
     AbstractMasterEquationSolver,
+    AutomaticSolver,
     StatisticsSolver,
 )
 
@@ -292,13 +295,30 @@ def prepare_model(
     return model, intervention
 
 
+def resolve_solver(
+    solver: StatisticsSolver, model: AbstractCTBN
+) -> AbstractMasterEquationSolver | AbstractApproximateSolver:
+    """The solver that `solver` stands for on `model`: an [`jaxctbn.AutomaticSolver`][] gives
+    its exact solver while `model` has at most `max_global_states` global states, else its
+    approximate one (default [`jaxctbn.MeanField`][]); any other solver is itself."""
+    if not isinstance(solver, AutomaticSolver):
+        return solver
+    if math.prod(model.cardinalities) <= solver.max_global_states:
+        return solver.exact
+    if solver.approximate is not None:
+        return solver.approximate
+    from ._mean_field import MeanField  # the approximation builds on this module
+
+    return MeanField()
+
+
 def expected_statistics(
     model: AbstractCTBN,
     initial_state: ArrayLike,
     horizon: ArrayLike,
     *,
     intervention: Intervention | None = None,
-    solver: StatisticsSolver = DEFAULT_SOLVER,
+    solver: StatisticsSolver = AUTOMATIC_SOLVER,
 ) -> AbstractExpectedStatistics:
     r"""Solve the master equation of `model` over $[0,\tau]$ and return the expected statistics.
 
@@ -308,9 +328,11 @@ def expected_statistics(
     - `initial_state`: an initial state (ints, one per node) or distribution (floats).
     - `horizon`: $\tau>0$, a scalar.
     - `intervention`: an optional [`jaxctbn.Intervention`][].
-    - `solver`: a master-equation solver (default [`jaxctbn.Uniformisation`][], the fastest
-      exact route measured in `benchmarks/bench_master_equation.py`), or an approximate one
-      for networks too large for the global state space ([`jaxctbn.MeanField`][]).
+    - `solver`: a master-equation solver ([`jaxctbn.Uniformisation`][], the fastest exact
+      route measured in `benchmarks/bench_master_equation.py`, ...), an approximate one for
+      networks too large for the global state space ([`jaxctbn.MeanField`][]), or the default
+      [`jaxctbn.AutomaticSolver`][]: exact up to $2^{14}$ global states, mean-field beyond
+      ([`jaxctbn.resolve_solver`][] tells which).
 
     **Returns:** an [`jaxctbn.ExpectedStatistics`][] (exact solvers) or the approximate
     solver's [`jaxctbn.AbstractExpectedStatistics`][] (e.g. [`jaxctbn.MeanFieldStatistics`][]).
@@ -325,6 +347,7 @@ def expected_statistics(
     projected from them), so selecting any one of them under `jax.jit` still raises.
     """
     _check_horizon_shape(horizon)
+    solver = resolve_solver(solver, model)
     if isinstance(solver, AbstractApproximateSolver):
         horizon = _check_horizon(horizon, jnp.result_type(*model.cims))
         return solver.expected_statistics(model, initial_state, horizon, intervention)
@@ -340,13 +363,14 @@ def expected_statistics_batch(
     horizon: ArrayLike,
     *,
     interventions: Intervention | None = None,
-    solver: StatisticsSolver = DEFAULT_SOLVER,
+    solver: StatisticsSolver = AUTOMATIC_SOLVER,
 ) -> AbstractExpectedStatistics:
     """[`jaxctbn.expected_statistics`][] for a batch: `models`, `initial_state` and `interventions`
     carry a leading batch axis (broadcast them yourself); `horizon` is shared. Uses the solver's
     batched form (one shared-step ODE solve for [`jaxctbn.DiffraxSolver`][]).
     """
     _check_horizon_shape(horizon)
+    solver = resolve_solver(solver, models)
     if isinstance(solver, AbstractApproximateSolver):
         horizon = _check_horizon(horizon, jnp.result_type(*models.cims))
         if interventions is None:

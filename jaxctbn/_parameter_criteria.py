@@ -36,7 +36,7 @@ from ._master_equation import expected_statistics, expected_statistics_batch
 from ._optimisers import AbstractVBHCOptimiser
 from ._posterior import RatePosterior
 from ._sampling import sample_trajectory
-from ._solvers import DEFAULT_SOLVER, StatisticsSolver
+from ._solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from ._statistics import node_statistics
 
 
@@ -53,7 +53,7 @@ def kl_divergence(
     horizon: ArrayLike,
     *,
     intervention: Intervention | None = None,
-    solver: StatisticsSolver = DEFAULT_SOLVER,
+    solver: StatisticsSolver = AUTOMATIC_SOLVER,
 ) -> Float[Array, ""]:
     r"""$\mathrm{KL}(p(S\mid\Lambda,i)\,\|\,p(S\mid\Lambda',i))$ between the path measures of two
     CTBNs with the same graph over $[0,\tau]$ under intervention $i$ (maths §2):
@@ -107,7 +107,7 @@ def design_statistics(
     horizon: ArrayLike,
     *,
     intervention: Intervention | None = None,
-    solver: StatisticsSolver = DEFAULT_SOLVER,
+    solver: StatisticsSolver = AUTOMATIC_SOLVER,
 ) -> ParameterDesignStatistics:
     """[`jaxctbn.ParameterDesignStatistics`][] for one intervention from a batch of posterior
     `draws` (leading axis), with one batched master-equation solve."""

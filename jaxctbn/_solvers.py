@@ -25,6 +25,7 @@ import equinox as eqx
 import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array
 
 from ._dense_linalg import expm
@@ -140,8 +141,9 @@ class AbstractMasterEquationSolver(eqx.Module):
 
 class AbstractApproximateSolver(eqx.Module):
     r"""An approximate route to the expected node statistics that never forms the $S=\prod_n k_n$
-    global states, for networks too large for an exact solver (e.g.
-    [`jaxctbn.MeanField`][]). Pass it wherever a `solver` of the expected statistics is taken
+    global states, for networks too large for an exact solver ([`jaxctbn.MeanField`][],
+    deterministic and fast; [`jaxctbn.Gillespie`][], unbiased Monte Carlo with standard
+    errors). Pass it wherever a `solver` of the expected statistics is taken
     ([`jaxctbn.expected_statistics`][], the design criteria, the active-learning loop): they
     call `expected_statistics` instead of solving the master equation over the global states,
     and use the returned [`jaxctbn.AbstractExpectedStatistics`][] as they would the exact one.
@@ -152,10 +154,6 @@ class AbstractApproximateSolver(eqx.Module):
         r"""The (approximate) [`jaxctbn.AbstractExpectedStatistics`][] of `model` over
         $[0,\tau]$ from `initial_state` (node states `(N,)`) under `intervention`
         (`None` = none); `horizon` is already validated."""
-
-
-# every solver of the expected statistics: exact (over the global states) or approximate
-StatisticsSolver = AbstractMasterEquationSolver | AbstractApproximateSolver
 
 
 @functools.cache
@@ -753,3 +751,60 @@ class MatrixExponential(AbstractMasterEquationSolver):
 
 
 DEFAULT_SOLVER = Uniformisation()
+
+
+class AutomaticSolver(eqx.Module):
+    r"""The solver of the expected statistics chosen by the size of the network: the exact
+    solver `exact` while the global state space $S=\prod_n k_n$ has at most
+    `max_global_states` states, the approximate solver `approximate` beyond (default
+    [`jaxctbn.MeanField`][]). The default `solver` of [`jaxctbn.expected_statistics`][], the
+    design criteria and the active-learning loop; the choice is static (the cardinalities are),
+    so it costs nothing under `jax.jit`, and [`jaxctbn.resolve_solver`][] says which one a model
+    gets.
+
+    The threshold, $2^{14}=16384$ states (14 binary nodes), is where the exact design step
+    stops being practical on a CPU (the uniformisation works on vectors of $S$ entries per
+    candidate, posterior draw and parameter; `benchmarks/bench_master_equation.py`), and where
+    the mean-field error measured in `benchmarks/bench_mean_field.py` (node statistics within
+    ~10% median, intervention rankings with Spearman $\rho\ge0.93$ against exact at
+    N = 4-12) is the price of going on. Override it, or pass a concrete solver, to choose
+    yourself.
+
+    **Arguments (keyword-only):** `exact` (default [`jaxctbn.Uniformisation`][]),
+    `approximate` (default `None` = [`jaxctbn.MeanField`][]`()`), `max_global_states`
+    (static, >= 1)."""
+
+    exact: AbstractMasterEquationSolver = eqx.field(default=Uniformisation(), kw_only=True)
+    approximate: AbstractApproximateSolver | None = eqx.field(default=None, kw_only=True)
+    max_global_states: int = eqx.field(default=2**14, static=True, kw_only=True)
+
+    def __check_init__(self):
+        if (
+            not isinstance(self.max_global_states, int | np.integer)
+            or isinstance(self.max_global_states, bool)
+            or self.max_global_states < 1
+        ):
+            raise ValueError(
+                "AutomaticSolver: max_global_states must be an integer >= 1, got "
+                f"{self.max_global_states!r}."
+            )
+        if not isinstance(self.exact, AbstractMasterEquationSolver):
+            raise ValueError(
+                "AutomaticSolver: exact must be an exact master-equation solver "
+                f"(AbstractMasterEquationSolver), got {type(self.exact).__name__}."
+            )
+        if self.approximate is not None and not isinstance(
+            self.approximate, AbstractApproximateSolver
+        ):
+            raise ValueError(
+                "AutomaticSolver: approximate must be an AbstractApproximateSolver or None, got "
+                f"{type(self.approximate).__name__}."
+            )
+
+
+# every solver of the expected statistics: exact (over the global states), approximate, or
+# chosen by the size of the network
+StatisticsSolver = AbstractMasterEquationSolver | AbstractApproximateSolver | AutomaticSolver
+
+
+AUTOMATIC_SOLVER = AutomaticSolver()

@@ -41,7 +41,7 @@ from ._master_equation import expected_statistics_batch
 from ._optimisers import AbstractVBHCOptimiser
 from ._priors import GammaPrior
 from ._sampling import PathStatistics, _check_count, _nested_vmap, _path_statistics
-from ._solvers import DEFAULT_SOLVER, StatisticsSolver
+from ._solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from ._structure import StructurePosterior
 
 
@@ -139,7 +139,7 @@ def structure_divergences(
     horizon: ArrayLike,
     *,
     intervention: Intervention | None = None,
-    solver: StatisticsSolver = DEFAULT_SOLVER,
+    solver: StatisticsSolver = AUTOMATIC_SOLVER,
     estimator: AbstractKLEstimator = PlugIn(),
     path_key: PRNGKeyArray | None = None,
 ) -> tuple[Float[Array, " _sets"], ...]:

@@ -6,6 +6,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
@@ -68,6 +69,49 @@ def test_moments_layout_and_values(network, tmp_path):
     assert np.shape(B["expected_transitions"]) == (2, 3, 3)
     # [config][state]: B's dwell under A=a is the sum over global states (a, b)
     np.testing.assert_allclose(np.asarray(B["expected_dwell"]).ravel(), dwell, rtol=1e-9)
+
+
+def test_moments_solver_choice(network, tmp_path, capsys):
+    """`--solver auto` is exact on a small network and mean-field on one with more than 16384
+    global states (a 16-node chain: 65536), where it says so; the mean-field numbers are those
+    of `jc.MeanField` (and forcing it on the small network gives its approximation)."""
+    _, small = network
+    out = tmp_path / "m.json"
+    base = ["moments", "--duration", "1.5", "--out", str(out)]
+    assert main([*base, "--network", str(small), "--initial-state", "A=0,B=1"]) == 0
+    res = json.loads(out.read_text())
+    assert res["solver"]["name"] == "uniformisation" and res["solver"]["exact"]
+    assert res["solver"]["global_states"] == 6 and "global" in res
+    assert "exact, uniformisation over 6 global states" in capsys.readouterr().out
+    N = 16
+    chain = jc.random_ctbn(jax.random.key(1), [(n - 1,) if n else () for n in range(N)], [2] * N)
+    big = tmp_path / "chain.json"
+    big.write_text(json.dumps(chain.to_dict()))
+    init = ",".join(f"{name}=0" for name in chain.names)
+    assert main([*base, "--network", str(big), "--initial-state", init]) == 0
+    res = json.loads(out.read_text())
+    assert res["solver"] == {
+        "name": "mean-field",
+        "exact": False,
+        "global_states": 2**16,
+        "chosen": "automatically",
+        "max_global_states": 2**14,
+    }
+    assert "global" not in res
+    assert (
+        "approximate: mean-field, the 65536 global states exceed 16384" in capsys.readouterr().out
+    )
+    stats = jc.expected_statistics(chain, jnp.zeros(N, jnp.int32), 1.5, solver=jc.MeanField())
+    for n in (0, 7, 15):
+        np.testing.assert_allclose(
+            res["nodes"][chain.names[n]]["expected_dwell"], stats.node_dwell_times(n), rtol=1e-12
+        )
+    assert jc.resolve_solver(jc.AutomaticSolver(), chain) == jc.MeanField()
+    assert (
+        jc.resolve_solver(jc.AutomaticSolver(max_global_states=2**16), chain) == jc.Uniformisation()
+    )
+    with pytest.raises(ValueError, match="max_global_states must be an integer >= 1"):
+        jc.AutomaticSolver(max_global_states=0)
 
 
 def test_moments_with_intervention(network, tmp_path):
@@ -538,6 +582,38 @@ def test_design_parameters_ranks_the_whole_space(network, tmp_path):
     assert main([*base, "--criterion", "bhc", "--out", str(out_bhc)]) == 0
     bhc = [r["score"] for r in json.loads(out_bhc.read_text())["scores"]]
     assert all(b >= v - 1e-9 for b, v in zip(bhc, values))
+
+
+def test_design_parameters_on_a_large_network(tmp_path):
+    """A 15-node chain (32768 global states, 3^15 candidate interventions): `design` ranks the 31
+    single-node candidates (`--interventions auto`) with mean-field statistics, the numbers of
+    the library call with `MeanField` and the same key."""
+    N = 15
+    chain = jc.random_ctbn(jax.random.key(4), [(n - 1,) if n else () for n in range(N)], [2] * N)
+    net = tmp_path / "chain.json"
+    net.write_text(json.dumps(chain.to_dict()))
+    out = tmp_path / "rank.json"
+    init = ",".join(f"{name}={n % 2}" for n, name in enumerate(chain.names))
+    args = ["design", "--target", "parameters", "--network", str(net), "--initial-state", init]
+    args += ["--duration", "1", "--samples", "3", "--seed", "5", "--out", str(out)]
+    assert main(args) == 0
+    res = json.loads(out.read_text())
+    assert len(res["scores"]) == 1 + 2 * N
+    assert res["scores"][0]["intervention"] == {}
+    assert res["scores"][1]["intervention"] == {chain.names[0]: 0}
+    assert all(len(r["intervention"]) <= 1 for r in res["scores"])
+    ref = jc.score_interventions(
+        jc.RatePosterior.for_model(chain),
+        jc.single_node_interventions(chain.cardinalities),
+        jnp.arange(N) % 2,
+        1.0,
+        key=jax.random.key(5),
+        num_samples=3,
+        solver=jc.MeanField(),
+    )
+    np.testing.assert_allclose([r["score"] for r in res["scores"]], ref, rtol=1e-9)
+    assert jc.design_space((2,) * 7).targets.shape[0] == 3**7  # 2187 <= 4096: all
+    assert jc.design_space((2,) * 8).targets.shape[0] == 17
 
 
 def test_design_structure(network, tmp_path):

@@ -467,6 +467,125 @@ def test_matmul_route_without_aggregation(getkey):
         np.testing.assert_allclose(a.dwell_times[n], b.dwell_times[n], atol=1e-10)
 
 
+def _pooled(getkey, cards, parents, iv_states, *, horizon=2.0, num=(12, 9), max_events=256):
+    """Observational paths and paths under a perfect intervention, in one batch."""
+    model = random_model(getkey(), cards, parents)
+    iv = jc.Intervention.perfect(model, iv_states)
+    s0 = jnp.zeros(len(cards), jnp.int32)
+    t1 = jc.sample_trajectories(
+        model, s0, horizon, key=getkey(), num_trajectories=num[0], max_events=max_events
+    )
+    t2 = jc.sample_trajectories(
+        model,
+        s0,
+        horizon,
+        key=getkey(),
+        num_trajectories=num[1],
+        max_events=max_events,
+        intervention=iv,
+    )
+    traj = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), t1, t2)
+    assert not bool(traj.truncated.any())
+    return model, traj
+
+
+def _assert_same_statistics(a, b, atol=1e-9):
+    for n in range(len(a.cardinalities)):
+        np.testing.assert_allclose(a.transitions[n], b.transitions[n], atol=atol)
+        np.testing.assert_allclose(a.dwell_times[n], b.dwell_times[n], atol=atol)
+
+
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_jumps_route_equals_segment_routes(getkey, chunk):
+    """The sums by parts over the jumps (method='jumps') give the statistics of the per-segment
+    routes: ternary and binary nodes, a perfect intervention (pooling), chunks that split a
+    transition's jumps (chunk=7), and under jit."""
+    cards, parents = (2, 3, 2, 2), ((3,), (0, 2), (1,), (2, 1))
+    _, traj = _pooled(getkey, cards, parents, {"X1": 2})
+    sets = jc.candidate_parent_sets(4, 2)
+    scatter = jc.family_statistics(traj, cards, sets, method="scatter")
+    jumps = jax.jit(lambda t: jc.family_statistics(t, cards, sets, method="jumps", chunk=chunk))(
+        traj
+    )
+    _assert_same_statistics(scatter, jumps)
+
+
+def test_jumps_route_many_nodes_and_auto_choice(getkey):
+    """On 24 binary nodes (more global states than path segments) the jumps route equals the
+    matmul route, `"auto"` picks it for such data and the posterior is the same either way."""
+    from jaxctbn._structure import _plan_family_statistics
+
+    N = 24
+    parents = tuple((n - 1,) if n % 3 else () for n in range(N))
+    model, traj = _pooled(getkey, (2,) * N, parents, {"X4": 1}, horizon=1.0, num=(6, 4))
+    sets = jc.candidate_parent_sets(N, 2)
+    plan = lambda method: _plan_family_statistics(  # noqa: E731
+        "test",
+        traj,
+        (2,) * N,
+        [tuple(S.shape) for S in sets],
+        method=method,
+        chunk=None,
+        names=None,
+        budget=2**32,
+    )
+    assert plan("auto") == "jumps"
+    matmul = jc.family_statistics(traj, (2,) * N, sets, method="matmul")
+    jumps = jc.family_statistics(traj, (2,) * N, sets, method="jumps")
+    _assert_same_statistics(matmul, jumps)
+    a = jc.learn_structure(traj, model.names, (2,) * N, max_parents=2, method="matmul")
+    b = jc.learn_structure(traj, model.names, (2,) * N, max_parents=2)
+    np.testing.assert_allclose(a.edge_marginals(), b.edge_marginals(), atol=1e-9)
+
+
+def test_jumps_route_refuses_what_it_cannot_sum(getkey):
+    """Data the sums by parts do not cover raise under method='jumps' (a jump that changes two
+    nodes at once; a node that moves in a path that records it as intervened on), and `"auto"`
+    then takes a segment route with the right statistics; float32 times are refused."""
+    cards, parents = (2, 2, 2), ((), (0,), (1,))
+    _, traj = _pooled(getkey, cards, parents, {"X2": 1})
+    sets = jc.candidate_parent_sets(3, 2)
+    from jaxctbn._structure import _plan_family_statistics
+
+    plan = lambda t: _plan_family_statistics(  # noqa: E731
+        "test",
+        t,
+        cards,
+        [tuple(S.shape) for S in sets],
+        method="auto",
+        chunk=None,
+        names=None,
+        budget=2**32,
+    )
+    r = int(np.argmax(np.asarray(traj.num_events) >= 2))
+    states = np.asarray(traj.states).copy()
+    states[r, 0] = 1 - np.asarray(traj.initial_states)[r]  # first jump flips every node
+    states[r, 1:] = states[r, 0]
+    states[r, 1, 0] = 1 - states[r, 1, 0]
+    two_at_once = eqx.tree_at(lambda t: t.states, traj, jnp.asarray(states))
+    targets = np.asarray(traj.intervention_targets).copy()
+    moving = int(np.argmax(np.asarray(traj.num_events[:12]) >= 1))
+    targets[moving, 0] = True  # node 0 moves in this path: inconsistent with a perfect intervention
+    held_but_moving = eqx.tree_at(lambda t: t.intervention_targets, traj, jnp.asarray(targets))
+    for bad in (two_at_once, held_but_moving):
+        with pytest.raises(eqx.EquinoxRuntimeError, match="method='jumps' needs each jump"):
+            jax.block_until_ready(jc.family_statistics(bad, cards, sets, method="jumps"))
+        assert plan(bad) != "jumps"
+        _assert_same_statistics(
+            jc.family_statistics(bad, cards, sets, method="scatter"),
+            jc.family_statistics(bad, cards, sets),
+        )
+    single = jax.tree_util.tree_map(
+        lambda a: a.astype(jnp.float32) if a.dtype == jnp.float64 else a, traj
+    )
+    with pytest.raises(ValueError, match="method='jumps' needs float64"):
+        jc.family_statistics(single, cards, sets, method="jumps")
+    with pytest.raises(ValueError, match="method must be"):
+        jc.family_statistics(traj, cards, sets, method="jump")
+    with pytest.raises(ValueError, match="chunk must be a positive integer"):
+        jc.family_statistics(traj, cards, sets, method="jumps", chunk=0)
+
+
 def test_path_log_likelihood_event_by_event(getkey):
     cards, parents = (2, 3), ((1,), ())
     model = random_model(getkey(), cards, parents)
