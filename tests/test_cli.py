@@ -73,8 +73,8 @@ def test_moments_layout_and_values(network, tmp_path):
 
 def test_moments_solver_choice(network, tmp_path, capsys):
     """`--solver auto` is exact on a small network and mean-field on one with more than 16384
-    global states (a 16-node chain: 65536), where it says so; the mean-field numbers are those
-    of `jc.MeanField` (and forcing it on the small network gives its approximation)."""
+    global states (a chain of 9 ternary nodes: 19683), where it says so; the mean-field numbers
+    are those of `jc.MeanField`."""
     _, small = network
     out = tmp_path / "m.json"
     base = ["moments", "--duration", "1.5", "--out", str(out)]
@@ -83,8 +83,8 @@ def test_moments_solver_choice(network, tmp_path, capsys):
     assert res["solver"]["name"] == "uniformisation" and res["solver"]["exact"]
     assert res["solver"]["global_states"] == 6 and "global" in res
     assert "exact, uniformisation over 6 global states" in capsys.readouterr().out
-    N = 16
-    chain = jc.random_ctbn(jax.random.key(1), [(n - 1,) if n else () for n in range(N)], [2] * N)
+    N = 9
+    chain = jc.random_ctbn(jax.random.key(1), [(n - 1,) if n else () for n in range(N)], [3] * N)
     big = tmp_path / "chain.json"
     big.write_text(json.dumps(chain.to_dict()))
     init = ",".join(f"{name}=0" for name in chain.names)
@@ -93,22 +93,22 @@ def test_moments_solver_choice(network, tmp_path, capsys):
     assert res["solver"] == {
         "name": "mean-field",
         "exact": False,
-        "global_states": 2**16,
+        "global_states": 3**9,
         "chosen": "automatically",
         "max_global_states": 2**14,
     }
     assert "global" not in res
     assert (
-        "approximate: mean-field, the 65536 global states exceed 16384" in capsys.readouterr().out
+        "approximate: mean-field, the 19683 global states exceed 16384" in capsys.readouterr().out
     )
     stats = jc.expected_statistics(chain, jnp.zeros(N, jnp.int32), 1.5, solver=jc.MeanField())
-    for n in (0, 7, 15):
+    for n in (0, 4, 8):
         np.testing.assert_allclose(
             res["nodes"][chain.names[n]]["expected_dwell"], stats.node_dwell_times(n), rtol=1e-12
         )
     assert jc.resolve_solver(jc.AutomaticSolver(), chain) == jc.MeanField()
     assert (
-        jc.resolve_solver(jc.AutomaticSolver(max_global_states=2**16), chain) == jc.Uniformisation()
+        jc.resolve_solver(jc.AutomaticSolver(max_global_states=3**9), chain) == jc.Uniformisation()
     )
     with pytest.raises(ValueError, match="max_global_states must be an integer >= 1"):
         jc.AutomaticSolver(max_global_states=0)
@@ -585,27 +585,27 @@ def test_design_parameters_ranks_the_whole_space(network, tmp_path):
 
 
 def test_design_parameters_on_a_large_network(tmp_path):
-    """A 15-node chain (32768 global states, 3^15 candidate interventions): `design` ranks the 31
-    single-node candidates (`--interventions auto`) with mean-field statistics, the numbers of
-    the library call with `MeanField` and the same key."""
-    N = 15
-    chain = jc.random_ctbn(jax.random.key(4), [(n - 1,) if n else () for n in range(N)], [2] * N)
+    """A chain of 9 ternary nodes (19683 global states, 4^9 candidate interventions): `design`
+    ranks the 28 single-node candidates (`--interventions auto`) with mean-field statistics, the
+    numbers of the library call with `MeanField` and the same key."""
+    N = 9
+    chain = jc.random_ctbn(jax.random.key(4), [(n - 1,) if n else () for n in range(N)], [3] * N)
     net = tmp_path / "chain.json"
     net.write_text(json.dumps(chain.to_dict()))
     out = tmp_path / "rank.json"
-    init = ",".join(f"{name}={n % 2}" for n, name in enumerate(chain.names))
+    init = ",".join(f"{name}={n % 3}" for n, name in enumerate(chain.names))
     args = ["design", "--target", "parameters", "--network", str(net), "--initial-state", init]
     args += ["--duration", "1", "--samples", "3", "--seed", "5", "--out", str(out)]
     assert main(args) == 0
     res = json.loads(out.read_text())
-    assert len(res["scores"]) == 1 + 2 * N
+    assert len(res["scores"]) == 1 + 3 * N
     assert res["scores"][0]["intervention"] == {}
     assert res["scores"][1]["intervention"] == {chain.names[0]: 0}
     assert all(len(r["intervention"]) <= 1 for r in res["scores"])
     ref = jc.score_interventions(
         jc.RatePosterior.for_model(chain),
         jc.single_node_interventions(chain.cardinalities),
-        jnp.arange(N) % 2,
+        jnp.arange(N) % 3,
         1.0,
         key=jax.random.key(5),
         num_samples=3,

@@ -512,12 +512,12 @@ def test_jumps_route_equals_segment_routes(getkey, chunk):
 
 def test_jumps_route_many_nodes_and_auto_choice(getkey):
     """On 24 binary nodes (more global states than path segments) the jumps route equals the
-    matmul route, `"auto"` picks it for such data and the posterior is the same either way."""
+    matmul route, and `"auto"` picks it for such data."""
     from jaxctbn._structure import _plan_family_statistics
 
     N = 24
     parents = tuple((n - 1,) if n % 3 else () for n in range(N))
-    model, traj = _pooled(getkey, (2,) * N, parents, {"X4": 1}, horizon=1.0, num=(6, 4))
+    _, traj = _pooled(getkey, (2,) * N, parents, {"X4": 1}, horizon=1.0, num=(6, 4))
     sets = jc.candidate_parent_sets(N, 2)
     plan = lambda method: _plan_family_statistics(  # noqa: E731
         "test",
@@ -533,9 +533,6 @@ def test_jumps_route_many_nodes_and_auto_choice(getkey):
     matmul = jc.family_statistics(traj, (2,) * N, sets, method="matmul")
     jumps = jc.family_statistics(traj, (2,) * N, sets, method="jumps")
     _assert_same_statistics(matmul, jumps)
-    a = jc.learn_structure(traj, model.names, (2,) * N, max_parents=2, method="matmul")
-    b = jc.learn_structure(traj, model.names, (2,) * N, max_parents=2)
-    np.testing.assert_allclose(a.edge_marginals(), b.edge_marginals(), atol=1e-9)
 
 
 def test_jumps_route_refuses_what_it_cannot_sum(getkey):

@@ -1,0 +1,173 @@
+"""CTBN-RLE as an external peer program in the benchmarks (structure learning).
+
+CTBN-RLE (C++, GPL, github eudoxia0/ctbnrle @ 1296c8a) is only ever *run* here, as a separate
+process, through a small command-line driver; none of its code is part of this repository.
+Benchmarks call `find_driver()` and, when it returns `None`, skip the peer and say so.
+
+Building the peer (outside the repository; instructions, patch, driver and build script are in
+/work/shared/peers/ctbnrle: README.md, ctbnrle_patches.diff, ctbnrle_driver.cc, build.sh).
+Needs g++ (tested with Debian g++ 12.2), make and patch; glpk 4.47 is bundled in the source
+tree. The exact commands used (2 cores: -j1 and nice; ~6 minutes in all)::
+
+    B=/work/scratch/ctbnrle_build
+    mkdir -p $B/ctbnrle $B/drivers
+    # source: the `fetch` tool on github:eudoxia0/ctbnrle gives a bare mirror
+    git --git-dir=/work/.mirror/eudoxia0+ctbnrle/repo archive HEAD | tar -x -C $B/ctbnrle
+    cd $B/ctbnrle && patch -p1 < /work/shared/peers/ctbnrle/ctbnrle_patches.diff
+    # 1. bundled glpk (only the static library is used)
+    cd $B/ctbnrle/glpk/glpk-4.47
+    nice -n 10 ./configure --disable-shared CFLAGS="-O2 -w"
+    nice -n 10 make -j1 -C src                 # -> src/.libs/libglpk.a
+    # 2. the library, with its own flags (-O3 -std=c++03 -DUSE_PTHREADS)
+    cd $B/ctbnrle/src && nice -n 10 make -j1 ctbn.a
+    # 3. the driver (build.sh uses ./ctbnrle and ./drivers relative to $B: no edits needed)
+    cd $B && cp /work/shared/peers/ctbnrle/ctbnrle_driver.cc drivers/
+    cp /work/shared/peers/ctbnrle/build.sh . && nice -n 10 bash ./build.sh
+    # -> $B/drivers/ctbnrle_driver  (set CTBNRLE_DRIVER to use another path)
+    # peak RSS is read from GNU time: apt-get install time  (provides /usr/bin/time)
+
+Driver mode used here: ``ctbnrle_driver learn DATA.csv ALPHA TAU MAXPAR [NODE]``, i.e.
+`BruteStructureSearch` (exhaustive, in-degree <= MAXPAR, single-threaded) with
+`CTBNFamScore(ALPHA, TAU)` on complete data. Its family score is jaxctbn's
+`jaxctbn.NodelmanPrior(alpha=ALPHA, tau=TAU)` (`score_parent_sets` /
+`StructurePosterior.log_marginal_likelihoods` agree to ~1e-13 relative), and with a uniform
+structure prior the learned graph is `learn_structure(..., prior=NodelmanPrior(ALPHA, TAU))`'s
+`map_graph()`. Cost: N * sum_{j<=MAXPAR} C(N-1, j) family scores, each one pass over the
+events of the node and its candidate parents (single-threaded; ~30-50 ms of CPU per score with
+300 paths of length 100 of binary random networks: 189 s of CPU at N = 20 and 3,263 s at N = 50
+for in-degree 2, peak RSS 62 MiB and 144 MiB; N = 100 would take ~7 h).
+
+The data file is jaxctbn's own long CSV (`jaxctbn.write_trajectories_csv`:
+`trajectory_id,time,<node columns>,intervention`, first row of a trajectory its initial state at
+time 0, one row per jump, a last row at the end of observation carrying the final state), which
+is what the driver reads: it takes the last row's time as the trajectory's end, ignores column
+names, and refuses non-empty interventions. It infers each node's cardinality as the largest
+state seen + 1 (so every state must occur in the data; `write_long_csv` checks this).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import types
+
+import numpy as np
+from _common import measure_process
+
+DEFAULT_DRIVER = "/work/scratch/ctbnrle_build/drivers/ctbnrle_driver"
+SKIP_MESSAGE = (
+    "CTBN-RLE driver not found (set CTBNRLE_DRIVER or build it as described in "
+    "benchmarks/_ctbnrle.py); skipping the CTBN-RLE peer."
+)
+
+
+def find_driver() -> str | None:
+    """Path of the CTBN-RLE driver: `$CTBNRLE_DRIVER` if set, else `DEFAULT_DRIVER`; `None` if
+    that is not an executable file."""
+    path = os.environ.get("CTBNRLE_DRIVER") or DEFAULT_DRIVER
+    return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+
+
+def write_long_csv(trajectories, path, model=None) -> None:
+    """Write `trajectories` (complete, untruncated, no interventions) as the long CSV the driver
+    reads, with jaxctbn's own writer (`jaxctbn.write_trajectories_csv`). `model` (a CTBN) gives
+    the column names and cardinalities; without it the columns are `X0..X{N-1}`. Raises
+    `ValueError` for interventions (the driver refuses them) and, with `model`, when some node
+    never takes its largest state (the driver would infer a smaller cardinality)."""
+    import jaxctbn as jc
+
+    t = types.SimpleNamespace(
+        initial_states=np.asarray(trajectories.initial_states),
+        states=np.asarray(trajectories.states),
+        targets=np.asarray(trajectories.intervention_targets),
+    )
+    if t.targets.any():
+        raise ValueError("write_long_csv: the CTBN-RLE driver does not support interventions.")
+    N = t.initial_states.shape[-1]
+    if model is None:
+        # the writer only reads `.names` from the model
+        model = types.SimpleNamespace(names=tuple(f"X{n}" for n in range(N)))
+    else:
+        # padding slots past num_events hold the last state, so a plain max is exact
+        seen = np.maximum(t.initial_states.reshape(-1, N).max(0), t.states.reshape(-1, N).max(0))
+        short = [
+            f"{model.names[n]} (max state {int(seen[n])}, k={k})"
+            for n, k in enumerate(model.cardinalities)
+            if seen[n] != k - 1
+        ]
+        if short:
+            raise ValueError(
+                "write_long_csv: the driver infers cardinalities from the data; nodes not "
+                "reaching their largest state: " + ", ".join(short)
+            )
+    jc.write_trajectories_csv(trajectories, model, path)
+
+
+_HEADER = re.compile(r"^ctbnrle learn: (.*)$", re.M)
+_PARENTS = re.compile(r"^PARENTS (\d+):(.*)$", re.M)
+_SCORE = re.compile(r"^SCORE (\d+) \[(.*)\] (\S+)$", re.M)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split())
+
+
+def learn(
+    driver: str,
+    csv_path,
+    alpha: float,
+    tau: float,
+    max_parents: int,
+    node: int | None = None,
+    *,
+    timeout: float | None = None,
+) -> dict:
+    """Run ``driver learn csv_path alpha tau max_parents [node]`` and parse its report.
+
+    Returns a dict with
+    - `parents`: tuple over nodes of the learned parent tuple (sorted);
+    - `num_nodes`, `num_trajectories`, `read_s`, `learn_s`: as the driver prints them
+      (`read_s` parsing the CSV, `learn_s` the structure search, both timed in-process);
+    - `wall_s`: wall time of the whole process (start, read, learn, node scores, exit), and
+      `user_s`, `sys_s`: its CPU time (less sensitive than wall times to a busy machine);
+    - `peak_rss_bytes`: the driver process's peak resident set size, and `rss_source`: how it
+      was measured. The driver runs under ``/usr/bin/time -v`` when that exists ("time -v": its
+      "Maximum resident set size", exact up to the ~2 MB of `time` itself). Otherwise
+      ("wait4") it is `ru_maxrss` of the child from `os.wait4`, an upper bound only: Linux
+      carries the spawning (Python) process's RSS across the exec into that number;
+    - `scores` (only with `node`): `{parent tuple: CTBNFamScore}` for every parent set of
+      `node` with at most `max_parents` (<= 2) parents;
+    - `command`, `stdout`.
+    Raises `subprocess.CalledProcessError` if the driver fails, `subprocess.TimeoutExpired`
+    after `timeout` seconds (the driver is killed)."""
+    cmd = [
+        str(driver),
+        "learn",
+        str(csv_path),
+        repr(float(alpha)),
+        repr(float(tau)),
+        str(int(max_parents)),
+    ]
+    if node is not None:
+        cmd.append(str(int(node)))
+    run = measure_process(cmd, timeout=timeout)
+    stdout = run["stdout"]
+    header = _HEADER.search(stdout)
+    if header is None:
+        raise RuntimeError(f"unexpected driver output:\n{stdout}\n{run['stderr']}")
+    fields = dict(kv.split("=", 1) for kv in header.group(1).split())
+    parents = {int(m.group(1)): _ints(m.group(2)) for m in _PARENTS.finditer(stdout)}
+    result = {
+        "parents": tuple(parents[n] for n in range(len(parents))),
+        "num_nodes": int(fields["N"]),
+        "num_trajectories": int(fields["trajectories"]),
+        "read_s": float(fields["read_s"]),
+        "learn_s": float(fields["learn_s"]),
+        **{key: run[key] for key in ("wall_s", "peak_rss_bytes", "rss_source")},
+        **{key: run[key] for key in ("user_s", "sys_s") if key in run},
+        "command": cmd,
+        "stdout": stdout,
+    }
+    if node is not None:
+        result["scores"] = {_ints(m.group(2)): float(m.group(3)) for m in _SCORE.finditer(stdout)}
+    return result
