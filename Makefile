@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_master_equation.py
 	$(BIN)/python benchmarks/bench_sampling.py
 	$(BIN)/python benchmarks/bench_structure.py
+	$(BIN)/python benchmarks/bench_structure_large.py  # needs the CTBN-RLE driver for the peer rows (benchmarks/_ctbnrle.py)
 	$(BIN)/python benchmarks/bench_criteria.py
 	$(BIN)/python benchmarks/bench_mean_field.py
 	$(BIN)/python benchmarks/bench_kl_estimators.py

@@ -232,6 +232,18 @@ def main():
             sweep.append({"N": 50, "trajectories": num, "map_shd": shd, "edge_auroc": auroc})
             sweep_rows.append(f"| {num} | {int(part.num_events.sum())} | {shd} | {auroc:.3f} |")
             print(sweep_rows[-1], flush=True)
+    idle = measure_process(
+        [
+            sys.executable,
+            "-c",
+            "import jax, jax.numpy as jnp, jaxctbn; "
+            "jax.config.update('jax_enable_x64', True); jax.jit(lambda x: x + 1)(jnp.ones(3))",
+        ]
+    )["peak_rss_bytes"]
+    notes.append(
+        f"an idle jaxctbn process (import, one tiny compiled call) peaks at {mib(idle)}; the "
+        "data (int32 states after every jump) is held twice by a worker (numpy and JAX)"
+    )
     env = environment()
     header = [
         f"# Structure learning on 20-100 binary nodes, max in-degree 2 ({jax.default_backend()}, "
@@ -262,7 +274,13 @@ def main():
         ]
     write_results(
         "structure_large" + ("_quick" if args.quick else ""),
-        {"environment": env, "records": records, "recovery": sweep, "notes": notes},
+        {
+            "environment": env,
+            "records": records,
+            "recovery": sweep,
+            "notes": notes,
+            "idle_process_peak_rss_bytes": idle,
+        },
         header + rows + tail,
     )
 
