@@ -800,6 +800,17 @@ def _design_structure(args):
     _write_ranking(args, np.asarray(scores), space, names, init, args.duration)
 
 
+def _interventions_argument(p) -> None:
+    """`--interventions` of `design` and `run`: which candidates are scored."""
+    p.add_argument(
+        "--interventions",
+        choices=["auto", "all", "single"],
+        default="auto",
+        help="candidates: all (every perfect intervention), single (none or one node clamped), "
+        "auto (default: all up to 4096 candidates, else single)",
+    )
+
+
 def _candidates(which, cards):
     """The candidate interventions of `--interventions` (auto: all up to 4096, else single)."""
     from ._interventions import design_space, intervention_space, single_node_interventions
@@ -1147,13 +1158,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--paths", type=_at_least(1), default=10, help="paths per draw (eig)")
     _prior_arguments(p)
     p.add_argument("--max-parents", type=_at_least(0), default=None)
-    p.add_argument(
-        "--interventions",
-        choices=["auto", "all", "single"],
-        default="auto",
-        help="candidates: all (every perfect intervention), single (none or one node clamped), "
-        "auto (default: all up to 4096 candidates, else single)",
-    )
+    _interventions_argument(p)
     p.add_argument("--seed", type=_seed, required=True, help="0 <= S <= 2**63 - 1")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_cmd_design)
@@ -1197,13 +1202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--initial-state", nargs="*", default=[], help="NODE=STATE,... (with the fixed policy)"
     )
-    p.add_argument(
-        "--interventions",
-        choices=["auto", "all", "single"],
-        default="auto",
-        help="candidates: all (every perfect intervention), single (none or one node clamped), "
-        "auto (default: all up to 4096 candidates, else single)",
-    )
+    _interventions_argument(p)
     p.add_argument("--paths", type=_at_least(1), default=10, help="paths per draw (eig)")
     p.add_argument("--chunk", type=_at_least(1), default=10, help="repetitions per compiled batch")
     p.add_argument(
