@@ -77,6 +77,13 @@ def write_results(name, payload, table_lines):
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, f"{name}.json"), "w") as f:
         json.dump(payload, f, indent=1, default=float)
+    device = jax.devices()[0]
+    table_lines = [
+        *table_lines,
+        "",
+        f"Run on {device.device_kind} ({jax.default_backend()}, {os.cpu_count()} CPU cores), "
+        f"jax {jax.__version__}, {time.strftime('%Y-%m-%d')}.",
+    ]
     with open(os.path.join(RESULTS, f"{name}.md"), "w") as f:
         f.write("\n".join(table_lines) + "\n")
     print("\n".join(table_lines))

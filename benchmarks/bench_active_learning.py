@@ -16,7 +16,9 @@ candidates (`score_interventions`) and the rest (sampling, update, metrics; meas
 as the step time of the passive design), and the scoring into its master-equation solves
 (the same number of solves through `expected_statistics_batch` alone) and the rest.
 
-Run: `python benchmarks/bench_active_learning.py [--quick] [--repetitions R] [--experiments K]`;
+Run: `python benchmarks/bench_active_learning.py [--quick] [--repetitions R] [--experiments K]
+[--chunk C] [--targets structure,parameters] [--designs vbhc,...] [--name NAME]` (a `--name`
+other than the default also suffixes the run directories);
 `--profile-only` times just the pieces of one structure VBHC step (seconds, not the full
 experiment) and prints them as JSON without writing any results file.
 """
@@ -79,6 +81,9 @@ def main():
     ap.add_argument("--targets", default="structure,parameters")
     ap.add_argument("--name", default="active_learning")
     ap.add_argument(
+        "--designs", default=None, help="comma-separated designs (default: the paper's per target)"
+    )
+    ap.add_argument(
         "--profile-only",
         action="store_true",
         help="only time the pieces of one structure VBHC step; print them, write nothing",
@@ -95,9 +100,13 @@ def main():
         "structure": ("passive", "random", "bhc", "vbhc"),
         "parameters": ("passive", "random", "bhc", "vbhc", "negative-vbhc"),
     }
+    if args.designs is not None:
+        designs = {target: tuple(args.designs.split(",")) for target in designs}
     records, rows = {"environment": environment(), "runs": {}}, []
     for target in args.targets.split(","):
         out = os.path.join(RESULTS, f"active_{target}" + ("_quick" if args.quick else ""))
+        if args.name != "active_learning":
+            out += f"_{args.name}"
         t0 = time.perf_counter()
         config = jc.ExperimentConfig(
             target=target, designs=designs[target], repetitions=R, experiments=K, chunk=chunk

@@ -119,7 +119,12 @@ from ._parameter_criteria import parameter_vbhc_minimise as parameter_vbhc_minim
 from ._parameter_criteria import parameter_vbhc_minimiser as parameter_vbhc_minimiser
 from ._parameter_criteria import parameter_vbhc_minimum as parameter_vbhc_minimum
 from ._parameter_criteria import posterior_draws as posterior_draws
+from ._structure_criteria import AbstractGraphDraws as AbstractGraphDraws
+from ._structure_criteria import JointGraphDraws as JointGraphDraws
+from ._structure_criteria import JointStructureDraws as JointStructureDraws
+from ._structure_criteria import StratifiedGraphDraws as StratifiedGraphDraws
 from ._structure_criteria import StructureDraws as StructureDraws
+from ._structure_criteria import joint_structure_draws as joint_structure_draws
 from ._structure_criteria import predictive_log_likelihood as predictive_log_likelihood
 from ._structure_criteria import structure_bhc as structure_bhc
 from ._structure_criteria import structure_divergences as structure_divergences
@@ -156,6 +161,7 @@ from ._active_learning import run_active_learning as run_active_learning
 from ._active_learning import run_repetitions as run_repetitions
 from ._experiments import ExperimentConfig as ExperimentConfig
 from ._experiments import run_experiment as run_experiment
+from ._experiments import default_graph_draws as default_graph_draws
 
 # metrics
 from ._metrics import adjacency_from_parents as adjacency_from_parents

@@ -44,6 +44,7 @@ from ._sampling import Trajectories, _check_count, automatic_max_events, sample_
 from ._solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from ._statistics import SufficientStatistics
 from ._structure import StructurePosterior, family_statistics
+from ._structure_criteria import AbstractGraphDraws, StratifiedGraphDraws
 
 # --------------------------------------------------------------------------------- designs
 
@@ -142,15 +143,24 @@ DesignName = Literal["passive", "random", "vbhc", "bhc", "vbhc-optax", "eig", "n
 
 
 def design_from_name(
-    name: DesignName | str, *, num_samples: int = 10, num_paths: int = 10
+    name: DesignName | str,
+    *,
+    num_samples: int = 10,
+    num_paths: int = 10,
+    graph_draws: AbstractGraphDraws | None = None,
+    max_sets: int | None = None,
 ) -> AbstractDesign:
     """The design behind a CLI name: `"passive"`, `"random"`, `"vbhc"` (`VBHC()`), `"bhc"`,
     `"vbhc-optax"` (`VBHC(optimiser=LBFGS())`), `"eig"` (`EIG(num_paths=num_paths)`) or
-    `"negative-vbhc"` (the worst candidate by the VBHC)."""
+    `"negative-vbhc"` (the worst candidate by the VBHC). `graph_draws` (default `None` =
+    [`jaxctbn.StratifiedGraphDraws`][]) and `max_sets` go to the (V)BHC (structure learning; see
+    [`jaxctbn.VBHC`][])."""
+    graph_draws = StratifiedGraphDraws() if graph_draws is None else graph_draws
+    box_hill = {"graph_draws": graph_draws, "max_sets": max_sets}
     criteria = {
-        "vbhc": VBHC(),
-        "bhc": BHC(),
-        "vbhc-optax": VBHC(optimiser=LBFGS()),
+        "vbhc": VBHC(**box_hill),
+        "bhc": BHC(**box_hill),
+        "vbhc-optax": VBHC(optimiser=LBFGS(), **box_hill),
         "eig": EIG(num_paths=num_paths),
     }
     if name == "passive":
@@ -158,7 +168,7 @@ def design_from_name(
     if name == "random":
         return RandomDesign()
     if name == "negative-vbhc":
-        return CriterionDesign(VBHC(), num_samples=num_samples, worst=True)
+        return CriterionDesign(VBHC(**box_hill), num_samples=num_samples, worst=True)
     if name in criteria:
         return CriterionDesign(criteria[name], num_samples=num_samples)
     raise ValueError(f"design: unknown name {name!r}; valid: {', '.join(DESIGN_NAMES)}.")

@@ -494,11 +494,14 @@ def _prior_json(args, posterior=None) -> dict:
     return out
 
 
-def _criterion(name: str, paths: int):
-    """The criterion Module named by `--criterion` (`--paths` >= 1 is checked by the parser)."""
+def _criterion(name: str, paths: int, box_hill: dict):
+    """The criterion Module named by `--criterion` (`--paths` >= 1 is checked by the parser);
+    `box_hill`: the (V)BHC's structure keywords."""
     from ._criteria import BHC, EIG, VBHC
 
-    return {"vbhc": VBHC(), "bhc": BHC(), "eig": EIG(num_paths=paths)}[name]
+    if name == "eig":
+        return EIG(num_paths=paths)
+    return {"vbhc": VBHC, "bhc": BHC}[name](**box_hill)
 
 
 def _cmd_learn(args):
@@ -811,6 +814,37 @@ def _interventions_argument(p) -> None:
     )
 
 
+def _graph_draws_arguments(p) -> None:
+    """`--graph-draws` and `--max-sets` of `design` and `run`: how the structure (V)BHC draws
+    graphs, over how many parent sets per node."""
+    p.add_argument(
+        "--graph-draws",
+        choices=["auto", "stratified", "joint"],
+        default="auto",
+        help="structure (V)BHC: stratified (the paper's, per node and parent set), joint (whole "
+        "graphs shared by all nodes), auto (default: stratified up to 8 nodes, joint beyond)",
+    )
+    p.add_argument(
+        "--max-sets",
+        type=_at_least(1),
+        default=None,
+        help="structure (V)BHC: score each node's most probable parent sets only (default: all "
+        "up to 8 nodes, 32 beyond)",
+    )
+
+
+def _box_hill_options(args, num_nodes: int) -> dict:
+    """The structure (V)BHC keywords of `--graph-draws` and `--max-sets` for `num_nodes`."""
+    from ._experiments import default_graph_draws
+    from ._structure_criteria import JointGraphDraws, StratifiedGraphDraws
+
+    draws, max_sets = default_graph_draws(num_nodes, args.graph_draws, args.max_sets)
+    return {
+        "graph_draws": JointGraphDraws() if draws == "joint" else StratifiedGraphDraws(),
+        "max_sets": max_sets,
+    }
+
+
 def _candidates(which, cards):
     """The candidate interventions of `--interventions` (auto: all up to 4096, else single)."""
     from ._interventions import design_space, intervention_space, single_node_interventions
@@ -827,7 +861,9 @@ def _score_space(posterior, space, initial_state, horizon, key, args):
         space,
         initial_state,
         horizon,
-        criterion=_criterion(args.criterion, args.paths),
+        criterion=_criterion(
+            args.criterion, args.paths, _box_hill_options(args, len(posterior.cardinalities))
+        ),
         key=key,
         num_samples=args.samples,
     )
@@ -852,6 +888,11 @@ def _write_ranking(args, scores, space, names, init, duration):
         "seed": args.seed,
         "prior": getattr(args, "fitted_prior", None) or _prior_json(args),
     }
+    if args.target == "structure" and args.criterion != "eig":
+        from ._experiments import default_graph_draws
+
+        draws, max_sets = default_graph_draws(len(names), args.graph_draws, args.max_sets)
+        out.update(graph_draws=draws, max_sets=max_sets)
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
     print(
@@ -899,6 +940,8 @@ def _cmd_run(args):
         chunk=args.chunk,
         max_events=args.max_events,
         interventions=args.interventions,
+        graph_draws=args.graph_draws,
+        max_sets=args.max_sets,
     )
     report = run_experiment(
         config, out=out, progress=not args.no_progress, overwrite=args.overwrite
@@ -1159,6 +1202,7 @@ def build_parser() -> argparse.ArgumentParser:
     _prior_arguments(p)
     p.add_argument("--max-parents", type=_at_least(0), default=None)
     _interventions_argument(p)
+    _graph_draws_arguments(p)
     p.add_argument("--seed", type=_seed, required=True, help="0 <= S <= 2**63 - 1")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_cmd_design)
@@ -1203,6 +1247,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--initial-state", nargs="*", default=[], help="NODE=STATE,... (with the fixed policy)"
     )
     _interventions_argument(p)
+    _graph_draws_arguments(p)
     p.add_argument("--paths", type=_at_least(1), default=10, help="paths per draw (eig)")
     p.add_argument("--chunk", type=_at_least(1), default=10, help="repetitions per compiled batch")
     p.add_argument(

@@ -41,7 +41,8 @@ from ._posterior import AbstractPosterior, RatePosterior
 from ._solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from ._structure import StructurePosterior
 from ._structure_criteria import (
-    divergences_all_candidates,
+    AbstractGraphDraws,
+    StratifiedGraphDraws,
     eig_all_candidates,
     structure_bhc,
     structure_draws,
@@ -52,6 +53,13 @@ from ._structure_criteria import (
 #: Candidates scored together by default for structure learning: the scorer skips, per node, the
 #: chunks whose candidates all clamp that node.
 STRUCTURE_CHUNK = 9
+
+
+def _check_max_sets(max_sets) -> None:
+    if max_sets is not None and (
+        not isinstance(max_sets, int) or isinstance(max_sets, bool) or max_sets < 1
+    ):
+        raise ValueError(f"max_sets: expected None or a positive integer, got {max_sets!r}.")
 
 
 class AbstractCriterion(eqx.Module):
@@ -101,6 +109,8 @@ class AbstractBoxHillCriterion(AbstractCriterion):
     from those (`rate_value`, `structure_value`); the scoring is shared."""
 
     estimator: eqx.AbstractVar[AbstractKLEstimator]
+    graph_draws: eqx.AbstractVar[AbstractGraphDraws]
+    max_sets: eqx.AbstractVar[int | None]
 
     @abc.abstractmethod
     def rate_value(self, posterior: RatePosterior, statistics) -> Float[Array, ""]:
@@ -132,15 +142,15 @@ class AbstractBoxHillCriterion(AbstractCriterion):
     def score_structure(
         self, posterior, candidates, initial_state, horizon, *, key, num_samples, solver, batching
     ):
-        key_draws, key_paths = jr.split(key)
-        draws = structure_draws(posterior, key_draws, num_samples)
-        a_all = divergences_all_candidates(
+        if self.max_sets is not None:
+            posterior = posterior.truncated(self.max_sets)
+        a_all = self.graph_draws.divergences(
             posterior,
-            draws,
             candidates,
             initial_state,
             horizon,
-            key=key_paths,
+            key=key,
+            num_samples=num_samples,
             solver=solver,
             estimator=self.estimator,
             batching=Chunked(STRUCTURE_CHUNK) if batching is None else batching,
@@ -153,11 +163,20 @@ class VBHC(AbstractBoxHillCriterion):
     over the variational family: in closed form (`optimiser=None`, the default) or numerically
     by an [`jaxctbn.AbstractVBHCOptimiser`][] with autodiff gradients (the same minimum).
 
-    **Arguments (keyword-only):** `optimiser` (default `None` = closed form), `estimator` (the
-    structure KL estimator, default [`jaxctbn.PlugIn`][])."""
+    **Arguments (keyword-only):** `optimiser` (default `None` = closed form), and for structure
+    learning `estimator` (the KL estimator, default [`jaxctbn.PlugIn`][]), `graph_draws` (how
+    graphs are drawn, default [`jaxctbn.StratifiedGraphDraws`][], the paper's;
+    [`jaxctbn.JointGraphDraws`][] for large networks) and `max_sets` (score over each node's
+    `max_sets` most probable parent sets, [`jaxctbn.StructurePosterior.truncated`][]; default
+    `None` = all)."""
 
     optimiser: AbstractVBHCOptimiser | None = eqx.field(default=None, kw_only=True)
     estimator: AbstractKLEstimator = eqx.field(default=PlugIn(), kw_only=True)
+    graph_draws: AbstractGraphDraws = eqx.field(default=StratifiedGraphDraws(), kw_only=True)
+    max_sets: int | None = eqx.field(default=None, static=True, kw_only=True)
+
+    def __check_init__(self):
+        _check_max_sets(self.max_sets)
 
     def rate_value(self, posterior, statistics):
         if self.optimiser is None:
@@ -173,10 +192,15 @@ class VBHC(AbstractBoxHillCriterion):
 class BHC(AbstractBoxHillCriterion):
     r"""The Box-Hill criterion: the VBHC at $q$ = the posterior (maths §3, §4).
 
-    **Arguments (keyword-only):** `estimator` (the structure KL estimator, default
-    [`jaxctbn.PlugIn`][])."""
+    **Arguments (keyword-only):** `estimator`, `graph_draws` and `max_sets` for structure
+    learning, as for [`jaxctbn.VBHC`][]."""
 
     estimator: AbstractKLEstimator = eqx.field(default=PlugIn(), kw_only=True)
+    graph_draws: AbstractGraphDraws = eqx.field(default=StratifiedGraphDraws(), kw_only=True)
+    max_sets: int | None = eqx.field(default=None, static=True, kw_only=True)
+
+    def __check_init__(self):
+        _check_max_sets(self.max_sets)
 
     def rate_value(self, posterior, statistics):
         return parameter_bhc(posterior, statistics)

@@ -59,6 +59,7 @@ from ._interventions import design_space, intervention_space, single_node_interv
 from ._priors import AbstractPrior, GammaPrior, NodelmanPrior
 from ._random import PAPER_NAMES, paper_network
 from ._sampling import automatic_max_events
+from ._structure_criteria import JointGraphDraws, StratifiedGraphDraws
 
 #: The learning task of each target; its `metric_labels` name the metrics, labels and directions.
 TASKS = {"structure": StructureLearningTask, "parameters": ParameterLearningTask}
@@ -340,6 +341,28 @@ def default_max_parents(num_nodes: int, max_parents: int | None) -> int:
     return num_nodes - 1 if num_nodes <= 8 else 2
 
 
+#: Above this many nodes the structure (V)BHC of `run` switches to joint graph draws over each
+#: node's `LARGE_NETWORK_MAX_SETS` most probable parent sets.
+LARGE_NETWORK_NODES = 8
+LARGE_NETWORK_MAX_SETS = 32
+
+
+def default_graph_draws(
+    num_nodes: int, graph_draws: str, max_sets: int | None
+) -> tuple[str, int | None]:
+    """The structure (V)BHC's graph draws and `max_sets` for a network of `num_nodes`:
+    `graph_draws="auto"` is `"stratified"` (the paper's Algorithm 2) up to 8 nodes and
+    `"joint"` beyond; `max_sets=None` keeps every parent set up to 8 nodes and the 32 most
+    probable per node beyond (see [`jaxctbn.JointGraphDraws`][] and
+    [`jaxctbn.StructurePosterior.truncated`][])."""
+    large = num_nodes > LARGE_NETWORK_NODES
+    if graph_draws == "auto":
+        graph_draws = "joint" if large else "stratified"
+    if max_sets is None and large:
+        max_sets = LARGE_NETWORK_MAX_SETS
+    return graph_draws, max_sets
+
+
 class ExperimentConfig(eqx.Module):
     """Every setting of the paper's synthetic experiment (the fields of `config.json`).
 
@@ -359,7 +382,11 @@ class ExperimentConfig(eqx.Module):
     [`jaxctbn.run_active_learning`][]; a path that overflows it is an error, never cut),
     `interventions` (the candidates: `"all"` the paper's whole [`jaxctbn.intervention_space`][],
     `"single"` the [`jaxctbn.single_node_interventions`][], default `"auto"` =
-    [`jaxctbn.design_space`][]: all up to 4096 members, single-node beyond). With
+    [`jaxctbn.design_space`][]: all up to 4096 members, single-node beyond), `graph_draws`
+    (structure (V)BHC: `"stratified"`, `"joint"` or `"auto"`, the default) and `max_sets`
+    (structure (V)BHC: each node's most probable parent sets scored; default `None`), resolved by
+    [`jaxctbn.default_graph_draws`][]: the paper's stratified draws over every set up to 8
+    nodes, joint draws over the 32 most probable sets per node beyond. With
     `max_parents=None` structure learning allows $N-1$ parents up to 8 nodes and 2 beyond (the
     exhaustive search has $2^{N-1}$ parent sets per node).
     Settings are checked here, with one-line `ValueError`s."""
@@ -381,10 +408,16 @@ class ExperimentConfig(eqx.Module):
     chunk: int = eqx.field(default=10, static=True)
     max_events: int | None = eqx.field(default=None, static=True)
     interventions: Literal["auto", "all", "single"] = eqx.field(default="auto", static=True)
+    graph_draws: Literal["auto", "stratified", "joint"] = eqx.field(default="auto", static=True)
+    max_sets: int | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         if self.target not in TASKS:
             raise ValueError(f"target must be 'structure' or 'parameters', got {self.target!r}.")
+        if self.graph_draws not in ("auto", "stratified", "joint"):
+            raise ValueError(
+                f"graph_draws must be 'auto', 'stratified' or 'joint', got {self.graph_draws!r}."
+            )
         if self.interventions not in ("auto", "all", "single"):
             raise ValueError(
                 f"interventions must be 'auto', 'all' or 'single', got {self.interventions!r}."
@@ -399,7 +432,15 @@ class ExperimentConfig(eqx.Module):
                 )
         if len(set(designs)) != len(designs):
             raise ValueError(f"designs: repeated entries in {designs}.")
-        for name in ("repetitions", "experiments", "samples", "paths", "chunk", "max_events"):
+        for name in (
+            "repetitions",
+            "experiments",
+            "samples",
+            "paths",
+            "chunk",
+            "max_events",
+            "max_sets",
+        ):
             v = getattr(self, name)
             if v is not None and (int(v) != v or v < 1):
                 raise ValueError(f"{name}: must be a positive integer, got {v}.")
@@ -487,6 +528,9 @@ def run_experiment(
         "all": intervention_space,
         "single": single_node_interventions,
     }[config.interventions](truth.cardinalities)
+    graph_draws, max_sets = default_graph_draws(
+        truth.num_nodes, config.graph_draws, config.max_sets
+    )
     settings = {
         "target": target,
         "designs": designs,
@@ -504,6 +548,7 @@ def run_experiment(
         "max_events": max_events,
         "interventions": int(space.targets.shape[0]),
         "intervention_space": config.interventions,
+        **({"graph_draws": graph_draws, "max_sets": max_sets} if target == "structure" else {}),
         "truth": truth.to_dict(),
     }
     chunk_dir = None
@@ -525,7 +570,13 @@ def run_experiment(
         bar = tqdm(total=len(designs) * repetitions, desc=f"run {target}", unit="rep")
     results, timing, failures = {}, {}, {}
     for design_name in designs:
-        design = design_from_name(design_name, num_samples=samples, num_paths=paths)
+        design = design_from_name(
+            design_name,
+            num_samples=samples,
+            num_paths=paths,
+            graph_draws=JointGraphDraws() if graph_draws == "joint" else StratifiedGraphDraws(),
+            max_sets=max_sets,
+        )
         parts, seconds, computed, chunk_seconds = [], 0.0, 0, []
         for start in starts:
             stop = min(start + chunk, repetitions)

@@ -99,6 +99,17 @@ class AbstractExpectedStatistics(eqx.Module):
         set in `parent_sets` at once (`configs` = the most configurations any set of that
         padding can have)."""
 
+    def nodes_statistics_on_sets(
+        self, nodes: tuple[int, ...], parent_sets: Int[Array, "nodes sets max_parents"]
+    ) -> tuple[Float[Array, "nodes sets configs k k"], Float[Array, "nodes sets configs k"]]:
+        """[`node_statistics_on_sets`][jaxctbn.AbstractExpectedStatistics.node_statistics_on_sets]
+        for several `nodes` of equal cardinality and padding, `parent_sets[i]` the sets of
+        `nodes[i]`, stacked on a leading axis. By default one call per node; an implementation
+        may vectorise over the nodes (the mean-field statistics do, which keeps the compiled
+        program of a large network small)."""
+        out = [self.node_statistics_on_sets(n, parent_sets[i]) for i, n in enumerate(nodes)]
+        return jnp.stack([M for M, _ in out]), jnp.stack([T for _, T in out])
+
 
 class ExpectedStatistics(AbstractExpectedStatistics):
     r"""Expected path statistics of one cCTBN over $[0,\tau]$ under one intervention.

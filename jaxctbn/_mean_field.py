@@ -114,7 +114,13 @@ class MeanFieldStatistics(AbstractExpectedStatistics):
 
     def _project(self, node: int, parents: Array, configs: int):
         """`(M, T)` of `node` on one padded parent array with `configs` configuration rows."""
-        k = self.model.cardinalities[node]
+        true = _padded_parents(self.model.parent_list(node))
+        return self._project_node(node, self.model.cims[node], true, parents, configs)
+
+    def _project_node(self, node, cim, true, parents: Array, configs: int):
+        """`(M, T)` of the node with index `node` (may be traced), CIM table `cim` and padded
+        true parents `true` on one padded parent array with `configs` configuration rows."""
+        k = cim.shape[-1]
         mu = self.node_marginals
         w = self.quadrature_weights
         cards = self.model.cardinalities
@@ -123,8 +129,6 @@ class MeanFieldStatistics(AbstractExpectedStatistics):
         own = mu[:, node, :k]  # (t, x)
         T = jnp.einsum("t,tu,tx->ux", w, occupancy, own)
         # the true parents: fixed by u where they are in P, averaged under their marginals if not
-        true = _padded_parents(self.model.parent_list(node))
-        cim = self.model.cims[node]
         t_present, t_safe, t_digits, t_valid = _digits(true, cards, cim.shape[0])
         same = (true[:, None] == parents[None, :]) & t_present[:, None] & present[None, :]
         in_P = same.any(1)  # (q,)
@@ -152,6 +156,36 @@ class MeanFieldStatistics(AbstractExpectedStatistics):
         _, configs = projection_parents(self.model, node, parent_sets)
         return jax.vmap(lambda P: self._project(node, P, configs))(
             jnp.asarray(parent_sets, jnp.int32)
+        )
+
+    def nodes_statistics_on_sets(self, nodes, parent_sets):
+        """One vectorised projection over `nodes` (the node index, CIM table and true parents
+        become data; CIM rows and parent slots padded to the group's largest, which the
+        projection ignores), so the compiled program does not grow with the number of nodes."""
+        cards = self.model.cardinalities
+        configs = {
+            projection_parents(self.model, n, parent_sets[i])[1] for i, n in enumerate(nodes)
+        }
+        if len({cards[n] for n in nodes}) > 1 or len(configs) > 1:
+            return super().nodes_statistics_on_sets(nodes, parent_sets)
+        width = max(_padded_parents(self.model.parent_list(n)).shape[-1] for n in nodes)
+        rows = max(self.model.cims[n].shape[0] for n in nodes)
+        cims = jnp.stack(
+            [
+                jnp.pad(
+                    self.model.cims[n], ((0, rows - self.model.cims[n].shape[0]), (0, 0), (0, 0))
+                )
+                for n in nodes
+            ]
+        )
+        true = jnp.stack([_padded_parents(self.model.parent_list(n), width) for n in nodes])
+        (configs,) = configs
+
+        def one(node, cim, parents, sets):
+            return jax.vmap(lambda P: self._project_node(node, cim, parents, P, configs))(sets)
+
+        return jax.vmap(one)(
+            jnp.asarray(nodes, jnp.int32), cims, true, jnp.asarray(parent_sets, jnp.int32)
         )
 
 

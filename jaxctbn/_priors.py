@@ -21,9 +21,13 @@ import jax
 import jax.core
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from ._conjugate import dirichlet_gamma_log_marginal, gamma_poisson_log_marginal, off_diagonal
+
+#: A node's index: a Python int, or a traced integer scalar when a computation is vectorised over
+#: nodes (the per-node prior values are then looked up by it).
+NodeIndex = int | Int[Array, ""]
 
 
 def _positive_per_node(value, name: str):
@@ -57,14 +61,14 @@ class AbstractPrior(eqx.Module):
 
     @abc.abstractmethod
     def log_marginal_likelihood(
-        self, node: int, transitions: Array, dwell_times: Array, num_configs: ArrayLike
+        self, node: NodeIndex, transitions: Array, dwell_times: Array, num_configs: ArrayLike
     ) -> Float[Array, ""]:
         r"""$\ln p(M,T\mid P)$, **with** the prior's normalising terms."""
 
     @abc.abstractmethod
     def log_predictive(
         self,
-        node: int,
+        node: NodeIndex,
         transitions: Array,
         dwell_times: Array,
         history_transitions: Array,
@@ -75,14 +79,14 @@ class AbstractPrior(eqx.Module):
 
     @abc.abstractmethod
     def posterior_mean_rates(
-        self, node: int, transitions: Array, dwell_times: Array, num_configs: ArrayLike
+        self, node: NodeIndex, transitions: Array, dwell_times: Array, num_configs: ArrayLike
     ) -> Float[Array, "configs k k"]:
         """Posterior-mean rates (off-diagonal; the diagonal is zero)."""
 
     @abc.abstractmethod
     def sample_rates(
         self,
-        node: int,
+        node: NodeIndex,
         transitions: Array,
         dwell_times: Array,
         num_configs: ArrayLike,
@@ -95,7 +99,7 @@ class AbstractPrior(eqx.Module):
         """Raise `ValueError` if per-node parameters do not match `num_nodes`."""
 
 
-def _node_value(value, node: int, name: str) -> Array:
+def _node_value(value, node: NodeIndex, name: str) -> Array:
     """Node `node`'s value of a scalar or per-node parameter. Concrete values were checked at
     construction; a traced one (a prior built inside jit or vmap) is checked here, and every
     use of the parameter goes through this."""
@@ -134,7 +138,7 @@ class GammaPrior(AbstractPrior):
         _check_length(self.alpha, num_nodes, "alpha")
         _check_length(self.beta, num_nodes, "beta")
 
-    def node_parameters(self, node: int) -> tuple[Array, Array]:
+    def node_parameters(self, node: NodeIndex) -> tuple[Array, Array]:
         """$(\\alpha, \\beta)$ of `node`."""
         return _node_value(self.alpha, node, "alpha"), _node_value(self.beta, node, "beta")
 
@@ -198,7 +202,7 @@ class NodelmanPrior(AbstractPrior):
         _check_length(self.alpha, num_nodes, "alpha")
         _check_length(self.tau, num_nodes, "tau")
 
-    def hyperparameters(self, node: int, k: int, num_configs: ArrayLike, dtype) -> tuple:
+    def hyperparameters(self, node: NodeIndex, k: int, num_configs: ArrayLike, dtype) -> tuple:
         r"""$(\alpha_{xx'u}, \tau_{xu})$ of `node` with `k` states and `num_configs` parent
         configurations."""
         U = jnp.asarray(num_configs, dtype)

@@ -1072,6 +1072,41 @@ class StructurePosterior(AbstractPosterior):
         scores = _scores(prior, self.statistics)
         return eqx.tree_at(lambda p: (p.log_marginal_likelihoods, p.prior), self, (scores, prior))
 
+    def truncated(self, max_sets: int) -> "StructurePosterior":
+        r"""The posterior restricted to each node's `max_sets` most probable candidate sets (all
+        of them where a node has fewer), renormalised over the kept sets:
+        $\tilde p(P\mid H)=p(P\mid H)/\sum_{P'\in\mathcal K_n}p(P'\mid H)$ on the kept sets
+        $\mathcal K_n$. Everything else (statistics, prior, further updates) is kept per kept
+        set, so the result is an ordinary posterior over a smaller model space; its
+        `log_evidence` is over that space. The mass left out per node is
+        `1 - exp(logsumexp(log_posterior()[n][kept]))`; the design criteria use this to make
+        their cost independent of $\binom{N-1}{\le k}$ (see [`jaxctbn.VBHC`][]'s `max_sets`).
+        Jittable: the sets are chosen by `jax.lax.top_k` (ties keep the lower index) and kept in
+        their original order."""
+        if not isinstance(max_sets, int) or isinstance(max_sets, bool) or max_sets < 1:
+            raise ValueError(f"max_sets: expected a positive integer, got {max_sets!r}.")
+        kept = [  # in their original order, so keeping every set changes nothing
+            jnp.sort(jax.lax.top_k(lp, min(max_sets, lp.shape[0]))[1])
+            for lp in self.log_posterior()
+        ]
+
+        def take(arrays):
+            return tuple(jnp.asarray(a)[i] for a, i in zip(arrays, kept))
+
+        statistics = FamilyStatistics(
+            transitions=take(self.statistics.transitions),
+            dwell_times=take(self.statistics.dwell_times),
+            parent_sets=take(self.statistics.parent_sets),
+            cardinalities=self.statistics.cardinalities,
+        )
+        return StructurePosterior(
+            log_marginal_likelihoods=take(self.log_marginal_likelihoods),
+            log_prior=take(self.log_prior),
+            statistics=statistics,
+            prior=self.prior,
+            names=self.names,
+        )
+
     def log_evidence(self) -> Float[Array, ""]:
         r"""$\ln p(H)=\sum_n\ln\sum_P p(P)\,p(X_n\mid X_P)$: the marginal likelihood of the
         data under the rate prior, averaged over graphs with the structure prior normalised

@@ -24,16 +24,18 @@ likelihood ([`jaxctbn.AbstractPrior.log_predictive`][]), so every prior works.
 
 from __future__ import annotations
 
+import abc
 import functools
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from ._batching import AbstractBatching
 from ._conjugate import gamma_poisson_log_gamma_table, gamma_poisson_log_marginal
+from ._ctbn import PaddedCTBN
 from ._interventions import Intervention
 from ._kl_estimators import AbstractKLEstimator, MonteCarlo, PlugIn
 from ._layout import num_configurations
@@ -55,13 +57,34 @@ def predictive_log_likelihood(
     +\bar\alpha\ln\bar\beta-(\bar\alpha+\hat M)\ln(\bar\beta+\hat T)]$; the paper's
     $\exp\{-\Lambda+\hat T\}$ is a typo for $\exp\{-\Lambda\hat T\}$)."""
     sets = posterior.parent_sets[node]
-    return jax.vmap(functools.partial(posterior.prior.log_predictive, node))(
+    return _predictive_on_sets(
+        posterior.prior,
+        node,
         transitions,
         dwell_times,
         posterior.statistics.transitions[node],
         posterior.statistics.dwell_times[node],
         num_configurations(sets, posterior.cardinalities),
     )
+
+
+def _predictive_on_sets(
+    prior, node, transitions, dwell_times, history_transitions, history_dwell_times, num_configs
+):
+    """The prior's predictive log-likelihood on every set (leading axis) of node `node` (an
+    index, may be traced: the priors look their per-node values up by it)."""
+    return jax.vmap(functools.partial(prior.log_predictive, node))(
+        transitions, dwell_times, history_transitions, history_dwell_times, num_configs
+    )
+
+
+def _node_groups(posterior: StructurePosterior) -> list[list[int]]:
+    """The nodes in groups of equal cardinality and set-table shapes (vectorised together)."""
+    groups: dict[tuple, list[int]] = {}
+    for n, k in enumerate(posterior.cardinalities):
+        shape = (k, jnp.shape(posterior.parent_sets[n]), posterior.statistics.transitions[n].shape)
+        groups.setdefault(shape, []).append(n)
+    return list(groups.values())
 
 
 def _flat_draws(draws: StructureDraws, n: int):
@@ -156,6 +179,179 @@ def structure_divergences(
     )
     ivs = _one_candidate(posterior, intervention)
     return tuple(divergence_of_node(n, ivs)[0] for n in range(len(draws.models)))
+
+
+class JointStructureDraws(eqx.Module):
+    r"""`num_samples` draws of the whole graph from $p(G\mid H)$ and of all rates given it, shared
+    by every node: `models`, a [`jaxctbn.PaddedCTBN`][] batch `(num_samples,)`, and `indices`
+    `(num_samples, N)`, the candidate-set index of each node's parents in each draw."""
+
+    models: PaddedCTBN
+    indices: Int[Array, "samples nodes"]
+
+
+@eqx.filter_jit
+def joint_structure_draws(
+    posterior: StructurePosterior, key: PRNGKeyArray, num_samples: int
+) -> JointStructureDraws:
+    """`num_samples` joint draws of the graph and the rates (see
+    [`jaxctbn.JointStructureDraws`][]); `jax.jit`-compiled."""
+    if not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}.")
+
+    def one(k):
+        k_graph, k_rates = jr.split(k)
+        indices = posterior.sample_parent_sets(k_graph)
+        return indices, posterior.rates_given(indices, k_rates)
+
+    indices, models = jax.vmap(one)(jr.split(key, num_samples))
+    return JointStructureDraws(models=models, indices=indices)
+
+
+def _joint_divergences(
+    posterior: StructurePosterior,
+    draws: JointStructureDraws,
+    intervention: Intervention,
+    initial_state,
+    horizon,
+    solver,
+) -> tuple[Float[Array, " _sets"], ...]:
+    r"""$a_n(P')$ of every node for one candidate `intervention` from joint draws: one solve per
+    draw, shared by all nodes, $a_n(P')=\frac1S\sum_s[\ell_n(\hat S_s;P_s)-\ell_n(\hat S_s;P')]$
+    with $P_s$ the draw's parents of $n$ (zeros for a node the candidate clamps)."""
+    S = draws.indices.shape[0]
+    stats = expected_statistics_batch(
+        draws.models,
+        jnp.broadcast_to(jnp.asarray(initial_state), (S, *jnp.shape(initial_state))),
+        horizon,
+        interventions=jax.tree_util.tree_map(
+            lambda a: jnp.broadcast_to(a, (S, *jnp.shape(a))), intervention
+        ),
+        solver=solver,
+    )
+    cards = posterior.cardinalities
+    out: list = [None] * len(cards)
+    for group in _node_groups(posterior):  # the nodes of a group vectorised together
+        index = jnp.asarray(group, jnp.int32)
+
+        def stacked(arrays, group=group):
+            return jnp.stack([jnp.asarray(arrays[n]) for n in group])
+
+        sets = stacked(posterior.parent_sets)
+        history = (
+            stacked(posterior.statistics.transitions),
+            stacked(posterior.statistics.dwell_times),
+            stacked([num_configurations(s, cards) for s in posterior.parent_sets]),
+        )
+
+        def ells_of(st, group=group, index=index, sets=sets, history=history):
+            M, T = st.nodes_statistics_on_sets(tuple(group), sets)
+            predictive = functools.partial(_predictive_on_sets, posterior.prior)
+            return jax.vmap(predictive)(index, M, T, *history)  # (nodes, sets)
+
+        ells = jax.vmap(ells_of)(stats)  # (draws, nodes, sets)
+        own = jnp.take_along_axis(ells, draws.indices[:, index, None], axis=2)  # ell(S_s; P_s)
+        a = (own - ells).mean(0)
+        a = jnp.where(intervention.targets[index][:, None], jnp.zeros_like(a), a)
+        for i, n in enumerate(group):
+            out[n] = a[i]
+    return tuple(out)
+
+
+class AbstractGraphDraws(eqx.Module):
+    r"""How the structure (V)BHC draws graphs and rates to estimate the divergences $a_n(P')$
+    (a Module passed to [`jaxctbn.VBHC`][] and [`jaxctbn.BHC`][] as `graph_draws=`). Both
+    subclasses estimate the same $a_n(P')$ without bias; they differ in cost and variance."""
+
+    @abc.abstractmethod
+    def divergences(
+        self,
+        posterior: StructurePosterior,
+        candidates: Intervention,
+        initial_state: ArrayLike,
+        horizon: ArrayLike,
+        *,
+        key: PRNGKeyArray,
+        num_samples: int,
+        solver: StatisticsSolver,
+        estimator: AbstractKLEstimator,
+        batching: AbstractBatching,
+    ) -> tuple[Float[Array, "candidates _sets"], ...]:
+        """$a_n(P')$ for every candidate (leading axis), node and candidate set, with the same
+        draws for every candidate (common random numbers)."""
+
+
+class StratifiedGraphDraws(AbstractGraphDraws):
+    r"""The paper's Algorithm 2: per node $n$ and candidate set $P$, `num_samples` draws of the
+    other nodes' parent sets and of the rates with $\mathrm{par}(n)=P$
+    ([`jaxctbn.structure_draws`][]), weighted by $p(P\mid H)$. Every set gets its draws, so the
+    rare ones are estimated as well as the likely ones; the cost is
+    $\sum_n|\mathcal P_n|\cdot N_S$ master-equation solves per candidate, which limits it to
+    small networks or few sets (see `max_sets`). Takes both KL estimators (the default)."""
+
+    def divergences(
+        self,
+        posterior,
+        candidates,
+        initial_state,
+        horizon,
+        *,
+        key,
+        num_samples,
+        solver,
+        estimator,
+        batching,
+    ):
+        key_draws, key_paths = jr.split(key)
+        draws = structure_draws(posterior, key_draws, num_samples)
+        return divergences_all_candidates(
+            posterior,
+            draws,
+            candidates,
+            initial_state,
+            horizon,
+            key=key_paths,
+            solver=solver,
+            estimator=estimator,
+            batching=batching,
+        )
+
+
+class JointGraphDraws(AbstractGraphDraws):
+    r"""`num_samples` draws of the *whole* graph from $p(G\mid H)$ and of the rates given it
+    ([`jaxctbn.joint_structure_draws`][]), shared by every node: one master-equation solve per
+    draw and candidate serves all $N$ nodes, and
+    $a_n(P')\approx\frac1{N_S}\sum_s[\ell_n(\hat S_s;P_s)-\ell_n(\hat S_s;P')]$ with $P_s$ the
+    draw's parents of $n$. Since $\mathrm{par}(n)\sim p(P\mid H)$ in these draws, this is the
+    same expectation as the stratified sum $\sum_P p(P\mid H)\,\mathsf E[\cdot\mid P]$, without
+    bias; the cost is $N_S$ solves per candidate whatever the number of nodes and sets (the
+    stratified scheme needs $\sum_n|\mathcal P_n|N_S$), at the price of more variance where the
+    posterior is diffuse (a set is drawn in proportion to its probability). For large networks.
+    Takes the [`jaxctbn.PlugIn`][] estimator."""
+
+    def divergences(
+        self,
+        posterior,
+        candidates,
+        initial_state,
+        horizon,
+        *,
+        key,
+        num_samples,
+        solver,
+        estimator,
+        batching,
+    ):
+        if not isinstance(estimator, PlugIn):
+            raise ValueError(
+                f"estimator: JointGraphDraws takes the PlugIn() estimator, got {estimator!r}; "
+                "use StratifiedGraphDraws() for MonteCarlo."
+            )
+        draws = joint_structure_draws(posterior, key, num_samples)
+        return batching.map(
+            lambda iv: _joint_divergences(posterior, draws, iv, initial_state, horizon, solver),
+            candidates,
+        )
 
 
 def _one_candidate(posterior: StructurePosterior, intervention: Intervention | None):

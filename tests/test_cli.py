@@ -14,7 +14,7 @@ import pytest
 from helpers import brute_force_generator, one_hot_state, scipy_moments
 
 import jaxctbn as jc
-from jaxctbn._cli import main
+from jaxctbn._cli import _box_hill_options, build_parser, main
 
 
 @pytest.fixture
@@ -614,6 +614,38 @@ def test_design_parameters_on_a_large_network(tmp_path):
     np.testing.assert_allclose([r["score"] for r in res["scores"]], ref, rtol=1e-9)
     assert jc.design_space((2,) * 7).targets.shape[0] == 3**7  # 2187 <= 4096: all
     assert jc.design_space((2,) * 8).targets.shape[0] == 17
+
+
+def test_design_structure_on_a_large_network(tmp_path):
+    """9 binary nodes, no history: `design --target structure` scores the 19 single-node
+    candidates with joint graph draws over each node's 32 most probable parent sets (the
+    defaults beyond 8 nodes), the numbers of the library call with the same settings and key;
+    `--graph-draws` and `--max-sets` override them."""
+    N = 9
+    chain = jc.random_ctbn(jax.random.key(4), [(n - 1,) if n else () for n in range(N)], [2] * N)
+    net = tmp_path / "chain.json"
+    net.write_text(json.dumps(chain.to_dict()))
+    init = ",".join(f"{name}={n % 2}" for n, name in enumerate(chain.names))
+    out = tmp_path / "rank.json"
+    args = ["design", "--target", "structure", "--network", str(net), "--initial-state", init]
+    args += ["--duration", "1", "--samples", "2", "--seed", "5", "--out", str(out)]
+    assert main(args) == 0
+    res = json.loads(out.read_text())
+    assert (res["graph_draws"], res["max_sets"]) == ("joint", 32)
+    ref = jc.score_interventions(
+        jc.StructurePosterior.from_prior(chain.names, (2,) * N, max_parents=2),
+        jc.single_node_interventions((2,) * N),
+        jnp.arange(N) % 2,
+        1.0,
+        key=jax.random.key(5),
+        num_samples=2,
+        criterion=jc.VBHC(graph_draws=jc.JointGraphDraws(), max_sets=32),
+    )
+    np.testing.assert_allclose([r["score"] for r in res["scores"]], ref, rtol=1e-9)
+    parsed = build_parser().parse_args([*args, "--graph-draws", "stratified", "--max-sets", "4"])
+    options = _box_hill_options(parsed, N)
+    assert options == {"graph_draws": jc.StratifiedGraphDraws(), "max_sets": 4}
+    assert jc.default_graph_draws(8, "auto", None) == ("stratified", None)
 
 
 def test_design_structure(network, tmp_path):

@@ -184,6 +184,25 @@ def test_padded_models_and_vmap_over_graphs(getkey):
             np.testing.assert_allclose(T_all[i, s, rows:], 0.0)
 
 
+def test_projections_vectorised_over_nodes_equal_one_node_at_a_time(getkey):
+    """`nodes_statistics_on_sets` (one vmap over the nodes, CIM rows and parent slots padded)
+    equals the interface's default, one `node_statistics_on_sets` per node, for a CTBN whose
+    nodes have different numbers of parents (CIM tables of different lengths) and for a padded
+    model, and for a group of one ternary node."""
+    cards = (2, 2, 2, 2, 3)
+    graph = ((), (0,), (0, 1), (2,), (3,))
+    model = random_model(getkey(), cards, graph)
+    sets = jnp.array([[[-1, -1], [4, -1], [2, 0]], [[4, 2], [0, -1], [-1, -1]]])
+    init = jnp.array([0, 1, 0, 1, 2])
+    for m in (model, jc.PaddedCTBN.from_ctbn(model, max_parents=2)):
+        stats = jax.jit(lambda m: jc.expected_statistics(m, init, 1.0, solver=jc.MeanField()))(m)
+        for nodes, on in [((1, 3), sets), ((3, 1), sets), ((4,), jnp.array([[[0, 1], [3, -1]]]))]:
+            fast = stats.nodes_statistics_on_sets(nodes, on)
+            slow = jc.AbstractExpectedStatistics.nodes_statistics_on_sets(stats, nodes, on)
+            for a, b in zip(fast, slow):
+                np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
 def test_gradient_equals_finite_differences(getkey):
     cards, parents = (2, 2, 2), ((), (0,), (1,))
     model = random_model(getkey(), cards, parents)
