@@ -241,7 +241,10 @@ class MeanField(AbstractApproximateSolver):
     `Tsit5`, error measured in the max norm; the defaults, 1e-6 and 1e-9, are well below the
     error of the approximation itself and twice as fast as 1e-8 in the design step); `panels` and `points` of the quadrature
     ($\tau$ split into `panels` equal pieces with `points` Gauss-Legendre nodes each; the
-    marginals are saved there); `max_steps` of the ODE solve (exceeding it raises).
+    marginals are saved there; default 8 x 8: on random 10-node networks its projections are as
+    close to a 64 x 8 reference as the former 32 x 4 rule's, with half the nodes, and the
+    projections dominate the design step's cost); `max_steps` of the ODE solve (exceeding it
+    raises).
 
     Initial states: node states `(N,)` (a point mass, the usual case), or a distribution over
     the global states (small networks only; its node marginals are used).
@@ -249,8 +252,8 @@ class MeanField(AbstractApproximateSolver):
 
     rtol: float = 1e-6
     atol: float = 1e-9
-    panels: int = eqx.field(default=32, static=True)
-    points: int = eqx.field(default=4, static=True)
+    panels: int = eqx.field(default=8, static=True)
+    points: int = eqx.field(default=8, static=True)
     max_steps: int = eqx.field(default=100_000, static=True)
 
     def __check_init__(self):

@@ -181,6 +181,10 @@ def structure_divergences(
     return tuple(divergence_of_node(n, ivs)[0] for n in range(len(draws.models)))
 
 
+#: Joint draws whose projections are vectorised together (bounds the memory of many draws).
+JOINT_DRAW_BATCH = 10
+
+
 class JointStructureDraws(eqx.Module):
     r"""`num_samples` draws of the whole graph from $p(G\mid H)$ and of all rates given it, shared
     by every node: `models`, a [`jaxctbn.PaddedCTBN`][] batch `(num_samples,)`, and `indices`
@@ -249,7 +253,8 @@ def _joint_divergences(
             predictive = functools.partial(_predictive_on_sets, posterior.prior)
             return jax.vmap(predictive)(index, M, T, *history)  # (nodes, sets)
 
-        ells = jax.vmap(ells_of)(stats)  # (draws, nodes, sets)
+        # draws in batches: the projections' intermediates grow with draws x nodes x sets
+        ells = jax.lax.map(ells_of, stats, batch_size=JOINT_DRAW_BATCH)  # (draws, nodes, sets)
         own = jnp.take_along_axis(ells, draws.indices[:, index, None], axis=2)  # ell(S_s; P_s)
         a = (own - ells).mean(0)
         a = jnp.where(intervention.targets[index][:, None], jnp.zeros_like(a), a)

@@ -616,6 +616,7 @@ def test_design_parameters_on_a_large_network(tmp_path):
     assert jc.design_space((2,) * 8).targets.shape[0] == 17
 
 
+@pytest.mark.usefixtures("no_runtime_typecheck")  # passes a bad graph_draws on purpose
 def test_design_structure_on_a_large_network(tmp_path):
     """9 binary nodes, no history: `design --target structure` scores the 19 single-node
     candidates with joint graph draws over each node's 32 most probable parent sets (the
@@ -646,6 +647,11 @@ def test_design_structure_on_a_large_network(tmp_path):
     options = _box_hill_options(parsed, N)
     assert options == {"graph_draws": jc.StratifiedGraphDraws(), "max_sets": 4}
     assert jc.default_graph_draws(8, "auto", None) == ("stratified", None)
+    assert jc.default_graph_draws(9, "stratified", 5) == ("stratified", 5)
+    with pytest.raises(ValueError, match="graph_draws must be 'auto', 'stratified' or 'joint'"):
+        jc.ExperimentConfig(graph_draws="bogus")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_sets: must be a positive integer"):
+        jc.ExperimentConfig(max_sets=0)
 
 
 def test_design_structure(network, tmp_path):
