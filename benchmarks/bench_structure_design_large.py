@@ -40,7 +40,7 @@ jax.config.update("jax_enable_x64", True)
 import jaxctbn as jc
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _common import environment, fmt, write_results
+from _common import compile_time, environment, fmt, timeit, write_results
 from bench_mean_field import TAU, history, network, spearman
 
 MAX_SETS = 32
@@ -114,14 +114,8 @@ def timing_rows(cases):
         space = jc.single_node_interventions(model.cardinalities)
         fn = scorer(space, jnp.zeros(N, jnp.int32), LARGE, jc.MeanField(), ns)
         key = jax.random.key(3)
-        t0 = time.perf_counter()
-        compiled = fn.lower(post, key).compile()
-        compile_s = time.perf_counter() - t0
-        runs = []
-        for _ in range(2):
-            t0 = time.perf_counter()
-            jax.block_until_ready(compiled(post, key))
-            runs.append(time.perf_counter() - t0)
+        compile_s, compiled = compile_time(fn, post, key)
+        step_s = timeit(compiled, post, key, repeat=2, min_time=0.0)
         sets = int(post.parent_sets[0].shape[0])
         rows.append(
             {
@@ -131,10 +125,10 @@ def timing_rows(cases):
                 "sets_per_node": sets,
                 "max_sets": MAX_SETS,
                 "compile_s": compile_s,
-                "time_s": min(runs),
+                "time_s": step_s,
             }
         )
-        print(f"N={N} N_S={ns}: compile {compile_s:.1f} s, step {min(runs):.2f} s", flush=True)
+        print(f"N={N} N_S={ns}: compile {compile_s:.1f} s, step {step_s:.2f} s", flush=True)
     return rows
 
 
