@@ -101,6 +101,7 @@ from ._panel_structure import panel_family_statistics as panel_family_statistics
 # design criteria
 from ._batching import AbstractBatching as AbstractBatching
 from ._batching import Chunked as Chunked
+from ._batching import Sharded as Sharded
 from ._batching import Vmap as Vmap
 from ._kl_estimators import AbstractKLEstimator as AbstractKLEstimator
 from ._kl_estimators import MonteCarlo as MonteCarlo

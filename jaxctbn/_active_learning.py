@@ -29,7 +29,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, Key, PRNGKeyArray, UInt32
 
-from ._batching import AbstractBatching
+from ._batching import AbstractBatching, Sharded, Vmap
 from ._criteria import BHC, EIG, VBHC, AbstractCriterion, score_interventions
 from ._ctbn import CTBN
 from ._empirical_bayes import EmpiricalBayes
@@ -540,20 +540,32 @@ def _resolve_max_events(task, horizon, max_events) -> int:
     return auto
 
 
+def _one_repetition(task, design, num_experiments, horizon, candidates, max_events, policy, key):
+    return run_active_learning(
+        task,
+        design,
+        key=key,
+        num_experiments=num_experiments,
+        horizon=horizon,
+        candidates=candidates,
+        max_events=max_events,
+        initial_state_policy=policy,
+    )
+
+
 @eqx.filter_jit
-def _run_batch(task, design, keys, num_experiments, horizon, candidates, max_events, policy):
-    return jax.vmap(
-        lambda k: run_active_learning(
-            task,
-            design,
-            key=k,
-            num_experiments=num_experiments,
-            horizon=horizon,
-            candidates=candidates,
-            max_events=max_events,
-            initial_state_policy=policy,
-        )
-    )(keys)
+def _map_batch(batching, fn, keys):
+    return batching.map(fn, keys)
+
+
+def _run_batch(batching, task, design, keys, *settings):
+    # `fn` is a pytree (the task's arrays are traced), so every batch reuses one program
+    fn = eqx.Partial(_one_repetition, task, design, *settings)
+    if isinstance(batching, Sharded):
+        # Called from the host, Sharded compiles its own program without communication between
+        # devices, so a failing repetition raises instead of stalling the other devices.
+        return batching.map(fn, keys)
+    return _map_batch(batching, fn, keys)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -600,6 +612,7 @@ def run_repetitions(
     max_events: int | None = None,
     initial_state_policy: AbstractInitialStatePolicy = PAPER_INITIAL_STATE,
     throw: bool = True,
+    batching: AbstractBatching | None = None,
 ) -> ActiveLearningResult | tuple[ActiveLearningResult, RepetitionStatus]:
     """[`jaxctbn.run_active_learning`][] vmapped over a batch of keys (one per repetition), as
     one compiled computation. Every result field gets a leading repetition axis.
@@ -613,23 +626,26 @@ def run_repetitions(
     the failing ones from the others, so a clean batch costs nothing extra.
 
     `max_events=None` sizes the jump buffer from the truth's exit rates and `horizon` (see
-    [`jaxctbn.run_active_learning`][]); `initial_state_policy` as there."""
+    [`jaxctbn.run_active_learning`][]); `initial_state_policy` as there.
+
+    `batching` says how the repetitions are executed: `None` (default) or [`jaxctbn.Vmap`][],
+    all in one vmap; [`jaxctbn.Chunked`][], a few at a time; [`jaxctbn.Sharded`][], split across
+    devices. Each repetition depends on its key only, so every choice gives the same results
+    (up to rounding). With `throw=False` the reruns of a failed batch run one at a time on one
+    device."""
     max_events = _resolve_max_events(task, horizon, max_events)
-    args = (
-        task,
-        design,
-        keys,
-        num_experiments,
-        horizon,
-        candidates,
-        max_events,
-        initial_state_policy,
-    )
+    if batching is None:
+        batching = Vmap()
+    if not isinstance(batching, AbstractBatching):
+        raise ValueError(
+            f"batching: expected Vmap(), Chunked(size) or Sharded(...), got {batching!r}."
+        )
+    settings = (num_experiments, horizon, candidates, max_events, initial_state_policy)
     if throw:
-        return _run_batch(*args)
+        return _run_batch(batching, task, design, keys, *settings)
     num = int(jnp.shape(keys)[0])
     try:
-        result = _run_batch(*args)
+        result = _run_batch(batching, task, design, keys, *settings)
         jax.block_until_ready(result)
         return result, RepetitionStatus(ok=np.ones(num, bool), messages=("",) * num)
     except (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError):
@@ -637,13 +653,14 @@ def run_repetitions(
     singles, messages = [], []
     for r in range(num):
         try:
-            one = _run_batch(task, design, keys[r : r + 1], *args[3:])
+            one = _run_batch(Vmap(), task, design, keys[r : r + 1], *settings)
             singles.append(jax.device_get(one))
             messages.append("")
         except (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError) as error:
             singles.append(None)
             messages.append(error_message(error))
-    filler = _failed_like(eqx.filter_eval_shape(_run_batch, task, design, keys[:1], *args[3:]))
+    fn = eqx.Partial(_one_repetition, task, design, *settings)
+    filler = _failed_like(eqx.filter_eval_shape(_map_batch, Vmap(), fn, keys[:1]))
     result = jax.tree_util.tree_map(
         lambda *xs: np.concatenate(xs), *[filler if x is None else x for x in singles]
     )

@@ -901,12 +901,54 @@ def _write_ranking(args, scores, space, names, init, duration):
     )
 
 
+def _start_distributed(args) -> None:
+    """`jax.distributed.initialize` for `run --distributed` (before any computation): from
+    `--coordinator`, `--num-processes` and `--process-id`, or where those are not given from
+    the environment (SLURM, Open MPI, ... as detected by JAX)."""
+    given = [
+        flag
+        for flag, value in (
+            ("--coordinator", args.coordinator),
+            ("--num-processes", args.num_processes),
+            ("--process-id", args.process_id),
+        )
+        if value is not None
+    ]
+    if not args.distributed:
+        if given:
+            raise ValueError(f"{', '.join(given)}: only with --distributed.")
+        return
+    if args.num_processes is not None and args.process_id is not None:
+        if args.process_id >= args.num_processes:
+            raise ValueError(
+                f"--process-id: must be below --num-processes ({args.num_processes}), got "
+                f"{args.process_id}."
+            )
+    import jax
+
+    try:
+        jax.distributed.initialize(
+            coordinator_address=args.coordinator,
+            num_processes=args.num_processes,
+            process_id=args.process_id,
+        )
+    except (RuntimeError, ValueError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise ValueError(f"--distributed: jax.distributed.initialize failed: {first}") from None
+
+
 def _cmd_run(args):
+    import jax
+
     from ._active_learning import DESIGN_NAMES
+    from ._batching import Sharded
     from ._experiments import ExperimentConfig, run_experiment, summary_table, verdicts
 
     if args.target == "pool":
+        if args.shard or args.distributed:
+            raise ValueError("--shard, --distributed: only for run structure or run parameters.")
         return _cmd_run_pool(args)
+    _start_distributed(args)
     given = [o for o, v in (("--data", args.data), ("--observation", args.observation),
                             ("--root", args.root)) if v is not None]  # fmt: skip
     if given:
@@ -944,8 +986,16 @@ def _cmd_run(args):
         max_sets=args.max_sets,
     )
     report = run_experiment(
-        config, out=out, progress=not args.no_progress, overwrite=args.overwrite
+        config,
+        out=out,
+        progress=not args.no_progress,
+        overwrite=args.overwrite,
+        batching=Sharded() if args.shard else None,
+        distributed=args.distributed,
     )
+    if args.distributed and jax.process_index() != 0:
+        print(f"process {jax.process_index()}: wrote its chunks to {out}/chunks")
+        return
     summary = summary_table(
         args.target, report["summary"], report["settings"], report["failed_repetitions"]
     )
@@ -1260,6 +1310,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--overwrite", action="store_true", help="discard results of other settings in --out"
     )
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--shard",
+        action="store_true",
+        help="split each chunk's repetitions across every local device (same results)",
+    )
+    p.add_argument(
+        "--distributed",
+        action="store_true",
+        help="one of several processes (jax.distributed) sharing the chunks; needs --out",
+    )
+    p.add_argument(
+        "--coordinator", default=None, help="distributed: HOST:PORT of process 0 (or from env)"
+    )
+    p.add_argument(
+        "--num-processes", type=_at_least(1), default=None, help="distributed: P (or from env)"
+    )
+    p.add_argument(
+        "--process-id", type=_at_least(0), default=None, help="distributed: 0..P-1 (or from env)"
+    )
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("demo", help="the paper's 4-node network: sample, solve, compare, plot")
@@ -1296,6 +1365,12 @@ def _main(argv) -> int:
         parser.print_help()
         return 2
     if args.command == "run" and args.out is None:
+        if args.distributed:
+            print(
+                "jaxctbn: error: --distributed: needs --out, a directory every process reaches.",
+                file=sys.stderr,
+            )
+            return 2
         args.out = f"run_{args.target}"
     try:
         _check_out(args.out, _OUT_KINDS[args.command])
