@@ -1,4 +1,4 @@
-"""CTBN-RLE as an external peer program in the benchmarks (structure learning).
+"""CTBN-RLE as an external peer program in the benchmarks (structure learning, sampling).
 
 CTBN-RLE (C++, GPL, github eudoxia0/ctbnrle @ 1296c8a) is only ever *run* here, as a separate
 process, through a small command-line driver; none of its code is part of this repository.
@@ -36,6 +36,12 @@ structure prior the learned graph is `learn_structure(..., prior=NodelmanPrior(A
 events of the node and its candidate parents (single-threaded; ~30-50 ms of CPU per score with
 300 paths of length 100 of binary random networks: 189 s of CPU at N = 20 and 3,263 s at N = 50
 for in-degree 2, peak RSS 62 MiB and 144 MiB; N = 100 would take ~7 h).
+
+Driver modes used for sampling (`bench_sampling.py`): ``ctbnrle_driver samplebench SPEC NTRAJ
+TEND SEED`` (`Markov::Sample` of NTRAJ paths over [0, TEND], initial states uniform per node,
+nothing written; prints the in-process sampling time) and ``ctbnrle_driver sample SPEC NTRAJ
+TEND SEED OUT.csv`` (the same, then writes the long CSV: the whole-process peer of `jaxctbn
+sample`). SPEC is the plain-text network that `write_spec` writes.
 
 The data file is jaxctbn's own long CSV (`jaxctbn.write_trajectories_csv`:
 `trajectory_id,time,<node columns>,intervention`, first row of a trajectory its initial state at
@@ -171,3 +177,54 @@ def learn(
     if node is not None:
         result["scores"] = {_ints(m.group(2)): float(m.group(3)) for m in _SCORE.finditer(stdout)}
     return result
+
+
+def write_spec(model, path) -> None:
+    """Write `model` (a `jaxctbn.CTBN`) as the driver's plain-text SPEC: N, the cardinalities,
+    then per node ``P p_1 .. p_P`` and one row-major k x k intensity matrix per parent
+    configuration, in jaxctbn's configuration order (first parent most significant), which is
+    the order the driver assumes."""
+    lines = [str(model.num_nodes), " ".join(str(k) for k in model.cardinalities)]
+    for n, cim in enumerate(model.cims):
+        parents = model.parents[n]
+        lines.append(" ".join(str(x) for x in (len(parents), *parents)))
+        lines += [" ".join(repr(float(x)) for x in q.ravel()) for q in np.asarray(cim, float)]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+_SAMPLE = re.compile(r"^ctbnrle sample: (.*)$", re.M)
+
+
+def sample(
+    driver: str,
+    spec_path,
+    num_trajectories: int,
+    tend: float,
+    seed: int,
+    out=None,
+    *,
+    timeout: float | None = None,
+) -> dict:
+    """Run ``driver samplebench SPEC NTRAJ TEND SEED`` (or ``sample ... OUT`` with `out`, which
+    also writes the long CSV) and parse its report: `events` (jumps in all paths), `sample_s`
+    (`Markov::Sample` of all paths, timed in-process: no start-up, reading or writing),
+    `events_per_s` (events / sample_s), `write_s` (writing the CSV, 0 without `out`), `wall_s`,
+    `user_s`, `sys_s` (the whole process) and `command`."""
+    cmd = [str(driver), "sample" if out is not None else "samplebench", str(spec_path)]
+    cmd += [str(int(num_trajectories)), repr(float(tend)), str(int(seed))]
+    if out is not None:
+        cmd.append(str(out))
+    run = measure_process(cmd, timeout=timeout)
+    m = _SAMPLE.search(run["stdout"])
+    if m is None:
+        raise RuntimeError(f"unexpected driver output:\n{run['stdout']}\n{run['stderr']}")
+    fields = dict(kv.split("=", 1) for kv in m.group(1).split())
+    return {
+        "events": int(fields["events"]),
+        "sample_s": float(fields["sample_s"]),
+        "events_per_s": float(fields["events_per_s"]),
+        "write_s": float(fields["write_s"]),
+        **{key: run[key] for key in ("wall_s", "user_s", "sys_s") if key in run},
+        "command": cmd,
+    }

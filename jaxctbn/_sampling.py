@@ -111,8 +111,11 @@ def _intervened(model, intervention):
     if intervention is None:
         intervention = Intervention.none(model.num_nodes)
     intervention = intervention.checked(model)  # clamped states in range, named as such
-    # checked again after an imperfect intervention, which can make rates negative or NaN
-    model = intervention.apply(model.checked()).checked("cims under the intervention")
+    model = intervention.apply(model.checked())
+    if intervention.replacement_cims is not None or intervention.rate_scales is not None:
+        # checked again after an imperfect intervention, which can make rates negative or NaN
+        # (a perfect one only zeroes checked rates; each check costs tracing time)
+        model = model.checked("cims under the intervention")
     return model, intervention
 
 
@@ -207,9 +210,10 @@ class _EventBuffer(_AbstractRecorder):
 
     def record(self, record, step):
         times, states = record
-        slot = jnp.minimum(step.count, self.max_events - 1)
-        times = times.at[slot].set(jnp.where(step.accept, step.end, times[slot]))
-        states = states.at[slot].set(jnp.where(step.accept, step.new_state, states[slot]))
+        # a rejected step writes nowhere (an out-of-range slot, dropped): no read of the slot
+        slot = jnp.where(step.accept, step.count, self.max_events)
+        times = times.at[slot].set(step.end, mode="drop")
+        states = states.at[slot].set(step.new_state, mode="drop")
         return times, states
 
 
@@ -251,18 +255,21 @@ def _rate_table(model: AbstractCTBN) -> Float[Array, "global_states transitions"
 
 
 def _gillespie(source, rates_at, horizon, s0, keys, max_events, recorder, *, source_axes=None):
-    """The Gillespie loop for a batch of paths, `s0` `(B, N)` and `keys` `(B,)`, in **one**
-    while loop that runs until every path is done (each iteration advances every unfinished
-    path). The rates out of state `s` are `rates_at(source, s)` for a pytree `source` (a model,
-    or rate tables and an index into them) mapped over the paths by `jax.vmap`'s
-    `in_axes=source_axes` (`None`: shared by all paths). Returns the final states, the numbers
-    of jumps, whether a path had more than `max_events` jumps (it stops there, `truncated`), and
-    the `recorder`'s record, each with a leading axis `B`.
+    """The Gillespie loop for a batch of paths, `s0` `(B, N)` and `keys` `(B,)`, as a while
+    loop over the whole batch that runs until every path is done (each iteration advances
+    every unfinished path). The rates out of state `s` are `rates_at(source, s)` for a pytree
+    `source` (a model, or rate tables and an index into them) mapped over the paths by
+    `jax.vmap`'s `in_axes=source_axes` (`None`: shared by all paths; otherwise 0 or None per
+    part). Returns the final states, the numbers of jumps, whether a path had more than
+    `max_events` jumps (it stops there, `truncated`), and the `recorder`'s record, each with a
+    leading axis `B`.
 
     Not `jax.vmap` of a per-path loop on purpose: vmap turns a per-path stopping condition into
     a select over the whole carry in every iteration, which copies the event buffers, so the
     cost per event grows with `max_events` (quadratic overall for long paths). One flat batch,
-    too: nested vmaps over groups of paths make the per-path lookups markedly slower."""
+    too: nested vmaps over groups of paths make the per-path lookups markedly slower. Large
+    batches shrink instead: once at most `B / _SHRINK` paths still run, those continue alone
+    in a loop over that many (the same paths: each path's randomness is its own key's)."""
     dtype = horizon.dtype
     owner, target = _transition_table(recorder.cardinalities)
 
@@ -276,7 +283,8 @@ def _gillespie(source, rates_at, horizon, s0, keys, max_events, recorder, *, sou
         stops = ~(t_new < horizon)  # also when total == 0 (wait = inf)
         overflow = ~done & ~stops & (count >= max_events)
         u = jr.uniform(k_choice, dtype=dtype) * total
-        idx = jnp.clip(jnp.searchsorted(jnp.cumsum(rates), u, side="right"), 0, rates.shape[0] - 1)
+        # searchsorted(cumsum, u, side="right") as one comparison per transition (few of them)
+        idx = jnp.minimum(jnp.sum(jnp.cumsum(rates) <= u, dtype=jnp.int32), rates.shape[0] - 1)
         s_new = s.at[owner[idx]].set(target[idx])
         accept = ~done & ~stops & ~overflow
         end = jnp.where(stops, horizon, t_new)
@@ -298,21 +306,68 @@ def _gillespie(source, rates_at, horizon, s0, keys, max_events, recorder, *, sou
             recorder.init(s),
         )
 
-    _, s_end, count, _, truncated, _, record = jax.lax.while_loop(
-        lambda carry: jnp.any(~carry[5]),
-        lambda carry: jax.vmap(body, in_axes=(source_axes, 0))(source, carry),
-        jax.vmap(start)(s0, keys),
+    step = jax.vmap(body, in_axes=(source_axes, 0))
+    # `source_axes` (a prefix of `source`, like vmap's) for every leaf of `source`: 0 for those
+    # that hold one entry per path, None for shared ones
+    axes = jax.tree_util.tree_map(
+        lambda axis, sub: jax.tree_util.tree_map(lambda _: axis, sub),
+        source_axes,
+        source,
+        is_leaf=lambda x: x is None,
     )
+
+    def run(source, carry, sizes):
+        """Iterate until at most `sizes[1]` paths run, then continue with only those, gathered
+        into a batch of that size (the last size: until every path is done)."""
+        until = sizes[1] if len(sizes) > 1 else 0
+        carry = jax.lax.while_loop(
+            lambda carry: jnp.sum(~carry[5]) > until, lambda carry: step(source, carry), carry
+        )
+        if len(sizes) == 1:
+            return carry
+        # the running paths first (stable: a done path keeps its record as it is)
+        index = jnp.argsort(carry[5], stable=True)[: sizes[1]]
+        take = lambda a: a[index]  # noqa: E731
+        part = run(
+            jax.tree_util.tree_map(lambda a, ax: a if ax is None else take(a), source, axes),
+            jax.tree_util.tree_map(take, carry),
+            sizes[1:],
+        )
+        return jax.tree_util.tree_map(lambda a, b: a.at[index].set(b), carry, part)
+
+    # Every iteration costs the same for every path of the batch, running or done, and path
+    # lengths vary: once few paths run, they continue in a batch `_SHRINK` times smaller.
+    sizes = [s0.shape[0]]
+    while sizes[-1] // _SHRINK >= _MIN_SHRUNK_BATCH:
+        sizes.append(sizes[-1] // _SHRINK)
+    _, s_end, count, _, truncated, _, record = run(source, jax.vmap(start)(s0, keys), sizes)
     return s_end, count, truncated, record
+
+
+#: `_gillespie` continues with the running paths of a batch in a batch `_SHRINK` times smaller
+#: once no more run than fit in it (each size is one more copy of the loop to compile), down to
+#: `_MIN_SHRUNK_BATCH` paths.
+_SHRINK = 8
+_MIN_SHRUNK_BATCH = 1024
+
+
+#: Largest rate table (global states x transitions) that `_trajectories` looks rates up in.
+_MAX_TABLE_ENTRIES = 2**16
 
 
 def _trajectories(model, horizon, s0, keys, intervention, max_events) -> Trajectories:
     """`_gillespie` with an event buffer, for a batch of paths `s0 (B, N)`, `keys (B,)` of one
     model."""
     n_nodes = model.num_nodes
-    recorder = _EventBuffer(model.cardinalities, max_events, horizon)
+    cards = model.cardinalities
+    recorder = _EventBuffer(cards, max_events, horizon)
+    if math.prod(cards) * sum(cards) <= _MAX_TABLE_ENTRIES:
+        # one row of a (small, cache-resident) table per jump instead of every node's rates
+        source, rates_at = _rate_table(model), lambda table, s: table[global_state_index(s, cards)]
+    else:
+        source, rates_at = model, _model_rates
     s_end, count, truncated, (times, states) = _gillespie(
-        model, _model_rates, horizon, s0, keys, max_events, recorder
+        source, rates_at, horizon, s0, keys, max_events, recorder
     )
     # padding after the last jump repeats the final state
     pad = jnp.arange(max_events) >= count[:, None]

@@ -155,6 +155,69 @@ def _model_ab():
     )
 
 
+def test_csv_writer_writes_what_pandas_writes(tmp_path, getkey):
+    """`write_trajectories_csv` formats the rows itself; the text is `DataFrame.to_csv`'s,
+    quoting included (names with a comma or a quote), with and without interventions."""
+    model = jc.CTBN(
+        cims=[
+            jnp.array([[[-1.0, 1.0], [1.0, -1.0]]]),
+            jnp.array([[[-1.0, 1.0, 0.0], [1.0, -3.0, 2.0], [0.5, 0.5, -1.0]]] * 2),
+        ],
+        parents={"a,b": [], 'q"x': ["a,b"]},
+        names=("a,b", 'q"x'),
+    )
+    iv = jc.Intervention.perfect(model, {"a,b": 1})
+    for intervention, horizon in ((None, 2.0), (iv, 2.0), (None, 1e-9)):
+        traj = jc.sample_trajectories(
+            model,
+            jnp.array([0, 2]),
+            horizon,
+            key=getkey(),
+            num_trajectories=7,
+            intervention=intervention,
+        )
+        ours, theirs = tmp_path / "ours.csv", tmp_path / "pandas.csv"
+        jc.write_trajectories_csv(traj, model, ours)
+        jc.trajectories_to_dataframe(traj, model).to_csv(theirs, index=False)
+        assert ours.read_bytes() == theirs.read_bytes()
+
+
+def test_rate_routes_and_shrinking_batches_give_the_same_paths(getkey, monkeypatch):
+    """The sampler's shortcuts against the plain loop: rates from a table of every global
+    state vs every node's conditional rates (the same numbers, so the same paths up to the
+    rounding of their sums), and continuing the last running paths in smaller batches vs
+    iterating over the whole batch to the end (exactly the same paths)."""
+    import jaxctbn._sampling as sampling
+
+    model = random_model(getkey(), (2, 3, 2), ((2,), (0,), (1, 0)))
+    iv = jc.Intervention.perfect(model, {"X2": 0})
+    key = getkey()
+
+    def sample():
+        return jc.sample_trajectories(
+            model,
+            jnp.array([0, 1, 1]),
+            2.0,
+            key=key,
+            num_trajectories=40,
+            max_events=8,
+            intervention=iv,
+        )
+
+    plain = sample()
+    assert 0 < int(plain.truncated.sum()) < 40  # short and truncated paths both
+    with monkeypatch.context() as m:
+        m.setattr(sampling, "_SHRINK", 2)
+        m.setattr(sampling, "_MIN_SHRUNK_BATCH", 3)  # batches of 40, 20, 10, 5
+        assert eqx.tree_equal(sample(), plain)
+    with monkeypatch.context() as m:
+        m.setattr(sampling, "_MAX_TABLE_ENTRIES", 0)  # every node's rates, every jump
+        nodes = sample()
+    for field in ("states", "num_events", "truncated"):
+        np.testing.assert_array_equal(getattr(nodes, field), getattr(plain, field))
+    np.testing.assert_allclose(nodes.jump_times, plain.jump_times, rtol=1e-13)
+
+
 def test_dataframe_with_shared_time_stamps_and_repeated_rows():
     model = _model_ab()
     df = pd.DataFrame(
@@ -253,6 +316,26 @@ def test_sampling_bad_input(getkey):
         jc.sample_trajectory(
             model, jnp.array([0, 0]), -1.0, key=getkey()
         ).num_events.block_until_ready()
+
+
+def test_rates_are_checked_before_and_after_an_intervention(getkey):
+    """Bad rates in the model are reported under any intervention (a perfect one zeroes the
+    clamped node's rates, so the sampler checks them once, before it); an imperfect one that
+    makes rates negative is reported as such."""
+    model = random_model(getkey(), (2, 2), ((), (0,)))
+    nan = eqx.tree_at(
+        lambda m: m.cims, model, (model.cims[0].at[0, 0, 1].set(jnp.nan), model.cims[1])
+    )
+    scaled = jc.Intervention.none(2).with_rate_scales([-jnp.ones(()), jnp.ones(())])
+    cases = (
+        (nan, jc.Intervention.perfect(nan, {"X0": 0}), r"cims\['X0'\]: .* NaN"),
+        (model, scaled, r"cims under the intervention\['X0'\]: .* negative"),
+    )
+    for m, intervention, message in cases:
+        with pytest.raises(eqx.EquinoxRuntimeError, match=message):
+            jc.sample_trajectory(
+                m, jnp.array([0, 0]), 1.0, key=getkey(), intervention=intervention
+            ).num_events.block_until_ready()
 
 
 def test_initial_distribution_is_sampled(getkey):
