@@ -74,20 +74,6 @@ def _digits(
     return present, safe, digits, u < jnp.prod(slot_card)
 
 
-def _config_weights(
-    marginals: Float[Array, "*times nodes kmax"], present, safe, digits, valid
-) -> Float[Array, "*times configs"]:
-    r"""$\prod_{p}\mu_p(u_p)$ for every configuration $u$ of a padded parent array (0 for the
-    configuration indices that do not exist), at every leading (time) index."""
-    picked = jnp.take_along_axis(
-        marginals[..., safe, :],
-        jnp.broadcast_to(digits, (*marginals.shape[:-2], *digits.shape)),
-        -1,
-    )  # (*times, slots, configs)
-    picked = jnp.where(present[:, None], picked, 1.0)
-    return jnp.prod(picked, axis=-2) * valid
-
-
 # --------------------------------------------------------------------------- statistics
 class MeanFieldStatistics(AbstractExpectedStatistics):
     r"""Mean-field expected node statistics of one cCTBN over $[0,\tau]$ (see the module
