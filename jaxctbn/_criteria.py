@@ -53,6 +53,17 @@ from ._structure_criteria import (
 #: Candidates scored together by default for structure learning: the scorer skips, per node, the
 #: chunks whose candidates all clamp that node.
 STRUCTURE_CHUNK = 9
+#: The same for the (V)BHC with stratified draws on a CPU, where a chunk's candidates x draws are
+#: solved as one batch: 3 candidates x 8 sets x 10 draws of the paper's network (240 problems of
+#: 16 states) keep the uniformisation loop in cache (`benchmarks/bench_design_step.py`).
+CPU_STRATIFIED_CHUNK = 3
+
+
+def _structure_batching(graph_draws: AbstractGraphDraws) -> Chunked:
+    """The default batching of the structure (V)BHC's candidates."""
+    if isinstance(graph_draws, StratifiedGraphDraws) and jax.default_backend() == "cpu":
+        return Chunked(CPU_STRATIFIED_CHUNK)
+    return Chunked(STRUCTURE_CHUNK)
 
 
 def _check_max_sets(max_sets) -> None:
@@ -153,7 +164,7 @@ class AbstractBoxHillCriterion(AbstractCriterion):
             num_samples=num_samples,
             solver=solver,
             estimator=self.estimator,
-            batching=Chunked(STRUCTURE_CHUNK) if batching is None else batching,
+            batching=_structure_batching(self.graph_draws) if batching is None else batching,
         )
         return jax.vmap(lambda a: self.structure_value(posterior, a))(a_all)
 
@@ -299,7 +310,8 @@ def score_interventions(
     - `solver`: the master-equation solver.
     - `batching`: how the candidates are executed: [`jaxctbn.Vmap`][] or
       [`jaxctbn.Chunked`][]; default `Vmap()` for parameters and `Chunked(9)` for structure
-      (whose scorer skips chunks that clamp a node).
+      (whose scorer skips chunks that clamp a node; `Chunked(3)` for the (V)BHC with stratified
+      draws on a CPU, which solves a chunk's candidates x draws as one cache-sized batch).
 
     **Returns:** `(candidates,)` scores; the most informative candidate is the `argmax`.
     """

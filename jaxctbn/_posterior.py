@@ -18,8 +18,14 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ._conjugate import off_diagonal, poisson_path_log_likelihood
+from ._conjugate import (
+    off_diagonal,
+    off_diagonal_entries,
+    poisson_path_log_likelihood,
+    with_zero_diagonal,
+)
 from ._ctbn import CTBN
+from ._gamma_variates import gamma_variates
 from ._layout import num_configurations
 from ._priors import GammaPrior
 from ._statistics import NodeStatistics, SufficientStatistics
@@ -149,7 +155,7 @@ class RatePosterior(AbstractPosterior):
         """One posterior draw of all rates (`jax.vmap` over keys for many)."""
         keys = jr.split(key, len(self.alpha))
         cims = [
-            jr.gamma(kk, a, dtype=a.dtype) / b[..., None]
+            with_zero_diagonal(gamma_variates(kk, off_diagonal_entries(a))) / b[..., None]
             for kk, a, b in zip(keys, self.alpha, self.beta)
         ]
         return CTBN(cims=cims, parents=self.parents, names=self.names)

@@ -23,7 +23,14 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
-from ._conjugate import dirichlet_gamma_log_marginal, gamma_poisson_log_marginal, off_diagonal
+from ._conjugate import (
+    dirichlet_gamma_log_marginal,
+    gamma_poisson_log_marginal,
+    off_diagonal,
+    off_diagonal_entries,
+    with_zero_diagonal,
+)
+from ._gamma_variates import gamma_variates
 
 #: A node's index: a Python int, or a traced integer scalar when a computation is vectorised over
 #: nodes (the per-node prior values are then looked up by it).
@@ -175,8 +182,9 @@ class GammaPrior(AbstractPrior):
         return jnp.where(off, a_bar / b_bar, 0.0)
 
     def sample_rates(self, node, transitions, dwell_times, num_configs, key):
-        a_bar, b_bar, off = self._posterior(node, transitions, dwell_times)
-        return jnp.where(off, jr.gamma(key, a_bar, dtype=b_bar.dtype) / b_bar, 0.0)
+        a_bar, b_bar, _ = self._posterior(node, transitions, dwell_times)
+        rates = gamma_variates(key, off_diagonal_entries(a_bar), dtype=b_bar.dtype)
+        return with_zero_diagonal(rates) / b_bar
 
 
 class NodelmanPrior(AbstractPrior):
@@ -254,6 +262,6 @@ class NodelmanPrior(AbstractPrior):
     def sample_rates(self, node, transitions, dwell_times, num_configs, key):
         shape, rate, conc, off = self._posterior(node, transitions, dwell_times, num_configs)
         k_exit, k_next = jr.split(key)
-        q = jr.gamma(k_exit, shape, dtype=rate.dtype) / rate
-        g = jnp.where(off, jr.gamma(k_next, conc, dtype=rate.dtype), 0.0)
+        q = gamma_variates(k_exit, shape, dtype=rate.dtype) / rate
+        g = with_zero_diagonal(gamma_variates(k_next, off_diagonal_entries(conc), rate.dtype))
         return q[..., None] * g / g.sum(-1, keepdims=True)

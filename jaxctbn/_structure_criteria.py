@@ -424,22 +424,24 @@ def _node_divergence(
     sets = posterior.parent_sets[n]
     n_sets = sets.shape[0]
     flat, _ = _flat_draws(draws, n)
-    B = flat.parent_index[0].shape[0]
 
     def ell(M_hat, T_hat):
         return predictive_log_likelihood(posterior, n, M_hat, T_hat)
 
     if isinstance(estimator, PlugIn):
-        init = jnp.broadcast_to(jnp.asarray(initial_state), (B, *jnp.shape(initial_state)))
-
-        def one_candidate(intervention):
-            ivs = jax.tree_util.tree_map(
-                lambda a: jnp.broadcast_to(a, (B, *jnp.shape(a))), intervention
-            )
-            stats = expected_statistics_batch(flat, init, horizon, interventions=ivs, solver=solver)
-            return jax.vmap(lambda st: ell(*st.node_statistics_on_sets(n, sets)))(stats)
-
-        ells = jax.vmap(one_candidate)(interventions)  # (candidates, draws, sets)
+        # the chunk's candidates x draws as one batch of solves: one loop for the chunk (with
+        # one uniformisation rate), rather than a loop per candidate under vmap, whose batched
+        # trip counts cost a select of every array at every product
+        C = interventions.targets.shape[0]
+        B = flat.parent_index[0].shape[0]
+        models = jax.tree_util.tree_map(
+            lambda a: jnp.broadcast_to(a, (C, *a.shape)).reshape(C * B, *a.shape[1:]), flat
+        )
+        ivs = jax.tree_util.tree_map(lambda a: jnp.repeat(a, B, axis=0), interventions)
+        init = jnp.broadcast_to(jnp.asarray(initial_state), (C * B, *jnp.shape(initial_state)))
+        stats = expected_statistics_batch(models, init, horizon, interventions=ivs, solver=solver)
+        ells = jax.vmap(lambda st: ell(*st.node_statistics_on_sets(n, sets)))(stats)
+        ells = ells.reshape(C, B, n_sets)  # (candidates, draws, sets)
     else:
         stats = _sampled_statistics(
             draws,
