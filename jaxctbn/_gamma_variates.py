@@ -75,7 +75,8 @@ def _standard_gamma_jvp(primals, tangents):
     key, a = primals
     _, a_dot = tangents
     x = _standard_gamma(key, a)
-    return x, jax.lax.random_gamma_grad(a, x) * a_dot
+    # the wrapper supplies `dtype` (pyright sees the inner signature)
+    return x, jax.lax.random_gamma_grad(a, x) * a_dot  # pyright: ignore[reportCallIssue]
 
 
 def gamma_variates(key: PRNGKeyArray, shape_parameter: ArrayLike, dtype=None) -> Array:
