@@ -59,8 +59,9 @@ _STIRLING = (1 / 12, -1 / 360, 1 / 1260, -1 / 1680, 1 / 1188, -691 / 360360, 1 /
 
 
 def log_gamma_positive(x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
-    r"""$\ln\Gamma(x)$ for $x>0$ (every argument in this module is positive), about 2.5 times
-    faster than `jax.scipy.special.gammaln` on a CPU (no reflection branch). For $x\ge10$ the
+    r"""$\ln\Gamma(x)$ for $x>0$ (every argument in this module is positive), about 1.5 times
+    faster than `jax.scipy.special.gammaln` on a CPU (no reflection branch; measured on 2.2 M
+    values, 38 ms against 59 ms). For $x\ge10$ the
     Stirling series with seven terms, $(x-\tfrac12)\ln x-x+\tfrac12\ln2\pi
     +\sum_{m=1}^7\frac{B_{2m}}{2m(2m-1)x^{2m-1}}$ (truncation below 1e-17 there); below, the
     same at $x+10$ less $\ln\prod_{i=0}^{9}(x+i)$. Absolute error about 1e-14 in float64
