@@ -29,7 +29,15 @@ class AbstractBatching(eqx.Module):
 
     @abc.abstractmethod
     def chunk_size(self, num_members: int) -> int:
-        """How many members are computed together (for schedulers that skip whole chunks)."""
+        """How many members are computed together on one device (for schedulers that skip
+        whole chunks)."""
+
+    def map_sequentially(self, fn: Callable[[Any], Any], xs: Any) -> Any:
+        """`fn` applied to the members of `xs` one after another on a device (`jax.lax.map`,
+        not vectorised, so a `lax.cond` inside `fn` still skips work); results stacked on a
+        leading axis. Schedulers that group members into chunks map `fn` over the chunks with
+        this; [`jaxctbn.Sharded`][] splits them across its devices."""
+        return jax.lax.map(fn, xs)
 
 
 class Vmap(AbstractBatching):
@@ -68,9 +76,9 @@ def _padded(xs, size: int):
     return jax.tree_util.tree_map(lambda x: x[index], xs)
 
 
-def _shard_body(inner, fn, mesh, xs):
+def _shard_body(inner, fn, mesh, xs, sequential: bool = False):
     spec = PartitionSpec(mesh.axis_names)
-    body = lambda x: inner.map(fn, x)
+    body = (lambda x: jax.lax.map(fn, x)) if sequential else (lambda x: inner.map(fn, x))
     # no replication checks: the devices' values are independent (no collectives), and the
     # host callbacks of `eqx.error_if` carry no replication information
     if hasattr(jax, "shard_map"):
@@ -85,6 +93,9 @@ def _shard_body(inner, fn, mesh, xs):
 # One compiled program per (inner, fn, mesh, shapes): `fn` is an argument, so a function that
 # is a pytree (an `eqx.Partial`, a Module) is traced, not baked in, and reuses the program.
 _sharded_program = eqx.filter_jit(_shard_body)
+_sharded_sequential_program = eqx.filter_jit(
+    lambda inner, fn, mesh, xs: _shard_body(inner, fn, mesh, xs, sequential=True)
+)
 
 
 class Sharded(AbstractBatching):
@@ -139,25 +150,34 @@ class Sharded(AbstractBatching):
         return jax.sharding.Mesh(np.array(jax.local_devices()), ("members",))
 
     def map(self, fn, xs):
+        return self._split(fn, xs, sequential=False)
+
+    def map_sequentially(self, fn, xs):
+        """The members split across the devices as by `map`; each device computes its share
+        one member after another (`jax.lax.map`)."""
+        return self._split(fn, xs, sequential=True)
+
+    def _split(self, fn, xs, *, sequential: bool):
         mesh = self._mesh()
         num = jax.tree_util.tree_leaves(xs)[0].shape[0]
         if num == 0:
-            return self.inner.map(fn, xs)
+            return jax.lax.map(fn, xs) if sequential else self.inner.map(fn, xs)
         size = -(-num // mesh.size) * mesh.size
         xs = _padded(xs, size)
         traced = any(
             isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves((fn, xs))
         )
         if traced:  # part of the caller's program
-            out = _shard_body(self.inner, fn, mesh, xs)
+            out = _shard_body(self.inner, fn, mesh, xs, sequential)
         else:  # a program of its own, finished before the padding is dropped (see above)
             xs = jax.device_put(xs, NamedSharding(mesh, PartitionSpec(mesh.axis_names)))
-            out = jax.block_until_ready(_sharded_program(self.inner, fn, mesh, xs))
+            program = _sharded_sequential_program if sequential else _sharded_program
+            out = jax.block_until_ready(program(self.inner, fn, mesh, xs))
         if size == num:
             return out
         return jax.tree_util.tree_map(lambda y: y[:num], out)
 
     def chunk_size(self, num_members: int) -> int:
-        devices = self._mesh().size
-        share = -(-num_members // devices)
-        return min(num_members, devices * self.inner.chunk_size(share))
+        """`inner`'s chunk of one device's share of `num_members`."""
+        share = -(-num_members // self._mesh().size)
+        return self.inner.chunk_size(share)

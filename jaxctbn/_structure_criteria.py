@@ -540,7 +540,9 @@ def _rescorer(posterior: StructurePosterior, n: int, max_events: int):
     return generic
 
 
-def _over_free_candidates(interventions, num_nodes, chunk, value_of_node) -> tuple[Array, ...]:
+def _over_free_candidates(
+    interventions, num_nodes, batching: AbstractBatching, value_of_node
+) -> tuple[Array, ...]:
     """`value_of_node(n, chunk_of_candidates)` for every node and candidate, one array per node
     with the candidates on the leading axis, skipping the work for candidates that clamp node
     $n$ (whose value is 0; `value_of_node` must give 0 for them too): per node the candidates
@@ -548,8 +550,12 @@ def _over_free_candidates(interventions, num_nodes, chunk, value_of_node) -> tup
     whole chunk, so it can batch it as it likes), and a chunk of clamping candidates only is
     skipped by `lax.cond`. For the paper's space a node is clamped by 2/3 of the candidates, so
     this saves up to 2/3 of the master-equation solves or sampled paths. (Under `vmap` over
-    histories the candidates are shared, the predicate stays unbatched and the skip is kept.)"""
+    histories the candidates are shared, the predicate stays unbatched and the skip is kept.)
+    The chunks have `batching.chunk_size` candidates and are mapped by
+    `batching.map_sequentially` (one after another; [`jaxctbn.Sharded`][] splits them across
+    its devices)."""
     num_candidates = interventions.targets.shape[0]
+    chunk = batching.chunk_size(num_candidates)
     num_chunks = -(-num_candidates // chunk)
     pad = num_chunks * chunk - num_candidates
     out = []
@@ -570,7 +576,7 @@ def _over_free_candidates(interventions, num_nodes, chunk, value_of_node) -> tup
                 free_c.any(), compute, lambda _: jnp.zeros(shape.shape, shape.dtype), ivs
             )
 
-        per_chunk = jax.lax.map(run_chunk, (order, free))  # (chunks, chunk, ...)
+        per_chunk = batching.map_sequentially(run_chunk, (order, free))  # (chunks, chunk, ...)
         values = per_chunk.reshape(-1, *per_chunk.shape[2:])[:num_candidates]
         flat_order = order.reshape(-1)[:num_candidates]
         out.append(jnp.zeros_like(values).at[flat_order].set(values))
@@ -630,8 +636,7 @@ def divergences_all_candidates(
     divergence_of_node = _divergence_of_node(
         posterior, draws, initial_state, horizon, solver, estimator, key
     )
-    chunk = batching.chunk_size(candidates.targets.shape[0])
-    return _over_free_candidates(candidates, len(draws.models), chunk, divergence_of_node)
+    return _over_free_candidates(candidates, len(draws.models), batching, divergence_of_node)
 
 
 @eqx.filter_jit
@@ -707,6 +712,5 @@ def eig_all_candidates(
     of `batching.chunk_size`, each chunk's paths sampled in one loop, and chunks whose
     candidates all clamp the node skipped (their term is 0)."""
     node_eig = _eig_of_node(posterior, draws, initial_state, horizon, key, num_paths, max_events)
-    chunk = batching.chunk_size(candidates.targets.shape[0])
-    per_node = _over_free_candidates(candidates, len(draws.models), chunk, node_eig)
+    per_node = _over_free_candidates(candidates, len(draws.models), batching, node_eig)
     return sum(per_node[1:], start=per_node[0])

@@ -295,3 +295,70 @@ def test_run_distributed_over_two_processes(tmp_path, capsys):
         assert main([*args, *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+
+
+STRUCTURE = """
+def structure_problem():
+    # 3 binary nodes, a posterior over parent sets learnt from 3 sampled paths, 10 candidates
+    chain = jc.CTBN(
+        cims=[
+            jnp.array([[[-1.0, 1.0], [2.0, -2.0]]]),
+            jnp.array([[[-0.5, 0.5], [1.0, -1.0]], [[-2.0, 2.0], [0.3, -0.3]]]),
+            jnp.array([[[-0.2, 0.2], [1.5, -1.5]], [[-3.0, 3.0], [0.5, -0.5]]]),
+        ],
+        parents={"A": [], "B": ["A"], "C": ["B"]},
+        names=("A", "B", "C"),
+    )
+    paths = jc.sample_trajectories(
+        chain, jnp.zeros(3, jnp.int32), 2.0, key=jax.random.key(1), num_trajectories=3
+    )
+    post = jc.learn_structure(paths, chain.names, (2, 2, 2), max_parents=2)
+    space = jc.intervention_space((2, 2, 2))
+    space = jax.tree_util.tree_map(lambda x: x[jnp.arange(0, 27, 3)], space)
+    return post, space
+
+
+def structure_scores(batching):
+    post, space = structure_problem()
+    init, key = jnp.array([0, 1, 0]), jax.random.key(2)
+    # the paper's stratified VBHC (plug-in solves) and the EIG (sampled paths)
+    vbhc = jc.score_interventions(post, space, init, 2.0, key=key, num_samples=3, batching=batching)
+    eig = jc.score_interventions(
+        post, space, init, 2.0, key=key, num_samples=3, criterion=jc.EIG(num_paths=2),
+        batching=None if batching is None else jc.Sharded(inner=jc.Chunked(2)),
+    )
+    return vbhc, eig
+"""
+exec(STRUCTURE, namespace)
+
+
+def test_structure_candidates_sharded_on_eight_devices(tmp_path):
+    """The structure criteria's chunks of candidates (stratified draws, each node's chunks that
+    clamp it skipped) are split across 8 devices, with the numbers of one device."""
+    proc = _script(
+        tmp_path,
+        STRUCTURE
+        + textwrap.dedent(
+            """
+        assert jax.device_count() == 8
+        vbhc, eig = structure_scores(jc.Sharded())
+        post, space = structure_problem()
+        lowered = jax.jit(
+            lambda p: jc.score_interventions(
+                p, space, jnp.array([0, 1, 0]), 2.0, key=jax.random.key(2), num_samples=3,
+                batching=jc.Sharded(),
+            )
+        ).lower(post).as_text()
+        np.savez("out.npz", vbhc=vbhc, eig=eig)
+        print("manual computations", lowered.count("manual_computation"))
+        """
+        ),
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "manual computations 0" not in proc.stdout  # split across the devices
+    out = np.load(tmp_path / "out.npz")
+    vbhc, eig = namespace["structure_scores"](None)
+    assert np.ptp(np.asarray(vbhc)) > 1e-3 and np.ptp(np.asarray(eig)) > 1e-3  # not trivial
+    np.testing.assert_allclose(out["vbhc"], vbhc, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(out["eig"], eig, rtol=1e-12, atol=1e-14)
