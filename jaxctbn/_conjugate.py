@@ -31,8 +31,13 @@ def off_diagonal(k: int) -> Array:
     return ~jnp.eye(k, dtype=bool)
 
 
+#: Up to this many states the marginal takes the off-diagonal entries as static slices (one
+#: per entry, so not for large tables, whose programs would grow like k^2).
+_SLICED_UP_TO = 8
+
+
 def sum_of_entries(x: Float[Array, "*shape"]) -> Float[Array, ""]:
-    """The sum of all entries of `x`, as a dot product with ones. The same number as
+    r"""The sum of all entries of `x`, as a dot product with ones. The same number as
     `x.sum()`, but XLA computes the (expensive, element-wise) producers of a reduction inside
     the reduction's loop, and on a CPU that loop is not vectorised: for the terms of
     [`gamma_poisson_log_marginal`][] ($\ln\Gamma$, logarithms) the reduction is 3 times
@@ -126,15 +131,20 @@ def gamma_poisson_log_marginal(
     dtype = dwell_times.dtype
     shape = jnp.broadcast_shapes(jnp.shape(transitions), jnp.shape(dwell_times)[:-1] + (1, 1))
     k = shape[-1]
-    pairs = [(x, y) for x in range(k) for y in range(k) if x != y]
+    pairs = [(x, y) for x in range(k) for y in range(k) if x != y] if k <= _SLICED_UP_TO else []
 
     def entries(z):  # the off-diagonal entries of `z` broadcast to the tables (static slices)
         z = jnp.broadcast_to(z, shape)
+        if k > _SLICED_UP_TO:  # many states: the full tables (masked later), not k(k-1) slices
+            return z
         return jnp.stack([z[..., x, y] for x, y in pairs], axis=-1)
 
     b = jnp.asarray(beta, dtype)
     a = entries(jnp.asarray(alpha, dtype))
     M = entries(transitions)
+    if k > _SLICED_UP_TO:  # a finite diagonal, masked out below
+        a = jnp.where(off_diagonal(k), a, 1.0)
+        M = jnp.where(off_diagonal(k), M, 0.0)
     # the k(k-1) off-diagonal entries only, as static slices (reshapes of the flat tables
     # cost a copy), summed by `sum_of_entries`: the structure design step takes 102 ms
     # instead of 120 ms (`benchmarks/bench_design_step.py`)
@@ -142,7 +152,10 @@ def gamma_poisson_log_marginal(
     log_b = entries(jnp.log(b)[..., None])
     log_b_T = entries(jnp.log(b + dwell_times)[..., None])
     log_gamma = log_gamma_positive(a + M) if log_gamma is None else entries(log_gamma)
-    return sum_of_entries(log_gamma - log_gamma_positive(a) + a * log_b - (a + M) * log_b_T)
+    terms = log_gamma - log_gamma_positive(a) + a * log_b - (a + M) * log_b_T
+    if k > _SLICED_UP_TO:
+        terms = jnp.where(off_diagonal(k), terms, 0.0)
+    return sum_of_entries(terms)
 
 
 def gamma_poisson_log_gamma_table(
