@@ -131,30 +131,36 @@ def gamma_poisson_log_marginal(
     dtype = dwell_times.dtype
     shape = jnp.broadcast_shapes(jnp.shape(transitions), jnp.shape(dwell_times)[:-1] + (1, 1))
     k = shape[-1]
-    pairs = [(x, y) for x in range(k) for y in range(k) if x != y] if k <= _SLICED_UP_TO else []
+    if k <= _SLICED_UP_TO:  # the k(k-1) off-diagonal entries as static slices (a reshape of
+        # the flat tables, as `off_diagonal_entries` does, costs a copy here)
+        pairs = [(x, y) for x in range(k) for y in range(k) if x != y]
 
-    def entries(z):  # the off-diagonal entries of `z` broadcast to the tables (static slices)
-        z = jnp.broadcast_to(z, shape)
-        if k > _SLICED_UP_TO:  # many states: the full tables (masked later), not k(k-1) slices
-            return z
-        return jnp.stack([z[..., x, y] for x, y in pairs], axis=-1)
+        def entries(z):
+            z = jnp.broadcast_to(z, shape)
+            return jnp.stack([z[..., x, y] for x, y in pairs], axis=-1)
 
+        keep = None
+    else:  # many states: the full tables with a finite diagonal, masked (k(k-1) slices would
+        # grow the program like k^2)
+
+        def entries(z):
+            return jnp.broadcast_to(z, shape)
+
+        keep = off_diagonal(k)
     b = jnp.asarray(beta, dtype)
     a = entries(jnp.asarray(alpha, dtype))
     M = entries(transitions)
-    if k > _SLICED_UP_TO:  # a finite diagonal, masked out below
-        a = jnp.where(off_diagonal(k), a, 1.0)
-        M = jnp.where(off_diagonal(k), M, 0.0)
-    # the k(k-1) off-diagonal entries only, as static slices (reshapes of the flat tables
-    # cost a copy), summed by `sum_of_entries`: the structure design step takes 102 ms
-    # instead of 120 ms (`benchmarks/bench_design_step.py`)
+    if keep is not None:
+        a, M = jnp.where(keep, a, 1.0), jnp.where(keep, M, 0.0)
     # the logarithms per (configuration, state), before spreading over the next states
     log_b = entries(jnp.log(b)[..., None])
     log_b_T = entries(jnp.log(b + dwell_times)[..., None])
     log_gamma = log_gamma_positive(a + M) if log_gamma is None else entries(log_gamma)
     terms = log_gamma - log_gamma_positive(a) + a * log_b - (a + M) * log_b_T
-    if k > _SLICED_UP_TO:
-        terms = jnp.where(off_diagonal(k), terms, 0.0)
+    if keep is not None:
+        terms = jnp.where(keep, terms, 0.0)
+    # summed as a dot product (`sum_of_entries`): with the slices, the structure design step
+    # takes 102 ms instead of 120 ms (`benchmarks/bench_design_step.py`)
     return sum_of_entries(terms)
 
 
