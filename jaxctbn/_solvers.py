@@ -331,8 +331,17 @@ class Uniformisation(AbstractMasterEquationSolver):
     reverse-mode autodiff works; $\lambda$ and $n$ are held constant under differentiation (the
     result is exact for every $\lambda\ge\max d$ and every $n$, so this is the exact gradient;
     the derivative of a TwoSum's error term is zero). `solve_backward` is the same with
-    $P\beta$ in place of $pP$ (a constant $\beta$ is kept exactly). `solve_batch` shares one
-    $\lambda$ (the batch's largest exit rate), hence one schedule, across the batch.
+    $P\beta$ in place of $pP$ (a constant $\beta$ is kept exactly).
+
+    **Batches.** `solve_batch` (and `solve_backward_batch`) runs one loop per group of at most
+    `group_size` members, batch axis last so every product vectorises over the group; a group
+    shares one $\lambda$ (its largest exit rate), hence one schedule, and runs the products its
+    fastest member needs. So the members are first sorted by their own exit rate and cut into
+    groups of similar rate (results returned in the input order): on the paper's structure design
+    step, a third fewer products than groups in input order (37.6 against 51.0 ms for its 8,640
+    solves on a 2-core CPU), and groups of a few hundred 16-state problems stay in
+    the CPU's cache. Each member's result is exact whatever its group (to rounding: about 1e-14
+    between groupings in float64).
 
     **Forward-backward.** `forward_backward` uses, with $a_k=\alpha_0P^k$, $b_j=P^j\beta_\tau$
     and the Beta integral
@@ -363,14 +372,27 @@ class Uniformisation(AbstractMasterEquationSolver):
     - `fb_max_terms`: static size of the buffer of backward vectors in `forward_backward`
       (default 512); more terms needed raises an error.
     - `max_step_mean`: $L$, the largest Poisson mean $\lambda h$ of one step (default 1024).
+    - `group_size`: the largest group of a batch solved in one loop (default 256); `None`
+      solves a whole batch in one loop at its largest rate (on a GPU, where a loop's time
+      hardly grows with the batch, fewer loops can be faster).
     """
 
     tolerance: float = eqx.field(default=1e-13, static=True)
     max_terms: int = eqx.field(default=2_000_000, static=True)
     fb_max_terms: int = eqx.field(default=512, static=True)
     max_step_mean: float = eqx.field(default=1024.0, static=True)
+    group_size: int | None = eqx.field(default=256, static=True)
 
     def __check_init__(self):
+        if self.group_size is not None and (
+            not isinstance(self.group_size, int)
+            or isinstance(self.group_size, bool)
+            or self.group_size < 1
+        ):
+            raise ValueError(
+                "Uniformisation: group_size must be a positive integer or None, got "
+                f"{self.group_size!r}."
+            )
         if not 0 < self.tolerance < 1e-2:
             raise ValueError(
                 f"Uniformisation: tolerance must be in (0, 1e-2), got {self.tolerance}."
@@ -499,19 +521,38 @@ class Uniformisation(AbstractMasterEquationSolver):
     def solve(self, generator, p0, horizon):
         return self._uniformise(generator, p0, horizon)
 
+    def _in_rate_groups(self, generators, v, horizon, transpose):
+        """`_uniformise` of a batch (leading axis) in groups of similar rate: one loop per group,
+        batch axis last in each, the groups one after another (`lax.map`)."""
+
+        def one_loop(gv):
+            out, integral = self._uniformise(batch_last(gv[0]), gv[1].T, horizon, transpose)
+            return out.T, integral.T
+
+        num = v.shape[0]
+        if self.group_size is None or num <= self.group_size:
+            return one_loop((generators, v))
+        num_groups = -(-num // self.group_size)
+        size = -(-num // num_groups)  # balanced groups: fewer than num_groups padded members
+        rates = jax.lax.stop_gradient(jax.vmap(lambda g: g.max_exit_rate())(generators))
+        order = jnp.argsort(rates)
+        # padded with the fastest member (it ends in the last group, whose rate it already sets)
+        order = jnp.concatenate([order, jnp.full((num_groups * size - num,), order[-1])])
+        grouped = jax.tree_util.tree_map(
+            lambda a: a[order].reshape(num_groups, size, *a.shape[1:]), (generators, v)
+        )
+        out, integral = jax.lax.map(one_loop, grouped)
+        back = jnp.argsort(order[:num])  # the position of each member in the sorted order
+        return tuple(x.reshape(num_groups * size, *x.shape[2:])[back] for x in (out, integral))
+
     def solve_batch(self, generators, p0, horizon):
-        # one loop for the whole batch, batch axis last so every product vectorises over it
-        p, integral = self._uniformise(batch_last(generators), p0.T, horizon)
-        return p.T, integral.T
+        return self._in_rate_groups(generators, p0, horizon, transpose=False)
 
     def solve_backward(self, generator, beta_end, horizon):
         return self._uniformise(generator, beta_end, horizon, transpose=True)
 
     def solve_backward_batch(self, generators, beta_end, horizon):
-        beta, integral = self._uniformise(
-            batch_last(generators), beta_end.T, horizon, transpose=True
-        )
-        return beta.T, integral.T
+        return self._in_rate_groups(generators, beta_end, horizon, transpose=True)
 
     def forward_backward(self, generator, alpha_start, beta_end, horizon):
         dtype = alpha_start.dtype
