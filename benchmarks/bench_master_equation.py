@@ -8,8 +8,10 @@ random initial states) this measures, in one run:
 - scipy: per-sample `solve_ivp` (RK45) on the augmented system with a sparse generator,
 - accuracy against the exact reference (block expm for S <= 256, else uniformisation),
 - XLA's temporary memory per sample (bytes per global state: linear in S means constant),
-- the floor: products needed x max(FLOPs / matmul rate, bytes / streaming bandwidth), with
-  both rates measured here.
+- the floor: products needed x FLOPs / matmul rate where one loop's working set (56 bytes
+  per state and problem) fits in the last-level cache, and x max(FLOPs / matmul rate, bytes /
+  streaming bandwidth) where it does not, with both rates measured here. (Counting memory
+  traffic for cache-resident loops gave floors above the measured times, time/floor 0.6-0.8.)
 
 Run: `python benchmarks/bench_master_equation.py [--quick]`. Writes
 `benchmarks/results/master_equation.{json,md}`.
@@ -83,6 +85,18 @@ def scipy_baseline(models, p0s, samples):
     return time.perf_counter() - t0, np.stack(out)
 
 
+def last_level_cache_bytes() -> int:
+    """The largest CPU cache's size from sysfs (8 MiB where it cannot be read)."""
+    import glob
+
+    sizes = []
+    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        text = open(path).read().strip()
+        scale = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
+        sizes.append(int(text.rstrip("KMG")) * scale)
+    return max(sizes, default=8 * 1024**2)
+
+
 def rel_error(x, ref):
     x, ref = np.asarray(x), np.asarray(ref)
     scale = np.maximum(np.abs(ref), 1e-6 * TAU / ref.shape[-1])
@@ -98,6 +112,7 @@ def main():
     if args.quick:
         configs = [(4, 100), (8, 10)]
     flops_rate, bandwidth = machine_rates()
+    cache = last_level_cache_bytes()
     print(f"measured: matmul {flops_rate / 1e9:.1f} GFLOP/s, streaming {bandwidth / 1e9:.1f} GB/s")
     rows, records = [], []
     for N, B in configs:
@@ -166,12 +181,24 @@ def main():
         # accumulators, write p and both accumulators (rate factors are tiny and stay in cache)
         flops_per = S * (3 * J + 6)
         bytes_per = 8 * S * 7
-        per_product = max(flops_per / flops_rate, bytes_per / bandwidth)
+
+        def per_product(problems_per_loop):
+            # a loop whose working set stays in the last-level cache is bound by its FLOPs only
+            if problems_per_loop * bytes_per <= cache:
+                return flops_per / flops_rate
+            return max(flops_per / flops_rate, bytes_per / bandwidth)
+
+        group = B if unif.group_size is None else min(B, unif.group_size)
         floors = {
-            "uniformisation (batched)": products.sum() * per_product,
-            "uniformisation (vmap)": products.sum() * per_product,
+            "uniformisation (batched)": products.sum() * per_product(group),
+            "uniformisation (vmap)": products.sum() * per_product(B),
         }
-        floors.update({k: v * per_product for k, v in ode_products.items()})
+        floors.update({k: v * per_product(B) for k, v in ode_products.items()})
+        bound = {
+            name: "FLOPs" if flops_per / flops_rate == per_product(n) else "memory"
+            for name, n in [("uniformisation (batched)", group)]
+            + [(k, B) for k in ["uniformisation (vmap)", *ode_products]]
+        }
         for name, r in results.items():
             err = rel_error(r["out"], ref) if name != ref_name else 0.0
             floor = floors.get(name)
@@ -188,6 +215,7 @@ def main():
                 "temp_bytes": r["temp"],
                 "temp_bytes_per_state_per_sample": r["temp"] / (S * B),
                 "floor_s": floor,
+                "floor_bound_by": bound.get(name),
                 "time_over_floor": (r["run"] / floor) if floor else None,
             }
             records.append(rec)
@@ -195,7 +223,7 @@ def main():
                 f"| {N} | {S} | {B} | {name} | {fmt(r['compile'])} | {fmt(r['run'])} | "
                 f"{rec['speedup_vs_scipy']:.1f}× | {err:.1e} | "
                 f"{rec['temp_bytes_per_state_per_sample']:.0f} | "
-                f"{fmt(floor) if floor else '–'} | "
+                f"{fmt(floor) + ' (' + bound[name] + ')' if floor else '–'} | "
                 f"{(r['run'] / floor) if floor else float('nan'):.1f} |"
             )
         records.append(
@@ -228,12 +256,15 @@ def main():
         "Errors are max relative errors of E[T(s)] (entries below 1e-6·tau/S count as "
         "absolute) against the block matrix exponential (S ≤ 256) or uniformisation.",
         "temp B/state = XLA temporary bytes per global state per sample (constant = linear in S).",
-        "floor = products with W needed × max(FLOPs / matmul rate, bytes / bandwidth), per product "
-        "S·(3N+6) FLOPs and 56·S bytes; products = Poisson terms (uniformisation) or 6 × attempted "
-        "steps (Tsit5), summed over the batch (a batched loop runs every member for the batch's "
-        "largest count, which the ratio includes).",
-        "'batched' = `expected_statistics_batch` (one loop, batch axis last); 'vmap' = `jax.vmap` "
-        "of `expected_statistics`.",
+        "floor = products with W needed × FLOPs / matmul rate where one loop's working set "
+        f"(56·S bytes per problem) fits in the last-level cache ({cache / 2**20:.0f} MiB), "
+        "else × max(FLOPs / matmul rate, 56·S bytes / bandwidth) (marked FLOPs / memory); per "
+        "product S·(3N+6) FLOPs; products = Poisson terms (uniformisation, each problem at its own "
+        "rate) or 6 × attempted steps (Tsit5), summed over the batch (a loop runs every member for "
+        "its group's largest count, which the ratio includes).",
+        "'batched' = `expected_statistics_batch` (batch axis last; one loop per group of at most "
+        "`Uniformisation.group_size` problems of similar rate); 'vmap' = `jax.vmap` of "
+        "`expected_statistics`.",
         "",
         "| N | S | batch | solver | compile | run (batch) | vs scipy | max rel err | "
         "temp B/state | floor | time/floor |",
