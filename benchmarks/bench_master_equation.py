@@ -20,6 +20,7 @@ Run: `python benchmarks/bench_master_equation.py [--quick]`. Writes
 from __future__ import annotations
 
 import argparse
+import glob
 import sys
 import time
 
@@ -87,11 +88,10 @@ def scipy_baseline(models, p0s, samples):
 
 def last_level_cache_bytes() -> int:
     """The largest CPU cache's size from sysfs (8 MiB where it cannot be read)."""
-    import glob
-
     sizes = []
     for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
-        text = open(path).read().strip()
+        with open(path) as f:
+            text = f.read().strip()
         scale = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
         sizes.append(int(text.rstrip("KMG")) * scale)
     return max(sizes, default=8 * 1024**2)
@@ -182,26 +182,23 @@ def main():
         flops_per = S * (3 * J + 6)
         bytes_per = 8 * S * 7
 
-        def per_product(problems_per_loop):
-            # a loop whose working set stays in the last-level cache is bound by its FLOPs only
-            if problems_per_loop * bytes_per <= cache:
-                return flops_per / flops_rate
-            return max(flops_per / flops_rate, bytes_per / bandwidth)
+        def floor_of(products_needed, problems_per_loop):
+            """(seconds, bound): a loop whose working set stays in the last-level cache is
+            bound by its FLOPs only; beyond it, by the larger of FLOPs and memory traffic."""
+            flop_time = flops_per / flops_rate
+            if problems_per_loop * bytes_per > cache and bytes_per / bandwidth > flop_time:
+                return products_needed * bytes_per / bandwidth, "memory"
+            return products_needed * flop_time, "FLOPs"
 
         group = B if unif.group_size is None else min(B, unif.group_size)
         floors = {
-            "uniformisation (batched)": products.sum() * per_product(group),
-            "uniformisation (vmap)": products.sum() * per_product(B),
+            "uniformisation (batched)": floor_of(products.sum(), group),
+            "uniformisation (vmap)": floor_of(products.sum(), B),
         }
-        floors.update({k: v * per_product(B) for k, v in ode_products.items()})
-        bound = {
-            name: "FLOPs" if flops_per / flops_rate == per_product(n) else "memory"
-            for name, n in [("uniformisation (batched)", group)]
-            + [(k, B) for k in ["uniformisation (vmap)", *ode_products]]
-        }
+        floors.update({k: floor_of(v, B) for k, v in ode_products.items()})
         for name, r in results.items():
             err = rel_error(r["out"], ref) if name != ref_name else 0.0
-            floor = floors.get(name)
+            floor, bound = floors.get(name, (None, None))
             rec = {
                 "N": N,
                 "S": S,
@@ -215,7 +212,7 @@ def main():
                 "temp_bytes": r["temp"],
                 "temp_bytes_per_state_per_sample": r["temp"] / (S * B),
                 "floor_s": floor,
-                "floor_bound_by": bound.get(name),
+                "floor_bound_by": bound,
                 "time_over_floor": (r["run"] / floor) if floor else None,
             }
             records.append(rec)
@@ -223,7 +220,7 @@ def main():
                 f"| {N} | {S} | {B} | {name} | {fmt(r['compile'])} | {fmt(r['run'])} | "
                 f"{rec['speedup_vs_scipy']:.1f}× | {err:.1e} | "
                 f"{rec['temp_bytes_per_state_per_sample']:.0f} | "
-                f"{fmt(floor) + ' (' + bound[name] + ')' if floor else '–'} | "
+                f"{f'{fmt(floor)} ({bound})' if floor else '–'} | "
                 f"{(r['run'] / floor) if floor else float('nan'):.1f} |"
             )
         records.append(
