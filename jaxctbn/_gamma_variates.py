@@ -49,9 +49,12 @@ def _standard_gamma_impl(key: PRNGKeyArray, a: Array) -> Array:
     c = 1 / jnp.sqrt(9 * d)
     k_first, k_loop, k_boost = jr.split(key, 3)
     values, accepted = _proposals(k_first, d, c, _FIRST_ROUND)
-    first = jnp.argmax(accepted, axis=0)  # the first accepted proposal (0 if none)
-    value = jnp.take_along_axis(values, first[None], axis=0)[0]
-    done = accepted.any(0)
+    # the first accepted proposal (the last if none: redrawn below), by elementwise selects
+    # (an argmax over this short axis, vmapped over many small arrays, is slow on a CPU)
+    value, done = values[-1], accepted[-1]
+    for r in range(_FIRST_ROUND - 2, -1, -1):
+        value = jnp.where(accepted[r], values[r], value)
+        done = done | accepted[r]
 
     def redraw(carry):
         i, value, done = carry

@@ -273,6 +273,25 @@ def _flow_product(generator: AbstractGenerator, q: tuple[Array, ...], v: Array, 
     return out.reshape(v.shape)
 
 
+def _order_by_rate(rates: Array) -> Array:
+    r"""A permutation that sorts the `rates` (>= 0, one dimension) ascending, for cutting a batch
+    into groups of similar rate; non-finite rates last. The rates are compared in float32 with
+    their lowest $b=\lceil\log_2 n\rceil$ bits replaced by the member's index (distinct keys,
+    ties broken by index): a sort of one int32 array, several times faster on a CPU than
+    `argsort` (a two-array sort with a float comparator), and only rates within a relative
+    $2^{b-23}$ of each other may come out of order, which no grouping notices."""
+    num = rates.shape[0]
+    bits = max(1, (num - 1).bit_length())
+    if bits > 24:  # past float32's mantissa: the index would overwrite the exponent
+        return jnp.argsort(rates).astype(jnp.int32)
+    magnitude = jax.lax.bitcast_convert_type(jnp.abs(rates).astype(jnp.float32), jnp.int32)
+    index = jnp.arange(num, dtype=jnp.int32)
+    # for floats >= 0 (inf and NaN included) the int32 bit patterns sort as the values
+    shift = jnp.asarray(bits, jnp.int32)
+    keys = jax.lax.shift_left(jax.lax.shift_right_logical(magnitude, shift), shift) | index
+    return jax.lax.sort(keys) & jnp.asarray((1 << bits) - 1, jnp.int32)
+
+
 class Uniformisation(AbstractMasterEquationSolver):
     r"""Exact uniformisation (Jensen's method), matrix-free, in steps of bounded Poisson mean.
 
@@ -535,14 +554,15 @@ class Uniformisation(AbstractMasterEquationSolver):
         num_groups = -(-num // self.group_size)
         size = -(-num // num_groups)  # balanced groups: fewer than num_groups padded members
         rates = jax.lax.stop_gradient(jax.vmap(lambda g: g.max_exit_rate())(generators))
-        order = jnp.argsort(rates)
+        order = _order_by_rate(rates)
         # padded with the fastest member (it ends in the last group, whose rate it already sets)
         order = jnp.concatenate([order, jnp.full((num_groups * size - num,), order[-1])])
         grouped = jax.tree_util.tree_map(
             lambda a: a[order].reshape(num_groups, size, *a.shape[1:]), (generators, v)
         )
         out, integral = jax.lax.map(one_loop, grouped)
-        back = jnp.argsort(order[:num])  # the position of each member in the sorted order
+        # the position of each member in the sorted order (the inverse permutation)
+        back = jnp.zeros((num,), jnp.int32).at[order[:num]].set(jnp.arange(num, dtype=jnp.int32))
         return tuple(x.reshape(num_groups * size, *x.shape[2:])[back] for x in (out, integral))
 
     def solve_batch(self, generators, p0, horizon):

@@ -1165,7 +1165,9 @@ class StructurePosterior(AbstractPosterior):
     def sample_parent_sets(self, key: PRNGKeyArray) -> Int[Array, " nodes"]:
         """One draw of a whole graph: the index of each node's parent set (jittable)."""
         keys = jr.split(key, len(self.names))
-        return jnp.stack([jr.categorical(k, lp) for k, lp in zip(keys, self.log_posterior())])
+        return jnp.stack(
+            self._per_node(lambda n, k, lp: jr.categorical(k, lp), keys, self.log_posterior())
+        )
 
     def systematic_parent_sets(
         self, key: PRNGKeyArray, num_samples: int
@@ -1191,13 +1193,51 @@ class StructurePosterior(AbstractPosterior):
             columns.append(jr.permutation(k_order, index.astype(jnp.int32)))
         return jnp.stack(columns, axis=1)
 
-    def _node_statistics(self, n: int, index):
-        """Node n's history statistics under its candidate set `index`, and its configurations
-        (jax or numpy arrays, as the posterior holds them: `jaxctbn learn` converts it to numpy)."""
-        return (
-            self.statistics.transitions[n][index],
-            self.statistics.dwell_times[n][index],
-            num_configurations(self.parent_sets[n][index], self.cardinalities),
+    def _node_groups(self) -> list[tuple[int, ...]]:
+        """The nodes in groups of equal cardinality and equal shapes of their candidate sets and
+        statistics tables: a per-node computation can be vectorised over a group."""
+        groups: dict[tuple, list[int]] = {}
+        for n, k in enumerate(self.cardinalities):
+            shape = (k, np.shape(self.parent_sets[n]), np.shape(self.statistics.transitions[n]))
+            groups.setdefault(shape, []).append(n)
+        return [tuple(g) for g in groups.values()]
+
+    def _per_node(self, fn, *per_node):
+        """`[fn(n, *(a[n] for a in per_node)) for n in nodes]`, vectorised (`vmap`, with a traced
+        node index `n`) over each group of nodes of equal shapes: one random draw, or one loop,
+        per group instead of one per node. Each `a` in `per_node` is a sequence with one pytree
+        per node; the results are the same numbers as node by node (random draws included: a
+        node's draws depend only on its own key)."""
+        out: list = [None] * len(self.names)
+        for group in self._node_groups():
+            if len(group) == 1:
+                (n,) = group
+                out[n] = fn(n, *(a[n] for a in per_node))
+                continue
+            stacked = [
+                jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *(a[n] for n in group))
+                for a in per_node
+            ]
+            values = jax.vmap(fn)(jnp.asarray(group, jnp.int32), *stacked)
+            for i, n in enumerate(group):
+                out[n] = jax.tree_util.tree_map(lambda x, i=i: x[i], values)
+        return out
+
+    def _rates_per_node(self, indices, rates_of_node, *per_node):
+        """`rates_of_node(n, M, T, U, *args_n)` for every node, with node n's history statistics
+        `M`, `T` under its candidate set `indices[n]` and that set's configurations `U`."""
+
+        def one(n, transitions, dwell_times, sets, index, *args):
+            U = num_configurations(jnp.asarray(sets)[index], self.cardinalities)
+            return rates_of_node(n, transitions[index], dwell_times[index], U, *args)
+
+        return self._per_node(
+            one,
+            [jnp.asarray(m) for m in self.statistics.transitions],
+            [jnp.asarray(t) for t in self.statistics.dwell_times],
+            self.parent_sets,
+            list(indices),
+            *per_node,
         )
 
     def _padded_model(self, indices, rates) -> PaddedCTBN:
@@ -1218,18 +1258,12 @@ class StructurePosterior(AbstractPosterior):
         """Rates drawn from their posterior under the rate prior, given the parent-set `indices`
         (a [`jaxctbn.PaddedCTBN`][]: same shapes for every graph, so it vmaps over keys)."""
         keys = jr.split(key, len(self.names))
-        rates = [
-            self.prior.sample_rates(n, *self._node_statistics(n, indices[n]), keys[n])
-            for n in range(len(self.names))
-        ]
+        rates = self._rates_per_node(indices, self.prior.sample_rates, keys)
         return self._padded_model(indices, rates)
 
     def mean_rates_given(self, indices: Int[Array, " nodes"]) -> PaddedCTBN:
         """Posterior-mean rates given the parent-set `indices` (e.g. `map_indices()`)."""
-        rates = [
-            self.prior.posterior_mean_rates(n, *self._node_statistics(n, indices[n]))
-            for n in range(len(self.names))
-        ]
+        rates = self._rates_per_node(indices, self.prior.posterior_mean_rates)
         return self._padded_model(indices, rates)
 
     def map_model(self) -> CTBN:

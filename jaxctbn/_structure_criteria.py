@@ -78,15 +78,6 @@ def _predictive_on_sets(
     )
 
 
-def _node_groups(posterior: StructurePosterior) -> list[list[int]]:
-    """The nodes in groups of equal cardinality and set-table shapes (vectorised together)."""
-    groups: dict[tuple, list[int]] = {}
-    for n, k in enumerate(posterior.cardinalities):
-        shape = (k, jnp.shape(posterior.parent_sets[n]), posterior.statistics.transitions[n].shape)
-        groups.setdefault(shape, []).append(n)
-    return list(groups.values())
-
-
 def _flat_draws(draws: StructureDraws, n: int):
     """Node n's draws as one batch `(sets * samples,)` of models, and the index of the set each
     draw fixes par(n) to."""
@@ -135,22 +126,25 @@ def structure_draws(
     candidate set of n (see [`jaxctbn.StructureDraws`][]); `jax.jit`-compiled."""
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}.")
-    models = []
-    for n, (sets, key_n) in enumerate(
-        zip(posterior.parent_sets, jr.split(key, len(posterior.names)))
-    ):
+
+    def node_draws(n, sets, key_n):  # node n's draws (n traced within a group of nodes)
         keys = jr.split(key_n, (sets.shape[0], num_samples))
 
-        def one(P, k, n=n):
+        def one(P, k):
             k_graph, k_rates = jr.split(k)
             idx = posterior.sample_parent_sets(k_graph).at[n].set(P)
             return posterior.rates_given(idx, k_rates)
 
-        models.append(
-            jax.vmap(lambda P, ks: jax.vmap(lambda k: one(P, k))(ks))(
-                jnp.arange(sets.shape[0]), keys
-            )
+        return jax.vmap(lambda P, ks: jax.vmap(lambda k: one(P, k))(ks))(
+            jnp.arange(sets.shape[0]), keys
         )
+
+    # the nodes of a group of equal shapes drawn together: one set of random draws each
+    models = posterior._per_node(
+        node_draws,
+        [jnp.asarray(s) for s in posterior.parent_sets],
+        jr.split(key, len(posterior.names)),
+    )
     return StructureDraws(models=tuple(models))
 
 
@@ -243,7 +237,7 @@ def _joint_divergences(
     )
     cards = posterior.cardinalities
     out: list = [None] * len(cards)
-    for group in _node_groups(posterior):  # the nodes of a group vectorised together
+    for group in posterior._node_groups():  # the nodes of a group vectorised together
         index = jnp.asarray(group, jnp.int32)
 
         def stacked(arrays, group=group):

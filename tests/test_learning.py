@@ -351,6 +351,71 @@ def test_structure_rate_draws_given_graph(getkey):
 
 
 # ----------------------------------------------------------------------------- metrics
+def test_draws_vectorised_over_node_groups_equal_node_by_node(getkey):
+    # rates_given, mean_rates_given, sample_parent_sets and structure_draws vectorise over the
+    # nodes of equal shapes (here nodes 0 and 2 with k = 2; node 1 with k = 3 on its own): the
+    # same numbers as the node-by-node formulas of the prior and jax.random, key for key
+    from jaxctbn._layout import num_configurations
+    from jaxctbn._structure_criteria import structure_draws
+
+    cards, parents = (2, 3, 2), ((1,), (), (0,))
+    model = random_model(getkey(), cards, parents)
+    traj = jc.sample_trajectories(
+        model, jnp.zeros(3, jnp.int32), 2.0, key=getkey(), num_trajectories=4
+    )
+    rate_prior = jc.GammaPrior(jnp.array([1.0, 2.0, 0.5]), 2.0)  # per node: a traced lookup
+    post = jc.learn_structure(traj, model.names, cards, max_parents=1, prior=rate_prior)
+    assert sorted(post._node_groups()) == [(0, 2), (1,)]
+    key, idx = getkey(), jnp.array([2, 0, 1])
+
+    def node_by_node(n, index, key_n, mean):
+        M = post.statistics.transitions[n][index]
+        T = post.statistics.dwell_times[n][index]
+        U = num_configurations(post.parent_sets[n][index], cards)
+        if mean:
+            return post.prior.posterior_mean_rates(n, M, T, U)
+        return post.prior.sample_rates(n, M, T, U, key_n)
+
+    @eqx.filter_jit
+    def reference(post, key, graph_key):
+        keys = jax.random.split(key, 3)
+        rates = [[node_by_node(n, idx[n], keys[n], mean) for n in range(3)] for mean in (0, 1)]
+        graphs = [
+            jax.random.categorical(k, lp)
+            for k, lp in zip(jax.random.split(graph_key, 3), post.log_posterior())
+        ]
+        # node n's draw s of stratum P: the graph and the rates from the keys the docs name
+        models = []
+        for n, P, s in ((0, 2, 1), (1, 1, 0), (2, 0, 2)):
+            k_graph, k_rates = jax.random.split(
+                jax.random.split(jax.random.split(key, 3)[n], (3, 3))[P, s]
+            )
+            index = post.sample_parent_sets(k_graph).at[n].set(P)
+            models.append(post.rates_given(index, k_rates))
+        return rates, graphs, models
+
+    graph_key = getkey()
+    rates, graphs, models = reference(post, key, graph_key)
+    drawn = eqx.filter_jit(lambda p, i, k: p.rates_given(i, k))(post, idx, key)
+    means = eqx.filter_jit(lambda p, i: p.mean_rates_given(i))(post, idx)
+    for n, k in enumerate(cards):
+        off = ~np.eye(k, dtype=bool)
+        for model_, want in zip((drawn, means), rates):
+            np.testing.assert_allclose(
+                np.asarray(model_.cims[n])[:, off], np.asarray(want[n])[:, off], rtol=1e-13
+            )
+    np.testing.assert_array_equal(
+        eqx.filter_jit(lambda p, k: p.sample_parent_sets(k))(post, graph_key), graphs
+    )
+    draws = structure_draws(post, key, 3)
+    for (n, P, s), want in zip(((0, 2, 1), (1, 1, 0), (2, 0, 2)), models):
+        for m in range(3):
+            np.testing.assert_allclose(draws.models[n].cims[m][P, s], want.cims[m], rtol=1e-13)
+            np.testing.assert_array_equal(
+                draws.models[n].parent_index[m][P, s], want.parent_index[m]
+            )
+
+
 def test_metrics_match_sklearn_with_ties():
     sklearn = pytest.importorskip("sklearn.metrics")
     rng = np.random.default_rng(0)

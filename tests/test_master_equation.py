@@ -426,3 +426,28 @@ def test_uniformisation_batch_in_rate_groups(getkey):
         np.testing.assert_allclose(grad[i], fd, rtol=1e-6)
     with pytest.raises(ValueError, match="group_size"):
         jc.Uniformisation(group_size=0)
+
+
+def test_order_by_rate_is_a_sorting_permutation():
+    # the packed-key sort against numpy's argsort: a permutation, finite rates ascending (equal
+    # up to the keys' resolution, a relative 2^(b - 23) with b = 10 index bits here), ties and
+    # repeated values kept, infinities and NaN last; under vmap the same per row
+    from jaxctbn._solvers import _order_by_rate
+
+    rng = np.random.default_rng(0)
+    rates = np.exp(rng.uniform(-8, 8, 1000))
+    rates[::50] = 3.0  # repeated values
+    rates[1::97] = rates[2::97] * (1 + 1e-12)  # near-ties
+    rates[7], rates[11], rates[500], rates[3] = np.inf, np.nan, 0.0, 1e300  # 1e300: f32 inf
+    order = np.asarray(jax.jit(_order_by_rate)(jnp.asarray(rates)))
+    assert sorted(order.tolist()) == list(range(1000))
+    got = rates[order]
+    finite = np.isfinite(got) & (got < 3e38)
+    assert finite[:-3].all() and not finite[-3:].any()  # inf, 1e300 (inf in f32) and NaN last
+    assert np.isnan(got[-1])
+    want = np.sort(rates[np.isfinite(rates) & (rates < 3e38)])
+    np.testing.assert_allclose(got[:-3], want, rtol=2.0 ** (10 - 23))
+    batch = jnp.asarray(np.stack([rates, rates[::-1]]))
+    both = np.asarray(jax.vmap(_order_by_rate)(batch))
+    np.testing.assert_array_equal(both[0], order)
+    assert sorted(both[1].tolist()) == list(range(1000))
