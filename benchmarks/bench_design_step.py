@@ -180,7 +180,7 @@ def main():
     lines = [
         "# One structure VBHC design step (paper network, 81 candidates, N_S = 10, float64)",
         "",
-        f"Command: `python benchmarks/bench_design_step.py` (baseline `{args.baseline}`, run "
+        f"Command: `python benchmarks/bench_design_step.py --baseline {args.baseline}` (run "
         "side by side from a git worktree). Vmapped = the experiment's layout, "
         f"{R} posteriors at once, time per repetition; single = one posterior.",
         "",
