@@ -19,6 +19,7 @@ from typing import Any, cast
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from ._ctbn import AbstractCTBN
@@ -400,6 +401,101 @@ def expected_statistics_batch(
     p_final, dwell = solver.solve_batch(gens, p0, horizon)
     return ExpectedStatistics(
         final_marginal=p_final, dwell_times=dwell, generator=gens, model=models
+    )
+
+
+def expected_statistics_grid(
+    models: AbstractCTBN,
+    initial_state: ArrayLike,
+    horizon: ArrayLike,
+    interventions: Intervention,
+    *,
+    clampable: tuple[int, ...],
+    solver: StatisticsSolver = AUTOMATIC_SOLVER,
+) -> ExpectedStatistics:
+    r"""[`jaxctbn.expected_statistics`][] of every model of a batch (`models`, leading axis
+    $B$) under every **perfect** intervention of a batch (`interventions`, leading axis $C$),
+    flattened to `(C * B,)` intervention-major, with one solve per model and *clamp pattern*
+    instead of one per pair.
+
+    Interventions that clamp the same set $J$ of nodes (a pattern) differ only in the clamped
+    states $x_J$. With $J$'s rates zero, the generator has no flow between the sub-cubes
+    $\{s:s_J=x_J\}$ and acts on each alone, and the other nodes' rates are the same functions
+    of the state whatever $x_J$ is; so one solve from the union of the pattern's initial
+    distributions (disjoint supports, each with its own mass) gives every member's statistics
+    on its own sub-cube, exactly: per model, $2^{|\text{clampable}|}$ solves for $C$
+    interventions (8 for the 27 interventions of the paper's space that leave a node free).
+    The members' results are the pattern's masked to their sub-cubes. The solver's own error
+    is per solve (a shared uniformisation rate is the largest of the pattern's, which changes
+    results by rounding only).
+
+    - `clampable` (static): the nodes the patterns may clamp. An intervention that clamps
+      another node gets **zero** statistics (for callers that discard those, as the structure
+      criteria do for the candidates that clamp the node they score).
+    - `solver`: an exact master-equation solver (the argument is linear in $p_0$, which the
+      sharing needs); an approximate one is a `ValueError`.
+    """
+    _check_horizon_shape(horizon)
+    if interventions.rate_scales is not None or interventions.replacement_cims is not None:
+        raise ValueError(
+            "interventions: expected_statistics_grid takes perfect interventions only (no "
+            "rate_scales or replacement_cims); use expected_statistics_batch."
+        )
+    solver = resolve_solver(solver, models)
+    if not isinstance(solver, AbstractMasterEquationSolver):
+        raise ValueError(
+            f"solver: expected_statistics_grid needs an exact solver, got {solver!r} (an "
+            "approximation is not linear in the initial distribution)."
+        )
+    cards = models.cardinalities
+    N = len(cards)
+    if len(set(clampable)) != len(clampable) or not all(0 <= j < N for j in clampable):
+        raise ValueError(f"clampable: distinct node indices in 0..{N - 1}, got {clampable!r}.")
+    B = jax.tree_util.tree_leaves(models)[0].shape[0]
+    C = interventions.targets.shape[0]
+    P = 2 ** len(clampable)
+    targets = jnp.asarray(interventions.targets, bool)
+    outside = np.ones(N, bool)
+    outside[list(clampable)] = False
+    valid = ~(targets & jnp.asarray(outside)).any(-1)  # (C,): clamps only clampable nodes
+    pattern = sum(
+        (targets[:, node].astype(jnp.int32) << b for b, node in enumerate(clampable)),
+        start=jnp.zeros((C,), jnp.int32),
+    )
+    # the pattern's initial distribution: the union of its members' (equal or disjoint)
+    first = jax.tree_util.tree_map(lambda a: a[0], models)
+    p0 = jax.vmap(lambda iv: initial_distribution(first, initial_state, iv))(interventions)
+    p0 = jnp.where(valid[:, None], p0, 0)
+    p0 = jnp.maximum(jax.ops.segment_max(p0, pattern, num_segments=P), 0)  # (P, S)
+    clamps = np.zeros((P, N), bool)
+    for p in range(P):
+        for b, node in enumerate(clampable):
+            clamps[p, node] = bool((p >> b) & 1)
+    patterns = Intervention(targets=jnp.asarray(clamps), states=jnp.zeros((P, N), jnp.int32))
+    grid = jax.tree_util.tree_map(
+        lambda a: jnp.broadcast_to(a, (P, *a.shape)).reshape(P * B, *a.shape[1:]), models
+    )
+    grid, _ = jax.vmap(prepare_model)(
+        grid, jax.tree_util.tree_map(lambda a: jnp.repeat(a, B, axis=0), patterns)
+    )
+    gens = jax.vmap(amalgamate)(grid)
+    p0 = jnp.repeat(p0, B, axis=0)
+    horizon = _check_horizon(horizon, p0.dtype)
+    p_final, dwell = solver.solve_batch(gens, p0, horizon)
+    # each member: its pattern's solve with its model, on its own sub-cube
+    states = jnp.asarray(all_global_states(cards))  # (S, N)
+    inside = ~targets[:, None, :] | (states[None] == jnp.asarray(interventions.states)[:, None])
+    mask = jnp.repeat((inside.all(-1) & valid[:, None]).astype(p0.dtype), B, axis=0)
+    rows = (pattern[:, None] * B + jnp.arange(B, dtype=jnp.int32)).reshape(-1)
+
+    def take(a):
+        return a[rows]
+
+    return ExpectedStatistics(
+        final_marginal=p_final[rows] * mask,
+        dwell_times=dwell[rows] * mask,
+        generator=jax.tree_util.tree_map(take, gens),
+        model=jax.tree_util.tree_map(take, grid),
     )
 
 

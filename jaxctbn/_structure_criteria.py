@@ -39,11 +39,15 @@ from ._ctbn import PaddedCTBN
 from ._interventions import Intervention
 from ._kl_estimators import AbstractKLEstimator, MonteCarlo, PlugIn
 from ._layout import num_configurations
-from ._master_equation import expected_statistics_batch
+from ._master_equation import (
+    expected_statistics_batch,
+    expected_statistics_grid,
+    resolve_solver,
+)
 from ._optimisers import AbstractVBHCOptimiser
 from ._priors import GammaPrior
 from ._sampling import PathStatistics, _check_count, _nested_vmap, _path_statistics
-from ._solvers import AUTOMATIC_SOLVER, StatisticsSolver
+from ._solvers import AUTOMATIC_SOLVER, AbstractMasterEquationSolver, StatisticsSolver
 from ._structure import StructurePosterior
 
 
@@ -401,6 +405,17 @@ def _divergence_of_node(posterior, draws, initial_state, horizon, solver, estima
     )
 
 
+def _shares_clamp_patterns(interventions: Intervention, num_others: int, solver, models) -> bool:
+    """Whether a chunk of candidates is solved by clamp pattern (`expected_statistics_grid`): perfect
+    interventions, an exact solver, and fewer patterns of the other nodes than candidates."""
+    return (
+        interventions.rate_scales is None
+        and interventions.replacement_cims is None
+        and 2**num_others < interventions.targets.shape[0]
+        and isinstance(resolve_solver(solver, models), AbstractMasterEquationSolver)
+    )
+
+
 #: Problems (candidate x draw) whose predictive likelihoods are evaluated together.
 PREDICTIVE_BATCH = 240
 
@@ -432,12 +447,22 @@ def _node_divergence(
         # trip counts cost a select of every array at every product
         C = interventions.targets.shape[0]
         B = flat.parent_index[0].shape[0]
-        models = jax.tree_util.tree_map(
-            lambda a: jnp.broadcast_to(a, (C, *a.shape)).reshape(C * B, *a.shape[1:]), flat
-        )
-        ivs = jax.tree_util.tree_map(lambda a: jnp.repeat(a, B, axis=0), interventions)
-        init = jnp.broadcast_to(jnp.asarray(initial_state), (C * B, *jnp.shape(initial_state)))
-        stats = expected_statistics_batch(models, init, horizon, interventions=ivs, solver=solver)
+        others = tuple(j for j in range(len(posterior.names)) if j != n)
+        if _shares_clamp_patterns(interventions, len(others), solver, flat):
+            # candidates that clamp the same other nodes share their solves (maths: the
+            # sub-cubes of the clamped states do not communicate); those clamping n get zeros
+            stats = expected_statistics_grid(
+                flat, initial_state, horizon, interventions, clampable=others, solver=solver
+            )
+        else:
+            models = jax.tree_util.tree_map(
+                lambda a: jnp.broadcast_to(a, (C, *a.shape)).reshape(C * B, *a.shape[1:]), flat
+            )
+            ivs = jax.tree_util.tree_map(lambda a: jnp.repeat(a, B, axis=0), interventions)
+            init = jnp.broadcast_to(jnp.asarray(initial_state), (C * B, *jnp.shape(initial_state)))
+            stats = expected_statistics_batch(
+                models, init, horizon, interventions=ivs, solver=solver
+            )
         # the predictive likelihoods in cache-sized batches of problems (at once, the chunk's
         # statistics on every set leave the cache: 8 ms more per design step)
         ells = jax.lax.map(

@@ -451,3 +451,98 @@ def test_order_by_rate_is_a_sorting_permutation():
     both = np.asarray(jax.vmap(_order_by_rate)(batch))
     np.testing.assert_array_equal(both[0], order)
     assert sorted(both[1].tolist()) == list(range(1000))
+
+
+@pytest.mark.parametrize("distribution", [False, True])
+def test_statistics_grid_shares_solves_by_clamp_pattern(distribution, getkey):
+    """Every (intervention, model) pair of the grid, solved once per clamp pattern, equals its
+    own solve by the dense matrix exponential: clamped states 0 and 1 and 2 of a ternary node,
+    duplicates, no clamp, and an intervention clamping a node outside `clampable` (zeros);
+    also (from a point mass) its gradient with respect to the rates."""
+    from jaxctbn._master_equation import expected_statistics_grid
+
+    cards = (2, 3, 2)
+    graphs = [((), (0,), (1,)), ((1, 2), (), (0,)), ((2,), (0, 2), ())]
+    models = [random_model(getkey(), cards, g).padded(max_parents=2) for g in graphs]
+    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *models)
+    assignments = [{}, {1: 0}, {1: 2}, {1: 1}, {2: 1}, {1: 2, 2: 0}, {1: 2}, {0: 1}, {2: 0}]
+    model0 = random_model(getkey(), cards, graphs[0])
+    ivs = [jc.Intervention.perfect(model0, a) for a in assignments]
+    batch = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *ivs)
+    if distribution:
+        init = jax.random.dirichlet(getkey(), jnp.ones(12))
+    else:
+        init = jnp.array([1, 2, 0])
+    C, B = len(ivs), len(models)
+
+    def grid(m):
+        return expected_statistics_grid(m, init, 0.8, batch, clampable=(1, 2))
+
+    out = eqx.filter_jit(grid)(stacked)
+    assert out.dwell_times.shape == (C * B, 12)
+    for c, a in enumerate(assignments):
+        for b, m in enumerate(models):
+            got = jax.tree_util.tree_map(lambda x: x[c * B + b], out)
+            if 0 in a:  # clamps a node outside `clampable`: zero statistics
+                np.testing.assert_array_equal(got.dwell_times, 0)
+                continue
+            ref = jc.expected_statistics(
+                m, init, 0.8, intervention=ivs[c], solver=jc.MatrixExponential()
+            )
+            np.testing.assert_allclose(got.dwell_times, ref.dwell_times, rtol=1e-11, atol=1e-14)
+            np.testing.assert_allclose(
+                got.final_marginal, ref.final_marginal, rtol=1e-11, atol=1e-14
+            )
+            for n in range(3):
+                np.testing.assert_allclose(
+                    got.node_transitions(n, (0, 1, 2)[:n] + (0, 1, 2)[n + 1 :]),
+                    ref.node_transitions(n, (0, 1, 2)[:n] + (0, 1, 2)[n + 1 :]),
+                    rtol=1e-11,
+                    atol=1e-14,
+                )
+
+    if distribution:
+        return
+    # gradient of a weighted sum of the dwell times, against the pairs solved one by one
+    weights = jax.random.uniform(getkey(), (C * B, 12))
+    keep = jnp.repeat(jnp.asarray([0 not in a for a in assignments], float), B)[:, None]
+
+    def by_grid(m):
+        return (grid(m).dwell_times * weights).sum()
+
+    def by_pairs(m):
+        grid_models = jax.tree_util.tree_map(
+            lambda x: jnp.broadcast_to(x, (C, *x.shape)).reshape(C * B, *x.shape[1:]), m
+        )
+        pairs = jax.tree_util.tree_map(lambda x: jnp.repeat(x, B, axis=0), batch)
+        st = jc.expected_statistics_batch(
+            grid_models,
+            jnp.broadcast_to(init, (C * B, *init.shape)),
+            0.8,
+            interventions=pairs,
+            solver=jc.MatrixExponential(),
+        )
+        return (st.dwell_times * weights * keep).sum()
+
+    g_grid = eqx.filter_jit(eqx.filter_grad(by_grid))(stacked)
+    g_pairs = eqx.filter_jit(eqx.filter_grad(by_pairs))(stacked)
+    for a, b in zip(g_grid.cims, g_pairs.cims):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_statistics_grid_rejects_what_it_cannot_share(getkey):
+    from jaxctbn._master_equation import expected_statistics_grid
+
+    cards, parents = CASES["binary-chain"]
+    model = random_model(getkey(), cards, parents)
+    stacked = jax.tree_util.tree_map(lambda x: x[None], model)
+    iv = jax.tree_util.tree_map(lambda x: x[None], jc.Intervention.perfect(model, {1: 0}))
+    init = jnp.array([0, 0, 0])
+    with pytest.raises(ValueError, match="perfect interventions only"):
+        expected_statistics_grid(
+            stacked, init, 1.0, iv.with_rate_scales([2.0, 1.0, 1.0]), clampable=(1,)
+        )
+    with pytest.raises(ValueError, match="exact solver"):
+        expected_statistics_grid(stacked, init, 1.0, iv, clampable=(1,), solver=jc.MeanField())
+    with pytest.raises(ValueError, match="clampable"):
+        expected_statistics_grid(stacked, init, 1.0, iv, clampable=(1, 1))
