@@ -187,6 +187,47 @@ class ExpectedStatistics(AbstractExpectedStatistics):
             M = M.at[:, :, x, (x + j) % k].add(out[..., 1 + i])
         return M, T
 
+    def node_statistics_by_other_nodes(
+        self, node: int, parent_sets: Int[Array, "sets max_parents"], clamped: Array
+    ) -> tuple[Float[Array, "sets others k k"], Float[Array, "sets others k"]]:
+        r"""Node `node`'s statistics on each padded parent set $P$ in `parent_sets`, split by the
+        states of the `clamped` nodes $J$ (a boolean `(N,)`, may be traced): indexed by the
+        configurations $w$ of all other nodes (mixed radix in node order, the first other node
+        the most significant digit), where bin $w$ holds the states $s$ with $s_{P\cup J}=
+        w_{P\cup J}$ if $w$ is zero outside $P\cup J$, and nothing otherwise. Summing the bins
+        with $w_J=x_J$ gives the statistics on $P$ of the sub-cube $\{s:s_J=x_J\}$
+        (see `clamp_pattern_statistics`); bin $w$ is parent configuration $c(w_P)$ of $P$."""
+        cards = self.model.cardinalities
+        k = cards[node]
+        others = [j for j in range(len(cards)) if j != node]
+        W = math.prod(cards[j] for j in others)
+        states = jnp.asarray(all_global_states(cards))  # (S, N)
+        strides = np.array(
+            [math.prod(cards[j] for j in others[i + 1 :]) for i in range(len(others))]
+        )
+
+        def one_hot(parents):
+            member = (jnp.asarray(parents)[:, None] == jnp.arange(len(cards))).any(0)
+            keep = (member | clamped)[jnp.asarray(others)]
+            w = (jnp.where(keep, states[:, others], 0) * jnp.asarray(strides)).sum(-1)
+            bins = w * k + states[:, node]
+            return (bins[:, None] == jnp.arange(W * k)).astype(self.dwell_times.dtype)
+
+        G = jax.vmap(one_hot)(jnp.asarray(parent_sets))  # (sets, S, W * k)
+        shifts = [r for r, (n, _) in enumerate(self.generator.shifts) if n == node]
+        jumps = [self.generator.shifts[r][1] for r in shifts]
+        V = jnp.stack(
+            [self.dwell_times] + [self.generator.shift_rates(r) * self.dwell_times for r in shifts],
+            axis=1,
+        )  # (S, 1 + shifts)
+        out = jnp.einsum("psb,sj->pbj", G, V).reshape(-1, W, k, 1 + len(shifts))
+        T = out[..., 0]
+        x = jnp.arange(k)
+        M = jnp.zeros((out.shape[0], W, k, k), out.dtype)
+        for i, j in enumerate(jumps):
+            M = M.at[:, :, x, (x + j) % k].add(out[..., 1 + i])
+        return M, T
+
 
 # --------------------------------------------------------------------------- entry points
 def initial_distribution(
@@ -416,35 +457,93 @@ def expected_statistics_grid(
     r"""[`jaxctbn.expected_statistics`][] of every model of a batch (`models`, leading axis
     $B$) under every **perfect** intervention of a batch (`interventions`, leading axis $C$),
     flattened to `(C * B,)` intervention-major, with one solve per model and *clamp pattern*
-    instead of one per pair.
+    instead of one per pair (`clamp_pattern_statistics`): each member's statistics are its
+    pattern's masked to its own sub-cube $\{s:s_J=x_J\}$.
+
+    - `clampable` (static): the nodes the patterns may clamp. An intervention that clamps
+      another node gets **zero** statistics (for callers that discard those, as the structure
+      criteria do for the candidates that clamp the node they score).
+    - `solver`: an exact master-equation solver; an approximate one is a `ValueError`.
+    """
+    return clamp_pattern_statistics(
+        models, initial_state, horizon, interventions, clampable=clampable, solver=solver
+    ).members(interventions)
+
+
+class ClampPatternStatistics(eqx.Module):
+    """What [`clamp_pattern_statistics`][jaxctbn._master_equation.clamp_pattern_statistics]
+    returns: `statistics`, a batch `(patterns * B,)` pattern-major (pattern $q$ clamps the
+    clampable nodes whose bit is set in $q$, the first clampable node being bit 0);
+    `clamped` `(patterns, N)`, the nodes each pattern clamps; `pattern` `(C,)`, each
+    intervention's pattern; `valid` `(C,)`, whether it clamps clampable nodes only."""
+
+    statistics: ExpectedStatistics
+    clamped: Array
+    pattern: Array
+    valid: Array
+
+    def members(self, interventions: Intervention) -> ExpectedStatistics:
+        """The statistics of every (intervention, model) pair, `(C * B,)` intervention-major:
+        its pattern's solve with its model, masked to its own sub-cube (zeros where not
+        `valid`). `interventions`: the ones the patterns were solved for."""
+        stats = self.statistics
+        Q = self.clamped.shape[0]
+        B = stats.dwell_times.shape[0] // Q
+        targets = jnp.asarray(interventions.targets, bool)
+        states = jnp.asarray(all_global_states(stats.model.cardinalities))  # (S, N)
+        inside = ~targets[:, None, :] | (states[None] == jnp.asarray(interventions.states)[:, None])
+        dtype = stats.dwell_times.dtype
+        mask = jnp.repeat((inside.all(-1) & self.valid[:, None]).astype(dtype), B, axis=0)
+        rows = (self.pattern[:, None] * B + jnp.arange(B, dtype=jnp.int32)).reshape(-1)
+
+        def take(a):
+            return a[rows]
+
+        return ExpectedStatistics(
+            final_marginal=stats.final_marginal[rows] * mask,
+            dwell_times=stats.dwell_times[rows] * mask,
+            generator=jax.tree_util.tree_map(take, stats.generator),
+            model=jax.tree_util.tree_map(take, stats.model),
+        )
+
+
+def clamp_pattern_statistics(
+    models: AbstractCTBN,
+    initial_state: ArrayLike,
+    horizon: ArrayLike,
+    interventions: Intervention,
+    *,
+    clampable: tuple[int, ...],
+    solver: StatisticsSolver = AUTOMATIC_SOLVER,
+) -> ClampPatternStatistics:
+    r"""One solve per model of a batch (`models`, leading axis $B$) and *clamp pattern* for a
+    batch of **perfect** interventions (`interventions`, leading axis $C$).
 
     Interventions that clamp the same set $J$ of nodes (a pattern) differ only in the clamped
     states $x_J$. With $J$'s rates zero, the generator has no flow between the sub-cubes
     $\{s:s_J=x_J\}$ and acts on each alone, and the other nodes' rates are the same functions
     of the state whatever $x_J$ is; so one solve from the union of the pattern's initial
-    distributions (disjoint supports, each with its own mass) gives every member's statistics
-    on its own sub-cube, exactly: per model, $2^{|\text{clampable}|}$ solves for $C$
-    interventions (8 for the 27 interventions of the paper's space that leave a node free).
-    The members' results are the pattern's masked to their sub-cubes. The solver's own error
-    is per solve (a shared uniformisation rate is the largest of the pattern's, which changes
-    results by rounding only).
+    distributions (equal or of disjoint supports, each with its own mass) gives every member's
+    statistics on its own sub-cube, exactly: per model, $2^{|\text{clampable}|}$ solves for
+    $C$ interventions (8 for the 27 interventions of the paper's space that leave a node free).
+    The solver's error is per solve (a shared uniformisation rate is the largest of the
+    pattern's, which changes results by rounding only).
 
-    - `clampable` (static): the nodes the patterns may clamp. An intervention that clamps
-      another node gets **zero** statistics (for callers that discard those, as the structure
-      criteria do for the candidates that clamp the node they score).
-    - `solver`: an exact master-equation solver (the argument is linear in $p_0$, which the
-      sharing needs); an approximate one is a `ValueError`.
+    - `clampable` (static): the nodes the patterns may clamp; an intervention that clamps
+      another node is left out of every pattern (`valid` false).
+    - `solver`: an exact master-equation solver (the sharing needs a solution linear in $p_0$);
+      an approximate one is a `ValueError`.
     """
     _check_horizon_shape(horizon)
     if interventions.rate_scales is not None or interventions.replacement_cims is not None:
         raise ValueError(
-            "interventions: expected_statistics_grid takes perfect interventions only (no "
+            "interventions: the clamp-pattern solves take perfect interventions only (no "
             "rate_scales or replacement_cims); use expected_statistics_batch."
         )
     solver = resolve_solver(solver, models)
     if not isinstance(solver, AbstractMasterEquationSolver):
         raise ValueError(
-            f"solver: expected_statistics_grid needs an exact solver, got {solver!r} (an "
+            f"solver: the clamp-pattern solves need an exact solver, got {solver!r} (an "
             "approximation is not linear in the initial distribution)."
         )
     cards = models.cardinalities
@@ -468,9 +567,9 @@ def expected_statistics_grid(
     p0 = jnp.where(valid[:, None], p0, 0)
     p0 = jnp.maximum(jax.ops.segment_max(p0, pattern, num_segments=P), 0)  # (P, S)
     clamps = np.zeros((P, N), bool)
-    for p in range(P):
+    for q in range(P):
         for b, node in enumerate(clampable):
-            clamps[p, node] = bool((p >> b) & 1)
+            clamps[q, node] = bool((q >> b) & 1)
     patterns = Intervention(targets=jnp.asarray(clamps), states=jnp.zeros((P, N), jnp.int32))
     grid = jax.tree_util.tree_map(
         lambda a: jnp.broadcast_to(a, (P, *a.shape)).reshape(P * B, *a.shape[1:]), models
@@ -482,20 +581,11 @@ def expected_statistics_grid(
     p0 = jnp.repeat(p0, B, axis=0)
     horizon = _check_horizon(horizon, p0.dtype)
     p_final, dwell = solver.solve_batch(gens, p0, horizon)
-    # each member: its pattern's solve with its model, on its own sub-cube
-    states = jnp.asarray(all_global_states(cards))  # (S, N)
-    inside = ~targets[:, None, :] | (states[None] == jnp.asarray(interventions.states)[:, None])
-    mask = jnp.repeat((inside.all(-1) & valid[:, None]).astype(p0.dtype), B, axis=0)
-    rows = (pattern[:, None] * B + jnp.arange(B, dtype=jnp.int32)).reshape(-1)
-
-    def take(a):
-        return a[rows]
-
-    return ExpectedStatistics(
-        final_marginal=p_final[rows] * mask,
-        dwell_times=dwell[rows] * mask,
-        generator=jax.tree_util.tree_map(take, gens),
-        model=jax.tree_util.tree_map(take, grid),
+    stats = ExpectedStatistics(
+        final_marginal=p_final, dwell_times=dwell, generator=gens, model=grid
+    )
+    return ClampPatternStatistics(
+        statistics=stats, clamped=jnp.asarray(clamps), pattern=pattern, valid=valid
     )
 
 

@@ -65,6 +65,11 @@ class AbstractPrior(eqx.Module):
     """
 
     hyperparameter_names: ClassVar[tuple[str, ...]] = ()
+    #: Whether `log_predictive` is a sum over the configurations of terms that each depend on
+    #: that configuration's statistics (and `num_configs`) only and vanish where its new
+    #: statistics are zero. Then the structure criteria evaluate it per configuration, once
+    #: for all candidate interventions that share it (a subclass that is not sure says False).
+    factorises_over_configurations: ClassVar[bool] = False
 
     @abc.abstractmethod
     def log_marginal_likelihood(
@@ -136,6 +141,7 @@ class GammaPrior(AbstractPrior):
     alpha: float | Float[Array, ""] | Float[Array, " nodes"]
     beta: float | Float[Array, ""] | Float[Array, " nodes"]
     hyperparameter_names: ClassVar[tuple[str, ...]] = ("alpha", "beta")
+    factorises_over_configurations: ClassVar[bool] = True
 
     def __init__(self, alpha: ArrayLike = 1.0, beta: ArrayLike = 1.0):
         self.alpha = _positive_per_node(alpha, "alpha")
@@ -201,6 +207,7 @@ class NodelmanPrior(AbstractPrior):
     alpha: float | Float[Array, ""] | Float[Array, " nodes"]
     tau: float | Float[Array, ""] | Float[Array, " nodes"]
     hyperparameter_names: ClassVar[tuple[str, ...]] = ("alpha", "tau")
+    factorises_over_configurations: ClassVar[bool] = True
 
     def __init__(self, alpha: ArrayLike = 1.0, tau: ArrayLike = 1.0):
         self.alpha = _positive_per_node(alpha, "alpha")

@@ -250,7 +250,7 @@ def test_nodelman_predictive_by_quadrature_for_a_binary_node():
 
 
 def test_structure_criteria_under_the_nodelman_prior(getkey):
-    cards, parents = CASES["binary"]
+    cards, parents = CASES["ternary"]
     truth, post = _posterior(getkey(), cards, parents, prior=jc.NodelmanPrior(2.0, 1.0))
     space = jc.intervention_space(cards)
     init = jnp.array([0, 1, 0])
@@ -258,6 +258,12 @@ def test_structure_criteria_under_the_nodelman_prior(getkey):
     vbhc = jc.score_interventions(post, space, init, 2.0, key=key, num_samples=3)
     assert bool(jnp.all(jnp.isfinite(vbhc)))
     assert abs(float(vbhc[-1])) < 1e-12  # every node clamped: nothing to learn
+    # the chunks of 27 candidates share their solves and predictive terms by clamp pattern
+    # (4 patterns of a node's two others); chunks of 3 cannot (one solve per candidate)
+    one_by_one = jc.score_interventions(
+        post, space, init, 2.0, key=key, num_samples=3, batching=jc.Chunked(3)
+    )
+    np.testing.assert_allclose(vbhc, one_by_one, rtol=1e-10, atol=1e-12)
     # the verb's scores are the closed-form minimum of the divergences on the same draws
     # (BHC >= VBHC under this prior: test_structure_eig_below_vbhc_below_bhc[nodelman])
     draws = jc.structure_draws(post, jax.random.split(key)[0], 3)
