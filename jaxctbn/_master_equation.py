@@ -522,9 +522,9 @@ def clamp_pattern_statistics(
     Interventions that clamp the same set $J$ of nodes (a pattern) differ only in the clamped
     states $x_J$. With $J$'s rates zero, the generator has no flow between the sub-cubes
     $\{s:s_J=x_J\}$ and acts on each alone, and the other nodes' rates are the same functions
-    of the state whatever $x_J$ is; so one solve from the union of the pattern's initial
-    distributions (equal or of disjoint supports, each with its own mass) gives every member's
-    statistics on its own sub-cube, exactly: per model, $2^{|\text{clampable}|}$ solves for
+    of the state whatever $x_J$ is; so one solve from the sum of the initial distributions of
+    the pattern's distinct members (disjoint supports, each with its own mass) gives every
+    member's statistics on its own sub-cube, exactly (and linearly, so also their gradients): per model, $2^{|\text{clampable}|}$ solves for
     $C$ interventions (8 for the 27 interventions of the paper's space that leave a node free).
     The solver's error is per solve (a shared uniformisation rate is the largest of the
     pattern's, which changes results by rounding only).
@@ -561,11 +561,15 @@ def clamp_pattern_statistics(
         (targets[:, node].astype(jnp.int32) << b for b, node in enumerate(clampable)),
         start=jnp.zeros((C,), jnp.int32),
     )
-    # the pattern's initial distribution: the union of its members' (equal or disjoint)
+    # the pattern's initial distribution: the sum of its distinct members' (disjoint
+    # supports); a member equal to an earlier one (same clamped nodes and states) is left out
     first = jax.tree_util.tree_map(lambda a: a[0], models)
     p0 = jax.vmap(lambda iv: initial_distribution(first, initial_state, iv))(interventions)
-    p0 = jnp.where(valid[:, None], p0, 0)
-    p0 = jnp.maximum(jax.ops.segment_max(p0, pattern, num_segments=P), 0)  # (P, S)
+    states = jnp.where(targets, jnp.asarray(interventions.states), -1)
+    same = (targets[:, None] == targets[None]).all(-1) & (states[:, None] == states[None]).all(-1)
+    earlier = jnp.tril(same & valid[:, None] & valid[None], k=-1).any(1)
+    distinct = (valid & ~earlier).astype(p0.dtype)
+    p0 = jax.ops.segment_sum(distinct[:, None] * p0, pattern, num_segments=P)  # (P, S)
     clamps = np.zeros((P, N), bool)
     for q in range(P):
         for b, node in enumerate(clampable):

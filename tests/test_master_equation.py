@@ -458,7 +458,7 @@ def test_statistics_grid_shares_solves_by_clamp_pattern(distribution, getkey):
     """Every (intervention, model) pair of the grid, solved once per clamp pattern, equals its
     own solve by the dense matrix exponential: clamped states 0 and 1 and 2 of a ternary node,
     duplicates, no clamp, and an intervention clamping a node outside `clampable` (zeros);
-    also (from a point mass) its gradient with respect to the rates."""
+    also its gradients with respect to the rates and to the initial distribution."""
     from jaxctbn._master_equation import expected_statistics_grid
 
     cards = (2, 3, 2)
@@ -501,31 +501,36 @@ def test_statistics_grid_shares_solves_by_clamp_pattern(distribution, getkey):
                     atol=1e-14,
                 )
 
-    if distribution:
-        return
-    # gradient of a weighted sum of the dwell times, against the pairs solved one by one
+    # gradient of a weighted sum of the dwell times, against the pairs solved one by one: with
+    # respect to the rates (from a point mass) or to the initial distribution
     weights = jax.random.uniform(getkey(), (C * B, 12))
     keep = jnp.repeat(jnp.asarray([0 not in a for a in assignments], float), B)[:, None]
 
-    def by_grid(m):
-        return (grid(m).dwell_times * weights).sum()
+    def by_grid(m, p0):
+        st = expected_statistics_grid(m, p0, 0.8, batch, clampable=(1, 2))
+        return (st.dwell_times * weights).sum()
 
-    def by_pairs(m):
+    def by_pairs(m, p0):
         grid_models = jax.tree_util.tree_map(
             lambda x: jnp.broadcast_to(x, (C, *x.shape)).reshape(C * B, *x.shape[1:]), m
         )
         pairs = jax.tree_util.tree_map(lambda x: jnp.repeat(x, B, axis=0), batch)
         st = jc.expected_statistics_batch(
             grid_models,
-            jnp.broadcast_to(init, (C * B, *init.shape)),
+            jnp.broadcast_to(p0, (C * B, *p0.shape)),
             0.8,
             interventions=pairs,
             solver=jc.MatrixExponential(),
         )
         return (st.dwell_times * weights * keep).sum()
 
-    g_grid = eqx.filter_jit(eqx.filter_grad(by_grid))(stacked)
-    g_pairs = eqx.filter_jit(eqx.filter_grad(by_pairs))(stacked)
+    if distribution:
+        g_grid = jax.jit(jax.grad(by_grid, argnums=1))(stacked, init)
+        g_pairs = jax.jit(jax.grad(by_pairs, argnums=1))(stacked, init)
+        np.testing.assert_allclose(g_grid, g_pairs, rtol=1e-10, atol=1e-12)
+        return
+    g_grid = eqx.filter_jit(eqx.filter_grad(by_grid))(stacked, init)
+    g_pairs = eqx.filter_jit(eqx.filter_grad(by_pairs))(stacked, init)
     for a, b in zip(g_grid.cims, g_pairs.cims):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
 
