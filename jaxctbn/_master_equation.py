@@ -168,21 +168,27 @@ class ExpectedStatistics(AbstractExpectedStatistics):
         padding can have). Same numbers as calling the two methods per set; here the binning
         is a one-hot matrix per set that does not depend on the model, so a batch of models
         shares it and the projections become one matrix product."""
-        k = self.model.cardinalities[node]
         configs = max_configs(node, self.model.cardinalities, parent_sets.shape[-1])
         G = state_bins_on_sets(
             node, parent_sets, self.model.cardinalities, self.dwell_times.dtype
         )  # (sets, S, configs*k)
+        return self._binned(node, G, configs)
+
+    def _binned(self, node: int, G: Array, num_bins: int) -> tuple[Array, Array]:
+        r"""`(transitions, dwell_times)` of `node`, `(sets, num_bins, k, k)` and `(sets,
+        num_bins, k)`, with global state $s$ sent to bin $b\,k+s_n$ where `G[p, s, b k + s_n]`
+        is one (a one-hot matrix per set): one matrix product for every set and statistic."""
+        k = self.model.cardinalities[node]
         shifts = [r for r, (n, _) in enumerate(self.generator.shifts) if n == node]
         jumps = [self.generator.shifts[r][1] for r in shifts]
         V = jnp.stack(
             [self.dwell_times] + [self.generator.shift_rates(r) * self.dwell_times for r in shifts],
             axis=1,
         )  # (S, 1 + shifts)
-        out = jnp.einsum("psb,sj->pbj", G, V).reshape(-1, configs, k, 1 + len(shifts))
+        out = jnp.einsum("psb,sj->pbj", G, V).reshape(-1, num_bins, k, 1 + len(shifts))
         T = out[..., 0]
         x = jnp.arange(k)
-        M = jnp.zeros((out.shape[0], configs, k, k), out.dtype)
+        M = jnp.zeros((out.shape[0], num_bins, k, k), out.dtype)
         for i, j in enumerate(jumps):
             M = M.at[:, :, x, (x + j) % k].add(out[..., 1 + i])
         return M, T
@@ -213,20 +219,7 @@ class ExpectedStatistics(AbstractExpectedStatistics):
             bins = w * k + states[:, node]
             return (bins[:, None] == jnp.arange(W * k)).astype(self.dwell_times.dtype)
 
-        G = jax.vmap(one_hot)(jnp.asarray(parent_sets))  # (sets, S, W * k)
-        shifts = [r for r, (n, _) in enumerate(self.generator.shifts) if n == node]
-        jumps = [self.generator.shifts[r][1] for r in shifts]
-        V = jnp.stack(
-            [self.dwell_times] + [self.generator.shift_rates(r) * self.dwell_times for r in shifts],
-            axis=1,
-        )  # (S, 1 + shifts)
-        out = jnp.einsum("psb,sj->pbj", G, V).reshape(-1, W, k, 1 + len(shifts))
-        T = out[..., 0]
-        x = jnp.arange(k)
-        M = jnp.zeros((out.shape[0], W, k, k), out.dtype)
-        for i, j in enumerate(jumps):
-            M = M.at[:, :, x, (x + j) % k].add(out[..., 1 + i])
-        return M, T
+        return self._binned(node, jax.vmap(one_hot)(jnp.asarray(parent_sets)), W)
 
 
 # --------------------------------------------------------------------------- entry points
