@@ -475,6 +475,13 @@ class ClampPatternStatistics(eqx.Module):
     pattern: Array
     valid: Array
 
+    def on_sub_cubes(self, interventions: Intervention, states: Array) -> Array:
+        """`(C, rows)`: whether each row of `states` `(rows, N)` lies in each intervention's
+        sub-cube (its clamped nodes at their clamped states; false where not `valid`)."""
+        targets = jnp.asarray(interventions.targets, bool)
+        inside = ~targets[:, None, :] | (states[None] == jnp.asarray(interventions.states)[:, None])
+        return inside.all(-1) & self.valid[:, None]
+
     def members(self, interventions: Intervention) -> ExpectedStatistics:
         """The statistics of every (intervention, model) pair, `(C * B,)` intervention-major:
         its pattern's solve with its model, masked to its own sub-cube (zeros where not
@@ -482,11 +489,9 @@ class ClampPatternStatistics(eqx.Module):
         stats = self.statistics
         Q = self.clamped.shape[0]
         B = stats.dwell_times.shape[0] // Q
-        targets = jnp.asarray(interventions.targets, bool)
         states = jnp.asarray(all_global_states(stats.model.cardinalities))  # (S, N)
-        inside = ~targets[:, None, :] | (states[None] == jnp.asarray(interventions.states)[:, None])
-        dtype = stats.dwell_times.dtype
-        mask = jnp.repeat((inside.all(-1) & self.valid[:, None]).astype(dtype), B, axis=0)
+        mask = self.on_sub_cubes(interventions, states).astype(stats.dwell_times.dtype)
+        mask = jnp.repeat(mask, B, axis=0)
         rows = (self.pattern[:, None] * B + jnp.arange(B, dtype=jnp.int32)).reshape(-1)
 
         def take(a):

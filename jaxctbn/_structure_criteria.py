@@ -459,9 +459,7 @@ def _predictive_by_pattern(posterior, n, by_pattern, interventions):
     )
     terms = jax.lax.map(one_pattern, (grouped, by_pattern.clamped))  # (patterns, draws, sets, W)
     # candidate c's bins: those with its clamped states (none for a candidate clamping n)
-    targets = jnp.asarray(interventions.targets, bool)
-    mine = ~targets[:, None, :] | (slot_states[None] == jnp.asarray(interventions.states)[:, None])
-    mine = (mine.all(-1) & by_pattern.valid[:, None]).astype(terms.dtype)  # (C, W)
+    mine = by_pattern.on_sub_cubes(interventions, slot_states).astype(terms.dtype)  # (C, W)
     return jnp.einsum("cbpw,cw->cbp", terms[by_pattern.pattern], mine)
 
 
