@@ -438,34 +438,8 @@ def expected_statistics_batch(
     )
 
 
-def expected_statistics_grid(
-    models: AbstractCTBN,
-    initial_state: ArrayLike,
-    horizon: ArrayLike,
-    interventions: Intervention,
-    *,
-    clampable: tuple[int, ...],
-    solver: StatisticsSolver = AUTOMATIC_SOLVER,
-) -> ExpectedStatistics:
-    r"""[`jaxctbn.expected_statistics`][] of every model of a batch (`models`, leading axis
-    $B$) under every **perfect** intervention of a batch (`interventions`, leading axis $C$),
-    flattened to `(C * B,)` intervention-major, with one solve per model and *clamp pattern*
-    instead of one per pair (`clamp_pattern_statistics`): each member's statistics are its
-    pattern's masked to its own sub-cube $\{s:s_J=x_J\}$.
-
-    - `clampable` (static): the nodes the patterns may clamp. An intervention that clamps
-      another node gets **zero** statistics (for callers that discard those, as the structure
-      criteria do for the candidates that clamp the node they score).
-    - `solver`: an exact master-equation solver; an approximate one is a `ValueError`.
-    """
-    return clamp_pattern_statistics(
-        models, initial_state, horizon, interventions, clampable=clampable, solver=solver
-    ).members(interventions)
-
-
 class ClampPatternStatistics(eqx.Module):
-    """What [`clamp_pattern_statistics`][jaxctbn._master_equation.clamp_pattern_statistics]
-    returns: `statistics`, a batch `(patterns * B,)` pattern-major (pattern $q$ clamps the
+    """What `clamp_pattern_statistics` returns: `statistics`, a batch `(patterns * B,)` pattern-major (pattern $q$ clamps the
     clampable nodes whose bit is set in $q$, the first clampable node being bit 0);
     `clamped` `(patterns, N)`, the nodes each pattern clamps; `pattern` `(C,)`, each
     intervention's pattern; `valid` `(C,)`, whether it clamps clampable nodes only."""

@@ -459,7 +459,7 @@ def test_statistics_grid_shares_solves_by_clamp_pattern(distribution, getkey):
     own solve by the dense matrix exponential: clamped states 0 and 1 and 2 of a ternary node,
     duplicates, no clamp, and an intervention clamping a node outside `clampable` (zeros);
     also its gradients with respect to the rates and to the initial distribution."""
-    from jaxctbn._master_equation import expected_statistics_grid
+    from jaxctbn._master_equation import clamp_pattern_statistics
 
     cards = (2, 3, 2)
     graphs = [((), (0,), (1,)), ((1, 2), (), (0,)), ((2,), (0, 2), ())]
@@ -476,7 +476,7 @@ def test_statistics_grid_shares_solves_by_clamp_pattern(distribution, getkey):
     C, B = len(ivs), len(models)
 
     def grid(m):
-        return expected_statistics_grid(m, init, 0.8, batch, clampable=(1, 2))
+        return clamp_pattern_statistics(m, init, 0.8, batch, clampable=(1, 2)).members(batch)
 
     out = eqx.filter_jit(grid)(stacked)
     assert out.dwell_times.shape == (C * B, 12)
@@ -507,7 +507,7 @@ def test_statistics_grid_shares_solves_by_clamp_pattern(distribution, getkey):
     keep = jnp.repeat(jnp.asarray([0 not in a for a in assignments], float), B)[:, None]
 
     def by_grid(m, p0):
-        st = expected_statistics_grid(m, p0, 0.8, batch, clampable=(1, 2))
+        st = clamp_pattern_statistics(m, p0, 0.8, batch, clampable=(1, 2)).members(batch)
         return (st.dwell_times * weights).sum()
 
     def by_pairs(m, p0):
@@ -536,7 +536,7 @@ def test_statistics_grid_shares_solves_by_clamp_pattern(distribution, getkey):
 
 
 def test_statistics_grid_rejects_what_it_cannot_share(getkey):
-    from jaxctbn._master_equation import expected_statistics_grid
+    from jaxctbn._master_equation import clamp_pattern_statistics
 
     cards, parents = CASES["binary-chain"]
     model = random_model(getkey(), cards, parents)
@@ -544,10 +544,10 @@ def test_statistics_grid_rejects_what_it_cannot_share(getkey):
     iv = jax.tree_util.tree_map(lambda x: x[None], jc.Intervention.perfect(model, {1: 0}))
     init = jnp.array([0, 0, 0])
     with pytest.raises(ValueError, match="perfect interventions only"):
-        expected_statistics_grid(
+        clamp_pattern_statistics(
             stacked, init, 1.0, iv.with_rate_scales([2.0, 1.0, 1.0]), clampable=(1,)
         )
     with pytest.raises(ValueError, match="exact solver"):
-        expected_statistics_grid(stacked, init, 1.0, iv, clampable=(1,), solver=jc.MeanField())
+        clamp_pattern_statistics(stacked, init, 1.0, iv, clampable=(1,), solver=jc.MeanField())
     with pytest.raises(ValueError, match="clampable"):
-        expected_statistics_grid(stacked, init, 1.0, iv, clampable=(1, 1))
+        clamp_pattern_statistics(stacked, init, 1.0, iv, clampable=(1, 1))
