@@ -1,7 +1,8 @@
 """The special functions behind the conjugate formulas and the rate draws, each against an
 independent route: ln Gamma against SciPy, Gamma variates against SciPy's CDF (Kolmogorov-Smirnov)
-and their moments, their shape derivative against E[dx/da] = 1, the off-diagonal layout against
-a boolean mask."""
+and their moments, their shape derivative against E[dx/da] = 1, their independence of how the
+rejected proposals are scheduled (buffer sizes, batching), the off-diagonal layout against a
+boolean mask."""
 
 import jax
 import jax.numpy as jnp
@@ -10,6 +11,7 @@ import pytest
 import scipy.special
 import scipy.stats
 
+import jaxctbn._gamma_variates as gamma_module
 from jaxctbn._conjugate import log_gamma_positive, off_diagonal_entries, with_zero_diagonal
 from jaxctbn._gamma_variates import gamma_variates
 
@@ -68,3 +70,39 @@ def test_gamma_variates_pure_under_jit_and_vmap_with_shape_derivative():
     for a in (0.3, 2.5):
         g = jax.grad(lambda a: gamma_variates(jax.random.key(5), jnp.full(20000, a)).mean())(a)
         assert abs(float(g) - 1) < 0.03
+
+
+def test_gamma_variates_do_not_depend_on_the_redraw_schedule(monkeypatch):
+    # shapes near 1 (acceptance ~0.95) and below (boosted), so hundreds of elements are redrawn
+    shapes = jnp.asarray(np.r_[np.full(3000, 1.0), np.full(1000, 0.3), np.full(1000, 7.0)])
+    key = jax.random.key(11)
+    reference = gamma_variates(key, shapes)
+    # one slot per round: every rejected element waits for its own round, in another order
+    monkeypatch.setattr(gamma_module, "_FIRST_REDRAW", 10**9)
+    monkeypatch.setattr(gamma_module, "_LATER_REDRAW", 10**9)
+    monkeypatch.setattr(gamma_module, "_MIN_REDRAW", 1)
+    one_slot = gamma_variates(key, shapes)  # not jitted: traced afresh with the new sizes
+    np.testing.assert_array_equal(one_slot, reference)
+    # rows of a nested vmap (shared key, batched shapes, and the reverse) against one by one
+    keys = jax.random.split(key, (2, 3))
+    rows = shapes[:600].reshape(2, 3, 100)
+    nested = jax.jit(jax.vmap(jax.vmap(gamma_variates)))(keys, rows)
+    for i in range(2):
+        for j in range(3):
+            np.testing.assert_array_equal(nested[i, j], gamma_variates(keys[i, j], rows[i, j]))
+    shared_key = jax.vmap(lambda a: gamma_variates(key, a))(rows[0])
+    np.testing.assert_array_equal(shared_key[1], gamma_variates(key, rows[0, 1]))
+    shared_shape = jax.vmap(lambda k: gamma_variates(k, rows[0, 0]))(keys[1])
+    np.testing.assert_array_equal(shared_shape[2], gamma_variates(keys[1, 2], rows[0, 0]))
+    # a raw uint32 key gives the stream of its typed key
+    raw = jax.random.PRNGKey(4)
+    np.testing.assert_array_equal(
+        gamma_variates(raw, shapes[:50]), gamma_variates(jax.random.wrap_key_data(raw), shapes[:50])
+    )
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, np.nan, np.inf])
+def test_gamma_variates_reject_shapes_that_are_not_positive_numbers(bad):
+    shapes = jnp.asarray([1.0, bad, 2.0])
+    with pytest.raises(Exception, match="shape_parameter"):
+        jax.block_until_ready(jax.jit(gamma_variates)(jax.random.key(0), shapes))
