@@ -17,8 +17,12 @@ as the step time of the passive design), and the scoring into its master-equatio
 (the same number of solves through `expected_statistics_batch` alone) and the rest.
 
 Run: `python benchmarks/bench_active_learning.py [--quick] [--repetitions R] [--experiments K]
-[--chunk C] [--targets structure,parameters] [--designs vbhc,...] [--name NAME]` (a `--name`
-other than the default also suffixes the run directories);
+[--chunk C] [--targets structure,parameters] [--designs vbhc,...] [--name NAME] [--shard]
+[--cpu-devices D]` (a `--name` other than the default also suffixes the run directories);
+`--shard` splits each chunk's repetitions across the local devices (`jaxctbn.Sharded()`, the
+CLI's `run --shard`: the same results), and `--cpu-devices D` makes the CPU D devices
+(`jax_num_cpu_devices`, as `XLA_FLAGS=--xla_force_host_platform_device_count=D` does), so that
+on a CPU with D cores each core runs a share of the repetitions;
 `--profile-only` times just the pieces of one structure VBHC step (seconds, not the full
 experiment) and prints them as JSON without writing any results file.
 """
@@ -95,11 +99,17 @@ def main():
         "--designs", default=None, help="comma-separated designs (default: the paper's per target)"
     )
     ap.add_argument(
+        "--shard", action="store_true", help="repetitions split across the local devices"
+    )
+    ap.add_argument("--cpu-devices", type=int, default=None, help="make the CPU this many devices")
+    ap.add_argument(
         "--profile-only",
         action="store_true",
         help="only time the pieces of one structure VBHC step; print them, write nothing",
     )
     args = ap.parse_args()
+    if args.cpu_devices is not None:  # before anything starts the CPU backend
+        jax.config.update("jax_num_cpu_devices", args.cpu_devices)
     if args.profile_only:
         prof = profile_structure_step(jc.paper_network(jax.random.key(0)))
         print(json.dumps({"environment": environment(), "profile": prof}, indent=1))
@@ -114,6 +124,8 @@ def main():
     if args.designs is not None:
         designs = {target: tuple(args.designs.split(",")) for target in designs}
     records, rows = {"environment": environment(), "runs": {}}, []
+    records["devices"] = [str(d) for d in jax.local_devices()]
+    records["batching"] = "Sharded()" if args.shard else "default (Vmap)"
     for target in args.targets.split(","):
         out = os.path.join(RESULTS, f"active_{target}" + ("_quick" if args.quick else ""))
         if args.name != "active_learning":
@@ -122,7 +134,9 @@ def main():
         config = jc.ExperimentConfig(
             target=target, designs=designs[target], repetitions=R, experiments=K, chunk=chunk
         )
-        report = jc.run_experiment(config, out=out, progress=True)
+        report = jc.run_experiment(
+            config, out=out, progress=True, batching=jc.Sharded() if args.shard else None
+        )
         wall = time.perf_counter() - t0
         records["runs"][target] = {
             "wall_s": wall,
@@ -154,7 +168,9 @@ def main():
         f"Command: `python benchmarks/bench_active_learning.py{''.join(' ' + a for a in sys.argv[1:])}` "
         f"(chunks of {chunk} repetitions per compiled call). Per step = one repetition, one "
         "experiment (design + simulate + update + metrics), from the median chunk after the "
-        "first; compile = first chunk minus a steady chunk.",
+        "first; compile = first chunk minus a steady chunk. "
+        f"{len(jax.local_devices())} device(s); repetitions of a chunk "
+        + ("split across them (`jaxctbn.Sharded()`)." if args.shard else "on one device."),
         "",
         "| experiment | design | wall time (all repetitions) | compile (est.) | per design step |",
         "|---|---|---|---|---|",

@@ -458,9 +458,12 @@ def _predictive_by_pattern(posterior, n, by_pattern, interventions):
         lambda a: a.reshape(Q, a.shape[0] // Q, *a.shape[1:]), by_pattern.statistics
     )
     terms = jax.lax.map(one_pattern, (grouped, by_pattern.clamped))  # (patterns, draws, sets, W)
-    # candidate c's bins: those with its clamped states (none for a candidate clamping n)
+    # candidate c's bins: those of its pattern with its clamped states (none for a candidate
+    # clamping n), as one contraction over (pattern, bin) rather than a gather of each
+    # candidate's pattern (0.7 ms more per design step)
     mine = by_pattern.on_sub_cubes(interventions, slot_states).astype(terms.dtype)  # (C, W)
-    return jnp.einsum("cbpw,cw->cbp", terms[by_pattern.pattern], mine)
+    own = jax.nn.one_hot(by_pattern.pattern, Q, dtype=terms.dtype)  # (C, patterns)
+    return jnp.einsum("qbpw,cqw->cbp", terms, own[:, :, None] * mine[:, None, :])
 
 
 #: Problems (candidate x draw) whose predictive likelihoods are evaluated together.
