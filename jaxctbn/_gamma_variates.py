@@ -53,6 +53,11 @@ def _accept(d: Array, c: Array, x: Array, u: Array) -> tuple[Array, Array]:
     return d * v, accept
 
 
+def _not_a_shape(a: Array) -> Array:
+    """Where `a` is not a finite positive number (no Gamma distribution)."""
+    return ~(a > 0) | ~jnp.isfinite(a)
+
+
 def _uniform_open(key: PRNGKeyArray, shape, dtype) -> Array:
     return jr.uniform(key, shape, dtype, minval=jnp.finfo(dtype).tiny)
 
@@ -72,7 +77,7 @@ def _gamma_rows(keys: Key[Array, " rows"], a: Float[Array, "rows n"]) -> Float[A
     value, done = _accept(d, c, x, u)
     # a shape that is not a positive number never accepts: left out of the redraws (its
     # variate is NaN, and `gamma_variates` raises)
-    invalid = ~(a > 0) | ~jnp.isfinite(a)
+    invalid = _not_a_shape(a)
     value, done, invalid = value.reshape(-1), (done | invalid).reshape(-1), invalid.reshape(-1)
     d, c = d.reshape(-1), c.reshape(-1)
 
@@ -154,6 +159,4 @@ def gamma_variates(key: PRNGKeyArray, shape_parameter: ArrayLike, dtype=None) ->
     if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         key = jr.wrap_key_data(key)  # a raw uint32 key: the same stream as its typed key
     x = _standard_gamma(key, a)
-    return eqx.error_if(
-        x, ~(a > 0) | ~jnp.isfinite(a), "shape_parameter: Gamma shapes must be finite and > 0."
-    )
+    return eqx.error_if(x, _not_a_shape(a), "shape_parameter: Gamma shapes must be finite and > 0.")

@@ -439,8 +439,9 @@ def expected_statistics_batch(
 
 
 class ClampPatternStatistics(eqx.Module):
-    """What `clamp_pattern_statistics` returns: `statistics`, a batch `(patterns * B,)` pattern-major (pattern $q$ clamps the
-    clampable nodes whose bit is set in $q$, the first clampable node being bit 0);
+    """What `clamp_pattern_statistics` returns: `statistics`, a batch `(patterns * B,)`
+    pattern-major (pattern $q$ clamps the clampable nodes whose bit is set in $q$, the first
+    clampable node being bit 0);
     `clamped` `(patterns, N)`, the nodes each pattern clamps; `pattern` `(C,)`, each
     intervention's pattern; `valid` `(C,)`, whether it clamps clampable nodes only."""
 
