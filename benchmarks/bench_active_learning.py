@@ -18,11 +18,13 @@ as the step time of the passive design), and the scoring into its master-equatio
 
 Run: `python benchmarks/bench_active_learning.py [--quick] [--repetitions R] [--experiments K]
 [--chunk C] [--targets structure,parameters] [--designs vbhc,...] [--name NAME] [--shard]
-[--cpu-devices D]` (a `--name` other than the default also suffixes the run directories);
+[--cpu-devices D] [--rolled-threefry]` (a `--name` other than the default also suffixes the run directories);
 `--shard` splits each chunk's repetitions across the local devices (`jaxctbn.Sharded()`, the
 CLI's `run --shard`: the same results), and `--cpu-devices D` makes the CPU D devices
 (`jax_num_cpu_devices`, as `XLA_FLAGS=--xla_force_host_platform_device_count=D` does), so that
-on a CPU with D cores each core runs a share of the repetitions;
+on a CPU with D cores each core runs a share of the repetitions; the random hash is compiled
+straight-line (`jaxctbn.use_unrolled_threefry_on_cpu()`, as the CLI does) unless
+`--rolled-threefry` keeps JAX's default;
 `--profile-only` times just the pieces of one structure VBHC step (seconds, not the full
 experiment) and prints them as JSON without writing any results file.
 """
@@ -103,6 +105,12 @@ def main():
     )
     ap.add_argument("--cpu-devices", type=int, default=None, help="make the CPU this many devices")
     ap.add_argument(
+        "--rolled-threefry",
+        action="store_true",
+        help="keep JAX 0.10's CPU lowering of the random hash (a loop) instead of the straight-line "
+        "one of jaxctbn.use_unrolled_threefry_on_cpu() (as the CLI does); for comparison",
+    )
+    ap.add_argument(
         "--profile-only",
         action="store_true",
         help="only time the pieces of one structure VBHC step; print them, write nothing",
@@ -110,6 +118,7 @@ def main():
     args = ap.parse_args()
     if args.cpu_devices is not None:  # before anything starts the CPU backend
         jax.config.update("jax_num_cpu_devices", args.cpu_devices)
+    unrolled = not args.rolled_threefry and jc.use_unrolled_threefry_on_cpu()
     if args.profile_only:
         prof = profile_structure_step(jc.paper_network(jax.random.key(0)))
         print(json.dumps({"environment": environment(), "profile": prof}, indent=1))
@@ -126,6 +135,7 @@ def main():
     records, rows = {"environment": environment(), "runs": {}}, []
     records["devices"] = [str(d) for d in jax.local_devices()]
     records["batching"] = "Sharded()" if args.shard else "default (Vmap)"
+    records["threefry_lowering"] = "straight-line" if unrolled else "JAX's default"
     for target in args.targets.split(","):
         out = os.path.join(RESULTS, f"active_{target}" + ("_quick" if args.quick else ""))
         if args.name != "active_learning":
@@ -170,7 +180,13 @@ def main():
         "experiment (design + simulate + update + metrics), from the median chunk after the "
         "first; compile = first chunk minus a steady chunk. "
         f"{len(jax.local_devices())} device(s); repetitions of a chunk "
-        + ("split across them (`jaxctbn.Sharded()`)." if args.shard else "on one device."),
+        + ("split across them (`jaxctbn.Sharded()`)." if args.shard else "on one device.")
+        + " Random hash: "
+        + (
+            "straight-line (`jaxctbn.use_unrolled_threefry_on_cpu()`, as the CLI)."
+            if unrolled
+            else "JAX's default lowering."
+        ),
         "",
         "| experiment | design | wall time (all repetitions) | compile (est.) | per design step |",
         "|---|---|---|---|---|",

@@ -189,4 +189,7 @@ from ._pool import run_pool_experiment as run_pool_experiment
 from ._pool import run_pool_repetitions as run_pool_repetitions
 from ._pool import subject_family_statistics as subject_family_statistics
 
+# compiling on the CPU
+from ._threefry_lowering import use_unrolled_threefry_on_cpu as use_unrolled_threefry_on_cpu
+
 __version__ = "0.1.0"
