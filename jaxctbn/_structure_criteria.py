@@ -662,9 +662,14 @@ def _over_free_candidates(
         def run_chunk(xs, compute=compute):
             idx, free_c = xs
             ivs = jax.tree_util.tree_map(lambda a: a[idx], interventions)
-            shape = jax.eval_shape(compute, ivs)
+            # traced once (its output shape is needed for the skipped chunks' zeros)
+            traced = eqx.filter_closure_convert(compute, ivs)
+            shape = traced.out_struct
             return jax.lax.cond(
-                free_c.any(), compute, lambda _: jnp.zeros(shape.shape, shape.dtype), ivs
+                free_c.any(),
+                lambda v: traced(v),
+                lambda _: jnp.zeros(shape.shape, shape.dtype),
+                ivs,
             )
 
         per_chunk = batching.map_sequentially(run_chunk, (order, free))  # (chunks, chunk, ...)
