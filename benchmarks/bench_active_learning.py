@@ -18,7 +18,8 @@ as the step time of the passive design), and the scoring into its master-equatio
 
 Run: `python benchmarks/bench_active_learning.py [--quick] [--repetitions R] [--experiments K]
 [--chunk C] [--targets structure,parameters] [--designs vbhc,...] [--name NAME] [--shard]
-[--cpu-devices D] [--rolled-threefry]` (a `--name` other than the default also suffixes the run directories);
+[--cpu-devices D] [--rolled-threefry]` (a `--name` other than the default also suffixes the
+run directories);
 `--shard` splits each chunk's repetitions across the local devices (`jaxctbn.Sharded()`, the
 CLI's `run --shard`: the same results), and `--cpu-devices D` makes the CPU D devices
 (`jax_num_cpu_devices`, as `XLA_FLAGS=--xla_force_host_platform_device_count=D` does), so that
@@ -107,8 +108,8 @@ def main():
     ap.add_argument(
         "--rolled-threefry",
         action="store_true",
-        help="keep JAX 0.10's CPU lowering of the random hash (a loop) instead of the straight-line "
-        "one of jaxctbn.use_unrolled_threefry_on_cpu() (as the CLI does); for comparison",
+        help="keep JAX 0.10's CPU lowering of the random hash (a loop) instead of the "
+        "straight-line one of jaxctbn.use_unrolled_threefry_on_cpu() (as the CLI); to compare",
     )
     ap.add_argument(
         "--profile-only",

@@ -359,8 +359,8 @@ class Uniformisation(AbstractMasterEquationSolver):
     groups of similar rate (results returned in the input order): on the 8,640 solves of the
     paper's structure design step (before the candidates shared solves by clamp pattern), a
     third fewer products than groups in input order (37.6 against 51.0 ms on a 2-core CPU), and
-    groups of a few hundred 16-state problems stay in the CPU's cache. Each member's result is exact whatever its group (to rounding: about 1e-14
-    between groupings in float64).
+    groups of a few hundred 16-state problems stay in the CPU's cache. Each member's result is
+    exact whatever its group (to rounding: about 1e-14 between groupings in float64).
 
     **Forward-backward.** `forward_backward` uses, with $a_k=\alpha_0P^k$, $b_j=P^j\beta_\tau$
     and the Beta integral

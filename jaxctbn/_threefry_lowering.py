@@ -4,16 +4,17 @@ Every random draw of JAX's default keys (`split`, `fold_in`, `uniform`, `normal`
 the Threefry-2x32 hash: 20 rounds of add, rotate and xor on 32-bit words. On the CPU, JAX 0.10
 lowers it as a `while` loop over five groups of four rounds (elsewhere, as straight-line code).
 Each such loop is a separate program piece that XLA's CPU backend compiles on its own, at
-about 0.3-0.7 s each; a structure design step has a few dozen of them (the graph and rate
-draws), so they are most of its compile time, and the loop's per-iteration dispatch also
-costs run time. Upstream JAX has since changed the CPU lowering to straight-line code for both
-reasons (jax-ml/jax#37872, "with the thunk runtime, rolled loops are no longer advantageous").
+about 0.3-0.7 s each; the graph and rate draws of a structure design step alone have more
+than a dozen of them, most of their compile time. Upstream JAX has since changed the CPU lowering
+to straight-line code (jax-ml/jax#37872: with XLA's thunk runtime the loop no longer saves
+compile time, and it costs run time).
 
 [`jaxctbn.use_unrolled_threefry_on_cpu`][] makes the installed JAX do the same: the same
 hash, so **the same random bits** for every key, compiled faster. Measured on a 2-core CPU
 (jax 0.10.2): the graph and rate draws of a structure design step compile in 5.2 s instead of
-15.5 s, the whole design step in 15 s instead of 25.7 s, the paper's structure experiment's
-compiled loop in 42 s instead of 63 s, at the same or lower run time.
+15.5 s, the whole design step in 15 s instead of 25.7 s, the paper's structure experiment
+(500 repetitions) in 36 s instead of 62 s of compilation; its run time per step is the same
+within this machine's run-to-run spread (±3 ms of ~33 ms).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from __future__ import annotations
 def use_unrolled_threefry_on_cpu() -> bool:
     r"""Compile JAX's Threefry hash on the CPU as straight-line code instead of a loop
     (what JAX itself does on other platforms, and on the CPU in releases after 0.10): the same
-    random bits, compiled in less time (see the module notes: the structure experiment's
-    program in 42 s instead of 63 s on a 2-core CPU).
+    random bits, compiled in less time (the paper's structure experiment compiles in 36 s
+    instead of 62 s on a 2-core CPU).
 
     Global and process-wide, like `jax.config.update`: it applies to every program lowered
     afterwards, jaxctbn's or not (programs already compiled keep their code). The `jaxctbn`
