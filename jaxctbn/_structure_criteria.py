@@ -667,7 +667,7 @@ def _over_free_candidates(
             shape = traced.out_struct
             return jax.lax.cond(
                 free_c.any(),
-                lambda v: traced(v),
+                lambda v: traced(v),  # lax.cond hashes its branches; `traced` is not hashable
                 lambda _: jnp.zeros(shape.shape, shape.dtype),
                 ivs,
             )

@@ -5,9 +5,9 @@ the Threefry-2x32 hash: 20 rounds of add, rotate and xor on 32-bit words. On the
 lowers it as a `while` loop over five groups of four rounds (elsewhere, as straight-line code).
 Each such loop is a separate program piece that XLA's CPU backend compiles on its own, at
 about 0.3-0.7 s each; the graph and rate draws of a structure design step alone have more
-than a dozen of them, most of their compile time. Upstream JAX has since changed the CPU lowering
-to straight-line code (jax-ml/jax#37872: with XLA's thunk runtime the loop no longer saves
-compile time, and it costs run time).
+than a dozen of them, most of their compile time. Upstream JAX has since changed the CPU
+lowering to straight-line code (jax-ml/jax#37872: with XLA's thunk runtime the loop no longer
+saves compile time, and it costs run time).
 
 [`jaxctbn.use_unrolled_threefry_on_cpu`][] makes the installed JAX do the same: the same
 hash, so **the same random bits** for every key, compiled faster. Measured on a 2-core CPU
@@ -22,9 +22,9 @@ from __future__ import annotations
 
 def use_unrolled_threefry_on_cpu() -> bool:
     r"""Compile JAX's Threefry hash on the CPU as straight-line code instead of a loop
-    (what JAX itself does on other platforms, and on the CPU in releases after 0.10): the same
-    random bits, compiled in less time (the paper's structure experiment compiles in 36 s
-    instead of 62 s on a 2-core CPU).
+    (what JAX does on other platforms, and what upstream JAX has since made the CPU default,
+    jax-ml/jax#37872): the same random bits, compiled in less time (the paper's structure
+    experiment compiles in 36 s instead of 62 s on a 2-core CPU).
 
     Global and process-wide, like `jax.config.update`: it applies to every program lowered
     afterwards, jaxctbn's or not (programs already compiled keep their code). The `jaxctbn`
