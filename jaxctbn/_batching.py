@@ -149,6 +149,11 @@ class Sharded(AbstractBatching):
             return self.mesh
         return jax.sharding.Mesh(np.array(jax.local_devices()), ("members",))
 
+    @property
+    def num_devices(self) -> int:
+        """How many devices the members are split across."""
+        return int(self._mesh().devices.size)
+
     def map(self, fn, xs):
         return self._split(fn, xs, sequential=False)
 

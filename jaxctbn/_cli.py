@@ -905,6 +905,27 @@ def _write_ranking(args, scores, space, names, init, duration):
     )
 
 
+def _split_cpu(args) -> None:
+    """`run --cpu-devices D`: the CPU as D devices (JAX's `jax_num_cpu_devices`, as
+    `XLA_FLAGS=--xla_force_host_platform_device_count=D` does), so that `--shard` splits each
+    chunk's repetitions across the cores; set before JAX starts its backends."""
+    if args.cpu_devices is None:
+        return
+    if not args.shard:
+        raise ValueError("--cpu-devices: only with --shard (it makes the devices --shard uses).")
+    import jax
+
+    try:
+        jax.config.update("jax_num_cpu_devices", args.cpu_devices)
+    except RuntimeError:  # JAX has started its backends in this process already
+        have = len(jax.devices("cpu"))
+        if have != args.cpu_devices:
+            raise ValueError(
+                f"--cpu-devices: JAX has already started in this process with {have} CPU "
+                "device(s); use a fresh process."
+            ) from None
+
+
 def _start_distributed(args) -> None:
     """`jax.distributed.initialize` for `run --distributed` (before any computation): from
     `--coordinator`, `--num-processes` and `--process-id`, or where those are not given from
@@ -949,9 +970,12 @@ def _cmd_run(args):
     from ._experiments import ExperimentConfig, run_experiment, summary_table, verdicts
 
     if args.target == "pool":
-        if args.shard or args.distributed:
-            raise ValueError("--shard, --distributed: only for run structure or run parameters.")
+        if args.shard or args.distributed or args.cpu_devices is not None:
+            raise ValueError(
+                "--shard, --distributed, --cpu-devices: only for run structure or run parameters."
+            )
         return _cmd_run_pool(args)
+    _split_cpu(args)
     _start_distributed(args)
     given = [o for o, v in (("--data", args.data), ("--observation", args.observation),
                             ("--root", args.root)) if v is not None]  # fmt: skip
@@ -1318,6 +1342,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--shard",
         action="store_true",
         help="split each chunk's repetitions across every local device (same results)",
+    )
+    p.add_argument(
+        "--cpu-devices",
+        type=_at_least(1),
+        default=None,
+        help="with --shard on a CPU: make it D devices (e.g. one per core; default: JAX's, one)",
     )
     p.add_argument(
         "--distributed",

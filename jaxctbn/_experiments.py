@@ -55,7 +55,7 @@ from ._active_learning import (
     design_from_name,
     run_repetitions,
 )
-from ._batching import AbstractBatching
+from ._batching import AbstractBatching, Sharded
 from ._ctbn import CTBN
 from ._empirical_bayes import EmpiricalBayes
 from ._interventions import design_space, intervention_space, single_node_interventions
@@ -515,7 +515,7 @@ def run_experiment(
     process $i$ computes chunks $i$, $i + P$, ... (in the order designs x chunks) and writes
     their files; process 0 prepares `out` first, every process waits for the others, and
     process 0 writes the summary from the chunk files. Every process returns the same report
-    (the timing sums the processes' own times). The results are those of one process.
+    (the timing sums the processes' own times and devices). The results are those of one process.
     See [Multiple devices and hosts](../multi-device.md).
     """
     config = ExperimentConfig() if config is None else config
@@ -603,8 +603,14 @@ def run_experiment(
         )
         for name in designs
     }
+    devices = batching.num_devices if isinstance(batching, Sharded) else 1
     timing = {
-        name: {"seconds_incl_compile": 0.0, "repetitions_computed": 0, "chunk_seconds": []}
+        name: {
+            "seconds_incl_compile": 0.0,
+            "repetitions_computed": 0,
+            "chunk_seconds": [],
+            "devices": devices,
+        }
         for name in designs
     }
 
@@ -749,7 +755,12 @@ def _wait_for_processes(folder: str, processes: int, designs) -> dict:
             break
         time.sleep(0.5)
     timing = {
-        name: {"seconds_incl_compile": 0.0, "repetitions_computed": 0, "chunk_seconds": []}
+        name: {
+            "seconds_incl_compile": 0.0,
+            "repetitions_computed": 0,
+            "chunk_seconds": [],
+            "devices": 0,
+        }
         for name in designs
     }
     for i in range(processes):
@@ -759,6 +770,7 @@ def _wait_for_processes(folder: str, processes: int, designs) -> dict:
             entry["seconds_incl_compile"] += theirs[name]["seconds_incl_compile"]
             entry["repetitions_computed"] += theirs[name]["repetitions_computed"]
             entry["chunk_seconds"] += theirs[name]["chunk_seconds"]
+            entry["devices"] += theirs[name]["devices"]
     return timing
 
 

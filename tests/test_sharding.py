@@ -241,12 +241,43 @@ def test_run_shard_on_eight_devices(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     _same_results(plain, sharded)
+    for out, devices in ((plain, 1), (sharded, 8)):  # the devices the chunks were split across
+        timing = json.loads((out / "results.json").read_text())["timing"]
+        assert all(t["devices"] == devices for t in timing.values())
     proc = subprocess.run(
         [*command, "--out", str(plain)], env=_env(8), capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     timing = json.loads((plain / "results.json").read_text())["timing"]
     assert all(t["repetitions_computed"] == 0 for t in timing.values())  # all reused
+
+
+def test_run_cpu_devices(tmp_path, capsys):
+    """`jaxctbn run --shard --cpu-devices 2` makes a CPU-only process two devices (no XLA
+    flag), splits the chunks across them and gives the results of a one-device run; the flag
+    is refused without `--shard` and where JAX has started with another number of devices."""
+    net = _network(tmp_path)
+    args = [*RUN, "--network", str(net), "--chunk", "3"]
+    plain, split = tmp_path / "plain", tmp_path / "split"
+    assert main([*args, "--out", str(plain)]) == 0
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxctbn._cli", *args, "--out", str(split)]
+        + ["--shard", "--cpu-devices", "2"],
+        env=dict(os.environ, PYTHONPATH=ROOT),  # the tests' XLA_FLAGS: no device count
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _same_results(plain, split)
+    timing = json.loads((split / "results.json").read_text())["timing"]
+    assert all(t["devices"] == 2 for t in timing.values())
+    capsys.readouterr()
+    assert main([*args, "--out", str(tmp_path / "a"), "--cpu-devices", "2"]) == 2
+    assert "--cpu-devices: only with --shard" in capsys.readouterr().err
+    many = len(jax.devices("cpu")) + 1  # this process's backend has started already
+    command = [*args, "--out", str(tmp_path / "b"), "--shard", "--cpu-devices", str(many)]
+    assert main(command) == 2
+    assert "--cpu-devices: JAX has already started" in capsys.readouterr().err
 
 
 def _free_port() -> int:
