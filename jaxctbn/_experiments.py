@@ -515,7 +515,8 @@ def run_experiment(
     process $i$ computes chunks $i$, $i + P$, ... (in the order designs x chunks) and writes
     their files; process 0 prepares `out` first, every process waits for the others, and
     process 0 writes the summary from the chunk files. Every process returns the same report
-    (the timing sums the processes' own times and devices). The results are those of one process.
+    (the timing sums the processes' own times and devices). The results are those of one
+    process.
     See [Multiple devices and hosts](../multi-device.md).
     """
     config = ExperimentConfig() if config is None else config
@@ -603,16 +604,7 @@ def run_experiment(
         )
         for name in designs
     }
-    devices = batching.num_devices if isinstance(batching, Sharded) else 1
-    timing = {
-        name: {
-            "seconds_incl_compile": 0.0,
-            "repetitions_computed": 0,
-            "chunk_seconds": [],
-            "devices": devices,
-        }
-        for name in designs
-    }
+    timing = _empty_timing(designs, batching.num_devices if isinstance(batching, Sharded) else 1)
 
     def chunk_path(design_name, start):
         if chunk_dir is None:
@@ -741,6 +733,20 @@ def run_experiment(
 _PROCESS_DIR = "processes"
 
 
+def _empty_timing(designs, devices: int) -> dict:
+    """The `timing` entry of each design before any chunk: `devices`, the devices its chunks
+    are split across (summed over the processes of a distributed run)."""
+    return {
+        name: {
+            "seconds_incl_compile": 0.0,
+            "repetitions_computed": 0,
+            "chunk_seconds": [],
+            "devices": devices,
+        }
+        for name in designs
+    }
+
+
 def _wait_for_processes(folder: str, processes: int, designs) -> dict:
     """Wait until every process of a distributed run has written its chunks (`<i>.done`);
     raise a `ValueError` as soon as one reports a failure (`<i>.failed`). Returns the timing
@@ -754,15 +760,7 @@ def _wait_for_processes(folder: str, processes: int, designs) -> dict:
         if all(f"{i}.done" in names for i in range(processes)):
             break
         time.sleep(0.5)
-    timing = {
-        name: {
-            "seconds_incl_compile": 0.0,
-            "repetitions_computed": 0,
-            "chunk_seconds": [],
-            "devices": 0,
-        }
-        for name in designs
-    }
+    timing = _empty_timing(designs, 0)
     for i in range(processes):
         with open(os.path.join(folder, f"{i}.done")) as f:
             theirs = json.load(f)
