@@ -18,6 +18,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
+import operator
 from collections.abc import Callable
 from typing import ClassVar, Literal
 
@@ -27,7 +28,7 @@ import jax.core
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float, Int, Key, PRNGKeyArray, UInt32
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, Key, PRNGKeyArray, UInt32
 
 from ._batching import AbstractBatching, Sharded, Vmap
 from ._criteria import BHC, EIG, VBHC, AbstractCriterion, score_interventions
@@ -87,6 +88,12 @@ class RandomDesign(AbstractDesign):
         return jr.uniform(key, candidates.targets.shape[:1])
 
 
+def _as_flag(value):
+    """A concrete flag as a NumPy boolean (traced under `eqx.filter_jit`, unlike a Python
+    bool, and hashable; `bool(flag)` still works); a JAX array (e.g. a tracer) is kept."""
+    return value if isinstance(value, jax.Array) else np.bool_(value)
+
+
 class CriterionDesign(AbstractDesign):
     r"""Picks the intervention that maximises a design criterion, scored over all candidates in
     one call of [`jaxctbn.score_interventions`][] (for either learning target).
@@ -99,7 +106,10 @@ class CriterionDesign(AbstractDesign):
 
     criterion: AbstractCriterion
     num_samples: int = eqx.field(default=10, static=True, kw_only=True)
-    worst: bool = eqx.field(default=False, static=True, kw_only=True)
+    # a value, not a static field: the best and the worst design share one compiled loop
+    worst: bool | np.bool_ | Bool[Array, ""] = eqx.field(
+        default=False, kw_only=True, converter=_as_flag
+    )
     solver: StatisticsSolver = eqx.field(default=AUTOMATIC_SOLVER, kw_only=True)
     batching: AbstractBatching | None = eqx.field(default=None, kw_only=True)
 
@@ -124,7 +134,7 @@ class CriterionDesign(AbstractDesign):
             solver=self.solver,
             batching=self.batching,
         )
-        return -s if self.worst else s
+        return jnp.where(self.worst, -s, s)
 
 
 class CallableDesign(AbstractDesign):
@@ -458,6 +468,12 @@ def run_active_learning(
     `initial_state_policy`: how each experiment's $s_0$ is chosen and what the design sees of it
     ([`jaxctbn.RandomInitialState`][], the paper's and the default; [`jaxctbn.FixedInitialState`][];
     [`jaxctbn.InitialStateDistribution`][]).
+
+    Compiled (`eqx.filter_jit`): `num_experiments` and `max_events` set the shapes and are
+    static; the key, the horizon (a Python number is made an array) and the arrays of the task,
+    design, candidates and policy are traced, so a new key, horizon or ground truth of the
+    same shapes reuses the compiled loop (Python-number fields, such as a scalar prior's
+    hyper-parameters, are static).
     """
     if num_experiments < 1:
         raise ValueError(f"num_experiments must be >= 1, got {num_experiments}.")
@@ -470,17 +486,36 @@ def run_active_learning(
             f"candidates: expected a batch (candidates, {truth.num_nodes}), got targets of "
             f"shape {candidates.targets.shape}."
         )
-    horizon = jnp.asarray(horizon, jnp.result_type(float))
-    horizon = eqx.error_if(
-        horizon, ~(horizon > 0) | ~jnp.isfinite(horizon), "horizon: must be positive and finite."
-    )
-    cards = truth.cardinalities
     if not isinstance(initial_state_policy, AbstractInitialStatePolicy):
         raise ValueError(
             "initial_state_policy: expected RandomInitialState(), FixedInitialState(...) or "
             f"InitialStateDistribution(...), got {initial_state_policy!r}."
         )
-    initial_state_policy.check(cards, truth.names)
+    initial_state_policy.check(truth.cardinalities, truth.names)
+    # static: the Python integers that set the shapes; traced: everything else (a Python-float
+    # horizon is made an array, or every new value would compile the loop again)
+    return _run_active_learning(
+        task,
+        design,
+        key,
+        jnp.asarray(horizon),
+        candidates,
+        initial_state_policy,
+        num_experiments=operator.index(num_experiments),
+        max_events=max_events,
+    )
+
+
+@eqx.filter_jit
+def _run_active_learning(
+    task, design, key, horizon, candidates, initial_state_policy, *, num_experiments, max_events
+):
+    truth = task.truth
+    horizon = jnp.asarray(horizon, jnp.result_type(float))
+    horizon = eqx.error_if(
+        horizon, ~(horizon > 0) | ~jnp.isfinite(horizon), "horizon: must be positive and finite."
+    )
+    cards = truth.cardinalities
 
     def step(posterior, key):
         k_init, k_design, k_path = jr.split(key, 3)
@@ -640,7 +675,8 @@ def run_repetitions(
         raise ValueError(
             f"batching: expected Vmap(), Chunked(size) or Sharded(...), got {batching!r}."
         )
-    settings = (num_experiments, horizon, candidates, max_events, initial_state_policy)
+    # a Python-float horizon made an array: traced, not baked into the compiled batch
+    settings = (num_experiments, jnp.asarray(horizon), candidates, max_events, initial_state_policy)
     if throw:
         return _run_batch(batching, task, design, keys, *settings)
     num = int(jnp.shape(keys)[0])

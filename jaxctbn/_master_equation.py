@@ -24,7 +24,7 @@ from jaxtyping import Array, ArrayLike, Float, Int
 
 from ._ctbn import AbstractCTBN
 from ._generator import AbstractGenerator, amalgamate
-from ._interventions import Intervention
+from ._interventions import Intervention, _is_concrete
 from ._layout import (
     all_global_states,
     config_index,
@@ -384,15 +384,34 @@ def expected_statistics(
     solver's [`jaxctbn.AbstractExpectedStatistics`][] (e.g. [`jaxctbn.MeanFieldStatistics`][]).
 
     Pure: works under `jax.jit`, `jax.vmap` (over models, interventions, initial states) and
-    `jax.grad` (with respect to the rates).
+    `jax.grad` (with respect to the rates). Compiled (`eqx.filter_jit`, like diffrax's
+    `diffeqsolve`): an eager call compiles one program per model structure, solver and shape of
+    the arguments, and a new horizon, initial state or rates reuse it (Python numbers and lists
+    are converted to arrays first, so they are traced rather than baked in).
 
     Shapes are checked now (`ValueError`); values inside jit (`eqx.error_if`): rates of the model
     and of the intervened model finite and $\ge0$, node states and clamped states in `0..k-1`, a
-    distribution that sums to 1, $\tau$ positive and finite. Each check guards every array
+    distribution that sums to 1, $\tau$ positive and finite (clamped states are checked now,
+    with a `ValueError`, when the intervention is concrete). Each check guards every array
     computed from the value it checks (`final_marginal`, `dwell_times` and the node statistics
     projected from them), so selecting any one of them under `jax.jit` still raises.
     """
     _check_horizon_shape(horizon)
+    _check_concrete_intervention(model, intervention)
+    return _expected_statistics(
+        model, jnp.asarray(initial_state), jnp.asarray(horizon), intervention, solver
+    )
+
+
+def _check_concrete_intervention(model: AbstractCTBN, intervention: Intervention | None) -> None:
+    """The `ValueError` (naming the clamped state) of a concrete intervention's states, before
+    they become tracers inside the compiled solve (where the same check is an `eqx.error_if`)."""
+    if intervention is not None and _is_concrete(intervention.targets, intervention.states):
+        intervention.checked(model)
+
+
+@eqx.filter_jit
+def _expected_statistics(model, initial_state, horizon, intervention, solver):
     solver = resolve_solver(solver, model)
     if isinstance(solver, AbstractApproximateSolver):
         horizon = _check_horizon(horizon, jnp.result_type(*model.cims))
@@ -413,9 +432,17 @@ def expected_statistics_batch(
 ) -> AbstractExpectedStatistics:
     """[`jaxctbn.expected_statistics`][] for a batch: `models`, `initial_state` and `interventions`
     carry a leading batch axis (broadcast them yourself); `horizon` is shared. Uses the solver's
-    batched form (one shared-step ODE solve for [`jaxctbn.DiffraxSolver`][]).
+    batched form (one shared-step ODE solve for [`jaxctbn.DiffraxSolver`][]). Compiled like
+    [`jaxctbn.expected_statistics`][].
     """
     _check_horizon_shape(horizon)
+    return _expected_statistics_batch(
+        models, jnp.asarray(initial_state), jnp.asarray(horizon), interventions, solver
+    )
+
+
+@eqx.filter_jit
+def _expected_statistics_batch(models, initial_state, horizon, interventions, solver):
     solver = resolve_solver(solver, models)
     if isinstance(solver, AbstractApproximateSolver):
         horizon = _check_horizon(horizon, jnp.result_type(*models.cims))
@@ -575,7 +602,14 @@ def marginals(
     solver: AbstractMasterEquationSolver = DEFAULT_SOLVER,
 ) -> tuple[Float[Array, "times global_states"], Float[Array, "times global_states"]]:
     r"""Marginals $p_t$ and cumulative dwell times $\int_0^t p_s ds$ at non-decreasing `times`
-    ($\ge 0$), one solve per interval inside a `lax.scan`."""
+    ($\ge 0$), one solve per interval inside a `lax.scan`. Compiled like
+    [`jaxctbn.expected_statistics`][]: new `times` of the same length reuse the program."""
+    _check_concrete_intervention(model, intervention)
+    return _marginals(model, jnp.asarray(initial_state), jnp.asarray(times), intervention, solver)
+
+
+@eqx.filter_jit
+def _marginals(model, initial_state, times, intervention, solver):
     model, gen, p0 = _prepare(model, initial_state, intervention)
     times = jnp.asarray(times, p0.dtype)
     if times.ndim != 1:

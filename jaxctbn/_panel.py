@@ -1030,6 +1030,12 @@ def _run(model, observations, emissions, initial_distribution, solver, what, gri
     if not isinstance(observations, PanelObservations):
         raise ValueError("observations: expected a PanelObservations.")
     observations.checked(model, emissions)  # a ValueError now for concrete states
+    # Python numbers and lists made arrays: `eqx.filter_jit` would bake them into the program
+    # (static), compiling it again for every new initial distribution or time grid
+    if initial_distribution is not None:
+        initial_distribution = jnp.asarray(initial_distribution)
+    if grid is not None:
+        grid = jnp.asarray(grid)
     bad, out = _compute(model, observations, emissions, initial_distribution, solver, what, grid)
     return _check_possible(out, bad, observations)
 
