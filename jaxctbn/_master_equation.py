@@ -398,9 +398,29 @@ def expected_statistics(
     """
     _check_horizon_shape(horizon)
     _check_concrete_intervention(model, intervention)
+    solver = _sized_solver(resolve_solver(solver, model), model, horizon, intervention)
     return _expected_statistics(
-        model, jnp.asarray(initial_state), jnp.asarray(horizon), intervention, solver
+        model, jnp.asarray(initial_state), _as_rate_array(horizon, model), intervention, solver
     )
+
+
+def _as_rate_array(value: ArrayLike, model: AbstractCTBN) -> Array:
+    """A Python number or list as an array of the rates' dtype (the dtype the solve casts it
+    to), so that it is traced by the compiled verb instead of being compiled in as a
+    constant; an array is passed on as it is."""
+    if isinstance(value, jax.Array | np.ndarray):
+        return jnp.asarray(value)
+    return jnp.asarray(value, jnp.result_type(*model.cims))
+
+
+def _sized_solver(
+    solver: StatisticsSolver, model: AbstractCTBN, horizon, intervention
+) -> StatisticsSolver:
+    """An approximate solver with the static sizes it takes from concrete values (Gillespie's
+    automatic event buffer) fixed before the compiled solve, where the values are traced."""
+    if not isinstance(solver, AbstractApproximateSolver):
+        return solver
+    return solver.sized(model, horizon, intervention)
 
 
 def _check_concrete_intervention(model: AbstractCTBN, intervention: Intervention | None) -> None:
@@ -437,7 +457,7 @@ def expected_statistics_batch(
     """
     _check_horizon_shape(horizon)
     return _expected_statistics_batch(
-        models, jnp.asarray(initial_state), jnp.asarray(horizon), interventions, solver
+        models, jnp.asarray(initial_state), _as_rate_array(horizon, models), interventions, solver
     )
 
 
@@ -605,7 +625,9 @@ def marginals(
     ($\ge 0$), one solve per interval inside a `lax.scan`. Compiled like
     [`jaxctbn.expected_statistics`][]: new `times` of the same length reuse the program."""
     _check_concrete_intervention(model, intervention)
-    return _marginals(model, jnp.asarray(initial_state), jnp.asarray(times), intervention, solver)
+    return _marginals(
+        model, jnp.asarray(initial_state), _as_rate_array(times, model), intervention, solver
+    )
 
 
 @eqx.filter_jit

@@ -272,6 +272,9 @@ class MeanField(AbstractApproximateSolver):
             rows.append(jnp.pad(p.sum(axis=axes), (0, kmax - k)))
         return jnp.stack(rows)
 
+    def sized(self, model, horizon, intervention):
+        return self
+
     def expected_statistics(self, model, initial_state, horizon, intervention):
         import diffrax
 

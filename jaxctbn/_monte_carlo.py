@@ -38,6 +38,8 @@ so the standard error of a mean is their sample standard deviation over $\sqrt R
 
 from __future__ import annotations
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.core
@@ -282,6 +284,17 @@ class Gillespie(AbstractApproximateSolver):
                 "(e.g. jaxctbn.automatic_max_events(model, horizon))."
             )
         return size
+
+    def sized(self, model, horizon, intervention):
+        """The automatic event buffer (`max_events=None`) sized now from concrete values;
+        `self` when `max_events` is given or a value is traced (then `expected_statistics`
+        asks for `max_events`)."""
+        leaves = jax.tree_util.tree_leaves((model, horizon, intervention))
+        if self.max_events is not None or any(isinstance(x, jax.core.Tracer) for x in leaves):
+            return self
+        intervened, _ = prepare_model(model, intervention)
+        size = self._buffer(intervened, horizon)
+        return dataclasses.replace(self, max_events=size)
 
     def expected_statistics(self, model, initial_state, horizon, intervention):
         model, intervention = prepare_model(model, intervention)

@@ -155,6 +155,12 @@ class AbstractApproximateSolver(eqx.Module):
         $[0,\tau]$ from `initial_state` (node states `(N,)`) under `intervention`
         (`None` = none); `horizon` is already validated."""
 
+    @abc.abstractmethod
+    def sized(self, model, horizon, intervention) -> Any:
+        """This solver with the static sizes it takes from concrete rates and horizon fixed
+        (called before the compiled solve of an eager [`jaxctbn.expected_statistics`][], where
+        they are still concrete); `self` when it has none."""
+
 
 @functools.cache
 def _poisson_num_terms(mean: float, tol: float) -> int:

@@ -2,14 +2,13 @@ import os
 
 # The tests' problems are tiny, so compilation dominates their time: a lower LLVM optimisation
 # level compiles ~20% faster and changes no semantics (results agree to rounding). Set before JAX
-# starts its backend; notebook kernels started by the tests inherit it.
+# starts its backend; notebook kernels and CLI subprocesses started by the tests inherit it.
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 
 # One persistent compilation cache for the whole run, in a fresh temporary directory (never the
 # user's ~/.cache): set here, in the process that starts the xdist workers, so the workers, the
-# notebook kernels and the CLI subprocesses all inherit it. A program compiled by one test (or
-# recompiled after `jax.clear_caches()` below) is then loaded instead of compiled again by the
-# others: -9% on tests/test_criteria.py + tests/test_structure_criteria.py, measured.
+# notebook kernels and the CLI subprocesses all inherit it. A program compiled by one worker,
+# test or subprocess is then loaded instead of compiled again by the others.
 if "JAXCTBN_TEST_CACHE_DIR" not in os.environ:
     import atexit
     import shutil
@@ -28,19 +27,44 @@ import gc  # noqa: E402
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
-jax.config.update("jax_enable_x64", True)
+from jaxctbn._cli import _setup_jax  # noqa: E402
+
+# The command line's JAX set-up, once per worker, so that the in-process CLI calls change
+# nothing: float64; the persistent cache above, which also stores programs with host
+# callbacks (every `eqx.error_if` adds one, and JAX alone would not cache those: almost every
+# program of the library); the CPU's straight-line Threefry lowering (the same random bits).
+_setup_jax()
+
+
+def _mapped_regions() -> int | None:
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            return sum(1 for _ in maps)
+    except OSError:
+        return None
+
+
+def _max_mapped_regions() -> int:
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 65530
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _release_compiled_programs():
-    """Free every compiled program after each test module. XLA's CPU executables each hold
-    memory mappings, and a worker that runs a few hundred tests without freeing them reaches the
-    kernel's `vm.max_map_count` (65530 by default; measured ~5000 for tests/test_panel.py alone),
-    after which LLVM's next allocation fails and the worker dies (a CI crash, not a test
-    failure). Programs shared between modules are simply compiled again."""
+    """Free the compiled programs after a test module when the worker's memory mappings near
+    the kernel's limit. XLA's CPU executables each hold memory mappings, and a worker that
+    keeps a few hundred modules' programs reaches `vm.max_map_count` (65530 by default;
+    measured ~5000 for tests/test_panel.py alone), after which LLVM's next allocation fails and
+    the worker dies (a crash, not a test failure). Below that the programs are kept, so later
+    modules that compile the same programs reuse them."""
     yield
-    jax.clear_caches()
-    gc.collect()
+    regions = _mapped_regions()
+    if regions is None or regions > _max_mapped_regions() // 3:
+        jax.clear_caches()
+        gc.collect()
 
 
 @pytest.fixture
