@@ -33,7 +33,7 @@ import scipy.sparse
 jax.config.update("jax_enable_x64", True)
 
 import jaxctbn as jc  # noqa: E402
-from jaxctbn._generator import _shift_indices  # noqa: E402
+from jaxctbn._master_equation.generator import _shift_indices  # noqa: E402
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from _common import compile_time, environment, fmt, machine_rates, timeit, write_results  # noqa: E402

@@ -65,7 +65,7 @@ from jaxctbn import _cli
 _cli._setup_jax()
 import jax, jax.numpy as jnp, numpy as np
 import jaxctbn as jc
-from jaxctbn._sampling import sample_within_cap
+from jaxctbn._paths.sampling import sample_within_cap
 t1 = time.perf_counter()
 network, R, tau, seed, max_events, out = sys.argv[1:7]
 R, tau, seed, max_events = int(R), float(tau), int(seed), int(max_events)
