@@ -14,7 +14,8 @@ import pytest
 from helpers import brute_force_generator, one_hot_state, scipy_moments
 
 import jaxctbn as jc
-from jaxctbn._cli.main import _box_hill_options, build_parser, main
+from jaxctbn._cli.design import _box_hill_options
+from jaxctbn._cli.main import build_parser, main
 
 
 @pytest.fixture
@@ -737,7 +738,7 @@ def test_cli_compilation_cache(network, tmp_path, monkeypatch):
 
     import jax
 
-    from jaxctbn._cli.main import _cache_dir, _setup_jax
+    from jaxctbn._cli.jax_setup import _cache_dir, _setup_jax
 
     _, path = network
     cache = tmp_path / "cache"

@@ -113,3 +113,7 @@ def run_demo(out_dir: str = "demo_output", seed: int = 0, trajectories: int = 20
     with open(os.path.join(out_dir, "demo.json"), "w") as f:
         json.dump(report, f, indent=1)
     return report
+
+
+def _cmd_demo(args):
+    run_demo(out_dir=args.out, seed=args.seed, trajectories=args.trajectories)

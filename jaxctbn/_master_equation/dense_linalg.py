@@ -12,11 +12,11 @@ Padé solves; `gdb` showed both pool threads in `LuDecomposition` → `ParallelB
 `BlockingCounter::Wait`. Upstream jax later compiled this parallel path out of open-source
 builds.) A kernel called on **one** matrix runs inline and cannot wait on the pool.
 
-So [`solve_batched`][jaxctbn._master_equation.dense_linalg.solve_batched] solves small systems ($n\le8$) by
-Gauss–Jordan elimination with partial pivoting in plain XLA operations (faster than LAPACK for
-such sizes), and larger ones one matrix at a time (`jax.lax.map` of an unbatched LAPACK solve on
-the CPU; batched on other platforms), with a custom `vmap` rule so that a caller's `jax.vmap`
-keeps it one matrix at a time. `tests/test_dense_linalg.py` checks the compiled programs of the
+So [`solve_batched`][jaxctbn._master_equation.dense_linalg.solve_batched] solves small systems
+($n\le8$) by Gauss–Jordan elimination with partial pivoting in plain XLA operations (faster than
+LAPACK for such sizes), and larger ones one matrix at a time (`jax.lax.map` of an unbatched LAPACK
+solve on the CPU; batched on other platforms), with a custom `vmap` rule so that a caller's
+`jax.vmap` keeps it one matrix at a time. `tests/test_dense_linalg.py` checks the compiled programs of the
 library's dense routes for batched LAPACK calls.
 """
 
@@ -166,8 +166,8 @@ def _lapack_solve_one_vmap(axis_size, in_batched, M, B):
 def solve_batched(M: Array, B: Array) -> Array:
     r"""$M^{-1}B$ for a batch: `M` of shape `(..., n, n)`, `B` of shape `(..., n, m)`, without a
     batched LAPACK call on the CPU (see the module docstring). Not differentiable (used inside
-    the custom VJP of [`expm_batched`][jaxctbn._master_equation.dense_linalg.expm_batched]); a singular `M`
-    gives non-finite entries, the caller's to check."""
+    the custom VJP of [`expm_batched`][jaxctbn._master_equation.dense_linalg.expm_batched]); a
+    singular `M` gives non-finite entries, the caller's to check."""
     if M.shape[-1] <= _ELIMINATION_MAX_ORDER:
         return _gauss_jordan(M, B)
     batch = M.shape[:-2]
@@ -236,6 +236,7 @@ expm_batched.defvjp(_expm_batched_forward, _expm_batched_backward)
 
 
 def expm(matrix: Array) -> Array:
-    """$e^{A}$ of one matrix `(n, n)` ([`expm_batched`][jaxctbn._master_equation.dense_linalg.expm_batched] on
-    a batch of one; under `jax.vmap` a batch of many)."""
+    """$e^{A}$ of one matrix `(n, n)`
+    ([`expm_batched`][jaxctbn._master_equation.dense_linalg.expm_batched] on a batch of one;
+    under `jax.vmap` a batch of many)."""
     return expm_batched(matrix[None])[0]
