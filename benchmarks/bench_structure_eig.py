@@ -46,7 +46,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import jaxctbn as jc
-from jaxctbn._experiments.run import default_truth
+from jaxctbn._experiments.config import default_truth
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from _common import block, environment, fmt, write_results

@@ -162,9 +162,9 @@ from ._active_learning.loop import StructureLearningTask as StructureLearningTas
 from ._active_learning.loop import design_from_name as design_from_name
 from ._active_learning.loop import run_active_learning as run_active_learning
 from ._active_learning.loop import run_repetitions as run_repetitions
-from ._experiments.run import ExperimentConfig as ExperimentConfig
+from ._experiments.config import ExperimentConfig as ExperimentConfig
 from ._experiments.run import run_experiment as run_experiment
-from ._experiments.run import default_graph_draws as default_graph_draws
+from ._experiments.config import default_graph_draws as default_graph_draws
 
 # metrics
 from ._active_learning.metrics import adjacency_from_parents as adjacency_from_parents

@@ -119,7 +119,7 @@ def _design_structure(args):
 def _box_hill_options(args, num_nodes: int) -> dict:
     """The structure (V)BHC keywords of `--graph-draws` and `--max-sets` for `num_nodes`."""
     from .._criteria.structure import JointGraphDraws, StratifiedGraphDraws
-    from .._experiments.run import default_graph_draws
+    from .._experiments.config import default_graph_draws
 
     draws, max_sets = default_graph_draws(num_nodes, args.graph_draws, args.max_sets)
     return {
@@ -172,7 +172,7 @@ def _write_ranking(args, scores, space, names, init, duration):
         "prior": getattr(args, "fitted_prior", None) or _prior_json(args),
     }
     if args.target == "structure" and args.criterion != "eig":
-        from .._experiments.run import default_graph_draws
+        from .._experiments.config import default_graph_draws
 
         draws, max_sets = default_graph_draws(len(names), args.graph_draws, args.max_sets)
         out.update(graph_draws=draws, max_sets=max_sets)

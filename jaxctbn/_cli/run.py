@@ -70,7 +70,9 @@ def _cmd_run(args):
 
     from .._active_learning.loop import DESIGN_NAMES
     from .._criteria.batching import Sharded
-    from .._experiments.run import ExperimentConfig, run_experiment, summary_table, verdicts
+    from .._experiments.config import ExperimentConfig
+    from .._experiments.report import summary_table, verdicts
+    from .._experiments.run import run_experiment
 
     if args.target == "pool":
         if args.shard or args.distributed or args.cpu_devices is not None:
@@ -146,7 +148,7 @@ def _cmd_run_pool(args):
         prepare_pool,
         run_pool_experiment,
     )
-    from .._experiments.run import summary_table, verdicts
+    from .._experiments.report import summary_table, verdicts
     from .._panel.csv import panel_from_dataframe
     from .._paths.csv import infer_cardinalities, read_csv
 

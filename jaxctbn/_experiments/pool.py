@@ -65,7 +65,7 @@ from .._panel.structure import (
     expected_family_statistics,
     learn_structure_from_panels,
 )
-from .run import METRICS
+from .config import METRICS
 
 #: Design names understood by [`jaxctbn.pool_design_from_name`][] and `jaxctbn run pool`.
 POOL_DESIGN_NAMES = ("passive", "random", "vbhc", "negative-vbhc")
@@ -490,7 +490,9 @@ def run_pool_experiment(
     `jaxctbn run structure` (config.json, truth.json = the full-data network, resumable chunks,
     metrics.csv with a `subject` column, results.json, summary.md, figure.png,
     interventions.png)."""
-    from . import run as ex
+    from .config import prior_settings
+    from .outputs import _atomic, _json_bytes, _load_chunk, _prepare_out, _write_outputs
+    from .report import summarise
 
     designs = list(designs)
     unknown = [d for d in designs if d not in POOL_DESIGN_NAMES]
@@ -529,7 +531,7 @@ def run_pool_experiment(
             for o, lab in enumerate(pool.option_labels)
         },
         "max_parents": int(pool.statistics.parent_sets[0].shape[-1]),
-        **ex.prior_settings(pool.prior_posterior.prior),  # pyright: ignore[reportArgumentType]
+        **prior_settings(pool.prior_posterior.prior),  # pyright: ignore[reportArgumentType]
         "initial_state_policy": "scored from each option's most common complete first observation",
         "full_data_graph": {names[n]: [names[p] for p in ps] for n, ps in enumerate(model.parents)},
         "full_data_iterations": fit.iterations,
@@ -538,11 +540,11 @@ def run_pool_experiment(
     }
     chunk_dir = None
     if out is not None:
-        chunk_dir = ex._prepare_out(out, settings, overwrite)
-        blob = ex._json_bytes(settings, indent=1)
-        ex._atomic(os.path.join(out, "config.json"), lambda f: f.write(blob))
-        net = ex._json_bytes(model.to_dict(), indent=1)
-        ex._atomic(os.path.join(out, "truth.json"), lambda f: f.write(net))
+        chunk_dir = _prepare_out(out, settings, overwrite)
+        blob = _json_bytes(settings, indent=1)
+        _atomic(os.path.join(out, "config.json"), lambda f: f.write(blob))
+        net = _json_bytes(model.to_dict(), indent=1)
+        _atomic(os.path.join(out, "truth.json"), lambda f: f.write(net))
     base = jr.key(seed)
     bar = None
     if progress:
@@ -559,7 +561,7 @@ def run_pool_experiment(
             path = None
             if chunk_dir is not None:
                 path = os.path.join(chunk_dir, design_name, f"{start}-{stop - 1}.npz")
-                loaded = ex._load_chunk(path, "pool", stop - start, K, N)
+                loaded = _load_chunk(path, "pool", stop - start, K, N)
                 if loaded is not None:
                     parts.append(loaded)
                     if bar is not None:
@@ -584,7 +586,7 @@ def run_pool_experiment(
             }
             if path is not None:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
-                ex._atomic(path, lambda f, part=part: np.savez(f, **part))
+                _atomic(path, lambda f, part=part: np.savez(f, **part))
             parts.append(part)
             if bar is not None:
                 bar.update(stop - start)
@@ -599,12 +601,12 @@ def run_pool_experiment(
     report = {
         "settings": settings,
         "results": results,
-        "summary": ex.summarise("pool", results),
+        "summary": summarise("pool", results),
         "timing": timing,
         "failed_repetitions": {},
     }
     if out is not None:
         ids = np.asarray(pool.subject_ids, dtype=object)
         subjects = {d: ids[np.asarray(res["subjects"])] for d, res in results.items()}
-        ex._write_outputs("pool", report, model, out, extra_columns={"subject": subjects})
+        _write_outputs("pool", report, model, out, extra_columns={"subject": subjects})
     return report
