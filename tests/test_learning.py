@@ -578,7 +578,7 @@ def test_jumps_route_equals_segment_routes(getkey, chunk):
 def test_jumps_route_many_nodes_and_auto_choice(getkey):
     """On 24 binary nodes (more global states than path segments) the jumps route equals the
     matmul route, and `"auto"` picks it for such data."""
-    from jaxctbn._learning.structure import _plan_family_statistics
+    from jaxctbn._learning.memory import _plan_family_statistics
 
     N = 24
     parents = tuple((n - 1,) if n % 3 else () for n in range(N))
@@ -607,7 +607,7 @@ def test_jumps_route_refuses_what_it_cannot_sum(getkey):
     cards, parents = (2, 2, 2), ((), (0,), (1,))
     _, traj = _pooled(getkey, cards, parents, {"X2": 1})
     sets = jc.candidate_parent_sets(3, 2)
-    from jaxctbn._learning.structure import _plan_family_statistics
+    from jaxctbn._learning.memory import _plan_family_statistics
 
     plan = lambda t: _plan_family_statistics(  # noqa: E731
         "test",

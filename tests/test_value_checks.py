@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import jaxctbn as jc
-from jaxctbn._learning.structure import _memory_budget
+from jaxctbn._learning.memory import _memory_budget
 from jaxctbn._paths.sampling import Trajectories
 
 

@@ -35,10 +35,11 @@ from .._criteria.criteria import BHC, EIG, VBHC, AbstractCriterion, score_interv
 from .._criteria.structure import AbstractGraphDraws, StratifiedGraphDraws
 from .._errors import error_message
 from .._learning.empirical_bayes import EmpiricalBayes
+from .._learning.family_statistics import family_statistics
 from .._learning.optimisers import LBFGS
 from .._learning.posterior import AbstractPosterior, RatePosterior
 from .._learning.priors import AbstractPrior, GammaPrior
-from .._learning.structure import StructurePosterior, family_statistics
+from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from .._model.ctbn import CTBN
 from .._model.interventions import Intervention, design_space

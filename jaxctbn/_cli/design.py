@@ -65,7 +65,7 @@ def _design_structure(args):
     import jax.numpy as jnp
     import numpy as np
 
-    from .._learning.structure import learn_structure
+    from .._learning.structure_posterior import learn_structure
     from .._paths.csv import (
         RESERVED_COLUMNS,
         infer_cardinalities,

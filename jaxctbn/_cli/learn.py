@@ -48,7 +48,7 @@ def _cmd_learn(args):
     import jax
     import numpy as np
 
-    from .._learning.structure import learn_structure
+    from .._learning.structure_posterior import learn_structure
     from .._paths.csv import read_csv, trajectories_from_dataframe
 
     panel = args.observation == "panel"

@@ -27,7 +27,7 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._learning.optimisers import AbstractVBHCOptimiser
 from .._learning.posterior import AbstractPosterior, RatePosterior
-from .._learning.structure import StructurePosterior
+from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from .._model.interventions import Intervention
 from .batching import AbstractBatching, Chunked, Vmap

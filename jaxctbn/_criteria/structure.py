@@ -38,7 +38,7 @@ from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 from .._learning.conjugate import gamma_poisson_log_gamma_table, gamma_poisson_log_marginal
 from .._learning.optimisers import AbstractVBHCOptimiser
 from .._learning.priors import GammaPrior
-from .._learning.structure import StructurePosterior
+from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.master_equation import (
     clamp_pattern_statistics,
     expected_statistics_batch,

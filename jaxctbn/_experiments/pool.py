@@ -53,8 +53,10 @@ from jaxtyping import Array, Bool, Float, Int, Key, PRNGKeyArray
 
 from .._active_learning.metrics import edge_aupr, edge_auroc
 from .._criteria.criteria import VBHC, AbstractCriterion, score_interventions
+from .._learning.candidates import candidate_parent_sets
+from .._learning.family_statistics import FamilyStatistics
 from .._learning.priors import AbstractPrior, GammaPrior
-from .._learning.structure import FamilyStatistics, StructurePosterior, candidate_parent_sets
+from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.solvers import AbstractMasterEquationSolver
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import Intervention

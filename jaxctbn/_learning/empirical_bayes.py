@@ -24,7 +24,7 @@ import jax.numpy as jnp
 
 from .optimisers import LBFGS, AbstractVBHCOptimiser
 from .priors import AbstractPrior
-from .structure import StructurePosterior
+from .structure_posterior import StructurePosterior
 
 
 class EmpiricalBayes(eqx.Module):

@@ -33,12 +33,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
+from .._learning.family_statistics import FamilyStatistics
 from .._learning.priors import AbstractPrior, GammaPrior
-from .._learning.structure import (
-    FamilyStatistics,
-    StructurePosterior,
-    _candidate_sets_within_budget,
-)
+from .._learning.scores import _candidate_sets_within_budget
+from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.master_equation import AbstractExpectedStatistics
 from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
 from .._model.ctbn import CTBN, AbstractCTBN, PaddedCTBN
