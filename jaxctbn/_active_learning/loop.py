@@ -44,7 +44,7 @@ from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from .._model.ctbn import CTBN
 from .._model.interventions import Intervention, design_space
 from .._model.layout import all_global_states
-from .._paths.sampling import Trajectories, _check_count, automatic_max_events, sample_trajectory
+from .._paths.sampling import Trajectories, automatic_max_events, check_count, sample_trajectory
 from .._paths.sufficient_statistics import SufficientStatistics
 from .metrics import adjacency_from_parents, edge_aupr, edge_auroc, structural_hamming_distance
 
@@ -560,7 +560,7 @@ def _run_active_learning(
 def _resolve_max_events(task, horizon, max_events) -> int:
     """`max_events`, or when `None` the automatic buffer for the truth's rates and `horizon`."""
     if max_events is not None:
-        _check_count(max_events, "max_events")
+        check_count(max_events, "max_events")
         return int(max_events)
     if isinstance(horizon, jax.core.Tracer) or np.ndim(horizon) != 0:
         auto = None

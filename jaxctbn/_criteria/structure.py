@@ -52,7 +52,7 @@ from .._master_equation.solvers import (
 from .._model.ctbn import PaddedCTBN
 from .._model.interventions import Intervention
 from .._model.layout import all_global_states, config_index, num_configurations
-from .._paths.sampling import PathStatistics, _check_count, _nested_vmap, _path_statistics
+from .._paths.sampling import PathStatistics, check_count, nested_vmap, path_statistics
 from .batching import AbstractBatching
 from .kl_estimators import AbstractKLEstimator, MonteCarlo, PlugIn
 
@@ -107,7 +107,7 @@ def _sampled_statistics(
     B = flat.parent_index[0].shape[0]
     C = interventions.targets.shape[0]
     keys = jr.split(jr.fold_in(path_key, n), (B, num_paths))
-    return _path_statistics(
+    return path_statistics(
         jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (C, *a.shape)), flat),
         jax.tree_util.tree_map(
             lambda a: jnp.broadcast_to(a[:, None], (C, B, *a.shape[1:])), interventions
@@ -543,7 +543,7 @@ def _node_divergence(
         )
 
         def ells_of(stats):  # one candidate's paths: mean over the paths of each draw
-            return _nested_vmap(ell, 2)(*stats.node_statistics_on_sets(sets)).mean(1)
+            return nested_vmap(ell, 2)(*stats.node_statistics_on_sets(sets)).mean(1)
 
         # candidate by candidate: the statistics on every set of every path are the big arrays
         ells = jax.lax.map(ells_of, stats)  # (candidates, draws, sets)
@@ -587,7 +587,7 @@ def _node_eig(
     )
 
     def gains_of(stats):  # one candidate's paths: ln p(P | S, H) - ln p(P | H) for the true P
-        new = _nested_vmap(rescore, 2)(*stats.node_statistics_on_sets(sets))  # (draws, paths, P)
+        new = nested_vmap(rescore, 2)(*stats.node_statistics_on_sets(sets))  # (draws, paths, P)
         own = jnp.take_along_axis(new, true_index[:, None, None], axis=-1)[..., 0]
         return (own - old[true_index][:, None]).mean(1)  # mean over the paths of each draw
 
@@ -772,8 +772,8 @@ def structure_eig(
 
 def _eig_of_node(posterior, draws, initial_state, horizon, path_key, num_paths, max_events):
     """Validate the settings and return `(n, candidates) -> node n's EIG term per candidate`."""
-    _check_count(num_paths, "num_paths")
-    _check_count(max_events, "max_events")
+    check_count(num_paths, "num_paths")
+    check_count(max_events, "max_events")
     # built here, before the caller's loop over chunks of candidates: XLA would otherwise fuse
     # the rescorers' lgamma tables into their lookups and evaluate lgamma per lookup again
     rescorers = [_rescorer(posterior, n, max_events) for n in range(len(draws.models))]

@@ -49,7 +49,7 @@ def default_truth(target: str, seed: int = 0) -> CTBN:
     return paper_network(jax.random.key(seed), rates=rates)
 
 
-def _json_value(v):
+def json_value(v):
     """A hyper-parameter as JSON: a float, or a list of one per node."""
     return float(v) if np.ndim(v) == 0 else np.asarray(v, float).tolist()
 
@@ -60,14 +60,14 @@ def prior_settings(prior: AbstractPrior) -> dict:
     if isinstance(prior, NodelmanPrior):
         return {
             "prior": "nodelman",
-            "alpha": _json_value(prior.alpha),
-            "beta": _json_value(prior.tau),
+            "alpha": json_value(prior.alpha),
+            "beta": json_value(prior.tau),
         }
     if isinstance(prior, GammaPrior):
         return {
             "prior": "gamma",
-            "alpha": _json_value(prior.alpha),
-            "beta": _json_value(prior.beta),
+            "alpha": json_value(prior.alpha),
+            "beta": json_value(prior.beta),
         }
     raise ValueError(f"prior: expected GammaPrior or NodelmanPrior, got {type(prior).__name__}.")
 

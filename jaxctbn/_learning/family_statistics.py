@@ -20,7 +20,7 @@ from .._model.layout import (
     max_configs,
 )
 from .._paths.sampling import Trajectories
-from .._paths.sufficient_statistics import _check_trajectories, segments
+from .._paths.sufficient_statistics import check_trajectories, segments
 from .memory import _memory_budget, _plan_family_statistics, _route_chunk
 
 
@@ -455,7 +455,7 @@ def family_statistics(
     )
     chunk = _route_chunk(method, chunk)
     # every statistic below is computed from the checked trajectories
-    trajectories = _check_trajectories(trajectories, cards, names)
+    trajectories = check_trajectories(trajectories, cards, names)
     if method == "jumps":
         D_all, E_all = _cooccupancy_from_jumps(cards, trajectories, chunk)
         return _pairwise_statistics(cards, parent_sets, D_all, E_all)

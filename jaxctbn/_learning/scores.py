@@ -19,7 +19,7 @@ from .memory import _check_memory, _memory_budget, _memory_parts
 from .priors import AbstractPrior, GammaPrior
 
 
-def _candidate_sets_within_budget(
+def candidate_sets_within_budget(
     caller: str,
     names: tuple[str, ...],
     cards: tuple[int, ...],

@@ -27,13 +27,13 @@ from .._model.layout import (
     num_configurations,
 )
 from .._paths.sampling import Trajectories
-from .._paths.sufficient_statistics import _check_states_now
+from .._paths.sufficient_statistics import check_states_now
 from .candidates import candidate_parent_sets
 from .family_statistics import FamilyStatistics, family_statistics
 from .memory import _memory_budget, _plan_family_statistics
 from .posterior import AbstractPosterior
 from .priors import AbstractPrior, GammaPrior
-from .scores import _candidate_sets_within_budget, _check_statistics, _scores
+from .scores import _check_statistics, _scores, candidate_sets_within_budget
 
 
 class StructurePosterior(AbstractPosterior):
@@ -102,7 +102,7 @@ class StructurePosterior(AbstractPosterior):
         N = len(cards)
         if len(names) != N:
             raise ValueError(f"names: need {N} node names, got {len(names)}.")
-        sets = _candidate_sets_within_budget(
+        sets = candidate_sets_within_budget(
             "StructurePosterior.from_prior",
             names,
             cards,
@@ -417,7 +417,7 @@ def learn_structure(
         raise ValueError(f"names: need {len(cards)} node names, got {len(names)}.")
     budget = _memory_budget(memory_budget)
     # concrete data: a state >= k is reported now, naming the node
-    _check_states_now(trajectories, cards, names)
+    check_states_now(trajectories, cards, names)
     sets = candidate_parent_sets(
         len(cards), max_parents, required_edges=required_edges, forbidden_edges=forbidden_edges
     )

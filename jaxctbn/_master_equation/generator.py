@@ -96,7 +96,7 @@ class AbstractGenerator(eqx.Module):
 
     def dense(self) -> Float[Array, "global_states global_states"]:
         """The dense $S\\times S$ generator (for small networks and tests)."""
-        src, dst = _shift_indices(self.cardinalities)
+        src, dst = shift_indices(self.cardinalities)
         S = self.num_states
         W = jnp.zeros((S, S), self.exit_rates.dtype)
         if self.shifts:
@@ -141,7 +141,7 @@ def batch_last(generators: AbstractGenerator) -> AbstractGenerator:
     return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, -1), generators)
 
 
-def _shift_indices(cardinalities):
+def shift_indices(cardinalities):
     states = all_global_states(cardinalities)
     S = states.shape[0]
     strides = np.array(

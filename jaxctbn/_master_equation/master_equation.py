@@ -23,7 +23,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._model.ctbn import AbstractCTBN
-from .._model.interventions import Intervention, _is_concrete
+from .._model.interventions import Intervention, is_concrete
 from .._model.layout import (
     all_global_states,
     config_index,
@@ -240,7 +240,7 @@ def initial_distribution(
     """
     if intervention is not None:
         intervention = intervention.checked(model)
-    return _initial_distribution(model, initial_state, intervention)
+    return checked_initial_distribution(model, initial_state, intervention)
 
 
 def checked_node_states(
@@ -269,7 +269,7 @@ def checked_node_states(
     )
 
 
-def _initial_distribution(
+def checked_initial_distribution(
     model: AbstractCTBN, initial_state: ArrayLike, intervention: Intervention | None
 ) -> Float[Array, " global_states"]:
     """`initial_distribution` for an intervention already passed through `checked(model)`."""
@@ -323,7 +323,7 @@ def _prepare(
     is attached to values that all of the solve's outputs are computed from: the rates to the
     model (hence the generator), the initial state and the intervention's states to `p0`."""
     model, intervention = prepare_model(model, intervention)
-    p0 = _initial_distribution(model, initial_state, intervention)
+    p0 = checked_initial_distribution(model, initial_state, intervention)
     return model, amalgamate(model), p0
 
 
@@ -406,7 +406,7 @@ def expected_statistics(
 def _check_concrete_intervention(model: AbstractCTBN, intervention: Intervention | None) -> None:
     """The `ValueError` (naming the clamped state) of a concrete intervention's states, before
     they become tracers inside the compiled solve (where the same check is an `eqx.error_if`)."""
-    if intervention is not None and _is_concrete(intervention.targets, intervention.states):
+    if intervention is not None and is_concrete(intervention.targets, intervention.states):
         intervention.checked(model)
 
 

@@ -40,7 +40,7 @@ from .._model.interventions import Intervention
 from .._model.layout import slot_strides
 from .master_equation import (
     AbstractExpectedStatistics,
-    _initial_distribution,
+    checked_initial_distribution,
     checked_node_states,
     prepare_model,
     projection_parents,
@@ -265,7 +265,7 @@ class MeanField(AbstractApproximateSolver):
         if jnp.issubdtype(initial_state.dtype, jnp.integer):
             states = checked_node_states(model, initial_state, intervention)
             return (states[:, None] == jnp.arange(kmax)).astype(dtype)
-        p = _initial_distribution(model, initial_state, intervention).reshape(cards)
+        p = checked_initial_distribution(model, initial_state, intervention).reshape(cards)
         rows = []
         for n, k in enumerate(cards):
             axes = tuple(a for a in range(len(cards)) if a != n)

@@ -48,7 +48,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import Intervention
 from .._model.layout import config_index
-from .._paths.sampling import _initial_state, _trajectories, automatic_max_events
+from .._paths.sampling import automatic_max_events, batch_trajectories, draw_initial_state
 from .._paths.sufficient_statistics import segments
 from .master_equation import AbstractExpectedStatistics, prepare_model, projection_parents
 from .solvers import AbstractApproximateSolver
@@ -292,9 +292,9 @@ class Gillespie(AbstractApproximateSolver):
         # they carry no gradient (see the class docstring), the rates of their segments do
         frozen, frozen_intervention = jax.lax.stop_gradient((model, intervention))
         s0, keys = jax.vmap(
-            lambda key: _initial_state(frozen, frozen_intervention, initial_state, key)
+            lambda key: draw_initial_state(frozen, frozen_intervention, initial_state, key)
         )(jr.split(self.key, self.num_paths))
-        paths = _trajectories(frozen, horizon, s0, keys, frozen_intervention, max_events)
+        paths = batch_trajectories(frozen, horizon, s0, keys, frozen_intervention, max_events)
         states, durations, _ = jax.vmap(segments)(paths)
         states, durations = eqx.error_if(
             (states, durations),

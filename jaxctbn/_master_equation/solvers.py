@@ -29,7 +29,7 @@ import numpy as np
 from jaxtyping import Array
 
 from .dense_linalg import expm
-from .generator import AbstractGenerator, _shift_indices, batch_last
+from .generator import AbstractGenerator, batch_last, shift_indices
 
 
 class AbstractMasterEquationSolver(eqx.Module):
@@ -188,7 +188,7 @@ def _reverse_cumsum(x: Array) -> Array:
     return jnp.flip(jnp.cumsum(jnp.flip(x)))
 
 
-def _pull_shifts(generator: AbstractGenerator, v: Array) -> Array:
+def pull_shifts(generator: AbstractGenerator, v: Array) -> Array:
     """`out[r, s] = v[s_r']` for every shift r = (n, j): node n of s moved forward by j.
 
     `v` has shape `(S,)`; returns `(len(shifts), S)`."""
@@ -201,13 +201,13 @@ def _pull_shifts(generator: AbstractGenerator, v: Array) -> Array:
     return jnp.stack(rows) if rows else jnp.zeros((0,) + v.shape, v.dtype)
 
 
-def _push(x: Array, n: int, j: int, k: int) -> Array:
+def push(x: Array, n: int, j: int, k: int) -> Array:
     """Values at `s` moved to `s_r'` (node `n` of `s` moved forward by `j`, mod `k`)."""
     return jnp.flip(x, axis=n) if k == 2 else jnp.roll(x, j, axis=n)
 
 
 def _pull(x: Array, n: int, j: int, k: int) -> Array:
-    """`out[s] = x[s_r']`: the inverse of `_push`."""
+    """`out[s] = x[s_r']`: the inverse of `push`."""
     return jnp.flip(x, axis=n) if k == 2 else jnp.roll(x, -j, axis=n)
 
 
@@ -241,10 +241,10 @@ def _increment(
             e = e + err + q[r] * (d_err + _pull(low, n, j, k) - low)
         else:
             flow = q[r] * h
-            s, err_in = _two_sum(s, _push(flow, n, j, k))
+            s, err_in = _two_sum(s, push(flow, n, j, k))
             s, err_out = _two_sum(s, -flow)
             flow_lo = q[r] * low
-            e = e + (err_in + err_out) + (_push(flow_lo, n, j, k) - flow_lo)
+            e = e + (err_in + err_out) + (push(flow_lo, n, j, k) - flow_lo)
     out = s + e
     return out.reshape(hi.shape), (e - (out - s)).reshape(hi.shape)
 
@@ -269,7 +269,7 @@ def _flow_product(generator: AbstractGenerator, q: tuple[Array, ...], v: Array, 
             out = out + q[r] * (_pull(vt, n, j, cards[n]) - vt)
         else:
             flow = q[r] * vt
-            out = out + (_push(flow, n, j, cards[n]) - flow)
+            out = out + (push(flow, n, j, cards[n]) - flow)
     return out.reshape(v.shape)
 
 
@@ -616,7 +616,7 @@ class Uniformisation(AbstractMasterEquationSolver):
             k, a, dwell, flux = c
             ck = jax.lax.dynamic_slice_in_dim(w, k + 1, K_max) @ B
             dwell = dwell + a * ck
-            flux = flux + a[None] * _pull_shifts(generator, ck)
+            flux = flux + a[None] * pull_shifts(generator, ck)
             return k + 1, a + generator.apply(a) / lam, dwell, flux
 
         num_shifts = len(generator.shifts)
@@ -732,7 +732,7 @@ class DiffraxSolver(AbstractMasterEquationSolver):
         def vector_field(t, y, args):
             a = y[0]
             b = backward.evaluate(horizon - t)
-            return generator.apply(a), a * b, a[None] * _pull_shifts(generator, b)
+            return generator.apply(a), a * b, a[None] * pull_shifts(generator, b)
 
         y0 = (
             alpha_start,
@@ -807,7 +807,7 @@ class MatrixExponential(AbstractMasterEquationSolver):
         B = jnp.outer(alpha_start, jnp.asarray(beta_end, A.dtype))
         M = jnp.block([[A, B], [jnp.zeros_like(A), A]])
         C = self._expm(jnp.asarray(horizon, A.dtype) * M)[:S, S:]
-        src, dst = _shift_indices(generator.cardinalities)
+        src, dst = shift_indices(generator.cardinalities)
         return self._checked((jnp.diagonal(C), C[src, dst]))
 
 

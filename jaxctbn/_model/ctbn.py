@@ -26,7 +26,7 @@ def _zero_diagonal_rates(cim: Array) -> Array:
     return jnp.where(jnp.eye(k, dtype=bool), jnp.zeros((), cim.dtype), cim)
 
 
-def _with_diagonal(rates: Array) -> Array:
+def with_diagonal(rates: Array) -> Array:
     """Intensity matrices (rows sum to zero) from off-diagonal rates."""
     off = _zero_diagonal_rates(rates)
     k = rates.shape[-1]
@@ -35,8 +35,8 @@ def _with_diagonal(rates: Array) -> Array:
 
 @eqx.filter_jit
 def _with_diagonals(cims: tuple[Array, ...], dtype) -> tuple[Array, ...]:
-    """`_with_diagonal` of every table as one program (eagerly, each op would compile)."""
-    return tuple(_with_diagonal(c.astype(dtype)) for c in cims)
+    """`with_diagonal` of every table as one program (eagerly, each op would compile)."""
+    return tuple(with_diagonal(c.astype(dtype)) for c in cims)
 
 
 def check_rates(rates: Array, name: str = "rates") -> Array:

@@ -44,7 +44,7 @@ class Intervention(eqx.Module):
                 f"{jnp.shape(self.states)} must have the same shape (one entry per node)."
             )
         # the upper bound needs the model's cardinalities: see `checked`
-        if _is_concrete(self.targets, self.states):
+        if is_concrete(self.targets, self.states):
             bad = np.asarray(self.targets, bool) & (np.asarray(self.states) < 0)
             if bad.any():
                 index = tuple(np.argwhere(bad)[0])
@@ -110,7 +110,7 @@ class Intervention(eqx.Module):
                 f"intervention: has {self.num_nodes} nodes, the model has {model.num_nodes}."
             )
         cards = model.cardinalities
-        if _is_concrete(self.targets, self.states):
+        if is_concrete(self.targets, self.states):
             states = np.asarray(self.states)
             bad = np.asarray(self.targets, bool) & ((states < 0) | (states >= np.asarray(cards)))
             if bad.any():
@@ -143,7 +143,7 @@ class Intervention(eqx.Module):
             raise ValueError(
                 f"intervention: has {self.num_nodes} nodes, the model has {model.num_nodes}."
             )
-        if _is_concrete(self.targets, self.states):
+        if is_concrete(self.targets, self.states):
             self.checked(model)
         cims = []
         for n, cim in enumerate(model.cims):
@@ -172,7 +172,7 @@ class Intervention(eqx.Module):
         return {model.names[n]: int(s[n]) for n in range(model.num_nodes) if t[n]}
 
 
-def _is_concrete(*arrays) -> bool:
+def is_concrete(*arrays) -> bool:
     """Whether every array is a concrete value (not a tracer inside jit / vmap / grad)."""
     return not any(isinstance(a, jax.core.Tracer) for a in arrays)
 

@@ -15,7 +15,7 @@ from .inference import PanelObservations
 
 if TYPE_CHECKING:
     import pandas as pd
-from .._paths.csv import _node_spec, _node_values, _parse_intervention_label, read_csv
+from .._paths.csv import node_spec, node_values, parse_intervention_label, read_csv
 
 
 def panel_from_dataframe(
@@ -43,8 +43,8 @@ def panel_from_dataframe(
     `model` is a CTBN or a dict `{node name: cardinality}`. **Returns:** the
     [`jaxctbn.PanelObservations`][] (a batch padded to the longest trajectory) and the
     trajectory id of each row of the batch."""
-    names, cards = _node_spec(model)
-    values = _node_values(df, names, cards, missing=True)
+    names, cards = node_spec(model)
+    values = node_values(df, names, cards, missing=True)
     entry = parse_assignment(
         None if not exact_entry else ",".join(f"{k}={v}" for k, v in exact_entry.items()),
         names,
@@ -101,7 +101,7 @@ def panel_from_dataframe(
         if len(label_values) > 1:
             raise ValueError(f"data: trajectory {tid!r} has more than one intervention label.")
         label = label_values.pop() if label_values else ""
-        targets, istates = _parse_intervention_label(label, names, cards, tid)
+        targets, istates = parse_intervention_label(label, names, cards, tid)
         for n in np.nonzero(targets)[0]:
             seen = s_arr[:, n]
             if np.any((seen >= 0) & (seen != istates[n])):

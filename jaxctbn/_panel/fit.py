@@ -58,8 +58,8 @@ from .._master_equation.solvers import (
     MatrixExponential,
     Uniformisation,
 )
-from .._model.ctbn import CTBN, _with_diagonal
-from .._model.interventions import _is_concrete
+from .._model.ctbn import CTBN, with_diagonal
+from .._model.interventions import is_concrete
 from .inference import (
     Emissions,
     GapGroups,
@@ -102,7 +102,7 @@ class _Problem(eqx.Module):
 
     def with_rates(self, rates: tuple[Array, ...]) -> CTBN:
         """The model with these off-diagonal rates (diagonals recomputed)."""
-        cims = tuple(_with_diagonal(q) for q in rates)
+        cims = tuple(with_diagonal(q) for q in rates)
         return eqx.tree_at(lambda m: m.cims, self.model, cims)
 
     def start(self) -> tuple[Array, ...]:
@@ -346,7 +346,7 @@ def _check_method(tolerance, max_iterations, name: str) -> tuple[Any, int]:
         raise ValueError(
             f"tolerance: {name} needs a scalar float, got {tolerance.dtype} {tolerance.shape}."
         )
-    if _is_concrete(tolerance) and not (bool(jnp.isfinite(tolerance)) and tolerance >= 0):
+    if is_concrete(tolerance) and not (bool(jnp.isfinite(tolerance)) and tolerance >= 0):
         raise ValueError(f"tolerance: {name} needs a finite number >= 0, got {tolerance}.")
     return tolerance, int(max_iterations)
 
@@ -690,7 +690,7 @@ def fit_rates(
         raise ValueError(f"emissions: expected an Emissions, got {type(emissions).__name__}.")
     if not isinstance(solver, AbstractMasterEquationSolver):
         raise ValueError(f"solver: expected a master-equation solver, got {type(solver).__name__}.")
-    if _is_concrete(*model.cims):
+    if is_concrete(*model.cims):
         for name, c in zip(model.names, model.cims):
             c = np.asarray(c)
             off = c[..., ~np.eye(c.shape[-1], dtype=bool)]
@@ -702,7 +702,7 @@ def fit_rates(
     # host-side (numpy) arrays where possible: each eager jax operation costs a dispatch
     dtype = np.dtype(jnp.result_type(*model.cims))
     tolerance = method.tolerance
-    tolerance = np.asarray(tolerance, dtype) if _is_concrete(tolerance) else tolerance
+    tolerance = np.asarray(tolerance, dtype) if is_concrete(tolerance) else tolerance
     method = eqx.tree_at(
         lambda m: m.tolerance, method, jnp.asarray(tolerance, dtype)
     )  # data, so that a new tolerance does not recompile
@@ -726,7 +726,7 @@ def fit_rates(
         model, observations, method, parameters, emissions, initial_distribution, solver, groups
     )
     shape = observations.batch_shape + (observations.times.shape[-1],)
-    bad = np.reshape(np.asarray(bad), shape) if _is_concrete(bad) else jnp.reshape(bad, shape)
+    bad = np.reshape(np.asarray(bad), shape) if is_concrete(bad) else jnp.reshape(bad, shape)
     return _check_possible(fit, bad, observations)
 
 

@@ -48,20 +48,20 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._master_equation.dense_linalg import matrix_vector, short_sum, vector_matrix
-from .._master_equation.generator import AbstractGenerator, _shift_indices, amalgamate
+from .._master_equation.generator import AbstractGenerator, amalgamate, shift_indices
 from .._master_equation.master_equation import (
     AbstractExpectedStatistics,
-    _initial_distribution,
+    checked_initial_distribution,
     projection_bins,
 )
 from .._master_equation.solvers import (
     DEFAULT_SOLVER,
     AbstractMasterEquationSolver,
-    _pull_shifts,
-    _push,
+    pull_shifts,
+    push,
 )
 from .._model.ctbn import AbstractCTBN
-from .._model.interventions import Intervention, _is_concrete
+from .._model.interventions import Intervention, is_concrete
 from .._model.layout import max_configs, state_bins_on_sets
 
 
@@ -158,7 +158,7 @@ class PanelObservations(eqx.Module):
                     f"intervention: expected one per trajectory (batch shape {batch}) or one "
                     f"shared, got targets of shape {jnp.shape(intervention.targets)}."
                 )
-        if _is_concrete(times, states, num_observations, exact_entry):
+        if is_concrete(times, states, num_observations, exact_entry):
             _check_concrete(
                 np.asarray(times), np.asarray(states), np.asarray(num_observations),
                 np.asarray(exact_entry),
@@ -232,7 +232,7 @@ class PanelObservations(eqx.Module):
             )
         symbols = np.asarray(model.cardinalities if emissions is None else emissions.symbols(model))
         states = self.states
-        if _is_concrete(states, self.num_observations, self.exact_entry):
+        if is_concrete(states, self.num_observations, self.exact_entry):
             y = np.asarray(states)
             ok = (np.arange(y.shape[-2]) < np.asarray(self.num_observations)[..., None])[..., None]
             exact = np.asarray(self.exact_entry)[..., None]
@@ -530,14 +530,14 @@ def _entry_forward(generator: AbstractGenerator, a: Array, inside: Array) -> Arr
     source = (a * (1 - inside)).reshape(cards)
     out = jnp.zeros(cards, a.dtype)
     for r, (n, j) in enumerate(generator.shifts):
-        out = out + _push(generator.shift_rate_tensor(r) * source, n, j, cards[n])
+        out = out + push(generator.shift_rate_tensor(r) * source, n, j, cards[n])
     return out.reshape(-1) * inside
 
 
 def _entry_jumps(generator: AbstractGenerator, a: Array, b: Array, inside: Array) -> Array:
     r"""Per shift $r$, $a(s)\,1[s\notin O]\,R_r(s)\,1[s_r'\in O]\,b(s_r')$, shape `(J, S)`."""
     rates = jnp.stack([generator.shift_rates(r) for r in range(len(generator.shifts))])
-    return (a * (1 - inside))[None] * rates * _pull_shifts(generator, inside * b)
+    return (a * (1 - inside))[None] * rates * pull_shifts(generator, inside * b)
 
 
 def _entry_backward(generator: AbstractGenerator, b: Array, inside: Array) -> Array:
@@ -590,7 +590,7 @@ def _filter(
 
     if p0 is None:  # msm's convention: uniform over the states the first observation allows
         p0 = jnp.full((S,), 1.0 / S, dtype)
-    prior = _initial_distribution(model, p0, intervention)
+    prior = checked_initial_distribution(model, p0, intervention)
     a0 = prior * evidence[0]
     c0 = short_sum(a0)
     # an impossible observation (c = 0) is reported by `_check_possible` from the norms; the
@@ -750,7 +750,7 @@ def gap_groups(observations: PanelObservations) -> GapGroups | None:
     """The distinct positive gaps of concrete observations (host-side), with the batch axes
     flattened into one, `index` `(R, O - 1)`; `None` for traced arrays (inside `jit` the
     grouping cannot be computed)."""
-    if not _is_concrete(observations.times, observations.num_observations):
+    if not is_concrete(observations.times, observations.num_observations):
         return None
     num_slots = observations.times.shape[-1]
     times = np.asarray(observations.times, float).reshape(-1, num_slots)
@@ -770,7 +770,7 @@ def gap_groups(observations: PanelObservations) -> GapGroups | None:
         else float
     )
     # numpy arrays: converted when passed to the compiled fit (no eager dispatch here)
-    exact_entries = not _is_concrete(observations.exact_entry) or bool(
+    exact_entries = not is_concrete(observations.exact_entry) or bool(
         np.any(np.asarray(observations.exact_entry))
     )
     return GapGroups(
@@ -836,7 +836,7 @@ def _pooled_by_gaps(model, observations, emissions, initial_distribution, groups
     )
     upper_right = expm_batched(blocks)[:, :S, S:] * scale[:, None, None]
     C = MatrixExponential._checked((upper_right.sum(0),))[0]
-    src, dst = _shift_indices(gen.cardinalities)
+    src, dst = shift_indices(gen.cardinalities)
     rates = jnp.stack([gen.shift_rates(r) for r in range(len(gen.shifts))])
     statistics = PanelExpectedStatistics(
         dwell_times=jnp.diagonal(C),
@@ -921,7 +921,7 @@ def _check_possible(outputs, bad: Bool[Array | np.ndarray, "*batch observations"
         "intervention clamping an observed node to another state, or an emission probability "
         "0 rules it out), or the filter is not finite."
     )
-    if _is_concrete(bad):
+    if is_concrete(bad):
         found = np.argwhere(np.asarray(bad))
         if len(found):
             *r, i = (int(x) for x in found[0])

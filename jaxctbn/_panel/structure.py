@@ -35,7 +35,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from .._learning.family_statistics import FamilyStatistics
 from .._learning.priors import AbstractPrior, GammaPrior
-from .._learning.scores import _candidate_sets_within_budget
+from .._learning.scores import candidate_sets_within_budget
 from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.master_equation import AbstractExpectedStatistics
 from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
@@ -233,7 +233,7 @@ def learn_structure_from_panels(
         raise ValueError(f"tolerance: must be a number >= 0, got {tolerance!r}.")
     if not (isinstance(max_iterations, int) and max_iterations >= 1):
         raise ValueError(f"max_iterations: must be an integer >= 1, got {max_iterations!r}.")
-    sets = _candidate_sets_within_budget(
+    sets = candidate_sets_within_budget(
         "learn_structure_from_panels",
         names,
         cards,

@@ -114,7 +114,7 @@ def write_trajectories_csv(trajectories: Trajectories, model: AbstractCTBN, path
             f.write(os.linesep.join(map(",".join, cells)) + os.linesep)
 
 
-def _parse_intervention_label(label, names, cards, tid) -> tuple[np.ndarray, np.ndarray]:
+def parse_intervention_label(label, names, cards, tid) -> tuple[np.ndarray, np.ndarray]:
     targets = np.zeros(len(names), bool)
     states = np.zeros(len(names), np.int32)
     if label is None or (isinstance(label, float) and np.isnan(label)):
@@ -125,7 +125,7 @@ def _parse_intervention_label(label, names, cards, tid) -> tuple[np.ndarray, np.
     return targets, states
 
 
-def _node_spec(model) -> tuple[list[str], tuple[int, ...]]:
+def node_spec(model) -> tuple[list[str], tuple[int, ...]]:
     if isinstance(model, AbstractCTBN):
         return list(model.names), model.cardinalities
     if isinstance(model, dict):
@@ -190,7 +190,7 @@ def _node_states(df: pd.DataFrame, name: str, *, missing: bool = False) -> np.nd
     return np.where(empty, -1, np.nan_to_num(values)).astype(np.int64)
 
 
-def _node_values(df: pd.DataFrame, names, cards, *, missing: bool) -> np.ndarray:
+def node_values(df: pd.DataFrame, names, cards, *, missing: bool) -> np.ndarray:
     """The checked frame's node columns as integer states `(rows, N)` in the order of `names`
     (`-1` for an empty cell when `missing`): every node has a column, no other column is a
     node, and every state is below its node's cardinality."""
@@ -283,8 +283,8 @@ def trajectories_from_dataframe(
     **Returns:** the trajectories and, for each row, the id of its trajectory (the pieces of a
     trajectory are consecutive rows with the same id).
     """
-    names, cards = _node_spec(model)
-    values = _node_values(df, names, cards, missing=False)
+    names, cards = node_spec(model)
+    values = node_values(df, names, cards, missing=False)
     try:
         times = df["time"].to_numpy(dtype=float)
     except (TypeError, ValueError):
@@ -328,7 +328,7 @@ def trajectories_from_dataframe(
         if len(label_values) > 1:
             raise ValueError(f"data: trajectory {tid!r} has more than one intervention label.")
         label = label_values.pop() if label_values else ""
-        targets, istates = _parse_intervention_label(label, names, cards, tid)
+        targets, istates = parse_intervention_label(label, names, cards, tid)
         clamped = np.nonzero(targets)[0]
         for n in clamped:
             if np.any(s[:, n] != istates[n]):

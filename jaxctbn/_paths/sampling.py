@@ -76,14 +76,14 @@ def sample_trajectory(
       `truncated=True`; statistics computed from it raise an error instead of using a cut path.
     """
     model, horizon, intervention = _prepare(model, horizon, intervention, max_events)
-    s0, key = _initial_state(model, intervention, initial_state, key)
-    batch = _trajectories(model, horizon, s0[None], key[None], intervention, max_events)
+    s0, key = draw_initial_state(model, intervention, initial_state, key)
+    batch = batch_trajectories(model, horizon, s0[None], key[None], intervention, max_events)
     return jax.tree_util.tree_map(lambda a: a[0], batch)
 
 
 def _prepare(model, horizon, intervention, max_events):
     """Checks shared by all paths: the (intervened) model's rates and the horizon."""
-    _check_count(max_events, "max_events")
+    check_count(max_events, "max_events")
     horizon = _checked_horizon(horizon, jnp.result_type(*model.cims))
     model, intervention = _intervened(model, intervention)
     return model, horizon, intervention
@@ -119,7 +119,7 @@ def _intervened(model, intervention):
     return model, intervention
 
 
-def _initial_state(model, intervention, initial_state, key):
+def draw_initial_state(model, intervention, initial_state, key):
     """One path's initial state (drawn when given as a distribution) and its remaining key."""
     n_nodes = model.num_nodes
     s0 = jnp.asarray(initial_state)
@@ -149,7 +149,7 @@ def _initial_state(model, intervention, initial_state, key):
     return s0, key
 
 
-def _nested_vmap(fn, ndim: int):
+def nested_vmap(fn, ndim: int):
     """`fn` mapped over `ndim` leading axes of every argument."""
     for _ in range(ndim):
         fn = jax.vmap(fn)
@@ -351,11 +351,11 @@ _SHRINK = 8
 _MIN_SHRUNK_BATCH = 1024
 
 
-#: Largest rate table (global states x transitions) that `_trajectories` looks rates up in.
+#: Largest rate table (global states x transitions) that `batch_trajectories` looks rates up in.
 _MAX_TABLE_ENTRIES = 2**16
 
 
-def _trajectories(model, horizon, s0, keys, intervention, max_events) -> Trajectories:
+def batch_trajectories(model, horizon, s0, keys, intervention, max_events) -> Trajectories:
     """`_gillespie` with an event buffer, for a batch of paths `s0 (B, N)`, `keys (B,)` of one
     model."""
     n_nodes = model.num_nodes
@@ -411,7 +411,7 @@ class PathStatistics(eqx.Module):
         return out[..., 1:], out[..., 0]
 
 
-def _path_statistics(
+def path_statistics(
     model: AbstractCTBN,
     intervention: Intervention,
     initial_state: ArrayLike,
@@ -428,20 +428,20 @@ def _path_statistics(
     loop, and no jumps are stored, so the cost does not grow with `max_events`. A path with
     more than `max_events` jumps raises an error, as its statistics from `sample_trajectory`
     would."""
-    _check_count(max_events, "max_events")
+    check_count(max_events, "max_events")
     horizon = _checked_horizon(horizon, jnp.result_type(*model.cims))
     cards = model.cardinalities
     N, S, R = len(cards), math.prod(cards), sum(cards)
     shape = keys.shape
     batch = shape[:-1]
-    models, intervention = _nested_vmap(_intervened, len(batch))(model, intervention)
-    tables = _nested_vmap(_rate_table, len(batch))(models).reshape(-1, S, R)
+    models, intervention = nested_vmap(_intervened, len(batch))(model, intervention)
+    tables = nested_vmap(_rate_table, len(batch))(models).reshape(-1, S, R)
     targets = intervention.targets.reshape(-1, N)
     clamped = intervention.states.reshape(-1, N)
     # one flat batch of paths; path p belongs to group p // paths (its model and intervention)
     group = jnp.repeat(jnp.arange(tables.shape[0]), shape[-1])
     s0, keys = jax.vmap(
-        lambda g, k: _initial_state(
+        lambda g, k: draw_initial_state(
             model, Intervention(targets=targets[g], states=clamped[g]), initial_state, k
         )
     )(group, keys.reshape(-1))
@@ -479,8 +479,8 @@ def sample_trajectories(
     `initial_states` is one state `(N,)` shared by all trajectories or one per trajectory
     `(num_trajectories, N)`.
     """
-    _check_count(num_trajectories, "num_trajectories")
-    _check_count(max_events, "max_events")
+    check_count(num_trajectories, "num_trajectories")
+    check_count(max_events, "max_events")
     return _sample_keys(
         model,
         jnp.asarray(initial_states),
@@ -491,7 +491,7 @@ def sample_trajectories(
     )
 
 
-def _check_count(value, name: str) -> None:
+def check_count(value, name: str) -> None:
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
         raise ValueError(f"{name} must be an integer (static), got {value!r}.")
     if value < 1:
@@ -509,9 +509,9 @@ def _sample_keys(model, initial_states, horizon, keys, intervention, max_events)
         )
     model, horizon, intervention = _prepare(model, horizon, intervention, max_events)
     s0, keys = jax.vmap(
-        lambda s, k: _initial_state(model, intervention, s, k), in_axes=(in_axes, 0)
+        lambda s, k: draw_initial_state(model, intervention, s, k), in_axes=(in_axes, 0)
     )(initial_states, keys)
-    return _trajectories(model, horizon, s0, keys, intervention, max_events)
+    return batch_trajectories(model, horizon, s0, keys, intervention, max_events)
 
 
 _sample_keys_jit = eqx.filter_jit(_sample_keys)
@@ -584,8 +584,8 @@ def sample_within_cap(
     margin) doubles the buffer up to the cap and resamples that batch with the same keys, and a
     path longer than the cap raises. `name` is how errors call the cap (e.g. `--max-events`).
     Shows a progress bar on stderr when sampling is long (`progress`)."""
-    _check_count(max_events, "max_events")
-    _check_count(num_trajectories, "num_trajectories")
+    check_count(max_events, "max_events")
+    check_count(num_trajectories, "num_trajectories")
     horizon = float(horizon)
     if not (horizon > 0 and math.isfinite(horizon)):
         raise ValueError(f"horizon: must be positive and finite, got {horizon}.")

@@ -44,7 +44,7 @@ def _node_label(n: int, names: Sequence[str] | None) -> str:
     return f"node {names[n]!r}" if names is not None else f"node {n}"
 
 
-def _check_trajectories(
+def check_trajectories(
     trajectories: Trajectories,
     cardinalities: Sequence[int],
     names: Sequence[str] | None = None,
@@ -63,7 +63,7 @@ def _check_trajectories(
       finite and $\ge0$; the real jump times finite, non-decreasing and in `[0, duration]`.
     """
     cards = tuple(int(k) for k in cardinalities)
-    _check_states_now(trajectories, cards, names)  # also checks the shapes
+    check_states_now(trajectories, cards, names)  # also checks the shapes
     return _guard_trajectories(trajectories, cards, None if names is None else tuple(names))
 
 
@@ -71,7 +71,7 @@ def _check_trajectories(
 def _guard_trajectories(
     t: Trajectories, cards: tuple[int, ...], names: tuple[str, ...] | None
 ) -> Trajectories:
-    """The value checks of `_check_trajectories`, attached to every field of `t`."""
+    """The value checks of `check_trajectories`, attached to every field of `t`."""
     N = len(cards)
     batch, E = _check_shapes(t, cards)
     labels = [_node_label(n, names) for n in range(N)]
@@ -117,7 +117,7 @@ def _guard_trajectories(
 
 
 def _check_shapes(t: Trajectories, cards: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
-    """The shapes of `_check_trajectories` (`ValueError`); returns the batch shape and `E`."""
+    """The shapes of `check_trajectories` (`ValueError`); returns the batch shape and `E`."""
     N = len(cards)
     batch = tuple(jnp.shape(t.num_events))
     E = jnp.shape(t.jump_times)[-1] if jnp.ndim(t.jump_times) > len(batch) else -1
@@ -139,10 +139,10 @@ def _check_shapes(t: Trajectories, cards: tuple[int, ...]) -> tuple[tuple[int, .
     return batch, E
 
 
-def _check_states_now(
+def check_states_now(
     t: Trajectories, cards: tuple[int, ...], names: Sequence[str] | None = None
 ) -> None:
-    """The state check of `_check_trajectories` as a `ValueError`, when the arrays are concrete
+    """The state check of `check_trajectories` as a `ValueError`, when the arrays are concrete
     (inside jit it is left to the `eqx.error_if`)."""
     _check_shapes(t, cards)
     if any(isinstance(a, jax.core.Tracer) for a in (t.initial_states, t.states, t.num_events)):
@@ -195,7 +195,7 @@ def node_statistics(
     (a static tuple, or an integer array padded with `-1`, then give `num_configs`).
     Use `jax.vmap` over a batch of trajectories. The trajectory is checked first (node states
     in `0..k-1`, no truncated path, valid times; see `SufficientStatistics.from_trajectories`)."""
-    trajectory = _check_trajectories(trajectory, cardinalities)
+    trajectory = check_trajectories(trajectory, cardinalities)
     return _node_statistics(trajectory, node, parents, cardinalities, num_configs=num_configs)
 
 
@@ -266,7 +266,7 @@ class SufficientStatistics(eqx.Module):
             raise ValueError(f"parents: need one parent list per node ({len(cardinalities)}).")
         if trajectories.num_events.ndim != 1:
             raise ValueError("trajectories: expected one leading batch axis of trajectories.")
-        trajectories = _check_trajectories(trajectories, cardinalities)
+        trajectories = check_trajectories(trajectories, cardinalities)
         nodes = tuple(
             jax.vmap(lambda t, n=n: _node_statistics(t, n, parents[n], cardinalities))(trajectories)
             for n in range(len(cardinalities))
