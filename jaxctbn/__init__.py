@@ -66,9 +66,9 @@ from ._panel.csv import read_panel_csv as read_panel_csv
 from ._paths.csv import infer_cardinalities as infer_cardinalities
 from ._panel.datasets import DATASETS as DATASETS
 from ._panel.datasets import dataset_path as dataset_path
-from ._panel.inference import Emissions as Emissions
+from ._panel.observations import Emissions as Emissions
 from ._panel.inference import PanelExpectedStatistics as PanelExpectedStatistics
-from ._panel.inference import PanelObservations as PanelObservations
+from ._panel.observations import PanelObservations as PanelObservations
 from ._panel.inference import panel_expected_statistics as panel_expected_statistics
 from ._panel.inference import panel_log_likelihood as panel_log_likelihood
 from ._panel.inference import panel_marginals as panel_marginals
@@ -144,22 +144,24 @@ from ._criteria.criteria import AbstractBoxHillCriterion as AbstractBoxHillCrite
 from ._criteria.criteria import score_interventions as score_interventions
 
 # active learning
-from ._active_learning.loop import DESIGN_NAMES as DESIGN_NAMES
-from ._active_learning.loop import AbstractDesign as AbstractDesign
-from ._active_learning.loop import AbstractInitialStatePolicy as AbstractInitialStatePolicy
-from ._active_learning.loop import FixedInitialState as FixedInitialState
-from ._active_learning.loop import InitialStateDistribution as InitialStateDistribution
-from ._active_learning.loop import RandomInitialState as RandomInitialState
-from ._active_learning.loop import AbstractLearningTask as AbstractLearningTask
+from ._active_learning.designs import DESIGN_NAMES as DESIGN_NAMES
+from ._active_learning.designs import AbstractDesign as AbstractDesign
+from ._active_learning.initial_states import (
+    AbstractInitialStatePolicy as AbstractInitialStatePolicy,
+)
+from ._active_learning.initial_states import FixedInitialState as FixedInitialState
+from ._active_learning.initial_states import InitialStateDistribution as InitialStateDistribution
+from ._active_learning.initial_states import RandomInitialState as RandomInitialState
+from ._active_learning.tasks import AbstractLearningTask as AbstractLearningTask
 from ._active_learning.loop import ActiveLearningResult as ActiveLearningResult
-from ._active_learning.loop import CallableDesign as CallableDesign
-from ._active_learning.loop import CriterionDesign as CriterionDesign
-from ._active_learning.loop import ParameterLearningTask as ParameterLearningTask
-from ._active_learning.loop import PassiveDesign as PassiveDesign
-from ._active_learning.loop import RandomDesign as RandomDesign
+from ._active_learning.designs import CallableDesign as CallableDesign
+from ._active_learning.designs import CriterionDesign as CriterionDesign
+from ._active_learning.tasks import ParameterLearningTask as ParameterLearningTask
+from ._active_learning.designs import PassiveDesign as PassiveDesign
+from ._active_learning.designs import RandomDesign as RandomDesign
 from ._active_learning.loop import RepetitionStatus as RepetitionStatus
-from ._active_learning.loop import StructureLearningTask as StructureLearningTask
-from ._active_learning.loop import design_from_name as design_from_name
+from ._active_learning.tasks import StructureLearningTask as StructureLearningTask
+from ._active_learning.designs import design_from_name as design_from_name
 from ._active_learning.loop import run_active_learning as run_active_learning
 from ._active_learning.loop import run_repetitions as run_repetitions
 from ._experiments.config import ExperimentConfig as ExperimentConfig

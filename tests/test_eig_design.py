@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import jaxctbn as jc
-from jaxctbn._active_learning.loop import _random_state
+from jaxctbn._active_learning.initial_states import _random_state
 from jaxctbn._criteria.structure import _rescorer
 
 

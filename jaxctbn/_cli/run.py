@@ -68,7 +68,7 @@ def _start_distributed(args) -> None:
 def _cmd_run(args):
     import jax
 
-    from .._active_learning.loop import DESIGN_NAMES
+    from .._active_learning.designs import DESIGN_NAMES
     from .._criteria.batching import Sharded
     from .._experiments.config import ExperimentConfig
     from .._experiments.report import summary_table, verdicts
@@ -205,7 +205,7 @@ def _cmd_run_pool(args):
 
 def _policy(args, truth):
     """`--initial-state-policy` (and `--initial-state` for `fixed`) as a policy Module."""
-    from .._active_learning.loop import (
+    from .._active_learning.initial_states import (
         FixedInitialState,
         InitialStateDistribution,
         RandomInitialState,

@@ -10,15 +10,14 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from .._active_learning.loop import (
-    DESIGN_NAMES,
+from .._active_learning.designs import DESIGN_NAMES
+from .._active_learning.initial_states import (
     AbstractInitialStatePolicy,
     FixedInitialState,
     InitialStateDistribution,
-    ParameterLearningTask,
     RandomInitialState,
-    StructureLearningTask,
 )
+from .._active_learning.tasks import ParameterLearningTask, StructureLearningTask
 from .._learning.empirical_bayes import EmpiricalBayes
 from .._learning.priors import AbstractPrior, GammaPrior, NodelmanPrior
 from .._model.ctbn import CTBN

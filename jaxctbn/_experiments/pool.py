@@ -60,7 +60,8 @@ from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.solvers import AbstractMasterEquationSolver
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import Intervention
-from .._panel.inference import PanelObservations, panel_expected_statistics
+from .._panel.inference import panel_expected_statistics
+from .._panel.observations import PanelObservations
 from .._panel.structure import (
     DENSE_SOLVER,
     PanelStructureFit,

@@ -38,12 +38,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._active_learning.loop import (
-    ParameterLearningTask,
-    StructureLearningTask,
-    design_from_name,
-    run_repetitions,
-)
+from .._active_learning.designs import design_from_name
+from .._active_learning.loop import run_repetitions
+from .._active_learning.tasks import ParameterLearningTask, StructureLearningTask
 from .._criteria.batching import AbstractBatching, Sharded
 from .._criteria.structure import JointGraphDraws, StratifiedGraphDraws
 from .._learning.priors import GammaPrior

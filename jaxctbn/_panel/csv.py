@@ -11,7 +11,7 @@ import numpy as np
 
 from .._model.interventions import Intervention
 from .._model.layout import parse_assignment
-from .inference import PanelObservations
+from .observations import PanelObservations
 
 if TYPE_CHECKING:
     import pandas as pd

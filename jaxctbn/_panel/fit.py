@@ -61,15 +61,14 @@ from .._master_equation.solvers import (
 from .._model.ctbn import CTBN, with_diagonal
 from .._model.interventions import is_concrete
 from .inference import (
-    Emissions,
     GapGroups,
     PanelExpectedStatistics,
-    PanelObservations,
     _check_possible,
     _compute,
     _pooled_by_gaps,
     gap_groups,
 )
+from .observations import Emissions, PanelObservations
 
 # the box and the flags, relative to the data's time scales (see the module docstring)
 _LOWER = 1e-12  # lowest free rate, times the median gap

@@ -41,14 +41,13 @@ from .._master_equation.master_equation import AbstractExpectedStatistics
 from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
 from .._model.ctbn import CTBN, AbstractCTBN, PaddedCTBN
 from .inference import (
-    Emissions,
     PanelExpectedStatistics,
-    PanelObservations,
     _check_possible,
     _pooled_by_gaps,
     gap_groups,
     panel_expected_statistics,
 )
+from .observations import Emissions, PanelObservations
 
 # panel gaps are long relative to the rates: the dense exponential has no limit on a gap's length
 DENSE_SOLVER = MatrixExponential()
