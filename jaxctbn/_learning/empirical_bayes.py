@@ -1,8 +1,9 @@
 r"""Empirical Bayes: the rate prior's hyper-parameters chosen from the data (beyond the paper).
 
 The paper fixes the Gamma prior's $(\alpha,\beta)$ and gives no values; the outcome of active
-structure learning depends strongly on them (README "Findings"). Type-II maximum likelihood
-chooses them by maximising the marginal likelihood of the data seen so far, averaged over graphs,
+structure learning depends strongly on them ([Findings](../findings.md#sensitivity)). Type-II
+maximum likelihood chooses them by maximising the marginal likelihood of the data seen so far,
+averaged over graphs,
 
 $$\hat\theta=\arg\max_\theta\ \ln p(H\mid\theta)
 =\arg\max_\theta\sum_n\ln\sum_P p(P)\,p(X_n\mid X_P,\theta),$$

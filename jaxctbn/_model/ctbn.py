@@ -237,7 +237,8 @@ class CTBN(AbstractCTBN):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "CTBN":
-        """Build from the network JSON schema (see the README; extra keys are ignored)."""
+        """Build from the [network JSON](../formats.md#network-json) schema (extra keys are
+        ignored)."""
 
         def rate_matrix(rows: Any, k: int, where: str) -> np.ndarray:
             """`Q` as a `k x k` float matrix (a list of `k` lists of `k` numbers, or an array),
