@@ -65,7 +65,7 @@ def profile_structure_step(truth, samples=10):
     t_score = timeit(score, post, jax.random.key(1), repeat=3, min_time=0.2)
     # the solves the scoring does: per node, one per clamp pattern of the candidates that leave
     # it free (8 for the 27) x sets x draws, shared by the candidates of a pattern
-    from jaxctbn._master_equation import clamp_pattern_statistics
+    from jaxctbn._master_equation.master_equation import clamp_pattern_statistics
 
     draws = jc.structure_draws(post, jax.random.key(0), samples)
     solves, num_solves = [], 0

@@ -86,8 +86,8 @@ def time_step(R):
 
 def floor(R):
     """The solves' compute floor of one step (seconds), from the products each problem needs."""
-    from jaxctbn import _structure_criteria as sc
-    from jaxctbn._master_equation import _prepare
+    from jaxctbn._criteria import structure as sc
+    from jaxctbn._master_equation.master_equation import _prepare
 
     truth, init, posts = _posteriors(R)
     space = jc.intervention_space(truth.cardinalities)

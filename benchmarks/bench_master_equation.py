@@ -33,7 +33,7 @@ import scipy.sparse
 jax.config.update("jax_enable_x64", True)
 
 import jaxctbn as jc  # noqa: E402
-from jaxctbn._generator import _shift_indices  # noqa: E402
+from jaxctbn._master_equation.generator import shift_indices  # noqa: E402
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from _common import compile_time, environment, fmt, machine_rates, timeit, write_results  # noqa: E402
@@ -58,7 +58,7 @@ def scipy_baseline(models, p0s, samples):
     """Per-sample solve_ivp (RK45) with a scipy.sparse generator: [p, I]' = [W^T p, p]."""
     gens = jax.vmap(lambda m: jc.amalgamate(m, expanded=True))(models)
     cards = gens.cardinalities
-    src, dst = _shift_indices(cards)
+    src, dst = shift_indices(cards)
     rates = np.asarray(gens.expanded_rates)
     exits = np.asarray(gens.exit_rates)
     p0s = np.asarray(p0s)

@@ -63,7 +63,11 @@ def load_legacy():
         check=True,
         capture_output=True,
         text=True,
-    ).stdout.replace("from ._generator import", "from jaxctbn._generator import")
+    ).stdout.replace(  # the flat module of then, at its place (and name) of now
+        "from ._generator import AbstractGenerator, _shift_indices, batch_last",
+        "from jaxctbn._master_equation.generator import AbstractGenerator, batch_last\n"
+        "from jaxctbn._master_equation.generator import shift_indices as _shift_indices",
+    )
     path = os.path.join(tempfile.mkdtemp(), "legacy_solvers.py")
     with open(path, "w") as f:
         f.write(src)

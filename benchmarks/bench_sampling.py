@@ -57,15 +57,15 @@ TAU = 3.0
 PEER_MAX_EVENTS = 256
 PEER_SEED = 0
 
-# `jaxctbn sample`'s steps (`jaxctbn._cli._cmd_sample`), timed one by one in a fresh process
+# `jaxctbn sample`'s steps (`jaxctbn._cli.sample._cmd_sample`), timed one by one in a fresh process
 _CLI_PHASES = """
 import json, sys, time
 t0 = time.perf_counter()
-from jaxctbn import _cli
+from jaxctbn._cli import jax_setup as _cli
 _cli._setup_jax()
 import jax, jax.numpy as jnp, numpy as np
 import jaxctbn as jc
-from jaxctbn._sampling import sample_within_cap
+from jaxctbn._paths.sampling import sample_within_cap
 t1 = time.perf_counter()
 network, R, tau, seed, max_events, out = sys.argv[1:7]
 R, tau, seed, max_events = int(R), float(tau), int(seed), int(max_events)

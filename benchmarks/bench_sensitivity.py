@@ -44,7 +44,8 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import jaxctbn as jc
-from jaxctbn._experiments import _atomic, default_truth
+from jaxctbn._experiments.config import default_truth
+from jaxctbn._experiments.outputs import _atomic
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import _common

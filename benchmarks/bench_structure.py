@@ -25,7 +25,7 @@ import scipy.special
 jax.config.update("jax_enable_x64", True)
 
 import jaxctbn as jc
-from jaxctbn._structure import _segments
+from jaxctbn._learning.family_statistics import _segments
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from _common import compile_time, environment, fmt, timeit, write_results

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import time
@@ -46,7 +47,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import jaxctbn as jc
-from jaxctbn._experiments import default_truth
+from jaxctbn._experiments.config import default_truth
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from _common import block, environment, fmt, write_results
@@ -65,6 +66,22 @@ def old_module():
         capture_output=True,
         text=True,
     ).stdout
+    # the flat modules of then, at their places of now
+    moved = {
+        "_batching": "_criteria.batching",
+        "_interventions": "_model.interventions",
+        "_kl_estimators": "_criteria.kl_estimators",
+        "_layout": "_model.layout",
+        "_master_equation": "_master_equation.master_equation",
+        "_optimisers": "_learning.optimisers",
+        "_sampling": "_paths.sampling",
+        "_solvers": "_master_equation.solvers",
+        "_statistics": "_paths.sufficient_statistics",
+        "_structure": "_learning.structure_posterior",
+    }
+    source = re.sub(
+        r"^from \.(_\w+) import", lambda m: f"from .{moved[m.group(1)]} import", source, flags=re.M
+    )
     name = f"jaxctbn._structure_criteria_{OLD_COMMIT}"
     spec = importlib.util.spec_from_loader(name, loader=None)
     assert spec is not None

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import pytest
 
 import jaxctbn as jc
-from jaxctbn._sampling import Trajectories
+from jaxctbn._paths.sampling import Trajectories
 
 
 def _raises(fn, args, match):

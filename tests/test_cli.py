@@ -14,7 +14,8 @@ import pytest
 from helpers import brute_force_generator, one_hot_state, scipy_moments
 
 import jaxctbn as jc
-from jaxctbn._cli import _box_hill_options, build_parser, main
+from jaxctbn._cli.design import _box_hill_options
+from jaxctbn._cli.main import build_parser, main
 
 
 @pytest.fixture
@@ -406,7 +407,7 @@ def test_console_script_is_installed():
 
 
 def test_demo_runs_small(tmp_path):
-    report = __import__("jaxctbn._demo", fromlist=["run_demo"]).run_demo(
+    report = __import__("jaxctbn._cli.demo", fromlist=["run_demo"]).run_demo(
         out_dir=str(tmp_path), seed=1, trajectories=300
     )
     assert (tmp_path / "marginals.png").exists() and (tmp_path / "network.json").exists()
@@ -737,7 +738,7 @@ def test_cli_compilation_cache(network, tmp_path, monkeypatch):
 
     import jax
 
-    from jaxctbn._cli import _cache_dir, _setup_jax
+    from jaxctbn._cli.jax_setup import _cache_dir, _setup_jax
 
     _, path = network
     cache = tmp_path / "cache"

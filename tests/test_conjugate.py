@@ -11,9 +11,9 @@ import pytest
 import scipy.special
 import scipy.stats
 
-import jaxctbn._gamma_variates as gamma_module
-from jaxctbn._conjugate import log_gamma_positive, off_diagonal_entries, with_zero_diagonal
-from jaxctbn._gamma_variates import gamma_variates
+import jaxctbn._learning.gamma_variates as gamma_module
+from jaxctbn._learning.conjugate import log_gamma_positive, off_diagonal_entries, with_zero_diagonal
+from jaxctbn._learning.gamma_variates import gamma_variates
 
 
 def test_log_gamma_positive_matches_scipy_and_its_derivative_is_digamma():

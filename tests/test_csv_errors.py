@@ -9,8 +9,8 @@ import pytest
 from helpers import network_dict
 
 import jaxctbn as jc
-from jaxctbn._demo import run_demo
-from jaxctbn._io import infer_cardinalities, read_csv
+from jaxctbn._cli.demo import run_demo
+from jaxctbn._paths.csv import infer_cardinalities, read_csv
 
 HEADER = "trajectory_id,time,A,B\n"
 

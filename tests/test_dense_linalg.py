@@ -12,7 +12,7 @@ import pytest
 import scipy.linalg
 
 import jaxctbn as jc
-from jaxctbn._dense_linalg import (
+from jaxctbn._master_equation.dense_linalg import (
     expm,
     expm_batched,
     matmul,
@@ -21,8 +21,8 @@ from jaxctbn._dense_linalg import (
     solve_batched,
     vector_matrix,
 )
-from jaxctbn._panel import gap_groups
-from jaxctbn._panel_fit import _fit
+from jaxctbn._panel.fit import _fit
+from jaxctbn._panel.inference import gap_groups
 
 
 @pytest.mark.parametrize("n", [1, 3, 4, 5, 16, 17])

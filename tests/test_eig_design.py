@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import jaxctbn as jc
-from jaxctbn._active_learning import _random_state
-from jaxctbn._structure_criteria import _rescorer
+from jaxctbn._active_learning.initial_states import _random_state
+from jaxctbn._criteria.structure import _rescorer
 
 
 def reference_eig(posterior, draws, initial_state, horizon, *, path_key, num_paths, intervention):

@@ -355,8 +355,8 @@ def test_draws_vectorised_over_node_groups_equal_node_by_node(getkey):
     # rates_given, mean_rates_given, sample_parent_sets and structure_draws vectorise over the
     # nodes of equal shapes (here nodes 0 and 2 with k = 2; node 1 with k = 3 on its own): the
     # same numbers as the node-by-node formulas of the prior and jax.random, key for key
-    from jaxctbn._layout import num_configurations
-    from jaxctbn._structure_criteria import structure_draws
+    from jaxctbn._criteria.structure import structure_draws
+    from jaxctbn._model.layout import num_configurations
 
     cards, parents = (2, 3, 2), ((1,), (), (0,))
     model = random_model(getkey(), cards, parents)
@@ -578,7 +578,7 @@ def test_jumps_route_equals_segment_routes(getkey, chunk):
 def test_jumps_route_many_nodes_and_auto_choice(getkey):
     """On 24 binary nodes (more global states than path segments) the jumps route equals the
     matmul route, and `"auto"` picks it for such data."""
-    from jaxctbn._structure import _plan_family_statistics
+    from jaxctbn._learning.memory import _plan_family_statistics
 
     N = 24
     parents = tuple((n - 1,) if n % 3 else () for n in range(N))
@@ -607,7 +607,7 @@ def test_jumps_route_refuses_what_it_cannot_sum(getkey):
     cards, parents = (2, 2, 2), ((), (0,), (1,))
     _, traj = _pooled(getkey, cards, parents, {"X2": 1})
     sets = jc.candidate_parent_sets(3, 2)
-    from jaxctbn._structure import _plan_family_statistics
+    from jaxctbn._learning.memory import _plan_family_statistics
 
     plan = lambda t: _plan_family_statistics(  # noqa: E731
         "test",

@@ -432,7 +432,7 @@ def test_order_by_rate_is_a_sorting_permutation():
     # the packed-key sort against numpy's argsort: a permutation, finite rates ascending (equal
     # up to the keys' resolution, a relative 2^(b - 23) with b = 10 index bits here), ties and
     # repeated values kept, infinities and NaN last; under vmap the same per row
-    from jaxctbn._solvers import _order_by_rate
+    from jaxctbn._master_equation.solvers import _order_by_rate
 
     rng = np.random.default_rng(0)
     rates = np.exp(rng.uniform(-8, 8, 1000))
@@ -459,7 +459,7 @@ def test_statistics_grid_shares_solves_by_clamp_pattern(distribution, getkey):
     own solve by the dense matrix exponential: clamped states 0 and 1 and 2 of a ternary node,
     duplicates, no clamp, and an intervention clamping a node outside `clampable` (zeros);
     also its gradients with respect to the rates and to the initial distribution."""
-    from jaxctbn._master_equation import clamp_pattern_statistics
+    from jaxctbn._master_equation.master_equation import clamp_pattern_statistics
 
     cards = (2, 3, 2)
     graphs = [((), (0,), (1,)), ((1, 2), (), (0,)), ((2,), (0, 2), ())]
@@ -536,7 +536,7 @@ def test_statistics_grid_shares_solves_by_clamp_pattern(distribution, getkey):
 
 
 def test_statistics_grid_rejects_what_it_cannot_share(getkey):
-    from jaxctbn._master_equation import clamp_pattern_statistics
+    from jaxctbn._master_equation.master_equation import clamp_pattern_statistics
 
     cards, parents = CASES["binary-chain"]
     model = random_model(getkey(), cards, parents)

@@ -420,8 +420,8 @@ def test_em_and_gradient_agree_with_misclassification_and_exact_entry():
 
 
 def _problem_for(model, obs, prior=None, emissions=None):
-    from jaxctbn._panel import gap_groups
-    from jaxctbn._panel_fit import _problem
+    from jaxctbn._panel.fit import _problem
+    from jaxctbn._panel.inference import gap_groups
 
     dtype = jnp.float64
     N = model.num_nodes
@@ -488,7 +488,7 @@ def test_intervals_grouped_by_length_give_the_per_trajectory_statistics():
     # the fit's route (one exponential and one Van Loan block per distinct gap, summed rank-one
     # terms) against the per-interval route summed over trajectories: regular and irregular
     # gaps, padding, missing values, misclassification and exact entry times
-    from jaxctbn._panel import _pooled_by_gaps, gap_groups
+    from jaxctbn._panel.inference import _pooled_by_gaps, gap_groups
 
     model = jc.CTBN(
         cims=[

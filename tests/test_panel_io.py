@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import jaxctbn as jc
-from jaxctbn._io import infer_cardinalities
+from jaxctbn._paths.csv import infer_cardinalities
 
 NET = {"A": 2, "B": 3}
 

@@ -12,7 +12,7 @@ import pytest
 
 import jaxctbn
 from jaxctbn._cli import main
-from jaxctbn._structure import candidate_parent_sets
+from jaxctbn._learning.candidates import candidate_parent_sets
 
 jax.config.update("jax_enable_x64", True)
 

@@ -259,7 +259,7 @@ def test_cli_priors_policy_and_old_directories(tmp_path, capsys):
 
 
 def test_verdicts_from_paired_differences():
-    from jaxctbn._experiments import summarise, verdicts
+    from jaxctbn._experiments.report import summarise, verdicts
 
     rng = np.random.default_rng(0)
     base = rng.uniform(0.4, 0.6, (30, 4))

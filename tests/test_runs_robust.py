@@ -173,7 +173,7 @@ def test_fast_run_sized_from_the_rates_and_a_robust_directory(tmp_path, capsys):
 
 
 def test_chunk_contents_are_checked_and_failures_reported(tmp_path, capsys):
-    from jaxctbn import _experiments
+    from jaxctbn._experiments import outputs as _experiments
 
     layout = _experiments._chunk_layout("parameters", 2, 1, 2)
     dtypes = {"f": float, "iu": np.int32, "b": bool, "U": str}

@@ -187,7 +187,7 @@ def test_rate_routes_and_shrinking_batches_give_the_same_paths(getkey, monkeypat
     state vs every node's conditional rates (the same numbers, so the same paths up to the
     rounding of their sums), and continuing the last running paths in smaller batches vs
     iterating over the whole batch to the end (exactly the same paths)."""
-    import jaxctbn._sampling as sampling
+    import jaxctbn._paths.sampling as sampling
 
     model = random_model(getkey(), (2, 3, 2), ((2,), (0,), (1, 0)))
     iv = jc.Intervention.perfect(model, {"X2": 0})
@@ -375,7 +375,7 @@ def test_sampling_argument_checks(getkey):
 def test_capped_sampler_batches_doubles_and_refuses(getkey, monkeypatch, capsys):
     """The CLI's sampler: the same paths as one big buffer, whatever the batches and however
     the buffer grew; an estimate or a path over the cap raises."""
-    from jaxctbn import _sampling
+    from jaxctbn._paths import sampling as _sampling
 
     model = random_model(getkey(), (2, 2), ((), (0,)))
     key, R = getkey(), 5

@@ -10,7 +10,7 @@ _SCRIPT = textwrap.dedent(
     import jax, jax.numpy as jnp, jax.random as jr, numpy as np
     jax.config.update("jax_enable_x64", True)
     import jaxctbn as jc
-    from jaxctbn._gamma_variates import gamma_variates
+    from jaxctbn._learning.gamma_variates import gamma_variates
 
     def draws():  # new function objects each time, so every call lowers afresh
         key = jr.key(7)

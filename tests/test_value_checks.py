@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import jaxctbn as jc
-from jaxctbn._sampling import Trajectories
-from jaxctbn._structure import _memory_budget
+from jaxctbn._learning.memory import _memory_budget
+from jaxctbn._paths.sampling import Trajectories
 
 
 def _trajectories(states, cards_n=2):

@@ -1,0 +1,2 @@
+"""Active learning: designs, initial-state policies, learning tasks, the compiled loop and
+metrics."""

@@ -1,0 +1,157 @@
+"""Designs: how the next intervention is chosen from the candidates (passive, random, by a
+criterion, or by any function), and the designs by name."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from typing import Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+
+from .._criteria.batching import AbstractBatching
+from .._criteria.criteria import BHC, EIG, VBHC, AbstractCriterion, score_interventions
+from .._criteria.structure import AbstractGraphDraws, StratifiedGraphDraws
+from .._learning.optimisers import LBFGS
+from .._learning.posterior import AbstractPosterior
+from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
+from .._model.interventions import Intervention
+
+
+class AbstractDesign(eqx.Module):
+    """Chooses the next intervention from a batch of candidates.
+
+    Subclasses implement `scores`; `choose` returns the index of the best candidate (the
+    `argmax`). This is the extension point for a new design strategy."""
+
+    @abc.abstractmethod
+    def scores(
+        self,
+        posterior: AbstractPosterior,
+        candidates: Intervention,
+        initial_state: Int[Array, " nodes"],
+        horizon: Float[Array, ""],
+        key: PRNGKeyArray,
+    ) -> Float[Array, " candidates"]:
+        """One score per candidate (larger = better), for the current `posterior`, the revealed
+        `initial_state` of the next experiment and its `horizon`. Must be pure and jittable: it
+        runs inside the compiled loop, under `jax.vmap` over repetitions."""
+
+    def choose(self, posterior, candidates, initial_state, horizon, key) -> Int[Array, ""]:
+        """Index of the chosen candidate: the `argmax` of `scores`."""
+        return jnp.argmax(self.scores(posterior, candidates, initial_state, horizon, key))
+
+
+class PassiveDesign(AbstractDesign):
+    """Never intervenes: picks the candidate with no target (it must be among the candidates)."""
+
+    def scores(self, posterior, candidates, initial_state, horizon, key):
+        return (~candidates.targets.any(-1)).astype(jnp.result_type(float))
+
+
+class RandomDesign(AbstractDesign):
+    """Picks a candidate uniformly at random."""
+
+    def scores(self, posterior, candidates, initial_state, horizon, key):
+        return jr.uniform(key, candidates.targets.shape[:1])
+
+
+def _as_flag(value):
+    """A concrete flag as a NumPy boolean (traced under `eqx.filter_jit`, unlike a Python
+    bool, and hashable; `bool(flag)` still works); a JAX array (e.g. a tracer) is kept."""
+    return value if isinstance(value, jax.Array) else np.bool_(value)
+
+
+class CriterionDesign(AbstractDesign):
+    r"""Picks the intervention that maximises a design criterion, scored over all candidates in
+    one call of [`jaxctbn.score_interventions`][] (for either learning target).
+
+    **Arguments:** `criterion` ([`jaxctbn.VBHC`][], [`jaxctbn.BHC`][], [`jaxctbn.EIG`][] or any
+    [`jaxctbn.AbstractCriterion`][]); keyword-only `num_samples` ($N_S$), `worst` (pick the
+    *least* informative candidate: "negative VBHC", the paper's control), `solver`, `batching`
+    (see [`jaxctbn.score_interventions`][]).
+    """
+
+    criterion: AbstractCriterion
+    num_samples: int = eqx.field(default=10, static=True, kw_only=True)
+    # a value, not a static field: the best and the worst design share one compiled loop
+    worst: bool | np.bool_ | Bool[Array, ""] = eqx.field(
+        default=False, kw_only=True, converter=_as_flag
+    )
+    solver: StatisticsSolver = eqx.field(default=AUTOMATIC_SOLVER, kw_only=True)
+    batching: AbstractBatching | None = eqx.field(default=None, kw_only=True)
+
+    def __check_init__(self):
+        if not isinstance(self.criterion, AbstractCriterion):
+            raise ValueError(
+                f"criterion: expected a criterion Module (VBHC(), BHC(), EIG()), got "
+                f"{self.criterion!r}."
+            )
+        if self.num_samples < 1:
+            raise ValueError(f"num_samples must be >= 1, got {self.num_samples}.")
+
+    def scores(self, posterior, candidates, initial_state, horizon, key):
+        s = score_interventions(
+            posterior,
+            candidates,
+            initial_state,
+            horizon,
+            criterion=self.criterion,
+            key=key,
+            num_samples=self.num_samples,
+            solver=self.solver,
+            batching=self.batching,
+        )
+        return jnp.where(self.worst, -s, s)
+
+
+class CallableDesign(AbstractDesign):
+    """A user criterion: `fn(posterior, candidates, initial_state, horizon, key)` returns one
+    score per candidate (larger = better). `fn` must be pure and jittable."""
+
+    fn: Callable = eqx.field(static=True)
+
+    def scores(self, posterior, candidates, initial_state, horizon, key):
+        return self.fn(posterior, candidates, initial_state, horizon, key)
+
+
+#: Design names understood by [`jaxctbn.design_from_name`][] and `jaxctbn run --designs`.
+DESIGN_NAMES = ("passive", "random", "vbhc", "bhc", "vbhc-optax", "eig", "negative-vbhc")
+DesignName = Literal["passive", "random", "vbhc", "bhc", "vbhc-optax", "eig", "negative-vbhc"]
+
+
+def design_from_name(
+    name: DesignName | str,
+    *,
+    num_samples: int = 10,
+    num_paths: int = 10,
+    graph_draws: AbstractGraphDraws | None = None,
+    max_sets: int | None = None,
+) -> AbstractDesign:
+    """The design behind a CLI name: `"passive"`, `"random"`, `"vbhc"` (`VBHC()`), `"bhc"`,
+    `"vbhc-optax"` (`VBHC(optimiser=LBFGS())`), `"eig"` (`EIG(num_paths=num_paths)`) or
+    `"negative-vbhc"` (the worst candidate by the VBHC). `graph_draws` (default `None` =
+    [`jaxctbn.StratifiedGraphDraws`][]) and `max_sets` go to the (V)BHC (structure learning; see
+    [`jaxctbn.VBHC`][])."""
+    graph_draws = StratifiedGraphDraws() if graph_draws is None else graph_draws
+    box_hill = {"graph_draws": graph_draws, "max_sets": max_sets}
+    criteria = {
+        "vbhc": VBHC(**box_hill),
+        "bhc": BHC(**box_hill),
+        "vbhc-optax": VBHC(optimiser=LBFGS(), **box_hill),
+        "eig": EIG(num_paths=num_paths),
+    }
+    if name == "passive":
+        return PassiveDesign()
+    if name == "random":
+        return RandomDesign()
+    if name == "negative-vbhc":
+        return CriterionDesign(VBHC(**box_hill), num_samples=num_samples, worst=True)
+    if name in criteria:
+        return CriterionDesign(criteria[name], num_samples=num_samples)
+    raise ValueError(f"design: unknown name {name!r}; valid: {', '.join(DESIGN_NAMES)}.")

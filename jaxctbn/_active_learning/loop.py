@@ -1,0 +1,320 @@
+r"""Sequential active learning: designs, learning tasks and the compiled experiment loop.
+
+One run is $K$ experiments. In experiment $k$: an initial state $s_0$ is chosen by the
+initial-state policy (by default drawn uniformly at random and revealed to the design, as in
+the paper); the design picks an intervention $i_k$ from a fixed batch of
+candidates (by default the paper's whole space, [`jaxctbn.intervention_space`][], or for large
+networks the single-node interventions: [`jaxctbn.design_space`][]); one trajectory
+of length $\tau$ is simulated from the ground truth under $i_k$; the posterior is updated with
+pooling (an intervened node learns nothing from that trajectory); metrics are recorded.
+
+The whole loop is one `jax.lax.scan`, and [`jaxctbn.run_repetitions`][] vmaps it over
+independent repetitions, so a batch of repetitions is one compiled call. Designs are Equinox
+modules, so a new design is a small class (or a [`jaxctbn.CallableDesign`][] around a function).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+
+import equinox as eqx
+import jax
+import jax.core
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from jaxtyping import Array, ArrayLike, Key, PRNGKeyArray, UInt32
+
+from .._criteria.batching import AbstractBatching, Sharded, Vmap
+from .._errors import error_message
+from .._model.interventions import Intervention, design_space
+from .._paths.sampling import automatic_max_events, check_count, sample_trajectory
+from .designs import AbstractDesign
+from .initial_states import PAPER_INITIAL_STATE, AbstractInitialStatePolicy
+from .tasks import AbstractLearningTask
+
+
+class ActiveLearningResult(eqx.Module):
+    """The record of one run (or, from [`jaxctbn.run_repetitions`][], of a batch of runs with a
+    leading repetition axis).
+
+    - `metrics[name]`: `(experiments + 1,)`, entry 0 before any experiment;
+    - `intervention_index`: `(experiments,)` index of the chosen candidate;
+    - `targets`, `states`: `(experiments, nodes)` the chosen perfect intervention;
+    - `initial_states`: `(experiments, nodes)` the drawn (and revealed) initial states;
+    - `num_events`: `(experiments,)` transitions in each simulated trajectory;
+    - `posterior`: the posterior after the last experiment.
+    """
+
+    metrics: dict[str, Array]
+    intervention_index: Array
+    targets: Array
+    states: Array
+    initial_states: Array
+    num_events: Array
+    posterior: eqx.Module
+
+
+def run_active_learning(
+    task: AbstractLearningTask,
+    design: AbstractDesign,
+    *,
+    key: PRNGKeyArray,
+    num_experiments: int,
+    horizon: ArrayLike = 3.0,
+    candidates: Intervention | None = None,
+    max_events: int | None = None,
+    initial_state_policy: AbstractInitialStatePolicy = PAPER_INITIAL_STATE,
+) -> ActiveLearningResult:
+    r"""One sequential experiment of `num_experiments` steps as a single `jax.lax.scan`.
+
+    `candidates`: the candidate interventions (leading axis; default
+    [`jaxctbn.design_space`][] of the truth: the whole [`jaxctbn.intervention_space`][] up to
+    4096 members, else the single-node interventions; member 0 = no intervention). The same `key`
+    gives the same run; two designs run with the same key see the same initial states and the
+    same random streams, so their differences are not sampling noise in those.
+
+    `max_events` (static) is the jump buffer of a simulated trajectory; `None` sizes it from the
+    truth's exit rates and the horizon ([`jaxctbn.run_repetitions`][] does this outside `jit`;
+    here the truth and horizon must then be concrete). A trajectory that overflows it raises an
+    error rather than being silently cut.
+
+    `initial_state_policy`: how each experiment's $s_0$ is chosen and what the design sees of it
+    ([`jaxctbn.RandomInitialState`][], the paper's and the default; [`jaxctbn.FixedInitialState`][];
+    [`jaxctbn.InitialStateDistribution`][]).
+
+    Compiled (`eqx.filter_jit`): `num_experiments` and `max_events` set the shapes and are
+    static; the key, the horizon (a Python number is made an array) and the arrays of the task,
+    design, candidates and policy are traced, so a new key, horizon or ground truth of the
+    same shapes reuses the compiled loop (Python-number fields, such as a scalar prior's
+    hyper-parameters, are static).
+    """
+    if num_experiments < 1:
+        raise ValueError(f"num_experiments must be >= 1, got {num_experiments}.")
+    max_events = _resolve_max_events(task, horizon, max_events)
+    truth = task.truth
+    if candidates is None:
+        candidates = design_space(truth.cardinalities)
+    if candidates.targets.ndim != 2 or candidates.targets.shape[1] != truth.num_nodes:
+        raise ValueError(
+            f"candidates: expected a batch (candidates, {truth.num_nodes}), got targets of "
+            f"shape {candidates.targets.shape}."
+        )
+    if not isinstance(initial_state_policy, AbstractInitialStatePolicy):
+        raise ValueError(
+            "initial_state_policy: expected RandomInitialState(), FixedInitialState(...) or "
+            f"InitialStateDistribution(...), got {initial_state_policy!r}."
+        )
+    initial_state_policy.check(truth.cardinalities, truth.names)
+    # static: the Python integers that set the shapes; traced: everything else (a Python-float
+    # horizon is made an array, or every new value would compile the loop again)
+    return _run_active_learning(
+        task,
+        design,
+        key,
+        jnp.asarray(horizon),
+        candidates,
+        initial_state_policy,
+        num_experiments=operator.index(num_experiments),
+        max_events=max_events,
+    )
+
+
+@eqx.filter_jit
+def _run_active_learning(
+    task, design, key, horizon, candidates, initial_state_policy, *, num_experiments, max_events
+):
+    truth = task.truth
+    horizon = jnp.asarray(horizon, jnp.result_type(float))
+    horizon = eqx.error_if(
+        horizon, ~(horizon > 0) | ~jnp.isfinite(horizon), "horizon: must be positive and finite."
+    )
+    cards = truth.cardinalities
+
+    def step(posterior, key):
+        k_init, k_design, k_path = jr.split(key, 3)
+        initial_state = initial_state_policy.draw(k_init, cards)
+        seen = initial_state_policy.revealed(initial_state, cards)
+        index = design.choose(posterior, candidates, seen, horizon, k_design)
+        iv = jax.tree_util.tree_map(lambda a: a[index], candidates)
+        path = sample_trajectory(
+            truth, initial_state, horizon, key=k_path, intervention=iv, max_events=max_events
+        )
+        posterior = task.update(posterior, path)
+        record = (
+            task.metrics(posterior),
+            index,
+            iv.targets,
+            iv.states,
+            path.initial_states,
+            path.num_events,
+        )
+        return posterior, record
+
+    prior = task.initial_posterior()
+    final, (metrics, index, targets, states, initial, events) = jax.lax.scan(
+        step, prior, jr.split(key, num_experiments)
+    )
+    start = task.metrics(prior)
+    metrics = {
+        name: jnp.concatenate([jnp.asarray(start[name])[None], m]) for name, m in metrics.items()
+    }
+    return ActiveLearningResult(
+        metrics=metrics,
+        intervention_index=index,
+        targets=targets,
+        states=states,
+        initial_states=initial,
+        num_events=events,
+        posterior=final,
+    )
+
+
+def _resolve_max_events(task, horizon, max_events) -> int:
+    """`max_events`, or when `None` the automatic buffer for the truth's rates and `horizon`."""
+    if max_events is not None:
+        check_count(max_events, "max_events")
+        return int(max_events)
+    if isinstance(horizon, jax.core.Tracer) or np.ndim(horizon) != 0:
+        auto = None
+    elif not (float(horizon) > 0 and math.isfinite(float(horizon))):
+        return 1  # any size: the horizon check in the loop raises before a path is used
+    else:
+        auto = automatic_max_events(task.truth, float(horizon))
+    if auto is None:
+        raise ValueError(
+            "max_events: cannot size the event buffer from traced rates or horizon (inside "
+            "jit); pass max_events explicitly."
+        )
+    return auto
+
+
+def _one_repetition(task, design, num_experiments, horizon, candidates, max_events, policy, key):
+    return run_active_learning(
+        task,
+        design,
+        key=key,
+        num_experiments=num_experiments,
+        horizon=horizon,
+        candidates=candidates,
+        max_events=max_events,
+        initial_state_policy=policy,
+    )
+
+
+@eqx.filter_jit
+def _map_batch(batching, fn, keys):
+    return batching.map(fn, keys)
+
+
+def _run_batch(batching, task, design, keys, *settings):
+    # `fn` is a pytree (the task's arrays are traced), so every batch reuses one program
+    fn = eqx.Partial(_one_repetition, task, design, *settings)
+    if isinstance(batching, Sharded):
+        # Called from the host, Sharded compiles its own program without communication between
+        # devices, so a failing repetition raises instead of stalling the other devices.
+        return batching.map(fn, keys)
+    return _map_batch(batching, fn, keys)
+
+
+@dataclasses.dataclass(frozen=True)
+class RepetitionStatus:
+    """Which repetitions of a [`jaxctbn.run_repetitions`][] batch failed, and why (host-side).
+
+    - `ok[r]`: whether repetition `r` finished;
+    - `messages[r]`: the first line of its error (`""` when it finished). Rerun
+      `run_active_learning(..., key=keys[r])` to see the whole error.
+    """
+
+    ok: np.ndarray
+    messages: tuple[str, ...]
+
+    @property
+    def num_failed(self) -> int:
+        return int((~self.ok).sum())
+
+
+def _failed_like(shapes) -> ActiveLearningResult:
+    """A result with the structure of `shapes` (from `eqx.filter_eval_shape`) with NaN in every
+    float, False in every boolean and -1 in every integer array."""
+
+    def fill(a):
+        if not isinstance(a, jax.ShapeDtypeStruct):
+            return a
+        if np.issubdtype(a.dtype, np.inexact):
+            return np.full(a.shape, np.nan, a.dtype)
+        if np.issubdtype(a.dtype, np.bool_):
+            return np.zeros(a.shape, a.dtype)
+        return np.full(a.shape, -1, a.dtype)
+
+    return jax.tree_util.tree_map(fill, shapes)
+
+
+def run_repetitions(
+    task: AbstractLearningTask,
+    design: AbstractDesign,
+    keys: Key[Array, " repetitions"] | UInt32[Array, "repetitions 2"],
+    *,
+    num_experiments: int,
+    horizon: ArrayLike = 3.0,
+    candidates: Intervention | None = None,
+    max_events: int | None = None,
+    initial_state_policy: AbstractInitialStatePolicy = PAPER_INITIAL_STATE,
+    throw: bool = True,
+    batching: AbstractBatching | None = None,
+) -> ActiveLearningResult | tuple[ActiveLearningResult, RepetitionStatus]:
+    """[`jaxctbn.run_active_learning`][] vmapped over a batch of keys (one per repetition), as
+    one compiled computation. Every result field gets a leading repetition axis.
+
+    With `throw=True` (default) an error in any repetition (an overflowing path buffer, a
+    non-finite rate, ...) raises, as everywhere in jaxctbn. With `throw=False` one failing
+    repetition does not abort the batch: returns `(result, status)`, a
+    [`jaxctbn.RepetitionStatus`][] saying which repetitions failed and why; a failed
+    repetition's fields are NaN (floats) or -1 (integers). The batch runs as one compiled call;
+    only when it fails are its repetitions rerun one at a time (one more compilation) to tell
+    the failing ones from the others, so a clean batch costs nothing extra.
+
+    `max_events=None` sizes the jump buffer from the truth's exit rates and `horizon` (see
+    [`jaxctbn.run_active_learning`][]); `initial_state_policy` as there.
+
+    `batching` says how the repetitions are executed: `None` (default) or [`jaxctbn.Vmap`][],
+    all in one vmap; [`jaxctbn.Chunked`][], a few at a time; [`jaxctbn.Sharded`][], split across
+    devices. Each repetition depends on its key only, so every choice gives the same results
+    (up to rounding). With `throw=False` the reruns of a failed batch run one at a time on one
+    device."""
+    max_events = _resolve_max_events(task, horizon, max_events)
+    if batching is None:
+        batching = Vmap()
+    if not isinstance(batching, AbstractBatching):
+        raise ValueError(
+            f"batching: expected Vmap(), Chunked(size) or Sharded(...), got {batching!r}."
+        )
+    # a Python-float horizon made an array: traced, not baked into the compiled batch
+    settings = (num_experiments, jnp.asarray(horizon), candidates, max_events, initial_state_policy)
+    if throw:
+        return _run_batch(batching, task, design, keys, *settings)
+    num = int(jnp.shape(keys)[0])
+    try:
+        result = _run_batch(batching, task, design, keys, *settings)
+        jax.block_until_ready(result)
+        return result, RepetitionStatus(ok=np.ones(num, bool), messages=("",) * num)
+    except (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError):
+        pass
+    singles, messages = [], []
+    for r in range(num):
+        try:
+            one = _run_batch(Vmap(), task, design, keys[r : r + 1], *settings)
+            singles.append(jax.device_get(one))
+            messages.append("")
+        except (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError) as error:
+            singles.append(None)
+            messages.append(error_message(error))
+    fn = eqx.Partial(_one_repetition, task, design, *settings)
+    filler = _failed_like(eqx.filter_eval_shape(_map_batch, Vmap(), fn, keys[:1]))
+    result = jax.tree_util.tree_map(
+        lambda *xs: np.concatenate(xs), *[filler if x is None else x for x in singles]
+    )
+    ok = np.array([m == "" for m in messages])
+    return result, RepetitionStatus(ok=ok, messages=tuple(messages))

@@ -1,0 +1,139 @@
+"""Learning tasks: what is learned from the experiments (the structure, or the rates of a known
+graph), from which posterior, and by which metrics it is judged against the truth."""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+from jaxtyping import Array
+
+from .._learning.empirical_bayes import EmpiricalBayes
+from .._learning.family_statistics import family_statistics
+from .._learning.posterior import AbstractPosterior, RatePosterior
+from .._learning.priors import AbstractPrior, GammaPrior
+from .._learning.structure_posterior import StructurePosterior
+from .._model.ctbn import CTBN
+from .._paths.sampling import Trajectories
+from .._paths.sufficient_statistics import SufficientStatistics
+from .metrics import adjacency_from_parents, edge_aupr, edge_auroc, structural_hamming_distance
+
+
+def _as_batch(path: Trajectories) -> Trajectories:
+    return jax.tree_util.tree_map(lambda a: a[None], path)
+
+
+class AbstractLearningTask(eqx.Module):
+    """What is being learned: the ground truth, the prior, how one trajectory updates the
+    posterior and which metrics are recorded. `metric_labels` (a class attribute) names every
+    metric `metrics` returns: `{name: (label, "higher" | "lower" is better)}`; the experiment
+    tables and figures read it."""
+
+    truth: eqx.AbstractVar[CTBN]
+    metric_labels: ClassVar[dict[str, tuple[str, str]]]
+
+    @abc.abstractmethod
+    def initial_posterior(self) -> AbstractPosterior:
+        """The posterior before any experiment."""
+
+    @abc.abstractmethod
+    def update(self, posterior: AbstractPosterior, path: Trajectories) -> AbstractPosterior:
+        """The posterior after one more simulated trajectory (pooled across interventions)."""
+
+    @abc.abstractmethod
+    def metrics(self, posterior: AbstractPosterior) -> dict[str, Array]:
+        """Scalar metrics of `posterior` against the truth, keyed as `metric_labels`."""
+
+
+class StructureLearningTask(AbstractLearningTask):
+    r"""Exact Bayesian structure learning (exhaustive parent sets with in-degree
+    $\le$ `max_parents`, rate prior `prior`, default [`jaxctbn.GammaPrior`][]`(1, 1)`; with
+    `empirical_bayes=`[`jaxctbn.EmpiricalBayes`][]`()` the prior's hyper-parameters are refitted
+    to the data after every experiment, starting from `prior`). Metrics:
+    edge AUROC and AUPR of the posterior edge marginals against the true graph, structural
+    Hamming distance of the MAP graph, and the entropy of the structure posterior (nats). The
+    truth needs at least 2 nodes, one edge and one absent edge (else AUROC/AUPR are undefined);
+    other truths are refused here with a `ValueError`."""
+
+    truth: CTBN
+    max_parents: int = eqx.field(static=True, kw_only=True)
+    prior: AbstractPrior = eqx.field(default=GammaPrior(), kw_only=True)
+    empirical_bayes: EmpiricalBayes | None = eqx.field(default=None, kw_only=True)
+    metric_labels: ClassVar[dict[str, tuple[str, str]]] = {
+        "auroc": ("AUROC", "higher"),
+        "aupr": ("AUPR", "higher"),
+        "shd": ("SHD of the MAP graph", "lower"),
+        "entropy": ("structure posterior entropy (nats)", "lower"),
+    }
+
+    def __check_init__(self):
+        N = self.truth.num_nodes
+        if N < 2:
+            raise ValueError(
+                f"truth: structure learning needs at least 2 nodes (a {N}-node network has no "
+                "candidate edges, so its AUROC and AUPR are undefined)."
+            )
+        edges = sum(len(self.truth.parent_list(n)) for n in range(N))
+        if edges == 0 or edges == N * (N - 1):
+            raise ValueError(
+                f"truth: the edge AUROC/AUPR need a true graph with at least one edge and one "
+                f"absent edge; this one has {'no edges' if edges == 0 else 'every edge'}."
+            )
+        if not 0 <= self.max_parents < self.truth.num_nodes:
+            raise ValueError(
+                f"max_parents must be in 0..{self.truth.num_nodes - 1}, got {self.max_parents}."
+            )
+
+    def initial_posterior(self) -> StructurePosterior:
+        prior = self.prior
+        if self.empirical_bayes is not None:
+            prior = self.empirical_bayes.initial_prior(prior, self.truth.num_nodes)
+        return StructurePosterior.from_prior(
+            self.truth.names,
+            self.truth.cardinalities,
+            max_parents=self.max_parents,
+            prior=prior,
+        )
+
+    def update(self, posterior: StructurePosterior, path: Trajectories) -> StructurePosterior:
+        new = family_statistics(_as_batch(path), posterior.cardinalities, posterior.parent_sets)
+        posterior = posterior.update(new)
+        if self.empirical_bayes is not None:
+            posterior = self.empirical_bayes.fit(posterior)
+        return posterior
+
+    def metrics(self, posterior: StructurePosterior) -> dict[str, Array]:
+        true = adjacency_from_parents(self.truth.parents, self.truth.num_nodes)
+        edges = posterior.edge_marginals()
+        return {
+            "auroc": edge_auroc(edges, true),
+            "aupr": edge_aupr(edges, true),
+            "shd": structural_hamming_distance(posterior.map_adjacency(), true).astype(edges.dtype),
+            "entropy": posterior.entropy(),
+        }
+
+
+class ParameterLearningTask(AbstractLearningTask):
+    r"""Bayesian rate learning for the known graph of `truth` (rate prior `prior`, a
+    [`jaxctbn.GammaPrior`][], default $(1, 1)$). Metric: the posterior-averaged squared error
+    $\mathsf E[(\Lambda-\Lambda^*)^2]$ ([`jaxctbn.RatePosterior.mse`][])."""
+
+    truth: CTBN
+    prior: GammaPrior = eqx.field(default=GammaPrior(), kw_only=True)
+    metric_labels: ClassVar[dict[str, tuple[str, str]]] = {
+        "mse": ("posterior MSE of the rates", "lower")
+    }
+
+    def initial_posterior(self) -> RatePosterior:
+        return RatePosterior.for_model(self.truth, prior=self.prior)
+
+    def update(self, posterior: RatePosterior, path: Trajectories) -> RatePosterior:
+        stats = SufficientStatistics.from_trajectories(
+            _as_batch(path), posterior.cardinalities, posterior.parents
+        )
+        return posterior.update_with(stats)
+
+    def metrics(self, posterior: RatePosterior) -> dict[str, Array]:
+        return {"mse": posterior.mse(self.truth)}

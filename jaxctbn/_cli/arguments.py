@@ -1,0 +1,288 @@
+"""The arguments the commands share: argparse types, option groups, the `--out` check, and
+what the arguments become (a network, node assignments, the prior, empirical Bayes)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit code 2
+        self.exit(2, f"jaxctbn: error: {message}\n")
+
+
+def _load_network(path):
+    from .._model.ctbn import CTBN
+
+    if not os.path.exists(path):
+        raise ValueError(f"--network: file {path!r} does not exist.")
+    return CTBN.from_json(path)
+
+
+def _assignment(values, names, cardinalities, what):
+    from .._model.layout import parse_assignment
+
+    text = ",".join(values) if isinstance(values, list) else values
+    return parse_assignment(text, names, what, cardinalities)
+
+
+def _initial_state(values, names, cardinalities):
+    """`--initial-state NODE=STATE,...` for every node: `({name: state}, int array (N,))`."""
+    import jax.numpy as jnp
+
+    init = _assignment(values, names, cardinalities, "--initial-state")
+    missing = [n for n in names if n not in init]
+    if missing:
+        raise ValueError(f"--initial-state: missing node(s) {missing}; give NODE=STATE for all.")
+    return init, jnp.asarray([init[n] for n in names], jnp.int32)
+
+
+def _positive_number(text) -> float:
+    """argparse type: a positive finite number (durations, horizons, prior parameters)."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (value > 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
+    return value
+
+
+def _non_negative_number(text) -> float:
+    """argparse type: a finite number >= 0 (tolerances)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not (value >= 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def _hyperparameter(text) -> float | tuple[float, ...]:
+    """argparse type: a prior hyper-parameter, one positive number or one per node in node
+    order, comma-separated (`5,0.2,5,0.2`)."""
+    parts = [t for t in str(text).split(",")]
+    if len(parts) == 1:
+        return _positive_number(parts[0])
+    return tuple(_positive_number(t.strip()) for t in parts)
+
+
+def _at_least(minimum: int):
+    """argparse type: an integer >= `minimum` (counts: trajectories, samples, repetitions...)."""
+
+    def parse(text) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}")
+        return value
+
+    return parse
+
+
+MAX_SEED = 2**63 - 1
+
+
+def _seed(text) -> int:
+    """argparse type: a seed for `jax.random.key`, 0 <= S <= 2**63 - 1.
+
+    JAX takes a seed as a signed 64-bit integer and raises OverflowError beyond; negative seeds
+    are refused too, so that each valid seed is one plain number (no sign convention to keep).
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 2**63 - 1, got {text!r}")
+    return value
+
+
+# what each command writes to --out; checked before any work starts
+_OUT_KINDS = {
+    "sample": "file",
+    "moments": "file",
+    "learn": "file",
+    "fit": "file",
+    "design": "file",
+    "run": "directory",
+    "demo": "directory",
+}
+
+
+def _check_out(path: str, kind: str) -> None:
+    """Raise a `ValueError` naming `--out` when `path` cannot be written as a `kind`
+    (`"file"` or `"directory"`), so that a long run does not fail only when it saves.
+
+    Writability is tested by creating (and at once removing) an unnamed temporary file where
+    the output will go: permission bits alone do not tell (root ignores them, a read-only
+    mount does not). Nothing is left behind; a missing output directory is not created here."""
+    if kind == "file":
+        if os.path.isdir(path):
+            raise ValueError(f"--out: {path!r} is a directory; give a file path.")
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            why = "is not a directory" if os.path.exists(folder) else "does not exist"
+            raise ValueError(f"--out: cannot write {path!r}: {folder!r} {why}.")
+        if os.path.exists(path):
+            try:
+                open(path, "a").close()  # opened for appending, not written: the file is unchanged
+            except OSError as e:
+                raise ValueError(f"--out: cannot write {path!r}: {e.strerror or e}.") from None
+            return
+    else:
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise ValueError(f"--out: {path!r} exists and is not a directory; give a directory.")
+        folder = os.path.abspath(path)
+        while not os.path.exists(folder):  # the nearest existing ancestor gets the new folders
+            folder = os.path.dirname(folder)
+        if not os.path.isdir(folder):
+            raise ValueError(f"--out: cannot create directory {path!r}: {folder!r} is a file.")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise ValueError(
+            f"--out: cannot write {path!r}: directory {folder!r} is not writable "
+            f"({e.strerror or e})."
+        ) from None
+
+
+def _max_parents(value, N):
+    """`--max-parents` (default min(2, N - 1)), checked against the number of nodes."""
+    max_parents = min(2, N - 1) if value is None else value
+    if not 0 <= max_parents <= N - 1:
+        raise ValueError(
+            f"--max-parents: must be between 0 and {N - 1} (N - 1), got {max_parents}."
+        )
+    return max_parents
+
+
+def _prior(args, num_nodes: int):
+    """The rate prior named by `--prior` (alias `--prior-convention`; the CLI's only string for
+    it) with `--alpha`, `--beta` (for `nodelman`, `--beta` is the imaginary time tau); per-node
+    values need one per node."""
+    from .._learning.priors import GammaPrior, NodelmanPrior
+
+    for flag, value in (("--alpha", args.alpha), ("--beta", args.beta)):
+        if isinstance(value, tuple) and len(value) != num_nodes:
+            raise ValueError(
+                f"{flag}: give one value or one per node ({num_nodes}), got {len(value)}."
+            )
+    import numpy as np
+
+    cls = GammaPrior if args.prior == "gamma" else NodelmanPrior
+    return cls(
+        *(np.asarray(v, float) if isinstance(v, tuple) else v for v in (args.alpha, args.beta))
+    )
+
+
+def _empirical_bayes(args):
+    """`--empirical-bayes`: an `EmpiricalBayes` Module (per node when `--alpha`/`--beta` have
+    one value per node), or `None`."""
+    if not args.empirical_bayes:
+        return None
+    from .._learning.empirical_bayes import EmpiricalBayes
+
+    per_node = isinstance(args.alpha, tuple) or isinstance(args.beta, tuple)
+    return EmpiricalBayes(per_node=per_node)
+
+
+def _prior_json(args, posterior=None) -> dict:
+    """The prior as written to output files: given values, and fitted ones under
+    `--empirical-bayes`."""
+    import numpy as np
+
+    from .._experiments.config import json_value as value
+
+    out = {"convention": args.prior, "alpha": value(args.alpha), "beta": value(args.beta)}
+    if args.empirical_bayes and posterior is not None:
+        names = type(posterior.prior).hyperparameter_names
+        fitted = [value(np.asarray(getattr(posterior.prior, n))) for n in names]
+        out["empirical_bayes"] = {"alpha": fitted[0], "beta": fitted[1]}
+    return out
+
+
+def _interventions_argument(p) -> None:
+    """`--interventions` of `design` and `run`: which candidates are scored."""
+    p.add_argument(
+        "--interventions",
+        choices=["auto", "all", "single"],
+        default="auto",
+        help="candidates: all (every perfect intervention), single (none or one node clamped), "
+        "auto (default: all up to 4096 candidates, else single)",
+    )
+
+
+def _graph_draws_arguments(p) -> None:
+    """`--graph-draws` and `--max-sets` of `design` and `run`: how the structure (V)BHC draws
+    graphs, over how many parent sets per node."""
+    p.add_argument(
+        "--graph-draws",
+        choices=["auto", "stratified", "joint"],
+        default="auto",
+        help="structure (V)BHC: stratified (the paper's, per node and parent set), joint (whole "
+        "graphs shared by all nodes), auto (default: stratified up to 8 nodes, joint beyond)",
+    )
+    p.add_argument(
+        "--max-sets",
+        type=_at_least(1),
+        default=None,
+        help="structure (V)BHC: score each node's most probable parent sets only (default: all "
+        "up to 8 nodes, 32 beyond)",
+    )
+
+
+def _prior_arguments(p) -> None:
+    """`--prior gamma|nodelman` (alias `--prior-convention`), `--alpha A`, `--beta B` and
+    `--empirical-bayes`: the same options wherever a prior is chosen."""
+    p.add_argument(
+        "--prior",
+        "--prior-convention",
+        dest="prior",
+        choices=["gamma", "nodelman"],
+        default="gamma",
+        help="rate prior: gamma (the paper's, Gam(alpha, beta) per rate) or nodelman (CTBN-RLE's "
+        "family score: alpha imaginary transitions, beta imaginary time)",
+    )
+    p.add_argument(
+        "--alpha",
+        type=_hyperparameter,
+        default="1.0",
+        help="prior alpha: one value, or one per node comma-separated",
+    )
+    p.add_argument(
+        "--beta",
+        type=_hyperparameter,
+        default="1.0",
+        help="prior beta (nodelman: tau): one value, or one per node comma-separated",
+    )
+    p.add_argument(
+        "--empirical-bayes",
+        action="store_true",
+        help="fit alpha and beta to the data by type-II maximum likelihood (structure; starts "
+        "from --alpha/--beta; per node when they have one value per node)",
+    )
+
+
+def _observation_arguments(p) -> None:
+    """`--observation paths|panel` and `--exact-entry NODE=STATE ...`."""
+    p.add_argument(
+        "--observation",
+        choices=["paths", "panel"],
+        default="paths",
+        help="how the CSV was observed: paths (complete trajectories, each row the state from "
+        "that time on) or panel (states seen at the row times, hidden between; empty cell = "
+        "not observed)",
+    )
+    p.add_argument(
+        "--exact-entry",
+        nargs="*",
+        default=[],
+        help="panel: NODE=STATE ... observed at the exact time it is entered (msm's deathexact)",
+    )

@@ -1,0 +1,184 @@
+"""`jaxctbn design`: every candidate intervention scored for the next experiment."""
+
+from __future__ import annotations
+
+import json
+
+from .arguments import (
+    _empirical_bayes,
+    _initial_state,
+    _load_network,
+    _max_parents,
+    _prior,
+    _prior_json,
+)
+from .jax_setup import _jit
+
+
+def _criterion(name: str, paths: int, box_hill: dict):
+    """The criterion Module named by `--criterion` (`--paths` >= 1 is checked by the parser);
+    `box_hill`: the (V)BHC's structure keywords."""
+    from .._criteria.criteria import BHC, EIG, VBHC
+
+    if name == "eig":
+        return EIG(num_paths=paths)
+    return {"vbhc": VBHC, "bhc": BHC}[name](**box_hill)
+
+
+def _cmd_design(args):
+    import jax
+    import numpy as np
+
+    from .._learning.posterior import RatePosterior
+    from .._paths.csv import read_csv, trajectories_from_dataframe
+    from .._paths.sufficient_statistics import SufficientStatistics
+
+    if args.target == "structure":
+        return _design_structure(args)
+    if args.network is None:
+        raise ValueError(
+            "--network: required with --target parameters (the known graph, a network JSON)."
+        )
+    model = _load_network(args.network)
+    init, initial = _initial_state(args.initial_state, model.names, model.cardinalities)
+    if args.prior != "gamma" or args.empirical_bayes:
+        raise ValueError(
+            "--prior/--empirical-bayes: parameter learning takes the Gamma prior with given "
+            "--alpha/--beta (the Nodelman prior and empirical Bayes are for structure learning)."
+        )
+    posterior = _jit(RatePosterior.for_model)(model, prior=_prior(args, model.num_nodes))
+    if args.data is not None:
+        df = read_csv(args.data)
+        traj, _ = trajectories_from_dataframe(df, model)
+        stats = _jit(SufficientStatistics.from_trajectories)(
+            traj, model.cardinalities, model.parents
+        )
+        posterior = _jit(RatePosterior.update_with)(posterior, stats)
+    space = _candidates(args.interventions, model.cardinalities)
+    key = jax.random.key(args.seed)
+    scores = _score_space(posterior, space, initial, args.duration, key, args)
+    _write_ranking(args, np.asarray(scores), space, list(model.names), init, args.duration)
+
+
+def _design_structure(args):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from .._learning.structure_posterior import learn_structure
+    from .._paths.csv import (
+        RESERVED_COLUMNS,
+        infer_cardinalities,
+        read_csv,
+        trajectories_from_dataframe,
+    )
+
+    if args.data is None and args.network is None:
+        raise ValueError("--data or --network: give the history (or a network for the node list).")
+    df = None if args.data is None else read_csv(args.data)
+    if args.network is not None:
+        model = _load_network(args.network)
+        nodes = dict(zip(model.names, model.cardinalities))
+    else:
+        # df is read here (the check above raises when --data and --network are both absent)
+        nodes = infer_cardinalities(df)  # pyright: ignore[reportArgumentType]
+    names, cards = list(nodes), tuple(nodes.values())
+    N = len(names)
+    max_parents = _max_parents(args.max_parents, N)
+    if df is not None:
+        extra = [c for c in df.columns if c not in RESERVED_COLUMNS and c not in nodes]
+        if extra:
+            raise ValueError(f"data: unknown node column(s) {extra}; the nodes are {names}.")
+        traj, _ = trajectories_from_dataframe(df, nodes)
+    else:  # no history: one empty trajectory contributes nothing
+        from .._paths.sampling import Trajectories
+
+        traj = Trajectories(
+            initial_states=jnp.zeros((1, N), jnp.int32),
+            jump_times=jnp.zeros((1, 1)),
+            states=jnp.zeros((1, 1, N), jnp.int32),
+            num_events=jnp.zeros((1,), jnp.int32),
+            durations=jnp.ones((1,)),
+            truncated=jnp.zeros((1,), bool),
+            intervention_targets=jnp.ones((1, N), bool),
+            intervention_states=jnp.zeros((1, N), jnp.int32),
+        )
+    posterior = learn_structure(traj, names, cards, max_parents=max_parents, prior=_prior(args, N))
+    eb = _empirical_bayes(args)
+    if eb is not None:
+        posterior = _jit(eb.fit)(posterior)
+    args.fitted_prior = _prior_json(args, posterior)
+
+    init, initial = _initial_state(args.initial_state, names, cards)
+    space = _candidates(args.interventions, cards)
+    key = jax.random.key(args.seed)
+    scores = _score_space(posterior, space, initial, args.duration, key, args)
+    _write_ranking(args, np.asarray(scores), space, names, init, args.duration)
+
+
+def _box_hill_options(args, num_nodes: int) -> dict:
+    """The structure (V)BHC keywords of `--graph-draws` and `--max-sets` for `num_nodes`."""
+    from .._criteria.structure import JointGraphDraws, StratifiedGraphDraws
+    from .._experiments.config import default_graph_draws
+
+    draws, max_sets = default_graph_draws(num_nodes, args.graph_draws, args.max_sets)
+    return {
+        "graph_draws": JointGraphDraws() if draws == "joint" else StratifiedGraphDraws(),
+        "max_sets": max_sets,
+    }
+
+
+def _candidates(which, cards):
+    """The candidate interventions of `--interventions` (auto: all up to 4096, else single)."""
+    from .._model.interventions import design_space, intervention_space, single_node_interventions
+
+    choose = {"auto": design_space, "all": intervention_space, "single": single_node_interventions}
+    return choose[which](cards)
+
+
+def _score_space(posterior, space, initial_state, horizon, key, args):
+    from .._criteria.criteria import score_interventions
+
+    return score_interventions(
+        posterior,
+        space,
+        initial_state,
+        horizon,
+        criterion=_criterion(
+            args.criterion, args.paths, _box_hill_options(args, len(posterior.cardinalities))
+        ),
+        key=key,
+        num_samples=args.samples,
+    )
+
+
+def _write_ranking(args, scores, space, names, init, duration):
+    import numpy as np
+
+    targets, states = np.asarray(space.targets), np.asarray(space.states)
+
+    def label(i):
+        return {names[n]: int(states[i, n]) for n in range(len(names)) if targets[i, n]}
+
+    out = {
+        "criterion": args.criterion,
+        "target": args.target,
+        "scores": [{"intervention": label(i), "score": float(v)} for i, v in enumerate(scores)],
+        "best": label(int(np.argmax(scores))),
+        "samples": args.samples,
+        "duration": duration,
+        "initial_state": init,
+        "seed": args.seed,
+        "prior": getattr(args, "fitted_prior", None) or _prior_json(args),
+    }
+    if args.target == "structure" and args.criterion != "eig":
+        from .._experiments.config import default_graph_draws
+
+        draws, max_sets = default_graph_draws(len(names), args.graph_draws, args.max_sets)
+        out.update(graph_draws=draws, max_sets=max_sets)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    print(
+        f"scored {len(scores)} interventions; best: {out['best'] or 'no intervention'}; "
+        f"wrote {args.out}"
+    )

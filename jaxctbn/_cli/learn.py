@@ -1,0 +1,125 @@
+"""`jaxctbn learn`: exact Bayesian structure learning from a trajectory or panel CSV."""
+
+from __future__ import annotations
+
+import json
+
+from .arguments import _assignment, _empirical_bayes, _max_parents, _prior, _prior_json
+from .jax_setup import _jit
+
+
+def _structure_summary(post):
+    """`parent_set_probabilities()`, `edge_marginals()`, `entropy()`, `map_graph()` and
+    `map_model()` of a structure posterior, the array parts compiled as one program."""
+    probs, edges, entropy = _jit(
+        lambda p: (p.parent_set_probabilities(), p.edge_marginals(), p.entropy())
+    )(post)
+    return probs, edges, entropy, post.map_graph(), post.map_model()
+
+
+def _parse_cardinalities(text, df, *, missing: bool = False):
+    """The node cardinalities: inferred from the data `df`, overridden by `--cardinalities`
+    (never below the largest state seen). The warning of a suspicious inferred cardinality is
+    shown only for nodes that `--cardinalities` does not give."""
+    import warnings
+
+    from .._model.layout import parse_assignment
+    from .._paths.csv import infer_cardinalities
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        inferred = infer_cardinalities(df, missing=missing)
+    out = dict(inferred)
+    given = parse_assignment(",".join(text), list(out), "--cardinalities")
+    for w in caught:
+        if not any(f"node {name!r} " in str(w.message) for name in given):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    for name, k in given.items():
+        if k < inferred[name]:
+            raise ValueError(
+                f"--cardinalities: {name!r} has states up to {inferred[name] - 1} in the data, "
+                f"so K must be >= {inferred[name]}."
+            )
+        out[name] = k
+    return out
+
+
+def _cmd_learn(args):
+    import jax
+    import numpy as np
+
+    from .._learning.structure_posterior import learn_structure
+    from .._paths.csv import read_csv, trajectories_from_dataframe
+
+    panel = args.observation == "panel"
+    if not panel and args.exact_entry:
+        raise ValueError("--exact-entry: only for panel data (--observation panel).")
+    df = read_csv(args.data)
+    nodes = _parse_cardinalities(args.cardinalities, df, missing=panel)
+    names, cards = list(nodes), tuple(nodes.values())
+    N = len(names)
+    max_parents = _max_parents(args.max_parents, N)
+    extra = {}
+    if panel:
+        from .._panel.csv import panel_from_dataframe
+        from .._panel.structure import learn_structure_from_panels
+
+        entry = _assignment(args.exact_entry, names, cards, "--exact-entry")
+        observations, ids = panel_from_dataframe(df, nodes, exact_entry=entry)
+        num_trajectories = len(ids)
+        fit = learn_structure_from_panels(
+            observations,
+            names,
+            cards,
+            max_parents=max_parents,
+            prior=_prior(args, N),
+            tolerance=args.tolerance,
+            max_iterations=args.max_iterations,
+        )
+        post = fit.posterior
+        extra = {
+            "log_likelihood": float(fit.log_likelihood),
+            "em": {"iterations": fit.iterations, "converged": fit.converged},
+        }
+    else:
+        # long trajectories come back cut into pieces: ids has one entry per row
+        traj, ids = trajectories_from_dataframe(df, nodes)
+        num_trajectories = len(dict.fromkeys(ids))
+        post = learn_structure(traj, names, cards, max_parents=max_parents, prior=_prior(args, N))
+    eb = _empirical_bayes(args)
+    if eb is not None:
+        post = _jit(eb.fit)(post)
+    post = jax.tree_util.tree_map(np.asarray, post)
+    probs, edges, entropy, graph, map_model = _structure_summary(post)
+    out = {
+        "prior": {**_prior_json(args, post), "max_parents": max_parents},
+        "trajectories": num_trajectories,
+        "nodes": {},
+        "map_graph": {},
+        "entropy": float(entropy),
+    }
+    for n, name in enumerate(names):
+        sets = []
+        for i, P in enumerate(np.asarray(post.parent_sets[n])):
+            sets.append(
+                {
+                    "parents": [names[p] for p in P if p >= 0],
+                    "log_marginal_likelihood": float(post.log_marginal_likelihoods[n][i]),
+                    "posterior": float(probs[n][i]),
+                }
+            )
+        out["nodes"][name] = {
+            "cardinality": cards[n],
+            "parent_sets": sets,
+            "edge_marginals": {names[m]: float(edges[m, n]) for m in range(N) if m != n},
+        }
+        out["map_graph"][name] = [names[p] for p in graph[n]]
+    out["rates"] = map_model.to_dict()
+    out.update(extra)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    print(
+        f"learned from {num_trajectories} {'panel ' if panel else ''}trajectories; MAP graph: "
+        + ", ".join(f"{k} <- {v}" for k, v in out["map_graph"].items())
+        + f"; wrote {args.out}"
+    )

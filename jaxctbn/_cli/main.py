@@ -1,0 +1,288 @@
+"""The `jaxctbn` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .arguments import (
+    _OUT_KINDS,
+    _at_least,
+    _check_out,
+    _graph_draws_arguments,
+    _hyperparameter,
+    _interventions_argument,
+    _non_negative_number,
+    _observation_arguments,
+    _Parser,
+    _positive_number,
+    _prior_arguments,
+    _seed,
+)
+from .demo import _cmd_demo
+from .design import _cmd_design
+from .fit import _cmd_fit
+from .jax_setup import _setup_jax
+from .learn import _cmd_learn
+from .moments import _cmd_moments
+from .run import _cmd_run
+from .sample import _cmd_sample
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="jaxctbn", description="Conditional CTBNs in JAX.")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    p = sub.add_parser("sample", help="sample trajectories to a long-format CSV")
+    p.add_argument("--network", required=True, help="network JSON file")
+    p.add_argument("--trajectories", type=_at_least(1), required=True)
+    p.add_argument(
+        "--duration", type=_positive_number, required=True, help="observation time per trajectory"
+    )
+    p.add_argument("--intervention", nargs="*", default=[], help="NODE=STATE ... (perfect)")
+    p.add_argument(
+        "--initial-state", nargs="*", default=[], help="NODE=STATE ... (default: uniform random)"
+    )
+    p.add_argument("--seed", type=_seed, required=True, help="0 <= S <= 2**63 - 1")
+    p.add_argument(
+        "--max-events",
+        type=_at_least(1),
+        default=1_000_000,
+        help="cap on the jumps of one path (default 1000000); checked before sampling",
+    )
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_cmd_sample)
+
+    p = sub.add_parser("moments", help="expected statistics from the master equation")
+    p.add_argument("--network", required=True)
+    p.add_argument("--duration", type=_positive_number, required=True)
+    p.add_argument("--initial-state", nargs="+", required=True, help="NODE=STATE,...")
+    p.add_argument("--intervention", nargs="*", default=[], help="NODE=STATE,...")
+    p.add_argument(
+        "--solver",
+        choices=("auto", "exact", "mean-field"),
+        default="auto",
+        help="auto (default): exact up to 16384 global states, mean-field beyond",
+    )
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_cmd_moments)
+
+    p = sub.add_parser("learn", help="exact Bayesian structure learning from a trajectory CSV")
+    p.add_argument("--data", required=True, help="long-format trajectory CSV")
+    p.add_argument("--max-parents", type=_at_least(0), default=None, help="default min(2, N-1)")
+    _prior_arguments(p)
+    p.add_argument(
+        "--cardinalities",
+        nargs="*",
+        default=[],
+        help="NODE=K,... (default: largest state in the data + 1, at least 2)",
+    )
+    _observation_arguments(p)
+    p.add_argument(
+        "--tolerance",
+        type=_non_negative_number,
+        default="1e-6",
+        help="panel: structural EM stops when the graph is unchanged and the log-likelihood "
+        "changed by at most T x (1 + |L|) (default 1e-6)",
+    )
+    p.add_argument(
+        "--max-iterations",
+        type=_at_least(1),
+        default=100,
+        help="panel: at most N structural EM iterations (default 100)",
+    )
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_cmd_learn)
+
+    p = sub.add_parser("fit", help="fit the rates of a network's graph (paths or panel data)")
+    p.add_argument("--data", required=True, help="long-format CSV")
+    p.add_argument(
+        "--network",
+        required=True,
+        help="network JSON: the graph, and its CIMs as starting values (zeros stay zero)",
+    )
+    _observation_arguments(p)
+    p.add_argument(
+        "--method",
+        choices=["em", "gradient"],
+        default="em",
+        help="panel: EM (expected statistics -> conjugate update) or L-BFGS on log-rates",
+    )
+    p.add_argument(
+        "--prior",
+        choices=["none", "gamma"],
+        default="none",
+        help="none: maximum likelihood; gamma: MAP under Gam(alpha, beta) on every free rate",
+    )
+    p.add_argument("--alpha", type=_hyperparameter, default=None, help="gamma: one or one per node")
+    p.add_argument("--beta", type=_hyperparameter, default=None, help="gamma: one or one per node")
+    p.add_argument(
+        "--tolerance",
+        type=_non_negative_number,
+        default="1e-8",
+        help="relative change of the objective at convergence (default 1e-8)",
+    )
+    p.add_argument(
+        "--max-iterations",
+        type=_at_least(1),
+        default=None,
+        help="default 1000 (em) or 500 (gradient)",
+    )
+    p.add_argument("--out", required=True, help="output JSON")
+    p.set_defaults(func=_cmd_fit)
+
+    p = sub.add_parser("design", help="rank all interventions for the next experiment")
+    p.add_argument("--data", default=None, help="history CSV (omit for no history)")
+    p.add_argument("--target", choices=["structure", "parameters"], required=True)
+    p.add_argument("--criterion", choices=["vbhc", "bhc", "eig"], default="vbhc")
+    p.add_argument("--network", default=None, help="known graph (parameter learning)")
+    p.add_argument("--initial-state", nargs="+", required=True, help="NODE=STATE,...")
+    p.add_argument("--duration", type=_positive_number, required=True)
+    p.add_argument("--samples", type=_at_least(1), default=10, help="posterior draws N_S")
+    p.add_argument("--paths", type=_at_least(1), default=10, help="paths per draw (eig)")
+    _prior_arguments(p)
+    p.add_argument("--max-parents", type=_at_least(0), default=None)
+    _interventions_argument(p)
+    _graph_draws_arguments(p)
+    p.add_argument("--seed", type=_seed, required=True, help="0 <= S <= 2**63 - 1")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_cmd_design)
+
+    p = sub.add_parser("run", help="sequential active-learning experiment (paper section 6)")
+    p.add_argument("target", choices=["structure", "parameters", "pool"])
+    p.add_argument(
+        "--designs",
+        default=None,
+        help="comma-separated: passive,random,vbhc,bhc,vbhc-optax,eig,negative-vbhc (default "
+        "passive,random,bhc,vbhc; pool: passive,random,vbhc,negative-vbhc)",
+    )
+    p.add_argument("--data", default=None, help="pool: panel CSV of the subjects")
+    p.add_argument("--observation", choices=["paths", "panel"], default=None, help="pool: panel")
+    p.add_argument("--root", default=None, help="pool: the root node held constant per subject")
+    p.add_argument(
+        "--repetitions", type=_at_least(1), default=None, help="independent runs (default 20)"
+    )
+    p.add_argument(
+        "--experiments", type=_at_least(1), default=None, help="experiments per run (10)"
+    )
+    p.add_argument(
+        "--samples", type=_at_least(1), default=None, help="posterior draws N_S (10; pool 40)"
+    )
+    p.add_argument("--horizon", type=_positive_number, default="3.0", help="trajectory length tau")
+    p.add_argument("--seed", type=_seed, default=0, help="0 <= S <= 2**63 - 1")
+    p.add_argument("--out", default=None, help="output directory (default run_<target>)")
+    p.add_argument("--network", default=None, help="ground-truth network JSON (default: built in)")
+    p.add_argument("--truth-seed", type=_seed, default=0, help="seed of the built-in ground truth")
+    p.add_argument(
+        "--max-parents", type=_at_least(0), default=None, help="structure: max in-degree"
+    )
+    _prior_arguments(p)
+    p.add_argument(
+        "--initial-state-policy",
+        choices=["random-revealed", "fixed", "hidden-uniform"],
+        default="random-revealed",
+        help="s0 of each experiment: uniform and revealed (the paper's), fixed (--initial-state, "
+        "default all 0), or uniform and hidden from the design",
+    )
+    p.add_argument(
+        "--initial-state", nargs="*", default=[], help="NODE=STATE,... (with the fixed policy)"
+    )
+    _interventions_argument(p)
+    _graph_draws_arguments(p)
+    p.add_argument("--paths", type=_at_least(1), default=10, help="paths per draw (eig)")
+    p.add_argument("--chunk", type=_at_least(1), default=10, help="repetitions per compiled batch")
+    p.add_argument(
+        "--max-events",
+        type=_at_least(1),
+        default=None,
+        help="jump buffer per path (default: from rates)",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="discard results of other settings in --out"
+    )
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--shard",
+        action="store_true",
+        help="split each chunk's repetitions across every local device (same results)",
+    )
+    p.add_argument(
+        "--cpu-devices",
+        type=_at_least(1),
+        default=None,
+        help="with --shard on a CPU: make it D devices (e.g. one per core; default: JAX's, one)",
+    )
+    p.add_argument(
+        "--distributed",
+        action="store_true",
+        help="one of several processes (jax.distributed) sharing the chunks; needs --out",
+    )
+    p.add_argument(
+        "--coordinator", default=None, help="distributed: HOST:PORT of process 0 (or from env)"
+    )
+    p.add_argument(
+        "--num-processes", type=_at_least(1), default=None, help="distributed: P (or from env)"
+    )
+    p.add_argument(
+        "--process-id", type=_at_least(0), default=None, help="distributed: 0..P-1 (or from env)"
+    )
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("demo", help="the paper's 4-node network: sample, solve, compare, plot")
+    p.add_argument("--out", default="demo_output")
+    p.add_argument("--seed", type=_seed, default=0, help="0 <= S <= 2**63 - 1")
+    p.add_argument(
+        "--trajectories", type=_at_least(2), default=2000, help="paths per intervention (>= 2)"
+    )
+    p.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings of the library, as one line each on stderr."""
+    print(f"jaxctbn: warning: {message}", file=sys.stderr if file is None else file)
+
+
+def main(argv=None) -> int:
+    """The `jaxctbn` command: returns the exit status (0, or 2 with one error line)."""
+    import warnings
+
+    with warnings.catch_warnings():  # restores the caller's warning display afterwards
+        warnings.showwarning = _show_warning
+        return _main(argv)
+
+
+def _main(argv) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # a parse error (exit 2, its line printed) or --help (0)
+        return e.code if isinstance(e.code, int) else 2
+    if args.command is None:
+        parser.print_help()
+        return 2
+    if args.command == "run" and args.out is None:
+        if args.distributed:
+            print(
+                "jaxctbn: error: --distributed: needs --out, a directory every process reaches.",
+                file=sys.stderr,
+            )
+            return 2
+        args.out = f"run_{args.target}"
+    try:
+        _check_out(args.out, _OUT_KINDS[args.command])
+    except ValueError as e:
+        print(f"jaxctbn: error: {e}", file=sys.stderr)
+        return 2
+    _setup_jax()
+    try:
+        args.func(args)
+    except (ValueError, OSError) as e:
+        print(f"jaxctbn: error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:  # eqx.error_if inside jit: the library's own message
+        from .._errors import error_message
+
+        print(f"jaxctbn: error: {error_message(e)}", file=sys.stderr)
+        return 2
+    return 0

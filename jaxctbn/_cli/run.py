@@ -1,0 +1,226 @@
+"""`jaxctbn run`: the sequential active-learning experiments (structure, parameters) and the
+real-data pool experiment, on one or several devices or processes."""
+
+from __future__ import annotations
+
+import os
+
+from .arguments import _empirical_bayes, _initial_state, _load_network, _max_parents, _prior
+
+
+def _split_cpu(args) -> None:
+    """`run --cpu-devices D`: the CPU as D devices (JAX's `jax_num_cpu_devices`, as
+    `XLA_FLAGS=--xla_force_host_platform_device_count=D` does), so that `--shard` splits each
+    chunk's repetitions across the cores; set before JAX starts its backends."""
+    if args.cpu_devices is None:
+        return
+    if not args.shard:
+        raise ValueError("--cpu-devices: only with --shard (it makes the devices --shard uses).")
+    import jax
+
+    try:
+        jax.config.update("jax_num_cpu_devices", args.cpu_devices)
+    except RuntimeError:  # JAX has started its backends in this process already
+        have = len(jax.devices("cpu"))
+        if have != args.cpu_devices:
+            raise ValueError(
+                f"--cpu-devices: JAX has already started in this process with {have} CPU "
+                "device(s); use a fresh process."
+            ) from None
+
+
+def _start_distributed(args) -> None:
+    """`jax.distributed.initialize` for `run --distributed` (before any computation): from
+    `--coordinator`, `--num-processes` and `--process-id`, or where those are not given from
+    the environment (SLURM, Open MPI, ... as detected by JAX)."""
+    given = [
+        flag
+        for flag, value in (
+            ("--coordinator", args.coordinator),
+            ("--num-processes", args.num_processes),
+            ("--process-id", args.process_id),
+        )
+        if value is not None
+    ]
+    if not args.distributed:
+        if given:
+            raise ValueError(f"{', '.join(given)}: only with --distributed.")
+        return
+    if args.num_processes is not None and args.process_id is not None:
+        if args.process_id >= args.num_processes:
+            raise ValueError(
+                f"--process-id: must be below --num-processes ({args.num_processes}), got "
+                f"{args.process_id}."
+            )
+    import jax
+
+    try:
+        jax.distributed.initialize(
+            coordinator_address=args.coordinator,
+            num_processes=args.num_processes,
+            process_id=args.process_id,
+        )
+    except (RuntimeError, ValueError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise ValueError(f"--distributed: jax.distributed.initialize failed: {first}") from None
+
+
+def _cmd_run(args):
+    import jax
+
+    from .._active_learning.designs import DESIGN_NAMES
+    from .._criteria.batching import Sharded
+    from .._experiments.config import ExperimentConfig
+    from .._experiments.report import summary_table, verdicts
+    from .._experiments.run import run_experiment
+
+    if args.target == "pool":
+        if args.shard or args.distributed or args.cpu_devices is not None:
+            raise ValueError(
+                "--shard, --distributed, --cpu-devices: only for run structure or run parameters."
+            )
+        return _cmd_run_pool(args)
+    _split_cpu(args)
+    _start_distributed(args)
+    given = [o for o, v in (("--data", args.data), ("--observation", args.observation),
+                            ("--root", args.root)) if v is not None]  # fmt: skip
+    if given:
+        raise ValueError(f"{', '.join(given)}: only with 'run pool'.")
+    args.designs = args.designs or "passive,random,bhc,vbhc"
+    args.samples = args.samples or 10
+    designs = [d.strip() for d in args.designs.split(",") if d.strip()]
+    unknown = [d for d in designs if d not in DESIGN_NAMES]
+    if unknown or not designs:
+        raise ValueError(
+            f"--designs: unknown design(s) {unknown or args.designs!r}; valid: "
+            + ",".join(DESIGN_NAMES)
+        )
+    truth = _load_network(args.network) if args.network is not None else None
+    out = args.out or f"run_{args.target}"
+    config = ExperimentConfig(
+        target=args.target,
+        designs=tuple(designs),
+        repetitions=args.repetitions,
+        experiments=args.experiments,
+        samples=args.samples,
+        horizon=args.horizon,
+        seed=args.seed,
+        truth=truth,
+        truth_seed=args.truth_seed,
+        max_parents=args.max_parents,
+        prior=_prior(args, 4 if truth is None else truth.num_nodes),
+        empirical_bayes=_empirical_bayes(args),
+        initial_state_policy=_policy(args, truth),
+        paths=args.paths,
+        chunk=args.chunk,
+        max_events=args.max_events,
+        interventions=args.interventions,
+        graph_draws=args.graph_draws,
+        max_sets=args.max_sets,
+    )
+    report = run_experiment(
+        config,
+        out=out,
+        progress=not args.no_progress,
+        overwrite=args.overwrite,
+        batching=Sharded() if args.shard else None,
+        distributed=args.distributed,
+    )
+    if args.distributed and jax.process_index() != 0:
+        print(f"process {jax.process_index()}: wrote its chunks to {out}/chunks")
+        return
+    summary = summary_table(
+        args.target, report["summary"], report["settings"], report["failed_repetitions"]
+    )
+    print("\n".join(summary))
+    print("\nVerdict (area under the learning curve, paired, 95% interval):")
+    print("\n".join(verdicts(args.target, report["summary"])))
+    print(f"wrote {out}/summary.md, metrics.csv, results.json, figure.png, interventions.png")
+
+
+def _cmd_run_pool(args):
+    """`jaxctbn run pool`: the paper's real-data experiment (subjects drawn from a pool of panel
+    trajectories, interventions = sub-pools with the root held constant;
+    `jaxctbn._experiments.pool`)."""
+    from .._experiments.pool import (
+        POOL_DESIGN_NAMES,
+        data_digest,
+        prepare_pool,
+        run_pool_experiment,
+    )
+    from .._experiments.report import summary_table, verdicts
+    from .._panel.csv import panel_from_dataframe
+    from .._paths.csv import infer_cardinalities, read_csv
+
+    if args.data is None or args.root is None or args.observation is None:
+        raise ValueError("run pool: needs --data DATA.csv --observation panel --root NODE.")
+    if args.observation != "panel":
+        raise ValueError("--observation: run pool needs --observation panel (panel visits).")
+    designs = [d.strip() for d in (args.designs or ",".join(POOL_DESIGN_NAMES)).split(",")]
+    unknown = [d for d in designs if d not in POOL_DESIGN_NAMES]
+    if unknown or not [d for d in designs if d]:
+        raise ValueError(
+            f"--designs: unknown pool design(s) {unknown}; valid: " + ",".join(POOL_DESIGN_NAMES)
+        )
+    df = read_csv(args.data)
+    cards = infer_cardinalities(df, missing=True)
+    names = list(cards)
+    if args.root not in names:
+        raise ValueError(f"--root: unknown node {args.root!r}; the nodes are {names}.")
+    observations, ids = panel_from_dataframe(df, cards)
+    N = len(names)
+    print(f"learning the network from all {len(ids)} subjects ({N} nodes) ...", flush=True)
+    pool, fit = prepare_pool(
+        observations,
+        names,
+        [cards[n] for n in names],
+        root=args.root,
+        max_parents=_max_parents(args.max_parents, N) if args.max_parents is not None else N - 1,
+        prior=_prior(args, N),
+        subject_ids=ids,
+    )
+    graph = fit.posterior.map_graph()
+    print("full-data network: " + "; ".join(
+        f"{names[n]} <- {','.join(names[p] for p in ps) or '(none)'}" for n, ps in enumerate(graph)
+    ))  # fmt: skip
+    report = run_pool_experiment(
+        pool,
+        fit,
+        designs=designs,
+        repetitions=args.repetitions or 100,
+        experiments=args.experiments or 20,
+        samples=args.samples or 40,
+        seed=args.seed,
+        chunk=args.chunk,
+        data=f"{os.path.basename(args.data)} sha256:{data_digest(args.data)}",
+        out=args.out,
+        progress=not args.no_progress,
+        overwrite=args.overwrite,
+    )
+    print("\n".join(summary_table("pool", report["summary"], report["settings"])))
+    print("\nVerdict (area under the learning curve, paired, 95% interval):")
+    print("\n".join(verdicts("pool", report["summary"])))
+    print(f"wrote {args.out}/summary.md, metrics.csv, results.json, figure.png, interventions.png")
+
+
+def _policy(args, truth):
+    """`--initial-state-policy` (and `--initial-state` for `fixed`) as a policy Module."""
+    from .._active_learning.initial_states import (
+        FixedInitialState,
+        InitialStateDistribution,
+        RandomInitialState,
+    )
+    from .._model.random_networks import PAPER_NAMES
+
+    names = PAPER_NAMES if truth is None else truth.names
+    cards = (2,) * len(names) if truth is None else truth.cardinalities
+    if args.initial_state and args.initial_state_policy != "fixed":
+        raise ValueError("--initial-state: only with --initial-state-policy fixed.")
+    if args.initial_state_policy == "random-revealed":
+        return RandomInitialState()
+    if args.initial_state_policy == "hidden-uniform":
+        return InitialStateDistribution()
+    if not args.initial_state:
+        return FixedInitialState([0] * len(names))
+    _, state = _initial_state(args.initial_state, list(names), cards)
+    return FixedInitialState(state)

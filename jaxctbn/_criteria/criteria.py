@@ -1,0 +1,342 @@
+r"""Design criteria as Modules, and the one verb that scores candidate interventions.
+
+[`jaxctbn.score_interventions`][] scores a batch of candidates for whatever the posterior learns:
+the rates of a known graph ([`jaxctbn.RatePosterior`][], active parameter learning) or the graph
+([`jaxctbn.StructurePosterior`][], active structure learning). The criterion is a Module:
+
+- [`jaxctbn.VBHC`][]: the variational Box-Hill criterion, minimised in closed form (default) or
+  by an `optimiser` ([`jaxctbn.LBFGS`][], [`jaxctbn.Adam`][]) with autodiff gradients;
+- [`jaxctbn.BHC`][]: the Box-Hill criterion (the VBHC at $q$ = the posterior);
+- [`jaxctbn.EIG`][]: the expected information gain by Monte Carlo over sampled paths.
+
+The structure (V)BHC also takes a KL `estimator` ([`jaxctbn.PlugIn`][] or
+[`jaxctbn.MonteCarlo`][]); the parameter (V)BHC is exact. The posterior decides which of the
+criterion's two methods runs (`score_rates` or `score_structure`), so a new criterion is one
+class with those two methods. Larger scores are more informative (the paper's
+$\arg\max_i\min_\kappa\mathrm{VBHC}$); the paper's "negative VBHC" control is the `argmin`.
+"""
+
+from __future__ import annotations
+
+import abc
+
+import equinox as eqx
+import jax
+import jax.random as jr
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
+
+from .._learning.optimisers import AbstractVBHCOptimiser
+from .._learning.posterior import AbstractPosterior, RatePosterior
+from .._learning.structure_posterior import StructurePosterior
+from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
+from .._model.interventions import Intervention
+from .batching import AbstractBatching, Chunked, Vmap
+from .kl_estimators import AbstractKLEstimator, PlugIn
+from .parameter import (
+    design_statistics,
+    parameter_bhc,
+    parameter_eig,
+    parameter_vbhc_minimise,
+    parameter_vbhc_minimum,
+    posterior_draws,
+)
+from .structure import (
+    AbstractGraphDraws,
+    StratifiedGraphDraws,
+    eig_all_candidates,
+    structure_bhc,
+    structure_draws,
+    structure_vbhc_minimise,
+    structure_vbhc_minimum,
+)
+
+#: Candidates scored together by default for structure learning: the scorer skips, per node, the
+#: chunks whose candidates all clamp that node.
+STRUCTURE_CHUNK = 9
+#: The same for the (V)BHC with stratified draws on a CPU, where a chunk's candidates x draws are
+#: solved as one batch, which the uniformisation sorts by rate into cache-sized groups of similar
+#: rate (`Uniformisation.group_size`): 27 candidates x 8 sets x 10 draws of the paper's network
+#: (every candidate that leaves a node free) are 2,160 problems in 9 groups, whose loops run
+#: about a third fewer products than 9 unsorted chunks of 3 candidates (measured in the
+#: `jaxctbn.Uniformisation` docstring; the step: `benchmarks/bench_design_step.py`).
+CPU_STRATIFIED_CHUNK = 27
+
+
+def _structure_batching(graph_draws: AbstractGraphDraws) -> Chunked:
+    """The default batching of the structure (V)BHC's candidates."""
+    if isinstance(graph_draws, StratifiedGraphDraws) and jax.default_backend() == "cpu":
+        return Chunked(CPU_STRATIFIED_CHUNK)
+    return Chunked(STRUCTURE_CHUNK)
+
+
+def _check_max_sets(max_sets) -> None:
+    if max_sets is not None and (
+        not isinstance(max_sets, int) or isinstance(max_sets, bool) or max_sets < 1
+    ):
+        raise ValueError(f"max_sets: expected None or a positive integer, got {max_sets!r}.")
+
+
+class AbstractCriterion(eqx.Module):
+    """A design criterion: one score per candidate intervention for each learning target.
+
+    Both methods receive the posterior, a batch of `candidates` (an
+    [`jaxctbn.Intervention`][] with a leading axis), the `initial_state` and `horizon` of the
+    next experiment, and keyword-only `key`, `num_samples` (posterior draws $N_S$), `solver` and
+    `batching`. They return `(candidates,)` scores, larger = more informative, computed with the
+    same random numbers for every candidate (common random numbers). `batching=None` means the
+    target's default."""
+
+    @abc.abstractmethod
+    def score_rates(
+        self,
+        posterior: RatePosterior,
+        candidates: Intervention,
+        initial_state: ArrayLike,
+        horizon: ArrayLike,
+        *,
+        key: PRNGKeyArray,
+        num_samples: int,
+        solver: StatisticsSolver,
+        batching: AbstractBatching | None,
+    ) -> Float[Array, " candidates"]:
+        """Scores for active parameter learning."""
+
+    @abc.abstractmethod
+    def score_structure(
+        self,
+        posterior: StructurePosterior,
+        candidates: Intervention,
+        initial_state: ArrayLike,
+        horizon: ArrayLike,
+        *,
+        key: PRNGKeyArray,
+        num_samples: int,
+        solver: StatisticsSolver,
+        batching: AbstractBatching | None,
+    ) -> Float[Array, " candidates"]:
+        """Scores for active structure learning."""
+
+
+class AbstractBoxHillCriterion(AbstractCriterion):
+    """A criterion computed from posterior-averaged expected statistics (parameters) or from
+    the divergences $a_n(P')$ (structure): the (V)BHC family. Subclasses say how a value follows
+    from those (`rate_value`, `structure_value`); the scoring is shared."""
+
+    estimator: eqx.AbstractVar[AbstractKLEstimator]
+    graph_draws: eqx.AbstractVar[AbstractGraphDraws]
+    max_sets: eqx.AbstractVar[int | None]
+
+    @abc.abstractmethod
+    def rate_value(self, posterior: RatePosterior, statistics) -> Float[Array, ""]:
+        """The criterion from one candidate's [`jaxctbn.ParameterDesignStatistics`][]."""
+
+    @abc.abstractmethod
+    def structure_value(self, posterior: StructurePosterior, divergences) -> Float[Array, ""]:
+        """The criterion from one candidate's divergences $a_n(P')$ (one array per node)."""
+
+    def score_rates(
+        self, posterior, candidates, initial_state, horizon, *, key, num_samples, solver, batching
+    ):
+        if not isinstance(self.estimator, PlugIn):
+            raise ValueError(
+                "estimator: the parameter criteria are linear in the expected statistics, so "
+                "they are exact; use the default PlugIn() (MonteCarlo applies to structure "
+                "learning)."
+            )
+        draws = posterior_draws(posterior, key, num_samples)
+
+        def one(iv):
+            stats = design_statistics(
+                posterior, draws, initial_state, horizon, intervention=iv, solver=solver
+            )
+            return self.rate_value(posterior, stats)
+
+        return (Vmap() if batching is None else batching).map(one, candidates)
+
+    def score_structure(
+        self, posterior, candidates, initial_state, horizon, *, key, num_samples, solver, batching
+    ):
+        if self.max_sets is not None:
+            posterior = posterior.truncated(self.max_sets)
+        a_all = self.graph_draws.divergences(
+            posterior,
+            candidates,
+            initial_state,
+            horizon,
+            key=key,
+            num_samples=num_samples,
+            solver=solver,
+            estimator=self.estimator,
+            batching=_structure_batching(self.graph_draws) if batching is None else batching,
+        )
+        return jax.vmap(lambda a: self.structure_value(posterior, a))(a_all)
+
+
+class VBHC(AbstractBoxHillCriterion):
+    r"""The variational Box-Hill criterion (maths §3 for parameters, §4 for structure), minimised
+    over the variational family: in closed form (`optimiser=None`, the default) or numerically
+    by an [`jaxctbn.AbstractVBHCOptimiser`][] with autodiff gradients (the same minimum).
+
+    **Arguments (keyword-only):** `optimiser` (default `None` = closed form), and for structure
+    learning `estimator` (the KL estimator, default [`jaxctbn.PlugIn`][]), `graph_draws` (how
+    graphs are drawn, default [`jaxctbn.StratifiedGraphDraws`][], the paper's;
+    [`jaxctbn.JointGraphDraws`][] for large networks) and `max_sets` (score over each node's
+    `max_sets` most probable parent sets, [`jaxctbn.StructurePosterior.truncated`][]; default
+    `None` = all)."""
+
+    optimiser: AbstractVBHCOptimiser | None = eqx.field(default=None, kw_only=True)
+    estimator: AbstractKLEstimator = eqx.field(default=PlugIn(), kw_only=True)
+    graph_draws: AbstractGraphDraws = eqx.field(default=StratifiedGraphDraws(), kw_only=True)
+    max_sets: int | None = eqx.field(default=None, static=True, kw_only=True)
+
+    def __check_init__(self):
+        _check_max_sets(self.max_sets)
+
+    def rate_value(self, posterior, statistics):
+        if self.optimiser is None:
+            return parameter_vbhc_minimum(posterior, statistics)
+        return parameter_vbhc_minimise(posterior, statistics, self.optimiser)[0]
+
+    def structure_value(self, posterior, divergences):
+        if self.optimiser is None:
+            return structure_vbhc_minimum(posterior, divergences)
+        return structure_vbhc_minimise(posterior, divergences, self.optimiser)[0]
+
+
+class BHC(AbstractBoxHillCriterion):
+    r"""The Box-Hill criterion: the VBHC at $q$ = the posterior (maths §3, §4).
+
+    **Arguments (keyword-only):** `estimator`, `graph_draws` and `max_sets` for structure
+    learning, as for [`jaxctbn.VBHC`][]."""
+
+    estimator: AbstractKLEstimator = eqx.field(default=PlugIn(), kw_only=True)
+    graph_draws: AbstractGraphDraws = eqx.field(default=StratifiedGraphDraws(), kw_only=True)
+    max_sets: int | None = eqx.field(default=None, static=True, kw_only=True)
+
+    def __check_init__(self):
+        _check_max_sets(self.max_sets)
+
+    def rate_value(self, posterior, statistics):
+        return parameter_bhc(posterior, statistics)
+
+    def structure_value(self, posterior, divergences):
+        return structure_bhc(posterior, divergences)
+
+
+class EIG(AbstractCriterion):
+    r"""The expected information gain by Monte Carlo (maths §6): `num_paths` sampled paths per
+    posterior draw, the same path keys for every candidate. For parameters by conjugacy without
+    an inner loop ([`jaxctbn.parameter_eig`][]); for structure Algorithm 4 with the stratum
+    weights ([`jaxctbn.structure_eig`][]), per node all candidates x draws x paths of a chunk
+    of candidates in one sampling loop that keeps only the paths' statistics, and the chunks
+    whose candidates all clamp the node skipped (default batching `Chunked(9)`, as for the
+    other structure criteria).
+
+    **Arguments (keyword-only):** `num_paths` (default 10), `max_events` (the most jumps a
+    sampled path may have, a longer path raises an error; default 512 for parameters, where it
+    is the jump buffer of each path, and 256 for structure, where no jumps are stored and its
+    size hardly changes the cost)."""
+
+    num_paths: int = eqx.field(default=10, static=True, kw_only=True)
+    max_events: int | None = eqx.field(default=None, static=True, kw_only=True)
+
+    def __check_init__(self):
+        if self.num_paths < 1 or (self.max_events is not None and self.max_events < 1):
+            raise ValueError(
+                f"EIG: num_paths and max_events must be >= 1, got {self.num_paths}, "
+                f"{self.max_events}."
+            )
+
+    def score_rates(
+        self, posterior, candidates, initial_state, horizon, *, key, num_samples, solver, batching
+    ):
+        def eig(iv):
+            return parameter_eig(
+                posterior,
+                initial_state,
+                horizon,
+                key=key,
+                num_samples=num_samples,
+                num_paths=self.num_paths,
+                intervention=iv,
+                max_events=self.max_events or 512,
+            )
+
+        return (Vmap() if batching is None else batching).map(eig, candidates)
+
+    def score_structure(
+        self, posterior, candidates, initial_state, horizon, *, key, num_samples, solver, batching
+    ):
+        key_draws, key_paths = jr.split(key)
+        draws = structure_draws(posterior, key_draws, num_samples)
+        return eig_all_candidates(
+            posterior,
+            draws,
+            candidates,
+            initial_state,
+            horizon,
+            key=key_paths,
+            num_paths=self.num_paths,
+            max_events=self.max_events or 256,
+            batching=Chunked(STRUCTURE_CHUNK) if batching is None else batching,
+        )
+
+
+@eqx.filter_jit
+def score_interventions(
+    posterior: AbstractPosterior,
+    candidates: Intervention,
+    initial_state: ArrayLike,
+    horizon: ArrayLike,
+    *,
+    criterion: AbstractCriterion = VBHC(),
+    key: PRNGKeyArray,
+    num_samples: int = 10,
+    solver: StatisticsSolver = AUTOMATIC_SOLVER,
+    batching: AbstractBatching | None = None,
+) -> Float[Array, " candidates"]:
+    r"""Score a batch of candidate interventions (leading axis) for the next experiment, as one
+    compiled computation.
+
+    **Arguments:**
+
+    - `posterior`: a [`jaxctbn.RatePosterior`][] (parameter learning) or
+      [`jaxctbn.StructurePosterior`][] (structure learning).
+    - `candidates`: an [`jaxctbn.Intervention`][] with a leading axis, e.g. the whole
+      [`jaxctbn.intervention_space`][].
+    - `initial_state`, `horizon`: the next experiment's initial state and length $\tau$.
+    - `criterion`: [`jaxctbn.VBHC`][] (default), [`jaxctbn.BHC`][], [`jaxctbn.EIG`][] or your own
+      [`jaxctbn.AbstractCriterion`][].
+    - `key`: the same key gives the same posterior draws and paths for every candidate (common
+      random numbers), so differences between candidates are not sampling noise.
+    - `num_samples`: posterior draws $N_S$ (per candidate parent set for structure learning).
+    - `solver`: the master-equation solver.
+    - `batching`: how the candidates are executed: [`jaxctbn.Vmap`][] or
+      [`jaxctbn.Chunked`][]; default `Vmap()` for parameters and `Chunked(9)` for structure
+      (whose scorer skips chunks that clamp a node; `Chunked(27)` for the (V)BHC with stratified
+      draws on a CPU, which solves a chunk's candidates x draws as one batch, in groups of
+      similar rate).
+
+    **Returns:** `(candidates,)` scores; the most informative candidate is the `argmax`.
+    """
+    if not isinstance(posterior, AbstractPosterior):
+        raise TypeError(
+            f"posterior: expected a RatePosterior or StructurePosterior, got {type(posterior)}."
+        )
+    if not isinstance(criterion, AbstractCriterion):
+        raise TypeError(
+            f"criterion: expected a jaxctbn criterion Module (VBHC(), BHC(), EIG()), got "
+            f"{criterion!r}."
+        )
+    if not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}.")
+    return posterior.score_with(
+        criterion,
+        candidates,
+        initial_state,
+        horizon,
+        key=key,
+        num_samples=num_samples,
+        solver=solver,
+        batching=batching,
+    )

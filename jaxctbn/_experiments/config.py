@@ -1,0 +1,252 @@
+"""The settings of the paper's synthetic experiments: the learning tasks and their metrics, the
+default ground truths and defaults, [`jaxctbn.ExperimentConfig`][], and the settings as JSON."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import equinox as eqx
+import jax
+import numpy as np
+
+from .._active_learning.designs import DESIGN_NAMES
+from .._active_learning.initial_states import (
+    AbstractInitialStatePolicy,
+    FixedInitialState,
+    InitialStateDistribution,
+    RandomInitialState,
+)
+from .._active_learning.tasks import ParameterLearningTask, StructureLearningTask
+from .._learning.empirical_bayes import EmpiricalBayes
+from .._learning.priors import AbstractPrior, GammaPrior, NodelmanPrior
+from .._model.ctbn import CTBN
+from .._model.random_networks import PAPER_NAMES, paper_network
+
+#: The learning task of each target; its `metric_labels` name the metrics, labels and directions.
+TASKS = {"structure": StructureLearningTask, "parameters": ParameterLearningTask}
+#: For each target: metric name -> (label, better is "higher" or "lower").
+METRICS = {target: task.metric_labels for target, task in TASKS.items()}
+# the real-data pool experiment (`jaxctbn run pool`, `jaxctbn._experiments.pool`) shares the
+# writers below
+METRICS["pool"] = {
+    "entropy": ("posterior entropy (nats)", "lower"),
+    "auroc": ("AUROC vs full-data MAP graph", "higher"),
+    "aupr": ("AUPR vs full-data MAP graph", "higher"),
+}
+
+DEFAULTS = {
+    "structure": {"repetitions": 20, "experiments": 10},
+    "parameters": {"repetitions": 20, "experiments": 10},
+}
+
+
+def default_truth(target: str, seed: int = 0) -> CTBN:
+    """The fixed ground truths: the 4-node fast/slow network with Gamma(5,1)/Gamma(1/5,1) rates
+    (structure) or scaled-softmax rates (parameters), drawn once from `seed`."""
+    rates = "gamma" if target == "structure" else "softmax"
+    return paper_network(jax.random.key(seed), rates=rates)
+
+
+def json_value(v):
+    """A hyper-parameter as JSON: a float, or a list of one per node."""
+    return float(v) if np.ndim(v) == 0 else np.asarray(v, float).tolist()
+
+
+def prior_settings(prior: AbstractPrior) -> dict:
+    """`{"prior": "gamma" | "nodelman", "alpha": ..., "beta": ...}` (for the Nodelman prior
+    `beta` is its total imaginary time `tau`, as `--beta` on the command line)."""
+    if isinstance(prior, NodelmanPrior):
+        return {
+            "prior": "nodelman",
+            "alpha": json_value(prior.alpha),
+            "beta": json_value(prior.tau),
+        }
+    if isinstance(prior, GammaPrior):
+        return {
+            "prior": "gamma",
+            "alpha": json_value(prior.alpha),
+            "beta": json_value(prior.beta),
+        }
+    raise ValueError(f"prior: expected GammaPrior or NodelmanPrior, got {type(prior).__name__}.")
+
+
+def _empirical_bayes_settings(eb: EmpiricalBayes | None):
+    if eb is None:
+        return None
+    return {"per_node": eb.per_node, "bounds": list(eb.bounds)}
+
+
+def policy_settings(policy: AbstractInitialStatePolicy):
+    """The initial-state policy as JSON: `"random-revealed"`, `{"fixed": [states]}` or
+    `{"distribution": "uniform" | [probabilities], "revealed": bool}`."""
+    if isinstance(policy, RandomInitialState):
+        return "random-revealed"
+    if isinstance(policy, FixedInitialState):
+        return {"fixed": list(policy.state)}
+    if isinstance(policy, InitialStateDistribution):
+        p = policy.probabilities
+        return {
+            "distribution": "uniform" if p is None else np.asarray(p, float).tolist(),
+            "revealed": policy.revealed_to_design,
+        }
+    return type(policy).__name__
+
+
+#: Settings added after results were first written: a `config.json` without them holds these.
+_LATER_SETTINGS = {
+    "prior": "gamma",
+    "empirical_bayes": None,
+    "initial_state_policy": "random-revealed",
+}
+
+
+def default_max_parents(num_nodes: int, max_parents: int | None) -> int:
+    """`max_parents` if given, else $N-1$ (every parent set) up to 8 nodes and 2 beyond."""
+    if max_parents is not None:
+        return max_parents
+    return num_nodes - 1 if num_nodes <= 8 else 2
+
+
+#: Above this many nodes the structure (V)BHC of `run` switches to joint graph draws over each
+#: node's `LARGE_NETWORK_MAX_SETS` most probable parent sets.
+LARGE_NETWORK_NODES = 8
+LARGE_NETWORK_MAX_SETS = 32
+
+
+def default_graph_draws(
+    num_nodes: int, graph_draws: str, max_sets: int | None
+) -> tuple[str, int | None]:
+    """The structure (V)BHC's graph draws and `max_sets` for a network of `num_nodes`:
+    `graph_draws="auto"` is `"stratified"` (the paper's Algorithm 2) up to 8 nodes and
+    `"joint"` beyond; `max_sets=None` keeps every parent set up to 8 nodes and the 32 most
+    probable per node beyond (see [`jaxctbn.JointGraphDraws`][] and
+    [`jaxctbn.StructurePosterior.truncated`][])."""
+    large = num_nodes > LARGE_NETWORK_NODES
+    if graph_draws == "auto":
+        graph_draws = "joint" if large else "stratified"
+    if max_sets is None and large:
+        max_sets = LARGE_NETWORK_MAX_SETS
+    return graph_draws, max_sets
+
+
+class ExperimentConfig(eqx.Module):
+    """Every setting of the paper's synthetic experiment (the fields of `config.json`).
+
+    **Arguments (keyword-only, all optional):** `target` (`"structure"` or `"parameters"`),
+    `designs` (names, see [`jaxctbn.design_from_name`][]), `repetitions` and `experiments`
+    (default 20 and 10), `samples` ($N_S$), `horizon` ($\\tau$), `seed` (repetition $r$ uses
+    `fold_in(key(seed), r)` for every design: common random numbers), `truth` (a
+    [`jaxctbn.CTBN`][]; default the built-in fast/slow network drawn from `truth_seed`),
+    `max_parents` (structure; default $N-1$), `prior` (a [`jaxctbn.GammaPrior`][] or, for
+    structure learning, a [`jaxctbn.NodelmanPrior`][]; parameters scalars or one per node),
+    `empirical_bayes` (structure learning: an [`jaxctbn.EmpiricalBayes`][] refits the prior's
+    hyper-parameters after every experiment, starting from `prior`; default `None`),
+    `initial_state_policy` (default [`jaxctbn.RandomInitialState`][], the paper's; see
+    [`jaxctbn.run_active_learning`][]), `paths` (EIG paths per draw), `chunk` (repetitions per compiled batch; changes
+    results only by rounding), `max_events` (jump buffer of a simulated trajectory; default
+    `None`: sized from the truth's exit rates and the horizon, see
+    [`jaxctbn.run_active_learning`][]; a path that overflows it is an error, never cut),
+    `interventions` (the candidates: `"all"` the paper's whole [`jaxctbn.intervention_space`][],
+    `"single"` the [`jaxctbn.single_node_interventions`][], default `"auto"` =
+    [`jaxctbn.design_space`][]: all up to 4096 members, single-node beyond), `graph_draws`
+    (structure (V)BHC: `"stratified"`, `"joint"` or `"auto"`, the default) and `max_sets`
+    (structure (V)BHC: each node's most probable parent sets scored; default `None`), resolved by
+    [`jaxctbn.default_graph_draws`][]: the paper's stratified draws over every set up to 8
+    nodes, joint draws over the 32 most probable sets per node beyond. With
+    `max_parents=None` structure learning allows $N-1$ parents up to 8 nodes and 2 beyond (the
+    exhaustive search has $2^{N-1}$ parent sets per node).
+    Settings are checked here, with one-line `ValueError`s."""
+
+    target: Literal["structure", "parameters"] = eqx.field(default="structure", static=True)
+    designs: tuple[str, ...] = eqx.field(default=("passive", "random", "bhc", "vbhc"), static=True)
+    repetitions: int | None = eqx.field(default=None, static=True)
+    experiments: int | None = eqx.field(default=None, static=True)
+    samples: int = eqx.field(default=10, static=True)
+    horizon: float = eqx.field(default=3.0, static=True)
+    seed: int = eqx.field(default=0, static=True)
+    truth: CTBN | None = None
+    truth_seed: int = eqx.field(default=0, static=True)
+    max_parents: int | None = eqx.field(default=None, static=True)
+    prior: AbstractPrior = GammaPrior()
+    empirical_bayes: EmpiricalBayes | None = None
+    initial_state_policy: AbstractInitialStatePolicy = RandomInitialState()
+    paths: int = eqx.field(default=10, static=True)
+    chunk: int = eqx.field(default=10, static=True)
+    max_events: int | None = eqx.field(default=None, static=True)
+    interventions: Literal["auto", "all", "single"] = eqx.field(default="auto", static=True)
+    graph_draws: Literal["auto", "stratified", "joint"] = eqx.field(default="auto", static=True)
+    max_sets: int | None = eqx.field(default=None, static=True)
+
+    def __check_init__(self):
+        if self.target not in TASKS:
+            raise ValueError(f"target must be 'structure' or 'parameters', got {self.target!r}.")
+        if self.graph_draws not in ("auto", "stratified", "joint"):
+            raise ValueError(
+                f"graph_draws must be 'auto', 'stratified' or 'joint', got {self.graph_draws!r}."
+            )
+        if self.interventions not in ("auto", "all", "single"):
+            raise ValueError(
+                f"interventions must be 'auto', 'all' or 'single', got {self.interventions!r}."
+            )
+        designs = list(self.designs)
+        if not designs:
+            raise ValueError("designs: give at least one design.")
+        for d in designs:
+            if d not in DESIGN_NAMES:
+                raise ValueError(
+                    f"designs: unknown design {d!r}; valid: {', '.join(DESIGN_NAMES)}."
+                )
+        if len(set(designs)) != len(designs):
+            raise ValueError(f"designs: repeated entries in {designs}.")
+        for name in (
+            "repetitions",
+            "experiments",
+            "samples",
+            "paths",
+            "chunk",
+            "max_events",
+            "max_sets",
+        ):
+            v = getattr(self, name)
+            if v is not None and (int(v) != v or v < 1):
+                raise ValueError(f"{name}: must be a positive integer, got {v}.")
+        if not (self.horizon > 0 and math.isfinite(self.horizon)):
+            raise ValueError(f"horizon: must be positive and finite, got {self.horizon}.")
+        N = len(PAPER_NAMES) if self.truth is None else self.truth.num_nodes
+        allowed = (GammaPrior,) if self.target == "parameters" else (GammaPrior, NodelmanPrior)
+        if not isinstance(self.prior, allowed):
+            raise ValueError(
+                f"prior: {self.target} learning takes "
+                + " or ".join(c.__name__ for c in allowed)
+                + f", got {type(self.prior).__name__}."
+            )
+        self.prior.check_num_nodes(N)
+        if self.empirical_bayes is not None and self.target != "structure":
+            raise ValueError("empirical_bayes: supported for structure learning only.")
+        if self.empirical_bayes is not None:
+            self.empirical_bayes.initial_prior(self.prior, N)  # per-node values need per_node
+        if not isinstance(self.initial_state_policy, AbstractInitialStatePolicy):
+            raise ValueError(
+                "initial_state_policy: expected RandomInitialState(), FixedInitialState(...) or "
+                f"InitialStateDistribution(...), got {self.initial_state_policy!r}."
+            )
+        if self.truth is not None:
+            self.initial_state_policy.check(self.truth.cardinalities, self.truth.names)
+        else:
+            self.initial_state_policy.check((2,) * N, PAPER_NAMES)
+        if self.target == "structure" and self.truth is not None:
+            # the task checks the truth (>= 2 nodes, metrics defined) and max_parents
+            StructureLearningTask(self.truth, max_parents=default_max_parents(N, self.max_parents))
+
+    @property
+    def num_repetitions(self) -> int:
+        return (
+            DEFAULTS[self.target]["repetitions"] if self.repetitions is None else self.repetitions
+        )
+
+    @property
+    def num_experiments(self) -> int:
+        return (
+            DEFAULTS[self.target]["experiments"] if self.experiments is None else self.experiments
+        )

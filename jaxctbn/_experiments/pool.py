@@ -1,0 +1,615 @@
+r"""The paper's real-data experiment (§6, "British Household Data-set"; appendix C.2–C.3): active
+structure learning by drawing **subjects from a pool** of recorded panel trajectories, where the
+only possible "interventions" are on a **root node** that some subjects kept constant.
+
+**The setting.** Real panel data cannot be intervened on after the fact. The paper picks a node
+with no parents in the network learned from all the data (a *root*), and reads a subject whose
+observed root state is $r$ at every visit as an experiment under $\mathrm{do}(\text{root}=r)$:
+conditioning on a root is the same as intervening on it. The options of each experiment are then
+
+- option 0, the **full pool** (no intervention): any remaining subject;
+- option $1+r$, the **sub-pool** $\mathrm{do}(\text{root}=r)$: the remaining subjects whose root
+  is observed in state $r$ at every visit where it is observed (visits with the root missing
+  do not exclude a subject, but at least one visit must observe it).
+
+A design picks an option, a subject is drawn uniformly from it **without replacement**, and the
+subject's statistics update the structure posterior. Designs: [`jaxctbn.PassivePool`][] (always
+the full pool), [`jaxctbn.RandomPool`][] (an option with subjects left, uniformly) and
+[`jaxctbn.CriterionPool`][] (the best or, for the paper's "negative VBHC" control, the worst
+option by a design criterion under the current posterior).
+
+**The approximation (the paper's).** A subject's panel observations give no counts: the
+posterior is updated with the subject's **expected family statistics**
+$\mathsf E_m[M_n\mid Y]$, $\mathsf E_m[T_n\mid Y]$ under one fixed network $m$ learned from
+**all** the data ([`jaxctbn.learn_structure_from_panels`][]), precomputed once per subject
+([`jaxctbn.panel_expected_statistics`][]). The statistics therefore already carry information
+from the whole data set through $m$; the experiment measures how fast the *choice of subjects*
+recovers $m$'s graph, not an independent re-learning. A subject drawn from a sub-pool is an
+interventional experiment, so by the pooling rule (§4) its statistics of the root node itself are
+left out; drawn from the full pool, all its statistics count.
+
+**Scoring.** [`jaxctbn.CriterionPool`][] scores each option's intervention (none, or
+$\mathrm{do}(\text{root}=r)$) with [`jaxctbn.score_interventions`][] from the option's own
+initial state and horizon ([`jaxctbn.PoolExperiment`][]: the most common complete first
+observation of its subjects, and the median follow-up of its subjects with at least two visits),
+with common posterior draws for all options.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int, Key, PRNGKeyArray
+
+from .._active_learning.metrics import edge_aupr, edge_auroc
+from .._criteria.criteria import VBHC, AbstractCriterion, score_interventions
+from .._learning.candidates import candidate_parent_sets
+from .._learning.family_statistics import FamilyStatistics
+from .._learning.priors import AbstractPrior, GammaPrior
+from .._learning.structure_posterior import StructurePosterior
+from .._master_equation.solvers import AbstractMasterEquationSolver
+from .._model.ctbn import AbstractCTBN
+from .._model.interventions import Intervention
+from .._panel.inference import panel_expected_statistics
+from .._panel.observations import PanelObservations
+from .._panel.structure import (
+    DENSE_SOLVER,
+    PanelStructureFit,
+    expected_family_statistics,
+    learn_structure_from_panels,
+)
+from .config import METRICS
+
+#: Design names understood by [`jaxctbn.pool_design_from_name`][] and `jaxctbn run pool`.
+POOL_DESIGN_NAMES = ("passive", "random", "vbhc", "negative-vbhc")
+#: The metrics recorded after every experiment: name -> (label, better is "higher"/"lower").
+POOL_METRICS = METRICS["pool"]
+
+
+# --------------------------------------------------------------------------- the pool
+def pool_membership(observations: PanelObservations, root: int, cardinality: int) -> np.ndarray:
+    r"""Which subjects each option may draw, as a `(1 + k, subjects)` boolean array (host-side):
+    row 0 the full pool (every subject), row $1+r$ the subjects whose root is observed in state
+    $r$ at every visit where it is observed, and at least once (missing visits are ignored)."""
+    if len(observations.batch_shape) != 1:
+        raise ValueError("observations: expected a batch of subjects (one leading axis).")
+    y = np.asarray(observations.states)[..., root]  # (R, O)
+    valid = np.arange(y.shape[-1])[None, :] < np.asarray(observations.num_observations)[:, None]
+    seen = valid & (y >= 0)
+    rows = [np.ones(y.shape[0], bool)]
+    for r in range(cardinality):
+        rows.append(seen.any(1) & np.all(~seen | (y == r), axis=1))
+    return np.stack(rows)
+
+
+def _first_states(observations: PanelObservations, subjects: np.ndarray, num_nodes: int):
+    """The most common complete first observation of `subjects` (ties: the smallest); nodes
+    missing in every first observation fall back to the per-node mode, then to 0."""
+    first = np.asarray(observations.states)[subjects, 0, :]
+    complete = first[(first >= 0).all(1)]
+    if len(complete):
+        rows, counts = np.unique(complete, axis=0, return_counts=True)
+        return rows[int(np.argmax(counts))]
+    out = np.zeros(num_nodes, np.int32)
+    for n in range(num_nodes):
+        seen = first[:, n][first[:, n] >= 0]
+        if seen.size:
+            out[n] = np.bincount(seen).argmax()
+    return out
+
+
+def _follow_up(observations: PanelObservations, subjects: np.ndarray) -> float:
+    t = np.asarray(observations.times)[subjects]
+    m = np.asarray(observations.num_observations)[subjects]
+    span = t[np.arange(len(m)), m - 1] - t[:, 0]
+    span = span[m >= 2]
+    return float(np.median(span)) if span.size else 1.0
+
+
+class PoolExperiment(eqx.Module):
+    r"""A prepared pool: everything a repetition of the pool experiment needs, as arrays (build
+    with [`jaxctbn.prepare_pool`][]).
+
+    - `statistics`: each subject's expected [`jaxctbn.FamilyStatistics`][] under the full-data
+      network (a leading `subjects` axis on every array);
+    - `membership`: `(options, subjects)`, which subjects each option may draw (see
+      [`jaxctbn.pool_membership`][]);
+    - `candidates`: the options' [`jaxctbn.Intervention`][]s, `(options,)`: none, then
+      $\mathrm{do}(\text{root}=r)$;
+    - `initial_states`, `horizons`: the state and length each option is scored from: its
+      subjects' most common complete first observation and median follow-up (subjects with at
+      least two visits);
+    - `reference`: the MAP graph learned from all the data, `(N, N)` adjacency, against which
+      the AUROC and AUPR of the edge marginals are computed;
+    - `prior_posterior`: the structure posterior before any subject;
+    - `root`, `names`, `subject_ids` (static).
+    """
+
+    statistics: FamilyStatistics
+    membership: Bool[Array, "options subjects"]
+    candidates: Intervention
+    initial_states: Int[Array, "options nodes"]
+    horizons: Float[Array, " options"]
+    reference: Int[Array, "nodes nodes"]
+    prior_posterior: StructurePosterior
+    root: int = eqx.field(static=True)
+    names: tuple[str, ...] = eqx.field(static=True)
+    subject_ids: tuple = eqx.field(static=True)
+
+    @property
+    def num_subjects(self) -> int:
+        return int(self.membership.shape[1])
+
+    @property
+    def option_labels(self) -> tuple[str, ...]:
+        k = int(self.membership.shape[0]) - 1
+        return ("none",) + tuple(f"{self.names[self.root]}={r}" for r in range(k))
+
+    def subject_statistics(self, subject: Int[Array, ""], option: Int[Array, ""]):
+        """The statistics that subject `subject` adds when drawn through `option`: all of them
+        from the full pool; without the root's own statistics from a sub-pool (pooling rule)."""
+        clamped = self.candidates.targets[option]
+        keep = [1.0 - clamped[n].astype(float) for n in range(len(self.names))]
+        return FamilyStatistics(
+            transitions=tuple(M[subject] * w for M, w in zip(self.statistics.transitions, keep)),
+            dwell_times=tuple(T[subject] * w for T, w in zip(self.statistics.dwell_times, keep)),
+            parent_sets=self.statistics.parent_sets,
+            cardinalities=self.statistics.cardinalities,
+        )
+
+
+def subject_family_statistics(
+    model: AbstractCTBN,
+    observations: PanelObservations,
+    parent_sets: Sequence[Int[Array | np.ndarray, "_sets max_parents"]],
+    *,
+    solver: AbstractMasterEquationSolver = DENSE_SOLVER,
+) -> FamilyStatistics:
+    """Each subject's expected family statistics under `model`, *not* pooled: a
+    [`jaxctbn.FamilyStatistics`][] with a leading subjects axis on every array (summing that
+    axis gives [`jaxctbn.panel_family_statistics`][] of the batch without interventions)."""
+    stats = panel_expected_statistics(model, observations, solver=solver)
+    return expected_family_statistics(stats, parent_sets)
+
+
+def prepare_pool(
+    observations: PanelObservations,
+    names: Sequence[str],
+    cardinalities: Sequence[int],
+    *,
+    root: str | int,
+    max_parents: int | None = None,
+    prior: AbstractPrior = GammaPrior(),
+    fit: PanelStructureFit | None = None,
+    subject_ids: Sequence[Any] | None = None,
+    tolerance: float = 1e-4,
+    max_iterations: int = 20,
+    solver: AbstractMasterEquationSolver = DENSE_SOLVER,
+) -> tuple[PoolExperiment, PanelStructureFit]:
+    r"""Learn the network from all subjects, precompute every subject's expected statistics
+    under it, and build the options (host-side; the E-step is exponential in the number of
+    nodes, so keep panels small, e.g. at most 5 binary nodes).
+
+    **Arguments:**
+
+    - `observations`: one panel trajectory per subject (a batch with one leading axis, e.g.
+      from [`jaxctbn.read_panel_csv`][]), observational (no intervention labels).
+    - `names`, `cardinalities`: the nodes.
+    - `root` (keyword-only): the root node's name or index. It should have no parents in the
+      network learned from all the data (a warning otherwise), and some subject must keep it
+      constant.
+    - `max_parents`: the in-degree limit of the learned network and of the posterior (default
+      $N-1$).
+    - `prior`: the rate prior of the learning and of the posterior.
+    - `fit`: a [`jaxctbn.PanelStructureFit`][] of these data to reuse (default: learned here by
+      [`jaxctbn.learn_structure_from_panels`][] with `tolerance` and `max_iterations`).
+    - `subject_ids`: labels of the subjects (default `0..R-1`).
+    - `solver`: the master-equation solver of the E-step.
+
+    **Returns:** `(pool, fit)`, a [`jaxctbn.PoolExperiment`][] and the full-data fit.
+    """
+    names, cards = tuple(names), tuple(int(k) for k in cardinalities)
+    N = len(cards)
+    if len(names) != N:
+        raise ValueError(f"names: need {N} node names, got {len(names)}.")
+    if not isinstance(observations, PanelObservations) or len(observations.batch_shape) != 1:
+        raise ValueError("observations: expected a batch of PanelObservations (one axis).")
+    if observations.intervention is not None and bool(np.any(observations.intervention.targets)):
+        raise ValueError(
+            "observations: the pool experiment needs observational data (no intervention labels)."
+        )
+    if isinstance(root, str):
+        if root not in names:
+            raise ValueError(f"root: unknown node {root!r}; the nodes are {list(names)}.")
+        root = names.index(root)
+    if not 0 <= int(root) < N:
+        raise ValueError(f"root: node index {root} outside 0..{N - 1}.")
+    root = int(root)
+    membership = pool_membership(observations, root, cards[root])
+    if not membership[1:].any():
+        raise ValueError(
+            f"root: no subject has {names[root]!r} observed in one state at every visit; the "
+            "pool has no intervention to offer (choose a root that is constant for some subjects)."
+        )
+    R = observations.batch_shape[0]
+    max_parents = N - 1 if max_parents is None else int(max_parents)
+    if fit is None:
+        fit = learn_structure_from_panels(
+            observations,
+            names,
+            cards,
+            max_parents=max_parents,
+            prior=prior,
+            tolerance=tolerance,
+            max_iterations=max_iterations,
+            solver=solver,
+        )
+    graph = fit.posterior.map_graph()
+    if graph[root]:
+        import warnings
+
+        warnings.warn(
+            f"root: {names[root]!r} has parents {[names[p] for p in graph[root]]} in the network "
+            "learned from all the data; conditioning on it is then not an intervention.",
+            stacklevel=2,
+        )
+    reference = np.zeros((N, N), np.int32)
+    for n, parents in enumerate(graph):
+        reference[list(parents), n] = 1
+    off = reference[~np.eye(N, dtype=bool)]
+    if off.all() or not off.any():
+        raise ValueError(
+            "data: the network learned from all the data has no edge (or every edge); the AUROC "
+            "and AUPR against it are undefined."
+        )
+    sets = candidate_parent_sets(N, max_parents)
+    statistics = subject_family_statistics(fit.model, observations, sets, solver=solver)
+    options = membership.shape[0]
+    targets = np.zeros((options, N), bool)
+    states = np.zeros((options, N), np.int32)
+    targets[1:, root] = True
+    states[1:, root] = np.arange(cards[root])
+    initial = np.zeros((options, N), np.int32)
+    horizons = np.ones(options)
+    for o in range(options):
+        members = np.nonzero(membership[o])[0]
+        if members.size:
+            initial[o] = _first_states(observations, members, N)
+            horizons[o] = _follow_up(observations, members)
+    initial[1:, root] = np.arange(cards[root])
+    ids = tuple(range(R)) if subject_ids is None else tuple(subject_ids)
+    if len(ids) != R:
+        raise ValueError(f"subject_ids: need {R} labels, got {len(ids)}.")
+    pool = PoolExperiment(
+        statistics=statistics,
+        membership=jnp.asarray(membership),
+        candidates=Intervention(targets=jnp.asarray(targets), states=jnp.asarray(states)),
+        initial_states=jnp.asarray(initial),
+        horizons=jnp.asarray(horizons),
+        reference=jnp.asarray(reference),
+        prior_posterior=StructurePosterior.from_prior(
+            names, cards, max_parents=max_parents, prior=prior
+        ),
+        root=root,
+        names=names,
+        subject_ids=ids,
+    )
+    return pool, fit
+
+
+# --------------------------------------------------------------------------- designs
+def pool_scores(
+    posterior: StructurePosterior,
+    pool: PoolExperiment,
+    *,
+    key: PRNGKeyArray,
+    criterion: AbstractCriterion = VBHC(),
+    num_samples: int = 40,
+) -> Float[Array, " options"]:
+    """The criterion's score of every option's intervention, each from the option's own initial
+    state and horizon, with the same posterior draws for all (`key` shared)."""
+
+    def one(iv, s0, tau):
+        candidate = jax.tree_util.tree_map(lambda x: x[None], iv)
+        return score_interventions(
+            posterior, candidate, s0, tau, criterion=criterion, key=key, num_samples=num_samples
+        )[0]
+
+    return jax.vmap(one)(pool.candidates, pool.initial_states, pool.horizons)
+
+
+class AbstractPoolDesign(eqx.Module):
+    """How the next option is chosen. `choose` returns the option index, given the current
+    posterior, the pool and which options still have subjects (`open`)."""
+
+    @abc.abstractmethod
+    def choose(
+        self,
+        posterior: StructurePosterior,
+        pool: PoolExperiment,
+        open: Bool[Array, " options"],
+        key: PRNGKeyArray,
+    ) -> Int[Array, ""]:
+        raise NotImplementedError
+
+
+class PassivePool(AbstractPoolDesign):
+    """Always the full pool (a subject uniformly from all remaining ones)."""
+
+    def choose(self, posterior, pool, open, key):
+        return jnp.asarray(0, jnp.int32)
+
+
+class RandomPool(AbstractPoolDesign):
+    """An option with subjects left, uniformly at random (then a subject uniformly from it)."""
+
+    def choose(self, posterior, pool, open, key):
+        return jr.categorical(key, jnp.where(open, 0.0, -jnp.inf)).astype(jnp.int32)
+
+
+class CriterionPool(AbstractPoolDesign):
+    """The option with subjects left whose intervention scores best ([`jaxctbn.pool_scores`][]),
+    or worst with `worst=True` (the paper's "negative VBHC" control)."""
+
+    criterion: AbstractCriterion = VBHC()
+    num_samples: int = eqx.field(default=40, static=True)
+    worst: bool = eqx.field(default=False, static=True)
+
+    def choose(self, posterior, pool, open, key):
+        scores = pool_scores(
+            posterior, pool, key=key, criterion=self.criterion, num_samples=self.num_samples
+        )
+        if self.worst:
+            return jnp.argmin(jnp.where(open, scores, jnp.inf)).astype(jnp.int32)
+        return jnp.argmax(jnp.where(open, scores, -jnp.inf)).astype(jnp.int32)
+
+
+def pool_design_from_name(name: str, *, num_samples: int = 40) -> AbstractPoolDesign:
+    """`"passive"`, `"random"`, `"vbhc"` or `"negative-vbhc"` as a pool design."""
+    if name == "passive":
+        return PassivePool()
+    if name == "random":
+        return RandomPool()
+    if name in ("vbhc", "negative-vbhc"):
+        return CriterionPool(VBHC(), num_samples=num_samples, worst=name == "negative-vbhc")
+    raise ValueError(
+        f"design: unknown pool design {name!r}; valid: {', '.join(POOL_DESIGN_NAMES)}."
+    )
+
+
+# --------------------------------------------------------------------------- one repetition
+class PoolResult(eqx.Module):
+    """One repetition (or a batch, with leading axes): `entropy`, `auroc`, `aupr` per experiment
+    `(K + 1,)` (entry 0 before any subject), the chosen `option` and `subject` indices `(K,)`,
+    and the final posterior's `statistics`."""
+
+    entropy: Float[Array, "*batch experiments_plus_one"]
+    auroc: Float[Array, "*batch experiments_plus_one"]
+    aupr: Float[Array, "*batch experiments_plus_one"]
+    option: Int[Array, "*batch experiments"]
+    subject: Int[Array, "*batch experiments"]
+    statistics: FamilyStatistics
+
+
+def _metrics(posterior: StructurePosterior, reference):
+    edges = posterior.edge_marginals()
+    return jnp.stack(
+        [posterior.entropy(), edge_auroc(edges, reference), edge_aupr(edges, reference)]
+    )
+
+
+def run_pool(
+    pool: PoolExperiment,
+    design: AbstractPoolDesign,
+    key: PRNGKeyArray,
+    *,
+    num_experiments: int,
+) -> PoolResult:
+    r"""One repetition of the pool experiment: `num_experiments` times, the design picks an
+    option, a subject is drawn uniformly from the option's remaining subjects (without
+    replacement) and its statistics update the posterior (see the module docstring). Jittable
+    and vmappable over `key` ([`jaxctbn.run_pool_repetitions`][] does both); the same key gives
+    the same result."""
+    if not 1 <= num_experiments <= pool.num_subjects:
+        raise ValueError(
+            f"num_experiments: must be in 1..{pool.num_subjects} (subjects are drawn without "
+            f"replacement), got {num_experiments}."
+        )
+    posterior = pool.prior_posterior
+
+    def step(carry, k):
+        posterior, available = carry
+        k_option, k_subject = jr.split(k)
+        open_ = jnp.any(pool.membership & available[None, :], axis=1)
+        option = design.choose(posterior, pool, open_, k_option)
+        weights = pool.membership[option] & available
+        subject = jr.categorical(k_subject, jnp.where(weights, 0.0, -jnp.inf)).astype(jnp.int32)
+        posterior = posterior.update(pool.subject_statistics(subject, option))
+        available = available.at[subject].set(False)
+        return (posterior, available), (option, subject, _metrics(posterior, pool.reference))
+
+    available = jnp.ones(pool.num_subjects, bool)
+    keys = jr.split(key, num_experiments)
+    (posterior, _), (option, subject, metrics) = jax.lax.scan(step, (posterior, available), keys)
+    metrics = jnp.concatenate([_metrics(pool.prior_posterior, pool.reference)[None], metrics])
+    return PoolResult(
+        entropy=metrics[:, 0],
+        auroc=metrics[:, 1],
+        aupr=metrics[:, 2],
+        option=option,
+        subject=subject,
+        statistics=posterior.statistics,
+    )
+
+
+@eqx.filter_jit
+def run_pool_repetitions(
+    pool: PoolExperiment,
+    design: AbstractPoolDesign,
+    keys: Key[Array, " repetitions"],
+    *,
+    num_experiments: int,
+) -> PoolResult:
+    """[`jaxctbn.run_pool`][] vmapped over a batch of keys, as one compiled program."""
+    return jax.vmap(lambda k: run_pool(pool, design, k, num_experiments=num_experiments))(keys)
+
+
+# --------------------------------------------------------------------------- the experiment
+def data_digest(path: str | os.PathLike) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+def run_pool_experiment(
+    pool: PoolExperiment,
+    fit: PanelStructureFit,
+    *,
+    designs: Sequence[str] = POOL_DESIGN_NAMES,
+    repetitions: int = 100,
+    experiments: int = 20,
+    samples: int = 40,
+    seed: int = 0,
+    chunk: int = 10,
+    data: str = "",
+    out: str | None = None,
+    progress: bool = True,
+    overwrite: bool = False,
+) -> dict:
+    """Run every design for `repetitions` repetitions of `experiments` subjects and return
+    `{"settings", "results", "summary", "timing"}` like [`jaxctbn.run_experiment`][] (metrics
+    `entropy`, `auroc`, `aupr`, each `(repetitions, experiments + 1)`; also
+    `intervention_index` (the option), `subjects`). Repetition $r$ uses
+    `fold_in(key(seed), r)` for every design. With `out`, the output directory of
+    `jaxctbn run structure` (config.json, truth.json = the full-data network, resumable chunks,
+    metrics.csv with a `subject` column, results.json, summary.md, figure.png,
+    interventions.png)."""
+    from .config import prior_settings
+    from .outputs import _atomic, _json_bytes, _load_chunk, _prepare_out, _write_outputs
+    from .report import summarise
+
+    designs = list(designs)
+    unknown = [d for d in designs if d not in POOL_DESIGN_NAMES]
+    if unknown or not designs:
+        raise ValueError(
+            f"designs: unknown pool design(s) {unknown or designs}; valid: "
+            + ",".join(POOL_DESIGN_NAMES)
+        )
+    if not 1 <= experiments <= pool.num_subjects:
+        raise ValueError(
+            f"experiments: must be in 1..{pool.num_subjects} (the number of subjects), got "
+            f"{experiments}."
+        )
+    names = list(pool.names)
+    model = fit.posterior.map_model()
+    settings = {
+        "target": "pool",
+        "designs": designs,
+        "repetitions": repetitions,
+        "experiments": experiments,
+        "samples": samples,
+        "horizon": "per option: median follow-up of its subjects "
+        + ", ".join(
+            f"{lab} {float(h):.3g}" for lab, h in zip(pool.option_labels, np.asarray(pool.horizons))
+        ),
+        "seed": seed,
+        "data": data,
+        "root": names[pool.root],
+        "subjects": pool.num_subjects,
+        "options": {
+            lab: int(np.asarray(pool.membership[o]).sum())
+            for o, lab in enumerate(pool.option_labels)
+        },
+        "option_initial_states": {
+            lab: np.asarray(pool.initial_states[o]).tolist()
+            for o, lab in enumerate(pool.option_labels)
+        },
+        "max_parents": int(pool.statistics.parent_sets[0].shape[-1]),
+        **prior_settings(pool.prior_posterior.prior),  # pyright: ignore[reportArgumentType]
+        "initial_state_policy": "scored from each option's most common complete first observation",
+        "full_data_graph": {names[n]: [names[p] for p in ps] for n, ps in enumerate(model.parents)},
+        "full_data_iterations": fit.iterations,
+        "full_data_converged": fit.converged,
+        "full_data_log_likelihood": float(fit.log_likelihood),
+    }
+    chunk_dir = None
+    if out is not None:
+        chunk_dir = _prepare_out(out, settings, overwrite)
+        blob = _json_bytes(settings, indent=1)
+        _atomic(os.path.join(out, "config.json"), lambda f: f.write(blob))
+        net = _json_bytes(model.to_dict(), indent=1)
+        _atomic(os.path.join(out, "truth.json"), lambda f: f.write(net))
+    base = jr.key(seed)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(designs) * repetitions, desc="run pool", unit="rep")
+    N, K = len(names), experiments
+    results, timing = {}, {}
+    for design_name in designs:
+        design = pool_design_from_name(design_name, num_samples=samples)
+        parts, seconds, chunk_seconds = [], 0.0, []
+        for start in range(0, repetitions, chunk):
+            stop = min(start + chunk, repetitions)
+            path = None
+            if chunk_dir is not None:
+                path = os.path.join(chunk_dir, design_name, f"{start}-{stop - 1}.npz")
+                loaded = _load_chunk(path, "pool", stop - start, K, N)
+                if loaded is not None:
+                    parts.append(loaded)
+                    if bar is not None:
+                        bar.update(stop - start)
+                    continue
+            keys = jax.vmap(lambda r: jr.fold_in(base, r))(jnp.arange(start, stop))
+            t0 = time.perf_counter()
+            res = jax.device_get(run_pool_repetitions(pool, design, keys, num_experiments=K))
+            chunk_seconds.append(time.perf_counter() - t0)
+            seconds += chunk_seconds[-1]
+            option = np.asarray(res.option)
+            part = {
+                "metric_entropy": np.asarray(res.entropy),
+                "metric_auroc": np.asarray(res.auroc),
+                "metric_aupr": np.asarray(res.aupr),
+                "intervention_index": option,
+                "targets": np.asarray(pool.candidates.targets)[option],
+                "states": np.asarray(pool.candidates.states)[option],
+                "initial_states": np.asarray(pool.initial_states)[option],
+                "subjects": np.asarray(res.subject),
+                "errors": np.full(stop - start, "", dtype="U1"),
+            }
+            if path is not None:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                _atomic(path, lambda f, part=part: np.savez(f, **part))
+            parts.append(part)
+            if bar is not None:
+                bar.update(stop - start)
+        merged = {k: np.concatenate([p[k] for p in parts]) for k in parts[0] if k != "errors"}
+        results[design_name] = {
+            **{k[len("metric_") :]: v for k, v in merged.items() if k.startswith("metric_")},
+            **{k: v for k, v in merged.items() if not k.startswith("metric_")},
+        }
+        timing[design_name] = {"seconds_incl_compile": seconds, "chunk_seconds": chunk_seconds}
+    if bar is not None:
+        bar.close()
+    report = {
+        "settings": settings,
+        "results": results,
+        "summary": summarise("pool", results),
+        "timing": timing,
+        "failed_repetitions": {},
+    }
+    if out is not None:
+        ids = np.asarray(pool.subject_ids, dtype=object)
+        subjects = {d: ids[np.asarray(res["subjects"])] for d, res in results.items()}
+        _write_outputs("pool", report, model, out, extra_columns={"subject": subjects})
+    return report

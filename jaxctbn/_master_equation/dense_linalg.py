@@ -1,0 +1,242 @@
+r"""Dense matrix functions for small matrices: the matrix exponential $e^A$ (scaling and
+squaring with the [13/13] Padé approximant) and the linear solve it needs, written so that no
+compiled program ever calls a **batched** LAPACK kernel.
+
+Why. jaxlib 0.10's CPU LAPACK kernels split a batch into chunks on XLA's intra-op thread pool
+and block the calling pool thread until the chunks are done (`ParallelBatchMap`). XLA's CPU
+runtime runs independent operations of one program concurrently on that same pool, so when as
+many batched factorisations as the pool has threads start together (two on a 2-core machine),
+every pool thread waits for chunks that no thread is left to run: the program never returns,
+using no CPU. (Observed: `fit_rates` on the PBC panel hung in the LU of two concurrent batched
+Padé solves; `gdb` showed both pool threads in `LuDecomposition` → `ParallelBatchMap` →
+`BlockingCounter::Wait`. Upstream jax later compiled this parallel path out of open-source
+builds.) A kernel called on **one** matrix runs inline and cannot wait on the pool.
+
+So [`solve_batched`][jaxctbn._master_equation.dense_linalg.solve_batched] solves small systems
+($n\le8$) by Gauss–Jordan elimination with partial pivoting in plain XLA operations (faster than
+LAPACK for such sizes), and larger ones one matrix at a time (`jax.lax.map` of an unbatched LAPACK
+solve on the CPU; batched on other platforms), with a custom `vmap` rule so that a caller's
+`jax.vmap` keeps it one matrix at a time. `tests/test_dense_linalg.py` checks the compiled programs of the
+library's dense routes for batched LAPACK calls.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax.custom_batching import custom_vmap
+from jaxtyping import Array
+
+_MAX_SQUARINGS = 32
+
+# Higham (2005): the [13/13] Pade approximant is accurate to double precision for ||A||_1 <= 5.37
+_PADE13 = (
+    64764752532480000.0, 32382376266240000.0, 7771770303897600.0, 1187353796428800.0,
+    129060195264000.0, 10559470521600.0, 670442572800.0, 33522128640.0, 1323241920.0,
+    40840800.0, 960960.0, 16380.0, 182.0, 1.0,
+)  # fmt: skip
+_THETA13 = 5.371920351148152
+
+# up to this order, Gauss-Jordan in XLA operations (measured faster than LAPACK for n <= 8 on
+# the CPU, for batches of 1 to 2000); above it, LAPACK one matrix at a time
+_ELIMINATION_MAX_ORDER = 8
+
+
+# reductions over an axis at most this long are written as sums of slices (see `short_sum`)
+_UNROLLED_MAX_LENGTH = 16
+# matrix products with a contraction at most this long are unrolled (see `matmul`)
+_UNROLLED_MATMUL_MAX = 4
+
+
+def short_sum(x: Array, axis: int = -1) -> Array:
+    """`x.sum(axis)`, written as a chain of additions of slices when the axis is short.
+
+    jaxlib 0.10's CPU backend hands reductions to YNNPACK fusions, which for short axes inside a
+    loop cost several times a fused elementwise loop (the panel filter's 4-state sums: measured
+    in `benchmarks/bench_msm.py`); the sum of slices fuses into its neighbours instead. Longer
+    axes keep `jnp.sum`."""
+    n = x.shape[axis]
+    if n > _UNROLLED_MAX_LENGTH or n == 0:
+        return jnp.sum(x, axis=axis)
+    total = jax.lax.index_in_dim(x, 0, axis, keepdims=False)
+    for k in range(1, n):
+        total = total + jax.lax.index_in_dim(x, k, axis, keepdims=False)
+    return total
+
+
+@jax.custom_vjp
+def vector_matrix(v: Array, M: Array) -> Array:
+    """`v @ M` for a vector `(n,)` and a matrix `(n, m)`, by `short_sum` over `n` (its VJP
+    too: the transpose of a broadcast would be a reduction again)."""
+    return short_sum(v[:, None] * M, axis=0)
+
+
+@jax.custom_vjp
+def matrix_vector(M: Array, v: Array) -> Array:
+    """`M @ v` for a matrix `(m, n)` and a vector `(n,)`, by `short_sum` over `n` (and its
+    VJP)."""
+    return short_sum(M * v[None, :], axis=1)
+
+
+def _vector_matrix_forward(v, M):
+    return vector_matrix(v, M), (v, M)
+
+
+def _vector_matrix_backward(residuals, cotangent):
+    v, M = residuals
+    return matrix_vector(M, cotangent), v[:, None] * cotangent[None, :]
+
+
+def _matrix_vector_forward(M, v):
+    return matrix_vector(M, v), (M, v)
+
+
+def _matrix_vector_backward(residuals, cotangent):
+    M, v = residuals
+    return cotangent[:, None] * v[None, :], vector_matrix(cotangent, M)
+
+
+vector_matrix.defvjp(_vector_matrix_forward, _vector_matrix_backward)
+matrix_vector.defvjp(_matrix_vector_forward, _matrix_vector_backward)
+
+
+def matmul(A: Array, B: Array) -> Array:
+    """`A @ B` for batches of matrices `(..., m, n)`, `(..., n, p)`: for a contraction of at most
+    `_UNROLLED_MATMUL_MAX` terms, a sum of broadcast products that XLA fuses into a loop (jaxlib
+    0.10's CPU `dot` on a batch of 4 x 4 matrices costs several times that); otherwise
+    `jnp.matmul`. (Longer unrolled contractions lose: XLA fuses a chain of them into one loop
+    that recomputes the inner products.)"""
+    n = A.shape[-1]
+    if n > _UNROLLED_MATMUL_MAX:
+        return jnp.matmul(A, B)
+    # column-times-row products added directly (not `short_sum` of the 4-D broadcast product:
+    # measured 1.5-2x slower for a batch of 4 x 4 exponentials)
+    total = A[..., :, 0:1] * B[..., 0:1, :]
+    for k in range(1, n):
+        total = total + A[..., :, k : k + 1] * B[..., k : k + 1, :]
+    return total
+
+
+def _gauss_jordan(M: Array, B: Array) -> Array:
+    """`M^{-1} B` for a batch `(..., n, n)`, `(..., n, m)` by Gauss-Jordan elimination with
+    partial pivoting (the pivot of column k is the largest remaining entry; rows are not swapped,
+    the pivot rows are gathered at the end). A singular `M` gives non-finite entries."""
+    n = M.shape[-1]
+    X = jnp.concatenate([M, B], -1)
+    rows = jnp.arange(n)
+
+    def step(k, carry):
+        X, used, order = carry
+        column = jax.lax.dynamic_index_in_dim(X, k, axis=-1, keepdims=False)
+        pivot = jnp.argmax(jnp.where(used, -1, jnp.abs(column)), axis=-1)
+        pivot_row = jnp.take_along_axis(X, pivot[..., None, None], axis=-2)
+        pivot_value = jnp.take_along_axis(column, pivot[..., None], axis=-1)
+        is_pivot = rows == pivot[..., None]
+        factor = jnp.where(is_pivot, 0, column / pivot_value)
+        X = X - factor[..., :, None] * pivot_row
+        order = jax.lax.dynamic_update_index_in_dim(order, pivot.astype(order.dtype), k, axis=-1)
+        return X, used | is_pivot, order
+
+    used = jnp.zeros(M.shape[:-1], bool)
+    order = jnp.zeros(M.shape[:-1], jnp.int32)
+    X, _, order = jax.lax.fori_loop(0, n, step, (X, used, order), unroll=True)
+    X = jnp.take_along_axis(X, order[..., :, None], axis=-2)  # row k: the pivot row of column k
+    diagonal = jnp.diagonal(X[..., :n], axis1=-2, axis2=-1)
+    return X[..., n:] / diagonal[..., None]
+
+
+@custom_vmap
+def _lapack_solve_one(M: Array, B: Array) -> Array:
+    return jnp.linalg.solve(M, B)
+
+
+@_lapack_solve_one.def_vmap
+def _lapack_solve_one_vmap(axis_size, in_batched, M, B):
+    M = M if in_batched[0] else jnp.broadcast_to(M, (axis_size,) + M.shape)
+    B = B if in_batched[1] else jnp.broadcast_to(B, (axis_size,) + B.shape)
+    solved = jax.lax.platform_dependent(
+        M,
+        B,
+        cpu=lambda M, B: jax.lax.map(lambda mb: _lapack_solve_one(*mb), (M, B)),
+        default=jnp.linalg.solve,
+    )
+    return solved, True
+
+
+def solve_batched(M: Array, B: Array) -> Array:
+    r"""$M^{-1}B$ for a batch: `M` of shape `(..., n, n)`, `B` of shape `(..., n, m)`, without a
+    batched LAPACK call on the CPU (see the module docstring). Not differentiable (used inside
+    the custom VJP of [`expm_batched`][jaxctbn._master_equation.dense_linalg.expm_batched]); a
+    singular `M` gives non-finite entries, the caller's to check."""
+    if M.shape[-1] <= _ELIMINATION_MAX_ORDER:
+        return _gauss_jordan(M, B)
+    batch = M.shape[:-2]
+    flat = jax.vmap(_lapack_solve_one)(
+        jnp.reshape(M, (-1,) + M.shape[-2:]), jnp.reshape(B, (-1,) + B.shape[-2:])
+    )
+    return jnp.reshape(flat, batch + B.shape[-2:])
+
+
+@jax.custom_vjp
+def expm_batched(matrices: Array) -> Array:
+    r"""$e^{A}$ for a batch of matrices `(B, n, n)` by scaling and squaring with the [13/13]
+    Padé approximant (Higham 2005), written for a batch: one approximant for all, then
+    $\max_b s_b$ squarings, each matrix squared only while it needs to be ($s_b$ from its own
+    1-norm, at most 32, so $\|A\|_1$ up to about $2\cdot10^{10}$). `jax.scipy.linalg.expm` under
+    `jax.vmap` instead evaluates every Padé order and all squarings for every matrix, and calls
+    batched LAPACK. Non-finite results are the caller's to check.
+
+    Reverse-mode differentiable (a custom VJP: the adjoint of the Fréchet derivative
+    $L(A,\cdot)$ is $L(A^\top,\cdot)$, the upper-right block of
+    $\exp\begin{bmatrix}A^\top&\bar G\\0&A^\top\end{bmatrix}$); not forward-mode."""
+    return _expm_batched(matrices)
+
+
+def _expm_batched(matrices: Array) -> Array:
+    A = jnp.asarray(matrices)
+    norm = jnp.abs(A).sum(-2).max(-1)
+    s = jnp.clip(jnp.ceil(jnp.log2(jnp.maximum(norm, 1e-300) / _THETA13)), 0, _MAX_SQUARINGS)
+    s = s.astype(jnp.int32)
+    A = A / (2.0 ** s.astype(A.dtype))[:, None, None]
+    b = _PADE13
+    eye = jnp.eye(A.shape[-1], dtype=A.dtype)
+    A2 = matmul(A, A)
+    A4 = matmul(A2, A2)
+    A6 = matmul(A4, A2)
+    U = matmul(
+        A,
+        matmul(A6, b[13] * A6 + b[11] * A4 + b[9] * A2)
+        + b[7] * A6 + b[5] * A4 + b[3] * A2 + b[1] * eye,
+    )  # fmt: skip
+    V = (
+        matmul(A6, b[12] * A6 + b[10] * A4 + b[8] * A2)
+        + b[6] * A6 + b[4] * A4 + b[2] * A2 + b[0] * eye
+    )  # fmt: skip
+    R = solve_batched(V - U, V + U)
+    return jax.lax.fori_loop(
+        0, jnp.max(s, initial=0), lambda k, R: jnp.where((k < s)[:, None, None], matmul(R, R), R), R
+    )
+
+
+def _expm_batched_forward(matrices):
+    return _expm_batched(matrices), matrices
+
+
+def _expm_batched_backward(matrices, cotangent):
+    A = jnp.swapaxes(jnp.asarray(matrices), -1, -2)
+    n = A.shape[-1]
+    zero = jnp.zeros_like(A)
+    block = jnp.concatenate(
+        [jnp.concatenate([A, cotangent], -1), jnp.concatenate([zero, A], -1)], -2
+    )
+    return (_expm_batched(block)[..., :n, n:],)
+
+
+expm_batched.defvjp(_expm_batched_forward, _expm_batched_backward)
+
+
+def expm(matrix: Array) -> Array:
+    """$e^{A}$ of one matrix `(n, n)`
+    ([`expm_batched`][jaxctbn._master_equation.dense_linalg.expm_batched] on a batch of one;
+    under `jax.vmap` a batch of many)."""
+    return expm_batched(matrix[None])[0]

@@ -1,0 +1,877 @@
+r"""Master-equation solvers: each computes, for one amalgamated generator $W$ and initial
+distribution $p_0$, the final marginal $p_\tau=p_0e^{\tau W}$ and the integrated marginal
+$\int_0^\tau p_t\,dt$ (maths §1); the backward (adjoint) equation $-\dot\beta_t=W\beta_t$;
+and the forward-backward interval integrals $\int_0^\tau\alpha_t(s)\beta_t(s')\,dt$ that smoothing
+of partially observed paths needs.
+
+- [`jaxctbn.Uniformisation`][] (default): exact, matrix-free, about $\lambda\tau$ products with
+  $W$ ($\lambda=\max_s -W(s,s)$; up to 1.22 $\lambda\tau$ when split into steps), accurate in
+  float32 and float64 for any $\lambda\tau$ up to a cost limit (`max_terms`) that raises.
+- [`jaxctbn.DiffraxSolver`][]: any diffrax ODE solver on the augmented system
+  $\dot p = pW,\ \dot I = p$, matrix-free; `solve_batch` runs one solve over a whole batch with
+  shared step sizes.
+- [`jaxctbn.MatrixExponential`][]: the dense block exponential
+  $\exp(\tau[[W, I],[0, 0]])$, the exact reference for small networks.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import math
+from typing import Any
+
+import equinox as eqx
+import equinox.internal as eqxi
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array
+
+from .dense_linalg import expm
+from .generator import AbstractGenerator, batch_last, shift_indices
+
+
+class AbstractMasterEquationSolver(eqx.Module):
+    r"""Solves the master equation $\dot p_t=p_tW$ of one amalgamated generator $W$ (a row
+    vector $p$ over the $S$ global states), its adjoint $-\dot\beta_t=W\beta_t$ (a column vector
+    $\beta$), and the forward-backward interval integrals.
+
+    To add a solver, subclass this and implement `solve`, `solve_batch`, `solve_backward` and
+    `forward_backward`; `solve_backward_batch` has a default (`jax.lax.map` over
+    `solve_backward`) that a subclass may override with a faster batched form. Every method must
+    be pure (work under `jax.jit` and `jax.vmap`) and should be reverse-mode differentiable with
+    respect to the rates inside `generator`. Only [`jaxctbn.AbstractGenerator.apply`][]
+    ($p\mapsto pW$), [`jaxctbn.AbstractGenerator.apply_transpose`][] ($v\mapsto Wv$),
+    `shifts`/`shift_rates` and, for small networks, `dense()` are available from a generator.
+    """
+
+    @abc.abstractmethod
+    def solve(self, generator: AbstractGenerator, p0: Array, horizon: Array) -> tuple[Array, Array]:
+        r"""The forward (master) equation $\dot p_t=p_tW$ on $[0,\tau]$ from $p_0$.
+
+        **Arguments:**
+
+        - `generator`: the amalgamated generator $W$ (one network, `batch_shape == ()`).
+        - `p0`: the initial row vector $p_0$, shape `(S,)` (a distribution, or any vector).
+        - `horizon`: $\tau>0$, a scalar (already validated by the caller).
+
+        **Returns:** `(final_marginal, integrated_marginal)`: $p_\tau=p_0e^{\tau W}$ and
+        $\int_0^\tau p_t\,dt$, both of shape `(S,)` and the dtype of `p0`.
+        """
+
+    @abc.abstractmethod
+    def solve_batch(
+        self, generators: AbstractGenerator, p0: Array, horizon: Array
+    ) -> tuple[Array, Array]:
+        r"""`solve` for a batch of problems sharing one $\tau$.
+
+        **Arguments:**
+
+        - `generators`: a batch of generators, every array with a leading batch axis `B`
+          (e.g. from `jax.vmap(amalgamate)`); see [`jaxctbn.batch_last`][] for a vectorised
+          product over the batch.
+        - `p0`: initial row vectors, shape `(B, S)`.
+        - `horizon`: $\tau>0$, one scalar shared by the batch.
+
+        **Returns:** `(final_marginal, integrated_marginal)`, each of shape `(B, S)`.
+        """
+
+    @abc.abstractmethod
+    def solve_backward(
+        self, generator: AbstractGenerator, beta_end: Array, horizon: Array
+    ) -> tuple[Array, Array]:
+        r"""The backward (adjoint) equation $-\dot\beta_t=W\beta_t$ on $[0,\tau]$ with final
+        condition $\beta_\tau$.
+
+        **Arguments:**
+
+        - `generator`: the amalgamated generator $W$ (one network).
+        - `beta_end`: the final column vector $\beta_\tau$, shape `(S,)` (e.g. the likelihood of
+          an observation at $\tau$ as a function of the global state).
+        - `horizon`: $\tau>0$, a scalar.
+
+        **Returns:** `(beta_start, integrated_beta)`: $\beta_0=e^{\tau W}\beta_\tau$ and
+        $\int_0^\tau\beta_t\,dt=\int_0^\tau e^{tW}\beta_\tau\,dt$, both of shape `(S,)`.
+        With $\beta_\tau=\mathbf 1$, $\beta_0=\mathbf 1$ (the rows of $e^{\tau W}$ sum to one).
+        """
+
+    def solve_backward_batch(
+        self, generators: AbstractGenerator, beta_end: Array, horizon: Array
+    ) -> tuple[Array, Array]:
+        r"""`solve_backward` for a batch sharing one $\tau$ (leading batch axis `B` on
+        `generators` and on `beta_end`, shape `(B, S)`).
+
+        **Returns:** `(beta_start, integrated_beta)`, each of shape `(B, S)`. The default runs
+        `solve_backward` once per member with `jax.lax.map`; override it for a vectorised form.
+        """
+        return jax.lax.map(
+            lambda gb: self.solve_backward(gb[0], gb[1], horizon), (generators, beta_end)
+        )
+
+    @abc.abstractmethod
+    def forward_backward(
+        self, generator: AbstractGenerator, alpha_start: Array, beta_end: Array, horizon: Array
+    ) -> tuple[Array, Array]:
+        r"""Interval integrals of forward times backward solution, for forward-backward smoothing.
+
+        With $\alpha_t=\alpha_0e^{tW}$ (row vector) and $\beta_t=e^{(\tau-t)W}\beta_\tau$ (column
+        vector), and for shift $r=(n,j)$ of `generator.shifts`, $s_r'$ the global state reached
+        from $s$ by moving node $n$ forward by $j$ (mod $k_n$):
+
+        $$\mathrm{dwell}(s)=\int_0^\tau\alpha_t(s)\,\beta_t(s)\,dt,\qquad
+        \mathrm{flux}_r(s)=\int_0^\tau\alpha_t(s)\,\beta_t(s_r')\,dt .$$
+
+        Conditioned on the evidence summarised by $\alpha_0$ and $\beta_\tau$, the expected dwell
+        time in $s$ is $\mathrm{dwell}(s)/Z$ and the expected number of $s\to s_r'$ transitions
+        is $R_r(s)\,\mathrm{flux}_r(s)/Z$ (`generator.shift_rates(r)`), with
+        $Z=\alpha_0\beta_0=\alpha_t\beta_t$ for every $t$; that normalisation is the caller's.
+        Since $\alpha_t\beta_t$ is constant, $\sum_s\mathrm{dwell}(s)=\tau\,\alpha_0\beta_0$.
+
+        **Arguments:**
+
+        - `generator`: the amalgamated generator $W$ (one network).
+        - `alpha_start`: the row vector $\alpha_0$, shape `(S,)`.
+        - `beta_end`: the column vector $\beta_\tau$, shape `(S,)`.
+        - `horizon`: $\tau>0$, a scalar.
+
+        **Returns:** `(dwell, flux)` of shapes `(S,)` and `(len(generator.shifts), S)`.
+        """
+
+
+class AbstractApproximateSolver(eqx.Module):
+    r"""An approximate route to the expected node statistics that never forms the $S=\prod_n k_n$
+    global states, for networks too large for an exact solver ([`jaxctbn.MeanField`][],
+    deterministic and fast; [`jaxctbn.Gillespie`][], unbiased Monte Carlo with standard
+    errors). Pass it wherever a `solver` of the expected statistics is taken
+    ([`jaxctbn.expected_statistics`][], the design criteria, the active-learning loop): they
+    call `expected_statistics` instead of solving the master equation over the global states,
+    and use the returned [`jaxctbn.AbstractExpectedStatistics`][] as they would the exact one.
+    Must be pure (work under `jax.jit`, `jax.vmap` and `jax.grad`)."""
+
+    @abc.abstractmethod
+    def expected_statistics(self, model, initial_state, horizon, intervention) -> Any:
+        r"""The (approximate) [`jaxctbn.AbstractExpectedStatistics`][] of `model` over
+        $[0,\tau]$ from `initial_state` (node states `(N,)`) under `intervention`
+        (`None` = none); `horizon` is already validated."""
+
+    @abc.abstractmethod
+    def sized(self, model, horizon, intervention) -> Any:
+        """This solver with the static sizes it takes from concrete rates and horizon fixed
+        (called before the compiled solve of an eager [`jaxctbn.expected_statistics`][], where
+        they are still concrete); `self` when it has none."""
+
+
+@functools.cache
+def _poisson_num_terms(mean: float, tol: float) -> int:
+    """The smallest `K` with Pr(N >= K) < `tol` for N ~ Poisson(`mean`): a static length,
+    computed once in float64 at trace time (the tail summed from the top: no cancellation)."""
+    top = int(mean + 40.0 * math.sqrt(mean) + 200)
+    log_mean = math.log(mean)
+    tails = [0.0] * (top + 1)
+    for k in range(top - 1, -1, -1):
+        tails[k] = tails[k + 1] + math.exp(-mean + k * log_mean - math.lgamma(k + 1))
+    return next((k for k in range(top + 1) if tails[k] < tol), top)
+
+
+def _poisson_pmf(mean: Array, length: int) -> Array:
+    r"""$\mathrm{Pois}(k;\mu)$ for $k<$ `length`, normalised to sum to one over that range.
+
+    Ratio products out from the mode $m=\lfloor\mu\rfloor$: $w_k/w_m=\prod_{j=m+1}^k\mu/j$ above it
+    and $\prod_{j=k+1}^{m}j/\mu$ below it. Every factor is at most one (no overflow), no $e^{-\mu}$
+    is formed (no underflow of the bulk), and $w_k$ carries a relative error of about $|k-m|$
+    roundings, against $\mu\cdot\mathrm{eps}$ for $\exp(k\log\mu-\mu-\log k!)$."""
+    k = jnp.arange(length, dtype=mean.dtype)
+    mode = jnp.floor(mean)
+    up = jnp.where(k > mode, mean / jnp.maximum(k, 1), 1)
+    down = jnp.where(k < mode, (k + 1) / mean, 1)
+    w = jnp.cumprod(up) * jnp.flip(jnp.cumprod(jnp.flip(down)))
+    return w / jnp.sum(w)
+
+
+def _reverse_cumsum(x: Array) -> Array:
+    """`out[k] = sum(x[k:])`, summed from the small end (the tail keeps its relative accuracy)."""
+    return jnp.flip(jnp.cumsum(jnp.flip(x)))
+
+
+def pull_shifts(generator: AbstractGenerator, v: Array) -> Array:
+    """`out[r, s] = v[s_r']` for every shift r = (n, j): node n of s moved forward by j.
+
+    `v` has shape `(S,)`; returns `(len(shifts), S)`."""
+    cards = generator.cardinalities
+    vt = v.reshape(cards)
+    rows = [
+        (jnp.flip(vt, axis=n) if cards[n] == 2 else jnp.roll(vt, -j, axis=n)).reshape(-1)
+        for n, j in generator.shifts
+    ]
+    return jnp.stack(rows) if rows else jnp.zeros((0,) + v.shape, v.dtype)
+
+
+def push(x: Array, n: int, j: int, k: int) -> Array:
+    """Values at `s` moved to `s_r'` (node `n` of `s` moved forward by `j`, mod `k`)."""
+    return jnp.flip(x, axis=n) if k == 2 else jnp.roll(x, j, axis=n)
+
+
+def _pull(x: Array, n: int, j: int, k: int) -> Array:
+    """`out[s] = x[s_r']`: the inverse of `push`."""
+    return jnp.flip(x, axis=n) if k == 2 else jnp.roll(x, -j, axis=n)
+
+
+def _two_sum(a: Array, b: Array) -> tuple[Array, Array]:
+    """`s = fl(a + b)` and its rounding error `e`: `a + b = s + e` exactly (Knuth's TwoSum)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _increment(
+    generator: AbstractGenerator, q: tuple[Array, ...], hi: Array, lo: Array, transpose
+) -> tuple[Array, Array]:
+    r"""$v(P-I)=vW/\lambda$ (or $(P-I)v$ if `transpose`) for $v$ = `hi + lo`, with `q[r]` the
+    rates of shift $r$ divided by $\lambda$, every addition error-free (TwoSum).
+
+    Near equilibrium this is a small difference of large flows, and `generator.apply` would give
+    it an absolute error of about eps times $\|v\|$ that is the same at every step (so it
+    accumulates). Here each flow $q_r(s)v(s)$ is rounded once and the same rounded number leaves
+    $s$ and enters $s_r'$ (an error along a transition, which the chain damps, and no mass
+    created or lost); the transposed form sums $q_r\,(v(s_r')-v(s))$, zero for a constant $v$."""
+    cards = generator.cardinalities
+    shape = cards + generator.batch_shape
+    h, low = hi.reshape(shape), lo.reshape(shape)
+    s, e = jnp.zeros_like(h), jnp.zeros_like(h)
+    for r, (n, j) in enumerate(generator.shifts):
+        k = cards[n]
+        if transpose:
+            d, d_err = _two_sum(_pull(h, n, j, k), -h)
+            s, err = _two_sum(s, q[r] * d)
+            e = e + err + q[r] * (d_err + _pull(low, n, j, k) - low)
+        else:
+            flow = q[r] * h
+            s, err_in = _two_sum(s, push(flow, n, j, k))
+            s, err_out = _two_sum(s, -flow)
+            flow_lo = q[r] * low
+            e = e + (err_in + err_out) + (push(flow_lo, n, j, k) - flow_lo)
+    out = s + e
+    return out.reshape(hi.shape), (e - (out - s)).reshape(hi.shape)
+
+
+def _flow_product(generator: AbstractGenerator, q: tuple[Array, ...], v: Array, transpose) -> Array:
+    r"""$vW/\lambda$ (or $Wv/\lambda$ if `transpose`) as a sum over shifts of flows, with `q[r]`
+    the rates of shift $r$ divided by $\lambda$: $\sum_r(\mathrm{push}_r(q_rv)-q_rv)$, resp.
+    $\sum_rq_r\,(v(s_r')-v(s))$.
+
+    Unbiased where `generator.apply` is not: `apply` forms $-d(s)v(s)$ with the exit rate
+    $d=\sum_rR_r$ rounded once, so in each state outflow and inflow differ by a fixed relative
+    amount of order eps, the same at every product; over the $K$ products of a step that is an
+    error of about $K\,$eps (1e-5 in float32 at $K\approx1000$). Here each flow is rounded once
+    and the same number leaves $s$ and enters $s_r'$; the transposed form is zero for a constant
+    $v$. About twice the flops of `apply`, so used in float32 only (in float64 the bias is
+    1e-16 per product)."""
+    cards = generator.cardinalities
+    vt = v.reshape(cards + generator.batch_shape)
+    out = jnp.zeros_like(vt)
+    for r, (n, j) in enumerate(generator.shifts):
+        if transpose:
+            out = out + q[r] * (_pull(vt, n, j, cards[n]) - vt)
+        else:
+            flow = q[r] * vt
+            out = out + (push(flow, n, j, cards[n]) - flow)
+    return out.reshape(v.shape)
+
+
+def _order_by_rate(rates: Array) -> Array:
+    r"""A permutation that sorts the `rates` (>= 0, one dimension) ascending, for cutting a batch
+    into groups of similar rate; non-finite rates last. The rates are compared in float32 with
+    their lowest $b=\lceil\log_2 n\rceil$ bits replaced by the member's index (distinct keys,
+    ties broken by index): a sort of one int32 array, several times faster on a CPU than
+    `argsort` (a two-array sort with a float comparator), and only rates within a relative
+    $2^{b-23}$ of each other may come out of order, which no grouping notices."""
+    num = rates.shape[0]
+    bits = max(1, (num - 1).bit_length())
+    if bits > 24:  # past float32's mantissa: the index would overwrite the exponent
+        return jnp.argsort(rates).astype(jnp.int32)
+    magnitude = jax.lax.bitcast_convert_type(jnp.abs(rates).astype(jnp.float32), jnp.int32)
+    index = jnp.arange(num, dtype=jnp.int32)
+    # for floats >= 0 (inf and NaN included) the int32 bit patterns sort as the values
+    shift = jnp.asarray(bits, jnp.int32)
+    keys = jax.lax.shift_left(jax.lax.shift_right_logical(magnitude, shift), shift) | index
+    return jax.lax.sort(keys) & jnp.asarray((1 << bits) - 1, jnp.int32)
+
+
+class Uniformisation(AbstractMasterEquationSolver):
+    r"""Exact uniformisation (Jensen's method), matrix-free, in steps of bounded Poisson mean.
+
+    With $\lambda\ge\max_s d(s)$, $P=I+W/\lambda$ and $N\sim\mathrm{Poisson}(\lambda h)$, over a
+    step of length $h$
+
+    $$p_h=\sum_{k\ge0}\Pr(N=k)\,p_0P^k,\qquad
+    \int_0^h p_t\,dt=\frac1\lambda\sum_{k\ge0}\Pr(N>k)\,p_0P^k .$$
+
+    **Steps.** $[0,\tau]$ is split into $n=\lceil\lambda\tau/L\rceil$ equal steps of length
+    $h=\tau/n$ ($L$ = `max_step_mean`), so that every step has Poisson mean $\mu=\lambda h\le L$;
+    step $i+1$ starts from $p_{ih}$ and the step integrals are summed (compensated). All steps
+    share $h$, so the weights are computed **once** per solve, in arrays of static length (the
+    terms Poisson($L$) needs): ratio products out from the mode (every factor $\le1$; no
+    $e^{-\mu}$, no log-space cancellation), truncated where $\Pr(N\ge k)$ < `tolerance` and
+    normalised to sum to one; the integral weights $\Pr(N>k)$ are a reversed cumulative sum of
+    those (no $1-\sum$ cancellation), scaled to sum to $h$.
+
+    **Rounding.** A chain of $\approx\lambda\tau$ products commits a rounding error of about
+    eps$\cdot\|p\|$ per product; near equilibrium it is the same at every product, and along the
+    slow directions of the chain nothing damps it, so done directly it grows like $\lambda\tau$
+    (to 1e-4 in float32 at $\lambda\tau=10^6$ with rates 1e-2 and 1e2). So every step after the
+    first is summed as a difference from its start vector $v$: with $c=v(P-I)$, computed
+    error-free once per step (TwoSum; each flow $q_r(s)v(s)$ rounded once, leaving $s$ and
+    entering $s_r'$), $\delta_0=0$, $\delta_{k+1}=\delta_kP+c$,
+    $\sum_k\Pr(N=k)vP^k=v+\sum_k\Pr(N=k)\delta_k$: the products act on $\delta$, which is small
+    near equilibrium, and $v$ gets weight exactly one; $v$ is carried as an unevaluated sum of two
+    floats. The first step, where $p_0$ relaxes and $c$ is not small, is summed directly. In
+    float32 the products themselves are sums of flows ($\sum_r(\mathrm{push}_r(q_rv)-q_rv)$),
+    unbiased where `generator.apply` (which subtracts a once-rounded exit rate) is biased by
+    about eps per product; in float64 that bias is negligible and `apply` (half the flops) is
+    used. Measured against an extended-precision dense reference
+    (`benchmarks/bench_precision.py`, `tests/test_properties.py`): errors of $p_\tau$ and of the
+    dwell times (relative to $\tau$) below 4e-6 in float32 (mostly from rounding in the first,
+    direct step: about $\sqrt{K}\,$eps) and 1e-12 in float64, for $\lambda\tau$ up to $10^8$
+    and rate ratios up to $10^4$; the tests assert 1e-5 and 1e-10.
+
+    **Cost.** $K_\mu$ products with $W$ per step, $K_\mu\approx\mu+c\sqrt\mu$ ($c\approx7$ at
+    `tolerance=1e-13`): the single series ($\approx\lambda\tau+c\sqrt{\lambda\tau}$ products) up
+    to $\lambda\tau=L$, and about $\lambda\tau\,(1+c/\sqrt L)$ beyond (1.22 $\lambda\tau$ at the
+    default $L=1024$; smaller $L$ costs more products, larger $L$ more float32 rounding, see
+    the benchmark). Per step, one error-free $c$ (about three products' work). Float32 products
+    (flows) take about 1.5 times as long as float64 ones for large $S$. Compilation: two nested
+    loops (steps, products), about twice the compile time of a single series.
+
+    **Limit.** The number of products, $nK_\mu$, is known before the loop starts; if it exceeds
+    `max_terms` the loop does not run and an error is raised on both outputs (never a silent
+    truncation; also for a non-finite $\lambda\tau$). The default allows
+    $\lambda\tau\approx1.6\cdot10^6$; the cost is linear in $\lambda\tau$ ($10^6$: 0.01-0.2 s
+    for $S\le16$, about 12 s for $S=1024$, on a 2-core CPU). Beyond that, raise `max_terms`, or
+    for small networks use [`jaxctbn.MatrixExponential`][], whose cost does not depend on
+    $\lambda\tau$ (in float64 its error grows to 1e-9 at $\lambda\tau=10^8$; in float32 to
+    1e-3 at $10^5$).
+
+    **Autodiff.** Both loops are `equinox.internal.while_loop(kind="checkpointed")`, so
+    reverse-mode autodiff works; $\lambda$ and $n$ are held constant under differentiation (the
+    result is exact for every $\lambda\ge\max d$ and every $n$, so this is the exact gradient;
+    the derivative of a TwoSum's error term is zero). `solve_backward` is the same with
+    $P\beta$ in place of $pP$ (a constant $\beta$ is kept exactly).
+
+    **Batches.** `solve_batch` (and `solve_backward_batch`) runs one loop per group of at most
+    `group_size` members, batch axis last so every product vectorises over the group; a group
+    shares one $\lambda$ (its largest exit rate), hence one schedule, and runs the products its
+    fastest member needs. So the members are first sorted by their own exit rate and cut into
+    groups of similar rate (results returned in the input order): on the 8,640 solves of the
+    paper's structure design step (before the candidates shared solves by clamp pattern), a
+    third fewer products than groups in input order (37.6 against 51.0 ms on a 2-core CPU), and
+    groups of a few hundred 16-state problems stay in the CPU's cache. Each member's result is
+    exact whatever its group (to rounding: about 1e-14 between groupings in float64).
+
+    **Forward-backward.** `forward_backward` uses, with $a_k=\alpha_0P^k$, $b_j=P^j\beta_\tau$
+    and the Beta integral
+    $\int_0^\tau\mathrm{Pois}(k;\lambda t)\,\mathrm{Pois}(j;\lambda(\tau-t))\,dt
+    =\mathrm{Pois}(k+j+1;\lambda\tau)/\lambda$,
+
+    $$\int_0^\tau\alpha_t(s)\beta_t(s')\,dt=\frac1\lambda\sum_{k,j\ge0}
+    \mathrm{Pois}(k+j+1;\lambda\tau)\,a_k(s)\,b_j(s')
+    =\frac1\lambda\sum_k a_k(s)\,c_k(s'),\quad c_k=\sum_j\mathrm{Pois}(k+j+1;\lambda\tau)\,b_j,$$
+
+    truncated at $K$ terms, the first $K$ with $\Pr(N\ge K)$ < `tolerance` (so the neglected part
+    of $\sum_s\mathrm{dwell}(s)$ is below `tolerance` $\cdot\,\tau\,\|\alpha_0\|_1
+    \|\beta_\tau\|_\infty$). The Poisson weights are computed as above (ratios out from the
+    mode); this route is not split into steps. For non-negative $\alpha_0,\beta_\tau$ every term
+    is non-negative (no cancellation). Cost, with $K_{\max}$ = `fb_max_terms` and $J$ shifts:
+    $2K$ products with $W$; $K$ products of the $K_{\max}\times S$ buffer of the $b_j$ with a
+    window of Poisson weights, $O(K\,K_{\max}\,S)$ flops (the dominant term unless $J$ is
+    large); $O(K\,J\,S)$ for the shifted products. Memory $K_{\max}S$ plus $O(JS)$ (reverse
+    mode adds the checkpoints of two loops). Meant for moderate $S$ and $\lambda\tau$; if
+    $K>K_{\max}$ an error is raised on both outputs (never a silent truncation).
+
+    **Arguments (keyword-only):**
+
+    - `tolerance`: Poisson tail mass at which each series stops (default `1e-13`; ~`1e-8` is
+      enough in float32, where rounding dominates).
+    - `max_terms`: hard limit on the number of products with $W$ in one `solve`; more needed
+      raises an error (default $2\cdot10^6$).
+    - `fb_max_terms`: static size of the buffer of backward vectors in `forward_backward`
+      (default 512); more terms needed raises an error.
+    - `max_step_mean`: $L$, the largest Poisson mean $\lambda h$ of one step (default 1024).
+    - `group_size`: the largest group of a batch solved in one loop (default 256); `None`
+      solves a whole batch in one loop at its largest rate (on a GPU, where a loop's time
+      hardly grows with the batch, fewer loops can be faster).
+    """
+
+    tolerance: float = eqx.field(default=1e-13, static=True)
+    max_terms: int = eqx.field(default=2_000_000, static=True)
+    fb_max_terms: int = eqx.field(default=512, static=True)
+    max_step_mean: float = eqx.field(default=1024.0, static=True)
+    group_size: int | None = eqx.field(default=256, static=True)
+
+    def __check_init__(self):
+        if self.group_size is not None and (
+            not isinstance(self.group_size, int)
+            or isinstance(self.group_size, bool)
+            or self.group_size < 1
+        ):
+            raise ValueError(
+                "Uniformisation: group_size must be a positive integer or None, got "
+                f"{self.group_size!r}."
+            )
+        if not 0 < self.tolerance < 1e-2:
+            raise ValueError(
+                f"Uniformisation: tolerance must be in (0, 1e-2), got {self.tolerance}."
+            )
+        if not self.max_step_mean >= 1:
+            raise ValueError(
+                f"Uniformisation: max_step_mean must be >= 1, got {self.max_step_mean}."
+            )
+
+    @staticmethod
+    def _rate(generator, horizon, dtype):
+        # one rate for a whole batch (trailing batch axes): one schedule, one set of weights
+        lam = jnp.maximum(jnp.max(generator.max_exit_rate()), 1.0 / horizon) * 1.0000001
+        return jax.lax.stop_gradient(lam).astype(dtype)
+
+    @property
+    def _num_weights(self) -> int:
+        # static length of the weight arrays: the terms Poisson(L) needs (margin for rounding of mu)
+        return _poisson_num_terms(float(self.max_step_mean) * (1 + 1e-4), float(self.tolerance))
+
+    def _schedule(self, lam, horizon):
+        """Steps `n` (float), step length `h`, terms per step `K` and the weights of one step."""
+        dtype = lam.dtype
+        n = jnp.maximum(jnp.ceil(jax.lax.stop_gradient(lam * horizon) / self.max_step_mean), 1)
+        h = horizon / n
+        pmf = _poisson_pmf(lam * h, self._num_weights)
+        at_least = jax.lax.stop_gradient(_reverse_cumsum(pmf))  # Pr(N >= k)
+        K = jnp.maximum(jnp.sum(at_least >= jnp.asarray(self.tolerance, dtype)), 2)
+        k = jnp.arange(self._num_weights)
+        pmf = jnp.where(k < K, pmf, 0)
+        pmf = pmf / jnp.sum(pmf)
+        more = jnp.concatenate([_reverse_cumsum(pmf)[1:], jnp.zeros((1,), dtype)])  # Pr(N > k)
+        integral_weights = more * (h / jnp.sum(more))
+        return n, h, K.astype(jnp.int32), pmf, integral_weights
+
+    def _too_many(self, n, K):
+        return ~(n * K.astype(n.dtype) <= self.max_terms)  # also true for NaN
+
+    def _uniformise(self, generator, p0, horizon, transpose=False):
+        # p0: (S, *batch) with the generator's batch axes trailing.
+        # transpose=False: row vectors, p -> pW; transpose=True: column vectors, v -> Wv.
+        dtype = p0.dtype
+        horizon = jnp.asarray(horizon, dtype)
+        lam = self._rate(generator, horizon, dtype)
+        q = tuple(
+            generator.shift_rate_tensor(r).astype(dtype) / lam for r in range(len(generator.shifts))
+        )
+        n, h, K, pmf, iw = self._schedule(lam, horizon)
+        too_many = self._too_many(n, K)
+        num_steps = jnp.where(too_many, 0, n).astype(jnp.int32)  # no loop at all on error
+        apply = generator.apply_transpose if transpose else generator.apply
+        inv_lam = 1 / lam
+
+        def increment(v):  # v (P - I)
+            if jnp.finfo(dtype).bits < 64:
+                return _flow_product(generator, q, v, transpose)
+            return apply(v) * inv_lam
+
+        def one_step(v, direct):
+            # v is a pair (hi, lo), value hi + lo; the step returns (v E, v F) with
+            # E = sum_k pmf[k] P^k and F = sum_k iw[k] P^k. Written as v P^k = b + delta_k with
+            # a base b (b = v, or b = 0 when `direct`):
+            #   delta_0 = v - b,  delta_{k+1} = delta_k P + c,  c = b (P - I)  (once per step),
+            #   v E = b + sum_k pmf[k] delta_k,  v F = h b + sum_k iw[k] delta_k
+            # (sum pmf = 1 and sum iw = h in exact arithmetic, so b gets total weight exactly 1
+            # resp. h). With b = v the products act on delta, which is small where the chain
+            # is near equilibrium, and c is computed error-free (there, a small difference of
+            # large flows); done directly (b = 0), the same O(eps |v|) rounding repeats at
+            # every product and step in the slow directions, where nothing damps it (1e-4 in
+            # float32 at lambda tau = 1e6). But c's own rounding is repeated K times per step,
+            # an error of about mu * eps * |c|: small after the first step, where |c| ~
+            # (slow rates / lambda) |v|, but not in the first, where p0 relaxes and |c| ~ |v|.
+            # So the first step is done directly and the others with b = v.
+            keep = jnp.where(direct, 0, 1).astype(dtype)
+            b = (keep * v[0], keep * v[1])
+            c, _ = _increment(generator, q, b[0], b[1], transpose)
+
+            # delta_k is accumulated before the product that makes delta_{k+1}, so that XLA
+            # does not fuse (and so repeat) the product into each accumulation; the last
+            # product of a step is not used (K products for K - 1 needed).
+            def body(carry):
+                k, delta, acc_p, acc_i = carry
+                acc_p = acc_p + pmf[k] * delta
+                acc_i = acc_i + iw[k] * delta
+                return k + 1, delta + increment(delta) + c, acc_p, acc_i
+
+            zero = jnp.zeros_like(v[0])
+            delta0 = (v[0] - b[0]) + (v[1] - b[1])
+            _, _, acc_p, acc_i = eqxi.while_loop(
+                lambda carry: carry[0] < K,
+                body,
+                (jnp.asarray(0, jnp.int32), delta0, zero, zero),
+                max_steps=self._num_weights,
+                kind="checkpointed",
+            )
+            hi, err = _two_sum(b[0], acc_p)
+            return _two_sum(hi, b[1] + err), (h * b[0], h * b[1] + acc_i)
+
+        def step(c):
+            i, p, total = c
+            p, integral = one_step(p, i == 0)
+            # the step integrals are small next to the running total: compensated sum
+            hi, err = _two_sum(total[0], integral[0])
+            return i + 1, p, (hi, total[1] + err + integral[1])
+
+        zero = jnp.zeros_like(p0)
+        max_steps = 2 * self.max_terms // max(1, int(self.max_step_mean)) + 2
+        _, p, total = eqxi.while_loop(
+            lambda c: c[0] < num_steps,
+            step,
+            (jnp.asarray(0, jnp.int32), (p0, zero), (zero, zero)),
+            max_steps=max_steps,
+            kind="checkpointed",
+        )
+        p, total = p[0] + p[1], total[0] + total[1]
+        # one check guarding both outputs: using either alone keeps it
+        return eqx.error_if(
+            (p, total),
+            too_many,
+            "Uniformisation: max_terms reached: the solve needs more than max_terms products "
+            "with W (lambda * horizon, the largest exit rate times the horizon, is very large, "
+            "or not finite). Increase max_terms (the cost grows linearly with lambda * horizon), "
+            "or use MatrixExponential (small networks; cost independent of the horizon).",
+        )
+
+    def solve(self, generator, p0, horizon):
+        return self._uniformise(generator, p0, horizon)
+
+    def _in_rate_groups(self, generators, v, horizon, transpose):
+        """`_uniformise` of a batch (leading axis) in groups of similar rate: one loop per group,
+        batch axis last in each, the groups one after another (`lax.map`)."""
+
+        def one_loop(gv):
+            out, integral = self._uniformise(batch_last(gv[0]), gv[1].T, horizon, transpose)
+            return out.T, integral.T
+
+        num = v.shape[0]
+        if self.group_size is None or num <= self.group_size:
+            return one_loop((generators, v))
+        num_groups = -(-num // self.group_size)
+        size = -(-num // num_groups)  # balanced groups: fewer than num_groups padded members
+        rates = jax.lax.stop_gradient(jax.vmap(lambda g: g.max_exit_rate())(generators))
+        order = _order_by_rate(rates)
+        # padded with the fastest member (it ends in the last group, whose rate it already sets)
+        order = jnp.concatenate([order, jnp.full((num_groups * size - num,), order[-1])])
+        grouped = jax.tree_util.tree_map(
+            lambda a: a[order].reshape(num_groups, size, *a.shape[1:]), (generators, v)
+        )
+        out, integral = jax.lax.map(one_loop, grouped)
+        # the position of each member in the sorted order (the inverse permutation)
+        back = jnp.zeros((num,), jnp.int32).at[order[:num]].set(jnp.arange(num, dtype=jnp.int32))
+        return tuple(x.reshape(num_groups * size, *x.shape[2:])[back] for x in (out, integral))
+
+    def solve_batch(self, generators, p0, horizon):
+        return self._in_rate_groups(generators, p0, horizon, transpose=False)
+
+    def solve_backward(self, generator, beta_end, horizon):
+        return self._uniformise(generator, beta_end, horizon, transpose=True)
+
+    def solve_backward_batch(self, generators, beta_end, horizon):
+        return self._in_rate_groups(generators, beta_end, horizon, transpose=True)
+
+    def forward_backward(self, generator, alpha_start, beta_end, horizon):
+        dtype = alpha_start.dtype
+        beta_end = jnp.asarray(beta_end, dtype)
+        horizon = jnp.asarray(horizon, dtype)
+        lam = self._rate(generator, horizon, dtype)
+        mean = lam * horizon
+        K_max = self.fb_max_terms
+
+        # Poisson weights on 0..2 K_max - 1, stably (ratios out from the mode). K: the first k
+        # with Pr(N >= k) < tolerance; an integer, so no derivative. If the mean lies beyond
+        # K_max, K > K_max anyway and the error below fires.
+        pmf = _poisson_pmf(mean, 2 * K_max)
+        at_least = jax.lax.stop_gradient(_reverse_cumsum(pmf))
+        K = jnp.sum(at_least >= jnp.asarray(self.tolerance, dtype)).astype(jnp.int32)
+        too_many = (K > K_max) | ~(jax.lax.stop_gradient(mean) <= K_max)
+        K = jnp.where(too_many, 0, K)  # no loop on error
+
+        # w[m] = Pois(m; mean) for 1 <= m <= K, else 0
+        m = jnp.arange(2 * K_max)
+        w = jnp.where((m >= 1) & (m <= K), pmf, 0.0)
+
+        # b_j = P^j beta_end for j < K, stored (write-only buffer inside the loop).
+        def b_body(c):
+            j, b, B = c
+            B = B.at[j].set(b)
+            return j + 1, b + generator.apply_transpose(b) / lam, B
+
+        B0 = jnp.zeros((K_max,) + beta_end.shape, dtype)
+        _, _, B = eqxi.while_loop(
+            lambda c: c[0] < K,
+            b_body,
+            (jnp.asarray(0, jnp.int32), beta_end, B0),
+            max_steps=K_max,
+            buffers=lambda c: c[2],
+            kind="checkpointed",
+        )
+
+        # a_k = alpha_0 P^k on the fly; c_k = sum_j w[k+j+1] b_j (zero weights beyond K).
+        def a_body(c):
+            k, a, dwell, flux = c
+            ck = jax.lax.dynamic_slice_in_dim(w, k + 1, K_max) @ B
+            dwell = dwell + a * ck
+            flux = flux + a[None] * pull_shifts(generator, ck)
+            return k + 1, a + generator.apply(a) / lam, dwell, flux
+
+        num_shifts = len(generator.shifts)
+        init = (
+            jnp.asarray(0, jnp.int32),
+            alpha_start,
+            jnp.zeros_like(alpha_start),
+            jnp.zeros((num_shifts,) + alpha_start.shape, dtype),
+        )
+        _, _, dwell, flux = eqxi.while_loop(
+            lambda c: c[0] < K, a_body, init, max_steps=K_max, kind="checkpointed"
+        )
+        # one check guarding both outputs: using either alone keeps it
+        return eqx.error_if(
+            (dwell / lam, flux / lam),
+            too_many,
+            "Uniformisation.forward_backward: more than fb_max_terms terms needed for the "
+            "Poisson tail to fall below tolerance; increase fb_max_terms (the rates times the "
+            "horizon are large), or use MatrixExponential (small networks).",
+        )
+
+    def num_products(self, generator: AbstractGenerator, horizon) -> Array:
+        """How many products with $W$ `solve` takes for this generator and horizon."""
+        dtype = generator.exit_rates.dtype
+        horizon = jnp.asarray(horizon, dtype)
+        n, _, K, _, _ = self._schedule(self._rate(generator, horizon, dtype), horizon)
+        return (n * K).astype(jnp.int32)
+
+
+def _max_norm(tree) -> Array:
+    leaves = jax.tree_util.tree_leaves(tree)
+    return jnp.max(jnp.stack([jnp.max(jnp.abs(x)) for x in leaves]))
+
+
+class DiffraxSolver(AbstractMasterEquationSolver):
+    r"""The master equation as an ODE, $\dot p_t = p_tW$, $\dot I_t = p_t$, solved by diffrax
+    (matrix-free: only $p\mapsto pW$ is evaluated).
+
+    `solve_batch` solves a whole batch as **one** ODE whose state is the stacked batch, so all
+    members share step sizes (the error norm is the max over the batch); under `jax.vmap` of
+    `solve` every member instead runs its own adaptive loop in lock-step. Differentiable by
+    diffrax's `RecursiveCheckpointAdjoint`.
+
+    `solve_backward` solves $\dot\gamma_s=W\gamma_s$, $\gamma_0=\beta_\tau$, in reversed time
+    $s=\tau-t$. `forward_backward` first solves that backward equation with a dense (interpolated)
+    solution, then integrates $\dot\alpha_t=\alpha_tW$ jointly with
+    $\dot{\mathrm{dwell}}=\alpha_t\odot\beta_t$ and
+    $\dot{\mathrm{flux}}_r=\alpha_t\odot\beta_t(\cdot_r')$, reading $\beta_t$ from the
+    interpolant (accuracy set by `rtol`/`atol` and the interpolant's order, about `rtol`).
+
+    **Arguments (keyword-only):** `solver` (default `diffrax.Tsit5()`), `rtol`, `atol`,
+    `max_steps`, `dense_max_steps` (step limit of the dense backward solve in
+    `forward_backward`, whose memory is proportional to it times $S$; default 4096).
+    """
+
+    solver: Any = None  # a diffrax.AbstractSolver; None = diffrax.Tsit5() (diffrax loads lazily)
+    rtol: float = 1e-10
+    atol: float = 1e-12
+    max_steps: int = eqx.field(default=100_000, static=True)
+    dense_max_steps: int = eqx.field(default=4096, static=True)
+
+    def _diffeqsolve(self, vector_field, y0, horizon, *, dense=False) -> Any:
+        import diffrax
+
+        dtype = jax.tree_util.tree_leaves(y0)[0].dtype
+        controller = diffrax.PIDController(rtol=self.rtol, atol=self.atol, norm=_max_norm)
+        return diffrax.diffeqsolve(
+            diffrax.ODETerm(vector_field),
+            diffrax.Tsit5() if self.solver is None else self.solver,
+            t0=jnp.zeros((), dtype),
+            t1=jnp.asarray(horizon, dtype),
+            dt0=None,
+            y0=y0,
+            stepsize_controller=controller,
+            saveat=diffrax.SaveAt(dense=True) if dense else diffrax.SaveAt(t1=True),
+            max_steps=self.dense_max_steps if dense else self.max_steps,
+        )
+
+    def diffeqsolve(self, apply, p0, horizon) -> Any:
+        """The underlying `diffrax.diffeqsolve` call (its `stats` count the steps taken)."""
+        return self._diffeqsolve(
+            lambda t, y, args: (apply(y[0]), y[0]), (p0, jnp.zeros_like(p0)), horizon
+        )
+
+    def _solve(self, apply, p0, horizon):
+        p, integral = self.diffeqsolve(apply, p0, horizon).ys
+        return p[0], integral[0]
+
+    def solve(self, generator, p0, horizon):
+        return self._solve(generator.apply, p0, horizon)
+
+    def solve_batch(self, generators, p0, horizon):
+        # one ODE for the whole batch (shared steps), batch axis last for vectorised products
+        p, integral = self._solve(batch_last(generators).apply, p0.T, horizon)
+        return p.T, integral.T
+
+    def solve_backward(self, generator, beta_end, horizon):
+        # gamma_s = beta_{tau - s} solves gamma' = W gamma, gamma_0 = beta_end
+        return self._solve(generator.apply_transpose, beta_end, horizon)
+
+    def solve_backward_batch(self, generators, beta_end, horizon):
+        beta, integral = self._solve(batch_last(generators).apply_transpose, beta_end.T, horizon)
+        return beta.T, integral.T
+
+    def forward_backward(self, generator, alpha_start, beta_end, horizon):
+        dtype = alpha_start.dtype
+        beta_end = jnp.asarray(beta_end, dtype)
+        horizon = jnp.asarray(horizon, dtype)
+        backward = self._diffeqsolve(
+            lambda s, g, args: generator.apply_transpose(g), beta_end, horizon, dense=True
+        )
+
+        def vector_field(t, y, args):
+            a = y[0]
+            b = backward.evaluate(horizon - t)
+            return generator.apply(a), a * b, a[None] * pull_shifts(generator, b)
+
+        y0 = (
+            alpha_start,
+            jnp.zeros_like(alpha_start),
+            jnp.zeros((len(generator.shifts),) + alpha_start.shape, dtype),
+        )
+        _, dwell, flux = self._diffeqsolve(vector_field, y0, horizon).ys
+        return dwell[0], flux[0]
+
+
+class MatrixExponential(AbstractMasterEquationSolver):
+    r"""Dense block matrix exponential: $[p_\tau, \int_0^\tau p_t dt] = [p_0, 0]\,
+    \exp\big(\tau\begin{bmatrix}W & I\\ 0 & 0\end{bmatrix}\big)$.
+
+    `solve_backward` is the same with $W^\top$ (the backward solution is
+    $\beta_0^\top=\beta_\tau^\top e^{\tau W^\top}$). `forward_backward` uses Van Loan's block
+    exponential: with $A=W^\top$ and $B=\alpha_0^\top\beta_\tau^\top$, the upper-right block of
+    $\exp\big(\tau\begin{bmatrix}A&B\\0&A\end{bmatrix}\big)$ is
+    $C=\int_0^\tau e^{tA}Be^{(\tau-t)A}dt$, $C(s,s')=\int_0^\tau\alpha_t(s)\beta_t(s')\,dt$;
+    dwell and flux are read from $C$.
+
+    Exact up to Padé/scaling-and-squaring accuracy; forms a $2S\times 2S$ matrix, so only for small
+    networks. `solve_batch` uses `lax.map` (memory for one $2S\times2S$ block at a time). The
+    exponential is [13/13] Padé with scaling and squaring, and never calls a batched LAPACK
+    kernel (`jaxctbn/_master_equation/dense_linalg.py` explains the deadlock that avoids).
+    The cost does not depend on $\lambda\tau$ (up to $\log_2$ of it in squarings, at most 32:
+    $\|\tau A\|_1$ up to about $10^{10}$; beyond, and for any non-finite result, an error is
+    raised on every output). In float64 it stays accurate for large $\lambda\tau$ (1e-12 at
+    $\lambda\tau=10^5$); in float32 the squarings lose accuracy (1e-3 at $\lambda\tau=10^5$,
+    `benchmarks/results/precision.md`), where [`jaxctbn.Uniformisation`][] does not.
+    """
+
+    @staticmethod
+    def _expm(M):
+        # Pade 13 with up to 32 squarings (jax.scipy.linalg.expm's default of 16 silently
+        # returns NaN once ||M||_1 > ~3e5) and no batched LAPACK call (see _dense_linalg)
+        return expm(M)
+
+    @staticmethod
+    def _checked(outputs):
+        # one check guarding every output: using either alone keeps it
+        bad = ~jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in outputs]))
+        return eqx.error_if(
+            outputs,
+            bad,
+            "MatrixExponential: the matrix exponential is not finite (the horizon, or the rates "
+            "times the horizon, exceed about 1e10, or the rates are not finite); use "
+            "Uniformisation.",
+        )
+
+    @classmethod
+    def _moments(cls, W, p0, horizon):
+        S = p0.shape[0]
+        eye = jnp.eye(S, dtype=W.dtype)
+        A = jnp.block([[W, eye], [jnp.zeros_like(W), jnp.zeros_like(W)]])
+        E = cls._expm(jnp.asarray(horizon, W.dtype) * A)
+        z = jnp.concatenate([p0, jnp.zeros_like(p0)]) @ E
+        return cls._checked((z[:S], z[S:]))
+
+    def solve(self, generator, p0, horizon):
+        return self._moments(generator.dense(), p0, horizon)
+
+    def solve_batch(self, generators, p0, horizon):
+        return jax.lax.map(lambda gp: self.solve(gp[0], gp[1], horizon), (generators, p0))
+
+    def solve_backward(self, generator, beta_end, horizon):
+        return self._moments(generator.dense().T, beta_end, horizon)
+
+    def forward_backward(self, generator, alpha_start, beta_end, horizon):
+        S = alpha_start.shape[0]
+        A = generator.dense().T
+        B = jnp.outer(alpha_start, jnp.asarray(beta_end, A.dtype))
+        M = jnp.block([[A, B], [jnp.zeros_like(A), A]])
+        C = self._expm(jnp.asarray(horizon, A.dtype) * M)[:S, S:]
+        src, dst = shift_indices(generator.cardinalities)
+        return self._checked((jnp.diagonal(C), C[src, dst]))
+
+
+DEFAULT_SOLVER = Uniformisation()
+
+
+class AutomaticSolver(eqx.Module):
+    r"""The solver of the expected statistics chosen by the size of the network: the exact
+    solver `exact` while the global state space $S=\prod_n k_n$ has at most
+    `max_global_states` states, the approximate solver `approximate` beyond (default
+    [`jaxctbn.MeanField`][]). The default `solver` of [`jaxctbn.expected_statistics`][], the
+    design criteria and the active-learning loop; the choice is static (the cardinalities are),
+    so it costs nothing under `jax.jit`, and [`jaxctbn.resolve_solver`][] says which one a model
+    gets.
+
+    The threshold, $2^{14}=16384$ states (14 binary nodes), is where the exact design step
+    stops being practical on a CPU (the uniformisation works on vectors of $S$ entries per
+    candidate, posterior draw and parameter; `benchmarks/bench_master_equation.py`), and where
+    the mean-field error measured in `benchmarks/bench_mean_field.py` (node statistics within
+    ~10% median, intervention rankings with Spearman $\rho\ge0.93$ against exact at
+    N = 4-12) is the price of going on. Override it, or pass a concrete solver, to choose
+    yourself.
+
+    **Arguments (keyword-only):** `exact` (default [`jaxctbn.Uniformisation`][]),
+    `approximate` (default `None` = [`jaxctbn.MeanField`][]`()`), `max_global_states`
+    (static, >= 1)."""
+
+    exact: AbstractMasterEquationSolver = eqx.field(default=Uniformisation(), kw_only=True)
+    approximate: AbstractApproximateSolver | None = eqx.field(default=None, kw_only=True)
+    max_global_states: int = eqx.field(default=2**14, static=True, kw_only=True)
+
+    def __check_init__(self):
+        if (
+            not isinstance(self.max_global_states, int | np.integer)
+            or isinstance(self.max_global_states, bool)
+            or self.max_global_states < 1
+        ):
+            raise ValueError(
+                "AutomaticSolver: max_global_states must be an integer >= 1, got "
+                f"{self.max_global_states!r}."
+            )
+        if not isinstance(self.exact, AbstractMasterEquationSolver):
+            raise ValueError(
+                "AutomaticSolver: exact must be an exact master-equation solver "
+                f"(AbstractMasterEquationSolver), got {type(self.exact).__name__}."
+            )
+        if self.approximate is not None and not isinstance(
+            self.approximate, AbstractApproximateSolver
+        ):
+            raise ValueError(
+                "AutomaticSolver: approximate must be an AbstractApproximateSolver or None, got "
+                f"{type(self.approximate).__name__}."
+            )
+
+
+# every solver of the expected statistics: exact (over the global states), approximate, or
+# chosen by the size of the network
+StatisticsSolver = AbstractMasterEquationSolver | AbstractApproximateSolver | AutomaticSolver
+
+
+AUTOMATIC_SOLVER = AutomaticSolver()

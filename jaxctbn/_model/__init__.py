@@ -1,0 +1,2 @@
+"""The model: conditional CTBNs, interventions, the indexing of states and parent
+configurations, and random networks."""

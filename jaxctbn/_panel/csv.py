@@ -1,0 +1,144 @@
+"""The long-format panel CSV / DataFrame route (pandas is imported only when used)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import TYPE_CHECKING
+
+import jax.numpy as jnp
+import numpy as np
+
+from .._model.interventions import Intervention
+from .._model.layout import parse_assignment
+from .observations import PanelObservations
+
+if TYPE_CHECKING:
+    import pandas as pd
+from .._paths.csv import node_spec, node_values, parse_intervention_label, read_csv
+
+
+def panel_from_dataframe(
+    df: pd.DataFrame, model, *, exact_entry: dict[str, int] | None = None
+) -> tuple[PanelObservations, list]:
+    """Parse the long format as **panel** data: each row is an observation of the nodes at that
+    time (an empty cell = that node was not observed then), the process being hidden between
+    rows. Same columns as [`jaxctbn.trajectories_from_dataframe`][]:
+    `trajectory_id, time, <nodes>[, intervention]`.
+
+    - Rows of a trajectory are sorted by time. Two rows at the same time are merged when they
+      agree on every node observed in both, and are an error naming the trajectory and time when
+      they conflict.
+    - A row with no observed node is dropped (it carries no information).
+    - A trajectory with a single observation time is kept; under the default likelihood,
+      conditional on the first observation, it contributes nothing (see
+      [`jaxctbn.panel_log_likelihood`][]).
+    - `exact_entry` `{node: state}` (msm's `deathexact`): a row observing `node` in `state`
+      is an **exact entry time** (the process entered the state by a jump at that time; the
+      state before is unknown) unless it is the trajectory's first row or the previous row
+      already observed `node` in `state`.
+    - `intervention` labels (`A=1;B=0`) are per trajectory as for paths; a clamped node must
+      be observed only in its clamped state.
+
+    `model` is a CTBN or a dict `{node name: cardinality}`. **Returns:** the
+    [`jaxctbn.PanelObservations`][] (a batch padded to the longest trajectory) and the
+    trajectory id of each row of the batch."""
+    names, cards = node_spec(model)
+    values = node_values(df, names, cards, missing=True)
+    entry = parse_assignment(
+        None if not exact_entry else ",".join(f"{k}={v}" for k, v in exact_entry.items()),
+        names,
+        "exact_entry",
+        cards,
+    )
+    try:
+        times = df["time"].to_numpy(dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError("data: column 'time' must be numeric.") from None
+    if np.any(~np.isfinite(times)):
+        raise ValueError("data: column 'time' has missing or non-finite values.")
+    labels = df["intervention"].to_numpy(dtype=object) if "intervention" in df.columns else None
+    ids = df["trajectory_id"].to_numpy()
+    groups: dict = {}
+    for row, tid in enumerate(ids.tolist()):
+        groups.setdefault(tid, []).append(row)
+    all_times, all_states, all_entry, all_targets, all_clamped, kept = [], [], [], [], [], []
+    for tid, rows in groups.items():
+        rows = np.asarray(rows)
+        rows = rows[np.argsort(times[rows], kind="stable")]
+        rows = rows[(values[rows] >= 0).any(1)]
+        if rows.size == 0:
+            continue
+        t_rows, s_rows = times[rows], values[rows]
+        merged_t, merged_s = [t_rows[0]], [s_rows[0].copy()]
+        for t, s in zip(t_rows[1:], s_rows[1:]):
+            if t != merged_t[-1]:
+                merged_t.append(t)
+                merged_s.append(s.copy())
+                continue
+            prev = merged_s[-1]
+            both = (prev >= 0) & (s >= 0)
+            if np.any(both & (prev != s)):
+                n = int(np.argmax(both & (prev != s)))
+                raise ValueError(
+                    f"data: trajectory {tid!r} has two rows at time {t:g} with conflicting "
+                    f"states {int(prev[n])} and {int(s[n])} of node {names[n]!r}."
+                )
+            merged_s[-1] = np.where(prev >= 0, prev, s)
+        t_arr, s_arr = np.asarray(merged_t), np.stack(merged_s)
+        flags = np.zeros(len(t_arr), bool)
+        for name, state in entry.items():
+            n = names.index(name)
+            hit = s_arr[:, n] == state
+            flags |= hit & np.concatenate([[False], ~hit[:-1]])
+        label_values = (
+            set()
+            if labels is None
+            else {
+                str(v) if not (isinstance(v, float) and np.isnan(v)) else "" for v in labels[rows]
+            }
+        )
+        if len(label_values) > 1:
+            raise ValueError(f"data: trajectory {tid!r} has more than one intervention label.")
+        label = label_values.pop() if label_values else ""
+        targets, istates = parse_intervention_label(label, names, cards, tid)
+        for n in np.nonzero(targets)[0]:
+            seen = s_arr[:, n]
+            if np.any((seen >= 0) & (seen != istates[n])):
+                raise ValueError(
+                    f"data: trajectory {tid!r} was recorded under do({names[n]}={istates[n]}) but "
+                    f"{names[n]!r} is observed in another state."
+                )
+        all_times.append(t_arr)
+        all_states.append(s_arr)
+        all_entry.append(flags)
+        all_targets.append(targets)
+        all_clamped.append(istates)
+        kept.append(tid)
+    if not kept:
+        raise ValueError("data: no row observes any node.")
+    single = [tid for tid, t in zip(kept, all_times) if len(t) == 1]
+    if single:
+        shown = ", ".join(repr(t) for t in single[:3]) + (", ..." if len(single) > 3 else "")
+        warnings.warn(
+            f"data: {len(single)} trajectory(ies) ({shown}) have a single observation time and "
+            "contribute nothing to the likelihood conditional on the first observation.",
+            stacklevel=2,
+        )
+    intervention = None
+    if any(t.any() for t in all_targets):
+        intervention = Intervention(
+            targets=jnp.asarray(np.stack(all_targets)),
+            states=jnp.asarray(np.stack(all_clamped), jnp.int32),
+        )
+    observations = PanelObservations.from_sequences(
+        all_times, all_states, exact_entry=all_entry, intervention=intervention
+    )
+    return observations, kept
+
+
+def read_panel_csv(
+    path: str | os.PathLike, model, *, exact_entry: dict[str, int] | None = None
+) -> tuple[PanelObservations, list]:
+    """Read a long-format CSV as panel data (see [`jaxctbn.panel_from_dataframe`][])."""
+    return panel_from_dataframe(read_csv(path), model, exact_entry=exact_entry)

@@ -1,0 +1,786 @@
+r"""Maximum-likelihood and MAP fitting of the rates of a fixed graph from panel data.
+
+The objective is the panel log-likelihood of [`jaxctbn.panel_log_likelihood`][] summed over
+the trajectories, plus, with a [`jaxctbn.GammaPrior`][] $\mathrm{Gam}(\alpha_n,\beta_n)$ on every
+free rate of node $n$, the log prior density **in rate space** (no Jacobian term),
+
+$$\ell(\Lambda)=\sum_r\log p(Y_r\mid\Lambda)+\sum_n\sum_{(u,x,x')\ \mathrm{free}}
+\big[(\alpha_n-1)\log\Lambda_n(x,x',u)-\beta_n\Lambda_n(x,x',u)
++\alpha_n\log\beta_n-\log\Gamma(\alpha_n)\big],$$
+
+so that the two methods, [`jaxctbn.EMFit`][] and [`jaxctbn.GradientFit`][], share the optimum.
+Off-diagonal rates that are exactly 0 in the starting model are **structural zeros** (R msm's
+`qmatrix`) and stay exactly 0; every other off-diagonal rate is free.
+
+**The box.** With $\tau$ the median positive gap between consecutive observations of a
+trajectory, $\tau_{\min}$ the shortest and $\tau_{\max}$ the longest (all 1 when no trajectory
+has two observations), the free rates are kept in
+$[\lambda_{\mathrm{lo}},\lambda_{\mathrm{hi}}]=[10^{-12}/\tau,\ L/(\tau_{\max}\sum_n(k_n-1))]$
+with $L=10^8$ ($L$ = `fb_max_terms`/2 with [`jaxctbn.Uniformisation`][], so that its
+forward-backward never runs out of terms): the data cannot tell a rate below
+$\lambda_{\mathrm{lo}}$ from 0, above $\lambda_{\mathrm{hi}}$ the process equilibrates within
+every gap, and the largest exit rate times the longest gap stays below $L$, far inside the
+range of [`jaxctbn.MatrixExponential`][]. The fit is the optimum of $\ell$ over that box, so the
+log-likelihood stays finite (and no NaN appears) when the unconstrained maximum lies at a rate
+of 0 or $\infty$ (a state never left in the data; data consistent with instantaneous
+equilibration). Because an optimiser only creeps towards $\infty$ (the objective flattens
+out), after it stops the rates with $\lambda\tau_{\min}\ge1$ are tried at the top of the box
+(scaled together, ratios kept) and kept there when the objective does not decrease (by more
+than the tolerance). Rates at a boundary are flagged in [`jaxctbn.RateFit`][]:
+
+- `at_lower_bound`: $\lambda\tau<10^{-6}$ (less than one expected jump in a million typical
+  gaps): the data drive the rate to 0.
+- `at_upper_bound`: $\lambda$ at $\lambda_{\mathrm{hi}}$, or $\lambda\tau_{\min}\ge20$: the
+  process leaves the state (to within $e^{-20}\approx2\times10^{-9}$) within every gap, so the
+  data bound the rate only from below: it is driven to $\infty$, or indistinguishable from it.
+  The fitted value of such a rate is not an estimate (ratios between such rates may be).
+
+These are thresholds, not tests: an optimiser approaches 0 slowly and stops when the objective
+stops changing, and the push to the top of the box is rejected when a rate that is still
+bounded is among those tried together.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from typing import Any, ClassVar, cast
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
+
+from .._learning.priors import GammaPrior
+from .._master_equation.solvers import (
+    AbstractMasterEquationSolver,
+    MatrixExponential,
+    Uniformisation,
+)
+from .._model.ctbn import CTBN, with_diagonal
+from .._model.interventions import is_concrete
+from .inference import (
+    GapGroups,
+    PanelExpectedStatistics,
+    _check_possible,
+    _compute,
+    _pooled_by_gaps,
+    gap_groups,
+)
+from .observations import Emissions, PanelObservations
+
+# the box and the flags, relative to the data's time scales (see the module docstring)
+_LOWER = 1e-12  # lowest free rate, times the median gap
+_UPPER = 1e8  # highest exit rate, times the longest gap (MatrixExponential and others)
+_PUSH = 1.0  # rate times the shortest gap from which a rate is tried at the top of the box
+_FLAG_LOWER = 1e-6  # rate times the median gap below this: at the lower bound
+_FLAG_UPPER = 20.0  # rate times the shortest gap at least this: at the upper bound
+
+
+# --------------------------------------------------------------------------- the problem
+class _Problem(eqx.Module):
+    """Everything one fit needs, with a flat batch of `R` trajectories."""
+
+    model: CTBN  # the starting model, its free rates clipped into the box
+    observations: PanelObservations  # batch shape (R,)
+    emissions: Emissions | None
+    initial_distribution: Array | None  # (S,) or (R, S)
+    solver: AbstractMasterEquationSolver
+    free: tuple[Array, ...]  # per node, bool (configs, k, k)
+    pooled: Array  # (R, N) bool: node n learns from trajectory r
+    scales: tuple[Array | None, ...]  # per node, (R, configs, k, k) rate scales, or None
+    alpha: Array  # (N,) prior shapes (1 without a prior)
+    beta: Array  # (N,) prior rates (0 without a prior)
+    has_prior: Array  # bool scalar
+    tau: Array  # median positive gap
+    shortest: Array  # shortest positive gap
+    lower: Array  # lowest free rate
+    upper: Array  # highest free rate
+    groups: GapGroups | None  # intervals grouped by length (no interventions, dense solver)
+
+    def with_rates(self, rates: tuple[Array, ...]) -> CTBN:
+        """The model with these off-diagonal rates (diagonals recomputed)."""
+        cims = tuple(with_diagonal(q) for q in rates)
+        return eqx.tree_at(lambda m: m.cims, self.model, cims)
+
+    def start(self) -> tuple[Array, ...]:
+        return tuple(_off_diagonal_rates(c) for c in self.model.cims)
+
+    def clip(self, rates: tuple[Array, ...]) -> tuple[Array, ...]:
+        """Free rates into the box, the others exactly 0."""
+        return tuple(
+            jnp.where(f, jnp.clip(q, self.lower, self.upper), 0) for q, f in zip(rates, self.free)
+        )
+
+    def log_prior(self, rates: tuple[Array, ...]) -> Array:
+        """The Gamma log density of the free rates (0 without a prior)."""
+        total = jnp.zeros((), self.tau.dtype)
+        safe_beta = jnp.where(self.has_prior, self.beta, 1)
+        constant = self.alpha * jnp.log(safe_beta) - jax.scipy.special.gammaln(self.alpha)
+        for n, (q, f) in enumerate(zip(rates, self.free)):
+            safe = jnp.where(f, q, 1)
+            term = (self.alpha[n] - 1) * jnp.log(safe) - self.beta[n] * safe + constant[n]
+            total = total + jnp.where(f, term, 0).sum()
+        return jnp.where(self.has_prior, total, 0)
+
+    def _pass(self, rates: tuple[Array, ...], what: str):
+        """`(bad, result)` of the filter (`what="likelihood"`) or of forward-backward
+        (`"statistics"`) at `rates`: intervals grouped by length when `groups` is set,
+        otherwise each solved on its own."""
+        model = self.with_rates(rates)
+        if self.groups is not None:
+            return _pooled_by_gaps(
+                model, self.observations, self.emissions, self.initial_distribution,
+                self.groups, what,
+            )  # fmt: skip
+        return _compute(
+            model, self.observations, self.emissions, self.initial_distribution, self.solver,
+            what, None,
+        )  # fmt: skip
+
+    def log_likelihood(self, rates: tuple[Array, ...]) -> tuple[Array, Array]:
+        """Summed log-likelihood, and the `(R, O)` impossible-observation flags."""
+        bad, log_likelihood = self._pass(rates, "likelihood")
+        return jnp.sum(cast(Array, log_likelihood)), bad
+
+    def objective(self, rates: tuple[Array, ...]) -> Array:
+        return self.log_likelihood(rates)[0] + self.log_prior(rates)
+
+    def objective_by_fisher(self, rates: tuple[Array, ...]) -> Array:
+        r"""`objective`, reverse-mode differentiable through one forward-backward pass instead
+        of through the filter: by Fisher's identity the gradient of the observed-data
+        log-likelihood is the expected gradient of the complete-data one,
+        $\partial\ell/\partial\Lambda=(\alpha-1+\bar M)/\Lambda-(\beta+\overline{cT})$ for a free
+        rate (0 for the others), with the smoothed statistics of the E-step."""
+
+        @jax.custom_vjp
+        def value(rates):
+            return self.objective(rates)
+
+        def forward(rates):
+            objective, stats, _ = self.e_step(rates)
+            return objective, (rates, stats)
+
+        def backward(residuals, cotangent):
+            rates, stats = residuals
+            gradient = tuple(
+                jnp.where(f, a / jnp.where(f, q, 1) - b, 0) * cotangent
+                for (a, b), q, f in zip(self._counts(stats), rates, self.free)
+            )
+            return (gradient,)
+
+        value.defvjp(forward, backward)
+        return value(rates)
+
+    def e_step(self, rates: tuple[Array, ...]) -> tuple[Array, PanelExpectedStatistics, Array]:
+        """The objective at `rates`, the smoothed statistics of every trajectory (pooled,
+        without a batch axis, when the intervals are grouped by length) and the `(R, O)`
+        impossible-observation flags."""
+        bad, stats = self._pass(rates, "statistics")
+        stats = cast(PanelExpectedStatistics, stats)
+        return jnp.sum(stats.log_likelihood) + self.log_prior(rates), stats, bad
+
+    def _counts(self, stats: PanelExpectedStatistics) -> list[tuple[Array, Array]]:
+        r"""Per node, $(\alpha-1+\bar M,\ \beta+\overline{cT})$ of every rate, `(configs, k, k)`:
+        the pooled expected transitions and (rate-scaled) dwell times plus the prior's."""
+        out = []
+        for n, q in enumerate(self.model.cims):
+            where = self.pooled[:, n]
+            scale = self.scales[n]
+            if self.groups is not None:  # already pooled: no interventions
+                pooled = stats
+                M = pooled.node_transitions(n)
+                cT = jnp.broadcast_to(pooled.node_dwell_times(n)[..., None], M.shape)
+            elif scale is None:
+                pooled = stats.sum(where=where)
+                M = pooled.node_transitions(n)
+                cT = jnp.broadcast_to(pooled.node_dwell_times(n)[..., None], M.shape)
+            else:
+                w = where.astype(q.dtype)
+                M = jnp.einsum("r,r...->...", w, stats.node_transitions(n))
+                cT = jnp.einsum("r,rcxy,rcx->cxy", w, scale, stats.node_dwell_times(n))
+            out.append((self.alpha[n] - 1 + M, self.beta[n] + cT))
+        return out
+
+    def m_step(self, rates: tuple[Array, ...], stats: PanelExpectedStatistics) -> tuple[Array, ...]:
+        r"""Per free rate, the maximiser over the box of
+        $(\alpha-1+\bar M)\log\lambda-(\beta+\overline{cT})\lambda$: the clipped ratio; where
+        $\beta+\overline{cT}=0$ (no prior and no time spent), the rate is kept."""
+        out = []
+        for (a, b), q, f in zip(self._counts(stats), rates, self.free):
+            known = b > 0
+            proposal = jnp.clip(a / jnp.where(known, b, 1), self.lower, self.upper)
+            out.append(jnp.where(f, jnp.where(known, proposal, q), 0))
+        return tuple(out)
+
+
+def _off_diagonal_rates(cim: Array) -> Array:
+    k = cim.shape[-1]
+    return jnp.where(jnp.eye(k, dtype=bool), 0, cim)
+
+
+def _flat(observations: PanelObservations) -> PanelObservations:
+    """The observations with their batch axes flattened into one, `(R,)`."""
+    batch = observations.batch_shape
+    R = math.prod(batch)
+    return jax.tree_util.tree_map(
+        lambda x: jnp.reshape(x, (R,) + jnp.shape(x)[len(batch) :]), observations
+    )
+
+
+def _time_scales(observations: PanelObservations, dtype) -> tuple[Array, Array, Array]:
+    """The median, shortest and longest positive gaps of a flat batch (1 when there are
+    none)."""
+    times = observations.times.astype(dtype)
+    num_slots = times.shape[-1]
+    gaps = jnp.diff(times, axis=-1)
+    ok = (jnp.arange(1, num_slots) < observations.num_observations[:, None]) & (gaps > 0)
+    some = ok.any()
+    one = jnp.ones((), dtype)
+    median = jnp.nanmedian(jnp.where(ok, gaps, jnp.nan))
+    shortest = jnp.min(jnp.where(ok, gaps, jnp.inf))
+    longest = jnp.max(jnp.where(ok, gaps, 0))
+    return (
+        jnp.where(some, median, one),
+        jnp.where(some, shortest, one),
+        jnp.where(some, longest, one),
+    )
+
+
+def _solver_limit(solver: AbstractMasterEquationSolver) -> float:
+    """The largest exit rate times gap that the fit lets the solver see."""
+    if isinstance(solver, Uniformisation):
+        # forward_backward needs about mu + 7 sqrt(mu) terms for a Poisson mean mu
+        return solver.fb_max_terms / 2
+    return _UPPER
+
+
+def _problem(
+    model, observations, prior, emissions, initial_distribution, solver, groups
+) -> _Problem:
+    dtype = jnp.result_type(*model.cims)
+    N = model.num_nodes
+    flat = _flat(observations)
+    R = flat.batch_shape[0]
+    tau, shortest, longest = _time_scales(flat, dtype)
+    lower = _LOWER / tau
+    # the largest exit rate of a global state is at most sum_n (k_n - 1) times the top rate
+    upper = _solver_limit(solver) / (longest * sum(k - 1 for k in model.cardinalities))
+    p0 = None
+    if initial_distribution is not None:
+        p0 = jnp.asarray(initial_distribution, dtype)
+        if p0.ndim > 1 and p0.shape[:-1] == observations.batch_shape:
+            p0 = p0.reshape(R, p0.shape[-1])
+    # pooling: node n learns only from the trajectories in which it is not clamped, and not
+    # at all where an intervention replaces its CIMs (its own rates are then never used)
+    intervention = flat.intervention
+    pooled = jnp.ones((R, N), bool)
+    scales: list[Array | None] = [None] * N
+    if intervention is not None:
+        pooled = ~jnp.asarray(intervention.targets, bool).reshape(R, N)
+        if intervention.replacement_cims is not None:
+            replaced = jnp.asarray([c is not None for c in intervention.replacement_cims])
+            pooled = pooled & ~replaced
+        if intervention.rate_scales is not None:
+            for n, s in enumerate(intervention.rate_scales):
+                shape = model.cims[n].shape
+                s = jnp.asarray(s, dtype)
+                tail = s.shape[1:]
+                s = s.reshape((R,) + (1,) * (3 - len(tail)) + tail)
+                scales[n] = jnp.broadcast_to(s, (R,) + shape)
+    free = tuple(
+        (c != 0) & ~jnp.eye(c.shape[-1], dtype=bool) for c in model.cims
+    )  # structural zeros are the exact zeros of the start
+    alpha, beta, has_prior = prior
+    problem = _Problem(
+        model=model,
+        observations=flat,
+        emissions=emissions,
+        initial_distribution=p0,
+        solver=solver,
+        free=free,
+        pooled=pooled,
+        scales=tuple(scales),
+        alpha=alpha,
+        beta=beta,
+        has_prior=has_prior,
+        tau=tau,
+        shortest=shortest,
+        lower=lower,
+        upper=upper,
+        groups=groups,
+    )
+    start = problem.clip(problem.start())
+    return eqx.tree_at(lambda p: p.model, problem, problem.with_rates(start))
+
+
+# --------------------------------------------------------------------------- methods
+class _Outcome(eqx.Module):
+    rates: tuple[Array, ...]  # inside the box
+    objective: Array  # at `rates`
+    converged: Array
+    iterations: Array
+    trace: Array
+    bad: Array  # (R, O): observations impossible at the start (then no iteration ran)
+
+
+def _padded(trace: Array, iterations: Array, final: Array) -> Array:
+    return jnp.where(jnp.arange(trace.shape[0]) > iterations, final, trace)
+
+
+def _check_method(tolerance, max_iterations, name: str) -> tuple[Any, int]:
+    if isinstance(max_iterations, bool) or not isinstance(max_iterations, int | np.integer):
+        raise ValueError(f"max_iterations: {name} needs an integer >= 1, got {max_iterations!r}.")
+    if max_iterations < 1:
+        raise ValueError(f"max_iterations: {name} needs an integer >= 1, got {max_iterations}.")
+    if isinstance(tolerance, bool):
+        raise ValueError(f"tolerance: {name} needs a finite number >= 0, got {tolerance!r}.")
+    if isinstance(tolerance, int | float | np.floating | np.integer):
+        if not (math.isfinite(float(tolerance)) and tolerance >= 0):
+            raise ValueError(f"tolerance: {name} needs a finite number >= 0, got {tolerance}.")
+        return float(tolerance), int(max_iterations)
+    tolerance = jnp.asarray(tolerance)
+    if tolerance.ndim != 0 or not jnp.issubdtype(tolerance.dtype, jnp.floating):
+        raise ValueError(
+            f"tolerance: {name} needs a scalar float, got {tolerance.dtype} {tolerance.shape}."
+        )
+    if is_concrete(tolerance) and not (bool(jnp.isfinite(tolerance)) and tolerance >= 0):
+        raise ValueError(f"tolerance: {name} needs a finite number >= 0, got {tolerance}.")
+    return tolerance, int(max_iterations)
+
+
+class AbstractRateFitMethod(eqx.Module):
+    r"""How [`jaxctbn.fit_rates`][] maximises its objective: [`jaxctbn.EMFit`][] or
+    [`jaxctbn.GradientFit`][].
+
+    Both stop when the relative change of the objective $\ell$ over one iteration is small,
+    $|\Delta\ell|\le\mathtt{tolerance}\,(1+|\ell|)$ (a `tolerance` of 0 runs all
+    `max_iterations`), and report `converged=False` when `max_iterations` is reached first.
+    `tolerance` is data (changing it does not recompile); `max_iterations` is static (it sets
+    the length of the trace).
+    """
+
+    tolerance: eqx.AbstractVar[float | Float[Array, ""]]
+    max_iterations: eqx.AbstractVar[int]
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    def fit(self, problem: _Problem) -> _Outcome:
+        """Run the optimiser from `problem`'s starting rates (called by
+        [`jaxctbn.fit_rates`][], inside `jax.jit`); when an observation is impossible at the
+        start (the first evaluation's flags, returned as `bad`), no iteration runs."""
+
+
+class EMFit(AbstractRateFitMethod):
+    r"""Expectation-maximisation: the E-step is the smoothed
+    [`jaxctbn.panel_expected_statistics`][] at the current rates, pooled per node over the
+    trajectories in which the node was not perfectly intervened on and projected onto its
+    parents, $\bar M_n(x,x',u)$ and $\bar T_n(x,u)$; the M-step is, per free rate,
+
+    $$\Lambda_n(x,x',u)\leftarrow\frac{\alpha_n-1+\bar M_n(x,x',u)}{\beta_n+\bar T_n(x,u)}$$
+
+    ($\alpha=1$, $\beta=0$ without a prior: $\bar M/\bar T$), clipped into the box of
+    [`jaxctbn.fit_rates`][]. Under imperfect interventions that scale node $n$'s rates by
+    $c_r$ in trajectory $r$, $\bar T$ is replaced by $\sum_rc_rT_r$ (the complete-data
+    likelihood of trajectory $r$ has rate $c_r\Lambda$). Where the denominator is 0 (no
+    prior, and the configuration is never visited in the data) the rate is kept.
+
+    With $\alpha_n<1$ the Gamma density is unbounded at 0: a rate with $\bar M<1-\alpha_n$
+    has its (box-constrained) MAP at the lower end of the box, and is flagged
+    `at_lower_bound`. Use $\alpha\ge1$ for an interior mode.
+
+    Every iteration costs one forward-backward pass; the objective never decreases (EM is a
+    minorise-maximise algorithm, and the clipped ratio maximises the M-step's objective over
+    the box). Convergence is linear, slow where the data say little about a rate.
+
+    **Arguments** (keyword-only): `tolerance` (default `1e-8`), `max_iterations` (default
+    1000).
+    """
+
+    tolerance: float | Float[Array, ""]
+    max_iterations: int = eqx.field(static=True)
+    name: ClassVar[str] = "em"
+
+    def __init__(self, *, tolerance: float | ArrayLike = 1e-8, max_iterations: int = 1000):
+        self.tolerance, self.max_iterations = _check_method(tolerance, max_iterations, "EMFit")
+
+    def fit(self, problem):
+        tol = jnp.asarray(self.tolerance, problem.tau.dtype)
+        rates = problem.start()
+        objective, stats, bad = problem.e_step(rates)
+        trace = jnp.full((self.max_iterations + 1,), objective)
+
+        def cond(carry):
+            _, _, _, it, _, stop, _ = carry
+            return (it < self.max_iterations) & ~stop
+
+        def body(carry):
+            rates, objective, stats, it, trace, _, _ = carry
+            new_rates = problem.m_step(rates, stats)
+            new_objective, new_stats, _ = problem.e_step(new_rates)
+            finite = jnp.isfinite(new_objective)
+            change = jnp.abs(new_objective - objective)
+            converged = finite & (change <= tol * (1 + jnp.abs(new_objective)))
+            keep = lambda new, old: jax.tree_util.tree_map(  # noqa: E731
+                lambda a, b: jnp.where(finite, a, b), new, old
+            )
+            rates = keep(new_rates, rates)
+            objective = jnp.where(finite, new_objective, objective)
+            stats = keep(new_stats, stats)
+            it = it + finite.astype(it.dtype)
+            trace = trace.at[it].set(objective)
+            return rates, objective, stats, it, trace, converged | ~finite, converged
+
+        no = jnp.asarray(False)
+        carry = (rates, objective, stats, jnp.zeros((), jnp.int32), trace, bad.any(), no)
+        rates, objective, _, it, trace, _, converged = jax.lax.while_loop(cond, body, carry)
+        return _Outcome(
+            rates=rates,
+            objective=objective,
+            converged=converged,
+            iterations=it,
+            trace=_padded(trace, it, objective),
+            bad=bad,
+        )
+
+
+class GradientFit(AbstractRateFitMethod):
+    r"""Quasi-Newton ascent: `optax.lbfgs` (zoom line search) on $\theta=\log\Lambda$ of the free
+    rates; the rates are $\Lambda=\exp(\mathrm{clip}(\theta))$, clipped into the box of
+    [`jaxctbn.fit_rates`][] (the objective is flat outside it). It maximises the same objective as [`jaxctbn.EMFit`][] (the
+    prior density in rate space, no Jacobian term), so the two share the optimum.
+
+    The gradient comes from one forward-backward pass by Fisher's identity (the gradient of the
+    observed-data log-likelihood is the smoothed expectation of the complete-data one):
+    $\partial\ell/\partial\Lambda_n(x,x',u)=(\alpha_n-1+\bar M)/\Lambda-(\beta_n+\overline{cT})$
+    with the pooled statistics of [`jaxctbn.EMFit`][]'s E-step, then the chain rule through
+    $\exp$ (equal to reverse-mode autodiff of the filter, tested; cheaper).
+
+    Stops when, besides the objective criterion, the gradient in $\theta$ is small,
+    $\|\nabla_\theta\ell\|_\infty\le\sqrt{\mathtt{tolerance}}\,(1+|\ell|)$ (near an optimum
+    $\Delta\ell\approx\|\nabla\ell\|^2/(2|\ell''|)$, with a curvature of the order of $|\ell|$),
+    or when a line search makes no progress (then `converged` says whether the gradient
+    criterion holds). Every iteration costs one gradient and up to 20 line-search evaluations
+    (typically one or two), and usually far fewer iterations than EM.
+
+    **Arguments** (keyword-only): `tolerance` (default `1e-8`), `max_iterations` (default
+    500).
+    """
+
+    tolerance: float | Float[Array, ""]
+    max_iterations: int = eqx.field(static=True)
+    name: ClassVar[str] = "gradient"
+
+    def __init__(self, *, tolerance: float | ArrayLike = 1e-8, max_iterations: int = 500):
+        self.tolerance, self.max_iterations = _check_method(
+            tolerance, max_iterations, "GradientFit"
+        )
+
+    def fit(self, problem):
+        import optax
+
+        dtype = problem.tau.dtype
+        tol = jnp.asarray(self.tolerance, dtype)
+        low, high = jnp.log(problem.lower), jnp.log(problem.upper)
+
+        def rates_of(theta):
+            return tuple(
+                jnp.where(f, jnp.exp(jnp.clip(t, low, high)), 0)
+                for t, f in zip(theta, problem.free)
+            )
+
+        def loss(theta):
+            return -problem.objective_by_fisher(rates_of(theta))
+
+        theta0 = tuple(
+            jnp.where(f, jnp.log(jnp.where(f, q, 1)), 0)
+            for q, f in zip(problem.start(), problem.free)
+        )
+        opt = optax.lbfgs()
+        value_and_grad = optax.value_and_grad_from_state(loss)
+        start_likelihood, bad = problem.log_likelihood(rates_of(theta0))
+        value0 = -(start_likelihood + problem.log_prior(rates_of(theta0)))
+        trace = jnp.full((self.max_iterations + 1,), -value0)
+
+        def cond(carry):
+            _, _, _, it, _, stop, _ = carry
+            return (it < self.max_iterations) & ~stop
+
+        def body(carry):
+            theta, state, value, it, trace, _, _ = carry
+            v, g = value_and_grad(theta, state=state)
+            updates, new_state = opt.update(g, state, theta, value=v, grad=g, value_fn=loss)
+            new_theta = optax.apply_updates(theta, updates)
+            new_value = optax.tree.get(new_state, "value")
+            new_grad = optax.tree.get(new_state, "grad")
+            ok = jnp.isfinite(new_value) & (new_value <= value)
+            scale = 1 + jnp.abs(new_value)
+            small_change = jnp.abs(new_value - value) <= tol * scale
+            gradient = jnp.max(jnp.stack([jnp.max(jnp.abs(x), initial=0) for x in new_grad]))
+            small_gradient = gradient <= jnp.sqrt(tol) * scale
+            converged = ok & small_change & small_gradient
+            stalled = ~ok | (new_value == value)
+            pick = lambda new, old: jax.tree_util.tree_map(  # noqa: E731
+                lambda a, b: jnp.where(ok, a, b), new, old
+            )
+            theta = pick(new_theta, theta)
+            state = pick(new_state, state)
+            value = jnp.where(ok, new_value, value)
+            it = it + ok.astype(it.dtype)
+            trace = trace.at[it].set(-value)
+            stop = converged | stalled
+            return theta, state, value, it, trace, stop, converged | (stalled & small_gradient)
+
+        carry = (theta0, opt.init(theta0), value0, jnp.zeros((), jnp.int32), trace, bad.any())
+        carry = (*carry, jnp.asarray(False))
+        theta, _, value, it, trace, _, converged = jax.lax.while_loop(cond, body, carry)
+        return _Outcome(
+            rates=rates_of(theta),
+            objective=-value,
+            converged=converged,
+            iterations=it,
+            trace=_padded(trace, it, -value),
+            bad=bad,
+        )
+
+
+# --------------------------------------------------------------------------- result
+class RateFit(eqx.Module):
+    r"""The result of [`jaxctbn.fit_rates`][].
+
+    - `model`: the fitted [`jaxctbn.CTBN`][] (same graph, names and structural zeros as the
+      start).
+    - `log_likelihood`: $\sum_r\log p(Y_r\mid\hat\Lambda)$ at the fit, as
+      [`jaxctbn.panel_log_likelihood`][] with the same arguments (conditional on each
+      trajectory's first observation unless an `initial_distribution` was given).
+    - `log_posterior`: the objective maximised, `log_likelihood` plus the Gamma log density of
+      the free rates (equal to `log_likelihood` without a prior); unnormalised.
+    - `converged`: whether the stopping criterion was met before `max_iterations`.
+    - `iterations`: the number of iterations run.
+    - `trace`: `(max_iterations + 1,)`, the objective at the start and after each iteration,
+      padded with the final value.
+    - `at_lower_bound`, `at_upper_bound`: per node, booleans `(configs, k, k)`: free rates
+      driven to about 0, or to about $\infty$ (see [`jaxctbn.fit_rates`][]; `False` for
+      structural zeros and the diagonal).
+    - `method`: `"em"` or `"gradient"` (static).
+    """
+
+    model: CTBN
+    log_likelihood: Float[Array, ""]
+    log_posterior: Float[Array, ""]
+    converged: Bool[Array, ""]
+    iterations: Int[Array, ""]
+    trace: Float[Array, " iterations_plus_one"]
+    at_lower_bound: tuple[Bool[Array, "_configs _k _k"], ...]
+    at_upper_bound: tuple[Bool[Array, "_configs _k _k"], ...]
+    method: str = eqx.field(static=True)
+
+
+# --------------------------------------------------------------------------- entry point
+DEFAULT_METHOD = EMFit()
+DEFAULT_PANEL_SOLVER = MatrixExponential()
+
+
+def fit_rates(
+    model: CTBN,
+    observations: PanelObservations,
+    *,
+    method: AbstractRateFitMethod = DEFAULT_METHOD,
+    prior: GammaPrior | None = None,
+    emissions: Emissions | None = None,
+    initial_distribution: ArrayLike | None = None,
+    solver: AbstractMasterEquationSolver = DEFAULT_PANEL_SOLVER,
+) -> RateFit:
+    r"""Maximum-likelihood (or, with `prior`, MAP) rates of a fixed graph from panel data.
+
+    Maximises the panel log-likelihood summed over the trajectories (conditional on each
+    trajectory's first observation, R msm's convention, unless `initial_distribution` is
+    given) plus, with a prior, the Gamma log density of the free rates in rate space (no
+    Jacobian term),
+
+    $$\ell(\Lambda)=\sum_r\log p(Y_r\mid\Lambda)+\sum_n\sum_{(u,x,x')\ \mathrm{free}}
+    \big[(\alpha_n-1)\log\Lambda_n(x,x',u)-\beta_n\Lambda_n(x,x',u)
+    +\alpha_n\log\beta_n-\log\Gamma(\alpha_n)\big].$$
+    The CIMs of `model` are the starting values; its off-diagonal rates that are exactly
+    0 are **structural zeros** and stay 0. Free rates are kept in the box
+    $[10^{-12}/\tau,\ 10^8/(\tau_{\max}\sum_n(k_n-1))]$ ($\tau$ the median and $\tau_{\max}$ the
+    longest positive gap between consecutive observations; starting values are clipped into
+    it), and the result flags rates driven to the boundary: `at_lower_bound` where
+    $\lambda\tau<10^{-6}$, `at_upper_bound` at the top of the box or where
+    $\lambda\tau_{\min}\ge20$ ($\tau_{\min}$ the shortest gap: the state is left within every
+    gap). With [`jaxctbn.Uniformisation`][], $10^8$ is replaced by its `fb_max_terms`/2. An
+    optimiser only creeps towards a rate of $\infty$, so after it stops the rates with
+    $\lambda\tau_{\min}\ge1$ are tried together at the top of the box (ratios kept) and kept
+    there when the objective does not decrease by more than the tolerance. The fitted value
+    of a flagged rate is not an estimate: the data bound it on one side only.
+
+    A node learns only from the trajectories in which it is not perfectly intervened on (the
+    pooling rule of [`jaxctbn.RatePosterior`][]); imperfect interventions that scale its rates
+    by $c$ are taken into account ($\lambda\leftarrow\sum M/\sum cT$ in the EM step), and a
+    node whose CIMs an intervention replaces learns nothing from those observations.
+
+    **Arguments:**
+
+    - `model`: a [`jaxctbn.CTBN`][]: the graph, the structural zeros and the starting rates.
+    - `observations`: [`jaxctbn.PanelObservations`][] (one trajectory or a batch).
+    - `method`: [`jaxctbn.EMFit`][] (default) or [`jaxctbn.GradientFit`][], with their
+      `tolerance` and `max_iterations`.
+    - `prior`: `None` (maximum likelihood) or a [`jaxctbn.GammaPrior`][]
+      $\mathrm{Gam}(\alpha_n,\beta_n)$ on every free rate of node $n$ (scalars or one value per
+      node): the MAP, whose M-step is the mode $(\alpha-1+\bar M)/(\beta+\bar T)$ clipped into
+      the box. With $\alpha<1$ the density is unbounded at 0, and a rate with few transitions
+      has its mode at the bottom of the box.
+    - `emissions`, `initial_distribution`: as for [`jaxctbn.panel_log_likelihood`][] (fixed,
+      not fitted).
+    - `solver`: the master-equation solver of the forward-backward pass. Default
+      [`jaxctbn.MatrixExponential`][]: panel gaps are long compared with the rates' time
+      scale, and the dense exponential has no limit on rate times gap (its cost grows with the
+      number of global states $S$ as $S^3$). For larger networks pass
+      [`jaxctbn.Uniformisation`][], whose smoothed statistics need the largest exit rate times
+      the longest gap below about its `fb_max_terms` (it raises otherwise): the top of the
+      box is lowered to keep it so, and a rate that the data put above it is flagged.
+
+    **Returns:** a [`jaxctbn.RateFit`][].
+
+    **Speed.** Called eagerly on data without interventions and with the dense solver, the
+    intervals are grouped by length: $e^{hW}$ is computed once per distinct gap $h$, and since
+    each interval's integral $\int_0^he^{tW^\top}Be^{(h-t)W^\top}dt$ is linear in the rank-one
+    $B=\hat\alpha b^\top/Z$, one Van Loan block per distinct gap serves all its intervals
+    (regular visit schedules: a handful of exponentials per iteration, whatever the number of
+    subjects). Under an outer `jit` the times are traced and the grouping cannot be computed:
+    every interval then gets its own exponentials (same result, tested).
+
+    Pure and `jax.jit`-compatible end to end (`eqx.filter_jit(fit_rates)`): both optimisers
+    run in `jax.lax.while_loop`. Bad arguments raise `ValueError` naming the argument; an
+    observation that is impossible under the starting model (a structural zero, a perfect
+    intervention, an emission probability 0) raises as in
+    [`jaxctbn.panel_log_likelihood`][], naming the trajectory.
+
+    **Example:**
+
+    ```python
+    fit = jaxctbn.fit_rates(start, observations, method=jaxctbn.GradientFit())
+    fit.model.cims, fit.converged, fit.at_lower_bound
+    ```
+    """
+    if not isinstance(model, CTBN):
+        raise ValueError(
+            f"model: fit_rates needs a CTBN (a fixed graph), got {type(model).__name__}."
+        )
+    if not isinstance(observations, PanelObservations):
+        raise ValueError(
+            f"observations: expected a PanelObservations, got {type(observations).__name__}."
+        )
+    if observations.num_nodes != model.num_nodes:
+        raise ValueError(
+            f"observations: have {observations.num_nodes} nodes, the model has {model.num_nodes}."
+        )
+    if not isinstance(method, AbstractRateFitMethod):
+        raise ValueError(f"method: expected EMFit() or GradientFit(), got {type(method).__name__}.")
+    if prior is not None:
+        if not isinstance(prior, GammaPrior):
+            raise ValueError(
+                f"prior: fit_rates needs a GammaPrior (one Gamma per rate) or None, got "
+                f"{type(prior).__name__}."
+            )
+        prior.check_num_nodes(model.num_nodes)
+    if emissions is not None and not isinstance(emissions, Emissions):
+        raise ValueError(f"emissions: expected an Emissions, got {type(emissions).__name__}.")
+    if not isinstance(solver, AbstractMasterEquationSolver):
+        raise ValueError(f"solver: expected a master-equation solver, got {type(solver).__name__}.")
+    if is_concrete(*model.cims):
+        for name, c in zip(model.names, model.cims):
+            c = np.asarray(c)
+            off = c[..., ~np.eye(c.shape[-1], dtype=bool)]
+            if not np.all(np.isfinite(off)) or np.any(off < 0):
+                raise ValueError(
+                    f"model: the starting rates of node {name!r} must be finite and >= 0."
+                )
+    observations.checked(model, emissions)  # a ValueError now for concrete states
+    # host-side (numpy) arrays where possible: each eager jax operation costs a dispatch
+    dtype = np.dtype(jnp.result_type(*model.cims))
+    tolerance = method.tolerance
+    tolerance = np.asarray(tolerance, dtype) if is_concrete(tolerance) else tolerance
+    method = eqx.tree_at(
+        lambda m: m.tolerance, method, jnp.asarray(tolerance, dtype)
+    )  # data, so that a new tolerance does not recompile
+    # the prior as arrays: one compiled fit serves every prior, and none
+    N = model.num_nodes
+    if prior is None:
+        parameters = (np.ones(N, dtype), np.zeros(N, dtype), np.asarray(False))
+    else:
+        pairs = [prior.node_parameters(n) for n in range(N)]
+        parameters = (
+            jnp.stack([jnp.asarray(a, dtype) for a, _ in pairs]),
+            jnp.stack([jnp.asarray(b, dtype) for _, b in pairs]),
+            jnp.asarray(True),
+        )
+    # intervals of equal length share their dense exponentials (see `_pooled_by_gaps`): only
+    # for concrete data without interventions and the dense solver
+    groups = None
+    if observations.intervention is None and isinstance(solver, MatrixExponential):
+        groups = gap_groups(observations)
+    fit, bad = _fit(
+        model, observations, method, parameters, emissions, initial_distribution, solver, groups
+    )
+    shape = observations.batch_shape + (observations.times.shape[-1],)
+    bad = np.reshape(np.asarray(bad), shape) if is_concrete(bad) else jnp.reshape(bad, shape)
+    return _check_possible(fit, bad, observations)
+
+
+@eqx.filter_jit
+def _fit(model, observations, method, prior, emissions, initial_distribution, solver, groups):
+    problem = _problem(model, observations, prior, emissions, initial_distribution, solver, groups)
+    outcome = method.fit(problem)
+    rates = problem.clip(outcome.rates)  # (the optimisers stay inside; rounding)
+    # a rate driven to infinity creeps up (the objective flattens out); try the fast rates at
+    # the top of the box, ratios kept, and keep that when the objective does not decrease
+    candidates = tuple(f & (q * problem.shortest >= _PUSH) for q, f in zip(rates, problem.free))
+    fastest = jnp.max(jnp.stack([jnp.max(jnp.where(c, q, 0)) for q, c in zip(rates, candidates)]))
+    factor = jnp.where(fastest > 0, problem.upper / jnp.where(fastest > 0, fastest, 1), 1)
+    pushed = tuple(
+        jnp.where(c, jnp.minimum(q * factor, problem.upper), q) for q, c in zip(rates, candidates)
+    )
+    # the optimiser's last objective is at `rates`; without a prior its log density is 0
+    log_posterior = outcome.objective
+    log_likelihood = log_posterior - problem.log_prior(rates)
+
+    def pushed_evaluation(pushed):
+        likelihood = problem.log_likelihood(pushed)[0]
+        return likelihood, likelihood + problem.log_prior(pushed)
+
+    def no_candidates(pushed):
+        minus_infinity = jnp.full((), -jnp.inf, log_posterior.dtype)
+        return minus_infinity, minus_infinity
+
+    # one more filter pass only when some rate is a candidate
+    pushed_likelihood, pushed_posterior = jax.lax.cond(
+        fastest > 0, pushed_evaluation, no_candidates, pushed
+    )
+    tol = jnp.asarray(method.tolerance, log_posterior.dtype)
+    accept = (
+        (fastest > 0)
+        & jnp.isfinite(pushed_posterior)
+        & (pushed_posterior >= log_posterior - tol * (1 + jnp.abs(log_posterior)))
+    )
+    rates = tuple(jnp.where(accept, p, q) for p, q in zip(pushed, rates))
+    log_likelihood = jnp.where(accept, pushed_likelihood, log_likelihood)
+    log_posterior = jnp.where(accept, pushed_posterior, log_posterior)
+    lower = tuple(f & (q * problem.tau < _FLAG_LOWER) for q, f in zip(rates, problem.free))
+    upper = tuple(
+        f & ((q * problem.shortest >= _FLAG_UPPER) | (q >= problem.upper * (1 - 1e-9)))
+        for q, f in zip(rates, problem.free)
+    )
+    fit = RateFit(
+        model=problem.with_rates(rates),
+        log_likelihood=log_likelihood,
+        log_posterior=log_posterior,
+        converged=outcome.converged,
+        iterations=outcome.iterations,
+        trace=outcome.trace,
+        at_lower_bound=lower,
+        at_upper_bound=upper,
+        method=method.name,
+    )
+    return fit, outcome.bad

@@ -1,0 +1,366 @@
+"""Panel observations as data: the observation times and states of each trajectory (missing
+nodes, exact entry times, intervention labels), checked at construction, and misclassification
+matrices (emissions)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
+
+from .._model.ctbn import AbstractCTBN
+from .._model.interventions import Intervention, is_concrete
+
+
+class PanelObservations(eqx.Module):
+    r"""Panel observations of one trajectory, or of a batch (leading axes on every field),
+    padded to a common number of observations.
+
+    **Arguments:**
+
+    - `times`: observation times `(*batch, O)`, strictly increasing within each trajectory's
+      first `num_observations` entries (entries beyond are padding and ignored).
+    - `states`: observed states `(*batch, O, N)`; `-1` = missing (the node was not observed at
+      that time). With [`jaxctbn.Emissions`][] a state is the *observed symbol* $y$ of the
+      node's misclassification matrix.
+    - `num_observations` (keyword-only): real observations per trajectory `(*batch,)`, each
+      $\ge1$ (default: all `O`).
+    - `exact_entry` (keyword-only): `(*batch, O)` booleans; `True` marks an **exact entry
+      time**: the process *enters* the observed configuration (of the observed nodes) by a jump
+      at that time, from a state in which the observed nodes were not all at their observed
+      values (msm's `deathexact`). Such rows are taken as error-free (no emission matrix), need
+      at least one observed node, and cannot be a trajectory's first observation.
+    - `intervention` (keyword-only): the [`jaxctbn.Intervention`][] each trajectory was
+      recorded under (batched like `times`, or one shared by all); `None` = none. A perfect
+      intervention clamps its nodes, so the filter runs on the generator of the intervened model
+      and clamped nodes stay in their clamped state.
+
+    Structure is checked here with `ValueError`s naming the argument: shapes, integer states
+    $\ge-1$, `num_observations` in `1..O`, and, for concrete arrays, finite and strictly
+    increasing times (two rows at the same time are reported as conflicting states when they
+    disagree, else as a duplicate to merge). States beyond a node's cardinality are checked
+    against the model by the inference functions (see [`jaxctbn.PanelObservations.checked`][]).
+    """
+
+    times: Float[Array, "*batch observations"]
+    states: Int[Array, "*batch observations nodes"]
+    num_observations: Int[Array, "*batch"]
+    exact_entry: Bool[Array, "*batch observations"]
+    intervention: Intervention | None
+
+    def __init__(
+        self,
+        times: ArrayLike | Sequence[Any],
+        states: ArrayLike | Sequence[Any],
+        *,
+        num_observations: ArrayLike | Sequence[Any] | None = None,
+        exact_entry: ArrayLike | Sequence[Any] | None = None,
+        intervention: Intervention | None = None,
+    ):
+        times = jnp.asarray(times)
+        states = jnp.asarray(states)
+        if times.ndim < 1:
+            raise ValueError(f"times: expected shape (*batch, observations), got {times.shape}.")
+        if not jnp.issubdtype(times.dtype, jnp.floating):
+            times = times.astype(float)
+        if states.shape[:-1] != times.shape or states.ndim != times.ndim + 1:
+            raise ValueError(
+                f"states: expected shape {times.shape + ('nodes',)} (one row of node states per "
+                f"observation time), got {states.shape}."
+            )
+        if not jnp.issubdtype(states.dtype, jnp.integer):
+            raise ValueError(f"states: expected integers (-1 = missing), got {states.dtype}.")
+        batch, num_slots = times.shape[:-1], times.shape[-1]
+        if num_slots < 1:
+            raise ValueError("times: need at least one observation per trajectory.")
+        if num_observations is None:
+            num_observations = jnp.full(batch, num_slots, jnp.int32)
+        num_observations = jnp.asarray(num_observations)
+        if num_observations.shape != batch or not jnp.issubdtype(
+            num_observations.dtype, jnp.integer
+        ):
+            raise ValueError(
+                f"num_observations: expected integers of shape {batch} (one per trajectory), got "
+                f"{num_observations.dtype} {num_observations.shape}."
+            )
+        if exact_entry is None:
+            exact_entry = jnp.zeros(times.shape, bool)
+        exact_entry = jnp.asarray(exact_entry)
+        if exact_entry.shape != times.shape or exact_entry.dtype != bool:
+            raise ValueError(
+                f"exact_entry: expected booleans of shape {times.shape} (one per observation), "
+                f"got {exact_entry.dtype} {exact_entry.shape}."
+            )
+        if intervention is not None:
+            N = states.shape[-1]
+            if intervention.num_nodes != N:
+                raise ValueError(f"intervention: has {intervention.num_nodes} nodes, states {N}.")
+            if jnp.shape(intervention.targets) == (N,) and batch:
+                intervention = jax.tree_util.tree_map(
+                    lambda x: jnp.broadcast_to(x, batch + jnp.shape(x)), intervention
+                )
+            elif jnp.shape(intervention.targets)[:-1] != batch:
+                raise ValueError(
+                    f"intervention: expected one per trajectory (batch shape {batch}) or one "
+                    f"shared, got targets of shape {jnp.shape(intervention.targets)}."
+                )
+        if is_concrete(times, states, num_observations, exact_entry):
+            _check_concrete(
+                np.asarray(times), np.asarray(states), np.asarray(num_observations),
+                np.asarray(exact_entry),
+            )  # fmt: skip
+        self.times = times
+        self.states = states.astype(jnp.int32)
+        self.num_observations = num_observations.astype(jnp.int32)
+        self.exact_entry = exact_entry
+        self.intervention = intervention
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.states.shape[-1])
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        return tuple(self.times.shape[:-1])
+
+    @classmethod
+    def from_sequences(
+        cls,
+        times: Sequence[Any],
+        states: Sequence[Any],
+        *,
+        exact_entry: Sequence[Any] | None = None,
+        intervention: Intervention | None = None,
+    ) -> "PanelObservations":
+        """A batch from one array of times `(O_r,)` and of states `(O_r, N)` per trajectory (and
+        optionally of exact-entry flags `(O_r,)`), padded to the longest."""
+        if len(times) != len(states) or not times:
+            raise ValueError(
+                f"times, states: need one array per trajectory each, got {len(times)} and "
+                f"{len(states)}."
+            )
+        if exact_entry is not None and len(exact_entry) != len(times):
+            raise ValueError(f"exact_entry: need one array per trajectory ({len(times)}).")
+        lengths = [len(np.asarray(t)) for t in times]
+        num_slots = max(lengths)
+        R = len(times)
+        N = np.asarray(states[0]).reshape(lengths[0], -1).shape[-1]
+        T = np.zeros((R, num_slots))
+        Y = np.full((R, num_slots, N), -1, np.int32)
+        E = np.zeros((R, num_slots), bool)
+        for r in range(R):
+            t, y = np.asarray(times[r], float), np.asarray(states[r])
+            if y.shape != (lengths[r], N):
+                raise ValueError(f"states[{r}]: expected shape ({lengths[r]}, {N}), got {y.shape}.")
+            T[r, : lengths[r]] = t
+            T[r, lengths[r] :] = t[-1] if lengths[r] else 0.0
+            Y[r, : lengths[r]] = y
+            if exact_entry is not None:
+                E[r, : lengths[r]] = np.asarray(exact_entry[r], bool)
+        return cls(
+            T,
+            Y,
+            num_observations=np.asarray(lengths, np.int32),
+            exact_entry=E,
+            intervention=intervention,
+        )
+
+    def checked(
+        self, model: AbstractCTBN, emissions: "Emissions | None" = None
+    ) -> "PanelObservations":
+        """The same observations with every observed state checked against `model` (states
+        `0..k-1`, or the emission matrix's symbols `0..m-1`): a `ValueError` naming the
+        trajectory, time and node when the arrays are concrete, otherwise an `eqx.error_if` on
+        the returned states (which every result is computed from)."""
+        if self.num_nodes != model.num_nodes:
+            raise ValueError(
+                f"observations: have {self.num_nodes} nodes, the model has {model.num_nodes}."
+            )
+        symbols = np.asarray(model.cardinalities if emissions is None else emissions.symbols(model))
+        states = self.states
+        if is_concrete(states, self.num_observations, self.exact_entry):
+            y = np.asarray(states)
+            ok = (np.arange(y.shape[-2]) < np.asarray(self.num_observations)[..., None])[..., None]
+            exact = np.asarray(self.exact_entry)[..., None]
+            limit = np.where(exact, np.asarray(model.cardinalities), symbols)
+            bad = ok & (y >= limit)
+            if bad.any():
+                index = tuple(int(i) for i in np.argwhere(bad)[0])
+                *where, i, n = index
+                t = float(np.asarray(self.times)[(*where, i)])
+                raise ValueError(
+                    f"states: trajectory {_label(where)} at time {t:g} has state {y[index]} for "
+                    f"node {model.names[n]!r}, which has states 0..{int(limit[index]) - 1}."
+                )
+            return self
+        limit = jnp.where(
+            self.exact_entry[..., None], jnp.asarray(model.cardinalities), jnp.asarray(symbols)
+        )
+        valid = jnp.arange(states.shape[-2]) < self.num_observations[..., None]
+        bad = valid[..., None] & (states >= limit)
+        per_node = bad.reshape(-1, model.num_nodes).any(0)
+        states = eqx.branched_error_if(
+            states,
+            per_node.any(),
+            jnp.argmax(per_node),
+            [
+                f"states: an observed state of node {name!r} is outside its states (or its "
+                "emission matrix's symbols)."
+                for name in model.names
+            ],
+        )
+        # the structure checks of the constructor, on traced values
+        times = self.times
+        real_step = valid[..., 1:] & ~(jnp.diff(times, axis=-1) > 0)
+        times = eqx.error_if(
+            times,
+            jnp.any(real_step) | jnp.any(valid & ~jnp.isfinite(times)),
+            "times: each trajectory's observation times must be finite and strictly increasing.",
+        )
+        exact = self.exact_entry & valid
+        states = eqx.error_if(
+            states,
+            jnp.any(valid[..., None] & (states < -1))
+            | jnp.any(exact[..., 0])
+            | jnp.any(exact & jnp.all(states < 0, axis=-1)),
+            "states: observed states must be >= -1 (-1 = missing), and an exact entry time "
+            "needs an observed node and cannot be a trajectory's first observation.",
+        )
+        return eqx.tree_at(lambda o: (o.times, o.states), self, (times, states))
+
+
+def _label(index) -> str:
+    index = tuple(int(i) for i in index)
+    if not index:
+        return "0"
+    return str(index[0]) if len(index) == 1 else str(index)
+
+
+def _check_concrete(times, states, num_observations, exact_entry) -> None:
+    """Structure checks of concrete panel arrays (one-line `ValueError`s)."""
+    num_slots = times.shape[-1]
+    out_of_range = (num_observations < 1) | (num_observations > num_slots)
+    if np.any(out_of_range):
+        index = tuple(np.argwhere(out_of_range)[0])
+        raise ValueError(
+            f"num_observations: every trajectory needs 1..{num_slots} observations; trajectory "
+            f"{_label(index)} has {int(num_observations[index])}."
+        )
+    valid = np.arange(num_slots) < num_observations[..., None]
+    if np.any(valid[..., None] & (states < -1)):
+        index = tuple(np.argwhere(valid[..., None] & (states < -1))[0])
+        raise ValueError(
+            f"states: unknown state {states[index]} of node {index[-1]} in trajectory "
+            f"{_label(index[:-2])} at time {times[index[:-1]]:g}; states are 0..k-1, or -1 = "
+            "missing."
+        )
+    if np.any(valid & ~np.isfinite(times)):
+        index = tuple(np.argwhere(valid & ~np.isfinite(times))[0])
+        raise ValueError(f"times: trajectory {_label(index[:-1])} has a non-finite time.")
+    pair = valid[..., 1:]
+    step = np.diff(times, axis=-1)
+    if np.any(pair & (step < 0)):
+        index = tuple(np.argwhere(pair & (step < 0))[0])
+        raise ValueError(
+            f"times: trajectory {_label(index[:-1])} is not sorted (time {times[index]:g} comes "
+            "before an earlier one); sort each trajectory's observations by time."
+        )
+    if np.any(pair & (step == 0)):
+        index = tuple(np.argwhere(pair & (step == 0))[0])
+        a, b = states[index], states[(*index[:-1], index[-1] + 1)]
+        conflict = (a >= 0) & (b >= 0) & (a != b)
+        where = f"trajectory {_label(index[:-1])} at time {times[index]:g}"
+        if conflict.any():
+            n = int(np.argmax(conflict))
+            raise ValueError(
+                f"states: conflicting states at the same time: {where} has node {n} in states "
+                f"{a[n]} and {b[n]}."
+            )
+        raise ValueError(
+            f"times: {where} is observed twice; merge the rows into one (-1 = missing)."
+        )
+    exact = valid & exact_entry
+    if np.any(exact[..., 0]):
+        index = tuple(np.argwhere(exact[..., 0])[0])
+        raise ValueError(
+            f"exact_entry: the first observation of trajectory {_label(index)} cannot be an exact "
+            "entry time (nothing before it is modelled)."
+        )
+    if np.any(exact & np.all(states < 0, axis=-1)):
+        index = tuple(np.argwhere(exact & np.all(states < 0, axis=-1))[0])
+        raise ValueError(
+            f"exact_entry: trajectory {_label(index[:-1])} at time {times[index]:g} is an exact "
+            "entry time but observes no node."
+        )
+
+
+class Emissions(eqx.Module):
+    r"""Per-node misclassification (emission) matrices $E_n(x,y)=p(y\mid x)$: node $n$ in
+    true state $x$ is recorded as symbol $y$.
+
+    **Arguments:**
+
+    - `matrices`: one entry per node, `None` (the node is observed without error) or an array
+      of shape `(k_n, m_n)` whose rows are distributions over the $m_n$ symbols.
+
+    Shapes are checked against the model by the inference functions (`ValueError`); the values
+    (finite, $\ge0$, rows summing to 1) inside jit (`eqx.error_if` on the evidence). The
+    evidence of an observation is $e(s)=\prod_{n\ \mathrm{observed}}E_n(s_n,y_n)$.
+    """
+
+    matrices: tuple[Array | None, ...]
+
+    def __init__(self, matrices: Sequence[ArrayLike | None]):
+        out = []
+        for n, m in enumerate(matrices):
+            if m is None:
+                out.append(None)
+                continue
+            m = jnp.asarray(m)
+            if m.ndim != 2:
+                raise ValueError(f"matrices[{n}]: expected shape (k, symbols), got {m.shape}.")
+            out.append(m)
+        self.matrices = tuple(out)
+
+    def symbols(self, model: AbstractCTBN) -> tuple[int, ...]:
+        """The number of symbols of each node (its cardinality where it has no matrix); checks
+        the shapes against `model`."""
+        if len(self.matrices) != model.num_nodes:
+            raise ValueError(
+                f"emissions: {len(self.matrices)} matrices for a model of {model.num_nodes} nodes."
+            )
+        out = []
+        for name, k, m in zip(model.names, model.cardinalities, self.matrices):
+            if m is not None and m.shape[0] != k:
+                raise ValueError(
+                    f"emissions: the matrix of node {name!r} has {m.shape[0]} rows, the node "
+                    f"{k} states."
+                )
+            out.append(k if m is None else int(m.shape[1]))
+        return tuple(out)
+
+    def checked(self, model: AbstractCTBN, dtype) -> tuple[Array, ...]:
+        """Per node the `(k_n, m_n)` matrix (identity where none), in `dtype`, value-checked."""
+        self.symbols(model)
+        out = []
+        for name, k, m in zip(model.names, model.cardinalities, self.matrices):
+            if m is None:
+                out.append(jnp.eye(k, dtype=dtype))
+                continue
+            m = jnp.asarray(m, dtype)
+            tol = 1e-6 if jnp.finfo(dtype).bits >= 64 else 1e-4
+            bad = jnp.any(~jnp.isfinite(m)) | jnp.any(m < 0) | jnp.any(jnp.abs(m.sum(-1) - 1) > tol)
+            out.append(
+                eqx.error_if(
+                    m,
+                    bad,
+                    f"emissions: the matrix of node {name!r} must be finite and >= 0, with rows "
+                    "summing to 1 (p(y | x) over the symbols y).",
+                )
+            )
+        return tuple(out)

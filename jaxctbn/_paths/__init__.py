@@ -1,0 +1,1 @@
+"""Complete paths: exact sampling, their sufficient statistics, and the trajectory CSV route."""

@@ -1,0 +1,106 @@
+"""The package layout (docs/architecture.md): one private sub-package per layer, in the order the
+data flows; a module imports from another sub-package only names without a leading underscore
+(that layer's internal interface), and no layer imports a later one."""
+
+import ast
+import pathlib
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "jaxctbn"
+
+#: The sub-packages, each layer after the ones it builds on.
+LAYERS = (
+    "_model",
+    "_paths",
+    "_master_equation",
+    "_learning",
+    "_panel",
+    "_criteria",
+    "_active_learning",
+    "_experiments",
+    "_cli",
+)
+#: Everything else at the top of the package: the public surface, cross-cutting single modules,
+#: the shipped data.
+TOP_LEVEL = {"__init__.py", "py.typed", "data", "_errors.py"}
+
+
+def _modules(root: pathlib.Path):
+    """`(dotted name relative to the package, path, is a package __init__)` of every module."""
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        init = parts[-1] == "__init__"
+        yield (parts[:-1] if init else parts), path, init
+
+
+def _imports(root: pathlib.Path):
+    """`(importer, imported module, imported names, line)` for every import of a module of the
+    package (module level or inside functions); modules as tuples of names relative to the
+    package, names as given (a module itself for `from package import module`)."""
+    for name, path, init in _modules(root):
+        package = name if init else name[:-1]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package[: len(package) - (node.level - 1)]
+                    target = base + tuple(node.module.split(".") if node.module else ())
+                elif (node.module or "").split(".")[0] == "jaxctbn":
+                    target = tuple(node.module.split(".")[1:])  # pyright: ignore[reportOptionalMemberAccess]
+                else:
+                    continue
+                yield name, target, [a.name for a in node.names], node.lineno
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == "jaxctbn":
+                        yield name, tuple(alias.name.split(".")[1:]), [], node.lineno
+
+
+def _unit(module: tuple[str, ...]) -> str | None:
+    """The sub-package (or top-level module) a module belongs to; `None` for the package itself."""
+    return module[0] if module else None
+
+
+def private_imports_across(root: pathlib.Path) -> list[str]:
+    """Imports of underscore names, or through underscore modules below the sub-package, from
+    another sub-package."""
+    found = []
+    for importer, target, names, line in _imports(root):
+        source, unit = _unit(importer), _unit(target)
+        if unit is None or unit == source:
+            continue
+        where = f"jaxctbn/{'/'.join(importer)}.py:{line}"
+        private_path = [p for p in target[1:] if p.startswith("_")]
+        if private_path:
+            found.append(f"{where}: imports module {'.'.join(target)}")
+        private = [n for n in names if n.startswith("_")]
+        if private:
+            found.append(f"{where}: imports {private} from {'.'.join(target)}")
+    return found
+
+
+def upward_imports(root: pathlib.Path) -> list[str]:
+    """Imports of a later layer (against the data flow)."""
+    found = []
+    for importer, target, _, line in _imports(root):
+        source, unit = _unit(importer), _unit(target)
+        if source in LAYERS and unit in LAYERS and LAYERS.index(unit) > LAYERS.index(source):
+            found.append(f"jaxctbn/{'/'.join(importer)}.py:{line}: {source} imports {unit}")
+    return found
+
+
+def top_level_entries(root: pathlib.Path) -> set[str]:
+    return {p.name for p in root.iterdir() if p.name != "__pycache__"}
+
+
+def test_the_package_is_its_layers():
+    """A new module goes into the sub-package of its layer, not next to them."""
+    assert top_level_entries(PACKAGE) == TOP_LEVEL | set(LAYERS)
+    for layer in LAYERS:
+        assert (PACKAGE / layer / "__init__.py").is_file(), layer
+
+
+def test_no_private_names_cross_sub_packages():
+    assert private_imports_across(PACKAGE) == []
+
+
+def test_layers_build_only_on_earlier_layers():
+    assert upward_imports(PACKAGE) == []
