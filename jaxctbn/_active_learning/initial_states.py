@@ -33,9 +33,16 @@ class AbstractInitialStatePolicy(eqx.Module):
     def check(self, cardinalities: tuple[int, ...], names: tuple[str, ...]) -> None:
         """Raise `ValueError` if the policy does not fit a network with these cardinalities."""
 
+    def settings(self):
+        """The policy as JSON, for a run's `config.json` (by default its class name)."""
+        return type(self).__name__
+
 
 class RandomInitialState(AbstractInitialStatePolicy):
     """$s_0$ uniform over the global states, revealed to the design (the paper's choice, §6)."""
+
+    def settings(self):
+        return "random-revealed"
 
     def draw(self, key, cardinalities):
         return _random_state(key, cardinalities)
@@ -61,6 +68,9 @@ class FixedInitialState(AbstractInitialStatePolicy):
         for s, k, name in zip(self.state, cardinalities, names):
             if not 0 <= s < k:
                 raise ValueError(f"initial state: node {name!r} has states 0..{k - 1}, got {s}.")
+
+    def settings(self):
+        return {"fixed": list(self.state)}
 
     def draw(self, key, cardinalities):
         return jnp.asarray(self.state, jnp.int32)
@@ -96,6 +106,13 @@ class InitialStateDistribution(AbstractInitialStatePolicy):
                 f"probabilities: need one per global state ({S}), got "
                 f"{self.probabilities.shape[0]}."
             )
+
+    def settings(self):
+        p = self.probabilities
+        return {
+            "distribution": "uniform" if p is None else np.asarray(p, float).tolist(),
+            "revealed": self.revealed_to_design,
+        }
 
     def _probabilities(self, cardinalities):
         S = math.prod(cardinalities)

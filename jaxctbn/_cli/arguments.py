@@ -198,7 +198,7 @@ def _prior_json(args, posterior=None) -> dict:
     `--empirical-bayes`."""
     import numpy as np
 
-    from .._experiments.config import json_value as value
+    from .._learning.priors import json_value as value
 
     out = {"convention": args.prior, "alpha": value(args.alpha), "beta": value(args.beta)}
     if args.empirical_bayes and posterior is not None:

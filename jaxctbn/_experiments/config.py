@@ -8,13 +8,10 @@ from typing import Literal
 
 import equinox as eqx
 import jax
-import numpy as np
 
 from .._active_learning.designs import DESIGN_NAMES
 from .._active_learning.initial_states import (
     AbstractInitialStatePolicy,
-    FixedInitialState,
-    InitialStateDistribution,
     RandomInitialState,
 )
 from .._active_learning.tasks import ParameterLearningTask, StructureLearningTask
@@ -46,51 +43,6 @@ def default_truth(target: str, seed: int = 0) -> CTBN:
     (structure) or scaled-softmax rates (parameters), drawn once from `seed`."""
     rates = "gamma" if target == "structure" else "softmax"
     return paper_network(jax.random.key(seed), rates=rates)
-
-
-def json_value(v):
-    """A hyper-parameter as JSON: a float, or a list of one per node."""
-    return float(v) if np.ndim(v) == 0 else np.asarray(v, float).tolist()
-
-
-def prior_settings(prior: AbstractPrior) -> dict:
-    """`{"prior": "gamma" | "nodelman", "alpha": ..., "beta": ...}` (for the Nodelman prior
-    `beta` is its total imaginary time `tau`, as `--beta` on the command line)."""
-    if isinstance(prior, NodelmanPrior):
-        return {
-            "prior": "nodelman",
-            "alpha": json_value(prior.alpha),
-            "beta": json_value(prior.tau),
-        }
-    if isinstance(prior, GammaPrior):
-        return {
-            "prior": "gamma",
-            "alpha": json_value(prior.alpha),
-            "beta": json_value(prior.beta),
-        }
-    raise ValueError(f"prior: expected GammaPrior or NodelmanPrior, got {type(prior).__name__}.")
-
-
-def _empirical_bayes_settings(eb: EmpiricalBayes | None):
-    if eb is None:
-        return None
-    return {"per_node": eb.per_node, "bounds": list(eb.bounds)}
-
-
-def policy_settings(policy: AbstractInitialStatePolicy):
-    """The initial-state policy as JSON: `"random-revealed"`, `{"fixed": [states]}` or
-    `{"distribution": "uniform" | [probabilities], "revealed": bool}`."""
-    if isinstance(policy, RandomInitialState):
-        return "random-revealed"
-    if isinstance(policy, FixedInitialState):
-        return {"fixed": list(policy.state)}
-    if isinstance(policy, InitialStateDistribution):
-        p = policy.probabilities
-        return {
-            "distribution": "uniform" if p is None else np.asarray(p, float).tolist(),
-            "revealed": policy.revealed_to_design,
-        }
-    return type(policy).__name__
 
 
 #: Settings added after results were first written: a `config.json` without them holds these.

@@ -493,7 +493,6 @@ def run_pool_experiment(
     `jaxctbn run structure` (config.json, truth.json = the full-data network, resumable chunks,
     metrics.csv with a `subject` column, results.json, summary.md, figure.png,
     interventions.png)."""
-    from .config import prior_settings
     from .outputs import _atomic, _json_bytes, _load_chunk, _prepare_out, _write_outputs
     from .report import summarise
 
@@ -534,7 +533,7 @@ def run_pool_experiment(
             for o, lab in enumerate(pool.option_labels)
         },
         "max_parents": int(pool.statistics.parent_sets[0].shape[-1]),
-        **prior_settings(pool.prior_posterior.prior),  # pyright: ignore[reportArgumentType]
+        **pool.prior_posterior.prior.settings(),  # pyright: ignore[reportAttributeAccessIssue]
         "initial_state_policy": "scored from each option's most common complete first observation",
         "full_data_graph": {names[n]: [names[p] for p in ps] for n, ps in enumerate(model.parents)},
         "full_data_iterations": fit.iterations,

@@ -48,12 +48,9 @@ from .._model.interventions import design_space, intervention_space, single_node
 from .._paths.sampling import automatic_max_events
 from .config import (
     ExperimentConfig,
-    _empirical_bayes_settings,
     default_graph_draws,
     default_max_parents,
     default_truth,
-    policy_settings,
-    prior_settings,
 )
 from .outputs import (
     _atomic,
@@ -138,9 +135,11 @@ def run_experiment(
         "seed": seed,
         "truth_seed": truth_seed,
         "max_parents": max_parents,
-        **prior_settings(config.prior),
-        "empirical_bayes": _empirical_bayes_settings(config.empirical_bayes),
-        "initial_state_policy": policy_settings(config.initial_state_policy),
+        **config.prior.settings(),
+        "empirical_bayes": None
+        if config.empirical_bayes is None
+        else config.empirical_bayes.settings(),
+        "initial_state_policy": config.initial_state_policy.settings(),
         "max_events": max_events,
         "interventions": int(space.targets.shape[0]),
         "intervention_space": config.interventions,

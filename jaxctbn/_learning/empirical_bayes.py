@@ -54,6 +54,10 @@ class EmpiricalBayes(eqx.Module):
     optimiser: AbstractVBHCOptimiser = eqx.field(default=LBFGS(steps=100), kw_only=True)
     bounds: tuple[float, float] = eqx.field(default=(1e-3, 1e3), static=True, kw_only=True)
 
+    def settings(self) -> dict:
+        """As JSON, for a run's `config.json`."""
+        return {"per_node": self.per_node, "bounds": list(self.bounds)}
+
     def __check_init__(self):
         low, high = self.bounds
         if not (0 < low < high < math.inf):

@@ -21,6 +21,7 @@ import jax
 import jax.core
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from .conjugate import (
@@ -31,6 +32,12 @@ from .conjugate import (
     with_zero_diagonal,
 )
 from .gamma_variates import gamma_variates
+
+
+def json_value(v):
+    """A hyper-parameter as JSON: a float, or a list of one per node."""
+    return float(v) if np.ndim(v) == 0 else np.asarray(v, float).tolist()
+
 
 #: A node's index: a Python int, or a traced integer scalar when a computation is vectorised over
 #: nodes (the per-node prior values are then looked up by it).
@@ -107,6 +114,11 @@ class AbstractPrior(eqx.Module):
         """One posterior draw of the rates (off-diagonal; the diagonal is zero)."""
 
     @abc.abstractmethod
+    def settings(self) -> dict:
+        """The prior as JSON, for a run's `config.json`: `{"prior": name, "alpha": ...,
+        "beta": ...}`, each hyper-parameter a float or a list of one per node."""
+
+    @abc.abstractmethod
     def check_num_nodes(self, num_nodes: int) -> None:
         """Raise `ValueError` if per-node parameters do not match `num_nodes`."""
 
@@ -150,6 +162,9 @@ class GammaPrior(AbstractPrior):
     def check_num_nodes(self, num_nodes: int) -> None:
         _check_length(self.alpha, num_nodes, "alpha")
         _check_length(self.beta, num_nodes, "beta")
+
+    def settings(self) -> dict:
+        return {"prior": "gamma", "alpha": json_value(self.alpha), "beta": json_value(self.beta)}
 
     def node_parameters(self, node: NodeIndex) -> tuple[Array, Array]:
         """$(\\alpha, \\beta)$ of `node`."""
@@ -216,6 +231,10 @@ class NodelmanPrior(AbstractPrior):
     def check_num_nodes(self, num_nodes: int) -> None:
         _check_length(self.alpha, num_nodes, "alpha")
         _check_length(self.tau, num_nodes, "tau")
+
+    def settings(self) -> dict:
+        # `beta` is the total imaginary time `tau`, as `--beta` on the command line
+        return {"prior": "nodelman", "alpha": json_value(self.alpha), "beta": json_value(self.tau)}
 
     def hyperparameters(self, node: NodeIndex, k: int, num_configs: ArrayLike, dtype) -> tuple:
         r"""$(\alpha_{xx'u}, \tau_{xu})$ of `node` with `k` states and `num_configs` parent
