@@ -61,7 +61,7 @@ class RandomDesign(AbstractDesign):
         return jr.uniform(key, candidates.targets.shape[:1])
 
 
-def _as_flag(value):
+def as_flag(value):
     """A concrete flag as a NumPy boolean (traced under `eqx.filter_jit`, unlike a Python
     bool, and hashable; `bool(flag)` still works); a JAX array (e.g. a tracer) is kept."""
     return value if isinstance(value, jax.Array) else np.bool_(value)
@@ -81,7 +81,7 @@ class CriterionDesign(AbstractDesign):
     num_samples: int = eqx.field(default=10, static=True, kw_only=True)
     # a value, not a static field: the best and the worst design share one compiled loop
     worst: bool | np.bool_ | Bool[Array, ""] = eqx.field(
-        default=False, kw_only=True, converter=_as_flag
+        default=False, kw_only=True, converter=as_flag
     )
     solver: StatisticsSolver = eqx.field(default=AUTOMATIC_SOLVER, kw_only=True)
     batching: AbstractBatching | None = eqx.field(default=None, kw_only=True)

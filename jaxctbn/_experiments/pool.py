@@ -51,6 +51,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, Key, PRNGKeyArray
 
+from .._active_learning.designs import as_flag
 from .._active_learning.metrics import edge_aupr, edge_auroc
 from .._criteria.criteria import VBHC, AbstractCriterion, score_interventions
 from .._learning.candidates import candidate_parent_sets
@@ -363,14 +364,15 @@ class CriterionPool(AbstractPoolDesign):
 
     criterion: AbstractCriterion = VBHC()
     num_samples: int = eqx.field(default=40, static=True)
-    worst: bool = eqx.field(default=False, static=True)
+    # a value, not a static field: the best and the worst design share one compiled loop
+    worst: bool | np.bool_ | Bool[Array, ""] = eqx.field(default=False, converter=as_flag)
 
     def choose(self, posterior, pool, open, key):
         scores = pool_scores(
             posterior, pool, key=key, criterion=self.criterion, num_samples=self.num_samples
         )
-        if self.worst:
-            return jnp.argmin(jnp.where(open, scores, jnp.inf)).astype(jnp.int32)
+        # the worst open option is the best of the negated scores (the same first index)
+        scores = jnp.where(self.worst, -scores, scores)
         return jnp.argmax(jnp.where(open, scores, -jnp.inf)).astype(jnp.int32)
 
 
