@@ -32,7 +32,7 @@ def _setup_jax():
     # A check inside compiled code (eqx.error_if) raises from a host callback, and JAX also logs
     # that callback's traceback to stderr; the CLI prints the library's own message instead.
     logging.getLogger("jax._src.callback").setLevel(logging.CRITICAL)
-    # the same random bits, compiled in less time (a third less for `run structure`)
+    # the same random bits, compiled in less time (see `threefry_lowering`)
     from .threefry_lowering import use_unrolled_threefry_on_cpu
 
     use_unrolled_threefry_on_cpu()

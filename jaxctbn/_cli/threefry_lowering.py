@@ -3,18 +3,16 @@ r"""How JAX compiles its random-number hash on the CPU.
 Every random draw of JAX's default keys (`split`, `fold_in`, `uniform`, `normal`, ...) applies
 the Threefry-2x32 hash: 20 rounds of add, rotate and xor on 32-bit words. On the CPU, JAX 0.10
 lowers it as a `while` loop over five groups of four rounds (elsewhere, as straight-line code).
-Each such loop is a separate program piece that XLA's CPU backend compiles on its own, at
-about 0.3-0.7 s each; the graph and rate draws of a structure design step alone have more
-than a dozen of them, most of their compile time. Upstream JAX has since changed the CPU
-lowering to straight-line code (jax-ml/jax#37872: with XLA's thunk runtime the loop no longer
-saves compile time, and it costs run time).
+Each such loop is a separate program piece that XLA's CPU backend compiles on its own; the
+graph and rate draws of a structure design step alone have more than a dozen of them, most of
+their compile time. Upstream JAX has since changed the CPU lowering to straight-line code
+(jax-ml/jax#37872: with XLA's thunk runtime the loop no longer saves compile time, and it costs
+run time).
 
 [`jaxctbn.use_unrolled_threefry_on_cpu`][] makes the installed JAX do the same: the same
-hash, so **the same random bits** for every key, compiled faster. Measured on a 2-core CPU
-(jax 0.10.2): the graph and rate draws of a structure design step compile in 5.2 s instead of
-15.5 s, the whole design step in 15 s instead of 25.7 s, the paper's structure experiment
-(500 repetitions) in 36 s instead of 62 s of compilation; its run time per step is the same
-within this machine's run-to-run spread (±3 ms of ~33 ms).
+hash, so **the same random bits** for every key, compiled faster, at about the same run time
+per step (`benchmarks/bench_active_learning.py` reports the compile and step times, with JAX's
+loop under `--rolled-threefry`; results in `benchmarks/results/vbhc_run.md`).
 """
 
 from __future__ import annotations
@@ -23,8 +21,9 @@ from __future__ import annotations
 def use_unrolled_threefry_on_cpu() -> bool:
     r"""Compile JAX's Threefry hash on the CPU as straight-line code instead of a loop
     (what JAX does on other platforms, and what upstream JAX has since made the CPU default,
-    jax-ml/jax#37872): the same random bits, compiled in less time (the paper's structure
-    experiment compiles in 36 s instead of 62 s on a 2-core CPU).
+    jax-ml/jax#37872): the same random bits, compiled in less time (compile times reported by
+    `benchmarks/bench_active_learning.py`, with JAX's loop under `--rolled-threefry`; results in
+    `benchmarks/results/vbhc_run.md`).
 
     Global and process-wide, like `jax.config.update`: it applies to every program lowered
     afterwards, jaxctbn's or not (programs already compiled keep their code). The `jaxctbn`

@@ -57,8 +57,9 @@ STRUCTURE_CHUNK = 9
 #: solved as one batch, which the uniformisation sorts by rate into cache-sized groups of similar
 #: rate (`Uniformisation.group_size`): 27 candidates x 8 sets x 10 draws of the paper's network
 #: (every candidate that leaves a node free) are 2,160 problems in 9 groups, whose loops run
-#: about a third fewer products than 9 unsorted chunks of 3 candidates (measured in the
-#: `jaxctbn.Uniformisation` docstring; the step: `benchmarks/bench_design_step.py`).
+#: fewer products than 9 unsorted chunks of 3 candidates (why: the `jaxctbn.Uniformisation`
+#: docstring; the step is timed in `benchmarks/bench_design_step.py`, results in
+#: `benchmarks/results/design_step.md`).
 CPU_STRATIFIED_CHUNK = 27
 
 

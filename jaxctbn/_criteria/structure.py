@@ -464,7 +464,8 @@ def _predictive_by_pattern(posterior, n, by_pattern, interventions):
     terms = jax.lax.map(one_pattern, (grouped, by_pattern.clamped))  # (patterns, draws, sets, W)
     # candidate c's bins: those of its pattern with its clamped states (none for a candidate
     # clamping n), as one contraction over (pattern, bin) rather than a gather of each
-    # candidate's pattern (0.7 ms more per design step)
+    # candidate's pattern, which costs more per design step (the step is timed in
+    # `benchmarks/bench_design_step.py`; results in `benchmarks/results/design_step.md`)
     mine = by_pattern.on_sub_cubes(interventions, slot_states).astype(terms.dtype)  # (C, W)
     own = jax.nn.one_hot(by_pattern.pattern, Q, dtype=terms.dtype)  # (C, patterns)
     return jnp.einsum("qbpw,cqw->cbp", terms, own[:, :, None] * mine[:, None, :])
@@ -523,7 +524,8 @@ def _node_divergence(
                 models, init, horizon, interventions=ivs, solver=solver
             )
         # the predictive likelihoods in cache-sized batches of problems (at once, the chunk's
-        # statistics on every set leave the cache: 8 ms more per design step)
+        # statistics on every set leave the cache and the design step takes longer; timed in
+        # `benchmarks/bench_design_step.py`, results in `benchmarks/results/design_step.md`)
         ells = jax.lax.map(
             lambda st: ell(*st.node_statistics_on_sets(n, sets)),
             stats,

@@ -40,9 +40,10 @@ def sum_of_entries(x: Float[Array, "*shape"]) -> Float[Array, ""]:
     r"""The sum of all entries of `x`, as a dot product with ones. The same number as
     `x.sum()`, but XLA computes the (expensive, element-wise) producers of a reduction inside
     the reduction's loop, and on a CPU that loop is not vectorised: for the terms of
-    [`gamma_poisson_log_marginal`][] ($\ln\Gamma$, logarithms) the reduction is 3 times
-    slower than the dot product, which takes its operand from a vectorised element-wise loop
-    (measured on 2.2 M $\ln\Gamma$ values in batches of 32: 106 ms against 36 ms)."""
+    [`gamma_poisson_log_marginal`][] ($\ln\Gamma$, logarithms) the reduction is several
+    times slower than the dot product, which takes its operand from a vectorised element-wise
+    loop (the structure design step, which sums these terms, is timed in
+    `benchmarks/bench_design_step.py`; results in `benchmarks/results/design_step.md`)."""
     flat = jnp.reshape(x, -1)
     return flat @ jnp.ones_like(flat)
 
@@ -75,9 +76,8 @@ _STIRLING = (1 / 12, -1 / 360, 1 / 1260, -1 / 1680, 1 / 1188, -691 / 360360, 1 /
 
 
 def log_gamma_positive(x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
-    r"""$\ln\Gamma(x)$ for $x>0$ (every argument in this module is positive), about 1.5 times
-    faster than `jax.scipy.special.gammaln` on a CPU (no reflection branch; measured on 2.2 M
-    values, 38 ms against 59 ms). For $x\ge10$ the
+    r"""$\ln\Gamma(x)$ for $x>0$ (every argument in this module is positive), faster than
+    `jax.scipy.special.gammaln` on a CPU (no reflection branch). For $x\ge10$ the
     Stirling series with seven terms, $(x-\tfrac12)\ln x-x+\tfrac12\ln2\pi
     +\sum_{m=1}^7\frac{B_{2m}}{2m(2m-1)x^{2m-1}}$ (truncation below 1e-17 there); below, the
     same at $x+10$ less $\ln\prod_{i=0}^{9}(x+i)$. Absolute error about 1e-14 in float64
@@ -159,8 +159,8 @@ def gamma_poisson_log_marginal(
     terms = log_gamma - log_gamma_positive(a) + a * log_b - (a + M) * log_b_T
     if keep is not None:
         terms = jnp.where(keep, terms, 0.0)
-    # summed as a dot product (`sum_of_entries`): with the slices, the structure design step
-    # takes 102 ms instead of 120 ms (`benchmarks/bench_design_step.py`)
+    # summed as a dot product (`sum_of_entries` says why; the structure design step is timed
+    # in `benchmarks/bench_design_step.py`, results in `benchmarks/results/design_step.md`)
     return sum_of_entries(terms)
 
 

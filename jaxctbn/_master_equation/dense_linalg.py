@@ -53,8 +53,8 @@ def short_sum(x: Array, axis: int = -1) -> Array:
 
     jaxlib 0.10's CPU backend hands reductions to YNNPACK fusions, which for short axes inside a
     loop cost several times a fused elementwise loop (the panel filter's 4-state sums: measured
-    in `benchmarks/bench_msm.py`); the sum of slices fuses into its neighbours instead. Longer
-    axes keep `jnp.sum`."""
+    in `benchmarks/bench_msm.py`; results in `benchmarks/results/msm.md`); the sum of slices
+    fuses into its neighbours instead. Longer axes keep `jnp.sum`."""
     n = x.shape[axis]
     if n > _UNROLLED_MAX_LENGTH or n == 0:
         return jnp.sum(x, axis=axis)
@@ -109,8 +109,8 @@ def matmul(A: Array, B: Array) -> Array:
     n = A.shape[-1]
     if n > _UNROLLED_MATMUL_MAX:
         return jnp.matmul(A, B)
-    # column-times-row products added directly (not `short_sum` of the 4-D broadcast product:
-    # measured 1.5-2x slower for a batch of 4 x 4 exponentials)
+    # column-times-row products added directly (not `short_sum` of the 4-D broadcast product,
+    # which is slower for a batch of 4 x 4 exponentials)
     total = A[..., :, 0:1] * B[..., 0:1, :]
     for k in range(1, n):
         total = total + A[..., :, k : k + 1] * B[..., k : k + 1, :]

@@ -136,8 +136,10 @@ class FactoredGenerator(AbstractGenerator):
 def batch_last(generators: AbstractGenerator) -> AbstractGenerator:
     """Move the leading batch axis of a batch of generators (e.g. from `jax.vmap(amalgamate)`)
     to the end of every array. [`jaxctbn.AbstractGenerator.apply`][] then takes `p` of shape
-    `(S, batch)` and runs one vectorised product for the whole batch: on CPU 2-4x faster than
-    `jax.vmap` of the single product, whose batch axis is outermost and does not vectorise."""
+    `(S, batch)` and runs one vectorised product for the whole batch: on CPU faster than
+    `jax.vmap` of the single product, whose batch axis is outermost and does not vectorise
+    (measured in `benchmarks/bench_master_equation.py`, 'batched' against 'vmap'; results in
+    `benchmarks/results/master_equation.md`)."""
     return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, -1), generators)
 
 

@@ -340,15 +340,17 @@ class Uniformisation(AbstractMasterEquationSolver):
     to $\lambda\tau=L$, and about $\lambda\tau\,(1+c/\sqrt L)$ beyond (1.22 $\lambda\tau$ at the
     default $L=1024$; smaller $L$ costs more products, larger $L$ more float32 rounding, see
     the benchmark). Per step, one error-free $c$ (about three products' work). Float32 products
-    (flows) take about 1.5 times as long as float64 ones for large $S$. Compilation: two nested
-    loops (steps, products), about twice the compile time of a single series.
+    (flows) take longer than float64 ones for large $S$ (run times of both in
+    `benchmarks/results/precision.md`). Compilation: two nested loops (steps, products), longer
+    to compile than a single series.
 
     **Limit.** The number of products, $nK_\mu$, is known before the loop starts; if it exceeds
     `max_terms` the loop does not run and an error is raised on both outputs (never a silent
     truncation; also for a non-finite $\lambda\tau$). The default allows
-    $\lambda\tau\approx1.6\cdot10^6$; the cost is linear in $\lambda\tau$ ($10^6$: 0.01-0.2 s
-    for $S\le16$, about 12 s for $S=1024$, on a 2-core CPU). Beyond that, raise `max_terms`, or
-    for small networks use [`jaxctbn.MatrixExponential`][], whose cost does not depend on
+    $\lambda\tau\approx1.6\cdot10^6$; the cost is linear in $\lambda\tau$ (run times against
+    $\lambda\tau$ measured in `benchmarks/bench_precision.py`; results in
+    `benchmarks/results/precision.md`). Beyond that, raise `max_terms`, or for small networks
+    use [`jaxctbn.MatrixExponential`][], whose cost does not depend on
     $\lambda\tau$ (in float64 its error grows to 1e-9 at $\lambda\tau=10^8$; in float32 to
     1e-3 at $10^5$).
 
@@ -362,11 +364,12 @@ class Uniformisation(AbstractMasterEquationSolver):
     `group_size` members, batch axis last so every product vectorises over the group; a group
     shares one $\lambda$ (its largest exit rate), hence one schedule, and runs the products its
     fastest member needs. So the members are first sorted by their own exit rate and cut into
-    groups of similar rate (results returned in the input order): on the 8,640 solves of the
-    paper's structure design step (before the candidates shared solves by clamp pattern), a
-    third fewer products than groups in input order (37.6 against 51.0 ms on a 2-core CPU), and
-    groups of a few hundred 16-state problems stay in the CPU's cache. Each member's result is
-    exact whatever its group (to rounding: about 1e-14 between groupings in float64).
+    groups of similar rate (results returned in the input order): each group's loop then runs
+    about as many products as its members need, fewer than groups in input order would, and
+    groups of a few hundred 16-state problems stay in the CPU's cache
+    (`benchmarks/bench_master_equation.py` times the batched solves against a floor of each
+    problem's own products; results in `benchmarks/results/master_equation.md`). Each member's
+    result is exact whatever its group (to rounding: about 1e-14 between groupings in float64).
 
     **Forward-backward.** `forward_backward` uses, with $a_k=\alpha_0P^k$, $b_j=P^j\beta_\tau$
     and the Beta integral
