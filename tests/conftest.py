@@ -29,6 +29,10 @@ import pytest  # noqa: E402
 
 from jaxctbn._cli.jax_setup import _setup_jax  # noqa: E402
 
+# Eight CPU devices in every worker (before JAX starts its backend), so that the multi-device
+# tests run in process; a program not sharded explicitly runs on the first device as before.
+jax.config.update("jax_num_cpu_devices", 8)
+
 # The command line's JAX set-up, once per worker, so that the in-process CLI calls change
 # nothing: float64; the persistent cache above, which also stores programs with host
 # callbacks (every `eqx.error_if` adds one, and JAX alone would not cache those: almost every

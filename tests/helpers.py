@@ -2,6 +2,7 @@
 
 import itertools
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -91,3 +92,61 @@ def network_dict():
             ],
         },
     }
+
+
+def flaky_design_scores(posterior, candidates, initial_state, horizon, key):
+    """A `jaxctbn.CallableDesign` function whose check fails in about 30% of the design steps,
+    depending on the key only (zero scores otherwise): a repetition of an active-learning loop
+    that fails for reasons of its own. One function object, shared by the tests of
+    `throw=False` on one device and on eight, so that they share the compiled loops."""
+    scores = jnp.zeros(candidates.targets.shape[0])
+    return eqx.error_if(scores, jax.random.uniform(key) < 0.3, "flaky design: failed")
+
+
+def repetition_keys(seed: int, num: int):
+    """The keys of repetitions 0..num-1 as `jaxctbn run --seed SEED` (and `run_experiment`)
+    makes them: `fold_in(key(seed), r)`."""
+    return jax.vmap(lambda r: jax.random.fold_in(jax.random.key(seed), r))(jnp.arange(num))
+
+
+def structure_design_problem():
+    """The structure-design problem shared by the tests of `jaxctbn design --target structure`
+    and of sharded candidates (so that they compile the same programs): the chain A -> B -> C
+    (binary) and 3 paths of length 2 sampled from it, all starting in state 0."""
+    chain = jc.CTBN(
+        cims=[
+            jnp.array([[[-1.0, 1.0], [2.0, -2.0]]]),
+            jnp.array([[[-0.5, 0.5], [1.0, -1.0]], [[-2.0, 2.0], [0.3, -0.3]]]),
+            jnp.array([[[-0.2, 0.2], [1.5, -1.5]], [[-3.0, 3.0], [0.5, -0.5]]]),
+        ],
+        parents={"A": [], "B": ["A"], "C": ["B"]},
+        names=("A", "B", "C"),
+    )
+    paths = sample_trajectories_jit(
+        chain, jnp.zeros(3, jnp.int32), 2.0, key=jax.random.key(1), num_trajectories=3
+    )
+    return chain, paths
+
+
+def sample_trajectories_jit(*args, **kwargs):
+    """`jaxctbn.sample_trajectories` compiled as one program (`eqx.filter_jit`; called eagerly
+    it compiles ~80 small programs, one per operation). The same keys give the same paths."""
+    return eqx.filter_jit(jc.sample_trajectories)(*args, **kwargs)
+
+
+def replay_experiments(truth, result, horizon, key):
+    """The paths of a `jaxctbn.run_active_learning` result re-simulated from its recorded
+    choices (initial states and interventions), independently of the compiled loop: each
+    experiment's path sampled on its own from the key the loop gives it (one program)."""
+    return eqx.filter_jit(_replay_experiments)(truth, result, horizon, key)
+
+
+def _replay_experiments(truth, result, horizon, key):
+    step_keys = jax.random.split(key, result.targets.shape[0])
+    path_keys = jax.vmap(lambda k: jax.random.split(k, 3)[2])(step_keys)
+
+    def one(k, s0, targets, states):
+        iv = jc.Intervention(targets=targets, states=states)
+        return jc.sample_trajectory(truth, s0, horizon, key=k, intervention=iv, max_events=512)
+
+    return jax.vmap(one)(path_keys, result.initial_states, result.targets, result.states)

@@ -1,3 +1,11 @@
+"""The compiled active-learning loop against independent routes: replayed experiments learnt in
+one batch, sklearn's metrics, single runs against the vmapped repetitions, and the designs'
+choices against their scores.
+
+The parameter-learning tests share one problem with tests/test_sharding.py and tests/test_cli.py
+(the 2-node network of `helpers.network_dict`, 3 repetitions with `jaxctbn run --seed 0`'s keys,
+2 experiments, 3 posterior draws), so that the compiled loops are shared."""
+
 import dataclasses
 import json
 import os
@@ -9,26 +17,27 @@ import numpy as np
 import pandas as pd
 import pytest
 import sklearn.metrics
-from helpers import random_model
+from helpers import (
+    flaky_design_scores,
+    network_dict,
+    random_model,
+    repetition_keys,
+    replay_experiments,
+)
 
 import jaxctbn as jc
+from jaxctbn._paths.sampling import automatic_max_events
 
 CARDS, PARENTS = (2, 2, 2), ((), (0,), (1,))
 
-
-def _replay(truth, result, horizon, key, K):
-    """Re-simulate the recorded experiments from the recorded choices (independent of the
-    scan: plain Python over experiments)."""
-    paths = []
-    for k, step_key in enumerate(jax.random.split(key, K)):
-        _, _, k_path = jax.random.split(step_key, 3)
-        iv = jc.Intervention(targets=result.targets[k], states=result.states[k])
-        path = jc.sample_trajectory(
-            truth, result.initial_states[k], horizon, key=k_path, intervention=iv, max_events=512
-        )
-        assert int(path.num_events) == int(result.num_events[k])
-        paths.append(path)
-    return jax.tree_util.tree_map(lambda *a: jnp.stack(a), *paths)
+# the shared parameter-learning problem (see the module docstring)
+TASK = jc.ParameterLearningTask(jc.CTBN.from_dict(network_dict()))
+KEYS = repetition_keys(0, 3)
+K = 2
+SPACE = jc.design_space((2, 2))  # the candidates `jaxctbn run` passes (all 9)
+# the event buffer `run_repetitions` sizes from these rates for tau = 3 (given explicitly where
+# a call must compile the same program with another horizon)
+MAX_EVENTS = 64
 
 
 def test_structure_loop_equals_batch_learning_on_the_same_paths(getkey):
@@ -40,7 +49,8 @@ def test_structure_loop_equals_batch_learning_on_the_same_paths(getkey):
     )(key)
     assert result.metrics["auroc"].shape == (K + 1,)
     assert bool(result.targets.any())  # random design intervenes now and then
-    paths = _replay(truth, result, 3.0, key, K)
+    paths = replay_experiments(truth, result, 3.0, key)
+    np.testing.assert_array_equal(paths.num_events, result.num_events)
     direct = jc.learn_structure(
         paths, truth.names, CARDS, max_parents=2, prior=jc.GammaPrior(1.5, 2.0)
     )
@@ -72,48 +82,77 @@ def test_parameter_loop_pools_interventional_data(getkey):
     assert bool(result.targets[:, 1].all()) and not bool(result.targets[:, 0].any())
     # the intervened node learns nothing, the other one learns from every path
     np.testing.assert_array_equal(result.posterior.alpha[1], task.initial_posterior().alpha[1])
-    paths = _replay(truth, result, 2.0, key, K)
-    suff = jc.SufficientStatistics.from_trajectories(paths, truth.cardinalities, truth.parents)
-    direct = task.initial_posterior().update_with(suff)
-    for a, b in zip(result.posterior.alpha + result.posterior.beta, direct.alpha + direct.beta):
+    paths = replay_experiments(truth, result, 2.0, key)
+    np.testing.assert_array_equal(paths.num_events, result.num_events)
+
+    @eqx.filter_jit  # one program for the batch route (eagerly: one per operation)
+    def direct(task, paths):
+        suff = jc.SufficientStatistics.from_trajectories(
+            paths, task.truth.cardinalities, task.truth.parents
+        )
+        posterior = task.initial_posterior().update_with(suff)
+        return posterior, posterior.mse(task.truth)
+
+    posterior, mse = direct(task, paths)
+    for a, b in zip(
+        result.posterior.alpha + result.posterior.beta, posterior.alpha + posterior.beta
+    ):
         np.testing.assert_allclose(a, b, rtol=1e-12)
-    np.testing.assert_allclose(result.metrics["mse"][-1], direct.mse(truth), rtol=1e-12)
+    np.testing.assert_allclose(result.metrics["mse"][-1], mse, rtol=1e-12)
 
 
-def test_designs_choose_what_their_scores_say(getkey):
-    truth = random_model(getkey(), (2, 2), ((), (0,)))
-    task = jc.ParameterLearningTask(truth)
-    key, K = getkey(), 2
-    space = jc.intervention_space(truth.cardinalities)
-    passive = jc.run_active_learning(task, jc.PassiveDesign(), key=key, num_experiments=K)
+def test_designs_choose_what_their_scores_say():
+    """Passive never intervenes; the VBHC design picks the argmax and its negative the argmin
+    of `score_interventions` (called on its own, with the design step's key), in every
+    repetition's first experiment."""
+    passive = jc.run_repetitions(
+        TASK, jc.PassiveDesign(), KEYS, num_experiments=K, candidates=SPACE
+    )
     assert not bool(passive.targets.any())
-    best = jc.run_active_learning(
-        task, jc.design_from_name("vbhc", num_samples=3), key=key, num_experiments=K
+    best, worst = (
+        jc.run_repetitions(
+            TASK,
+            jc.design_from_name(name, num_samples=3),
+            KEYS,
+            num_experiments=K,
+            candidates=SPACE,
+        )
+        for name in ("vbhc", "negative-vbhc")  # one compiled loop: `worst` is traced
     )
-    worst = jc.run_active_learning(
-        task, jc.design_from_name("negative-vbhc", num_samples=3), key=key, num_experiments=K
-    )
-    # the same key: the same initial state is revealed to every design in experiment 1
-    np.testing.assert_array_equal(best.initial_states[0], worst.initial_states[0])
-    _, k_design, _ = jax.random.split(jax.random.split(key, K)[0], 3)
-    scores = jc.score_interventions(
-        task.initial_posterior(), space, best.initial_states[0], 3.0, key=k_design, num_samples=3
-    )
-    assert int(best.intervention_index[0]) == int(jnp.argmax(scores))
-    assert int(worst.intervention_index[0]) == int(jnp.argmin(scores))
+    # the same keys: the same initial state is revealed to every design in experiment 1 (the
+    # passive paths start there; the others' record it with their clamped nodes moved)
+    revealed = passive.initial_states[:, 0]
+    for run in (best, worst):
+        clamped = np.where(run.targets[:, 0], run.states[:, 0], revealed)
+        np.testing.assert_array_equal(run.initial_states[:, 0], clamped)
+    space = jc.intervention_space((2, 2))
+    for r in range(len(KEYS)):
+        _, k_design, _ = jax.random.split(jax.random.split(KEYS[r], K)[0], 3)
+        scores = jc.score_interventions(
+            TASK.initial_posterior(), space, revealed[r], 3.0, key=k_design, num_samples=3
+        )
+        assert int(best.intervention_index[r, 0]) == int(jnp.argmax(scores))
+        assert int(worst.intervention_index[r, 0]) == int(jnp.argmin(scores))
 
 
-def test_repetitions_are_a_vmap_and_reproducible(getkey):
-    truth = random_model(getkey(), CARDS, PARENTS)
-    task = jc.StructureLearningTask(truth, max_parents=1)
-    keys = jax.random.split(getkey(), 3)
-    batch = jc.run_repetitions(task, jc.RandomDesign(), keys, num_experiments=3)
-    again = jc.run_repetitions(task, jc.RandomDesign(), keys, num_experiments=3)
-    for r in range(3):
-        one = jc.run_active_learning(task, jc.RandomDesign(), key=keys[r], num_experiments=3)
-        np.testing.assert_allclose(batch.metrics["aupr"][r], one.metrics["aupr"], rtol=1e-12)
+def test_repetitions_are_a_vmap_and_reproducible():
+    assert automatic_max_events(TASK.truth, 3.0) == MAX_EVENTS  # the batch's buffer
+    batch = jc.run_repetitions(TASK, jc.RandomDesign(), KEYS, num_experiments=K, candidates=SPACE)
+    again = jc.run_repetitions(TASK, jc.RandomDesign(), KEYS, num_experiments=K, candidates=SPACE)
+    for r in range(len(KEYS)):
+        one = jc.run_active_learning(
+            TASK,
+            jc.RandomDesign(),
+            key=KEYS[r],
+            num_experiments=K,
+            candidates=SPACE,
+            max_events=MAX_EVENTS,
+        )
+        np.testing.assert_allclose(batch.metrics["mse"][r], one.metrics["mse"], rtol=1e-12)
         np.testing.assert_array_equal(batch.intervention_index[r], one.intervention_index)
-    np.testing.assert_array_equal(batch.metrics["shd"], again.metrics["shd"])
+        np.testing.assert_array_equal(batch.num_events[r], one.num_events)
+    np.testing.assert_array_equal(batch.metrics["mse"], again.metrics["mse"])
+    assert len(set(np.asarray(batch.intervention_index).ravel().tolist())) > 1  # not trivial
 
 
 @pytest.mark.usefixtures("no_runtime_typecheck")
@@ -129,8 +168,15 @@ def test_active_learning_bad_input(getkey):
     with pytest.raises(ValueError, match="criterion: expected a criterion Module"):
         jc.CriterionDesign("mutual-information")
     with pytest.raises(eqx.EquinoxRuntimeError, match="horizon: must be positive"):
+        # the horizon is traced: the loop of the single runs above, checked inside
         jc.run_active_learning(
-            task, jc.PassiveDesign(), key=getkey(), num_experiments=1, horizon=-1.0
+            TASK,
+            jc.RandomDesign(),
+            key=KEYS[0],
+            num_experiments=K,
+            horizon=-1.0,
+            candidates=SPACE,
+            max_events=MAX_EVENTS,
         )
     with pytest.raises(ValueError, match="candidates: expected a batch"):
         jc.run_active_learning(
@@ -143,9 +189,12 @@ def test_active_learning_bad_input(getkey):
 
 
 def test_run_experiment_writes_outputs_and_resumes(tmp_path):
+    """The default structure experiment (the built-in 4-node truth) in chunks of one
+    repetition: the documented files, a rerun that reuses every chunk, and other chunk sizes
+    that give the same numbers."""
     out = str(tmp_path / "run")
     config = jc.ExperimentConfig(
-        target="structure", designs=("passive", "random"), repetitions=4, experiments=2, chunk=2
+        target="structure", designs=("passive", "random"), repetitions=2, experiments=1, chunk=1
     )
     report = jc.run_experiment(config, out=out, progress=False)
     for name in (
@@ -170,7 +219,7 @@ def test_run_experiment_writes_outputs_and_resumes(tmp_path):
         "intervention",
         "initial_state",
     ]
-    assert len(df) == 2 * 4 * 3
+    assert len(df) == 2 * 2 * 2
     assert set(df[(df.design == "passive") & (df.experiment > 0)].intervention) == {"none"}
     with open(os.path.join(out, "results.json")) as f:
         saved = json.load(f)
@@ -184,8 +233,11 @@ def test_run_experiment_writes_outputs_and_resumes(tmp_path):
     np.testing.assert_array_equal(
         again["results"]["random"]["aupr"], report["results"]["random"]["aupr"]
     )
-    # chunking does not change results (up to rounding): repetition r always uses fold_in(key(seed), r)
-    other = jc.run_experiment(dataclasses.replace(config, chunk=4), progress=False)
+    # chunking does not change results (up to rounding): repetition r always uses
+    # fold_in(key(seed), r) (the random design: its choices depend on the keys)
+    other = jc.run_experiment(
+        dataclasses.replace(config, chunk=2, designs=("random",)), progress=False
+    )
     np.testing.assert_allclose(
         other["results"]["random"]["aupr"], report["results"]["random"]["aupr"], rtol=1e-12
     )
@@ -199,39 +251,36 @@ def test_run_experiment_writes_outputs_and_resumes(tmp_path):
         jc.ExperimentConfig(samples=0)
 
 
-def test_no_throw_reports_failing_repetitions_and_keeps_the_others(getkey):
-    truth = random_model(getkey(), CARDS, PARENTS)
-    task = jc.StructureLearningTask(truth, max_parents=1)
-
-    def flaky(posterior, candidates, initial_state, horizon, key):
-        # fails in about half of the design steps, depending on the key only
-        scores = jnp.zeros(candidates.targets.shape[0])
-        return eqx.error_if(scores, jax.random.uniform(key) < 0.2, "flaky design: failed")
-
-    design = jc.CallableDesign(flaky)
-    keys = jax.random.split(getkey(), 6)
+def test_no_throw_reports_failing_repetitions_and_keeps_the_others():
+    """`throw=False`: the failing repetitions are reported (NaN metrics, index -1) and the
+    others give the numbers of single runs, one at a time (not vmapped). (The same design and
+    keys on eight devices: tests/test_sharding.py.)"""
+    design = jc.CallableDesign(flaky_design_scores)
     singles = []
-    for k in keys:
+    for k in KEYS:
         try:
-            singles.append(jc.run_active_learning(task, design, key=k, num_experiments=2))
+            singles.append(
+                jc.run_active_learning(
+                    TASK, design, key=k, num_experiments=K, candidates=SPACE, max_events=MAX_EVENTS
+                )
+            )
         except (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError):
             singles.append(None)
     expect_ok = np.array([s is not None for s in singles])
     assert expect_ok.any() and not expect_ok.all(), "choose keys with both outcomes"
     with pytest.raises(eqx.EquinoxRuntimeError, match="flaky design: failed"):
-        jc.run_repetitions(task, design, keys, num_experiments=2)
-    result, status = jc.run_repetitions(task, design, keys, num_experiments=2, throw=False)
+        jc.run_repetitions(TASK, design, KEYS, num_experiments=K, candidates=SPACE)
+    result, status = jc.run_repetitions(
+        TASK, design, KEYS, num_experiments=K, candidates=SPACE, throw=False
+    )
     np.testing.assert_array_equal(status.ok, expect_ok)
     assert status.num_failed == int((~expect_ok).sum())
     for r, single in enumerate(singles):
         if single is None:
             assert status.messages[r] == "flaky design: failed"
-            assert np.isnan(result.metrics["auroc"][r]).all()
+            assert np.isnan(result.metrics["mse"][r]).all()
             assert (np.asarray(result.intervention_index[r]) == -1).all()
         else:
             assert status.messages[r] == ""
-            np.testing.assert_allclose(
-                result.metrics["entropy"][r], single.metrics["entropy"], rtol=1e-12
-            )
-    # (the repetitions that succeed give the single runs' numbers, checked above: throw=False
-    # changes nothing for them)
+            np.testing.assert_allclose(result.metrics["mse"][r], single.metrics["mse"], rtol=1e-12)
+            np.testing.assert_array_equal(result.intervention_index[r], single.intervention_index)

@@ -1,3 +1,11 @@
+"""The command line's contracts (flags, file schemas, output keys, one-line errors, exit codes),
+in process (`main([...])`), with one end-to-end subprocess per kind of contract: an error raised
+inside compiled code, the installed console script, and the compilation cache.
+
+The design and run tests use the problems of the loop and sharding tests (the 2-node network of
+`helpers.network_dict`, 3 repetitions of 2 experiments, 3 posterior draws; the structure problem
+of `helpers.structure_design_problem`), so that their compiled programs are shared."""
+
 import json
 import os
 import re
@@ -6,16 +14,47 @@ import sys
 import tempfile
 from pathlib import Path
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import brute_force_generator, one_hot_state, scipy_moments
+from helpers import (
+    brute_force_generator,
+    network_dict,
+    one_hot_state,
+    scipy_moments,
+    structure_design_problem,
+)
 
 import jaxctbn as jc
 from jaxctbn._cli.design import _box_hill_options
 from jaxctbn._cli.main import build_parser, main
+
+
+def _chain(num_nodes: int, k: int, seed: int) -> jc.CTBN:
+    """A chain X0 -> X1 -> ... of `k`-state nodes with random rates in [0.2, 2) (numpy)."""
+    rng = np.random.default_rng(seed)
+    cims = []
+    for n in range(num_nodes):
+        rates = rng.uniform(0.2, 2.0, (1 if n == 0 else k, k, k)) * (1 - np.eye(k))
+        cims.append(jnp.asarray(rates - np.eye(k) * rates.sum(-1, keepdims=True)))
+    return jc.CTBN(cims=cims, parents=[(n - 1,) if n else () for n in range(num_nodes)])
+
+
+@pytest.fixture(scope="module")
+def ternary_chain():
+    """A chain of 9 ternary nodes: 19683 global states, beyond the automatic solver's 16384."""
+    return _chain(9, 3, seed=4)
+
+
+@pytest.fixture
+def small_network(tmp_path):
+    """The 2-node binary network of the loop and sharding tests, as a JSON file."""
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps(network_dict()))
+    return jc.CTBN.from_dict(network_dict()), path
 
 
 @pytest.fixture
@@ -72,7 +111,7 @@ def test_moments_layout_and_values(network, tmp_path):
     np.testing.assert_allclose(np.asarray(B["expected_dwell"]).ravel(), dwell, rtol=1e-9)
 
 
-def test_moments_solver_choice(network, tmp_path, capsys):
+def test_moments_solver_choice(network, ternary_chain, tmp_path, capsys):
     """`--solver auto` is exact on a small network and mean-field on one with more than 16384
     global states (a chain of 9 ternary nodes: 19683), where it says so; the mean-field numbers
     are those of `jc.MeanField`."""
@@ -84,8 +123,7 @@ def test_moments_solver_choice(network, tmp_path, capsys):
     assert res["solver"]["name"] == "uniformisation" and res["solver"]["exact"]
     assert res["solver"]["global_states"] == 6 and "global" in res
     assert "exact, uniformisation over 6 global states" in capsys.readouterr().out
-    N = 9
-    chain = jc.random_ctbn(jax.random.key(1), [(n - 1,) if n else () for n in range(N)], [3] * N)
+    chain, N = ternary_chain, 9
     big = tmp_path / "chain.json"
     big.write_text(json.dumps(chain.to_dict()))
     init = ",".join(f"{name}=0" for name in chain.names)
@@ -102,10 +140,15 @@ def test_moments_solver_choice(network, tmp_path, capsys):
     assert (
         "approximate: mean-field, the 19683 global states exceed 16384" in capsys.readouterr().out
     )
-    stats = jc.expected_statistics(chain, jnp.zeros(N, jnp.int32), 1.5, solver=jc.MeanField())
-    for n in (0, 4, 8):
+
+    @eqx.filter_jit  # one program (eagerly, each node's marginalisation: one per operation)
+    def mean_field_dwell(chain):
+        stats = jc.expected_statistics(chain, jnp.zeros(N, jnp.int32), 1.5, solver=jc.MeanField())
+        return [stats.node_dwell_times(n) for n in (0, 4, 8)]
+
+    for n, dwell in zip((0, 4, 8), mean_field_dwell(chain)):
         np.testing.assert_allclose(
-            res["nodes"][chain.names[n]]["expected_dwell"], stats.node_dwell_times(n), rtol=1e-12
+            res["nodes"][chain.names[n]]["expected_dwell"], dwell, rtol=1e-12
         )
     assert jc.resolve_solver(jc.AutomaticSolver(), chain) == jc.MeanField()
     assert (
@@ -227,26 +270,40 @@ def test_sample_writes_csv_that_reads_back(network, tmp_path):
             + ["--seed", str(2**64)],
             "argument --seed: must be between 0 and 2**63 - 1",
         ),
-        (  # raised inside compiled code: JAX's callback traceback must not reach stderr
-            ["moments", "--network", "{net}", "--duration", "1e12", "--initial-state", "A=0,B=0"],
-            "Uniformisation: max_terms reached",
-        ),
     ],
 )
-def test_cli_errors_are_one_line(args, message, network, tmp_path):
+def test_cli_errors_are_one_line(args, message, network, tmp_path, capsys):
+    """Exit code 2, one line `jaxctbn: error: ...` on stderr, nothing written (in process; the
+    same contract end to end in the subprocess test below)."""
     _, path = network
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     args = [a.replace("{net}", str(path)).replace("{bad}", str(bad)) for a in args]
     args += ["--out", str(tmp_path / "o")]
+    assert main(args) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert message in lines[0] and lines[0].startswith("jaxctbn: error:")
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_error_inside_compiled_code_is_one_line_end_to_end(network, tmp_path):
+    """The whole process (`python -m jaxctbn._cli`): a check raised inside compiled code exits
+    with 2 and one line on stderr; JAX's callback traceback must not reach stderr."""
+    _, path = network
+    args = ["moments", "--network", str(path), "--duration", "1e12", "--initial-state", "A=0,B=0"]
     proc = subprocess.run(
-        [sys.executable, "-m", "jaxctbn._cli", *args], capture_output=True, text=True
+        [sys.executable, "-m", "jaxctbn._cli", *args, "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert message in lines[0] and lines[0].startswith("jaxctbn: error:")
-    assert not (tmp_path / "o").exists()
+    assert (
+        lines[0].startswith("jaxctbn: error:") and "Uniformisation: max_terms reached" in lines[0]
+    )
+    assert proc.stdout == "" and not (tmp_path / "o").exists()
 
 
 def _unwritable(folder) -> bool:
@@ -416,75 +473,25 @@ def test_demo_runs_small(tmp_path):
 
 
 def test_learn_writes_the_documented_layout(tmp_path):
+    """`sample` (observational and under do(A=1), the same sizes: one compiled sampler) and
+    `learn` with either prior convention: the documented keys, the true graph, a posterior over
+    parent sets that sums to 1, and rates that load as a network."""
     truth = jc.scaled_softmax_ctbn(
         ((), (0,), (1,)), (2, 2, 2), rate_fast=2.0, names=("A", "B", "C")
     )
     net = tmp_path / "truth.json"
     truth.to_json(net)
     obs, itv, both = tmp_path / "obs.csv", tmp_path / "itv.csv", tmp_path / "both.csv"
-    assert (
-        main(
-            [
-                "sample",
-                "--network",
-                str(net),
-                "--trajectories",
-                "60",
-                "--duration",
-                "10",
-                "--seed",
-                "0",
-                "--out",
-                str(obs),
-            ]
-        )
-        == 0
-    )
-    assert (
-        main(
-            [
-                "sample",
-                "--network",
-                str(net),
-                "--trajectories",
-                "20",
-                "--duration",
-                "10",
-                "--intervention",
-                "A=1",
-                "--seed",
-                "1",
-                "--out",
-                str(itv),
-            ]
-        )
-        == 0
-    )
+    sample = ["sample", "--network", str(net), "--trajectories", "40", "--duration", "10"]
+    assert main([*sample, "--seed", "0", "--out", str(obs)]) == 0
+    assert main([*sample, "--intervention", "A=1", "--seed", "1", "--out", str(itv)]) == 0
     b = pd.read_csv(itv)
     b["trajectory_id"] += 1000
     pd.concat([pd.read_csv(obs), b]).to_csv(both, index=False)
     out = tmp_path / "result.json"
+    learn = ["learn", "--data", str(both), "--max-parents", "2", "--alpha", "1", "--beta", "1"]
     for conv in ("gamma", "nodelman"):
-        assert (
-            main(
-                [
-                    "learn",
-                    "--data",
-                    str(both),
-                    "--max-parents",
-                    "2",
-                    "--alpha",
-                    "1",
-                    "--beta",
-                    "1",
-                    "--prior-convention",
-                    conv,
-                    "--out",
-                    str(out),
-                ]
-            )
-            == 0
-        )
+        assert main([*learn, "--prior-convention", conv, "--out", str(out)]) == 0
         res = json.loads(out.read_text())
         assert res["map_graph"] == {"A": [], "B": ["A"], "C": ["B"]}
         sets = res["nodes"]["B"]["parent_sets"]
@@ -496,7 +503,7 @@ def test_learn_writes_the_documented_layout(tmp_path):
         assert learned.parents == truth.parents
 
 
-def test_learn_errors(tmp_path):
+def test_learn_errors(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("trajectory_id,time,A,B\n0,0,0,0\n0,1,1,1\n")
     for args, message in [
@@ -506,91 +513,62 @@ def test_learn_errors(tmp_path):
         (["--data", str(bad), "--alpha", "0"], "--alpha: must be a positive"),
         (["--data", str(bad), "--cardinalities", "Z=3"], "unknown node 'Z'"),
     ]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "jaxctbn._cli", "learn", *args, "--out", str(tmp_path / "o")],
-            capture_output=True,
-            text=True,
-        )
-        assert proc.returncode == 2
-        lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and message in lines[0], proc.stderr
+        assert main(["learn", *args, "--out", str(tmp_path / "o")]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], lines
+        assert lines[0].startswith("jaxctbn: error:")
+    assert not (tmp_path / "o").exists()
 
 
-def test_design_parameters_ranks_the_whole_space(network, tmp_path):
-    model, path = network
+def test_design_parameters_ranks_the_whole_space(small_network, tmp_path):
+    """`design --target parameters` on a sampled history: all 9 candidates in
+    `intervention_space` order, the best one, the numbers of the library call with the same
+    key; the BHC bounds the VBHC from above."""
+    model, path = small_network
     hist = tmp_path / "hist.csv"
-    assert (
-        main(
-            [
-                "sample",
-                "--network",
-                str(path),
-                "--trajectories",
-                "5",
-                "--duration",
-                "2",
-                "--seed",
-                "0",
-                "--out",
-                str(hist),
-            ]
-        )
-        == 0
-    )
+    sample = ["sample", "--network", str(path), "--trajectories", "5", "--duration", "2"]
+    assert main([*sample, "--seed", "0", "--out", str(hist)]) == 0
     out = tmp_path / "rank.json"
-    base = [
-        "design",
-        "--data",
-        str(hist),
-        "--target",
-        "parameters",
-        "--network",
-        str(path),
-        "--initial-state",
-        "A=0,B=1",
-        "--duration",
-        "2",
-        "--samples",
-        "6",
-        "--seed",
-        "3",
-    ]
+    base = ["design", "--data", str(hist), "--target", "parameters", "--network", str(path)]
+    base += ["--initial-state", "A=0,B=1", "--duration", "3", "--samples", "3", "--seed", "0"]
     assert main([*base, "--criterion", "vbhc", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     assert res["criterion"] == "vbhc" and res["target"] == "parameters"
-    assert len(res["scores"]) == 3 * 4
+    assert len(res["scores"]) == 3 * 3
     assert res["scores"][0]["intervention"] == {}
+    assert res["scores"][-1]["intervention"] == {"A": 1, "B": 1}
     values = [r["score"] for r in res["scores"]]
     assert res["best"] == res["scores"][int(np.argmax(values))]["intervention"]
-    # the library call with the same key gives the same numbers
-    post = jc.RatePosterior.for_model(model).update_with(
-        jc.SufficientStatistics.from_trajectories(
-            jc.read_trajectories_csv(hist, model)[0], model.cardinalities, model.parents
+    # the library call with the same key gives the same numbers (the posterior from the CSV in
+    # one compiled function; the scores: the program of the sharding and loop tests)
+    traj, _ = jc.read_trajectories_csv(hist, model)
+    post = eqx.filter_jit(
+        lambda m, t: jc.RatePosterior.for_model(m).update_with(
+            jc.SufficientStatistics.from_trajectories(t, m.cardinalities, m.parents)
         )
-    )
-    import jax
-
+    )(model, traj)
     ref = jc.score_interventions(
         post,
         jc.intervention_space(model.cardinalities),
-        jnp.array([0, 1]),
-        2.0,
-        key=jax.random.key(3),
-        num_samples=6,
+        jnp.array([0, 1], jnp.int32),
+        3.0,  # a Python number is static: the value the other tests use, for one program
+        key=jax.random.key(0),
+        num_samples=3,
     )
     np.testing.assert_allclose(values, np.asarray(ref), rtol=1e-9, atol=1e-12)
     out_bhc = tmp_path / "bhc.json"
     assert main([*base, "--criterion", "bhc", "--out", str(out_bhc)]) == 0
     bhc = [r["score"] for r in json.loads(out_bhc.read_text())["scores"]]
     assert all(b >= v - 1e-9 for b, v in zip(bhc, values))
+    assert max(b - v for b, v in zip(bhc, values)) > 1e-6  # a bound, not the same number
 
 
-def test_design_parameters_on_a_large_network(tmp_path):
+def test_design_parameters_on_a_large_network(ternary_chain, tmp_path):
     """A chain of 9 ternary nodes (19683 global states, 4^9 candidate interventions): `design`
-    ranks the 28 single-node candidates (`--interventions auto`) with mean-field statistics, the
-    numbers of the library call with `MeanField` and the same key."""
-    N = 9
-    chain = jc.random_ctbn(jax.random.key(4), [(n - 1,) if n else () for n in range(N)], [3] * N)
+    ranks the 28 single-node candidates (`--interventions auto`) with mean-field statistics
+    (the automatic solver's choice for this network), the numbers of the library call with the
+    same key (the same compiled program)."""
+    chain, N = ternary_chain, 9
     net = tmp_path / "chain.json"
     net.write_text(json.dumps(chain.to_dict()))
     out = tmp_path / "rank.json"
@@ -603,14 +581,15 @@ def test_design_parameters_on_a_large_network(tmp_path):
     assert res["scores"][0]["intervention"] == {}
     assert res["scores"][1]["intervention"] == {chain.names[0]: 0}
     assert all(len(r["intervention"]) <= 1 for r in res["scores"])
+    assert jc.resolve_solver(jc.AutomaticSolver(), chain) == jc.MeanField()
     ref = jc.score_interventions(
         jc.RatePosterior.for_model(chain),
         jc.single_node_interventions(chain.cardinalities),
-        jnp.arange(N) % 3,
+        jnp.arange(N, dtype=jnp.int32) % 3,
         1.0,
         key=jax.random.key(5),
         num_samples=3,
-        solver=jc.MeanField(),
+        criterion=jc.VBHC(graph_draws=jc.JointGraphDraws(), max_sets=32),  # as `design` passes
     )
     np.testing.assert_allclose([r["score"] for r in res["scores"]], ref, rtol=1e-9)
     assert jc.design_space((2,) * 7).targets.shape[0] == 3**7  # 2187 <= 4096: all
@@ -621,10 +600,11 @@ def test_design_parameters_on_a_large_network(tmp_path):
 def test_design_structure_on_a_large_network(tmp_path):
     """9 binary nodes, no history: `design --target structure` scores the 19 single-node
     candidates with joint graph draws over each node's 32 most probable parent sets (the
-    defaults beyond 8 nodes), the numbers of the library call with the same settings and key;
-    `--graph-draws` and `--max-sets` override them."""
+    defaults beyond 8 nodes), the numbers of the library call with the same settings and key
+    (from the prior posterior: the same compiled program); `--graph-draws` and `--max-sets`
+    override them."""
     N = 9
-    chain = jc.random_ctbn(jax.random.key(4), [(n - 1,) if n else () for n in range(N)], [2] * N)
+    chain = _chain(N, 2, seed=4)  # (only its nodes matter: no history)
     net = tmp_path / "chain.json"
     net.write_text(json.dumps(chain.to_dict()))
     init = ",".join(f"{name}={n % 2}" for n, name in enumerate(chain.names))
@@ -634,10 +614,11 @@ def test_design_structure_on_a_large_network(tmp_path):
     assert main(args) == 0
     res = json.loads(out.read_text())
     assert (res["graph_draws"], res["max_sets"]) == ("joint", 32)
+    prior = eqx.filter_jit(jc.StructurePosterior.from_prior)(chain.names, (2,) * N, max_parents=2)
     ref = jc.score_interventions(
-        jc.StructurePosterior.from_prior(chain.names, (2,) * N, max_parents=2),
+        prior,
         jc.single_node_interventions((2,) * N),
-        jnp.arange(N) % 2,
+        jnp.arange(N, dtype=jnp.int32) % 2,
         1.0,
         key=jax.random.key(5),
         num_samples=2,
@@ -655,70 +636,61 @@ def test_design_structure_on_a_large_network(tmp_path):
         jc.ExperimentConfig(max_sets=0)
 
 
-def test_design_structure(network, tmp_path):
-    model, path = network
+def test_design_structure(tmp_path):
+    """`design --target structure` from a history CSV (the structure problem of the sharding
+    tests): all 27 candidates ranked by the VBHC and the EIG, the numbers of the library calls
+    with the same key; clamping every node scores zero."""
+    chain, paths = structure_design_problem()
     hist = tmp_path / "hist.csv"
-    assert (
-        main(
-            [
-                "sample",
-                "--network",
-                str(path),
-                "--trajectories",
-                "4",
-                "--duration",
-                "2",
-                "--seed",
-                "1",
-                "--out",
-                str(hist),
-            ]
-        )
-        == 0
-    )
+    jc.write_trajectories_csv(paths, chain, hist)
     out = tmp_path / "rank.json"
-    args = [
-        "design",
-        "--data",
-        str(hist),
-        "--target",
-        "structure",
-        "--initial-state",
-        "A=1,B=2",
-        "--duration",
-        "2",
-        "--samples",
-        "3",
-        "--seed",
-        "0",
-        "--max-parents",
-        "1",
-    ]
+    args = ["design", "--data", str(hist), "--target", "structure", "--initial-state"]
+    args += ["A=0,B=1,C=0", "--duration", "2", "--samples", "3", "--seed", "2", "--max-parents"]
+    args += ["2"]
     assert main([*args, "--criterion", "vbhc", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
-    assert res["target"] == "structure" and len(res["scores"]) == 12
-    values = [r["score"] for r in res["scores"]]
-    assert res["best"] == res["scores"][int(np.argmax(values))]["intervention"]
-    assert abs(values[-1]) < 1e-12  # both nodes clamped
+    assert res["target"] == "structure" and len(res["scores"]) == 27
+    assert (res["graph_draws"], res["max_sets"]) == ("stratified", None)
+    vbhc = [r["score"] for r in res["scores"]]
+    assert res["best"] == res["scores"][int(np.argmax(vbhc))]["intervention"]
+    assert res["scores"][-1]["intervention"] == {"A": 1, "B": 1, "C": 1}
+    assert abs(vbhc[-1]) < 1e-12  # every node clamped: nothing to learn
     assert main([*args, "--criterion", "eig", "--paths", "2", "--out", str(out)]) == 0
     eig = [r["score"] for r in json.loads(out.read_text())["scores"]]
-    assert len(eig) == 12 and abs(eig[-1]) < 1e-12 and min(eig) > -0.5
+    assert len(eig) == 27 and abs(eig[-1]) < 1e-12 and min(eig) > -0.5
+    post = jc.learn_structure(paths, chain.names, (2, 2, 2), max_parents=2)
+    space, init = jc.intervention_space((2, 2, 2)), jnp.array([0, 1, 0], jnp.int32)
+    for values, criterion in ((vbhc, jc.VBHC()), (eig, jc.EIG(num_paths=2))):
+        ref = jc.score_interventions(
+            post, space, init, 2.0, key=jax.random.key(2), num_samples=3, criterion=criterion
+        )
+        np.testing.assert_allclose(values, ref, rtol=1e-9, atol=1e-12)
 
 
-def test_run_parameters_small(network, tmp_path, capsys):
-    model, path = network
+def test_run_parameters_small(small_network, tmp_path, capsys):
+    """`run parameters` writes the documented files (the loop programs of the loop and
+    sharding tests: 3 repetitions of 2 experiments in one chunk)."""
+    model, path = small_network
     out = tmp_path / "run"
     args = ["run", "parameters", "--network", str(path), "--designs", "passive,vbhc"]
-    args += ["--repetitions", "2", "--experiments", "2", "--samples", "2", "--chunk", "1"]
+    args += ["--repetitions", "3", "--experiments", "2", "--samples", "3", "--chunk", "3"]
     assert main([*args, "--out", str(out), "--no-progress"]) == 0
     for name in ("summary.md", "metrics.csv", "results.json", "figure.png", "interventions.png"):
         assert (out / name).exists(), name
     df = pd.read_csv(out / "metrics.csv", keep_default_na=False)
+    assert list(df.columns) == [
+        "design",
+        "repetition",
+        "experiment",
+        "mse",
+        "intervention",
+        "initial_state",
+    ]
     assert set(df.design) == {"passive", "vbhc"} and set(df.experiment) == {0, 1, 2}
-    assert (df.mse > 0).all()
+    assert (df.mse > 0).all() and len(df) == 2 * 3 * 3
     res = json.loads((out / "results.json").read_text())
     assert [n["name"] for n in res["settings"]["truth"]["nodes"]] == ["A", "B"]
-    assert np.asarray(res["designs"]["vbhc"]["metrics"]["mse"]).shape == (2, 3)
+    assert np.asarray(res["designs"]["vbhc"]["metrics"]["mse"]).shape == (3, 3)
     assert "| vbhc | posterior MSE" in (out / "summary.md").read_text()
     capsys.readouterr()
     for extra, message in [

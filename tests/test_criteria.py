@@ -1,15 +1,36 @@
+"""The parameter design criteria (KL, VBHC, BHC, EIG) and the scoring verb for a RatePosterior.
+
+Compilation is most of these tests' time, so each problem is built once per module (fixtures
+`binary`, `ternary`, `binary_scores`, `binary_monte_carlo`): one posterior per graph, one
+number of posterior draws, one initial state and horizon (arrays, so not static), and "no
+intervention" as `Intervention.none` (the same pytree structure as a perfect one): every jitted
+verb then compiles once per graph and is reused by the tests."""
+
+import types
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.special
 from helpers import random_model
-from jax.scipy.special import polygamma
 
 import jaxctbn as jc
 
+#: Posterior draws for the design statistics and the scores (one compiled program for all).
+NUM_DRAWS = 8
+HORIZON = jnp.asarray(2.0)
+CASES = {
+    # name: (cardinalities, parents, initial state, the perfect intervention tested)
+    "binary": ((2, 2), ((), (0,)), jnp.array([1, 0]), {"X1": 1}),
+    "ternary": ((3, 2), ((1,), ()), jnp.array([2, 1]), {"X1": 1}),
+}
 
+
+@eqx.filter_jit
 def _history_posterior(key, cards, parents, num_paths=3, alpha=1.0, beta=1.0):
+    """A random true model and the Gamma posterior of its rates after `num_paths` paths."""
     k1, k2 = jax.random.split(key)
     truth = random_model(k1, cards, parents)
     traj = jc.sample_trajectories(
@@ -19,30 +40,79 @@ def _history_posterior(key, cards, parents, num_paths=3, alpha=1.0, beta=1.0):
     return truth, post.update_with(jc.SufficientStatistics.from_trajectories(traj, cards, parents))
 
 
-CASES = {
-    "binary": ((2, 2), ((), (0,))),
-    "ternary": ((3, 2), ((1,), ())),
-}
+_posterior_draws = eqx.filter_jit(jc.posterior_draws)
+
+
+def _case(name, seed):
+    cards, parents, init, assignment = CASES[name]
+    truth, post = _history_posterior(jax.random.key(seed), cards, parents)
+    key = jax.random.key(seed + 1)  # the key of the posterior draws (and of the scores)
+    draws = _posterior_draws(post, key, NUM_DRAWS)
+    ivs = [jc.Intervention.none(len(cards)), jc.Intervention.perfect(truth, assignment)]
+    # one compiled program for both
+    stats = [jc.design_statistics(post, draws, init, HORIZON, intervention=iv) for iv in ivs]
+    return types.SimpleNamespace(
+        cards=cards,
+        parents=parents,
+        init=init,
+        truth=truth,
+        post=post,
+        key=key,
+        draws=draws,
+        ivs=ivs,
+        stats=stats,
+    )
+
+
+@pytest.fixture(scope="module")
+def binary():
+    return _case("binary", 10)
+
+
+@pytest.fixture(scope="module")
+def ternary():
+    return _case("ternary", 20)
+
+
+@eqx.filter_jit
+def _vbhc_routes(post, stats):
+    """The VBHC minimum in closed form, by L-BFGS (optax), at the closed-form minimiser, and the
+    BHC, for one candidate's statistics: one compiled program per graph."""
+    closed = jc.parameter_vbhc_minimum(post, stats)
+    value, kappa = jc.parameter_vbhc_minimise(post, stats, jc.LBFGS(steps=100))
+    a_star, b_star = jc.parameter_vbhc_minimiser(post, stats)
+    at_minimiser = jc.parameter_vbhc(post, stats, a_star, b_star)
+    return closed, value, kappa, a_star, at_minimiser, jc.parameter_bhc(post, stats)
 
 
 # ----------------------------------------------------------------------------- KL
+@eqx.filter_jit
+def _kl_and_path_statistics(a, b, init, intervention, key):
+    """KL(a || a) and KL(a || b) by the library, and the statistics of 20000 paths of `a` for
+    the Monte Carlo estimate (one program for every intervention: "none" is an `Intervention`
+    too)."""
+    kl_self, kl = (jc.kl_divergence(a, m, init, 2.0, intervention=intervention) for m in (a, b))
+    traj = jc.sample_trajectories(
+        a, init, 2.0, key=key, num_trajectories=20000, intervention=intervention
+    )
+    stats = jc.SufficientStatistics.from_trajectories(traj, a.cardinalities, a.parents)
+    return kl_self, kl, stats
+
+
 def test_kl_zero_nonnegative_and_monte_carlo(getkey):
     cards, parents = (2, 3), ((1,), (0,))
     a = random_model(getkey(), cards, parents)
     b = random_model(getkey(), cards, parents)
     init = jnp.array([0, 1])
-    assert abs(float(jc.kl_divergence(a, a, init, 2.0))) < 1e-12
-    for iv in [None, jc.Intervention.perfect(a, {"X0": 1})]:
-        kl = float(jc.kl_divergence(a, b, init, 2.0, intervention=iv))
+    for iv in [jc.Intervention.none(2), jc.Intervention.perfect(a, {"X0": 1})]:
+        kl_self, kl, stats = _kl_and_path_statistics(a, b, init, iv, getkey())
+        assert abs(float(kl_self)) < 1e-12
+        kl = float(kl)
         assert kl > 0
-        # Monte Carlo: E_{S ~ a}[ln p(S|a) - ln p(S|b)] from sampled path statistics
-        traj = jc.sample_trajectories(
-            a, init, 2.0, key=getkey(), num_trajectories=20000, intervention=iv
-        )
-        stats = jc.SufficientStatistics.from_trajectories(traj, cards, parents)
+        # Monte Carlo in numpy: E_{S ~ a}[ln p(S|a) - ln p(S|b)] from sampled path statistics
         llr = 0.0
         for n in range(2):
-            if iv is not None and bool(iv.targets[n]):
+            if bool(iv.targets[n]):
                 continue
             off = ~np.eye(cards[n], dtype=bool)
             la, lb = np.asarray(a.cims[n]), np.asarray(b.cims[n])
@@ -59,70 +129,59 @@ def test_kl_zero_nonnegative_and_monte_carlo(getkey):
 
 
 # ----------------------------------------------------------------------------- VBHC
-@pytest.mark.parametrize("with_intervention", [False, True])
 @pytest.mark.parametrize("case", list(CASES))
-def test_optax_minimum_equals_closed_form(case, with_intervention, getkey):
-    cards, parents = CASES[case]
-    truth, post = _history_posterior(getkey(), cards, parents)
-    iv = jc.Intervention.perfect(truth, {"X1": 1}) if with_intervention else None
-    draws = jc.posterior_draws(post, getkey(), 10)
-    stats = jc.design_statistics(post, draws, jnp.array([1, 0]), 3.0, intervention=iv)
-    closed = jc.parameter_vbhc_minimum(post, stats)
-    value, kappa = jax.jit(lambda p, s: jc.parameter_vbhc_minimise(p, s, jc.LBFGS(steps=100)))(
-        post, stats
-    )
-    assert abs(float(value - closed)) < 1e-6 * abs(float(closed))
-    a_star, b_star = jc.parameter_vbhc_minimiser(post, stats)
-    np.testing.assert_allclose(jc.parameter_vbhc(post, stats, a_star, b_star), closed, rtol=1e-12)
-    for n, k in enumerate(cards):
-        off = ~np.eye(k, dtype=bool)
-        np.testing.assert_allclose(
-            np.asarray(kappa[0][n])[:, off], np.asarray(a_star[n])[:, off], rtol=1e-5
-        )
-    # BHC is the VBHC at the posterior, never below the minimum
-    assert float(jc.parameter_bhc(post, stats)) >= float(closed) - 1e-12
-    if with_intervention:  # the clamped node contributes nothing
-        assert float(jnp.abs(stats.transitions[1]).sum() + jnp.abs(stats.dwell_times[1]).sum()) == 0
+def test_optax_minimum_equals_closed_form(case, binary, ternary):
+    # two graphs (the ternary one: a parent with more configurations than states), each without
+    # and with a perfect intervention
+    c = {"binary": binary, "ternary": ternary}[case]
+    for iv, stats in zip(c.ivs, c.stats):
+        closed, value, kappa, a_star, at_minimiser, bhc = _vbhc_routes(c.post, stats)
+        assert abs(float(value - closed)) < 1e-6 * abs(float(closed))
+        np.testing.assert_allclose(at_minimiser, closed, rtol=1e-12)
+        for n, k in enumerate(c.cards):
+            off = ~np.eye(k, dtype=bool)
+            np.testing.assert_allclose(
+                np.asarray(kappa[0][n])[:, off], np.asarray(a_star[n])[:, off], rtol=1e-5
+            )
+        # BHC is the VBHC at the posterior, never below the minimum
+        assert float(bhc) >= float(closed) - 1e-12
+        if bool(iv.targets.any()):  # the clamped node (X1) contributes nothing
+            assert (
+                float(jnp.abs(stats.transitions[1]).sum() + jnp.abs(stats.dwell_times[1]).sum())
+                == 0
+            )
 
 
-def test_adam_with_new_learning_rate_does_not_recompile(getkey):
-    cards, parents = CASES["binary"]
-    truth, post = _history_posterior(getkey(), cards, parents)
-    stats = jc.design_statistics(
-        post, jc.posterior_draws(post, getkey(), 5), jnp.array([0, 0]), 2.0
-    )
+def test_adam_with_new_learning_rate_does_not_recompile(binary):
+    stats = binary.stats[0]
 
     @eqx.filter_jit
     @eqx.debug.assert_max_traces(max_traces=1)
     def run(opt, p, s):
         return jc.parameter_vbhc_minimise(p, s, opt)[0]
 
-    closed = float(jc.parameter_vbhc_minimum(post, stats))
+    closed = float(_vbhc_routes(binary.post, stats)[0])
     for lr in (0.05, 0.02):
-        value = run(jc.Adam(steps=3000, learning_rate=jnp.asarray(lr)), post, stats)
+        value = run(jc.Adam(steps=3000, learning_rate=jnp.asarray(lr)), binary.post, stats)
         assert abs(float(value) - closed) < 1e-4 * abs(closed)
 
 
-def test_autodiff_gradient_equals_corrected_analytic_gradient(getkey):
-    cards, parents = CASES["ternary"]
-    truth, post = _history_posterior(getkey(), cards, parents)
-    stats = jc.design_statistics(
-        post, jc.posterior_draws(post, getkey(), 6), jnp.array([2, 1]), 1.5
-    )
+def test_autodiff_gradient_equals_corrected_analytic_gradient(ternary):
+    post, stats = ternary.post, ternary.stats[0]
     # an arbitrary point kappa
-    ka = tuple(
-        a * jax.random.uniform(getkey(), a.shape, minval=0.5, maxval=2.0) for a in post.alpha
-    )
-    kb = tuple(b * jax.random.uniform(getkey(), b.shape, minval=0.5, maxval=2.0) for b in post.beta)
-    ga, gb = jax.grad(lambda a, b: jc.parameter_vbhc(post, stats, a, b), argnums=(0, 1))(ka, kb)
-    for n, k in enumerate(cards):
+    rng = np.random.default_rng(4)
+    ka = tuple(jnp.asarray(a * rng.uniform(0.5, 2.0, a.shape)) for a in post.alpha)
+    kb = tuple(jnp.asarray(b * rng.uniform(0.5, 2.0, b.shape)) for b in post.beta)
+    ga, gb = eqx.filter_jit(
+        jax.grad(lambda a, b, p, s: jc.parameter_vbhc(p, s, a, b), argnums=(0, 1))
+    )(ka, kb, post, stats)
+    # the analytic gradient (maths §3, with the corrections), in numpy and scipy
+    for n, k in enumerate(ternary.cards):
         off = ~np.eye(k, dtype=bool)
         a_bar, b_bar = np.asarray(post.alpha[n]), np.asarray(post.beta[n])[..., None]
         m, t = np.asarray(stats.transitions[n]), np.asarray(stats.dwell_times[n])[..., None]
         a_k, b_k = np.asarray(ka[n]), np.asarray(kb[n])[..., None]
-        d_alpha = (a_k - a_bar - m) * np.asarray(polygamma(1, jnp.asarray(a_k))) + (
-            b_bar + t - b_k
-        ) / b_k
+        d_alpha = (a_k - a_bar - m) * scipy.special.polygamma(1, a_k) + (b_bar + t - b_k) / b_k
         d_beta = np.where(off, (a_bar + m) / b_k - a_k * (b_bar + t) / b_k**2, 0.0).sum(-1)
         np.testing.assert_allclose(
             np.asarray(ga[n])[:, off], d_alpha[:, off], rtol=1e-8, atol=1e-10
@@ -130,77 +189,126 @@ def test_autodiff_gradient_equals_corrected_analytic_gradient(getkey):
         np.testing.assert_allclose(np.asarray(gb[n]), d_beta, rtol=1e-8, atol=1e-10)
 
 
-def test_eig_below_vbhc_below_bhc(getkey):
-    cards, parents = CASES["binary"]
-    truth, post = _history_posterior(getkey(), cards, parents, num_paths=2)
-    key = getkey()
-    init = jnp.array([0, 1])
-    for iv in [None, jc.Intervention.perfect(truth, {"X0": 1})]:
-        stats = jc.design_statistics(
-            post, jc.posterior_draws(post, key, 400), init, 3.0, intervention=iv
-        )
-        vbhc = float(jc.parameter_vbhc_minimum(post, stats))
-        bhc = float(jc.parameter_bhc(post, stats))
-        gains = jax.vmap(
-            lambda k: jc.parameter_eig(post, init, 3.0, key=k, num_samples=200, intervention=iv)
-        )(jax.random.split(getkey(), 10))
-        eig, se = float(gains.mean()), float(gains.std() / np.sqrt(10))
+# ------------------------------------------------------------------ EIG (Monte Carlo)
+MC_INIT, MC_HORIZON = jnp.array([0, 1]), jnp.asarray(3.0)
+
+
+@pytest.fixture(scope="module")
+def binary_monte_carlo(binary):
+    """Without and with a perfect intervention on X0: the VBHC and BHC from 400 posterior draws
+    and the EIG as 10 independent estimates of 200 draws each (mean and standard error)."""
+    post = binary.post
+    ivs = [jc.Intervention.none(2), jc.Intervention.perfect(binary.truth, {"X0": 1})]
+
+    @eqx.filter_jit
+    def eig(post, iv, key):
+        return jax.vmap(
+            lambda k: jc.parameter_eig(
+                post, MC_INIT, MC_HORIZON, key=k, num_samples=200, intervention=iv
+            )
+        )(jax.random.split(key, 10))
+
+    out = []
+    for i, iv in enumerate(ivs):
+        # the design statistics of 400 draws as the mean over 50 batches of NUM_DRAWS (they are
+        # means over the draws): the programs compiled for `binary`, no new shape
+        batches = [
+            jc.design_statistics(
+                post, _posterior_draws(post, key, NUM_DRAWS), MC_INIT, MC_HORIZON, intervention=iv
+            )
+            for key in jax.random.split(jax.random.key(31), 400 // NUM_DRAWS)
+        ]
+        stats = jax.tree_util.tree_map(lambda *x: jnp.mean(jnp.stack(x), 0), *batches)
+        vbhc, _, _, _, _, bhc = _vbhc_routes(post, stats)
+        gains = eig(post, iv, jax.random.key(32 + i))
+        se = float(gains.std() / np.sqrt(gains.shape[0]))
+        out.append(dict(vbhc=float(vbhc), bhc=float(bhc), eig=float(gains.mean()), se=se))
+    return out
+
+
+def test_eig_below_vbhc_below_bhc(binary_monte_carlo):
+    for r in binary_monte_carlo:  # without and with an intervention
+        vbhc, bhc, eig, se = r["vbhc"], r["bhc"], r["eig"], r["se"]
         assert vbhc <= bhc + 1e-9
         assert eig <= vbhc + 4 * se + 0.02 * vbhc, (eig, vbhc, bhc)
         assert eig > 0
 
 
-def test_scoring_all_interventions(getkey):
-    cards, parents = (2, 2, 2), ((), (0,), (1,))
-    truth, post = _history_posterior(getkey(), cards, parents)
-    space = jc.intervention_space(cards)
-    key = getkey()
-    init = jnp.array([0, 1, 0])
+def test_nested_eig_tends_to_eig_from_above(binary, binary_monte_carlo):
+    post = binary.post
+    bhc, eig = binary_monte_carlo[0]["bhc"], binary_monte_carlo[0]["eig"]
 
-    @jax.jit
-    @eqx.debug.assert_max_traces(max_traces=1)
-    def score(p, crit_key):
-        return jc.score_interventions(p, space, init, 2.0, key=crit_key, num_samples=8)
+    @eqx.filter_jit
+    def nested(post, key):  # K = 1 and K = 30 inner draws, 5 estimates of 200 draws each
+        keys = jax.random.split(key, 5)
+        return [
+            jax.vmap(
+                lambda k, K=K: jc.parameter_eig_nested(
+                    post, MC_INIT, MC_HORIZON, key=k, num_samples=200, num_inner=K
+                )
+            )(keys).mean()
+            for K in (1, 30)
+        ]
 
-    scores = score(post, key)
-    assert scores.shape == (27,)
-    # same key: the same draws (common random numbers) -> identical scores one by one
-    for i in (0, 5, 26):
-        iv = jax.tree_util.tree_map(lambda a: a[i], space)
-        draws = jc.posterior_draws(post, key, 8)
-        st = jc.design_statistics(post, draws, init, 2.0, intervention=iv)
-        np.testing.assert_allclose(
-            scores[i], jc.parameter_vbhc_minimum(post, st), rtol=1e-10, atol=1e-12
+    nested = dict(zip((1, 30), (float(x) for x in nested(post, jax.random.key(33)))))
+    # K = 1 estimates the BHC; more inner draws come down towards the EIG
+    assert abs(nested[1] - bhc) < 0.1 * bhc, (nested, bhc)
+    assert eig - 0.05 * eig <= nested[30] < nested[1], (nested, eig)
+
+
+# ------------------------------------------------------------------ scoring verb
+SPACE = jc.intervention_space((2, 2))  # 9 candidates; the last clamps every node
+
+
+@jax.jit
+@eqx.debug.assert_max_traces(max_traces=1)
+def _binary_scores(post, key, space, init, horizon):
+    """The verb's scores of every candidate by three routes: the closed-form VBHC (default, one
+    vmap), the VBHC by L-BFGS, and the BHC in chunks of 4 (which do not divide the 9
+    candidates)."""
+
+    def score(**options):
+        return jc.score_interventions(
+            post, space, init, horizon, key=key, num_samples=NUM_DRAWS, **options
         )
+
+    return dict(
+        vbhc=score(),
+        optax=score(criterion=jc.VBHC(optimiser=jc.LBFGS(steps=100))),
+        bhc_chunked=score(criterion=jc.BHC(), batching=jc.Chunked(4)),
+    )
+
+
+@pytest.fixture(scope="module")
+def binary_scores(binary):
+    return _binary_scores(binary.post, binary.key, SPACE, binary.init, HORIZON)
+
+
+def test_scoring_all_interventions(binary, binary_scores):
+    scores = binary_scores["vbhc"]
+    assert scores.shape == (9,)
+    # same key: the same draws (common random numbers) -> identical scores one by one, from
+    # design_statistics and the closed-form minimum (VBHC) and the BHC: the chunked BHC equals
+    # the candidates one by one as well
+    for i in range(9):
+        iv = jax.tree_util.tree_map(lambda a: a[i], SPACE)
+        st = jc.design_statistics(binary.post, binary.draws, binary.init, HORIZON, intervention=iv)
+        closed, *_, bhc = _vbhc_routes(binary.post, st)
+        np.testing.assert_allclose(scores[i], closed, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(binary_scores["bhc_chunked"][i], bhc, rtol=1e-12, atol=1e-14)
     # clamping every node leaves nothing to learn
     assert abs(float(scores[-1])) < 1e-12
-    # a new history (same shapes) does not recompile
-    _, post2 = _history_posterior(getkey(), cards, parents, num_paths=5)
-    score(post2, key)
-    bhc = jc.score_interventions(post, space, init, 2.0, key=key, num_samples=8, criterion=jc.BHC())
+    # a new history (same shapes) does not recompile (assert_max_traces)
+    _, post2 = _history_posterior(jax.random.key(11), binary.cards, binary.parents)
+    _binary_scores(post2, binary.key, SPACE, binary.init, HORIZON)
     # the optax route through the same verb gives the same scores
-    optax_scores = jc.score_interventions(
-        post,
-        space,
-        init,
-        2.0,
-        key=key,
-        num_samples=8,
-        criterion=jc.VBHC(optimiser=jc.LBFGS(steps=100)),
-    )
-    np.testing.assert_allclose(optax_scores, scores, rtol=1e-6, atol=1e-9)
-    # chunked execution gives the same numbers as one vmap
-    chunked = jc.score_interventions(
-        post, space, init, 2.0, key=key, num_samples=8, batching=jc.Chunked(4)
-    )
-    np.testing.assert_allclose(chunked, scores, rtol=1e-12, atol=1e-14)
-    assert bool(jnp.all(bhc >= scores - 1e-9))
+    np.testing.assert_allclose(binary_scores["optax"], scores, rtol=1e-6, atol=1e-9)
+    assert bool(jnp.all(binary_scores["bhc_chunked"] >= scores - 1e-9))
 
 
-def test_scores_invariant_to_relabelling_nodes(getkey):
-    cards, parents = (2, 3), ((1,), ())
-    truth, post = _history_posterior(getkey(), cards, parents)
-    # the same network with the node order swapped
+def test_scores_invariant_to_relabelling_nodes(ternary):
+    # the ternary graph with its node order swapped: (2, 3), X0 -> X1
+    post = ternary.post
     post_sw = jc.RatePosterior(
         alpha=post.alpha[::-1],
         beta=post.beta[::-1],
@@ -208,28 +316,24 @@ def test_scores_invariant_to_relabelling_nodes(getkey):
         cardinalities=post.cardinalities[::-1],
         parents=((), (0,)),
     )
-    key = getkey()
-    for assignment in [{}, {"X0": 1}, {"X1": 2}]:
-        iv = jc.Intervention.perfect(truth, assignment)
+    draws_sw = eqx.filter_jit(
+        jax.vmap(lambda c0, c1: jc.CTBN(cims=[c1, c0], parents=((), (0,)), names=post_sw.names))
+    )(*ternary.draws.cims)
+    minimum = eqx.filter_jit(jc.parameter_vbhc_minimum)
+    for assignment in [{}, {"X0": 2}, {"X1": 1}]:
+        iv = jc.Intervention.perfect(ternary.truth, assignment)
         iv_sw = jc.Intervention(targets=iv.targets[::-1], states=iv.states[::-1])
-        a = jc.design_statistics(
-            post, jc.posterior_draws(post, key, 5), jnp.array([1, 2]), 2.0, intervention=iv
-        )
-        draws = jc.posterior_draws(post, key, 5)
-        draws_sw = jax.vmap(
-            lambda c0, c1: jc.CTBN(cims=[c1, c0], parents=((), (0,)), names=post_sw.names)
-        )(*draws.cims)
-        b = jc.design_statistics(post_sw, draws_sw, jnp.array([2, 1]), 2.0, intervention=iv_sw)
-        np.testing.assert_allclose(
-            jc.parameter_vbhc_minimum(post, a), jc.parameter_vbhc_minimum(post_sw, b), rtol=1e-10
-        )
+        a = jc.design_statistics(post, ternary.draws, ternary.init, HORIZON, intervention=iv)
+        b = jc.design_statistics(post_sw, draws_sw, ternary.init[::-1], HORIZON, intervention=iv_sw)
+        for x, y in zip(a.dwell_times, b.dwell_times[::-1]):
+            np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(minimum(post, a), minimum(post_sw, b), rtol=1e-10)
 
 
 @pytest.mark.usefixtures("no_runtime_typecheck")
-def test_criteria_bad_input(getkey):
-    cards, parents = CASES["binary"]
-    truth, post = _history_posterior(getkey(), cards, parents)
-    space = jc.intervention_space(cards)
+def test_criteria_bad_input(getkey, binary):
+    truth, post = binary.truth, binary.post
+    space = SPACE
     with pytest.raises(TypeError, match="criterion: expected a jaxctbn criterion Module"):
         jc.score_interventions(post, space, jnp.array([0, 0]), 1.0, key=getkey(), criterion="mi")
     with pytest.raises(ValueError, match="num_samples must be a positive integer"):
@@ -251,51 +355,19 @@ def test_criteria_bad_input(getkey):
         jc.Chunked(0)
 
 
-def test_nested_eig_tends_to_eig_from_above(getkey):
-    cards, parents = CASES["binary"]
-    truth, post = _history_posterior(getkey(), cards, parents, num_paths=2)
-    init = jnp.array([0, 1])
-    key = getkey()
-    stats = jc.design_statistics(post, jc.posterior_draws(post, getkey(), 400), init, 3.0)
-    bhc = float(jc.parameter_bhc(post, stats))
-    eig = float(
-        jax.vmap(lambda k: jc.parameter_eig(post, init, 3.0, key=k, num_samples=200))(
-            jax.random.split(getkey(), 5)
-        ).mean()
-    )
-    nested = {
-        K: float(
-            jax.vmap(
-                lambda k, K=K: jc.parameter_eig_nested(
-                    post, init, 3.0, key=k, num_samples=200, num_inner=K
-                )
-            )(jax.random.split(key, 5)).mean()
-        )
-        for K in (1, 30)
-    }
-    # K = 1 estimates the BHC; more inner draws come down towards the EIG
-    assert abs(nested[1] - bhc) < 0.1 * bhc, (nested, bhc)
-    assert eig - 0.05 * eig <= nested[30] < nested[1], (nested, eig)
-
-
-def test_initial_state_distribution(getkey):
-    cards, parents = CASES["binary"]
-    truth, post = _history_posterior(getkey(), cards, parents)
-    space = jc.intervention_space(cards)
-    key = getkey()
-    point = jnp.array([0.0, 0.0, 1.0, 0.0])  # the state (1, 0)
-    a = jc.score_interventions(post, space, jnp.array([1, 0]), 2.0, key=key, num_samples=4)
-    b = jc.score_interventions(post, space, point, 2.0, key=key, num_samples=4)
-    np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
-    # a mixture is the average of the design statistics of its states (linearity)
-    mix = jnp.array([0.25, 0.25, 0.5, 0.0])
-    draws = jc.posterior_draws(post, key, 4)
-    st_mix = jc.design_statistics(post, draws, mix, 2.0)
-    parts = [jc.design_statistics(post, draws, jnp.array(s), 2.0) for s in ([0, 0], [0, 1], [1, 0])]
+def test_initial_state_distribution(binary):
+    # an initial state and the point mass on it give the same design statistics (so the same
+    # scores); a mixture is the average of the design statistics of its states (linearity)
+    none = binary.ivs[0]
+    point = [0.0, 0.0, 1.0, 0.0]  # the state (1, 0) = binary.init
+    st = [
+        jc.design_statistics(binary.post, binary.draws, p0, HORIZON, intervention=none)
+        for p0 in jnp.array([point, [0.25, 0.25, 0.5, 0.0], *np.eye(4)[:3]])
+    ]
+    for a, b in zip(jax.tree_util.tree_leaves(binary.stats[0]), jax.tree_util.tree_leaves(st[0])):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
     for n in range(2):
-        ref = (
-            0.25 * parts[0].dwell_times[n]
-            + 0.25 * parts[1].dwell_times[n]
-            + 0.5 * parts[2].dwell_times[n]
-        )
-        np.testing.assert_allclose(st_mix.dwell_times[n], ref, rtol=1e-10)
+        for field in ("dwell_times", "transitions"):
+            parts = [getattr(s, field)[n] for s in st[1:]]
+            ref = 0.25 * parts[1] + 0.25 * parts[2] + 0.5 * parts[3]
+            np.testing.assert_allclose(parts[0], ref, rtol=1e-10)

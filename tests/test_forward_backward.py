@@ -1,9 +1,15 @@
 """Backward solves and forward-backward interval integrals of the master-equation solvers,
 against an independent dense reference (scipy's expm of Van Loan's block matrix built from the
-brute-force generator)."""
+brute-force generator).
+
+Compilation dominates these tests, so each solver compiles a handful of programs, shared by the
+properties: one `jit(vmap)` program per problem shape serves three end conditions at once (a
+random $\\beta_\\tau$, an observation indicator and $\\beta_\\tau = 1$), and the single-call and
+batched programs are compared with it."""
 
 import itertools
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,26 +23,41 @@ SOLVERS = [jc.Uniformisation(), jc.DiffraxSolver(), jc.MatrixExponential()]
 SOLVER_IDS = ["uniformisation", "diffrax", "expm"]
 RTOL = {jc.Uniformisation: 1e-8, jc.DiffraxSolver: 1e-6, jc.MatrixExponential: 1e-8}
 
-# (cardinalities, parents, stiff): mixed cardinalities; "stiff" mixes rates 1e-2 and 1e2
+# (cardinalities, parents, stiff): mixed cardinalities (a ternary node with a binary parent, a
+# binary node with a ternary and a binary parent) in a cycle; "stiff" mixes rates 1e-2 and 1e2.
+# The two cases have the same shapes, so they share every compiled program.
 CASES = {
     "mixed-cycle-stiff": ((2, 3, 2), ((2,), (0,), (1, 0)), True),
-    "ternary-pair": ((3, 2), ((1,), (0,)), False),
+    "mixed-cycle": ((2, 3, 2), ((2,), (0,), (1, 0)), False),
 }
 TAU = 0.7
+BETA_KINDS = ("random", "indicator", "ones")
+
+amalgamate = eqx.filter_jit(jc.amalgamate)  # one program per model shape (eagerly: dozens)
 
 
-def _problem(key, case, beta_kind):
+def _both(solver, gen, alpha, beta, tau):
+    return solver.solve_backward(gen, beta, tau), solver.forward_backward(gen, alpha, beta, tau)
+
+
+_single = eqx.filter_jit(_both)
+# over end conditions (rows of beta)
+_batched = eqx.filter_jit(eqx.filter_vmap(_both, in_axes=(None, None, None, 0, None)))
+
+
+def _problem(seed, case):
+    """A random model of `case`, a random initial row vector and the three end conditions
+    (rows of `betas`): random in [0.05, 1], an observation (node 0 seen in state 1, the other
+    nodes unobserved) and all ones (no evidence). The vectors are drawn by numpy (the
+    Dirichlet draw alone compiles for seconds in JAX)."""
     cards, parents, stiff = CASES[case]
-    k1, k2, k3 = jax.random.split(key, 3)
-    model = random_model(k1, cards, parents, stiff=stiff)
+    model = random_model(jax.random.key(seed), cards, parents, stiff=stiff)
     S = model.num_global_states
-    alpha = np.asarray(jax.random.dirichlet(k2, jnp.ones(S)))
-    if beta_kind == "random":
-        beta = np.asarray(jax.random.uniform(k3, (S,), minval=0.05, maxval=1.0))
-    else:  # an observation: node 0 seen in state 1, the other nodes unobserved
-        states = np.array(list(itertools.product(*(range(k) for k in cards))))
-        beta = (states[:, 0] == 1).astype(float)
-    return model, alpha, beta
+    rng = np.random.default_rng(seed)
+    alpha = rng.dirichlet(np.ones(S))
+    states = np.array(list(itertools.product(*(range(k) for k in cards))))
+    betas = np.stack([rng.uniform(0.05, 1.0, S), (states[:, 0] == 1).astype(float), np.ones(S)])
+    return model, alpha, betas
 
 
 def _reference(model, alpha, beta, tau):
@@ -69,87 +90,95 @@ def _rel_err(x, ref):
     return float(np.max(np.abs(x - ref) / scale))
 
 
-@pytest.mark.parametrize("beta_kind", ["random", "indicator"])
-@pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("solver", SOLVERS, ids=SOLVER_IDS)
-def test_backward_and_forward_backward_match_van_loan(solver, case, beta_kind, getkey):
+def test_backward_and_forward_backward_match_van_loan(solver):
+    """Per solver, both cases (stiff and not) and the three end conditions, in one vmapped
+    program: the backward solve
+    $(\\beta_0, \\int\\beta)$ and the interval integrals (dwell, flux) against Van Loan; the
+    conserved $\\alpha_t\\beta_t$ (sum(dwell) = tau alpha_0 . beta_0); with $\\beta_\\tau = 1$
+    the backward solution is 1 and its integral tau."""
     rtol = RTOL[type(solver)]
-    model, alpha, beta = _problem(getkey(), case, beta_kind)
-    gen = jc.amalgamate(model)
-    beta0_ref, ibeta_ref, dwell_ref, flux_ref, shifts = _reference(model, alpha, beta, TAU)
-    assert list(gen.shifts) == shifts
-
-    beta0, ibeta = jax.jit(solver.solve_backward)(gen, jnp.asarray(beta), TAU)
-    dwell, flux = jax.jit(solver.forward_backward)(gen, jnp.asarray(alpha), jnp.asarray(beta), TAU)
-    assert flux.shape == (len(shifts), model.num_global_states)
-    for x, ref in [(beta0, beta0_ref), (ibeta, ibeta_ref), (dwell, dwell_ref), (flux, flux_ref)]:
-        assert _rel_err(x, ref) <= rtol
-    # alpha_t beta_t is constant in t, so sum(dwell) = tau * alpha_0 . beta_0
-    Z = float(alpha @ np.asarray(beta0))
-    assert abs(float(dwell.sum()) - TAU * Z) <= rtol * TAU * Z
-
-
-@pytest.mark.parametrize("solver", SOLVERS, ids=SOLVER_IDS)
-def test_backward_of_ones_is_ones(solver, getkey):
-    model, _, _ = _problem(getkey(), "mixed-cycle-stiff", "random")
-    gen = jc.amalgamate(model)
-    ones = jnp.ones(model.num_global_states)
-    beta0, ibeta = solver.solve_backward(gen, ones, horizon=1.3)
-    np.testing.assert_allclose(beta0, 1.0, rtol=1e-9)
-    np.testing.assert_allclose(ibeta, 1.3, rtol=1e-9)
-
-
-def test_forward_backward_without_evidence_is_the_forward_solve(getkey):
-    # beta_tau = 1: beta_t = 1, so dwell = flux[r] = int alpha_t dt for every shift r
-    model, alpha, _ = _problem(getkey(), "ternary-pair", "random")
-    gen = jc.amalgamate(model)
-    solver = jc.Uniformisation()
-    alpha = jnp.asarray(alpha)
-    _, integral = solver.solve(gen, alpha, horizon=TAU)
-    dwell, flux = solver.forward_backward(gen, alpha, jnp.ones_like(alpha), horizon=TAU)
-    np.testing.assert_allclose(dwell, integral, rtol=1e-11)
-    np.testing.assert_allclose(flux, jnp.broadcast_to(integral, flux.shape), rtol=1e-11)
+    for seed, case in enumerate(CASES):
+        model, alpha, betas = _problem(seed, case)
+        gen = amalgamate(model)
+        (beta0s, ibetas), (dwells, fluxes) = _batched(
+            solver, gen, jnp.asarray(alpha), jnp.asarray(betas), TAU
+        )
+        for kind, beta, beta0, ibeta, dwell, flux in zip(
+            BETA_KINDS, betas, beta0s, ibetas, dwells, fluxes
+        ):
+            beta0_ref, ibeta_ref, dwell_ref, flux_ref, shifts = _reference(model, alpha, beta, TAU)
+            assert list(gen.shifts) == shifts
+            assert flux.shape == (len(shifts), model.num_global_states)
+            for x, ref in [
+                (beta0, beta0_ref),
+                (ibeta, ibeta_ref),
+                (dwell, dwell_ref),
+                (flux, flux_ref),
+            ]:
+                assert _rel_err(x, ref) <= rtol, (case, kind)
+            # alpha_t beta_t is constant in t, so sum(dwell) = tau * alpha_0 . beta_0
+            Z = float(alpha @ np.asarray(beta0))
+            assert abs(float(dwell.sum()) - TAU * Z) <= rtol * TAU * Z, (case, kind)
+        # the backward solution of beta = 1 is 1 at every time (W has zero row sums)
+        np.testing.assert_allclose(beta0s[2], 1.0, rtol=1e-9)
+        np.testing.assert_allclose(ibetas[2], TAU, rtol=1e-9)
 
 
 @pytest.mark.parametrize("solver", SOLVERS, ids=SOLVER_IDS)
-def test_jit_vmap_over_beta_and_backward_batch(solver, getkey):
-    cards, parents, _ = CASES["ternary-pair"]
-    model, alpha, _ = _problem(getkey(), "ternary-pair", "random")
-    gen = jc.amalgamate(model)
-    S = model.num_global_states
-    betas = jax.random.uniform(getkey(), (3, S))
-    alpha = jnp.asarray(alpha)
-
-    run = jax.jit(jax.vmap(lambda b: solver.forward_backward(gen, alpha, b, TAU)))
-    dwell, flux = run(betas)
-    back = jax.jit(jax.vmap(lambda b: solver.solve_backward(gen, b, TAU)))(betas)
-    single_fb = jax.jit(solver.forward_backward)  # one compilation for all single calls
-    single_back = jax.jit(solver.solve_backward)
-    for i in range(3):
-        d, f = single_fb(gen, alpha, betas[i], TAU)
+def test_jit_vmap_over_beta_and_backward_batch(solver):
+    """The vmapped program (over end conditions) against single jitted calls, and the batched
+    backward solve over a batch of generators against single solves."""
+    model, alpha, betas = _problem(2, "mixed-cycle")
+    gen = amalgamate(model)
+    alpha, betas = jnp.asarray(alpha), jnp.asarray(betas)
+    (beta0s, _), (dwell, flux) = _batched(solver, gen, alpha, betas, TAU)
+    for i in range(len(betas)):
+        (b0, _), (d, f) = _single(solver, gen, alpha, betas[i], TAU)
         np.testing.assert_allclose(dwell[i], d, rtol=1e-9)
         np.testing.assert_allclose(flux[i], f, rtol=1e-9)
-        b0, _ = single_back(gen, betas[i], TAU)
-        np.testing.assert_allclose(back[0][i], b0, rtol=1e-9)
+        np.testing.assert_allclose(beta0s[i], b0, rtol=1e-9)
 
-    # a batch of generators: the batched backward solve agrees with the single solves
-    models = jax.vmap(lambda k: random_model(k, cards, parents))(jax.random.split(getkey(), 3))
-    gens = jax.vmap(jc.amalgamate)(models)
-    b0s, ibs = jax.jit(solver.solve_backward_batch)(gens, betas, TAU)
+    # a batch of generators (three random models of this shape): the batched backward solve
+    # agrees with the single solves
+    gens = [amalgamate(_problem(seed, case)[0]) for seed, case in enumerate(CASES)]
+    gens = jax.tree_util.tree_map(lambda *x: jnp.stack(x), gen, *gens)
+    b0s, ibs = eqx.filter_jit(solver.solve_backward_batch)(gens, betas, jnp.asarray(TAU))
     for i in range(3):
         g = jax.tree_util.tree_map(lambda x: x[i], gens)
-        b0, ib = single_back(g, betas[i], TAU)
+        (b0, ib), _ = _single(solver, g, alpha, betas[i], TAU)
         np.testing.assert_allclose(b0s[i], b0, rtol=1e-9)
         np.testing.assert_allclose(ibs[i], ib, rtol=1e-9)
 
 
-def test_grad_of_smoothed_statistics_matches_finite_differences(getkey):
-    cards, parents, _ = CASES["mixed-cycle-stiff"]
-    model, alpha, beta = _problem(getkey(), "mixed-cycle-stiff", "indicator")
-    alpha, beta = jnp.asarray(alpha), jnp.asarray(beta)
-    weights = jax.random.normal(getkey(), (model.num_global_states,))
+def test_forward_backward_without_evidence_is_the_forward_solve():
+    # beta_tau = 1: beta_t = 1, so dwell = flux[r] = int alpha_t dt for every shift r
+    model, alpha, _ = _problem(1, "mixed-cycle")
+    gen = amalgamate(model)
+    solver = jc.Uniformisation()
+    alpha = jnp.asarray(alpha)
 
-    def loss(cims, solver=SOLVERS[0]):
+    @jax.jit
+    def both(gen, alpha):
+        _, integral = solver.solve(gen, alpha, horizon=TAU)
+        return integral, solver.forward_backward(gen, alpha, jnp.ones_like(alpha), horizon=TAU)
+
+    integral, (dwell, flux) = both(gen, alpha)
+    np.testing.assert_allclose(dwell, integral, rtol=1e-11)
+    np.testing.assert_allclose(flux, jnp.broadcast_to(integral, flux.shape), rtol=1e-11)
+
+
+def test_grad_of_smoothed_statistics_matches_finite_differences():
+    """The reverse-mode derivative (uniformisation) of a smoothed statistic along a random
+    direction against a central finite difference and against reverse mode through the dense
+    Van Loan route; one compiled program for the three."""
+    cards, parents, _ = CASES["mixed-cycle-stiff"]
+    model, alpha, betas = _problem(0, "mixed-cycle-stiff")
+    alpha, beta = jnp.asarray(alpha), jnp.asarray(betas[1])  # the observation indicator
+    rng = np.random.default_rng(2)
+    weights = rng.normal(size=model.num_global_states)
+
+    def loss(cims, solver):
         gen = jc.amalgamate(jc.CTBN(cims=cims, parents=parents))
         beta0, _ = solver.solve_backward(gen, beta, TAU)
         Z = alpha @ beta0
@@ -157,26 +186,30 @@ def test_grad_of_smoothed_statistics_matches_finite_differences(getkey):
         transitions = sum(gen.shift_rates(r) * flux[r] for r in range(len(gen.shifts)))
         return ((dwell * weights).sum() + transitions.sum()) / Z
 
-    direction = [
-        jax.random.normal(getkey(), c.shape) * (1 - jnp.eye(c.shape[-1])) for c in model.cims
-    ]
-    grads = jax.jit(jax.grad(loss))(model.cims)
-    ad = float(sum((g * d).sum() for g, d in zip(grads, direction)))
+    direction = [rng.normal(size=c.shape) * (1 - np.eye(c.shape[-1])) for c in model.cims]
     # central difference; eps balances truncation (eps^2) and rounding (1e-16 / eps) errors
     eps = 1e-5
-    plus = loss([c + eps * d for c, d in zip(model.cims, direction)])
-    minus = loss([c - eps * d for c, d in zip(model.cims, direction)])
-    fd = float((plus - minus) / (2 * eps))
+
+    @jax.jit
+    def derivatives(cims, direction):
+        def along(g):
+            return sum((a * d).sum() for a, d in zip(g, direction))
+
+        ad = along(jax.grad(loss)(cims, SOLVERS[0]))
+        shifted = jax.vmap(lambda e: loss([c + e * d for c, d in zip(cims, direction)], SOLVERS[0]))
+        plus, minus = shifted(jnp.array([eps, -eps]))
+        ad_dense = along(jax.grad(loss)(cims, jc.MatrixExponential()))
+        return ad, (plus - minus) / (2 * eps), ad_dense
+
+    ad, fd, ad_dense = (float(x) for x in derivatives(model.cims, direction))
     assert abs(ad - fd) < 1e-7 * max(1.0, abs(fd))
     # and the reverse-mode derivative of the dense Van Loan route
-    dense = jax.grad(lambda c: loss(c, jc.MatrixExponential()))(model.cims)
-    ad_dense = float(sum((g * d).sum() for g, d in zip(dense, direction)))
     assert abs(ad - ad_dense) < 1e-10 * max(1.0, abs(ad_dense))
 
 
 def test_forward_backward_buffer_too_small_is_an_error(getkey):
     model = random_model(getkey(), (2, 2), ((), (0,)), scale=100.0)
-    gen = jc.amalgamate(model)
+    gen = amalgamate(model)
     p = jnp.full(4, 0.25)
     with pytest.raises(Exception, match="fb_max_terms"):
         jax.jit(jc.Uniformisation(fb_max_terms=16).forward_backward)(gen, p, jnp.ones(4), 5.0)[
@@ -184,10 +217,10 @@ def test_forward_backward_buffer_too_small_is_an_error(getkey):
         ].block_until_ready()
 
 
-def test_diffrax_dense_backward_step_limit_is_an_error(getkey):
-    gen = jc.amalgamate(random_model(getkey(), (2, 3), ((1,), (0,))))
-    p = jnp.full(6, 1 / 6)
+def test_diffrax_dense_backward_step_limit_is_an_error():
+    gen = amalgamate(_problem(1, "mixed-cycle")[0])
+    p = jnp.full(12, 1 / 12)
     with pytest.raises(Exception, match="maximum number of solver steps"):
-        jax.jit(jc.DiffraxSolver(dense_max_steps=2).forward_backward)(gen, p, jnp.ones(6), 1.0)[
+        jax.jit(jc.DiffraxSolver(dense_max_steps=2).forward_backward)(gen, p, jnp.ones(12), 1.0)[
             0
         ].block_until_ready()

@@ -11,6 +11,34 @@ from helpers import random_model
 
 import jaxctbn as jc
 
+# Called eagerly, `jc.sample_trajectories` and `jc.family_statistics` compile one small program
+# per primitive (hundreds per test); compiled whole, one program per shape, which the tests
+# below share by drawing their data at a few common sizes. The same paths and statistics (the
+# sampler's compiled and eager calls are compared in test_sampling.py); the eager calls'
+# checks on concrete data are tested on the public functions themselves below.
+_sample_jit = eqx.filter_jit(jc.sample_trajectories)
+family_statistics = eqx.filter_jit(jc.family_statistics)
+
+
+def sample(model, initial_states, horizon, *, key, num_trajectories, **kwargs):
+    """`jc.sample_trajectories` as one compiled program (the horizon traced, integer initial
+    states as int32, the sampler's own type: one program for lists and arrays alike)."""
+    initial_states = jnp.asarray(initial_states)
+    if jnp.issubdtype(initial_states.dtype, jnp.integer):
+        initial_states = initial_states.astype(jnp.int32)
+    return _sample_jit(
+        model,
+        initial_states,
+        jnp.asarray(horizon, float),
+        key=key,
+        num_trajectories=num_trajectories,
+        **kwargs,
+    )
+
+
+def _concatenate(*trajectories):
+    return jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *trajectories)
+
 
 # ----------------------------------------------------------------------------- local scores
 def _quadrature_gamma(M, T, alpha, beta):
@@ -94,63 +122,112 @@ def test_conventions_differ_and_prior_terms_matter():
         jc.NodelmanPrior(1.0, -2.0)
 
 
+# A network of binary and ternary nodes, a cycle and a node with two parents, whose paths (30,
+# one compiled sampler) serve the tests below that need some data of this shape.
+CARDS3, PARENTS3 = (2, 3, 2), ((2,), (0,), (1, 0))
+
+
 def test_node_score_invariant_to_parent_order(getkey):
-    cards, parents = (2, 3, 2), ((), (0, 2), (1,))
-    model = random_model(getkey(), cards, parents)
-    traj = jc.sample_trajectories(
-        model, jnp.array([0, 1, 0]), 3.0, key=getkey(), num_trajectories=30, max_events=256
-    )
-    scores = []
-    for order in [(0, 2), (2, 0)]:
-        st = jax.vmap(lambda t: jc.node_statistics(t, 1, order, cards))(traj)
-        M, T = st.transitions.sum(0), st.dwell_times.sum(0)
-        for prior in (jc.GammaPrior(2.0, 1.5), jc.NodelmanPrior(2.0, 1.5)):
-            scores.append(prior.log_marginal_likelihood(1, M, T, 4))
+    cards = CARDS3
+    model = random_model(getkey(), cards, PARENTS3)
+    traj = sample(model, [0, 1, 0], 3.0, key=getkey(), num_trajectories=30)
+
+    @jax.jit
+    def node_scores(traj):  # node 1 under both orders of its parents, by both priors
+        scores = []
+        for order in [(0, 2), (2, 0)]:
+            st = jax.vmap(lambda t: jc.node_statistics(t, 1, order, cards))(traj)
+            M, T = st.transitions.sum(0), st.dwell_times.sum(0)
+            for prior in (jc.GammaPrior(2.0, 1.5), jc.NodelmanPrior(2.0, 1.5)):
+                scores.append(prior.log_marginal_likelihood(1, M, T, 4))
+        return scores
+
+    scores = node_scores(traj)
     np.testing.assert_allclose(scores[0], scores[2], rtol=1e-12)
     np.testing.assert_allclose(scores[1], scores[3], rtol=1e-12)
 
 
 # ----------------------------------------------------------------------------- family statistics
-def test_scatter_and_matmul_routes_agree_with_node_statistics(getkey):
-    cards, parents = (2, 3, 2, 2), ((3,), (0, 2), (1,), (2, 1))
-    model = random_model(getkey(), cards, parents)
-    iv = jc.Intervention.perfect(model, {"X2": 1})
-    t1 = jc.sample_trajectories(
-        model, jnp.array([0, 1, 0, 1]), 2.0, key=getkey(), num_trajectories=15
+def _pooled(key, cards, parents, iv_states, *, horizon=2.0, num=(12, 9), max_events=256):
+    """Observational paths and paths under a perfect intervention, in one batch."""
+    k_model, k_obs, k_iv = jax.random.split(key, 3)
+    model = random_model(k_model, cards, parents)
+    iv = jc.Intervention.perfect(model, iv_states)
+    s0 = jnp.zeros(len(cards), jnp.int32)
+    t1 = sample(model, s0, horizon, key=k_obs, num_trajectories=num[0], max_events=max_events)
+    t2 = sample(
+        model,
+        s0,
+        horizon,
+        key=k_iv,
+        num_trajectories=num[1],
+        max_events=max_events,
+        intervention=iv,
     )
-    t2 = jc.sample_trajectories(
-        model, jnp.array([1, 1, 0, 0]), 2.0, key=getkey(), num_trajectories=10, intervention=iv
-    )
-    traj = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), t1, t2)
+    traj = _concatenate(t1, t2)
+    assert not bool(traj.truncated.any())
+    return model, traj
+
+
+def _assert_same_statistics(a, b, atol=1e-9):
+    for n in range(len(a.cardinalities)):
+        np.testing.assert_allclose(a.transitions[n], b.transitions[n], atol=atol)
+        np.testing.assert_allclose(a.dwell_times[n], b.dwell_times[n], atol=atol)
+
+
+CARDS4, PARENTS4 = (2, 3, 2, 2), ((3,), (0, 2), (1,), (2, 1))
+
+
+@pytest.fixture(scope="module")
+def pooled4():
+    """Paths of four binary and ternary nodes with up to two parents, observational and with
+    X2 clamped (pooling), the candidate sets of up to two parents, and the family statistics
+    by the scatter route (the reference of the other routes): shared by the route tests."""
+    _, traj = _pooled(jax.random.key(4), CARDS4, PARENTS4, {"X2": 1})
     sets = jc.candidate_parent_sets(4, 2)
-    scatter = jc.family_statistics(traj, cards, sets, method="scatter")
-    matmul = jc.family_statistics(traj, cards, sets, method="matmul")
-    for n in range(4):
-        np.testing.assert_allclose(scatter.transitions[n], matmul.transitions[n], atol=1e-10)
-        np.testing.assert_allclose(scatter.dwell_times[n], matmul.dwell_times[n], atol=1e-10)
-    # independent route on two nodes (each compiles anew): the ternary node 1, and node 2, whose
-    # intervened trajectories must be left out of its statistics
-    for n in (1, 2):
-        # per-trajectory node statistics on each padded candidate set
-        configs = scatter.dwell_times[n].shape[1]
-        per_set = jax.jit(
-            jax.vmap(
-                lambda P, n=n, configs=configs: jax.vmap(
-                    lambda t: jc.node_statistics(t, n, P, cards, num_configs=configs)
-                )(traj)
+    return traj, sets, family_statistics(traj, CARDS4, sets, method="scatter")
+
+
+def test_scatter_and_matmul_routes_agree_with_node_statistics(pooled4):
+    """The scatter and matmul routes agree, and equal per-trajectory `node_statistics` summed
+    over the trajectories that pooling keeps, on every padded candidate set of the ternary
+    node 1 and of node 2 (whose intervened trajectories must be left out), padding rows zero,
+    and on the static-tuple route for the last (two-parent) set."""
+    cards = CARDS4
+    traj, sets, scatter = pooled4
+    _assert_same_statistics(scatter, family_statistics(traj, cards, sets, method="matmul"), 1e-10)
+
+    last = {n: tuple(int(p) for p in np.asarray(sets[n][-1])) for n in (1, 2)}
+
+    @jax.jit
+    def independent(traj):
+        per_set, static = [], []
+        for n in (1, 2):
+            # per-trajectory node statistics on each padded candidate set
+            configs = scatter.dwell_times[n].shape[1]
+            per_set.append(
+                jax.vmap(
+                    lambda P, n=n, configs=configs: jax.vmap(
+                        lambda t: jc.node_statistics(t, n, P, cards, num_configs=configs)
+                    )(traj)
+                )(sets[n])
             )
-        )(sets[n])
+            # and on the last (two-parent) set as a static tuple
+            static.append(jax.vmap(lambda t, n=n: jc.node_statistics(t, n, last[n], cards))(traj))
+        return per_set, static
+
+    per_sets, statics = independent(traj)
+    for n, per_set, st in zip((1, 2), per_sets, statics):
         keep = ~np.asarray(traj.intervention_targets[:, n])
+        if n == 2:
+            assert 0 < keep.sum() < len(keep)  # some paths are left out
         np.testing.assert_allclose(
             scatter.dwell_times[n], per_set.dwell_times[:, keep].sum(1), atol=1e-10
         )
         np.testing.assert_allclose(scatter.transitions[n], per_set.transitions[:, keep].sum(1))
         for i, P in enumerate(np.asarray(sets[n])):  # padding rows past the configurations
             C = int(np.prod([cards[p] for p in P if p >= 0]))
-            assert float(jnp.abs(scatter.dwell_times[n][i, C:]).sum()) == 0.0
-        # and the static-tuple route for the last (two-parent) set
-        P = tuple(int(p) for p in np.asarray(sets[n][-1]))
-        st = jax.jit(jax.vmap(lambda t, P=P, n=n: jc.node_statistics(t, n, P, cards)))(traj)
+            assert np.abs(np.asarray(scatter.dwell_times[n])[i, C:]).sum() == 0.0
         C = st.dwell_times.shape[1]
         np.testing.assert_allclose(
             scatter.dwell_times[n][-1, :C], st.dwell_times[keep].sum(0), atol=1e-10
@@ -198,11 +275,9 @@ def _brute_force_graph_posterior(post):
 
 @pytest.mark.parametrize("prior", [jc.GammaPrior(2.0, 1.0), jc.NodelmanPrior(2.0, 1.0)])
 def test_factorised_posterior_matches_graph_enumeration(prior, getkey):
-    cards, parents = (2, 3, 2), ((2,), (0,), (1, 0))
-    model = random_model(getkey(), cards, parents)
-    traj = jc.sample_trajectories(
-        model, jnp.array([0, 0, 1]), 1.0, key=getkey(), num_trajectories=4
-    )
+    cards = CARDS3
+    model = random_model(getkey(), cards, PARENTS3)
+    traj = sample(model, [0, 0, 1], 1.0, key=getkey(), num_trajectories=30)
     post = jc.learn_structure(
         traj,
         model.names,
@@ -212,8 +287,9 @@ def test_factorised_posterior_matches_graph_enumeration(prior, getkey):
         edge_prior=jnp.full((3, 3), 0.3),
     )
     edges, entropy, best = _brute_force_graph_posterior(post)
-    np.testing.assert_allclose(post.edge_marginals(), edges, atol=1e-12)
-    np.testing.assert_allclose(post.entropy(), entropy, rtol=1e-10)
+    ours = eqx.filter_jit(lambda post: (post.edge_marginals(), post.entropy()))(post)
+    np.testing.assert_allclose(ours[0], edges, atol=1e-12)
+    np.testing.assert_allclose(ours[1], entropy, rtol=1e-10)
     assert post.map_graph() == best
 
 
@@ -233,24 +309,27 @@ def test_map_graph_recovers_truth(cards, parents, getkey):
     inits = jnp.stack([jax.random.randint(getkey(), (150,), 0, k) for k in cards], axis=1).astype(
         jnp.int32
     )
-    traj = jc.sample_trajectories(
-        truth, inits, 10.0, key=getkey(), num_trajectories=150, max_events=512
-    )
+    traj = sample(truth, inits, 10.0, key=getkey(), num_trajectories=150, max_events=512)
+    adj = jc.adjacency_from_parents(parents, N)
+
+    @eqx.filter_jit
+    def metrics(post):
+        auroc = jc.edge_auroc(post.edge_marginals(), adj)
+        return auroc, jc.structural_hamming_distance(post.map_adjacency(), adj)
+
     for prior in (jc.GammaPrior(1.0, 1.0), jc.NodelmanPrior(1.0, 1.0)):
         post = jc.learn_structure(traj, truth.names, cards, max_parents=2, prior=prior)
         assert post.map_graph() == tuple(tuple(sorted(p)) for p in parents)
-        adj = jc.adjacency_from_parents(parents, N)
-        assert float(jc.edge_auroc(post.edge_marginals(), adj)) == 1.0
-        assert int(jc.structural_hamming_distance(post.map_adjacency(), adj)) == 0
+        auroc, shd = metrics(post)
+        assert float(auroc) == 1.0
+        assert int(shd) == 0
 
 
 def test_pooling_interventional_equals_observational_for_other_nodes(getkey):
     cards, parents = (2, 2, 2), ((), (0,), (1,))
     truth = jc.scaled_softmax_ctbn(parents, cards, rate_fast=2.0)
     iv = jc.Intervention.perfect(truth, {"X0": 1})
-    traj = jc.sample_trajectories(
-        truth, jnp.array([0, 0, 0]), 3.0, key=getkey(), num_trajectories=40, intervention=iv
-    )
+    traj = sample(truth, [0, 0, 0], 3.0, key=getkey(), num_trajectories=40, intervention=iv)
     # the same paths, labelled observational
     unlabeled = jax.tree_util.tree_map(lambda a: a, traj)
     unlabeled = jax.tree_util.tree_map(lambda a: a, unlabeled)
@@ -265,8 +344,11 @@ def test_pooling_interventional_equals_observational_for_other_nodes(getkey):
     # the clamped node learned nothing: its posterior is the prior (uniform over candidates)
     np.testing.assert_allclose(a.parent_set_probabilities()[0], 1 / 4, rtol=1e-12)
     # rate posterior: same pooling rule
-    sa = jc.SufficientStatistics.from_trajectories(traj, cards, parents)
-    rp = jc.RatePosterior.for_model(truth, prior=jc.GammaPrior(2.0, 3.0)).update_with(sa)
+    rp = eqx.filter_jit(
+        lambda traj: jc.RatePosterior.for_model(truth, prior=jc.GammaPrior(2.0, 3.0)).update_with(
+            jc.SufficientStatistics.from_trajectories(traj, cards, parents)
+        )
+    )(traj)
     np.testing.assert_allclose(rp.alpha[0], 2.0)
     np.testing.assert_allclose(rp.beta[0], 3.0)
 
@@ -274,21 +356,26 @@ def test_pooling_interventional_equals_observational_for_other_nodes(getkey):
 def test_incremental_update_equals_batch(getkey):
     cards, parents = (2, 2, 3), ((2,), (0,), (1,))
     model = random_model(getkey(), cards, parents)
-    t1 = jc.sample_trajectories(model, jnp.array([0, 0, 0]), 2.0, key=getkey(), num_trajectories=8)
-    t2 = jc.sample_trajectories(
+    t1 = sample(model, [0, 0, 0], 2.0, key=getkey(), num_trajectories=8)
+    t2 = sample(
         model,
-        jnp.array([1, 0, 2]),
+        [1, 0, 2],
         2.0,
         key=getkey(),
         num_trajectories=1,
         intervention=jc.Intervention.perfect(model, {"X1": 1}),
     )
     sets = jc.candidate_parent_sets(3, 2)
-    post = jc.StructurePosterior.from_statistics(
-        jc.family_statistics(t1, cards, sets), model.names, prior=jc.GammaPrior(1.5, 2.0)
-    )
-    updated = jax.jit(lambda p, s: p.update(s))(post, jc.family_statistics(t2, cards, sets))
-    both = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), t1, t2)
+
+    @eqx.filter_jit
+    def incremental(t1, t2):  # the posterior of t1, updated with the statistics of t2
+        post = jc.StructurePosterior.from_statistics(
+            jc.family_statistics(t1, cards, sets), model.names, prior=jc.GammaPrior(1.5, 2.0)
+        )
+        return post.update(jc.family_statistics(t2, cards, sets))
+
+    updated = incremental(t1, t2)
+    both = _concatenate(t1, t2)
     direct = jc.learn_structure(
         both, model.names, cards, max_parents=2, prior=jc.GammaPrior(1.5, 2.0)
     )
@@ -299,11 +386,17 @@ def test_incremental_update_equals_batch(getkey):
 def test_rate_posterior_draws_match_gamma_moments(getkey):
     cards, parents = (2, 3), ((), (0,))
     model = random_model(getkey(), cards, parents)
-    traj = jc.sample_trajectories(model, jnp.array([0, 0]), 2.0, key=getkey(), num_trajectories=5)
-    post = jc.RatePosterior.for_model(model, prior=jc.GammaPrior(2.0, jnp.array([1.0, 2.0])))
-    post = post.update_with(jc.SufficientStatistics.from_trajectories(traj, cards, parents))
+    traj = sample(model, [0, 0], 2.0, key=getkey(), num_trajectories=5)
+    prior = jc.GammaPrior(2.0, jnp.array([1.0, 2.0]))
     n_draws = 20000
-    draws = jax.jit(jax.vmap(post.sample))(jax.random.split(getkey(), n_draws))
+
+    @eqx.filter_jit
+    def posterior_and_draws(traj, key):
+        post = jc.RatePosterior.for_model(model, prior=prior)
+        post = post.update_with(jc.SufficientStatistics.from_trajectories(traj, cards, parents))
+        return post, jax.vmap(post.sample)(jax.random.split(key, n_draws)), post.mse(model)
+
+    post, draws, exact_mse = posterior_and_draws(traj, getkey())
     for n in range(2):
         a, b = np.asarray(post.alpha[n]), np.asarray(post.beta[n])[..., None]
         x = np.asarray(draws.cims[n])
@@ -323,14 +416,14 @@ def test_rate_posterior_draws_match_gamma_moments(getkey):
         for n in range(2)
     ]
     mc = np.concatenate([e.reshape(n_draws, -1) for e in errors], axis=1).mean()
-    exact = float(post.mse(model))
+    exact = float(exact_mse)
     assert abs(mc - exact) < 0.05 * exact
 
 
 def test_structure_rate_draws_given_graph(getkey):
     cards, parents = (2, 2), ((1,), (0,))
     model = random_model(getkey(), cards, parents)
-    traj = jc.sample_trajectories(model, jnp.array([0, 0]), 3.0, key=getkey(), num_trajectories=10)
+    traj = sample(model, [0, 0], 3.0, key=getkey(), num_trajectories=10)
     post = jc.learn_structure(
         traj, model.names, cards, max_parents=1, prior=jc.GammaPrior(2.0, 1.0)
     )
@@ -358,57 +451,70 @@ def test_draws_vectorised_over_node_groups_equal_node_by_node(getkey):
     from jaxctbn._criteria.structure import structure_draws
     from jaxctbn._model.layout import num_configurations
 
-    cards, parents = (2, 3, 2), ((1,), (), (0,))
-    model = random_model(getkey(), cards, parents)
-    traj = jc.sample_trajectories(
-        model, jnp.zeros(3, jnp.int32), 2.0, key=getkey(), num_trajectories=4
-    )
+    cards = CARDS3  # the candidate sets (one parent at most) set the groups, not the truth
+    model = random_model(getkey(), cards, PARENTS3)
+    traj = sample(model, [0, 0, 0], 2.0, key=getkey(), num_trajectories=30)
     rate_prior = jc.GammaPrior(jnp.array([1.0, 2.0, 0.5]), 2.0)  # per node: a traced lookup
     post = jc.learn_structure(traj, model.names, cards, max_parents=1, prior=rate_prior)
     assert sorted(post._node_groups()) == [(0, 2), (1,)]
-    key, idx = getkey(), jnp.array([2, 0, 1])
-
-    def node_by_node(n, index, key_n, mean):
-        M = post.statistics.transitions[n][index]
-        T = post.statistics.dwell_times[n][index]
-        U = num_configurations(post.parent_sets[n][index], cards)
-        if mean:
-            return post.prior.posterior_mean_rates(n, M, T, U)
-        return post.prior.sample_rates(n, M, T, U, key_n)
+    key, idx, graph_key = getkey(), jnp.array([2, 0, 1]), getkey()
+    strata = ((0, 2, 1), (1, 1, 0), (2, 0, 2))  # (node n, its candidate set P, draw s)
 
     @eqx.filter_jit
-    def reference(post, key, graph_key):
-        keys = jax.random.split(key, 3)
-        rates = [[node_by_node(n, idx[n], keys[n], mean) for n in range(3)] for mean in (0, 1)]
+    def node_by_node(prior, n, transitions, dwell_times, sets, index, key_n):
+        """Node n's posterior-mean rates and rate draw under its set `index`, by the prior's
+        formulas, one node per call (nodes 0 and 2, of equal shapes, share this program)."""
+        M, T = transitions[index], dwell_times[index]
+        U = num_configurations(sets[index], cards)
+        return prior.posterior_mean_rates(n, M, T, U), prior.sample_rates(n, M, T, U, key_n)
+
+    keys = jax.random.split(key, 3)
+    statistics = post.statistics
+    rates = [
+        node_by_node(
+            post.prior,
+            jnp.asarray(n),
+            statistics.transitions[n],
+            statistics.dwell_times[n],
+            post.parent_sets[n],
+            idx[n],
+            keys[n],
+        )
+        for n in range(3)
+    ]
+
+    @eqx.filter_jit
+    def graphs_and_strata(post, key, graph_key):
+        """The vectorised mean rates and graph draw; the graph draw node by node by
+        jax.random; and the draws of `structure_draws` for `strata`: node n's draw s of
+        stratum P takes the other nodes' sets and the rates' key from the keys the docs name."""
         graphs = [
             jax.random.categorical(k, lp)
             for k, lp in zip(jax.random.split(graph_key, 3), post.log_posterior())
         ]
-        # node n's draw s of stratum P: the graph and the rates from the keys the docs name
-        models = []
-        for n, P, s in ((0, 2, 1), (1, 1, 0), (2, 0, 2)):
+        indices, rate_keys = [], []
+        for n, P, s in strata:
             k_graph, k_rates = jax.random.split(
                 jax.random.split(jax.random.split(key, 3)[n], (3, 3))[P, s]
             )
-            index = post.sample_parent_sets(k_graph).at[n].set(P)
-            models.append(post.rates_given(index, k_rates))
-        return rates, graphs, models
+            indices.append(post.sample_parent_sets(k_graph).at[n].set(P))
+            rate_keys.append(k_rates)
+        vectorised = (post.mean_rates_given(idx), post.sample_parent_sets(graph_key))
+        return vectorised, graphs, indices, rate_keys
 
-    graph_key = getkey()
-    rates, graphs, models = reference(post, key, graph_key)
-    drawn = eqx.filter_jit(lambda p, i, k: p.rates_given(i, k))(post, idx, key)
-    means = eqx.filter_jit(lambda p, i: p.mean_rates_given(i))(post, idx)
+    (means, sampled_graph), graphs, indices, rate_keys = graphs_and_strata(post, key, graph_key)
+    rates_given = eqx.filter_jit(lambda p, i, k: p.rates_given(i, k))  # one program, 4 calls
+    drawn = rates_given(post, idx, key)
     for n, k in enumerate(cards):
         off = ~np.eye(k, dtype=bool)
-        for model_, want in zip((drawn, means), rates):
+        for model_, want in zip((means, drawn), rates[n]):
             np.testing.assert_allclose(
-                np.asarray(model_.cims[n])[:, off], np.asarray(want[n])[:, off], rtol=1e-13
+                np.asarray(model_.cims[n])[:, off], np.asarray(want)[:, off], rtol=1e-13
             )
-    np.testing.assert_array_equal(
-        eqx.filter_jit(lambda p, k: p.sample_parent_sets(k))(post, graph_key), graphs
-    )
+    np.testing.assert_array_equal(sampled_graph, graphs)
     draws = structure_draws(post, key, 3)
-    for (n, P, s), want in zip(((0, 2, 1), (1, 1, 0), (2, 0, 2)), models):
+    for (n, P, s), index, k_rates in zip(strata, indices, rate_keys):
+        want = rates_given(post, index, k_rates)
         for m in range(3):
             np.testing.assert_allclose(draws.models[n].cims[m][P, s], want.cims[m], rtol=1e-13)
             np.testing.assert_array_equal(
@@ -417,27 +523,29 @@ def test_draws_vectorised_over_node_groups_equal_node_by_node(getkey):
 
 
 def test_metrics_match_sklearn_with_ties():
+    """`auroc` and `aupr` against sklearn on 40 random problems of two sizes, half with tied
+    scores, and one with every score tied (vmapped over the problems of each size: one
+    compilation per size)."""
     sklearn = pytest.importorskip("sklearn.metrics")
     rng = np.random.default_rng(0)
+    problems = {7: [], 30: []}
     for trial in range(40):
-        n = (7, 30)[trial % 2]  # two sizes: two compilations
+        n = (7, 30)[trial % 2]
         labels = rng.integers(0, 2, n)
         if labels.min() == labels.max():
             labels[0] = 1 - labels[0]
         scores = rng.integers(0, 4, n) / 3 if trial % 4 < 2 else rng.uniform(size=n)
-        np.testing.assert_allclose(
-            jc.auroc(scores, labels), sklearn.roc_auc_score(labels, scores), rtol=1e-12
-        )
-        np.testing.assert_allclose(
-            jc.aupr(scores, labels), sklearn.average_precision_score(labels, scores), rtol=1e-12
-        )
-    # all scores tied
-    labels = np.array([0, 1, 1, 0, 1])
-    scores = np.full(5, 0.3)
-    np.testing.assert_allclose(jc.auroc(scores, labels), 0.5)
-    np.testing.assert_allclose(
-        jc.aupr(scores, labels), sklearn.average_precision_score(labels, scores)
-    )
+        problems[n].append((scores, labels))
+    problems[7].append((np.full(7, 0.3), np.array([0, 1, 1, 0, 1, 0, 0])))  # all scores tied
+    metrics = jax.jit(jax.vmap(lambda s, y: (jc.auroc(s, y), jc.aupr(s, y))))
+    for n, batch in problems.items():
+        scores, labels = (np.stack(a) for a in zip(*batch))
+        roc, pr = metrics(scores, labels)
+        for s, y, ours_roc, ours_pr in zip(scores, labels, roc, pr):
+            np.testing.assert_allclose(ours_roc, sklearn.roc_auc_score(y, s), rtol=1e-12)
+            np.testing.assert_allclose(ours_pr, sklearn.average_precision_score(y, s), rtol=1e-12)
+        if n == 7:
+            np.testing.assert_allclose(roc[-1], 0.5)  # the all-tied problem
 
 
 def test_metrics_degenerate_cases_raise_instead_of_nan():
@@ -450,7 +558,7 @@ def test_metrics_degenerate_cases_raise_instead_of_nan():
     with pytest.raises(ValueError, match="AUPR needs at least one positive label"):
         jc.aupr(scores, jnp.array([0, 0, 0]))
     with pytest.raises(Exception, match="AUPR needs at least one positive label"):
-        jax.vmap(jc.aupr)(scores[None], jnp.array([[0, 0, 0]]))
+        jax.jit(jax.vmap(jc.aupr))(scores[None], jnp.array([[0, 0, 0]]))
     np.testing.assert_allclose(jc.aupr(scores, jnp.array([1, 1, 1])), 1.0)
     with pytest.raises(ValueError, match="same size"):
         jc.auroc(scores, jnp.array([1, 0]))
@@ -466,10 +574,11 @@ def test_metrics_jit_inside_scan():
             jc.structural_hamming_distance(probs > 0.5, truth),
         )
 
-    probs = jax.random.uniform(jax.random.key(0), (5, 3, 3))
-    _, (roc, pr, shd) = jax.jit(lambda p: jax.lax.scan(step, 0, p))(probs)
+    probs = np.random.default_rng(0).uniform(size=(5, 3, 3))
+    _, (roc, pr, shd) = jax.jit(lambda p: jax.lax.scan(step, 0, p))(jnp.asarray(probs))
+    edge_auroc = jax.jit(jc.edge_auroc)  # one at a time, outside the scan
     for i in range(5):
-        np.testing.assert_allclose(roc[i], jc.edge_auroc(probs[i], truth))
+        np.testing.assert_allclose(roc[i], edge_auroc(probs[i], truth))
     assert shd.shape == (5,)
     assert int(jc.structural_hamming_distance(truth, truth.T)) == 6
 
@@ -497,7 +606,7 @@ def test_learning_bad_input(getkey):
     ]
     with pytest.raises(eqx.EquinoxRuntimeError, match="dwell times must be finite and >= 0"):
         post.update(neg).beta[0].block_until_ready()
-    traj = jc.sample_trajectories(model, jnp.array([0, 0]), 1.0, key=getkey(), num_trajectories=2)
+    traj = sample(model, [0, 0], 1.0, key=getkey(), num_trajectories=2)
     with pytest.raises(ValueError, match="max_parents must be between 0 and 1"):
         jc.learn_structure(traj, model.names, cards, max_parents=2)
     with pytest.raises(ValueError, match="prior parameters must be > 0"):
@@ -519,70 +628,41 @@ def test_matmul_route_without_aggregation(getkey):
     cards = (2, 3, 2, 2, 3, 2)
     parents = ((1,), (0, 2), (), (4,), (3, 5), ())
     model = random_model(getkey(), cards, parents)
-    traj = jc.sample_trajectories(
-        model, jnp.array([0, 1, 0, 1, 2, 0]), 0.5, key=getkey(), num_trajectories=3, max_events=16
-    )
+    traj = sample(model, [0, 1, 0, 1, 2, 0], 0.5, key=getkey(), num_trajectories=3, max_events=16)
     assert not bool(traj.truncated.any())
     assert 3 * (traj.max_events + 1) < np.prod(cards)
     sets = jc.candidate_parent_sets(6, 2)
-    a = jc.family_statistics(traj, cards, sets, method="scatter")
-    b = jc.family_statistics(traj, cards, sets, method="matmul", chunk=64)
-    for n in range(6):
-        np.testing.assert_allclose(a.transitions[n], b.transitions[n], atol=1e-10)
-        np.testing.assert_allclose(a.dwell_times[n], b.dwell_times[n], atol=1e-10)
 
+    @jax.jit
+    def both_routes(traj):
+        return (
+            jc.family_statistics(traj, cards, sets, method="scatter"),
+            jc.family_statistics(traj, cards, sets, method="matmul", chunk=64),
+        )
 
-def _pooled(getkey, cards, parents, iv_states, *, horizon=2.0, num=(12, 9), max_events=256):
-    """Observational paths and paths under a perfect intervention, in one batch."""
-    model = random_model(getkey(), cards, parents)
-    iv = jc.Intervention.perfect(model, iv_states)
-    s0 = jnp.zeros(len(cards), jnp.int32)
-    t1 = jc.sample_trajectories(
-        model, s0, horizon, key=getkey(), num_trajectories=num[0], max_events=max_events
-    )
-    t2 = jc.sample_trajectories(
-        model,
-        s0,
-        horizon,
-        key=getkey(),
-        num_trajectories=num[1],
-        max_events=max_events,
-        intervention=iv,
-    )
-    traj = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), t1, t2)
-    assert not bool(traj.truncated.any())
-    return model, traj
-
-
-def _assert_same_statistics(a, b, atol=1e-9):
-    for n in range(len(a.cardinalities)):
-        np.testing.assert_allclose(a.transitions[n], b.transitions[n], atol=atol)
-        np.testing.assert_allclose(a.dwell_times[n], b.dwell_times[n], atol=atol)
+    _assert_same_statistics(*both_routes(traj), atol=1e-10)
 
 
 @pytest.mark.parametrize("chunk", [None, 7])
-def test_jumps_route_equals_segment_routes(getkey, chunk):
+def test_jumps_route_equals_segment_routes(pooled4, chunk):
     """The sums by parts over the jumps (method='jumps') give the statistics of the per-segment
-    routes: ternary and binary nodes, a perfect intervention (pooling), chunks that split a
-    transition's jumps (chunk=7), and under jit."""
-    cards, parents = (2, 3, 2, 2), ((3,), (0, 2), (1,), (2, 1))
-    _, traj = _pooled(getkey, cards, parents, {"X1": 2})
-    sets = jc.candidate_parent_sets(4, 2)
-    scatter = jc.family_statistics(traj, cards, sets, method="scatter")
-    jumps = jax.jit(lambda t: jc.family_statistics(t, cards, sets, method="jumps", chunk=chunk))(
-        traj
+    routes: ternary and binary nodes, a perfect intervention (pooling), the default chunk and
+    chunks that split a transition's jumps (chunk=7), under jit."""
+    traj, sets, scatter = pooled4
+    _assert_same_statistics(
+        scatter, family_statistics(traj, CARDS4, sets, method="jumps", chunk=chunk)
     )
-    _assert_same_statistics(scatter, jumps)
 
 
 def test_jumps_route_many_nodes_and_auto_choice(getkey):
-    """On 24 binary nodes (more global states than path segments) the jumps route equals the
-    matmul route, and `"auto"` picks it for such data."""
+    """On 12 binary nodes (more global states than path segments, and the products over the
+    jumps cheaper than those over the segments) the jumps route equals the matmul route, and
+    `"auto"` picks it for such data."""
     from jaxctbn._learning.memory import _plan_family_statistics
 
-    N = 24
+    N = 12
     parents = tuple((n - 1,) if n % 3 else () for n in range(N))
-    _, traj = _pooled(getkey, (2,) * N, parents, {"X4": 1}, horizon=1.0, num=(6, 4))
+    _, traj = _pooled(getkey(), (2,) * N, parents, {"X4": 1}, horizon=1.0, num=(6, 4))
     sets = jc.candidate_parent_sets(N, 2)
     plan = lambda method: _plan_family_statistics(  # noqa: E731
         "test",
@@ -595,8 +675,8 @@ def test_jumps_route_many_nodes_and_auto_choice(getkey):
         budget=2**32,
     )
     assert plan("auto") == "jumps"
-    matmul = jc.family_statistics(traj, (2,) * N, sets, method="matmul")
-    jumps = jc.family_statistics(traj, (2,) * N, sets, method="jumps")
+    matmul = family_statistics(traj, (2,) * N, sets, method="matmul")
+    jumps = family_statistics(traj, (2,) * N, sets, method="jumps")
     _assert_same_statistics(matmul, jumps)
 
 
@@ -605,7 +685,8 @@ def test_jumps_route_refuses_what_it_cannot_sum(getkey):
     nodes at once; a node that moves in a path that records it as intervened on), and `"auto"`
     then takes a segment route with the right statistics; float32 times are refused."""
     cards, parents = (2, 2, 2), ((), (0,), (1,))
-    _, traj = _pooled(getkey, cards, parents, {"X2": 1})
+    # 40 intervened paths: the sampler's program of the pooling test above
+    _, traj = _pooled(getkey(), cards, parents, {"X2": 1}, num=(12, 40))
     sets = jc.candidate_parent_sets(3, 2)
     from jaxctbn._learning.memory import _plan_family_statistics
 
@@ -631,11 +712,12 @@ def test_jumps_route_refuses_what_it_cannot_sum(getkey):
     held_but_moving = eqx.tree_at(lambda t: t.intervention_targets, traj, jnp.asarray(targets))
     for bad in (two_at_once, held_but_moving):
         with pytest.raises(eqx.EquinoxRuntimeError, match="method='jumps' needs each jump"):
-            jax.block_until_ready(jc.family_statistics(bad, cards, sets, method="jumps"))
+            jax.block_until_ready(family_statistics(bad, cards, sets, method="jumps"))
+        # "auto" on such concrete data plans a segment route, and that route is right
         assert plan(bad) != "jumps"
         _assert_same_statistics(
-            jc.family_statistics(bad, cards, sets, method="scatter"),
-            jc.family_statistics(bad, cards, sets),
+            family_statistics(bad, cards, sets, method="scatter"),
+            family_statistics(bad, cards, sets, method=plan(bad)),
         )
     single = jax.tree_util.tree_map(
         lambda a: a.astype(jnp.float32) if a.dtype == jnp.float64 else a, traj
@@ -652,23 +734,28 @@ def test_path_log_likelihood_event_by_event(getkey):
     cards, parents = (2, 3), ((1,), ())
     model = random_model(getkey(), cards, parents)
     iv = jc.Intervention.perfect(model, {"X1": 2})
-    t1 = jc.sample_trajectories(model, jnp.array([0, 1]), 2.0, key=getkey(), num_trajectories=4)
-    t2 = jc.sample_trajectories(
-        model, jnp.array([1, 0]), 2.0, key=getkey(), num_trajectories=2, intervention=iv
-    )
-    traj = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), t1, t2)
-    suff = jc.SufficientStatistics.from_trajectories(traj, cards, parents)
-    ll = jax.jit(jc.path_log_likelihood)(model, suff)
+    t1 = sample(model, [0, 1], 2.0, key=getkey(), num_trajectories=4)
+    t2 = sample(model, [1, 0], 2.0, key=getkey(), num_trajectories=2, intervention=iv)
+    traj = _concatenate(t1, t2)
+
+    @jax.jit
+    def likelihood_and_gradient(model, traj):
+        suff = jc.SufficientStatistics.from_trajectories(traj, cards, parents)
+        ll, grad = jax.value_and_grad(jc.path_log_likelihood)(model, suff)
+        return ll, grad, suff.pooled()
+
+    ll, g, pooled = likelihood_and_gradient(model, traj)
     # reference: walk every path, log rate of each jump minus the integrated exit rate, skipping
     # the intervened node in the trajectories where it was clamped
     cims = [np.asarray(c) for c in model.cims]
+    traj = jax.tree_util.tree_map(np.asarray, traj)
     ref = 0.0
     for r in range(6):
-        skip = np.asarray(traj.intervention_targets[r])
-        s = np.asarray(traj.initial_states[r]).copy()
+        skip = traj.intervention_targets[r]
+        s = traj.initial_states[r].copy()
         t = 0.0
         n_ev = int(traj.num_events[r])
-        times = list(np.asarray(traj.jump_times[r][:n_ev])) + [float(traj.durations[r])]
+        times = list(traj.jump_times[r][:n_ev]) + [float(traj.durations[r])]
         for e, t_next in enumerate(times):
             for n in range(2):
                 if skip[n]:
@@ -676,7 +763,7 @@ def test_path_log_likelihood_event_by_event(getkey):
                 u = s[parents[n][0]] if parents[n] else 0
                 ref -= (t_next - t) * -cims[n][u, s[n], s[n]]
             if e < n_ev:
-                new = np.asarray(traj.states[r][e])
+                new = traj.states[r][e]
                 (n,) = np.flatnonzero(new != s)
                 if not skip[n]:
                     u = s[parents[n][0]] if parents[n] else 0
@@ -684,10 +771,7 @@ def test_path_log_likelihood_event_by_event(getkey):
                 s, t = new.copy(), t_next
     np.testing.assert_allclose(ll, ref, rtol=1e-10)
     # the gradient with respect to a rate is M / lambda - T (closed form)
-    g = jax.grad(jc.path_log_likelihood)(model, suff)
-    pooled = suff.pooled()
+    M, T = np.asarray(pooled[0].transitions), np.asarray(pooled[0].dwell_times)
     np.testing.assert_allclose(
-        g.cims[0][1, 0, 1],
-        pooled[0].transitions[1, 0, 1] / model.cims[0][1, 0, 1] - pooled[0].dwell_times[1, 0],
-        rtol=1e-10,
+        g.cims[0][1, 0, 1], M[1, 0, 1] / cims[0][1, 0, 1] - T[1, 0], rtol=1e-10
     )

@@ -19,30 +19,53 @@ CASES = {
 }
 
 
+@eqx.filter_jit
+def _generator_maps(model, p, *, expanded):
+    """The dense generator and its products with `p`, in one compiled program."""
+    gen = jc.amalgamate(model, expanded=expanded)
+    return gen.dense(), gen.apply(p), gen.apply_transpose(p)
+
+
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("expanded", [False, True], ids=["factored", "expanded"])
 def test_generator_matches_brute_force(case, expanded, getkey):
     cards, parents = CASES[case]
     model = random_model(getkey(), cards, parents)
-    gen = jc.amalgamate(model, expanded=expanded)
     W = brute_force_generator(model)
-    np.testing.assert_allclose(np.asarray(gen.dense()), W, rtol=1e-13, atol=1e-13)
-    p = np.asarray(jax.random.uniform(getkey(), (W.shape[0],)))
-    np.testing.assert_allclose(np.asarray(gen.apply(jnp.asarray(p))), p @ W, rtol=1e-12, atol=1e-13)
-    np.testing.assert_allclose(
-        np.asarray(gen.apply_transpose(jnp.asarray(p))), W @ p, rtol=1e-12, atol=1e-13
-    )
+    p = np.random.default_rng(len(W)).uniform(size=len(W))
+    dense, pW, Wp = _generator_maps(model, jnp.asarray(p), expanded=expanded)
+    np.testing.assert_allclose(np.asarray(dense), W, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(np.asarray(pW), p @ W, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(np.asarray(Wp), W @ p, rtol=1e-12, atol=1e-13)
+
+
+# Every solver on the mixed-cycle case (mixed cardinalities, a cycle, a node with two parents;
+# the gradient tests below reuse these programs), and the default solver (automatic: exact
+# uniformisation) on the other two cases; the generator of every case is checked against brute
+# force above, and the solvers act on it alone. One compiled program per pair: the mild and
+# stiff rates share it.
+SOLVER_CASES = [
+    *((solver, "mixed-cycle") for solver in SOLVERS),
+    (None, "binary-chain"),
+    (None, "ternary-fanin"),
+]
+SOLVER_CASE_IDS = [f"{name}-mixed-cycle" for name in SOLVER_IDS] + [
+    "automatic-binary-chain",
+    "automatic-ternary-fanin",
+]
 
 
 @pytest.mark.parametrize("stiff", [False, True], ids=["mild", "stiff1e4"])
-@pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("solver", SOLVERS, ids=SOLVER_IDS)
+@pytest.mark.parametrize("solver, case", SOLVER_CASES, ids=SOLVER_CASE_IDS)
 def test_solvers_agree_with_scipy_block_expm(solver, case, stiff, getkey):
     cards, parents = CASES[case]
     model = random_model(getkey(), cards, parents, stiff=stiff)
     tau = 1.5
     init = jnp.array([1, 0, 1])
-    stats = jax.jit(lambda m: jc.expected_statistics(m, init, tau, solver=solver))(model)
+    if solver is None:
+        stats = jc.expected_statistics(model, init, tau)
+    else:
+        stats = jc.expected_statistics(model, init, tau, solver=solver)
     p_ref, dwell_ref = scipy_moments(
         brute_force_generator(model), one_hot_state(model, [1, 0, 1]), tau
     )
@@ -60,48 +83,57 @@ def test_node_projections_against_brute_force(getkey):
     W = brute_force_generator(model)
     dwell = np.asarray(stats.dwell_times)
     states = list(itertools.product(*(range(k) for k in cards)))
-    # project onto every parent set of every node, true or not
-    for n, k in enumerate(cards):
+    # every parent set of every node, true or not, in both orders
+    orders = []
+    for n in range(len(cards)):
         others = [m for m in range(len(cards)) if m != n]
         for r in range(len(others) + 1):
             for P in itertools.combinations(others, r):
-                for order in (P, P[::-1]):
-                    C = int(np.prod([cards[p] for p in order]))
-                    T = np.zeros((C, k))
-                    M = np.zeros((C, k, k))
-                    for i, s in enumerate(states):
-                        u = 0
-                        for p in order:
-                            u = u * cards[p] + s[p]
-                        T[u, s[n]] += dwell[i]
-                        for j, t in enumerate(states):
-                            diff = [a for a in range(len(cards)) if s[a] != t[a]]
-                            if diff == [n]:
-                                M[u, s[n], t[n]] += W[i, j] * dwell[i]
-                    np.testing.assert_allclose(
-                        np.asarray(stats.node_dwell_times(n, order)), T, rtol=1e-12, atol=1e-14
-                    )
-                    np.testing.assert_allclose(
-                        np.asarray(stats.node_transitions(n, order)), M, rtol=1e-12, atol=1e-14
-                    )
+                orders += [(n, P), (n, P[::-1])]
+    sets = jc.candidate_parent_sets(len(cards), len(cards) - 1)
+
+    @eqx.filter_jit
+    def projections(stats):  # every projection below, in one compiled program
+        on_orders = [
+            (stats.node_transitions(n, P), stats.node_dwell_times(n, P)) for n, P in orders
+        ]
+        on_sets = [stats.node_statistics_on_sets(n, sets[n]) for n in range(len(cards))]
+        own = [(stats.node_transitions(n), stats.node_dwell_times(n)) for n in range(len(cards))]
+        return on_orders, on_sets, own
+
+    on_orders, on_sets, own = projections(stats)
+    projected = dict(zip(orders, on_orders))
+    for (n, order), (M_ours, T_ours) in projected.items():
+        k = cards[n]
+        C = int(np.prod([cards[p] for p in order]))
+        T = np.zeros((C, k))
+        M = np.zeros((C, k, k))
+        for i, s in enumerate(states):
+            u = 0
+            for p in order:
+                u = u * cards[p] + s[p]
+            T[u, s[n]] += dwell[i]
+            for j, t in enumerate(states):
+                diff = [a for a in range(len(cards)) if s[a] != t[a]]
+                if diff == [n]:
+                    M[u, s[n], t[n]] += W[i, j] * dwell[i]
+        np.testing.assert_allclose(np.asarray(T_ours), T, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(np.asarray(M_ours), M, rtol=1e-12, atol=1e-14)
+    for n, k in enumerate(cards):
         # all candidate sets in one projection = the per-set projections checked above
-        sets = jc.candidate_parent_sets(len(cards), len(cards) - 1)[n]
-        M_all, T_all = eqx.filter_jit(lambda st, P, n=n: st.node_statistics_on_sets(n, P))(
-            stats, sets
-        )
-        for i, row in enumerate(np.asarray(sets)):
+        M_all, T_all = (np.asarray(a) for a in on_sets[n])
+        for i, row in enumerate(np.asarray(sets[n])):
             P = tuple(int(p) for p in row if p >= 0)
             C = int(np.prod([cards[p] for p in P]))
-            np.testing.assert_allclose(M_all[i, :C], stats.node_transitions(n, P), rtol=1e-12)
-            np.testing.assert_allclose(T_all[i, :C], stats.node_dwell_times(n, P), rtol=1e-12)
-            assert float(jnp.abs(M_all[i, C:]).sum() + jnp.abs(T_all[i, C:]).sum()) == 0.0
+            M_P, T_P = projected[(n, P)]
+            np.testing.assert_allclose(M_all[i, :C], M_P, rtol=1e-12)
+            np.testing.assert_allclose(T_all[i, :C], T_P, rtol=1e-12)
+            assert np.abs(M_all[i, C:]).sum() + np.abs(T_all[i, C:]).sum() == 0.0
         # with the true parents, E[M] = Lambda * E[T] (MATH §1)
         lam = np.asarray(model.cims[n]) * (1 - np.eye(k))
+        M_own, T_own = own[n]
         np.testing.assert_allclose(
-            np.asarray(stats.node_transitions(n)),
-            lam * np.asarray(stats.node_dwell_times(n))[..., None],
-            rtol=1e-12,
-            atol=1e-14,
+            np.asarray(M_own), lam * np.asarray(T_own)[..., None], rtol=1e-12, atol=1e-14
         )
 
 
@@ -146,6 +178,18 @@ def test_imperfect_intervention_scales_rates(getkey):
     np.testing.assert_allclose(st2.dwell_times, ref2.dwell_times, rtol=1e-12)
 
 
+@eqx.filter_jit
+def _dwell_under(model, initial_state, intervention):
+    return jc.expected_statistics(model, initial_state, 1.0, intervention=intervention).dwell_times
+
+
+@eqx.filter_jit
+def _jump_times_under(model, initial_state, intervention, key):
+    return jc.sample_trajectory(
+        model, initial_state, 1.0, key=key, intervention=intervention
+    ).jump_times
+
+
 @pytest.mark.parametrize(
     "make",
     [
@@ -161,14 +205,11 @@ def test_imperfect_intervention_rates_are_checked(make, getkey):
     iv = make(model)
     s0 = jnp.array([0, 0, 0])
     match = r"cims under the intervention\['X[12]'\]"
+    # under jit (module-level programs: the two kinds of rate scales share theirs)
     with pytest.raises(eqx.EquinoxRuntimeError, match=match):
-        eqx.filter_jit(lambda m, i: jc.expected_statistics(m, s0, 1.0, intervention=i).dwell_times)(
-            model, iv
-        )
+        _dwell_under(model, s0, iv)
     with pytest.raises(eqx.EquinoxRuntimeError, match=match):
-        eqx.filter_jit(
-            lambda m, i, k: jc.sample_trajectory(m, s0, 1.0, key=k, intervention=i).jump_times
-        )(model, iv, getkey())
+        _jump_times_under(model, s0, iv, getkey())
 
 
 def test_intervention_space_vmaps(getkey):
@@ -223,7 +264,8 @@ def test_marginals_on_a_grid(solver, getkey):
 def test_gradient_matches_finite_differences(solver, getkey):
     cards, parents = CASES["mixed-cycle"]
     model = random_model(getkey(), cards, parents)
-    weights = jax.random.normal(getkey(), (model.num_global_states,))
+    rng = np.random.default_rng(5)
+    weights = rng.normal(size=model.num_global_states)
 
     def loss(cims):
         m = jc.CTBN(cims=cims, parents=parents)
@@ -231,14 +273,14 @@ def test_gradient_matches_finite_differences(solver, getkey):
         return (st.dwell_times * weights).sum() + st.node_transitions(2).sum()
 
     grads = jax.jit(jax.grad(loss))(model.cims)
-    direction = [
-        jax.random.normal(getkey(), c.shape) * (1 - jnp.eye(c.shape[-1])) for c in model.cims
-    ]
+    cims = [np.asarray(c) for c in model.cims]
+    direction = [rng.normal(size=c.shape) * (1 - np.eye(c.shape[-1])) for c in cims]
     eps = 1e-5
-    plus = loss([c + eps * d for c, d in zip(model.cims, direction)])
-    minus = loss([c - eps * d for c, d in zip(model.cims, direction)])
+    # the loss evaluated eagerly: the compiled verb of the solver-against-scipy test
+    plus = loss([c + eps * d for c, d in zip(cims, direction)])
+    minus = loss([c - eps * d for c, d in zip(cims, direction)])
     fd = (plus - minus) / (2 * eps)
-    ad = sum((g * d).sum() for g, d in zip(grads, direction))
+    ad = sum((np.asarray(g) * d).sum() for g, d in zip(grads, direction))
     assert abs(float(ad - fd)) < 1e-6 * max(1.0, abs(float(fd)))
 
 
@@ -251,11 +293,13 @@ def test_vmap_grad_and_grad_vmap(getkey):
         m = jc.CTBN(cims=[c * scale for c in model.cims], parents=parents)
         return jc.expected_statistics(m, jnp.array([0, 0, 0]), 1.0).node_transitions(1).sum()
 
-    vg = jax.vmap(jax.grad(f))(scales)
-    gv = jax.grad(lambda s: jax.vmap(f)(s).sum())(scales)
+    # each compiled whole (called eagerly, the transformed solve splits into several programs)
+    vg = jax.jit(jax.vmap(jax.grad(f)))(scales)
+    gv = jax.jit(jax.grad(lambda s: jax.vmap(f)(s).sum()))(scales)
     np.testing.assert_allclose(vg, gv, rtol=1e-10)
     eps = 1e-6
-    fd = (jax.vmap(f)(scales + eps) - jax.vmap(f)(scales - eps)) / (2 * eps)
+    batch_f = jax.jit(jax.vmap(f))
+    fd = (batch_f(scales + eps) - batch_f(scales - eps)) / (2 * eps)
     np.testing.assert_allclose(vg, fd, rtol=1e-6)
 
 
@@ -268,21 +312,22 @@ def test_diffrax_shared_step_batch_matches_single(getkey):
     expm = jc.expected_statistics_batch(models, init, 1.0, solver=jc.MatrixExponential())
     np.testing.assert_allclose(batch.dwell_times, unif.dwell_times, rtol=1e-7, atol=1e-12)
     np.testing.assert_allclose(expm.dwell_times, unif.dwell_times, rtol=1e-9, atol=1e-12)
-    # the shared-step batched ODE (solve_batch) against one adaptive solve per member (solve),
-    # and both against exact uniformisation
+    # the shared-step batched ODE (solve_batch, run by the batched verb above) against one
+    # adaptive solve per member (solve), and both against exact uniformisation (the batch above)
     solver = jc.DiffraxSolver()
     member = [jax.tree_util.tree_map(lambda x: x[i], models) for i in range(4)]
     p0 = jnp.stack([one_hot_state(m, s) for m, s in zip(member, np.asarray(init))])
-    p_batch, dwell_batch = solver.solve_batch(batch.generator, p0, 1.0)
+    p_batch, dwell_batch = np.asarray(batch.final_marginal), np.asarray(batch.dwell_times)
+    p_exact, dwell_exact = np.asarray(unif.final_marginal), np.asarray(unif.dwell_times)
+    solve = jax.jit(solver.solve)  # one program, 4 calls
     for i in range(4):
         gen = jax.tree_util.tree_map(lambda x: x[i], batch.generator)
-        p_single, dwell_single = solver.solve(gen, p0[i], 1.0)
-        p_exact, dwell_exact = jc.Uniformisation().solve(gen, p0[i], 1.0)
+        p_single, dwell_single = solve(gen, p0[i], 1.0)
         np.testing.assert_allclose(p_batch[i], p_single, rtol=1e-7, atol=1e-12)
         np.testing.assert_allclose(dwell_batch[i], dwell_single, rtol=1e-7, atol=1e-12)
-        np.testing.assert_allclose(p_single, p_exact, rtol=1e-7, atol=1e-12)
-        np.testing.assert_allclose(dwell_single, dwell_exact, rtol=1e-7, atol=1e-12)
-        np.testing.assert_allclose(dwell_batch[i], dwell_exact, rtol=1e-7, atol=1e-12)
+        np.testing.assert_allclose(p_single, p_exact[i], rtol=1e-7, atol=1e-12)
+        np.testing.assert_allclose(dwell_single, dwell_exact[i], rtol=1e-7, atol=1e-12)
+        np.testing.assert_allclose(dwell_batch[i], dwell_exact[i], rtol=1e-7, atol=1e-12)
 
 
 def test_padded_models_with_different_graphs_share_one_compilation(getkey):
@@ -297,18 +342,20 @@ def test_padded_models_with_different_graphs_share_one_compilation(getkey):
     def dwell(m):
         return jc.expected_statistics(m, init, 1.0).dwell_times
 
+    @eqx.filter_jit
+    def own_statistics(m):  # the dwell times and every node's transitions on its parents
+        st = jc.expected_statistics(m, init, 1.0)
+        return st.dwell_times, [st.node_transitions(n) for n in range(3)]
+
     out = jax.jit(jax.vmap(dwell))(stacked)
     for i, m in enumerate(models):
-        ref = jc.expected_statistics(m, init, 1.0).dwell_times
+        ref, M_ref = own_statistics(m)  # one program per graph
         np.testing.assert_allclose(out[i], ref, rtol=1e-12, atol=1e-15)
         # projection onto the padded (traced) parent list equals the static one
-        st = jc.expected_statistics(padded[i], init, 1.0)
-        st_ref = jc.expected_statistics(m, init, 1.0)
+        _, M = own_statistics(padded[i])  # one program for the three padded models
         for n in range(3):
             C = int(np.prod([cards[p] for p in m.parents[n]]))
-            np.testing.assert_allclose(
-                st.node_transitions(n)[:C], st_ref.node_transitions(n), rtol=1e-12, atol=1e-15
-            )
+            np.testing.assert_allclose(M[n][:C], M_ref[n], rtol=1e-12, atol=1e-15)
 
 
 def test_float32_stays_float32(getkey):
@@ -397,28 +444,41 @@ def test_uniformisation_batch_in_rate_groups(getkey):
         scaled = jax.vmap(lambda s, m: jc.CTBN(cims=[c * s for c in m.cims], parents=parents))
         return jax.vmap(jc.amalgamate)(scaled(scales, base))
 
-    gens = generators(scales)
-    S = gens.exit_rates.shape[1]
-    p0 = jax.random.dirichlet(getkey(), jnp.ones(S), (7,))
+    S = int(np.prod(cards))
+    rng = np.random.default_rng(7)
+    p0 = jnp.asarray(rng.dirichlet(np.ones(S), 7))
     grouped = jc.Uniformisation(group_size=3)
     reference = jc.MatrixExponential()
-    for solve in ("solve_batch", "solve_backward_batch"):
-        out = jax.jit(getattr(grouped, solve))(gens, p0, 1.5)
-        whole = getattr(jc.Uniformisation(group_size=None), solve)(gens, p0, 1.5)
-        single = "solve" if solve == "solve_batch" else "solve_backward"
-        for i in range(7):
-            g = jax.tree_util.tree_map(lambda x: x[i], gens)
-            exact = getattr(reference, single)(g, p0[i], 1.5)
-            for got, want, one_loop in zip(out, exact, whole):
-                np.testing.assert_allclose(got[i], want, rtol=1e-10, atol=1e-13)
-                np.testing.assert_allclose(got[i], one_loop[i], rtol=1e-12, atol=1e-14)
 
-    weights = jax.random.normal(getkey(), (7, S))
+    @jax.jit
+    def three_routes(scales):  # forward and backward: grouped, in one loop, dense exponential
+        gens = generators(scales)
+        routes = []
+        for solve, single in (("solve_batch", "solve"), ("solve_backward_batch", "solve_backward")):
+            whole = jc.Uniformisation(group_size=None)
+            # the dense exponential of each member (one matrix at a time under vmap)
+            exact = jax.vmap(getattr(reference, single), in_axes=(0, 0, None))
+            routes.append(
+                (
+                    getattr(grouped, solve)(gens, p0, 1.5),
+                    exact(gens, p0, 1.5),
+                    getattr(whole, solve)(gens, p0, 1.5),
+                )
+            )
+        return routes
 
+    for out, exact, whole in three_routes(scales):
+        for got, want, one_loop in zip(out, exact, whole):
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13)
+            np.testing.assert_allclose(got, one_loop, rtol=1e-12, atol=1e-14)
+
+    weights = jnp.asarray(rng.normal(size=(7, S)))
+
+    @jax.jit
     def loss(scales):
         return (grouped.solve_batch(generators(scales), p0, 1.5)[1] * weights).sum()
 
-    grad = jax.grad(loss)(scales)
+    grad = jax.jit(jax.grad(loss))(scales)
     eps = 1e-6
     for i in (1, 4):
         step = jnp.zeros(7).at[i].set(eps)
@@ -453,12 +513,13 @@ def test_order_by_rate_is_a_sorting_permutation():
     assert sorted(both[1].tolist()) == list(range(1000))
 
 
-@pytest.mark.parametrize("distribution", [False, True])
-def test_statistics_grid_shares_solves_by_clamp_pattern(distribution, getkey):
+def test_statistics_grid_shares_solves_by_clamp_pattern(getkey):
     """Every (intervention, model) pair of the grid, solved once per clamp pattern, equals its
-    own solve by the dense matrix exponential: clamped states 0 and 1 and 2 of a ternary node,
+    own solve by the dense matrix exponential (the pairs solved one by one, as a batch): from a
+    point mass and from a distribution; clamped states 0 and 1 and 2 of a ternary node,
     duplicates, no clamp, and an intervention clamping a node outside `clampable` (zeros);
-    also its gradients with respect to the rates and to the initial distribution."""
+    also its gradients with respect to the rates and to the initial distribution (one
+    gradient program for both)."""
     from jaxctbn._master_equation.master_equation import clamp_pattern_statistics
 
     cards = (2, 3, 2)
@@ -469,70 +530,64 @@ def test_statistics_grid_shares_solves_by_clamp_pattern(distribution, getkey):
     model0 = random_model(getkey(), cards, graphs[0])
     ivs = [jc.Intervention.perfect(model0, a) for a in assignments]
     batch = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *ivs)
-    if distribution:
-        init = jax.random.dirichlet(getkey(), jnp.ones(12))
-    else:
-        init = jnp.array([1, 2, 0])
     C, B = len(ivs), len(models)
+    # the pairs intervention-major, as the grid's members: (c, b) at c * B + b
+    pairs = jax.tree_util.tree_map(lambda x: jnp.repeat(x, B, axis=0), batch)
+    keep = np.repeat([0 not in a for a in assignments], B)  # the rest clamp node 0: zeros
+    others = [(1, 2), (0, 2), (0, 1)]
 
-    def grid(m):
-        return clamp_pattern_statistics(m, init, 0.8, batch, clampable=(1, 2)).members(batch)
-
-    out = eqx.filter_jit(grid)(stacked)
-    assert out.dwell_times.shape == (C * B, 12)
-    for c, a in enumerate(assignments):
-        for b, m in enumerate(models):
-            got = jax.tree_util.tree_map(lambda x: x[c * B + b], out)
-            if 0 in a:  # clamps a node outside `clampable`: zero statistics
-                np.testing.assert_array_equal(got.dwell_times, 0)
-                continue
-            ref = jc.expected_statistics(
-                m, init, 0.8, intervention=ivs[c], solver=jc.MatrixExponential()
-            )
-            np.testing.assert_allclose(got.dwell_times, ref.dwell_times, rtol=1e-11, atol=1e-14)
-            np.testing.assert_allclose(
-                got.final_marginal, ref.final_marginal, rtol=1e-11, atol=1e-14
-            )
-            for n in range(3):
-                np.testing.assert_allclose(
-                    got.node_transitions(n, (0, 1, 2)[:n] + (0, 1, 2)[n + 1 :]),
-                    ref.node_transitions(n, (0, 1, 2)[:n] + (0, 1, 2)[n + 1 :]),
-                    rtol=1e-11,
-                    atol=1e-14,
-                )
-
-    # gradient of a weighted sum of the dwell times, against the pairs solved one by one: with
-    # respect to the rates (from a point mass) or to the initial distribution
-    weights = jax.random.uniform(getkey(), (C * B, 12))
-    keep = jnp.repeat(jnp.asarray([0 not in a for a in assignments], float), B)[:, None]
-
-    def by_grid(m, p0):
-        st = clamp_pattern_statistics(m, p0, 0.8, batch, clampable=(1, 2)).members(batch)
-        return (st.dwell_times * weights).sum()
+    def grid(m, p0):
+        return clamp_pattern_statistics(m, p0, 0.8, batch, clampable=(1, 2)).members(batch)
 
     def by_pairs(m, p0):
         grid_models = jax.tree_util.tree_map(
             lambda x: jnp.broadcast_to(x, (C, *x.shape)).reshape(C * B, *x.shape[1:]), m
         )
-        pairs = jax.tree_util.tree_map(lambda x: jnp.repeat(x, B, axis=0), batch)
-        st = jc.expected_statistics_batch(
+        return jc.expected_statistics_batch(
             grid_models,
             jnp.broadcast_to(p0, (C * B, *p0.shape)),
             0.8,
             interventions=pairs,
             solver=jc.MatrixExponential(),
         )
-        return (st.dwell_times * weights * keep).sum()
 
-    if distribution:
-        g_grid = jax.jit(jax.grad(by_grid, argnums=1))(stacked, init)
-        g_pairs = jax.jit(jax.grad(by_pairs, argnums=1))(stacked, init)
-        np.testing.assert_allclose(g_grid, g_pairs, rtol=1e-10, atol=1e-12)
-        return
-    g_grid = eqx.filter_jit(eqx.filter_grad(by_grid))(stacked, init)
-    g_pairs = eqx.filter_jit(eqx.filter_grad(by_pairs))(stacked, init)
-    for a, b in zip(g_grid.cims, g_pairs.cims):
+    @eqx.filter_jit
+    def both_routes(m, p0):
+        def summary(st):
+            return (
+                st.dwell_times,
+                st.final_marginal,
+                [st.node_transitions(n, others[n]) for n in range(3)],
+            )
+
+        return jax.vmap(summary)(grid(m, p0)), jax.vmap(summary)(by_pairs(m, p0))
+
+    point = jnp.array([1, 2, 0])
+    distribution = jax.random.dirichlet(getkey(), jnp.ones(12))
+    for init in (point, distribution):
+        (dwell, final, M), (dwell_ref, final_ref, M_ref) = both_routes(stacked, init)
+        assert dwell.shape == (C * B, 12)
+        np.testing.assert_array_equal(np.asarray(dwell)[~keep], 0)
+        np.testing.assert_array_equal(np.asarray(final)[~keep], 0)
+        for got, want in [(dwell, dwell_ref), (final, final_ref), *zip(M, M_ref)]:
+            got, want = np.asarray(got)[keep], np.asarray(want)[keep]
+            np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-14)
+
+    # gradient of a weighted sum of the dwell times, against the pairs solved one by one, with
+    # respect to the rates and to the initial distribution
+    weights = jax.random.uniform(getkey(), (C * B, 12)) * jnp.asarray(keep, float)[:, None]
+
+    @eqx.filter_jit
+    @eqx.filter_grad
+    def gradient(m_and_p0, route):
+        return (route(*m_and_p0).dwell_times * weights).sum()
+
+    g_grid = gradient((stacked, distribution), grid)
+    g_pairs = gradient((stacked, distribution), by_pairs)
+    np.testing.assert_allclose(g_grid[1], g_pairs[1], rtol=1e-10, atol=1e-12)
+    for a, b in zip(g_grid[0].cims, g_pairs[0].cims):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+        assert float(jnp.abs(a).max()) > 1e-3  # the check has something to compare
 
 
 def test_statistics_grid_rejects_what_it_cannot_share(getkey):

@@ -2,10 +2,14 @@
 independent routes: a dense scipy product of matrix exponentials with observation masks (the
 log-likelihood), Van Loan block exponentials per interval (smoothed statistics), rejection
 sampling of Gillespie paths (z-scores), the complete-path statistics of a densely observed path,
-and finite differences (the gradient)."""
+and finite differences (the gradient).
+
+Compilation dominates, so each problem's library calls run in one compiled program (a fixture
+shared by the tests of the three-node panel)."""
 
 import itertools
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -187,15 +191,44 @@ def _trajectory(r, times, states, exact, intervention):
 
 
 # --------------------------------------------------------------------------- tests
-def test_log_likelihood_matches_dense_expm_product(getkey):
-    # conditional on the first observation (msm's convention), error-free observations; the
-    # version with an initial distribution and emission matrices is checked with the statistics
-    model = _model(getkey())
+FAMILIES = [(1, (0,)), (2, (1, 0)), (0, ())]  # node projections: the model's and other sets
+GRID = np.array([0.2, 0.45, 0.8, 1.4, 1.5, 2.1, 2.6])
+
+
+@eqx.filter_jit
+def _panel_results(model, obs, emissions, p0, grid):
+    """Everything the two tests below compare, in one compiled program: the conditional
+    log-likelihood (error-free), and with emissions and an initial distribution the smoothed
+    statistics, the marginals at `grid` and node projections of the pooled statistics."""
+    conditional = jc.panel_log_likelihood(model, obs)
+    options = dict(emissions=emissions, initial_distribution=p0)
+    stats = jc.panel_expected_statistics(model, obs, **options)
+    marg = jc.panel_marginals(model, obs, grid, **options)
+    pooled = stats.sum()
+    per_family = [
+        (pooled.node_transitions(n, u), pooled.node_dwell_times(n, u)) for n, u in FAMILIES
+    ]
+    on_sets = pooled.node_statistics_on_sets(2, jnp.array([[-1, -1], [0, -1], [1, 0]]))
+    projections = per_family, on_sets, pooled.log_likelihood, stats.node_transitions(0, ())
+    return conditional, stats, marg, projections
+
+
+@pytest.fixture(scope="module")
+def panel_case():
+    model = _model(jax.random.key(0))
     times, states, exact, intervention = _panel()
     obs = jc.PanelObservations.from_sequences(
         times, states, exact_entry=exact, intervention=intervention
     )
-    conditional = jc.panel_log_likelihood(model, obs)
+    p0 = np.random.default_rng(0).dirichlet(np.ones(len(STATES)))
+    results = _panel_results(model, obs, jc.Emissions(EMISSIONS), p0, GRID)
+    return model, (times, states, exact, intervention), p0, results
+
+
+def test_log_likelihood_matches_dense_expm_product(panel_case):
+    # conditional on the first observation (msm's convention), error-free observations; the
+    # version with an initial distribution and emission matrices is checked with the statistics
+    model, (times, states, exact, intervention), _, (conditional, *_) = panel_case
     assert conditional.shape == (5,)
     worst = 0.0
     for r in range(5):
@@ -207,23 +240,14 @@ def test_log_likelihood_matches_dense_expm_product(getkey):
     print(f"log-likelihood: max abs error {worst:.1e}")
 
 
-def test_smoothed_statistics_and_marginals_match_van_loan(getkey):
+def test_smoothed_statistics_and_marginals_match_van_loan(panel_case):
     # emission matrices and an initial distribution; the batch covers missing values, an
     # intervention and exact entry times
-    model = _model(getkey())
-    times, states, exact, intervention = _panel()
-    obs = jc.PanelObservations.from_sequences(
-        times, states, exact_entry=exact, intervention=intervention
-    )
-    emissions = jc.Emissions(EMISSIONS)
-    p0 = np.asarray(jax.random.dirichlet(getkey(), jnp.ones(len(STATES))))
-    options = dict(emissions=emissions, initial_distribution=p0)
-    stats = jc.panel_expected_statistics(model, obs, **options)
-    grid = jnp.array([0.2, 0.45, 0.8, 1.4, 1.5, 2.1, 2.6])
-    marg = jc.panel_marginals(model, obs, grid, **options)
+    model, (times, states, exact, intervention), p0, results = panel_case
+    _, stats, marg, (per_family, (Ms, Ts), pooled_log_likelihood, clamped) = results
     assert stats.dwell_times.shape == (5, len(STATES))
     assert stats.transitions.shape == (5, len(SHIFTS), len(STATES))
-    assert marg.shape == (5, len(grid), len(STATES))
+    assert marg.shape == (5, len(GRID), len(STATES))
     errors = {"log-likelihood": 0.0, "dwell": 0.0, "transitions": 0.0, "marginals": 0.0}
     ref_moves = 0.0
     for r in range(5):
@@ -242,29 +266,15 @@ def test_smoothed_statistics_and_marginals_match_van_loan(getkey):
         # dwell times fill the observed span
         span = args[1][-1] - args[1][0]
         np.testing.assert_allclose(stats.dwell_times[r].sum(), span, rtol=1e-12, atol=1e-14)
-        for g, t in enumerate(np.asarray(grid)):
+        for g, t in enumerate(GRID):
             if t >= args[1][0]:
                 np.testing.assert_allclose(marg[r, g], ref["marginal"](t), atol=1e-9)
                 errors["marginals"] = max(
                     errors["marginals"], np.abs(marg[r, g] - ref["marginal"](t)).max()
                 )
-    # node projections (model's and other parent sets), pooled over the batch with `sum`;
-    # one compiled program for all of them
-    families = [(1, (0,)), (2, (1, 0)), (0, ())]
-    sets = jnp.array([[-1, -1], [0, -1], [1, 0]])
-
-    @jax.jit
-    def projections(stats):
-        pooled = stats.sum()
-        per_family = [
-            (pooled.node_transitions(n, u), pooled.node_dwell_times(n, u)) for n, u in families
-        ]
-        on_sets = pooled.node_statistics_on_sets(2, sets)
-        return per_family, on_sets, pooled.log_likelihood, stats.node_transitions(0, ())
-
-    per_family, (Ms, Ts), pooled_log_likelihood, clamped = projections(stats)
+    # node projections (model's and other parent sets), pooled over the batch with `sum`
     ref_dwell = np.asarray(stats.dwell_times).sum(0)
-    for (node, parents), (M, T) in zip(families, per_family):
+    for (node, parents), (M, T) in zip(FAMILIES, per_family):
         M_ref, T_ref = _node_projection(ref_moves, ref_dwell, node, parents)
         np.testing.assert_allclose(M, M_ref, rtol=1e-8)
         np.testing.assert_allclose(T, T_ref, rtol=1e-12)
@@ -301,6 +311,22 @@ def _path_node_statistics(initial, jump_times, states, num_events, horizon, card
     return M, T
 
 
+PAIR = [(0, (1,)), (1, (0,))]  # the two nodes' families in a two-node cycle
+
+
+def _node_statistics(stats):
+    return [(stats.node_dwell_times(n, u), stats.node_transitions(n, u)) for n, u in PAIR]
+
+
+@eqx.filter_jit
+def _sampled_and_smoothed(model, obs, key, num_trajectories):
+    """Library-sampled paths and the smoothed node statistics of `obs`, in one program."""
+    paths = jc.sample_trajectories(
+        model, jnp.array([0, 0]), 1.2, key=key, num_trajectories=num_trajectories, max_events=64
+    )
+    return paths, _node_statistics(jc.panel_expected_statistics(model, obs))
+
+
 def test_statistics_match_rejection_sampling(getkey):
     # 2 binary nodes; library-sampled paths from a known start, kept when they match two
     # partial observations; z-scores of the smoothed statistics against the kept paths'
@@ -308,9 +334,7 @@ def test_statistics_match_rejection_sampling(getkey):
     times = np.array([0.0, 0.6, 1.2])
     states = np.array([[0, 0], [MISSING, 1], [1, MISSING]])
     n = 20_000
-    paths = jc.sample_trajectories(
-        model, jnp.array([0, 0]), 1.2, key=getkey(), num_trajectories=n, max_events=64
-    )
+    paths, smoothed = _sampled_and_smoothed(model, jc.PanelObservations(times, states), getkey(), n)
     assert not np.any(paths.truncated)
     keep = np.ones(n, bool)
     for t, y in zip(times[1:], states[1:]):
@@ -321,14 +345,10 @@ def test_statistics_match_rejection_sampling(getkey):
     ]
     n_kept = int(keep.sum())
     assert n_kept > 2000
-    stats = jc.panel_expected_statistics(model, jc.PanelObservations(times, states))
     zs = []
-    for node, parents in [(0, (1,)), (1, (0,))]:
+    for (node, parents), (T_exact, M_exact) in zip(PAIR, smoothed):
         M, T = _path_node_statistics(*arrays, 1.2, (2, 2), node, parents)
-        for mc, exact in [
-            (T, stats.node_dwell_times(node, parents)),
-            (M, stats.node_transitions(node, parents)),
-        ]:
+        for mc, exact in [(T, T_exact), (M, M_exact)]:
             se = mc.std(0) / np.sqrt(n_kept)
             mask = se > 0
             zs.append(np.abs(mc.mean(0) - np.asarray(exact))[mask] / se[mask])
@@ -357,17 +377,19 @@ def test_dense_observation_grid_recovers_path_statistics(getkey):
     assert len(jumps) >= 4
     grid = np.linspace(0.0, 4.0, 801)
     at = np.concatenate([[1], visited])[np.searchsorted(jumps, grid, side="right")]
-    stats = jc.panel_expected_statistics(model, jc.PanelObservations(grid, states[at]))
+    smoothed = eqx.filter_jit(lambda m, o: _node_statistics(jc.panel_expected_statistics(m, o)))(
+        model, jc.PanelObservations(grid, states[at])
+    )
     path = (states[1][None], jumps[None], states[visited][None], np.array([len(jumps)]))
-    for node, parents in [(0, (1,)), (1, (0,))]:
+    for (node, parents), (T_smoothed, M_smoothed) in zip(PAIR, smoothed):
         M, T = _path_node_statistics(*path, 4.0, cards, node, parents)
         # errors of order the grid step (0.01) per jump: when a jump happened within its
         # interval, and the small chance of an unseen return trip
-        np.testing.assert_allclose(stats.node_dwell_times(node, parents), T[0], atol=0.02)
-        np.testing.assert_allclose(stats.node_transitions(node, parents), M[0], atol=0.05)
+        np.testing.assert_allclose(T_smoothed, T[0], atol=0.02)
+        np.testing.assert_allclose(M_smoothed, M[0], atol=0.05)
         print(
-            f"node {node}: max |dT| {np.abs(stats.node_dwell_times(node, parents) - T[0]).max():.3f}"
-            f", max |dM| {np.abs(stats.node_transitions(node, parents) - M[0]).max():.3f}"
+            f"node {node}: max |dT| {np.abs(T_smoothed - T[0]).max():.3f}"
+            f", max |dM| {np.abs(M_smoothed - M[0]).max():.3f}"
         )
 
 
@@ -386,12 +408,11 @@ def test_gradient_matches_finite_differences(getkey):
         m = jc.CTBN(cims=cims, parents=model.parents)
         return jc.panel_log_likelihood(m, obs, emissions=emissions)
 
-    value_and_grad = jax.jit(jax.value_and_grad(loss))
-    direction = [
-        jax.random.normal(getkey(), c.shape) * (1 - jnp.eye(c.shape[-1])) for c in model.cims
-    ]
+    value_and_grad = jax.jit(jax.value_and_grad(loss))  # one program for the three calls
+    rng = np.random.default_rng(3)
+    direction = [rng.normal(size=c.shape) * (1 - np.eye(c.shape[-1])) for c in model.cims]
     _, grads = value_and_grad(model.cims)
-    ad = float(sum((g * d).sum() for g, d in zip(grads, direction)))
+    ad = float(sum((np.asarray(g) * d).sum() for g, d in zip(grads, direction)))
     eps = 1e-5
     plus, _ = value_and_grad([c + eps * d for c, d in zip(model.cims, direction)])
     minus, _ = value_and_grad([c - eps * d for c, d in zip(model.cims, direction)])

@@ -1,10 +1,13 @@
 """Fitting the rates of a fixed graph to panel data (`fit_rates`): EM against L-BFGS on the
 log-rates, both against scipy's L-BFGS-B on an independent numpy likelihood (products of
-scipy.linalg.expm of the dense generator), on data simulated by a numpy Gillespie sampler.
+scipy.linalg.expm of the dense generator, a forward algorithm where observations are
+misclassified), on data simulated by a numpy Gillespie sampler.
 
-One data set per model shape, so that every compiled fit is reused: a 2-node binary CTBN with
-some trajectories under do(A = 1) (pooling), a 3-state illness-death node with structural
-zeros, and a binary node for the boundary cases and the imperfect interventions."""
+Compiling a fit dominates the time, so every compiled fit is shared by several checks, with one
+data set per model shape: a 2-node binary CTBN with some trajectories under do(A = 1) (pooling)
+and some with rates scaled by imperfect interventions, a 3-state illness-death node with
+structural zeros, misclassification and exact entry times, and a binary node for the boundary
+cases, the fit under an outer `jit` and float32."""
 
 import functools
 import itertools
@@ -94,7 +97,25 @@ TRUE = jc.CTBN(
 START = jc.CTBN(cims=[jnp.ones((1, 2, 2)), jnp.ones((2, 2, 2))], parents=PARENTS, names=("A", "B"))
 STATES = np.array(list(itertools.product(range(2), range(2))))
 R, CLAMPED = 40, 10  # the last CLAMPED trajectories run under do(A = 1)
+# imperfect interventions (per trajectory, per node): A's rates scaled by 3 in trajectories
+# 20-24, B's by 0.5 in 25-29 (EM's M-step is then sum M / sum cT)
+SCALES = np.ones((R, 2))
+SCALES[20:25, 0] = 3.0
+SCALES[25:30, 1] = 0.5
 GRID = np.linspace(0.0, 4.0, 9)
+
+
+def _two_node_generators(rates):
+    """The dense generator of each trajectory (one object per distinct one, for the expm
+    cache of `_dense_log_likelihood`)."""
+    distinct = {}
+    gens = []
+    for r in range(R):
+        key = (r >= R - CLAMPED, *SCALES[r])
+        if key not in distinct:
+            distinct[key] = _two_node_generator(rates, key[0], key[1:])
+        gens.append(distinct[key])
+    return gens
 
 
 @functools.cache
@@ -104,16 +125,17 @@ def _two_node_data():
     targets[R - CLAMPED :, 0] = True
     clamp = np.zeros((R, 2), np.int32)
     clamp[R - CLAMPED :, 0] = 1
-    intervention = jc.Intervention(targets=jnp.asarray(targets), states=jnp.asarray(clamp))
+    intervention = jc.Intervention(
+        targets=jnp.asarray(targets), states=jnp.asarray(clamp)
+    ).with_rate_scales([jnp.asarray(SCALES[:, 0]), jnp.asarray(SCALES[:, 1])])
     truth = _free_rates(TRUE)
-    W_free, W_clamped = _two_node_generator(truth, False), _two_node_generator(truth, True)
     # the hand-written generator is the library's amalgamation
-    np.testing.assert_allclose(W_free, brute_force_generator(TRUE))
+    np.testing.assert_allclose(_two_node_generator(truth, False), brute_force_generator(TRUE))
     paths = []
-    for r in range(R):
+    for r, W in enumerate(_two_node_generators(truth)):
         clamped = r >= R - CLAMPED
         start = int(rng.integers(2)) + (2 if clamped else 2 * int(rng.integers(2)))
-        paths.append(_gillespie_panel(W_clamped if clamped else W_free, start, GRID, rng))
+        paths.append(_gillespie_panel(W, start, GRID, rng))
     paths = np.array(paths)
     obs = jc.PanelObservations(
         np.broadcast_to(GRID, (R, len(GRID))), STATES[paths], intervention=intervention
@@ -121,15 +143,16 @@ def _two_node_data():
     return obs, paths
 
 
-def _two_node_generator(rates, clamped):
+def _two_node_generator(rates, clamped, scales=(1.0, 1.0)):
     """The dense generator over (A, B) in itertools.product order, written out by hand; under
-    do(A = 1) A does not move."""
+    do(A = 1) A does not move; `scales` multiply A's and B's rates."""
     a01, a10, b01_0, b10_0, b01_1, b10_1 = rates
+    c_a, c_b = scales
     Q = np.zeros((4, 4))
     if not clamped:
-        Q[0, 2], Q[1, 3], Q[2, 0], Q[3, 1] = a01, a01, a10, a10  # A moves, B fixed
-    Q[0, 1], Q[1, 0] = b01_0, b10_0  # B moves with A = 0
-    Q[2, 3], Q[3, 2] = b01_1, b10_1  # B moves with A = 1
+        Q[0, 2], Q[1, 3], Q[2, 0], Q[3, 1] = c_a * np.array([a01, a01, a10, a10])  # A moves
+    Q[0, 1], Q[1, 0] = c_b * b01_0, c_b * b10_0  # B moves with A = 0
+    Q[2, 3], Q[3, 2] = c_b * b01_1, c_b * b10_1  # B moves with A = 1
     return Q - np.diag(Q.sum(1))
 
 
@@ -138,9 +161,7 @@ def _two_node_objective(prior=None):
     _, paths = _two_node_data()
 
     def objective(rates):
-        W_free, W_clamped = _two_node_generator(rates, False), _two_node_generator(rates, True)
-        gens = [W_clamped if r >= R - CLAMPED else W_free for r in range(R)]
-        value = _dense_log_likelihood(gens, [GRID] * R, paths)
+        value = _dense_log_likelihood(_two_node_generators(rates), [GRID] * R, paths)
         if prior is not None:
             value += _log_gamma_prior(rates, *prior) - len(rates) * scipy.special.gammaln(prior[0])
         return value
@@ -163,11 +184,19 @@ def _two_node_fit(method_name, with_prior):
     return jc.fit_rates(START, obs, method=method, prior=prior)
 
 
+@functools.cache
+def _two_node_reference(with_prior):
+    return _scipy_fit(_two_node_objective(PRIOR if with_prior else None), np.ones(6))
+
+
 @pytest.mark.parametrize("with_prior", [False, True], ids=["ml", "map"])
 def test_em_and_gradient_reach_the_scipy_optimum(with_prior):
+    # pooling (a node learns nothing from the trajectories in which it is clamped) and
+    # imperfect interventions (rates scaled per trajectory) in the same data; the prior is data
+    # to the compiled fit, so both parameters share one program per method
     em, gradient = _two_node_fit("em", with_prior), _two_node_fit("gradient", with_prior)
     objective = _two_node_objective(PRIOR if with_prior else None)
-    reference, best = _scipy_fit(objective, np.ones(6))
+    reference, best = _two_node_reference(with_prior)
     for fit in (em, gradient):
         assert bool(fit.converged), fit.method
         rates = _free_rates(fit.model)
@@ -217,13 +246,16 @@ def test_strong_prior_pulls_towards_its_mode():
 
 # --------------------------------------------------------------------------- illness-death
 ILLNESS = np.array([[0.0, 0.5, 0.2], [0.3, 0.0, 0.6], [0.0, 0.0, 0.0]])  # state 2 absorbing
+# visits every half time unit (with yearly visits and exact entry times the direct rate 0 -> 2
+# is not identified: its maximum-likelihood value is 0, at the boundary)
+ILLNESS_GRID = np.arange(0.0, 6.0, 0.5)
 
 
 @functools.cache
 def _illness_data():
     rng = np.random.default_rng(1)
     W = ILLNESS - np.diag(ILLNESS.sum(1))
-    grid = np.arange(0.0, 6.0)
+    grid = ILLNESS_GRID
     paths = np.array([_gillespie_panel(W, int(rng.integers(2)), grid, rng) for _ in range(30)])
     return grid, paths
 
@@ -234,37 +266,115 @@ def _illness_start():
     return jc.CTBN(cims=[start[None]], parents=[()], names=("health",))
 
 
-def test_structural_zeros_stay_zero():
-    grid, paths = _illness_data()
-    obs = jc.PanelObservations(np.broadcast_to(grid, paths.shape), paths[..., None])
-    fit = jc.fit_rates(_illness_start(), obs, method=jc.EMFit(tolerance=1e-12))
-    q = np.asarray(fit.model.cims[0][0])
-    assert q[2, 0] == 0.0 and q[2, 1] == 0.0 and q[2, 2] == 0.0
-    assert not np.any(fit.at_lower_bound[0][0, 2]) and not np.any(fit.at_upper_bound[0][0, 2])
-    free = [(0, 1), (0, 2), (1, 0), (1, 2)]
+# states 0 and 1 misclassified (10%); state 2 always seen as itself
+ILLNESS_EMISSIONS = np.array([[0.9, 0.1, 0.0], [0.1, 0.9, 0.0], [0.0, 0.0, 1.0]])
+ILLNESS_EM = jc.EMFit(tolerance=1e-11, max_iterations=2000)
+ILLNESS_FREE = [(0, 1), (0, 2), (1, 0), (1, 2)]
+
+
+def _entries(states):
+    """Each first observation of the absorbing state 2 (after the first visit): taken as the
+    exact entry time."""
+    before = np.concatenate([np.zeros((len(states), 1), bool), states[:, :-1] != 2], axis=1)
+    return (states == 2) & before
+
+
+def _illness_observations(seen):
+    return jc.PanelObservations(
+        np.broadcast_to(ILLNESS_GRID, seen.shape), seen[..., None], exact_entry=_entries(seen)
+    )
+
+
+@functools.cache
+def _misclassified():
+    """The illness-death panel as seen: states 0 and 1 flipped with probability 0.1."""
+    _, paths = _illness_data()
+    rng = np.random.default_rng(7)
+    flip = (paths < 2) & (rng.random(paths.shape) < 0.1)
+    seen = np.where(flip, 1 - paths, paths)
+    assert _entries(seen).sum() >= 3 and flip.sum() >= 3
+    return seen
+
+
+def _hidden_log_likelihood(W, grid, seen, E):
+    """sum_r log p(y_1, y_2, ... | y_0) by the scaled forward algorithm (numpy, dense
+    scipy.linalg.expm): the hidden state starts uniform times the first observation's emission
+    probabilities; an exact entry into the observed state y at t contributes the probability of
+    being elsewhere just before t times the rate into y (no emission); other observations their
+    emission probabilities."""
+    entered = _entries(seen)
+    P = {h: scipy.linalg.expm(W * h) for h in np.unique(np.diff(grid))}
+    total = 0.0
+    for y, exact in zip(seen, entered):
+        a = E[:, y[0]] / E[:, y[0]].sum()
+        for i in range(1, len(grid)):
+            predicted = a @ P[grid[i] - grid[i - 1]]
+            if exact[i]:
+                into = np.arange(len(W)) == y[i]
+                a = predicted @ (W * (~into)[:, None] * into[None, :])
+            else:
+                a = predicted * E[:, y[i]]
+            total += np.log(a.sum())
+            a = a / a.sum()
+    return total
+
+
+def test_em_and_gradient_reach_the_scipy_optimum_with_misclassification_and_exact_entry():
+    # the illness-death panel with states 0 and 1 misclassified and each first observation of
+    # the absorbing state 2 taken as its exact entry time: the EM route (smoothed statistics,
+    # including the recorded jump) and the gradient route (L-BFGS; its gradient is checked
+    # against autodiff of the filter in test_fisher_gradient_equals_autodiff_of_the_filter)
+    # reach scipy's optimum of the independent forward algorithm; the structural zeros of the
+    # start (no way out of state 2) stay exactly zero
+    seen = _misclassified()
+    obs = _illness_observations(seen)
+    emissions = jc.Emissions([ILLNESS_EMISSIONS])
+    fits = {
+        name: jc.fit_rates(_illness_start(), obs, method=method, emissions=emissions)
+        for name, method in [("em", ILLNESS_EM), ("gradient", jc.GradientFit(tolerance=1e-11))]
+    }
 
     def objective(rates):
         Q = np.zeros((3, 3))
-        for (x, y), v in zip(free, rates):
+        for (x, y), v in zip(ILLNESS_FREE, rates):
             Q[x, y] = v
-        W = Q - np.diag(Q.sum(1))
-        return _dense_log_likelihood([W] * len(paths), [grid] * len(paths), paths)
+        return _hidden_log_likelihood(Q - np.diag(Q.sum(1)), ILLNESS_GRID, seen, ILLNESS_EMISSIONS)
 
     reference, best = _scipy_fit(objective, np.ones(4))
-    np.testing.assert_allclose(fit.log_likelihood, best, rtol=1e-8)
-    np.testing.assert_allclose([q[x, y] for x, y in free], reference, rtol=1e-3)
+    for fit in fits.values():
+        assert bool(fit.converged), fit.method
+        q = np.asarray(fit.model.cims[0][0])
+        assert q[2, 0] == 0.0 and q[2, 1] == 0.0 and q[2, 2] == 0.0
+        assert not np.any(fit.at_lower_bound[0][0, 2]) and not np.any(fit.at_upper_bound[0][0, 2])
+        rates = np.array([q[x, y] for x, y in ILLNESS_FREE])
+        # the log-likelihood reported is the independent one at the fitted rates
+        np.testing.assert_allclose(fit.log_likelihood, objective(rates), rtol=1e-10)
+        np.testing.assert_allclose(fit.log_likelihood, best, rtol=1e-8)
+        np.testing.assert_allclose(rates, reference, rtol=1e-3)
+    em, gradient = fits["em"], fits["gradient"]
+    np.testing.assert_allclose(em.log_likelihood, gradient.log_likelihood, rtol=1e-8)
+    np.testing.assert_allclose(em.model.cims[0], gradient.model.cims[0], rtol=2e-3, atol=1e-6)
+    # the reported log-likelihood is the library's own (per-interval route) at the fitted rates
+    again = jc.panel_log_likelihood(
+        em.model, obs, emissions=emissions, solver=jc.MatrixExponential()
+    )
+    np.testing.assert_allclose(em.log_likelihood, again.sum(), rtol=1e-12)
 
 
 def test_observation_impossible_under_structural_zeros_names_the_trajectory():
-    grid, paths = _illness_data()
-    paths = paths.copy()
-    paths[3, 4:] = [2, 0]  # leaves the absorbing state
-    obs = jc.PanelObservations(np.broadcast_to(grid, paths.shape), paths[..., None])
-    with pytest.raises(ValueError, match=r"observations: trajectory 3 at time 5 .*impossible"):
-        jc.fit_rates(_illness_start(), obs)
+    # (the compiled programs of the test above)
+    seen = _misclassified().copy()
+    seen[3, 4:] = 2
+    seen[3, 5] = 0  # leaves the absorbing state (at time 2.5)
+    obs = _illness_observations(seen)
+    emissions = jc.Emissions([ILLNESS_EMISSIONS])
+    with pytest.raises(ValueError, match=r"observations: trajectory 3 at time 2.5 .*impossible"):
+        jc.fit_rates(_illness_start(), obs, method=ILLNESS_EM, emissions=emissions)
     # the same message from the log-likelihood with the dense solver
-    with pytest.raises(ValueError, match=r"observations: trajectory 3 at time 5 .*impossible"):
-        jc.panel_log_likelihood(_illness_start(), obs, solver=jc.MatrixExponential())
+    with pytest.raises(ValueError, match=r"observations: trajectory 3 at time 2.5 .*impossible"):
+        jc.panel_log_likelihood(
+            _illness_start(), obs, emissions=emissions, solver=jc.MatrixExponential()
+        )
 
 
 # --------------------------------------------------------------------------- one binary node
@@ -317,38 +427,6 @@ def test_under_jit_gives_the_same_fit():
     assert int(jitted.iterations) == int(eager.iterations) and jitted.method == "em"
 
 
-def test_imperfect_intervention_scales_the_dwell_times():
-    # two trajectories in which the node's rates are scaled by 3: EM's M-step sum M / sum cT
-    # against scipy on the likelihood with the scaled generator
-    rng = np.random.default_rng(2)
-    truth = np.array([[0.0, 0.7], [0.4, 0.0]])
-    grid = np.arange(0.0, 8.0)
-    scales = np.array([1.0, 1.0, 1.0, 3.0, 3.0, 1.0])
-    paths = []
-    for c in scales:
-        W = c * (truth - np.diag(truth.sum(1)))
-        paths.append(_gillespie_panel(W, int(rng.integers(2)), grid, rng))
-    paths = np.array(paths)
-    intervention = jc.Intervention(
-        targets=jnp.zeros((6, 1), bool), states=jnp.zeros((6, 1), jnp.int32)
-    ).with_rate_scales([jnp.asarray(scales)])
-    obs = jc.PanelObservations(
-        np.broadcast_to(grid, paths.shape), paths[..., None], intervention=intervention
-    )
-    fit = jc.fit_rates(BINARY, obs, method=jc.EMFit(tolerance=1e-13))
-
-    def objective(rates):
-        Q = np.array([[0.0, rates[0]], [rates[1], 0.0]])
-        W = Q - np.diag(Q.sum(1))
-        return _dense_log_likelihood([c * W for c in scales], [grid] * 6, paths)
-
-    reference, best = _scipy_fit(objective, np.ones(2))
-    np.testing.assert_allclose(fit.log_likelihood, best, rtol=1e-8)
-    np.testing.assert_allclose(
-        np.asarray(fit.model.cims[0])[0, [0, 1], [1, 0]], reference, rtol=1e-3
-    )
-
-
 # --------------------------------------------------------------------------- bad input
 def test_bad_input_names_the_argument(no_runtime_typecheck):
     obs = jc.PanelObservations(TIMES, np.asarray(NEVER_LEFT)[..., None])
@@ -383,112 +461,71 @@ def test_bad_input_names_the_argument(no_runtime_typecheck):
         jc.EMFit(1e-6)  # keyword-only  # pyright: ignore
 
 
-def test_em_and_gradient_agree_with_misclassification_and_exact_entry():
-    # the illness-death panel with states 0 and 1 misclassified (10%) and each first
-    # observation of the absorbing state 2 taken as its exact entry time: the EM route
-    # (smoothed statistics, including the recorded jump) and the gradient route (L-BFGS; its
-    # gradient is checked against autodiff of the filter in
-    # test_fisher_gradient_equals_autodiff_of_the_filter) must reach the same optimum
-    grid, paths = _illness_data()
-    rng = np.random.default_rng(7)
-    flip = (paths < 2) & (rng.random(paths.shape) < 0.1)
-    seen = np.where(flip, 1 - paths, paths)
-    entered = (paths == 2) & np.concatenate(
-        [np.zeros((len(paths), 1), bool), paths[:, :-1] != 2], axis=1
-    )
-    assert entered.sum() >= 3 and flip.sum() >= 3
-    emissions = jc.Emissions([np.array([[0.9, 0.1, 0.0], [0.1, 0.9, 0.0], [0.0, 0.0, 1.0]])])
-    obs = jc.PanelObservations(
-        np.broadcast_to(grid, paths.shape), seen[..., None], exact_entry=entered
-    )
-    fits = {
-        name: jc.fit_rates(_illness_start(), obs, method=method, emissions=emissions)
-        for name, method in [
-            ("em", jc.EMFit(tolerance=1e-11, max_iterations=2000)),
-            ("gradient", jc.GradientFit(tolerance=1e-11)),
-        ]
-    }
-    em, gradient = fits["em"], fits["gradient"]
-    assert bool(em.converged) and bool(gradient.converged)
-    np.testing.assert_allclose(em.log_likelihood, gradient.log_likelihood, rtol=1e-8)
-    np.testing.assert_allclose(em.model.cims[0], gradient.model.cims[0], rtol=2e-3, atol=1e-6)
-    # the reported log-likelihood is the library's own at the fitted rates
-    again = jc.panel_log_likelihood(
-        em.model, obs, emissions=emissions, solver=jc.MatrixExponential()
-    )
-    np.testing.assert_allclose(em.log_likelihood, again.sum(), rtol=1e-12)
-
-
-def _problem_for(model, obs, prior=None, emissions=None):
+@eqx.filter_jit
+def _fisher_and_autodiff(model, obs, prior, emissions, groups, factors):
+    """GradientFit's objective and gradient (Fisher's identity) and reverse-mode autodiff of the
+    filter, at the start's free rates times `factors`; one compiled program per problem."""
     from jaxctbn._panel.fit import _problem
-    from jaxctbn._panel.inference import gap_groups
 
-    dtype = jnp.float64
     N = model.num_nodes
     if prior is None:
-        parameters = (jnp.ones(N, dtype), jnp.zeros(N, dtype), jnp.asarray(False))
+        parameters = (jnp.ones(N), jnp.zeros(N), jnp.asarray(False))
     else:
         parameters = (jnp.full(N, prior[0]), jnp.full(N, prior[1]), jnp.asarray(True))
-    groups = gap_groups(obs) if obs.intervention is None else None
-    solver = jc.MatrixExponential()
-    return _problem(model, obs, parameters, emissions, None, solver, groups)
+    problem = _problem(model, obs, parameters, emissions, None, jc.MatrixExponential(), groups)
+    rates = tuple(jnp.where(f, q * c, 0) for q, f, c in zip(problem.start(), problem.free, factors))
+    by_fisher = jax.value_and_grad(problem.objective_by_fisher)(rates)
+    by_autodiff = jax.value_and_grad(problem.objective)(rates)
+    return by_fisher, by_autodiff, problem.free
 
 
 def test_fisher_gradient_equals_autodiff_of_the_filter():
     # GradientFit differentiates the objective by Fisher's identity (smoothed statistics of one
     # forward-backward pass); reverse-mode autodiff through the filter is the independent route.
-    # Per free rate, at rates away from the optimum: perfect interventions (pooling) with a
-    # prior, imperfect ones (rate scales), misclassification with exact entry times (the
-    # intervals grouped by length)
+    # Per free rate, at rates away from the optimum: perfect interventions (pooling) and
+    # imperfect ones (rate scales) with a prior (the intervals solved one by one), and
+    # misclassification with exact entry times (the intervals grouped by length)
+    from jaxctbn._panel.inference import gap_groups
+
     rng = np.random.default_rng(11)
-    obs, _ = _two_node_data()
-    grid, paths = _illness_data()
-    scales = np.array([1.0, 1.0, 3.0, 0.5, 1.0, 2.0])
-    scaled = jc.PanelObservations(
-        np.broadcast_to(grid, (6, len(grid))),
-        paths[:6, :, None] % 2,
-        intervention=jc.Intervention(
-            targets=jnp.zeros((6, 1), bool), states=jnp.zeros((6, 1), jnp.int32)
-        ).with_rate_scales([jnp.asarray(scales)]),
-    )
-    entered = (paths == 2) & np.concatenate(
-        [np.zeros((len(paths), 1), bool), paths[:, :-1] != 2], axis=1
-    )
-    emissions = jc.Emissions([np.array([[0.9, 0.1, 0.0], [0.1, 0.9, 0.0], [0.0, 0.0, 1.0]])])
-    illness = jc.PanelObservations(
-        np.broadcast_to(grid, paths.shape), paths[..., None], exact_entry=entered
-    )
+    illness = _illness_observations(_misclassified())
     problems = [
-        _problem_for(START, obs, prior=PRIOR),
-        _problem_for(BINARY, scaled),
-        _problem_for(_illness_start(), illness, emissions=emissions),  # grouped by length
+        (START, _two_node_data()[0], PRIOR, None, None),
+        (_illness_start(), illness, None, jc.Emissions([ILLNESS_EMISSIONS]), gap_groups(illness)),
     ]
-    assert problems[2].groups is not None and problems[1].groups is None
-    for problem in problems:
-        rates = tuple(
-            jnp.where(f, q * jnp.asarray(rng.uniform(0.5, 2.0, q.shape)), 0)
-            for q, f in zip(problem.start(), problem.free)
+    assert problems[1][-1] is not None
+    for model, obs, prior, emissions, groups in problems:
+        factors = tuple(rng.uniform(0.5, 2.0, c.shape) for c in model.cims)
+        (fisher, ours), (value, autodiff), free = _fisher_and_autodiff(
+            model, obs, prior, emissions, groups, factors
         )
-        both = eqx.filter_jit(
-            lambda p, r: (
-                jax.value_and_grad(p.objective_by_fisher)(r),
-                jax.value_and_grad(p.objective)(r),
-            )
-        )  # one compilation per problem
-        (fisher, ours), (value, autodiff) = both(problem, rates)
         np.testing.assert_allclose(fisher, value, rtol=1e-13)
-        for a, b, f in zip(ours, autodiff, problem.free):
+        for a, b, f in zip(ours, autodiff, free):
             assert np.any(np.asarray(f))
             np.testing.assert_allclose(
                 np.asarray(a)[np.asarray(f)], np.asarray(b)[np.asarray(f)], rtol=1e-8, atol=1e-9
             )
 
 
+@eqx.filter_jit
+def _grouped_and_per_trajectory(model, obs, emissions, groups):
+    """The pooled statistics and the per-trajectory log-likelihoods by the fit's grouped route,
+    and the pooled statistics of the per-interval route (`panel_expected_statistics`)."""
+    from jaxctbn._panel.inference import _pooled_by_gaps
+
+    reference = jc.panel_expected_statistics(
+        model, obs, emissions=emissions, solver=jc.MatrixExponential()
+    ).sum()
+    grouped = _pooled_by_gaps(model, obs, emissions, None, groups, "statistics")[1]
+    per_trajectory = _pooled_by_gaps(model, obs, emissions, None, groups, "likelihood")[1]
+    return reference, grouped, per_trajectory
+
+
 def test_intervals_grouped_by_length_give_the_per_trajectory_statistics():
     # the fit's route (one exponential and one Van Loan block per distinct gap, summed rank-one
     # terms) against the per-interval route summed over trajectories: regular and irregular
     # gaps, padding, missing values, misclassification and exact entry times
-    from jaxctbn._panel.inference import _pooled_by_gaps, gap_groups
+    from jaxctbn._panel.inference import gap_groups
 
     model = jc.CTBN(
         cims=[
@@ -514,45 +551,54 @@ def test_intervals_grouped_by_length_give_the_per_trajectory_statistics():
     with_entries = jc.PanelObservations(times, states, num_observations=counts, exact_entry=exact)
     panel_only = jc.PanelObservations(times, states, num_observations=counts)
     emissions = jc.Emissions([np.array([[0.9, 0.1], [0.2, 0.8]]), None])
-    # with exact entry times, and without (then the grouped filter leaves the entry terms out)
-    for obs, e in [(with_entries, None), (with_entries, emissions), (panel_only, emissions)]:
+    # with exact entry times and emissions; without either (then the grouped filter leaves the
+    # entry terms out, and every observation is exact)
+    for obs, e in [(with_entries, emissions), (panel_only, None)]:
         groups = gap_groups(obs)
         assert groups is not None and 1 < groups.gaps.shape[0] < R * (K - 1)
         assert groups.exact_entries == (obs is with_entries)
-        reference = jc.panel_expected_statistics(
-            model, obs, emissions=e, solver=jc.MatrixExponential()
-        ).sum()
-        grouped = cast(
-            jc.PanelExpectedStatistics,
-            _pooled_by_gaps(model, obs, e, None, groups, "statistics")[1],
-        )
+        reference, grouped, per_trajectory = _grouped_and_per_trajectory(model, obs, e, groups)
+        grouped = cast(jc.PanelExpectedStatistics, grouped)
         np.testing.assert_allclose(grouped.dwell_times, reference.dwell_times, rtol=1e-10)
         np.testing.assert_allclose(
             grouped.transitions, reference.transitions, rtol=1e-9, atol=1e-12
         )
         np.testing.assert_allclose(grouped.log_likelihood, reference.log_likelihood, rtol=1e-12)
-        per_trajectory = cast(
-            jax.Array, _pooled_by_gaps(model, obs, e, None, groups, "likelihood")[1]
-        )
+        assert per_trajectory.shape == (R,)
         np.testing.assert_allclose(per_trajectory.sum(), reference.log_likelihood, rtol=1e-12)
 
 
+@functools.cache
+def _binary_data():
+    rng = np.random.default_rng(2)
+    truth = np.array([[0.0, 0.7], [0.4, 0.0]])
+    grid = np.arange(0.0, 8.0)
+    W = truth - np.diag(truth.sum(1))
+    paths = np.array([_gillespie_panel(W, int(rng.integers(2)), grid, rng) for _ in range(12)])
+    return grid, paths
+
+
 def test_float32_fits_reach_the_float64_optimum():
-    # the same data and model in float32 (times, rates): both methods converge to the optimum
-    # of the independent float64 objective, to float32 accuracy, with float32 results
-    obs, _ = _two_node_data()
+    # a binary node's panel in float32 (times, rates): both methods converge to the optimum of
+    # the independent float64 objective, to float32 accuracy, with float32 results
+    grid, paths = _binary_data()
+    obs = jc.PanelObservations(np.broadcast_to(grid, paths.shape), paths[..., None])
     obs32 = eqx.tree_at(lambda o: o.times, obs, jnp.asarray(obs.times, jnp.float32))
-    start32 = jc.CTBN(
-        cims=[c.astype(jnp.float32) for c in START.cims], parents=PARENTS, names=("A", "B")
-    )
-    objective = _two_node_objective()
-    reference, best = _scipy_fit(objective, np.ones(6))
+    start32 = jc.CTBN(cims=[c.astype(jnp.float32) for c in BINARY.cims], parents=[()])
+
+    def objective(rates):
+        Q = np.array([[0.0, rates[0]], [rates[1], 0.0]])
+        W = Q - np.diag(Q.sum(1))
+        return _dense_log_likelihood([W] * len(paths), [grid] * len(paths), paths)
+
+    reference, best = _scipy_fit(objective, np.ones(2))
     for method in (jc.EMFit(tolerance=1e-6), jc.GradientFit(tolerance=1e-6)):
         fit = jc.fit_rates(start32, obs32, method=method)
         assert bool(fit.converged), fit.method
         assert fit.log_likelihood.dtype == jnp.float32
         assert all(c.dtype == jnp.float32 for c in fit.model.cims)
         rates = _free_rates(fit.model).astype(np.float64)
+        assert not np.any(fit.at_lower_bound[0]) and not np.any(fit.at_upper_bound[0])
         np.testing.assert_allclose(float(fit.log_likelihood), objective(rates), rtol=1e-5)
         np.testing.assert_allclose(objective(rates), best, rtol=1e-5)
         np.testing.assert_allclose(rates, reference, rtol=3e-2)

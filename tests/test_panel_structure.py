@@ -1,7 +1,11 @@
 """Structure learning from panel data (issue 12): expected family statistics against the
 complete-path family statistics of densely observed paths, the pooling rule against per-node
-sums, and structural EM recovering a graph from sparse panels."""
+sums, and structural EM recovering a graph from sparse panels.
 
+Called eagerly, sampling and the family projections compile one small program per operation
+(hundreds); each test runs them in one or two compiled programs instead."""
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,6 +27,23 @@ def _panel(paths, grid):
     )
 
 
+sample_trajectories = eqx.filter_jit(jc.sample_trajectories)  # one program (eagerly: ~80)
+
+
+@eqx.filter_jit
+def _expected_and_complete(truth, observations, paths, sets):
+    """Expected family statistics of the panel and complete-path family statistics of the
+    paths, and the log marginal likelihoods of every candidate set under both."""
+    stats = jc.panel_expected_statistics(truth, observations, solver=jc.MatrixExponential())
+    expected = jc.panel_family_statistics(stats, sets)
+    complete = jc.family_statistics(paths, (2, 2), sets)
+    scores = [
+        jc.StructurePosterior.from_statistics(f, ("A", "B")).log_marginal_likelihoods
+        for f in (expected, complete)
+    ]
+    return expected, complete, scores
+
+
 def test_dense_grid_expected_family_statistics_match_complete_paths(getkey):
     # A <-> B binary, 12 paths observed every 0.01: the expected family statistics of every
     # candidate set approach the complete-path family statistics (an independent route:
@@ -36,16 +57,16 @@ def test_dense_grid_expected_family_statistics_match_complete_paths(getkey):
         names=("A", "B"),
     )
     horizon = 2.0
-    paths = jc.sample_trajectories(
+    paths = sample_trajectories(
         truth, jnp.array([0, 0]), horizon, key=getkey(), num_trajectories=12, max_events=64
     )
     assert not np.any(paths.truncated)
     grid = np.linspace(0.0, horizon, 401)
     observations = _panel(paths, grid)
     sets = jc.candidate_parent_sets(2, 1)
-    stats = jc.panel_expected_statistics(truth, observations, solver=jc.MatrixExponential())
-    expected = jc.panel_family_statistics(stats, sets)
-    complete = jc.family_statistics(paths, (2, 2), sets)
+    expected, complete, (panel_scores, path_scores) = _expected_and_complete(
+        truth, observations, paths, sets
+    )
     total_jumps = float(np.asarray(paths.num_events).sum())
     for n in range(2):
         dT = np.abs(np.asarray(expected.dwell_times[n] - complete.dwell_times[n]))
@@ -56,9 +77,7 @@ def test_dense_grid_expected_family_statistics_match_complete_paths(getkey):
         assert dT.max() < 0.005 * total_jumps
         assert dM.max() < 0.05 * max(1.0, np.sqrt(total_jumps))
     # the scores follow: the same ranking of A's and B's candidate sets
-    post_panel = jc.StructurePosterior.from_statistics(expected, ("A", "B"))
-    post_paths = jc.StructurePosterior.from_statistics(complete, ("A", "B"))
-    for a, b in zip(post_panel.log_marginal_likelihoods, post_paths.log_marginal_likelihoods):
+    for a, b in zip(panel_scores, path_scores):
         np.testing.assert_allclose(a, b, atol=0.05 * max(1.0, np.sqrt(total_jumps)))
 
 
@@ -82,16 +101,30 @@ def test_pooling_excludes_perfectly_intervened_nodes(getkey):
         targets=jnp.asarray(targets), states=jnp.array([[0, 0], [0, 0], [0, 1]])
     )
     observations = jc.PanelObservations(times, states, intervention=intervention)
-    stats = jc.panel_expected_statistics(model, observations, solver=jc.MatrixExponential())
     sets = jc.candidate_parent_sets(2, 1)
-    family = jc.panel_family_statistics(stats, sets, intervention_targets=jnp.asarray(targets))
+    families = [
+        (n, tuple(int(p) for p in row if p >= 0)) for n in range(2) for row in np.asarray(sets[n])
+    ]
+
+    @eqx.filter_jit
+    def pooled_and_per_set(model, observations, sets, targets):
+        stats = jc.panel_expected_statistics(model, observations, solver=jc.MatrixExponential())
+        family = jc.panel_family_statistics(stats, sets, intervention_targets=targets)
+        per_set = [
+            (stats.node_transitions(n, u), stats.node_dwell_times(n, u)) for n, u in families
+        ]
+        return family, per_set
+
+    family, per_set = pooled_and_per_set(model, observations, sets, jnp.asarray(targets))
+    per_set = dict(zip(families, per_set))
     for n in range(2):
         keep = ~targets[:, n]
         for i, row in enumerate(np.asarray(sets[n])):
             parents = tuple(int(p) for p in row if p >= 0)
             configs = 2 ** len(parents)
-            M = np.asarray(stats.node_transitions(n, parents))[keep].sum(0)
-            T = np.asarray(stats.node_dwell_times(n, parents))[keep].sum(0)
+            transitions, dwell_times = per_set[(n, parents)]
+            M = np.asarray(transitions)[keep].sum(0)
+            T = np.asarray(dwell_times)[keep].sum(0)
             np.testing.assert_allclose(family.transitions[n][i, :configs], M, atol=1e-12)
             np.testing.assert_allclose(family.dwell_times[n][i, :configs], T, atol=1e-12)
     # B was clamped in trajectory 2: its dwell times cover only trajectories 0 and 1
@@ -115,7 +148,7 @@ def test_structural_em_recovers_a_chain_from_sparse_panels(getkey):
     R = 150
     key_start, key_paths = getkey(), getkey()
     starts = jax.random.bernoulli(key_start, 0.5, (R, 3)).astype(jnp.int32)
-    paths = jc.sample_trajectories(
+    paths = sample_trajectories(
         truth, starts, horizon, key=key_paths, num_trajectories=R, max_events=128
     )
     assert not np.any(paths.truncated)

@@ -92,8 +92,29 @@ def test_pool_options(prepared, panel):
     np.testing.assert_array_equal(np.asarray(pool.initial_states)[1:, 0], [0, 1])
 
 
+@pytest.fixture(scope="module")
+def all_subjects_statistics(prepared, panel):
+    """The independent route to a posterior from drawn subjects: every subject's smoothed
+    statistics under the full-data model (the E-step, dense matrix exponentials), projected
+    on each node's parent sets with the root's own statistics dropped where a subject came from
+    a sub-pool that clamps it; and the posterior of those pooled statistics."""
+    pool, fit = prepared
+    _, obs, _ = panel
+    stats = jaxctbn.panel_expected_statistics(fit.model, obs, solver=jaxctbn.MatrixExponential())
+    sets = candidate_parent_sets(3, 2)
+
+    @eqx.filter_jit
+    def expected(clamped):
+        pooled = jaxctbn.panel_family_statistics(stats, sets, intervention_targets=clamped)
+        return pooled, jaxctbn.StructurePosterior.from_statistics(pooled, NAMES).entropy()
+
+    return expected
+
+
 @pytest.mark.parametrize("name", ["passive", "random"])
-def test_designs_draw_from_their_pools_without_repeats(prepared, name):
+def test_designs_draw_from_their_pools_without_repeats(prepared, all_subjects_statistics, name):
+    """Each design draws every subject once (K = all subjects), from its option's pool; the
+    posterior after all of them is that of all subjects' statistics computed at once."""
     pool, _ = prepared
     design = jaxctbn.pool_design_from_name(name, num_samples=2)
     keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.key(1), r))(jnp.arange(2))
@@ -106,65 +127,54 @@ def test_designs_draw_from_their_pools_without_repeats(prepared, name):
         assert np.all(m[options, subjects])
         if name == "passive":
             assert np.all(options == 0)
+        # the root's own statistics only count for subjects drawn from the full pool
+        clamped = np.zeros((pool.num_subjects, 3), bool)
+        clamped[subjects, 0] = options > 0
+        expected, entropy = all_subjects_statistics(jnp.asarray(clamped))
+        statistics = jax.tree_util.tree_map(lambda x: x[r], res.statistics)
+        for a, b in zip(jax.tree_util.tree_leaves(statistics), jax.tree_util.tree_leaves(expected)):
+            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(res.entropy[r, -1], entropy, rtol=1e-9)
+    if name == "random":
+        assert np.any(np.asarray(res.option) > 0)
     assert res.entropy.shape == (2, K + 1) and np.all(np.isfinite(np.asarray(res.aupr)))
 
 
-def test_all_subjects_equals_pooled_statistics(prepared, panel):
-    """Drawing every subject gives the posterior of all subjects' statistics at once, computed
-    by the independent route (pool the smoothed statistics, then project)."""
-    pool, fit = prepared
-    _, obs, _ = panel
-    sets = candidate_parent_sets(3, 2)
-    stats = jaxctbn.panel_expected_statistics(fit.model, obs, solver=jaxctbn.MatrixExponential())
-    for name in ("passive", "random"):
-        design = jaxctbn.pool_design_from_name(name)
-        res = jaxctbn.run_pool(pool, design, jax.random.key(3), num_experiments=pool.num_subjects)
-        # the root's own statistics only count for subjects drawn from the full pool
-        clamped = np.zeros((pool.num_subjects, 3), bool)
-        clamped[np.asarray(res.subject), 0] = np.asarray(res.option) > 0
-        expected = jaxctbn.panel_family_statistics(
-            stats, sets, intervention_targets=jnp.asarray(clamped)
-        )
-        for a, b in zip(
-            jax.tree_util.tree_leaves(res.statistics), jax.tree_util.tree_leaves(expected)
-        ):
-            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)
-        posterior = jaxctbn.StructurePosterior.from_statistics(expected, NAMES)
-        np.testing.assert_allclose(
-            pool.prior_posterior.update(res.statistics).entropy(), posterior.entropy(), rtol=1e-9
-        )
-        if name == "random":
-            assert np.any(np.asarray(res.option) > 0)
-
-
 def test_vbhc_and_negative_choose_opposite_extremes(prepared):
+    """The VBHC pool design picks the option of the largest `pool_scores`, its negative the
+    smallest (one compiled program: `worst` is traced), never a closed option."""
     pool, _ = prepared
     key = jax.random.key(5)
     post = pool.prior_posterior.update(pool.subject_statistics(jnp.asarray(0), jnp.asarray(0)))
 
     @eqx.filter_jit
-    def choices(post, pool, open_):
+    def choices(post, pool, open_, worst):
         scores = jaxctbn.pool_scores(post, pool, key=key, num_samples=2)
-        best = jaxctbn.CriterionPool(num_samples=2).choose(post, pool, open_, key)
-        worst = jaxctbn.CriterionPool(num_samples=2, worst=True).choose(post, pool, open_, key)
-        return scores, best, worst
+        return scores, jaxctbn.CriterionPool(num_samples=2, worst=worst).choose(
+            post, pool, open_, key
+        )
 
-    scores, best, worst = choices(post, pool, jnp.ones(3, bool))
+    everything = jnp.ones(3, bool)
+    scores, best = choices(post, pool, everything, jnp.asarray(False))
+    _, worst = choices(post, pool, everything, jnp.asarray(True))
     scores = np.asarray(scores)
     assert np.ptp(scores) > 0
     assert int(best) == int(np.argmax(scores)) and int(worst) == int(np.argmin(scores))
     # a closed option is never chosen
-    closed = jnp.ones(3, bool).at[int(best)].set(False)
-    _, best2, worst2 = choices(post, pool, closed)
+    closed = everything.at[int(best)].set(False)
+    _, best2 = choices(post, pool, closed, jnp.asarray(False))
+    _, worst2 = choices(post, pool, closed, jnp.asarray(True))
     assert int(best2) != int(best) and int(worst2) != int(best)
+    assert int(best2) == int(np.argsort(scores)[-2])
 
 
 def test_same_key_same_result(prepared):
     pool, _ = prepared
     design = jaxctbn.pool_design_from_name("random")
-    a = jaxctbn.run_pool(pool, design, jax.random.key(7), num_experiments=6)
-    b = jaxctbn.run_pool(pool, design, jax.random.key(7), num_experiments=6)
-    c = jaxctbn.run_pool(pool, design, jax.random.key(8), num_experiments=6)
+    run = eqx.filter_jit(jaxctbn.run_pool)  # one program (eagerly: one per operation)
+    a = run(pool, design, jax.random.key(7), num_experiments=6)
+    b = run(pool, design, jax.random.key(7), num_experiments=6)
+    c = run(pool, design, jax.random.key(8), num_experiments=6)
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
         np.testing.assert_array_equal(x, y)
     assert not np.array_equal(a.subject, c.subject)
@@ -195,17 +205,18 @@ def test_bad_root(panel):
 
 
 def test_cli_run_pool(tmp_path, capsys):
+    """`jaxctbn run pool` on the panel of the tests above: the documented files and columns,
+    every subject drawn once per repetition (24 experiments: the loops of the passive and
+    random designs are those of `test_designs_draw_from_their_pools_without_repeats`; the VBHC
+    and its negative share one), each from its option's pool; a rerun loads the chunks."""
     data = tmp_path / "panel.csv"
     df = _simulate()
     df.to_csv(data, index=False)
     out = tmp_path / "run"
     argv = ["run", "pool", "--data", str(data), "--observation", "panel", "--root", "R"]
-    code = main(
-        argv
-        + ["--designs", "passive,random,vbhc,negative-vbhc", "--repetitions", "2"]
-        + ["--experiments", "3", "--samples", "2", "--seed", "4", "--out", str(out)]
-        + ["--no-progress"]
-    )
+    argv += ["--designs", "passive,random,vbhc,negative-vbhc", "--repetitions", "2"]
+    argv += ["--experiments", "24", "--samples", "2", "--seed", "4", "--out", str(out)]
+    code = main([*argv, "--no-progress"])
     assert code == 0, capsys.readouterr().err
     for name in ("config.json", "truth.json", "metrics.csv", "results.json", "summary.md"):
         assert (out / name).exists(), name
@@ -214,13 +225,13 @@ def test_cli_run_pool(tmp_path, capsys):
     metrics = pd.read_csv(out / "metrics.csv")
     assert set(metrics.design) == {"passive", "random", "vbhc", "negative-vbhc"}
     assert {"entropy", "auroc", "aupr", "subject", "intervention"} <= set(metrics.columns)
-    assert len(metrics) == 4 * 2 * 4
+    assert len(metrics) == 4 * 2 * 25
     assert set(metrics.intervention.dropna()) <= {"none", "R=0", "R=1"}
     # every design draws from its option's pool, never the same subject twice in a repetition
     root = df.groupby("trajectory_id")["R"].first().astype(int)
     drawn = metrics[metrics.experiment > 0]
     for (design, _), group in drawn.groupby(["design", "repetition"]):
-        assert group.subject.is_unique
+        assert group.subject.is_unique and len(group) == 24  # every subject, once
         for subject, label in zip(group.subject, group.intervention):
             assert label == "none" or label == f"R={root[subject]}"
             assert design != "passive" or label == "none"
@@ -230,9 +241,7 @@ def test_cli_run_pool(tmp_path, capsys):
     assert "| vbhc | AUROC" in (out / "summary.md").read_text()
     # a rerun loads the finished chunks: same results
     before = (out / "results.json").read_text()
-    assert main(argv + ["--designs", "passive,random,vbhc,negative-vbhc", "--repetitions", "2",
-                        "--experiments", "3", "--samples", "2", "--seed", "4", "--out", str(out),
-                        "--no-progress"]) == 0  # fmt: skip
+    assert main([*argv, "--no-progress"]) == 0
     after = json.loads((out / "results.json").read_text())
     assert after["designs"] == json.loads(before)["designs"]
     capsys.readouterr()

@@ -8,6 +8,28 @@ from helpers import random_model
 
 import jaxctbn as jc
 
+# Called eagerly, the sampler and the statistics compile one small program per primitive
+# (hundreds per test); compiled whole, one program per shape. The same paths: the compiled and
+# eager samplers are compared in test_same_key_same_paths_and_buffer_growth_keeps_paths.
+_sample_jit = eqx.filter_jit(jc.sample_trajectories)
+statistics = eqx.filter_jit(jc.SufficientStatistics.from_trajectories)
+
+
+def sample(model, initial_states, horizon, *, key, num_trajectories, **kwargs):
+    """`jc.sample_trajectories` as one compiled program (the horizon traced, integer initial
+    states as int32, the sampler's own type: one program for lists and arrays alike)."""
+    initial_states = jnp.asarray(initial_states)
+    if jnp.issubdtype(initial_states.dtype, jnp.integer):
+        initial_states = initial_states.astype(jnp.int32)
+    return _sample_jit(
+        model,
+        initial_states,
+        jnp.asarray(horizon, float),
+        key=key,
+        num_trajectories=num_trajectories,
+        **kwargs,
+    )
+
 
 def _brute_force_node_stats(traj, node, parents, cards):
     """Plain Python loop over one padded trajectory."""
@@ -40,19 +62,29 @@ def _brute_force_node_stats(traj, node, parents, cards):
 def test_statistics_match_brute_force_loop(getkey):
     cards, parents = (2, 3, 2), ((2,), (0,), (1, 0))
     model = random_model(getkey(), cards, parents)
-    traj = jc.sample_trajectories(
-        model, jnp.array([0, 1, 1]), 2.0, key=getkey(), num_trajectories=5, max_events=64
-    )
+    # 20 paths: the sampler's program of the CSV round trip below
+    traj = sample(model, [0, 1, 1], 2.0, key=getkey(), num_trajectories=20)
     assert not bool(traj.truncated.any())
-    for r in range(5):
-        one = jax.tree_util.tree_map(lambda a: a[r], traj)
-        for n in range(3):
-            for P in [parents[n], (), tuple(m for m in range(3) if m != n)[::-1]]:
-                st = jc.node_statistics(one, n, P, cards)
-                M, T = _brute_force_node_stats(one, n, P, cards)
-                np.testing.assert_allclose(st.transitions, M)
-                np.testing.assert_allclose(st.dwell_times, T, rtol=1e-12, atol=1e-14)
-        assert abs(float(jc.node_statistics(one, 0, (), cards).dwell_times.sum()) - 2.0) < 1e-12
+    cases = [
+        (n, P)
+        for n in range(3)
+        for P in [parents[n], (), tuple(m for m in range(3) if m != n)[::-1]]
+    ]
+
+    @jax.jit
+    def per_trajectory(traj):  # node_statistics of one trajectory at a time, vmapped
+        return [
+            jax.vmap(lambda t, n=n, P=P: jc.node_statistics(t, n, P, cards))(traj) for n, P in cases
+        ]
+
+    stats = per_trajectory(traj)
+    for r in range(20):
+        one = jax.tree_util.tree_map(lambda a: np.asarray(a)[r], traj)
+        for (n, P), st in zip(cases, stats):
+            M, T = _brute_force_node_stats(one, n, P, cards)
+            np.testing.assert_allclose(st.transitions[r], M)
+            np.testing.assert_allclose(st.dwell_times[r], T, rtol=1e-12, atol=1e-14)
+        assert abs(float(stats[cases.index((0, ()))].dwell_times[r].sum()) - 2.0) < 1e-12
 
 
 @pytest.mark.parametrize("with_intervention", [False, True])
@@ -62,11 +94,11 @@ def test_monte_carlo_means_match_exact_expectations(with_intervention, getkey):
     init = jnp.array([0, 2, 1])
     iv = jc.Intervention.perfect(model, {"X0": 1}) if with_intervention else None
     R = 4000
-    traj = jc.sample_trajectories(
+    traj = sample(
         model, init, 1.5, key=getkey(), num_trajectories=R, intervention=iv, max_events=128
     )
     assert not bool(traj.truncated.any())
-    stats = jc.SufficientStatistics.from_trajectories(traj, cards, parents)
+    stats = statistics(traj, cards, parents)
     exact = jc.expected_statistics(model, init, 1.5, intervention=iv)
     zs = []
     for n in range(3):
@@ -92,27 +124,23 @@ def test_monte_carlo_means_match_exact_expectations(with_intervention, getkey):
 
 def test_truncation_is_flagged_and_refused(getkey):
     model = random_model(getkey(), (2, 2), ((), (0,)), scale=10.0)
-    traj = jc.sample_trajectories(
-        model, jnp.array([0, 0]), 5.0, key=getkey(), num_trajectories=3, max_events=4
-    )
+    traj = sample(model, [0, 0], 5.0, key=getkey(), num_trajectories=3, max_events=4)
     assert bool(traj.truncated.all())
     assert np.all(np.asarray(traj.num_events) == 4)
     with pytest.raises(eqx.EquinoxRuntimeError, match="truncated"):
-        jc.SufficientStatistics.from_trajectories(traj, (2, 2), ((), (0,))).nodes[
-            0
-        ].dwell_times.block_until_ready()
+        statistics(traj, (2, 2), ((), (0,))).nodes[0].dwell_times.block_until_ready()
     with pytest.raises(ValueError, match="truncated"):
         jc.trajectories_to_dataframe(traj, model)
 
 
 def test_same_key_same_paths_and_buffer_growth_keeps_paths(getkey):
+    """The same key gives the same paths, eagerly and compiled (which the other tests use), and
+    a larger event buffer keeps them."""
     model = random_model(getkey(), (2, 2), ((), (0,)))
     key = getkey()
     a = jc.sample_trajectories(model, jnp.array([0, 0]), 3.0, key=key, num_trajectories=4)
-    b = jc.sample_trajectories(model, jnp.array([0, 0]), 3.0, key=key, num_trajectories=4)
-    c = jc.sample_trajectories(
-        model, jnp.array([0, 0]), 3.0, key=key, num_trajectories=4, max_events=512
-    )
+    b = sample(model, [0, 0], 3.0, key=key, num_trajectories=4)
+    c = sample(model, [0, 0], 3.0, key=key, num_trajectories=4, max_events=512)
     assert eqx.tree_equal(a, b)
     m = int(a.num_events.max())
     np.testing.assert_array_equal(a.jump_times[:, :m], c.jump_times[:, :m])
@@ -123,17 +151,15 @@ def test_csv_round_trip_gives_identical_statistics(tmp_path, getkey):
     cards, parents = (2, 3, 2), ((2,), (0,), (1, 0))
     model = random_model(getkey(), cards, parents)
     iv = jc.Intervention.perfect(model, {"X2": 0})
-    t1 = jc.sample_trajectories(model, jnp.array([0, 1, 1]), 2.0, key=getkey(), num_trajectories=20)
-    t2 = jc.sample_trajectories(
-        model, jnp.array([1, 1, 1]), 2.0, key=getkey(), num_trajectories=10, intervention=iv
-    )
+    t1 = sample(model, [0, 1, 1], 2.0, key=getkey(), num_trajectories=20)
+    t2 = sample(model, [1, 1, 1], 2.0, key=getkey(), num_trajectories=10, intervention=iv)
     path = tmp_path / "traj.csv"
     for traj in (t1, t2):
         jc.write_trajectories_csv(traj, model, path)
         back, ids = jc.read_trajectories_csv(path, model)
         assert len(ids) == traj.num_trajectories
-        s1 = jc.SufficientStatistics.from_trajectories(traj, cards, parents)
-        s2 = jc.SufficientStatistics.from_trajectories(back, cards, parents)
+        s1 = statistics(traj, cards, parents)
+        s2 = statistics(back, cards, parents)
         for a, b in zip(s1.nodes, s2.nodes):
             np.testing.assert_array_equal(a.transitions, b.transitions)
             np.testing.assert_array_equal(a.dwell_times, b.dwell_times)
@@ -168,13 +194,8 @@ def test_csv_writer_writes_what_pandas_writes(tmp_path, getkey):
     )
     iv = jc.Intervention.perfect(model, {"a,b": 1})
     for intervention, horizon in ((None, 2.0), (iv, 2.0), (None, 1e-9)):
-        traj = jc.sample_trajectories(
-            model,
-            jnp.array([0, 2]),
-            horizon,
-            key=getkey(),
-            num_trajectories=7,
-            intervention=intervention,
+        traj = sample(
+            model, [0, 2], horizon, key=getkey(), num_trajectories=7, intervention=intervention
         )
         ours, theirs = tmp_path / "ours.csv", tmp_path / "pandas.csv"
         jc.write_trajectories_csv(traj, model, ours)
@@ -193,16 +214,18 @@ def test_rate_routes_and_shrinking_batches_give_the_same_paths(getkey, monkeypat
     iv = jc.Intervention.perfect(model, {"X2": 0})
     key = getkey()
 
-    def sample():
-        return jc.sample_trajectories(
-            model,
-            jnp.array([0, 1, 1]),
-            2.0,
-            key=key,
-            num_trajectories=40,
-            max_events=8,
-            intervention=iv,
-        )
+    def sample():  # compiled whole, traced afresh (a new function) under each patch
+        return eqx.filter_jit(
+            lambda: jc.sample_trajectories(
+                model,
+                jnp.array([0, 1, 1]),
+                2.0,
+                key=key,
+                num_trajectories=40,
+                max_events=8,
+                intervention=iv,
+            )
+        )()
 
     plain = sample()
     assert 0 < int(plain.truncated.sum()) < 40  # short and truncated paths both
@@ -230,8 +253,7 @@ def test_dataframe_with_shared_time_stamps_and_repeated_rows():
     )
     traj, ids = jc.trajectories_from_dataframe(df, model)
     assert ids == ["a"]
-    st = jc.SufficientStatistics.from_trajectories(traj, model.cardinalities, model.parents)
-    A, B = st.total()
+    A, B = statistics(traj, model.cardinalities, model.parents).total()
     np.testing.assert_allclose(A.dwell_times, [[0.5, 1.5]])
     np.testing.assert_allclose(A.transitions, [[[0, 1], [0, 0]]])
     # B: 0 under A=0 for 0.5; after the jump of A at t=1 (same time stamp) B jumps at once
@@ -287,19 +309,22 @@ def test_statistics_are_additive_and_pooling_skips_intervened(getkey):
     cards, parents = (2, 2, 2), ((), (0,), (1,))
     model = random_model(getkey(), cards, parents)
     iv = jc.Intervention.perfect(model, {"X1": 1})
-    obs = jc.sample_trajectories(model, jnp.array([0, 0, 0]), 1.0, key=getkey(), num_trajectories=7)
-    itv = jc.sample_trajectories(
-        model, jnp.array([0, 0, 0]), 1.0, key=getkey(), num_trajectories=5, intervention=iv
-    )
-    s_obs = jc.SufficientStatistics.from_trajectories(obs, cards, parents)
-    s_itv = jc.SufficientStatistics.from_trajectories(itv, cards, parents)
-    s_all = s_obs.concatenate(s_itv)
-    pooled = s_all.pooled()
+    obs = sample(model, [0, 0, 0], 1.0, key=getkey(), num_trajectories=7)
+    itv = sample(model, [0, 0, 0], 1.0, key=getkey(), num_trajectories=5, intervention=iv)
+
+    @eqx.filter_jit
+    def sums(obs, itv):
+        s_obs = jc.SufficientStatistics.from_trajectories(obs, cards, parents)
+        s_itv = jc.SufficientStatistics.from_trajectories(itv, cards, parents)
+        s_all = s_obs.concatenate(s_itv)
+        return s_obs.total(), s_itv.total(), s_all.pooled(), s_all.intervention_targets
+
+    total_obs, total_itv, pooled, targets = sums(obs, itv)
     for n in range(3):
-        expected = s_obs.total()[n] if n == 1 else s_obs.total()[n] + s_itv.total()[n]
+        expected = total_obs[n] if n == 1 else total_obs[n] + total_itv[n]
         np.testing.assert_allclose(pooled[n].dwell_times, expected.dwell_times, rtol=1e-12)
         np.testing.assert_allclose(pooled[n].transitions, expected.transitions)
-    np.testing.assert_array_equal(s_all.intervention_targets[7:, 1], True)
+    np.testing.assert_array_equal(targets[7:, 1], True)
 
 
 def test_sampling_bad_input(getkey):
@@ -341,14 +366,15 @@ def test_rates_are_checked_before_and_after_an_intervention(getkey):
 def test_initial_distribution_is_sampled(getkey):
     model = random_model(getkey(), (2, 3), ((), (0,)))
     p0 = jnp.array([0.1, 0.0, 0.2, 0.3, 0.25, 0.15])
-    traj = jc.sample_trajectories(model, p0, 0.5, key=getkey(), num_trajectories=20000)
-    idx = np.asarray(traj.initial_states[:, 0] * 3 + traj.initial_states[:, 1])
+    traj = sample(model, p0, 0.5, key=getkey(), num_trajectories=20000)
+    init = np.asarray(traj.initial_states)
+    idx = init[:, 0] * 3 + init[:, 1]
     freq = np.bincount(idx, minlength=6) / 20000
     se = np.sqrt(np.asarray(p0) * (1 - np.asarray(p0)) / 20000) + 1e-12
     assert np.max(np.abs(freq - np.asarray(p0)) / se) < 4.5
     assert freq[1] == 0.0
     # expected statistics from the distribution agree with the Monte Carlo mean
-    st = jc.SufficientStatistics.from_trajectories(traj, (2, 3), ((), (0,)))
+    st = statistics(traj, (2, 3), ((), (0,)))
     exact = jc.expected_statistics(model, p0, 0.5).node_dwell_times(1)
     mc = np.asarray(st.nodes[1].dwell_times)
     z = (mc.mean(0) - np.asarray(exact)) / (mc.std(0) / np.sqrt(20000))
@@ -380,7 +406,7 @@ def test_capped_sampler_batches_doubles_and_refuses(getkey, monkeypatch, capsys)
     model = random_model(getkey(), (2, 2), ((), (0,)))
     key, R = getkey(), 5
     inits = jnp.array([[0, 0], [1, 0], [0, 1], [1, 1], [0, 0]])
-    expect = jc.sample_trajectories(model, inits, 3.0, key=key, num_trajectories=R, max_events=64)
+    expect = sample(model, inits, 3.0, key=key, num_trajectories=R, max_events=64)
     assert not expect.truncated.any()
     monkeypatch.setattr(_sampling, "events_bound", lambda mean: 2)  # start too small: doubles
     monkeypatch.setattr(_sampling, "_BATCH_BYTES", 2 * 2 * 16)  # batches of 2 paths
