@@ -178,12 +178,8 @@ from ._active_learning.metrics import structural_hamming_distance as structural_
 
 # the real-data pool experiment
 from ._experiments.pool import POOL_DESIGN_NAMES as POOL_DESIGN_NAMES
-from ._experiments.pool import AbstractPoolDesign as AbstractPoolDesign
-from ._experiments.pool import CriterionPool as CriterionPool
-from ._experiments.pool import PassivePool as PassivePool
 from ._experiments.pool import PoolExperiment as PoolExperiment
 from ._experiments.pool import PoolResult as PoolResult
-from ._experiments.pool import RandomPool as RandomPool
 from ._experiments.pool import pool_design_from_name as pool_design_from_name
 from ._experiments.pool import pool_membership as pool_membership
 from ._experiments.pool import pool_scores as pool_scores

@@ -150,8 +150,9 @@ def test_vbhc_and_negative_choose_opposite_extremes(prepared):
     @eqx.filter_jit
     def choices(post, pool, open_, worst):
         scores = jaxctbn.pool_scores(post, pool, key=key, num_samples=2)
-        return scores, jaxctbn.CriterionPool(num_samples=2, worst=worst).choose(
-            post, pool, open_, key
+        design = jaxctbn.CriterionDesign(jaxctbn.VBHC(), num_samples=2, worst=worst)
+        return scores, design.choose_option(
+            post, pool.candidates, pool.initial_states, pool.horizons, open_, key
         )
 
     everything = jnp.ones(3, bool)

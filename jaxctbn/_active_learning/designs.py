@@ -1,5 +1,8 @@
 """Designs: how the next intervention is chosen from the candidates (passive, random, by a
-criterion, or by any function), and the designs by name."""
+criterion, or by any function), and the designs by name. One hierarchy for both experiments:
+the synthetic loop chooses among candidates that share the next experiment's initial state and
+horizon (`choose`); the real-data pool chooses among options that each have their own, some
+of them used up (`choose_option`)."""
 
 from __future__ import annotations
 
@@ -46,6 +49,37 @@ class AbstractDesign(eqx.Module):
         """Index of the chosen candidate: the `argmax` of `scores`."""
         return jnp.argmax(self.scores(posterior, candidates, initial_state, horizon, key))
 
+    def option_scores(
+        self,
+        posterior: AbstractPosterior,
+        candidates: Intervention,
+        initial_states: Int[Array, "options nodes"],
+        horizons: Float[Array, " options"],
+        key: PRNGKeyArray,
+    ) -> Float[Array, " options"]:
+        """One score per option, each option's intervention scored from its own initial state
+        and horizon (the pool experiment's options), all with the same `key`."""
+
+        def one(candidate, initial_state, horizon):
+            single = jax.tree_util.tree_map(lambda x: x[None], candidate)
+            return self.scores(posterior, single, initial_state, horizon, key)[0]
+
+        return jax.vmap(one)(candidates, initial_states, horizons)
+
+    def choose_option(
+        self,
+        posterior: AbstractPosterior,
+        candidates: Intervention,
+        initial_states: Int[Array, "options nodes"],
+        horizons: Float[Array, " options"],
+        open: Bool[Array, " options"],
+        key: PRNGKeyArray,
+    ) -> Int[Array, ""]:
+        """Index of the chosen option among the `open` ones: the first `argmax` of
+        `option_scores` over them (at least one option must be open)."""
+        scores = self.option_scores(posterior, candidates, initial_states, horizons, key)
+        return jnp.argmax(jnp.where(open, scores, -jnp.inf)).astype(jnp.int32)
+
 
 class PassiveDesign(AbstractDesign):
     """Never intervenes: picks the candidate with no target (it must be among the candidates)."""
@@ -59,6 +93,10 @@ class RandomDesign(AbstractDesign):
 
     def scores(self, posterior, candidates, initial_state, horizon, key):
         return jr.uniform(key, candidates.targets.shape[:1])
+
+    def choose_option(self, posterior, candidates, initial_states, horizons, open, key):
+        """An open option uniformly at random, drawn as a categorical over the open ones."""
+        return jr.categorical(key, jnp.where(open, 0.0, -jnp.inf)).astype(jnp.int32)
 
 
 def as_flag(value):

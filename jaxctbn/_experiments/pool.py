@@ -13,9 +13,10 @@ conditioning on a root is the same as intervening on it. The options of each exp
   do not exclude a subject, but at least one visit must observe it).
 
 A design picks an option, a subject is drawn uniformly from it **without replacement**, and the
-subject's statistics update the structure posterior. Designs: [`jaxctbn.PassivePool`][] (always
-the full pool), [`jaxctbn.RandomPool`][] (an option with subjects left, uniformly) and
-[`jaxctbn.CriterionPool`][] (the best or, for the paper's "negative VBHC" control, the worst
+subject's statistics update the structure posterior. The designs are those of the synthetic
+experiments ([`jaxctbn.AbstractDesign.choose_option`][]): [`jaxctbn.PassiveDesign`][] (always
+the full pool), [`jaxctbn.RandomDesign`][] (an option with subjects left, uniformly) and
+[`jaxctbn.CriterionDesign`][] (the best or, for the paper's "negative VBHC" control, the worst
 option by a design criterion under the current posterior).
 
 **The approximation (the paper's).** A subject's panel observations give no counts: the
@@ -28,7 +29,7 @@ recovers $m$'s graph, not an independent re-learning. A subject drawn from a sub
 interventional experiment, so by the pooling rule (§4) its statistics of the root node itself are
 left out; drawn from the full pool, all its statistics count.
 
-**Scoring.** [`jaxctbn.CriterionPool`][] scores each option's intervention (none, or
+**Scoring.** [`jaxctbn.CriterionDesign`][] scores each option's intervention (none, or
 $\mathrm{do}(\text{root}=r)$) with [`jaxctbn.score_interventions`][] from the option's own
 initial state and horizon ([`jaxctbn.PoolExperiment`][]: the most common complete first
 observation of its subjects, and the median follow-up of its subjects with at least two visits),
@@ -37,7 +38,6 @@ with common posterior draws for all options.
 
 from __future__ import annotations
 
-import abc
 import hashlib
 import os
 import time
@@ -51,9 +51,9 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, Key, PRNGKeyArray
 
-from .._active_learning.designs import as_flag
+from .._active_learning.designs import AbstractDesign, CriterionDesign, PassiveDesign, RandomDesign
 from .._active_learning.metrics import edge_aupr, edge_auroc
-from .._criteria.criteria import VBHC, AbstractCriterion, score_interventions
+from .._criteria.criteria import VBHC, AbstractCriterion
 from .._learning.candidates import candidate_parent_sets
 from .._learning.family_statistics import FamilyStatistics
 from .._learning.priors import AbstractPrior, GammaPrior
@@ -318,72 +318,21 @@ def pool_scores(
     num_samples: int = 40,
 ) -> Float[Array, " options"]:
     """The criterion's score of every option's intervention, each from the option's own initial
-    state and horizon, with the same posterior draws for all (`key` shared)."""
-
-    def one(iv, s0, tau):
-        candidate = jax.tree_util.tree_map(lambda x: x[None], iv)
-        return score_interventions(
-            posterior, candidate, s0, tau, criterion=criterion, key=key, num_samples=num_samples
-        )[0]
-
-    return jax.vmap(one)(pool.candidates, pool.initial_states, pool.horizons)
+    state and horizon, with the same posterior draws for all (`key` shared):
+    [`jaxctbn.AbstractDesign.option_scores`][] of [`jaxctbn.CriterionDesign`][]."""
+    design = CriterionDesign(criterion, num_samples=num_samples)
+    return design.option_scores(posterior, pool.candidates, pool.initial_states, pool.horizons, key)
 
 
-class AbstractPoolDesign(eqx.Module):
-    """How the next option is chosen. `choose` returns the option index, given the current
-    posterior, the pool and which options still have subjects (`open`)."""
-
-    @abc.abstractmethod
-    def choose(
-        self,
-        posterior: StructurePosterior,
-        pool: PoolExperiment,
-        open: Bool[Array, " options"],
-        key: PRNGKeyArray,
-    ) -> Int[Array, ""]:
-        raise NotImplementedError
-
-
-class PassivePool(AbstractPoolDesign):
-    """Always the full pool (a subject uniformly from all remaining ones)."""
-
-    def choose(self, posterior, pool, open, key):
-        return jnp.asarray(0, jnp.int32)
-
-
-class RandomPool(AbstractPoolDesign):
-    """An option with subjects left, uniformly at random (then a subject uniformly from it)."""
-
-    def choose(self, posterior, pool, open, key):
-        return jr.categorical(key, jnp.where(open, 0.0, -jnp.inf)).astype(jnp.int32)
-
-
-class CriterionPool(AbstractPoolDesign):
-    """The option with subjects left whose intervention scores best ([`jaxctbn.pool_scores`][]),
-    or worst with `worst=True` (the paper's "negative VBHC" control)."""
-
-    criterion: AbstractCriterion = VBHC()
-    num_samples: int = eqx.field(default=40, static=True)
-    # a value, not a static field: the best and the worst design share one compiled loop
-    worst: bool | np.bool_ | Bool[Array, ""] = eqx.field(default=False, converter=as_flag)
-
-    def choose(self, posterior, pool, open, key):
-        scores = pool_scores(
-            posterior, pool, key=key, criterion=self.criterion, num_samples=self.num_samples
-        )
-        # the worst open option is the best of the negated scores (the same first index)
-        scores = jnp.where(self.worst, -scores, scores)
-        return jnp.argmax(jnp.where(open, scores, -jnp.inf)).astype(jnp.int32)
-
-
-def pool_design_from_name(name: str, *, num_samples: int = 40) -> AbstractPoolDesign:
-    """`"passive"`, `"random"`, `"vbhc"` or `"negative-vbhc"` as a pool design."""
+def pool_design_from_name(name: str, *, num_samples: int = 40) -> AbstractDesign:
+    """`"passive"`, `"random"`, `"vbhc"` or `"negative-vbhc"` as a design of the pool
+    experiment (`num_samples` posterior draws for the VBHC)."""
     if name == "passive":
-        return PassivePool()
+        return PassiveDesign()
     if name == "random":
-        return RandomPool()
+        return RandomDesign()
     if name in ("vbhc", "negative-vbhc"):
-        return CriterionPool(VBHC(), num_samples=num_samples, worst=name == "negative-vbhc")
+        return CriterionDesign(VBHC(), num_samples=num_samples, worst=name == "negative-vbhc")
     raise ValueError(
         f"design: unknown pool design {name!r}; valid: {', '.join(POOL_DESIGN_NAMES)}."
     )
@@ -412,7 +361,7 @@ def _metrics(posterior: StructurePosterior, reference):
 
 def run_pool(
     pool: PoolExperiment,
-    design: AbstractPoolDesign,
+    design: AbstractDesign,
     key: PRNGKeyArray,
     *,
     num_experiments: int,
@@ -433,7 +382,9 @@ def run_pool(
         posterior, available = carry
         k_option, k_subject = jr.split(k)
         open_ = jnp.any(pool.membership & available[None, :], axis=1)
-        option = design.choose(posterior, pool, open_, k_option)
+        option = design.choose_option(
+            posterior, pool.candidates, pool.initial_states, pool.horizons, open_, k_option
+        )
         weights = pool.membership[option] & available
         subject = jr.categorical(k_subject, jnp.where(weights, 0.0, -jnp.inf)).astype(jnp.int32)
         posterior = posterior.update(pool.subject_statistics(subject, option))
@@ -457,7 +408,7 @@ def run_pool(
 @eqx.filter_jit
 def run_pool_repetitions(
     pool: PoolExperiment,
-    design: AbstractPoolDesign,
+    design: AbstractDesign,
     keys: Key[Array, " repetitions"],
     *,
     num_experiments: int,
