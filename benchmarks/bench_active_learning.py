@@ -24,7 +24,7 @@ run directories);
 CLI's `run --shard`: the same results), and `--cpu-devices D` makes the CPU D devices
 (`jax_num_cpu_devices`, as `XLA_FLAGS=--xla_force_host_platform_device_count=D` does), so that
 on a CPU with D cores each core runs a share of the repetitions; the random hash is compiled
-straight-line (`jaxctbn.use_unrolled_threefry_on_cpu()`, as the CLI does) unless
+straight-line (`jaxctbn.internal.use_unrolled_threefry_on_cpu()`, as the CLI does) unless
 `--rolled-threefry` keeps JAX's default;
 `--profile-only` times just the pieces of one structure VBHC step (seconds, not the full
 experiment) and prints them as JSON without writing any results file.
@@ -67,7 +67,7 @@ def profile_structure_step(truth, samples=10):
     # it free (8 for the 27) x sets x draws, shared by the candidates of a pattern
     from jaxctbn._master_equation.master_equation import clamp_pattern_statistics
 
-    draws = jc.structure_draws(post, jax.random.key(0), samples)
+    draws = jc.criteria.structure_draws(post, jax.random.key(0), samples)
     solves, num_solves = [], 0
     for n in range(4):
         free = np.nonzero(~np.asarray(space.targets[:, n]))[0]
@@ -109,7 +109,7 @@ def main():
         "--rolled-threefry",
         action="store_true",
         help="keep JAX 0.10's CPU lowering of the random hash (a loop) instead of the "
-        "straight-line one of jaxctbn.use_unrolled_threefry_on_cpu() (as the CLI); to compare",
+        "straight-line one of jaxctbn.internal.use_unrolled_threefry_on_cpu() (as the CLI); to compare",
     )
     ap.add_argument(
         "--profile-only",
@@ -119,7 +119,7 @@ def main():
     args = ap.parse_args()
     if args.cpu_devices is not None:  # before anything starts the CPU backend
         jax.config.update("jax_num_cpu_devices", args.cpu_devices)
-    unrolled = not args.rolled_threefry and jc.use_unrolled_threefry_on_cpu()
+    unrolled = not args.rolled_threefry and jc.internal.use_unrolled_threefry_on_cpu()
     if args.profile_only:
         prof = profile_structure_step(jc.paper_network(jax.random.key(0)))
         print(json.dumps({"environment": environment(), "profile": prof}, indent=1))
@@ -142,10 +142,10 @@ def main():
         if args.name != "active_learning":
             out += f"_{args.name}"
         t0 = time.perf_counter()
-        config = jc.ExperimentConfig(
+        config = jc.experiments.ExperimentConfig(
             target=target, designs=designs[target], repetitions=R, experiments=K, chunk=chunk
         )
-        report = jc.run_experiment(
+        report = jc.experiments.run_experiment(
             config, out=out, progress=True, batching=jc.Sharded() if args.shard else None
         )
         wall = time.perf_counter() - t0
@@ -184,7 +184,7 @@ def main():
         + ("split across them (`jaxctbn.Sharded()`)." if args.shard else "on one device.")
         + " Random hash: "
         + (
-            "straight-line (`jaxctbn.use_unrolled_threefry_on_cpu()`, as the CLI)."
+            "straight-line (`jaxctbn.internal.use_unrolled_threefry_on_cpu()`, as the CLI)."
             if unrolled
             else "JAX's default lowering."
         ),

@@ -147,7 +147,7 @@ def main():
         print(rows[-1], flush=True)
     # ---- larger networks
     for N in [] if args.quick else [6, 8]:
-        parents = jc.random_graph(jax.random.key(N), N, max_parents=2)
+        parents = jc.experiments.random_graph(jax.random.key(N), N, max_parents=2)
         model = jc.random_ctbn(jax.random.key(N + 1), parents, fast=[i % 2 == 1 for i in range(N)])
         tr = history(model, jax.random.key(N + 2))
         pp = jc.RatePosterior.for_model(model).update_with(

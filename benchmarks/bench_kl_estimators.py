@@ -51,7 +51,7 @@ def divergences(post, draws, tau, estimator, key, paths):
     else:
         est = jc.MonteCarlo(num_paths=paths, max_events=64 + int(40 * tau))
     return jax.jit(
-        lambda p, d, k: jc.structure_divergences(
+        lambda p, d, k: jc.criteria.structure_divergences(
             p, d, jnp.array([0, 0]), tau, estimator=est, path_key=k
         )
     )(post, draws, key)
@@ -88,7 +88,7 @@ def main():
                     }
                 )
             post = jc.learn_structure(traj, truth.names, (2, 2), max_parents=1)
-            draws = jc.structure_draws(post, jax.random.key(11), ns)
+            draws = jc.criteria.structure_draws(post, jax.random.key(11), ns)
             est = {
                 "plug-in": divergences(post, draws, tau, "plug-in", jax.random.key(0), 1),
                 "monte-carlo (10 paths)": divergences(
@@ -99,12 +99,12 @@ def main():
                 ),
             }
             ref = divergences(post, draws, tau, "monte-carlo", jax.random.key(3), ref_paths)
-            bhc_ref = float(jc.structure_bhc(post, ref))
-            vbhc_ref = float(jc.structure_vbhc_minimum(post, ref))
+            bhc_ref = float(jc.criteria.structure_bhc(post, ref))
+            vbhc_ref = float(jc.criteria.structure_vbhc_minimum(post, ref))
             ref_flat = np.concatenate([np.asarray(a) for a in ref])
             for name, a in est.items():
-                bhc = float(jc.structure_bhc(post, a))
-                vbhc = float(jc.structure_vbhc_minimum(post, a))
+                bhc = float(jc.criteria.structure_bhc(post, a))
+                vbhc = float(jc.criteria.structure_vbhc_minimum(post, a))
                 flat = np.concatenate([np.asarray(x) for x in a])
                 mask = np.abs(ref_flat) > 1e-12
                 entry = (flat[mask] - ref_flat[mask]) / np.abs(ref_flat[mask])

@@ -45,7 +45,7 @@ RTOL, ATOL = 1e-8, 1e-10  # requested accuracy for the ODE routes (scipy and dif
 def make_problem(num_nodes, batch, seed=0):
     key = jax.random.key(seed + num_nodes)
     k_graph, k_rates, k_init = jax.random.split(key, 3)
-    parents = jc.random_graph(k_graph, num_nodes, max_parents=2)
+    parents = jc.experiments.random_graph(k_graph, num_nodes, max_parents=2)
     fast = [i % 2 == 1 for i in range(num_nodes)]
     models = jax.vmap(lambda k: jc.random_ctbn(k, parents, fast=fast))(
         jax.random.split(k_rates, batch)
@@ -56,7 +56,7 @@ def make_problem(num_nodes, batch, seed=0):
 
 def scipy_baseline(models, p0s, samples):
     """Per-sample solve_ivp (RK45) with a scipy.sparse generator: [p, I]' = [W^T p, p]."""
-    gens = jax.vmap(lambda m: jc.amalgamate(m, expanded=True))(models)
+    gens = jax.vmap(lambda m: jc.internal.amalgamate(m, expanded=True))(models)
     cards = gens.cardinalities
     src, dst = shift_indices(cards)
     rates = np.asarray(gens.expanded_rates)
@@ -119,8 +119,8 @@ def main():
         models, inits = make_problem(N, B)
         S = 2**N
         J = N
-        gens = jax.vmap(jc.amalgamate)(models)
-        p0s = jax.vmap(lambda m, s: jc.initial_distribution(m, s))(models, inits)
+        gens = jax.vmap(jc.internal.amalgamate)(models)
+        p0s = jax.vmap(lambda m, s: jc.internal.initial_distribution(m, s))(models, inits)
         unif = jc.Uniformisation()
         products = np.asarray(jax.vmap(lambda g: unif.num_products(g, TAU))(gens))
         solvers = {

@@ -43,7 +43,7 @@ TAU, NS = 3.0, 10
 
 def network(seed: int, N: int) -> jc.CTBN:
     key = jax.random.key(seed)
-    graph = jc.random_graph(key, N, max_parents=2)
+    graph = jc.experiments.random_graph(key, N, max_parents=2)
     return jc.random_ctbn(jax.random.fold_in(key, 1), graph, fast=[n % 2 == 0 for n in range(N)])
 
 
@@ -82,7 +82,7 @@ def history(model: jc.CTBN, seed: int, n: int):
         TAU,
         key=jax.random.key(1000 + seed),
         num_trajectories=n,
-        max_events=jc.automatic_max_events(model, TAU) or 256,
+        max_events=jc.internal.automatic_max_events(model, TAU) or 256,
     )
 
 

@@ -1,7 +1,7 @@
 """Sample estimates of design criteria (the paper's appendix figure "MI_design"): does the
 intervention a criterion recommends depend on the history of observations?
 
-For random 3-node binary CTBNs (`jaxctbn.random_graph`, max in-degree 2; rates by the paper's
+For random 3-node binary CTBNs (`jaxctbn.experiments.random_graph`, max in-degree 2; rates by the paper's
 recipe, `jaxctbn.random_ctbn` with Gamma(5,1) fast / Gamma(1/5,1) slow nodes, each node fast
 with probability 1/2) we draw `--histories` histories per graph, each `--trajectories` (30)
 passive trajectories of length tau = 3 with uniformly random initial states, and learn the exact
@@ -112,7 +112,7 @@ def random_problem(key, *, histories: int, trajectories: int):
     """A random 3-node CTBN and `histories` structure posteriors, each learned from
     `trajectories` passive paths of length tau with uniformly random initial states."""
     k_graph, k_fast, k_rates, k_init, k_paths = jr.split(key, 5)
-    parents = jc.random_graph(k_graph, len(NAMES), max_parents=MAX_PARENTS)
+    parents = jc.experiments.random_graph(k_graph, len(NAMES), max_parents=MAX_PARENTS)
     fast = np.asarray(jr.bernoulli(k_fast, 0.5, (len(NAMES),))).tolist()
     truth = jc.random_ctbn(k_rates, parents, CARDS, fast=fast, names=NAMES)
     n = histories * trajectories
@@ -470,7 +470,7 @@ def report(summary, timings, graphs, args, command, wall, t_histories, figure):
         "## Design",
         "",
         f"- **Ground truths**: {args.graphs} random 3-node binary CTBNs "
-        "(`jc.random_graph(key, 3, max_parents=2)`, each edge with probability 1/2; rates "
+        "(`jc.experiments.random_graph(key, 3, max_parents=2)`, each edge with probability 1/2; rates "
         "`jc.random_ctbn` with Gamma(5,1) for fast and Gamma(1/5,1) for slow nodes, each node "
         "fast with probability 1/2, the paper's structure-learning recipe). The graphs drawn are "
         "listed at the end.",

@@ -27,9 +27,9 @@ For each case:
    `control = list(fnscale, reltol, maxit)` as listed; `hessian = FALSE`, no standard errors on
    either side); time inside R (`system.time` of `msm()`, the shortest of 3 identical fits) and
    the Rscript wall time (R start, package load, CSV read).
-2. Likelihood cross-check: `jaxctbn.panel_log_likelihood` (matrix exponential) at msm's fitted
+2. Likelihood cross-check: `jaxctbn.panel.panel_log_likelihood` (matrix exponential) at msm's fitted
    intensities, summed over subjects, times -2, against msm's `minus2loglik` (must agree to 0.01).
-3. When `jaxctbn.fit_rates` exists: EM and gradient fits from the same initial intensities; -2LL,
+3. When `jaxctbn.panel.fit_rates` exists: EM and gradient fits from the same initial intensities; -2LL,
    |difference| to msm, converged flags, iterations, wall time of the first call (with
    compilation) and the shortest of 3 later calls (the speed ratio is msm's shortest over
    jaxctbn's shortest), and msm's -2LL evaluated at jaxctbn's estimate
@@ -133,7 +133,7 @@ def panel_from_long(df, subject, time_col, state_col, *, deathexact=(), decode=N
             # too): such rows are follow-up after absorption and must be dropped upstream
             raise ValueError(f"subject {sid}: repeated observation of a deathexact state")
         exact.append(e)
-    return jc.PanelObservations.from_sequences(times, states, exact_entry=exact)
+    return jc.panel.PanelObservations.from_sequences(times, states, exact_entry=exact)
 
 
 def single_node(Q):
@@ -258,18 +258,18 @@ def simulate_joint(model, layout, num_subjects, visits, seed):
 
 # --------------------------------------------------------------------------- jaxctbn side
 def minus2ll(model, obs):
-    return -2.0 * float(jnp.sum(jc.panel_log_likelihood(model, obs, solver=SOLVER)))
+    return -2.0 * float(jnp.sum(jc.panel.panel_log_likelihood(model, obs, solver=SOLVER)))
 
 
 def jax_fit(start, obs, method_name):
     method = (
-        jc.EMFit(tolerance=1e-8, max_iterations=1000)
+        jc.panel.EMFit(tolerance=1e-8, max_iterations=1000)
         if method_name == "em"
-        else jc.GradientFit(tolerance=1e-8, max_iterations=500)
+        else jc.panel.GradientFit(tolerance=1e-8, max_iterations=500)
     )
 
     def call():
-        return block(jc.fit_rates(start, obs, method=method, solver=SOLVER))
+        return block(jc.panel.fit_rates(start, obs, method=method, solver=SOLVER))
 
     t0 = time.perf_counter()
     call()
@@ -526,7 +526,7 @@ def table(results, msm_version, have_fit, quick):
     lines += ["", "## Maximum-likelihood fits from the same initial intensities", ""]
     if not have_fit:
         lines.append(
-            "`jaxctbn.fit_rates` does not exist in this version of jaxctbn: the fit comparison "
+            "`jaxctbn.panel.fit_rates` does not exist in this version of jaxctbn: the fit comparison "
             "was skipped (only the likelihood cross-check above ran)."
         )
         return lines
@@ -556,7 +556,9 @@ def main():
         sys.exit("Rscript not found: install R and msm (apt-get install r-cran-msm).")
     have_fit = hasattr(jc, "fit_rates")
     if not have_fit:
-        print("jaxctbn.fit_rates does not exist yet: running the likelihood cross-check only.")
+        print(
+            "jaxctbn.panel.fit_rates does not exist yet: running the likelihood cross-check only."
+        )
     msm_version = export_msm_data()
     workdir = tempfile.mkdtemp(prefix="bench_msm_")
     cases = make_cases(args.quick, workdir)

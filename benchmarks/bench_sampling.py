@@ -268,7 +268,7 @@ def main():
         "paper 4-node": jc.paper_network(jax.random.key(0)),
         "random 8-node": jc.random_ctbn(
             jax.random.key(1),
-            jc.random_graph(jax.random.key(2), 8, max_parents=2),
+            jc.experiments.random_graph(jax.random.key(2), 8, max_parents=2),
             fast=[i % 2 == 1 for i in range(8)],
         ),
     }

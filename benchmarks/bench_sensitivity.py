@@ -15,7 +15,7 @@ initial states) of the area under the learning curve (mean over experiments 1..K
 value at the last experiment, for AUROC, AUPR and the posterior entropy, with 95% normal
 intervals over repetitions (over truths for the ensemble).
 
-Single-truth cells are `jaxctbn.run_experiment` directories under
+Single-truth cells are `jaxctbn.experiments.run_experiment` directories under
 `results/sensitivity/cells/` (resumable: rerun the same command to continue after an
 interruption); the ensemble cells vmap over truths and keys and keep their chunks in
 `results/sensitivity/ensemble/`. Outputs: `results/sensitivity.{json,md}` and
@@ -98,7 +98,7 @@ def differences(results: dict) -> dict:
 
 def run_cell(prior_name, truth_seed, policy_name, repetitions, experiments, chunk):
     prior, eb = PRIORS[prior_name]
-    config = jc.ExperimentConfig(
+    config = jc.experiments.ExperimentConfig(
         target="structure",
         designs=DESIGNS,
         repetitions=repetitions,
@@ -111,7 +111,7 @@ def run_cell(prior_name, truth_seed, policy_name, repetitions, experiments, chun
     )
     name = f"{prior_name}_seed{truth_seed}_{policy_name}".replace(" ", "-").replace("/", "-")
     out = os.path.join(RESULTS, "sensitivity", "cells", name)
-    report = jc.run_experiment(config, out=out, progress=False)
+    report = jc.experiments.run_experiment(config, out=out, progress=False)
     return report["results"], report["timing"]
 
 
@@ -139,7 +139,7 @@ def run_ensemble(prior_name, policy_name, size, experiments, chunk):
     policy = POLICIES[policy_name]
     seeds = list(range(100, 100 + size))
     truths = [default_truth("structure", s) for s in seeds]
-    max_events = max(jc.automatic_max_events(t, 3.0) or 512 for t in truths)
+    max_events = max(jc.internal.automatic_max_events(t, 3.0) or 512 for t in truths)
     stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *truths)
     base = jax.random.key(0)
     keys = jax.vmap(lambda s: jax.random.fold_in(base, s))(jnp.asarray(seeds))
@@ -148,7 +148,7 @@ def run_ensemble(prior_name, policy_name, size, experiments, chunk):
     os.makedirs(directory, exist_ok=True)
     results, seconds = {}, {}
     for design_name in DESIGNS:
-        design = jc.design_from_name(design_name, num_samples=10)
+        design = jc.experiments.design_from_name(design_name, num_samples=10)
         parts, t0 = [], time.perf_counter()
         for start in range(0, size, chunk):
             stop = min(start + chunk, size)

@@ -36,7 +36,7 @@ TAU, R, ALPHA, BETA = 100.0, 300, 1.0, 1.0
 def make_data(N, k, seed=0):
     key = jax.random.key(seed + 100 * N + k)
     kg, kr, ki, ks = jax.random.split(key, 4)
-    parents = jc.random_graph(kg, N, max_parents=2)
+    parents = jc.experiments.random_graph(kg, N, max_parents=2)
     truth = jc.random_ctbn(kr, parents, [k] * N, alpha_fast=2.0, beta=2.0)
     inits = jax.random.randint(ki, (R, N), 0, k).astype(jnp.int32)
     max_events = 512
@@ -62,7 +62,7 @@ def numpy_search(traj, cards, max_parents):
         keep_seg = ~targets[seg_traj, n]
         moved = valid & (pre[:, n] != post[:, n]) & ~targets[ev_traj, n]
         node_scores = []
-        for P in np.asarray(jc.enumerate_parent_sets(N, n, max_parents)):
+        for P in np.asarray(jc.internal.enumerate_parent_sets(N, n, max_parents)):
             P = [int(p) for p in P if p >= 0]
             C = int(np.prod([cards[p] for p in P]))
             c_seg = np.zeros(len(seg), np.int64)
@@ -103,8 +103,8 @@ def main():
         truth, traj = make_data(N, k)
         cards = truth.cardinalities
         events = int(traj.num_events.sum())
-        sets = jc.candidate_parent_sets(N, 2)
-        stats_fn = jax.jit(lambda t: jc.family_statistics(t, cards, sets))
+        sets = jc.internal.candidate_parent_sets(N, 2)
+        stats_fn = jax.jit(lambda t: jc.internal.family_statistics(t, cards, sets))
         score_fn = jax.jit(
             lambda s: (lambda p: (p.log_marginal_likelihoods, p.edge_marginals(), p.map_indices()))(
                 jc.StructurePosterior.from_statistics(
@@ -128,9 +128,9 @@ def main():
         post = jc.StructurePosterior.from_statistics(
             stats, truth.names, prior=jc.GammaPrior(ALPHA, BETA)
         )
-        adj = jc.adjacency_from_parents(truth.parents, N)
-        shd = int(jc.structural_hamming_distance(post.map_adjacency(), adj))
-        auroc = float(jc.edge_auroc(edges, adj))
+        adj = jc.experiments.adjacency_from_parents(truth.parents, N)
+        shd = int(jc.experiments.structural_hamming_distance(post.map_adjacency(), adj))
+        auroc = float(jc.experiments.edge_auroc(edges, adj))
         total = t_stats + t_score
         rec = {
             "N": N,

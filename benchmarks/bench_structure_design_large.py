@@ -1,5 +1,5 @@
 """Structure design on large networks: the structure VBHC with joint graph draws
-(`jc.JointGraphDraws()`) over each node's most probable parent sets (`max_sets`), mean-field
+(`jc.criteria.JointGraphDraws()`) over each node's most probable parent sets (`max_sets`), mean-field
 statistics, against the exact criterion where the exact solver is feasible, and its time up to
 50 (or 100) nodes.
 
@@ -63,8 +63,8 @@ def scorer(space, init, criterion, solver, num_samples):
     )
 
 
-LARGE = jc.VBHC(graph_draws=jc.JointGraphDraws(), max_sets=MAX_SETS)
-INDEPENDENT = jc.VBHC(graph_draws=jc.JointGraphDraws(systematic=False), max_sets=MAX_SETS)
+LARGE = jc.VBHC(graph_draws=jc.criteria.JointGraphDraws(), max_sets=MAX_SETS)
+INDEPENDENT = jc.VBHC(graph_draws=jc.criteria.JointGraphDraws(systematic=False), max_sets=MAX_SETS)
 VARIANTS = {
     "mean-field, joint, max_sets 32, N_S = 10": (LARGE, jc.MeanField(), 10),
     "mean-field, joint, max_sets 32, N_S = 20": (LARGE, jc.MeanField(), 20),
@@ -74,7 +74,11 @@ VARIANTS = {
         jc.MeanField(),
         20,
     ),
-    "exact, joint, N_S = 10": (jc.VBHC(graph_draws=jc.JointGraphDraws()), jc.Uniformisation(), 10),
+    "exact, joint, N_S = 10": (
+        jc.VBHC(graph_draws=jc.criteria.JointGraphDraws()),
+        jc.Uniformisation(),
+        10,
+    ),
 }
 #: Keys per variant: the correlation is reported as the mean (and min) over these.
 KEYS = 4
@@ -90,7 +94,7 @@ def accuracy_rows(sizes, seeds):
             init = jnp.zeros(N, jnp.int32)
             key = jax.random.key(11 + seed)
             t0 = time.perf_counter()
-            independent = jc.VBHC(graph_draws=jc.JointGraphDraws(systematic=False))
+            independent = jc.VBHC(graph_draws=jc.criteria.JointGraphDraws(systematic=False))
             joint_ref = scorer(space, init, independent, jc.Uniformisation(), 400)(post, key)
             row = {"N": N, "seed": seed, "reference": "exact, joint, N_S = 400"}
             reference = joint_ref

@@ -52,10 +52,10 @@ def make_data(N: int, num: int = R, seed: int = 0):
     """A random binary network on N nodes and `num` trajectories (buffer trimmed to the most
     jumps of any path)."""
     kg, kr, ki, ks = jax.random.split(jax.random.key(seed + 1000 * N), 4)
-    parents = jc.random_graph(kg, N, max_parents=2)
+    parents = jc.experiments.random_graph(kg, N, max_parents=2)
     truth = jc.random_ctbn(kr, parents, [2] * N, alpha_fast=2.0, beta=2.0)
     inits = jax.random.randint(ki, (num, N), 0, 2).astype(jnp.int32)
-    cap = jc.automatic_max_events(truth, TAU)
+    cap = jc.internal.automatic_max_events(truth, TAU)
     traj = jax.jit(
         lambda: jc.sample_trajectories(
             truth, inits, TAU, key=ks, num_trajectories=num, max_events=cap
@@ -110,9 +110,9 @@ def run_worker(path: str, method: str, timeout: float) -> dict:
 def recovery(truth, traj) -> tuple[int, float]:
     N = truth.num_nodes
     post = jc.learn_structure(traj, truth.names, [2] * N, max_parents=2, prior=PRIOR)
-    adj = jc.adjacency_from_parents(truth.parents, N)
-    shd = int(jc.structural_hamming_distance(post.map_adjacency(), adj))
-    return shd, float(jc.edge_auroc(post.edge_marginals(), adj))
+    adj = jc.experiments.adjacency_from_parents(truth.parents, N)
+    shd = int(jc.experiments.structural_hamming_distance(post.map_adjacency(), adj))
+    return shd, float(jc.experiments.edge_auroc(post.edge_marginals(), adj))
 
 
 def mib(n: float) -> str:
@@ -142,7 +142,7 @@ def main():
         events = int(traj.num_events.sum())
         path = os.path.join(tmp, f"data{N}.npz")
         np.savez(path, **{f: np.asarray(getattr(traj, f)) for f in FIELDS})
-        adj = jc.adjacency_from_parents(truth.parents, N)
+        adj = jc.experiments.adjacency_from_parents(truth.parents, N)
         runs = [("jaxctbn (auto)", "auto")]
         if N in baseline:
             runs.append(("jaxctbn matmul (baseline)", "matmul"))
@@ -151,8 +151,9 @@ def main():
             res = run_worker(path, method, args.timeout)
             results[method] = res
             shd = int(
-                jc.structural_hamming_distance(
-                    jc.adjacency_from_parents([tuple(p) for p in res["map_graph"]], N), adj
+                jc.experiments.structural_hamming_distance(
+                    jc.experiments.adjacency_from_parents([tuple(p) for p in res["map_graph"]], N),
+                    adj,
                 )
             )
             rec = {
@@ -164,7 +165,9 @@ def main():
                 "first_s": res["first_s"],
                 "peak_rss_bytes": res["peak_rss_bytes"],
                 "map_shd": shd,
-                "edge_auroc": float(jc.edge_auroc(jnp.asarray(res["edge_marginals"]), adj)),
+                "edge_auroc": float(
+                    jc.experiments.edge_auroc(jnp.asarray(res["edge_marginals"]), adj)
+                ),
             }
             records.append(rec)
             rows.append(
@@ -195,8 +198,8 @@ def main():
             )
             same = [tuple(sorted(p)) for p in results["auto"]["map_graph"]] == list(peer["parents"])
             shd = int(
-                jc.structural_hamming_distance(
-                    jc.adjacency_from_parents(list(peer["parents"]), N), adj
+                jc.experiments.structural_hamming_distance(
+                    jc.experiments.adjacency_from_parents(list(peer["parents"]), N), adj
                 )
             )
             rec = {

@@ -147,6 +147,8 @@ def _replay_experiments(truth, result, horizon, key):
 
     def one(k, s0, targets, states):
         iv = jc.Intervention(targets=targets, states=states)
-        return jc.sample_trajectory(truth, s0, horizon, key=k, intervention=iv, max_events=512)
+        return jc.internal.sample_trajectory(
+            truth, s0, horizon, key=k, intervention=iv, max_events=512
+        )
 
     return jax.vmap(one)(path_keys, result.initial_states, result.targets, result.states)

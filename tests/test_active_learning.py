@@ -34,7 +34,7 @@ CARDS, PARENTS = (2, 2, 2), ((), (0,), (1,))
 TASK = jc.ParameterLearningTask(jc.CTBN.from_dict(network_dict()))
 KEYS = repetition_keys(0, 3)
 K = 2
-SPACE = jc.design_space((2, 2))  # the candidates `jaxctbn run` passes (all 9)
+SPACE = jc.internal.design_space((2, 2))  # the candidates `jaxctbn run` passes (all 9)
 # the event buffer `run_repetitions` sizes from these rates for tau = 3 (given explicitly where
 # a call must compile the same program with another horizon)
 MAX_EVENTS = 64
@@ -112,7 +112,7 @@ def test_designs_choose_what_their_scores_say():
     best, worst = (
         jc.run_repetitions(
             TASK,
-            jc.design_from_name(name, num_samples=3),
+            jc.experiments.design_from_name(name, num_samples=3),
             KEYS,
             num_experiments=K,
             candidates=SPACE,
@@ -164,7 +164,7 @@ def test_active_learning_bad_input(getkey):
     with pytest.raises(ValueError, match="max_parents must be in 0..2"):
         jc.StructureLearningTask(truth, max_parents=3)
     with pytest.raises(ValueError, match="unknown name 'mi'"):
-        jc.design_from_name("mi")
+        jc.experiments.design_from_name("mi")
     with pytest.raises(ValueError, match="criterion: expected a criterion Module"):
         jc.CriterionDesign("mutual-information")
     with pytest.raises(eqx.EquinoxRuntimeError, match="horizon: must be positive"):
@@ -193,10 +193,10 @@ def test_run_experiment_writes_outputs_and_resumes(tmp_path):
     repetition: the documented files, a rerun that reuses every chunk, and other chunk sizes
     that give the same numbers."""
     out = str(tmp_path / "run")
-    config = jc.ExperimentConfig(
+    config = jc.experiments.ExperimentConfig(
         target="structure", designs=("passive", "random"), repetitions=2, experiments=1, chunk=1
     )
-    report = jc.run_experiment(config, out=out, progress=False)
+    report = jc.experiments.run_experiment(config, out=out, progress=False)
     for name in (
         "config.json",
         "truth.json",
@@ -228,14 +228,14 @@ def test_run_experiment_writes_outputs_and_resumes(tmp_path):
     )
     assert jc.CTBN.from_json(os.path.join(out, "truth.json")).names == ("X1", "X2", "X3", "X4")
     # a rerun reuses every finished chunk and gives the same numbers
-    again = jc.run_experiment(config, out=out, progress=False)
+    again = jc.experiments.run_experiment(config, out=out, progress=False)
     assert all(t["repetitions_computed"] == 0 for t in again["timing"].values())
     np.testing.assert_array_equal(
         again["results"]["random"]["aupr"], report["results"]["random"]["aupr"]
     )
     # chunking does not change results (up to rounding): repetition r always uses
     # fold_in(key(seed), r) (the random design: its choices depend on the keys)
-    other = jc.run_experiment(
+    other = jc.experiments.run_experiment(
         dataclasses.replace(config, chunk=2, designs=("random",)), progress=False
     )
     np.testing.assert_allclose(
@@ -246,9 +246,9 @@ def test_run_experiment_writes_outputs_and_resumes(tmp_path):
         report["results"]["random"]["intervention_index"],
     )
     with pytest.raises(ValueError, match="designs: unknown design 'best'"):
-        jc.ExperimentConfig(designs=("best",))
+        jc.experiments.ExperimentConfig(designs=("best",))
     with pytest.raises(ValueError, match="samples: must be a positive integer"):
-        jc.ExperimentConfig(samples=0)
+        jc.experiments.ExperimentConfig(samples=0)
 
 
 def test_no_throw_reports_failing_repetitions_and_keeps_the_others():

@@ -3,6 +3,7 @@ data flows; a module imports from another sub-package only names without a leadi
 (that layer's internal interface), and no layer imports a later one."""
 
 import ast
+import inspect
 import pathlib
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "jaxctbn"
@@ -22,6 +23,8 @@ LAYERS = (
 #: Everything else at the top of the package: the public surface, cross-cutting single modules,
 #: the shipped data.
 TOP_LEVEL = {"__init__.py", "py.typed", "data", "_errors.py"}
+#: The public namespaces beside the top level (`jaxctbn.panel`, ...): re-exports only.
+NAMESPACES = ("panel", "criteria", "experiments", "internal")
 
 
 def _modules(root: pathlib.Path):
@@ -93,7 +96,8 @@ def top_level_entries(root: pathlib.Path) -> set[str]:
 
 def test_the_package_is_its_layers():
     """A new module goes into the sub-package of its layer, not next to them."""
-    assert top_level_entries(PACKAGE) == TOP_LEVEL | set(LAYERS)
+    namespaces = {f"{n}.py" for n in NAMESPACES}
+    assert top_level_entries(PACKAGE) == TOP_LEVEL | set(LAYERS) | namespaces
     for layer in LAYERS:
         assert (PACKAGE / layer / "__init__.py").is_file(), layer
 
@@ -104,3 +108,34 @@ def test_no_private_names_cross_sub_packages():
 
 def test_layers_build_only_on_earlier_layers():
     assert upward_imports(PACKAGE) == []
+
+
+def _public_names(module) -> set[str]:
+    """Public attributes, less modules (the namespaces, and `jaxtyping` where the tests' import
+    hook adds it)."""
+    return {n for n, v in vars(module).items() if not n.startswith("_") and not inspect.ismodule(v)}
+
+
+def test_a_small_public_surface_and_every_name_in_one_place():
+    """About sixty names at the top level for what a user of the paper needs; the rest in the
+    namespaces, each name in one place only, each namespace a module of re-exports."""
+    import importlib
+
+    import jaxctbn
+
+    top = _public_names(jaxctbn)
+    assert 55 <= len(top) <= 70, len(top)
+    seen = {name: "jaxctbn" for name in top}
+    for namespace in NAMESPACES:
+        module = importlib.import_module(f"jaxctbn.{namespace}")
+        assert getattr(jaxctbn, namespace) is module
+        names = _public_names(module)
+        assert names, namespace
+        for name in names:
+            assert name not in seen, f"{name} in jaxctbn.{namespace} and {seen[name]}"
+            seen[name] = f"jaxctbn.{namespace}"
+            value = getattr(module, name)
+            assert not callable(value) or value.__module__.startswith("jaxctbn._"), name
+        tree = ast.parse((PACKAGE / f"{namespace}.py").read_text())
+        body = [node for node in tree.body if not isinstance(node, ast.Expr)]  # the docstring
+        assert all(isinstance(node, ast.ImportFrom) for node in body), namespace

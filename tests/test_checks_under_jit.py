@@ -177,7 +177,7 @@ def test_initial_distribution_checks_guard_every_output():
 
     def p0(s0, states):
         iv = jc.Intervention(targets=jnp.array([False, True]), states=states)
-        return jc.initial_distribution(_model(CIM_A), s0, iv)
+        return jc.internal.initial_distribution(_model(CIM_A), s0, iv)
 
     good = (jnp.array([0, 0]), jnp.array([0, 1]))
     cases = [
@@ -194,7 +194,7 @@ def test_initial_distribution_checks_guard_every_output():
     ]
     _check_outputs(lambda select: p0, {"p0": None}, good, cases)
     message = "initial distribution: probabilities must be finite, non-negative and sum to 1"
-    dist = jax.jit(lambda p: jc.initial_distribution(_model(CIM_A), p))
+    dist = jax.jit(lambda p: jc.internal.initial_distribution(_model(CIM_A), p))
     _raises(dist, (jnp.full((4,), 0.5),), message)
     solve = jax.jit(lambda p: jc.expected_statistics(_model(CIM_A), p, 1.0).dwell_times)
     jax.block_until_ready(solve(jnp.full((4,), 0.25)))
@@ -268,7 +268,7 @@ def test_node_statistics_checks_guard_every_output():
     def program(select):
         def f(*arrays):
             t = jax.tree_util.tree_map(lambda x: x[0], _trajectories(*arrays))
-            return select(jc.node_statistics(t, 1, (0,), (2, 2)))
+            return select(jc.internal.node_statistics(t, 1, (0,), (2, 2)))
 
         return f
 
@@ -301,12 +301,12 @@ def test_learn_structure_checks_guard_every_output():
 
 def test_family_statistics_scatter_checks_guard_every_output():
     outputs = {"transitions": lambda s: s.transitions[1], "dwell_times": lambda s: s.dwell_times[0]}
-    sets = jc.candidate_parent_sets(2, 1)
+    sets = jc.internal.candidate_parent_sets(2, 1)
 
     def program(select):
         def f(*arrays):
             t = _trajectories(*arrays)
-            return select(jc.family_statistics(t, (2, 2), sets, method="scatter"))
+            return select(jc.internal.family_statistics(t, (2, 2), sets, method="scatter"))
 
         return f
 
@@ -320,8 +320,8 @@ def test_family_statistics_scatter_checks_guard_every_output():
 # ----------------------------------------------------------------------- posteriors
 def _family(T0, M1):
     """Family statistics of two binary nodes with max_parents=1 (sets: {}, {other})."""
-    sets = jc.candidate_parent_sets(2, 1)
-    return jc.FamilyStatistics(
+    sets = jc.internal.candidate_parent_sets(2, 1)
+    return jc.internal.FamilyStatistics(
         transitions=(jnp.ones((2, 2, 2, 2)), M1),
         dwell_times=(T0, jnp.ones((2, 2, 2))),
         parent_sets=sets,
@@ -343,7 +343,7 @@ S_CASES = [
 def test_structure_posterior_statistics_checks_guard_every_output():
     """`score_parent_sets`, `StructurePosterior.from_statistics` and `.update`."""
     outputs = {
-        "score_parent_sets": lambda T0, M1: jc.score_parent_sets(_family(T0, M1))[1],
+        "score_parent_sets": lambda T0, M1: jc.internal.score_parent_sets(_family(T0, M1))[1],
         "stored_statistics": lambda T0, M1: jc.StructurePosterior.from_statistics(
             _family(T0, M1), ("A", "B")
         ).statistics.dwell_times[1],
@@ -389,8 +389,8 @@ def test_rate_posterior_update_checks_guard_every_output():
     def program(select):
         def f(T0, M1):
             stats = [
-                jc.NodeStatistics(transitions=jnp.ones((1, 2, 2)), dwell_times=T0),
-                jc.NodeStatistics(transitions=M1, dwell_times=jnp.ones((2, 2))),
+                jc.internal.NodeStatistics(transitions=jnp.ones((1, 2, 2)), dwell_times=T0),
+                jc.internal.NodeStatistics(transitions=M1, dwell_times=jnp.ones((2, 2))),
             ]
             return select(jc.RatePosterior.for_model(model).update(stats))
 
@@ -411,10 +411,12 @@ def test_rate_posterior_update_checks_guard_every_output():
 def test_traced_prior_parameters_are_checked():
     """A prior built inside jit (traced parameters) is checked where its parameters are used."""
     outputs = {
-        "score0": lambda a: jc.score_parent_sets(_family(*S_GOOD), prior=jc.GammaPrior(a, 1.0))[0],
-        "score1": lambda a: jc.score_parent_sets(_family(*S_GOOD), prior=jc.NodelmanPrior(1.0, a))[
-            1
-        ],
+        "score0": lambda a: jc.internal.score_parent_sets(
+            _family(*S_GOOD), prior=jc.GammaPrior(a, 1.0)
+        )[0],
+        "score1": lambda a: jc.internal.score_parent_sets(
+            _family(*S_GOOD), prior=jc.NodelmanPrior(1.0, a)
+        )[1],
     }
     good = (jnp.asarray(1.0),)
     cases = [

@@ -150,9 +150,10 @@ def test_moments_solver_choice(network, ternary_chain, tmp_path, capsys):
         np.testing.assert_allclose(
             res["nodes"][chain.names[n]]["expected_dwell"], dwell, rtol=1e-12
         )
-    assert jc.resolve_solver(jc.AutomaticSolver(), chain) == jc.MeanField()
+    assert jc.internal.resolve_solver(jc.AutomaticSolver(), chain) == jc.MeanField()
     assert (
-        jc.resolve_solver(jc.AutomaticSolver(max_global_states=3**9), chain) == jc.Uniformisation()
+        jc.internal.resolve_solver(jc.AutomaticSolver(max_global_states=3**9), chain)
+        == jc.Uniformisation()
     )
     with pytest.raises(ValueError, match="max_global_states must be an integer >= 1"):
         jc.AutomaticSolver(max_global_states=0)
@@ -476,7 +477,7 @@ def test_learn_writes_the_documented_layout(tmp_path):
     """`sample` (observational and under do(A=1), the same sizes: one compiled sampler) and
     `learn` with either prior convention: the documented keys, the true graph, a posterior over
     parent sets that sums to 1, and rates that load as a network."""
-    truth = jc.scaled_softmax_ctbn(
+    truth = jc.experiments.scaled_softmax_ctbn(
         ((), (0,), (1,)), (2, 2, 2), rate_fast=2.0, names=("A", "B", "C")
     )
     net = tmp_path / "truth.json"
@@ -581,7 +582,7 @@ def test_design_parameters_on_a_large_network(ternary_chain, tmp_path):
     assert res["scores"][0]["intervention"] == {}
     assert res["scores"][1]["intervention"] == {chain.names[0]: 0}
     assert all(len(r["intervention"]) <= 1 for r in res["scores"])
-    assert jc.resolve_solver(jc.AutomaticSolver(), chain) == jc.MeanField()
+    assert jc.internal.resolve_solver(jc.AutomaticSolver(), chain) == jc.MeanField()
     ref = jc.score_interventions(
         jc.RatePosterior.for_model(chain),
         jc.single_node_interventions(chain.cardinalities),
@@ -589,11 +590,13 @@ def test_design_parameters_on_a_large_network(ternary_chain, tmp_path):
         1.0,
         key=jax.random.key(5),
         num_samples=3,
-        criterion=jc.VBHC(graph_draws=jc.JointGraphDraws(), max_sets=32),  # as `design` passes
+        criterion=jc.VBHC(
+            graph_draws=jc.criteria.JointGraphDraws(), max_sets=32
+        ),  # as `design` passes
     )
     np.testing.assert_allclose([r["score"] for r in res["scores"]], ref, rtol=1e-9)
-    assert jc.design_space((2,) * 7).targets.shape[0] == 3**7  # 2187 <= 4096: all
-    assert jc.design_space((2,) * 8).targets.shape[0] == 17
+    assert jc.internal.design_space((2,) * 7).targets.shape[0] == 3**7  # 2187 <= 4096: all
+    assert jc.internal.design_space((2,) * 8).targets.shape[0] == 17
 
 
 @pytest.mark.usefixtures("no_runtime_typecheck")  # passes a bad graph_draws on purpose
@@ -622,18 +625,18 @@ def test_design_structure_on_a_large_network(tmp_path):
         1.0,
         key=jax.random.key(5),
         num_samples=2,
-        criterion=jc.VBHC(graph_draws=jc.JointGraphDraws(), max_sets=32),
+        criterion=jc.VBHC(graph_draws=jc.criteria.JointGraphDraws(), max_sets=32),
     )
     np.testing.assert_allclose([r["score"] for r in res["scores"]], ref, rtol=1e-9)
     parsed = build_parser().parse_args([*args, "--graph-draws", "stratified", "--max-sets", "4"])
     options = _box_hill_options(parsed, N)
-    assert options == {"graph_draws": jc.StratifiedGraphDraws(), "max_sets": 4}
-    assert jc.default_graph_draws(8, "auto", None) == ("stratified", None)
-    assert jc.default_graph_draws(9, "stratified", 5) == ("stratified", 5)
+    assert options == {"graph_draws": jc.criteria.StratifiedGraphDraws(), "max_sets": 4}
+    assert jc.experiments.default_graph_draws(8, "auto", None) == ("stratified", None)
+    assert jc.experiments.default_graph_draws(9, "stratified", 5) == ("stratified", 5)
     with pytest.raises(ValueError, match="graph_draws must be 'auto', 'stratified' or 'joint'"):
-        jc.ExperimentConfig(graph_draws="bogus")  # type: ignore[arg-type]
+        jc.experiments.ExperimentConfig(graph_draws="bogus")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_sets: must be a positive integer"):
-        jc.ExperimentConfig(max_sets=0)
+        jc.experiments.ExperimentConfig(max_sets=0)
 
 
 def test_design_structure(tmp_path):

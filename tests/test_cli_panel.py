@@ -64,8 +64,8 @@ def test_fit_panel_em_and_gradient_agree_and_write_the_contract(files, tmp_path)
         assert d["method"] == method and d["converged"] is True
         # the written network, re-read and re-evaluated by the library, gives the reported L
         fitted = jc.CTBN.from_dict(d["network"])
-        observations, _ = jc.read_panel_csv(panel, fitted)
-        again = float(jc.panel_log_likelihood(fitted, observations).sum())
+        observations, _ = jc.panel.read_panel_csv(panel, fitted)
+        again = float(jc.panel.panel_log_likelihood(fitted, observations).sum())
         np.testing.assert_allclose(d["log_likelihood"], again, rtol=1e-10)
     np.testing.assert_allclose(
         outs["em"]["log_likelihood"], outs["gradient"]["log_likelihood"], atol=1e-5

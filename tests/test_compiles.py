@@ -105,23 +105,23 @@ def test_marginals_compiles_once(getkey, no_runtime_typecheck):
 
 def test_panel_log_likelihood_compiles_once(getkey, no_runtime_typecheck):
     model, other = _models(getkey)
-    obs = jc.PanelObservations.from_sequences(
+    obs = jc.panel.PanelObservations.from_sequences(
         [[0.0, 0.4, 0.9], [0.0, 0.5]],
         [[[0, 1, 1], [-1, 0, -1], [1, -1, 0]], [[1, 0, 0], [-1, 1, 1]]],
     )
-    new = jc.PanelObservations.from_sequences(
+    new = jc.panel.PanelObservations.from_sequences(
         [[0.1, 0.3, 1.9], [0.0, 0.7]],
         [[[1, 1, 1], [-1, 1, -1], [0, -1, 0]], [[1, 0, 1], [0, 1, 1]]],
     )
     jax.block_until_ready((obs, new))
     _first_then_nothing(
-        lambda: jc.panel_log_likelihood(model, obs),
-        lambda: jc.panel_log_likelihood(other, new),
+        lambda: jc.panel.panel_log_likelihood(model, obs),
+        lambda: jc.panel.panel_log_likelihood(other, new),
     )
     # the initial distribution as a Python list: traced, not baked into the program
     _first_then_nothing(
-        lambda: jc.panel_log_likelihood(model, obs, initial_distribution=[1 / 8] * 8),
-        lambda: jc.panel_log_likelihood(
+        lambda: jc.panel.panel_log_likelihood(model, obs, initial_distribution=[1 / 8] * 8),
+        lambda: jc.panel.panel_log_likelihood(
             other, new, initial_distribution=(np.arange(1.0, 9.0) / 36).tolist()
         ),
     )

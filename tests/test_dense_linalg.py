@@ -185,7 +185,7 @@ def test_matrix_exponential_solver_compiles_without_batched_lapack():
         cims=[jnp.full((1, 2, 2), 0.7), jnp.full((2, 2, 2), 1.3), jnp.full((2, 2, 2), 0.4)],
         parents=((), (0,), (1,)),
     )
-    generator = jc.amalgamate(model)
+    generator = jc.internal.amalgamate(model)
     p0 = jnp.full((4, 8), 1 / 8)
     solver = jc.MatrixExponential()
 
@@ -218,10 +218,10 @@ def test_panel_fit_compiles_without_batched_lapack():
         parents=((), (0,), (1,)),
     )
     times = np.cumsum(rng.uniform(0.2, 1.0, size=(6, 4)), -1)
-    obs = jc.PanelObservations(times, rng.integers(0, 2, size=(6, 4, 3)))
+    obs = jc.panel.PanelObservations(times, rng.integers(0, 2, size=(6, 4, 3)))
     groups = gap_groups(obs)  # as fit_rates computes them eagerly
     no_prior = (jnp.ones(3), jnp.zeros(3), jnp.asarray(False))
-    for method, route in ((jc.EMFit(), groups), (jc.GradientFit(), None)):
+    for method, route in ((jc.panel.EMFit(), groups), (jc.panel.GradientFit(), None)):
         lowered = _fit.lower(
             model, obs, method, no_prior, None, None, jc.MatrixExponential(), route
         )

@@ -17,8 +17,8 @@ from jaxctbn._criteria.structure import _rescorer
 
 def reference_eig(posterior, draws, initial_state, horizon, *, path_key, num_paths, intervention):
     """The structure EIG (maths §6, Algorithm 4 with the stratum weights) path by path, as it was
-    first written: every path a `jc.sample_trajectory`, node n's statistics under each candidate
-    set cut from it by `jc.node_statistics`, the sets rescored by the prior's marginal
+    first written: every path a `jc.internal.sample_trajectory`, node n's statistics under each candidate
+    set cut from it by `jc.internal.node_statistics`, the sets rescored by the prior's marginal
     likelihood. Same draws and path keys as the batched scorer (`fold_in(path_key, n)`, then one
     key per draw and path), so the two must agree to rounding."""
     cards = posterior.cardinalities
@@ -36,12 +36,12 @@ def reference_eig(posterior, draws, initial_state, horizon, *, path_key, num_pat
 
         def gain(model, ks, P, n=n, sets=sets, M_bar=M_bar, T_bar=T_bar, configs=configs, U=U):
             def one_path(k):
-                path = jc.sample_trajectory(
+                path = jc.internal.sample_trajectory(
                     model, initial_state, horizon, key=k, intervention=intervention
                 )
-                st = jax.vmap(lambda S: jc.node_statistics(path, n, S, cards, num_configs=configs))(
-                    sets
-                )
+                st = jax.vmap(
+                    lambda S: jc.internal.node_statistics(path, n, S, cards, num_configs=configs)
+                )(sets)
                 scores = jax.vmap(
                     lambda M, T, Mb, Tb, u: posterior.prior.log_marginal_likelihood(
                         n, Mb + M, Tb + T, u
@@ -99,7 +99,7 @@ def test_batched_eig_equals_path_by_path_reference():
         batching=BATCHING,  # per node: one chunk of 3 computed, two skipped
     )
     k_draws, k_paths = jr.split(key)
-    draws = jc.structure_draws(post, k_draws, NUM_SAMPLES)
+    draws = jc.criteria.structure_draws(post, k_draws, NUM_SAMPLES)
     expected = eqx.filter_jit(
         jax.vmap(
             lambda post, draws, iv, k_paths: reference_eig(
@@ -116,7 +116,7 @@ def test_batched_eig_equals_path_by_path_reference():
     # `structure_eig`, one candidate per call, gives the same numbers (one compiled program)
     def single(i, horizon=horizon):
         iv = jax.tree_util.tree_map(lambda a: a[i], space)
-        return jc.structure_eig(
+        return jc.criteria.structure_eig(
             post, draws, INIT, horizon, path_key=k_paths, num_paths=2, intervention=iv
         )
 

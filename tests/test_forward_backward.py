@@ -33,7 +33,7 @@ CASES = {
 TAU = 0.7
 BETA_KINDS = ("random", "indicator", "ones")
 
-amalgamate = eqx.filter_jit(jc.amalgamate)  # one program per model shape (eagerly: dozens)
+amalgamate = eqx.filter_jit(jc.internal.amalgamate)  # one program per model shape (eagerly: dozens)
 
 
 def _both(solver, gen, alpha, beta, tau):
@@ -179,7 +179,7 @@ def test_grad_of_smoothed_statistics_matches_finite_differences():
     weights = rng.normal(size=model.num_global_states)
 
     def loss(cims, solver):
-        gen = jc.amalgamate(jc.CTBN(cims=cims, parents=parents))
+        gen = jc.internal.amalgamate(jc.CTBN(cims=cims, parents=parents))
         beta0, _ = solver.solve_backward(gen, beta, TAU)
         Z = alpha @ beta0
         dwell, flux = solver.forward_backward(gen, alpha, beta, TAU)

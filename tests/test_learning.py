@@ -11,13 +11,13 @@ from helpers import random_model
 
 import jaxctbn as jc
 
-# Called eagerly, `jc.sample_trajectories` and `jc.family_statistics` compile one small program
+# Called eagerly, `jc.sample_trajectories` and `jc.internal.family_statistics` compile one small program
 # per primitive (hundreds per test); compiled whole, one program per shape, which the tests
 # below share by drawing their data at a few common sizes. The same paths and statistics (the
 # sampler's compiled and eager calls are compared in test_sampling.py); the eager calls'
 # checks on concrete data are tested on the public functions themselves below.
 _sample_jit = eqx.filter_jit(jc.sample_trajectories)
-family_statistics = eqx.filter_jit(jc.family_statistics)
+family_statistics = eqx.filter_jit(jc.internal.family_statistics)
 
 
 def sample(model, initial_states, horizon, *, key, num_trajectories, **kwargs):
@@ -136,7 +136,7 @@ def test_node_score_invariant_to_parent_order(getkey):
     def node_scores(traj):  # node 1 under both orders of its parents, by both priors
         scores = []
         for order in [(0, 2), (2, 0)]:
-            st = jax.vmap(lambda t: jc.node_statistics(t, 1, order, cards))(traj)
+            st = jax.vmap(lambda t: jc.internal.node_statistics(t, 1, order, cards))(traj)
             M, T = st.transitions.sum(0), st.dwell_times.sum(0)
             for prior in (jc.GammaPrior(2.0, 1.5), jc.NodelmanPrior(2.0, 1.5)):
                 scores.append(prior.log_marginal_likelihood(1, M, T, 4))
@@ -184,7 +184,7 @@ def pooled4():
     X2 clamped (pooling), the candidate sets of up to two parents, and the family statistics
     by the scatter route (the reference of the other routes): shared by the route tests."""
     _, traj = _pooled(jax.random.key(4), CARDS4, PARENTS4, {"X2": 1})
-    sets = jc.candidate_parent_sets(4, 2)
+    sets = jc.internal.candidate_parent_sets(4, 2)
     return traj, sets, family_statistics(traj, CARDS4, sets, method="scatter")
 
 
@@ -208,12 +208,14 @@ def test_scatter_and_matmul_routes_agree_with_node_statistics(pooled4):
             per_set.append(
                 jax.vmap(
                     lambda P, n=n, configs=configs: jax.vmap(
-                        lambda t: jc.node_statistics(t, n, P, cards, num_configs=configs)
+                        lambda t: jc.internal.node_statistics(t, n, P, cards, num_configs=configs)
                     )(traj)
                 )(sets[n])
             )
             # and on the last (two-parent) set as a static tuple
-            static.append(jax.vmap(lambda t, n=n: jc.node_statistics(t, n, last[n], cards))(traj))
+            static.append(
+                jax.vmap(lambda t, n=n: jc.internal.node_statistics(t, n, last[n], cards))(traj)
+            )
         return per_set, static
 
     per_sets, statics = independent(traj)
@@ -235,17 +237,17 @@ def test_scatter_and_matmul_routes_agree_with_node_statistics(pooled4):
 
 
 def test_enumeration_and_constraints():
-    sets = jc.enumerate_parent_sets(4, 1, 2)
+    sets = jc.internal.enumerate_parent_sets(4, 1, 2)
     assert sets.shape == (1 + 3 + 3, 2)
     assert sets[0].tolist() == [-1, -1] and sets[-1].tolist() == [2, 3]
-    sets = jc.enumerate_parent_sets(4, 1, 2, required=[0], forbidden=[3])
+    sets = jc.internal.enumerate_parent_sets(4, 1, 2, required=[0], forbidden=[3])
     assert sets.tolist() == [[0, -1], [0, 2]]
     with pytest.raises(ValueError, match="max_parents must be between 0 and 3"):
-        jc.enumerate_parent_sets(4, 1, 4)
+        jc.internal.enumerate_parent_sets(4, 1, 4)
     with pytest.raises(ValueError, match="both required and forbidden"):
-        jc.enumerate_parent_sets(4, 1, 2, required=[0], forbidden=[0])
+        jc.internal.enumerate_parent_sets(4, 1, 2, required=[0], forbidden=[0])
     with pytest.raises(ValueError, match="self-loops"):
-        jc.candidate_parent_sets(3, 1, required_edges=[(1, 1)])
+        jc.internal.candidate_parent_sets(3, 1, required_edges=[(1, 1)])
 
 
 # ----------------------------------------------------------------------------- posterior
@@ -304,18 +306,18 @@ def test_factorised_posterior_matches_graph_enumeration(prior, getkey):
     ids=["binary", "ternary", "mixed", "cycle"],
 )
 def test_map_graph_recovers_truth(cards, parents, getkey):
-    truth = jc.scaled_softmax_ctbn(parents, cards, gamma=3.0, rate_fast=2.0)
+    truth = jc.experiments.scaled_softmax_ctbn(parents, cards, gamma=3.0, rate_fast=2.0)
     N = len(cards)
     inits = jnp.stack([jax.random.randint(getkey(), (150,), 0, k) for k in cards], axis=1).astype(
         jnp.int32
     )
     traj = sample(truth, inits, 10.0, key=getkey(), num_trajectories=150, max_events=512)
-    adj = jc.adjacency_from_parents(parents, N)
+    adj = jc.experiments.adjacency_from_parents(parents, N)
 
     @eqx.filter_jit
     def metrics(post):
-        auroc = jc.edge_auroc(post.edge_marginals(), adj)
-        return auroc, jc.structural_hamming_distance(post.map_adjacency(), adj)
+        auroc = jc.experiments.edge_auroc(post.edge_marginals(), adj)
+        return auroc, jc.experiments.structural_hamming_distance(post.map_adjacency(), adj)
 
     for prior in (jc.GammaPrior(1.0, 1.0), jc.NodelmanPrior(1.0, 1.0)):
         post = jc.learn_structure(traj, truth.names, cards, max_parents=2, prior=prior)
@@ -327,7 +329,7 @@ def test_map_graph_recovers_truth(cards, parents, getkey):
 
 def test_pooling_interventional_equals_observational_for_other_nodes(getkey):
     cards, parents = (2, 2, 2), ((), (0,), (1,))
-    truth = jc.scaled_softmax_ctbn(parents, cards, rate_fast=2.0)
+    truth = jc.experiments.scaled_softmax_ctbn(parents, cards, rate_fast=2.0)
     iv = jc.Intervention.perfect(truth, {"X0": 1})
     traj = sample(truth, [0, 0, 0], 3.0, key=getkey(), num_trajectories=40, intervention=iv)
     # the same paths, labelled observational
@@ -365,14 +367,16 @@ def test_incremental_update_equals_batch(getkey):
         num_trajectories=1,
         intervention=jc.Intervention.perfect(model, {"X1": 1}),
     )
-    sets = jc.candidate_parent_sets(3, 2)
+    sets = jc.internal.candidate_parent_sets(3, 2)
 
     @eqx.filter_jit
     def incremental(t1, t2):  # the posterior of t1, updated with the statistics of t2
         post = jc.StructurePosterior.from_statistics(
-            jc.family_statistics(t1, cards, sets), model.names, prior=jc.GammaPrior(1.5, 2.0)
+            jc.internal.family_statistics(t1, cards, sets),
+            model.names,
+            prior=jc.GammaPrior(1.5, 2.0),
         )
-        return post.update(jc.family_statistics(t2, cards, sets))
+        return post.update(jc.internal.family_statistics(t2, cards, sets))
 
     updated = incremental(t1, t2)
     both = _concatenate(t1, t2)
@@ -537,7 +541,9 @@ def test_metrics_match_sklearn_with_ties():
         scores = rng.integers(0, 4, n) / 3 if trial % 4 < 2 else rng.uniform(size=n)
         problems[n].append((scores, labels))
     problems[7].append((np.full(7, 0.3), np.array([0, 1, 1, 0, 1, 0, 0])))  # all scores tied
-    metrics = jax.jit(jax.vmap(lambda s, y: (jc.auroc(s, y), jc.aupr(s, y))))
+    metrics = jax.jit(
+        jax.vmap(lambda s, y: (jc.experiments.auroc(s, y), jc.experiments.aupr(s, y)))
+    )
     for n, batch in problems.items():
         scores, labels = (np.stack(a) for a in zip(*batch))
         roc, pr = metrics(scores, labels)
@@ -552,16 +558,16 @@ def test_metrics_degenerate_cases_raise_instead_of_nan():
     scores = jnp.array([0.1, 0.5, 0.9])
     for labels in ([1, 1, 1], [0, 0, 0]):
         with pytest.raises(ValueError, match="AUROC needs at least one positive and one negative"):
-            jc.auroc(scores, jnp.array(labels))
+            jc.experiments.auroc(scores, jnp.array(labels))
         with pytest.raises(Exception, match="AUROC needs at least one positive and one negative"):
-            jax.jit(jc.auroc)(scores, jnp.array(labels))
+            jax.jit(jc.experiments.auroc)(scores, jnp.array(labels))
     with pytest.raises(ValueError, match="AUPR needs at least one positive label"):
-        jc.aupr(scores, jnp.array([0, 0, 0]))
+        jc.experiments.aupr(scores, jnp.array([0, 0, 0]))
     with pytest.raises(Exception, match="AUPR needs at least one positive label"):
-        jax.jit(jax.vmap(jc.aupr))(scores[None], jnp.array([[0, 0, 0]]))
-    np.testing.assert_allclose(jc.aupr(scores, jnp.array([1, 1, 1])), 1.0)
+        jax.jit(jax.vmap(jc.experiments.aupr))(scores[None], jnp.array([[0, 0, 0]]))
+    np.testing.assert_allclose(jc.experiments.aupr(scores, jnp.array([1, 1, 1])), 1.0)
     with pytest.raises(ValueError, match="same size"):
-        jc.auroc(scores, jnp.array([1, 0]))
+        jc.experiments.auroc(scores, jnp.array([1, 0]))
 
 
 def test_metrics_jit_inside_scan():
@@ -569,18 +575,18 @@ def test_metrics_jit_inside_scan():
 
     def step(carry, probs):
         return carry, (
-            jc.edge_auroc(probs, truth),
-            jc.edge_aupr(probs, truth),
-            jc.structural_hamming_distance(probs > 0.5, truth),
+            jc.experiments.edge_auroc(probs, truth),
+            jc.experiments.edge_aupr(probs, truth),
+            jc.experiments.structural_hamming_distance(probs > 0.5, truth),
         )
 
     probs = np.random.default_rng(0).uniform(size=(5, 3, 3))
     _, (roc, pr, shd) = jax.jit(lambda p: jax.lax.scan(step, 0, p))(jnp.asarray(probs))
-    edge_auroc = jax.jit(jc.edge_auroc)  # one at a time, outside the scan
+    edge_auroc = jax.jit(jc.experiments.edge_auroc)  # one at a time, outside the scan
     for i in range(5):
         np.testing.assert_allclose(roc[i], edge_auroc(probs[i], truth))
     assert shd.shape == (5,)
-    assert int(jc.structural_hamming_distance(truth, truth.T)) == 6
+    assert int(jc.experiments.structural_hamming_distance(truth, truth.T)) == 6
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -597,12 +603,14 @@ def test_learning_bad_input(getkey):
     with pytest.raises(ValueError, match="RatePosterior needs a GammaPrior"):
         jc.RatePosterior.for_model(model, prior=jc.NodelmanPrior())
     post = jc.RatePosterior.for_model(model)
-    bad = [jc.NodeStatistics(transitions=jnp.zeros((2, 2, 2)), dwell_times=jnp.zeros((2, 2)))] * 2
+    bad = [
+        jc.internal.NodeStatistics(transitions=jnp.zeros((2, 2, 2)), dwell_times=jnp.zeros((2, 2)))
+    ] * 2
     with pytest.raises(ValueError, match="shapes"):
         post.update(bad)
     neg = [
-        jc.NodeStatistics(transitions=jnp.zeros((1, 2, 2)), dwell_times=-jnp.ones((1, 2))),
-        jc.NodeStatistics(transitions=jnp.zeros((2, 2, 2)), dwell_times=jnp.ones((2, 2))),
+        jc.internal.NodeStatistics(transitions=jnp.zeros((1, 2, 2)), dwell_times=-jnp.ones((1, 2))),
+        jc.internal.NodeStatistics(transitions=jnp.zeros((2, 2, 2)), dwell_times=jnp.ones((2, 2))),
     ]
     with pytest.raises(eqx.EquinoxRuntimeError, match="dwell times must be finite and >= 0"):
         post.update(neg).beta[0].block_until_ready()
@@ -620,7 +628,7 @@ def test_learning_bad_input(getkey):
             traj, model.names, cards, max_parents=1, prior=jc.GammaPrior(1.0, jnp.ones(3))
         )
     with pytest.raises(ValueError, match="cardinalities"):
-        jc.family_statistics(traj, (2, 2, 2), jc.candidate_parent_sets(3, 1))
+        jc.internal.family_statistics(traj, (2, 2, 2), jc.internal.candidate_parent_sets(3, 1))
 
 
 def test_matmul_route_without_aggregation(getkey):
@@ -631,13 +639,13 @@ def test_matmul_route_without_aggregation(getkey):
     traj = sample(model, [0, 1, 0, 1, 2, 0], 0.5, key=getkey(), num_trajectories=3, max_events=16)
     assert not bool(traj.truncated.any())
     assert 3 * (traj.max_events + 1) < np.prod(cards)
-    sets = jc.candidate_parent_sets(6, 2)
+    sets = jc.internal.candidate_parent_sets(6, 2)
 
     @jax.jit
     def both_routes(traj):
         return (
-            jc.family_statistics(traj, cards, sets, method="scatter"),
-            jc.family_statistics(traj, cards, sets, method="matmul", chunk=64),
+            jc.internal.family_statistics(traj, cards, sets, method="scatter"),
+            jc.internal.family_statistics(traj, cards, sets, method="matmul", chunk=64),
         )
 
     _assert_same_statistics(*both_routes(traj), atol=1e-10)
@@ -663,7 +671,7 @@ def test_jumps_route_many_nodes_and_auto_choice(getkey):
     N = 12
     parents = tuple((n - 1,) if n % 3 else () for n in range(N))
     _, traj = _pooled(getkey(), (2,) * N, parents, {"X4": 1}, horizon=1.0, num=(6, 4))
-    sets = jc.candidate_parent_sets(N, 2)
+    sets = jc.internal.candidate_parent_sets(N, 2)
     plan = lambda method: _plan_family_statistics(  # noqa: E731
         "test",
         traj,
@@ -687,7 +695,7 @@ def test_jumps_route_refuses_what_it_cannot_sum(getkey):
     cards, parents = (2, 2, 2), ((), (0,), (1,))
     # 40 intervened paths: the sampler's program of the pooling test above
     _, traj = _pooled(getkey(), cards, parents, {"X2": 1}, num=(12, 40))
-    sets = jc.candidate_parent_sets(3, 2)
+    sets = jc.internal.candidate_parent_sets(3, 2)
     from jaxctbn._learning.memory import _plan_family_statistics
 
     plan = lambda t: _plan_family_statistics(  # noqa: E731
@@ -723,11 +731,11 @@ def test_jumps_route_refuses_what_it_cannot_sum(getkey):
         lambda a: a.astype(jnp.float32) if a.dtype == jnp.float64 else a, traj
     )
     with pytest.raises(ValueError, match="method='jumps' needs float64"):
-        jc.family_statistics(single, cards, sets, method="jumps")
+        jc.internal.family_statistics(single, cards, sets, method="jumps")
     with pytest.raises(ValueError, match="method must be"):
-        jc.family_statistics(traj, cards, sets, method="jump")
+        jc.internal.family_statistics(traj, cards, sets, method="jump")
     with pytest.raises(ValueError, match="chunk must be a positive integer"):
-        jc.family_statistics(traj, cards, sets, method="jumps", chunk=0)
+        jc.internal.family_statistics(traj, cards, sets, method="jumps", chunk=0)
 
 
 def test_path_log_likelihood_event_by_event(getkey):

@@ -22,7 +22,7 @@ CASES = {
 @eqx.filter_jit
 def _generator_maps(model, p, *, expanded):
     """The dense generator and its products with `p`, in one compiled program."""
-    gen = jc.amalgamate(model, expanded=expanded)
+    gen = jc.internal.amalgamate(model, expanded=expanded)
     return gen.dense(), gen.apply(p), gen.apply_transpose(p)
 
 
@@ -90,7 +90,7 @@ def test_node_projections_against_brute_force(getkey):
         for r in range(len(others) + 1):
             for P in itertools.combinations(others, r):
                 orders += [(n, P), (n, P[::-1])]
-    sets = jc.candidate_parent_sets(len(cards), len(cards) - 1)
+    sets = jc.internal.candidate_parent_sets(len(cards), len(cards) - 1)
 
     @eqx.filter_jit
     def projections(stats):  # every projection below, in one compiled program
@@ -185,7 +185,7 @@ def _dwell_under(model, initial_state, intervention):
 
 @eqx.filter_jit
 def _jump_times_under(model, initial_state, intervention, key):
-    return jc.sample_trajectory(
+    return jc.internal.sample_trajectory(
         model, initial_state, 1.0, key=key, intervention=intervention
     ).jump_times
 
@@ -442,7 +442,7 @@ def test_uniformisation_batch_in_rate_groups(getkey):
 
     def generators(scales):
         scaled = jax.vmap(lambda s, m: jc.CTBN(cims=[c * s for c in m.cims], parents=parents))
-        return jax.vmap(jc.amalgamate)(scaled(scales, base))
+        return jax.vmap(jc.internal.amalgamate)(scaled(scales, base))
 
     S = int(np.prod(cards))
     rng = np.random.default_rng(7)

@@ -14,7 +14,7 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 import jaxctbn as jc
 
 # compiled once per (shape, rtol): the eager route compiles every primitive, which is slower
-AUROC, AUPR = eqx.filter_jit(jc.auroc), eqx.filter_jit(jc.aupr)
+AUROC, AUPR = eqx.filter_jit(jc.experiments.auroc), eqx.filter_jit(jc.experiments.aupr)
 METRICS = ((AUROC, roc_auc_score), (AUPR, average_precision_score))
 
 
@@ -109,7 +109,10 @@ def test_eager_jit_vmap_and_scan_agree():
     problems = [_tied_problem(rng, 8) for _ in range(3)]
     scores = np.stack([_perturb(s, rng) for s, _ in problems])
     labels = np.stack([y for _, y in problems])
-    for metric, theirs in ((jc.auroc, roc_auc_score), (jc.aupr, average_precision_score)):
+    for metric, theirs in (
+        (jc.experiments.auroc, roc_auc_score),
+        (jc.experiments.aupr, average_precision_score),
+    ):
         expect = [theirs(y, s) for (s, y) in problems]
         for rtol in (1e-9, 0.0):
             eager = np.array([metric(s, y, rtol=rtol) for s, y in zip(scores, labels)])
@@ -125,7 +128,7 @@ def test_eager_jit_vmap_and_scan_agree():
     probs[:, 0, 2] = 0.9
 
     def step(carry, p):
-        return carry, (jc.edge_auroc(p, truth), jc.edge_aupr(p, truth))
+        return carry, (jc.experiments.edge_auroc(p, truth), jc.experiments.edge_aupr(p, truth))
 
     _, (roc, pr) = jax.jit(lambda p: jax.lax.scan(step, 0, p))(probs)
     off = ~np.eye(4, dtype=bool)
@@ -145,10 +148,10 @@ def test_non_finite_scores_and_bad_rtol_raise():
     for bad in (jnp.nan, jnp.inf, -jnp.inf):
         scores = jnp.array([0.2, bad, 0.5])
         probs = jnp.array([[0.0, bad], [0.3, 0.0]])
-        for metric in (jc.auroc, jc.aupr):
+        for metric in (jc.experiments.auroc, jc.experiments.aupr):
             with pytest.raises(ValueError, match="scores: must be finite"):
                 metric(scores, labels)
-        for metric in (jc.edge_auroc, jc.edge_aupr):
+        for metric in (jc.experiments.edge_auroc, jc.experiments.edge_aupr):
             with pytest.raises(ValueError, match=r"edge_probabilities \(off the diagonal\)"):
                 metric(probs, truth)
     # traced: an error on the result, for every kind of non-finite score
@@ -156,24 +159,24 @@ def test_non_finite_scores_and_bad_rtol_raise():
     for metric in (AUROC, AUPR):
         with pytest.raises(RAISED, match="scores: must be finite"):
             jax.vmap(metric)(scores, jnp.stack([labels] * 3)).block_until_ready()
-    edge = eqx.filter_jit(jc.edge_aupr)
+    edge = eqx.filter_jit(jc.experiments.edge_aupr)
     with pytest.raises(eqx.EquinoxRuntimeError, match="must be finite"):
         edge(jnp.array([[0.0, jnp.nan], [0.3, 0.0]]), truth).block_until_ready()
     # a non-finite diagonal is ignored, as the diagonal is
     np.testing.assert_allclose(edge(jnp.array([[jnp.nan, 0.6], [0.3, 0.0]]), truth), 1.0)
     for rtol in (-1e-9, np.nan, np.inf):
-        for metric in (jc.auroc, jc.aupr):
+        for metric in (jc.experiments.auroc, jc.experiments.aupr):
             with pytest.raises(ValueError, match="rtol: must be a finite number >= 0"):
                 metric(jnp.array([0.2, 0.5, 0.5]), labels, rtol=rtol)
         with pytest.raises(ValueError, match="rtol: must be a finite number >= 0"):
-            jc.edge_aupr(jnp.eye(2), truth, rtol=rtol)
+            jc.experiments.edge_aupr(jnp.eye(2), truth, rtol=rtol)
 
 
 @pytest.mark.usefixtures("no_runtime_typecheck")
 def test_traced_rtol_is_checked():
     # jax.jit traces keyword arguments too
     scores, labels = jnp.array([0.5, 0.5 + 1e-12, 0.2]), jnp.array([0, 1, 1])
-    traced = jax.jit(jc.auroc)
+    traced = jax.jit(jc.experiments.auroc)
     np.testing.assert_allclose(traced(scores, labels, rtol=1e-9), 0.25)
     np.testing.assert_allclose(traced(scores, labels, rtol=0.0), 0.5)
     with pytest.raises(RAISED, match="rtol: must be a finite number >= 0"):
@@ -207,13 +210,13 @@ def test_edge_marginals_of_a_node_that_never_moves():
     # floating point they come out a few ulp apart (with these paths, exact-equality ties give
     # an AUROC of 0.5 and an AUPR of 0.67 instead of 0.31 and 0.29)
     cards, parents = (2, 2, 2), ((), (0,), (1,))
-    truth = jc.scaled_softmax_ctbn(parents, cards, gamma=3.0, rate_fast=2.0)
+    truth = jc.experiments.scaled_softmax_ctbn(parents, cards, gamma=3.0, rate_fast=2.0)
     paths = _paths_with_a_still_node(np.random.default_rng(1))
     posterior = jc.learn_structure(paths, truth.names, cards, max_parents=2)
     task = jc.StructureLearningTask(truth, max_parents=2)
     metrics = eqx.filter_jit(task.metrics)(posterior)  # as in the compiled loop
     edges = np.asarray(posterior.edge_marginals())
-    adjacency = np.asarray(jc.adjacency_from_parents(parents, 3))
+    adjacency = np.asarray(jc.experiments.adjacency_from_parents(parents, 3))
     off = ~np.eye(3, dtype=bool)
     half = off & (np.abs(edges - 0.5) < 1e-12)
     assert half[0, 1:].all() and half[1:, 0].all()  # the 4 edges at X0, true and absent ones

@@ -102,12 +102,12 @@ def test_cycles_allowed_and_padded_conversion_checks(getkey):
 
 
 def test_random_generators(getkey):
-    parents = jc.random_graph(getkey(), 6, max_parents=2, edge_probability=0.7)
+    parents = jc.experiments.random_graph(getkey(), 6, max_parents=2, edge_probability=0.7)
     assert all(len(p) <= 2 and n not in p for n, p in enumerate(parents))
-    again = jc.random_graph(jax.random.key(7), 6, max_parents=2)
-    assert again == jc.random_graph(jax.random.key(7), 6, max_parents=2)
+    again = jc.experiments.random_graph(jax.random.key(7), 6, max_parents=2)
+    assert again == jc.experiments.random_graph(jax.random.key(7), 6, max_parents=2)
     with pytest.raises(ValueError, match="max_parents"):
-        jc.random_graph(getkey(), 3, max_parents=3)
+        jc.experiments.random_graph(getkey(), 3, max_parents=3)
     # Gamma(5,1) fast and Gamma(1/5,1) slow rates: sample means and variances
     big = ((), (0, 2), ())
     model = jc.random_ctbn(jax.random.key(3), big, (2, 30, 30), fast=[True, True, False])
@@ -120,7 +120,9 @@ def test_random_generators(getkey):
 
 
 def test_scaled_softmax_rates():
-    model = jc.scaled_softmax_ctbn(((), (0,), (0, 1)), fast=[False, True, True], gamma=3.0)
+    model = jc.experiments.scaled_softmax_ctbn(
+        ((), (0,), (0, 1)), fast=[False, True, True], gamma=3.0
+    )
     s = np.exp(3.0) / (np.exp(3.0) + 1)
     # root slow node: uniform softmax over 2 states
     np.testing.assert_allclose(model.cims[0][0, 0, 1], 0.2 * 0.5)

@@ -200,10 +200,10 @@ def _panel_results(model, obs, emissions, p0, grid):
     """Everything the two tests below compare, in one compiled program: the conditional
     log-likelihood (error-free), and with emissions and an initial distribution the smoothed
     statistics, the marginals at `grid` and node projections of the pooled statistics."""
-    conditional = jc.panel_log_likelihood(model, obs)
+    conditional = jc.panel.panel_log_likelihood(model, obs)
     options = dict(emissions=emissions, initial_distribution=p0)
-    stats = jc.panel_expected_statistics(model, obs, **options)
-    marg = jc.panel_marginals(model, obs, grid, **options)
+    stats = jc.panel.panel_expected_statistics(model, obs, **options)
+    marg = jc.panel.panel_marginals(model, obs, grid, **options)
     pooled = stats.sum()
     per_family = [
         (pooled.node_transitions(n, u), pooled.node_dwell_times(n, u)) for n, u in FAMILIES
@@ -217,11 +217,11 @@ def _panel_results(model, obs, emissions, p0, grid):
 def panel_case():
     model = _model(jax.random.key(0))
     times, states, exact, intervention = _panel()
-    obs = jc.PanelObservations.from_sequences(
+    obs = jc.panel.PanelObservations.from_sequences(
         times, states, exact_entry=exact, intervention=intervention
     )
     p0 = np.random.default_rng(0).dirichlet(np.ones(len(STATES)))
-    results = _panel_results(model, obs, jc.Emissions(EMISSIONS), p0, GRID)
+    results = _panel_results(model, obs, jc.panel.Emissions(EMISSIONS), p0, GRID)
     return model, (times, states, exact, intervention), p0, results
 
 
@@ -324,7 +324,7 @@ def _sampled_and_smoothed(model, obs, key, num_trajectories):
     paths = jc.sample_trajectories(
         model, jnp.array([0, 0]), 1.2, key=key, num_trajectories=num_trajectories, max_events=64
     )
-    return paths, _node_statistics(jc.panel_expected_statistics(model, obs))
+    return paths, _node_statistics(jc.panel.panel_expected_statistics(model, obs))
 
 
 def test_statistics_match_rejection_sampling(getkey):
@@ -334,7 +334,9 @@ def test_statistics_match_rejection_sampling(getkey):
     times = np.array([0.0, 0.6, 1.2])
     states = np.array([[0, 0], [MISSING, 1], [1, MISSING]])
     n = 20_000
-    paths, smoothed = _sampled_and_smoothed(model, jc.PanelObservations(times, states), getkey(), n)
+    paths, smoothed = _sampled_and_smoothed(
+        model, jc.panel.PanelObservations(times, states), getkey(), n
+    )
     assert not np.any(paths.truncated)
     keep = np.ones(n, bool)
     for t, y in zip(times[1:], states[1:]):
@@ -377,9 +379,9 @@ def test_dense_observation_grid_recovers_path_statistics(getkey):
     assert len(jumps) >= 4
     grid = np.linspace(0.0, 4.0, 801)
     at = np.concatenate([[1], visited])[np.searchsorted(jumps, grid, side="right")]
-    smoothed = eqx.filter_jit(lambda m, o: _node_statistics(jc.panel_expected_statistics(m, o)))(
-        model, jc.PanelObservations(grid, states[at])
-    )
+    smoothed = eqx.filter_jit(
+        lambda m, o: _node_statistics(jc.panel.panel_expected_statistics(m, o))
+    )(model, jc.panel.PanelObservations(grid, states[at]))
     path = (states[1][None], jumps[None], states[visited][None], np.array([len(jumps)]))
     for (node, parents), (T_smoothed, M_smoothed) in zip(PAIR, smoothed):
         M, T = _path_node_statistics(*path, 4.0, cards, node, parents)
@@ -397,16 +399,16 @@ def test_gradient_matches_finite_differences(getkey):
     # one trajectory (no batch axis) with missing values, noisy observations and an exact entry
     model = random_model(getkey(), (2, 3), ((1,), (0,)))
     X = MISSING
-    obs = jc.PanelObservations(
+    obs = jc.panel.PanelObservations(
         [0.0, 0.4, 1.1, 1.5],
         [[0, 1], [1, X], [X, 2], [0, 0]],
         exact_entry=[False, False, True, False],
     )
-    emissions = jc.Emissions([np.array([[0.9, 0.1], [0.2, 0.8]]), None])
+    emissions = jc.panel.Emissions([np.array([[0.9, 0.1], [0.2, 0.8]]), None])
 
     def loss(cims):
         m = jc.CTBN(cims=cims, parents=model.parents)
-        return jc.panel_log_likelihood(m, obs, emissions=emissions)
+        return jc.panel.panel_log_likelihood(m, obs, emissions=emissions)
 
     value_and_grad = jax.jit(jax.value_and_grad(loss))  # one program for the three calls
     rng = np.random.default_rng(3)
@@ -430,10 +432,10 @@ def test_long_gaps_and_many_observations_stay_stable(getkey):
     states = np.stack([rng.integers(0, 2, 300), rng.integers(0, 3, 300)], axis=1)
     states[rng.uniform(size=(300, 2)) < 0.3] = MISSING
     states[0] = [0, 1]
-    obs = jc.PanelObservations(times, states)
-    ll64 = jax.jit(jc.panel_log_likelihood)(model, obs)
+    obs = jc.panel.PanelObservations(times, states)
+    ll64 = jax.jit(jc.panel.panel_log_likelihood)(model, obs)
     model32 = jc.CTBN(cims=[c.astype(jnp.float32) for c in model.cims], parents=model.parents)
-    ll32 = jax.jit(jc.panel_log_likelihood)(model32, obs)
+    ll32 = jax.jit(jc.panel.panel_log_likelihood)(model32, obs)
     # dense reference in log space (scaled product of expm's)
     W = brute_force_generator(model)
     cards_states = np.array(list(itertools.product(range(2), range(3))))
@@ -453,34 +455,36 @@ def test_long_gaps_and_many_observations_stay_stable(getkey):
 def test_bad_inputs_are_clear_errors(getkey):
     X = MISSING
     with pytest.raises(ValueError, match="conflicting states at the same time"):
-        jc.PanelObservations([0.0, 1.0, 1.0], [[0, 1], [1, X], [0, 2]])
+        jc.panel.PanelObservations([0.0, 1.0, 1.0], [[0, 1], [1, X], [0, 2]])
     with pytest.raises(ValueError, match="observed twice"):
-        jc.PanelObservations([0.0, 1.0, 1.0], [[0, 1], [1, X], [X, 2]])
+        jc.panel.PanelObservations([0.0, 1.0, 1.0], [[0, 1], [1, X], [X, 2]])
     with pytest.raises(ValueError, match="not sorted"):
-        jc.PanelObservations([0.0, 2.0, 1.0], [[0, 1], [1, X], [0, 2]])
+        jc.panel.PanelObservations([0.0, 2.0, 1.0], [[0, 1], [1, X], [0, 2]])
     with pytest.raises(ValueError, match="states: unknown state -3"):
-        jc.PanelObservations([0.0, 1.0], [[0, 1], [-3, 0]])
+        jc.panel.PanelObservations([0.0, 1.0], [[0, 1], [-3, 0]])
     with pytest.raises(ValueError, match="exact_entry: the first observation"):
-        jc.PanelObservations([0.0, 1.0], [[0, 1], [1, 0]], exact_entry=[True, False])
+        jc.panel.PanelObservations([0.0, 1.0], [[0, 1], [1, 0]], exact_entry=[True, False])
     with pytest.raises(ValueError, match="num_observations"):
-        jc.PanelObservations([[0.0, 1.0]], [[[0, 1], [1, 0]]], num_observations=[0])
+        jc.panel.PanelObservations([[0.0, 1.0]], [[[0, 1], [1, 0]]], num_observations=[0])
 
     model = random_model(getkey(), (2, 3), ((1,), (0,)))
     with pytest.raises(ValueError, match=r"state 3 for node 'X1', which has states 0..2"):
-        jc.panel_log_likelihood(model, jc.PanelObservations([0.0, 1.0], [[0, 1], [1, 3]]))
+        jc.panel.panel_log_likelihood(
+            model, jc.panel.PanelObservations([0.0, 1.0], [[0, 1], [1, 3]])
+        )
     with pytest.raises(ValueError, match="emissions: the matrix of node 'X0' has 3 rows"):
-        jc.panel_log_likelihood(
+        jc.panel.panel_log_likelihood(
             model,
-            jc.PanelObservations([0.0, 1.0], [[0, 1], [1, 2]]),
-            emissions=jc.Emissions([np.eye(3), None]),
+            jc.panel.PanelObservations([0.0, 1.0], [[0, 1], [1, 2]]),
+            emissions=jc.panel.Emissions([np.eye(3), None]),
         )
 
     # structural zeros: X1 can never leave state 0 (its rates out of 0 are exactly zero)
     cims = [np.array(c) for c in model.cims]
     cims[1][:, 0, 1:] = 0.0
     blocked = jc.CTBN(cims=cims, parents=model.parents)
-    obs = jc.PanelObservations.from_sequences(
+    obs = jc.panel.PanelObservations.from_sequences(
         [[0.0, 1.0], [0.0, 0.5, 1.5]], [[[0, 0], [1, 0]], [[1, 0], [X, 0], [X, 2]]]
     )
     with pytest.raises(ValueError, match=r"trajectory 1 at time 1.5 \(observation 2\) is imposs"):
-        jax.block_until_ready(jc.panel_log_likelihood(blocked, obs))
+        jax.block_until_ready(jc.panel.panel_log_likelihood(blocked, obs))

@@ -137,7 +137,7 @@ def _two_node_data():
         start = int(rng.integers(2)) + (2 if clamped else 2 * int(rng.integers(2)))
         paths.append(_gillespie_panel(W, start, GRID, rng))
     paths = np.array(paths)
-    obs = jc.PanelObservations(
+    obs = jc.panel.PanelObservations(
         np.broadcast_to(GRID, (R, len(GRID))), STATES[paths], intervention=intervention
     )
     return obs, paths
@@ -176,12 +176,12 @@ PRIOR = (20.0, 10.0)  # strong: mode (alpha - 1) / beta = 1.9
 def _two_node_fit(method_name, with_prior):
     obs, _ = _two_node_data()
     method = (
-        jc.EMFit(tolerance=1e-13, max_iterations=3000)
+        jc.panel.EMFit(tolerance=1e-13, max_iterations=3000)
         if method_name == "em"
-        else jc.GradientFit(tolerance=1e-13)
+        else jc.panel.GradientFit(tolerance=1e-13)
     )
     prior = jc.GammaPrior(*PRIOR) if with_prior else None
-    return jc.fit_rates(START, obs, method=method, prior=prior)
+    return jc.panel.fit_rates(START, obs, method=method, prior=prior)
 
 
 @functools.cache
@@ -268,7 +268,7 @@ def _illness_start():
 
 # states 0 and 1 misclassified (10%); state 2 always seen as itself
 ILLNESS_EMISSIONS = np.array([[0.9, 0.1, 0.0], [0.1, 0.9, 0.0], [0.0, 0.0, 1.0]])
-ILLNESS_EM = jc.EMFit(tolerance=1e-11, max_iterations=2000)
+ILLNESS_EM = jc.panel.EMFit(tolerance=1e-11, max_iterations=2000)
 ILLNESS_FREE = [(0, 1), (0, 2), (1, 0), (1, 2)]
 
 
@@ -280,7 +280,7 @@ def _entries(states):
 
 
 def _illness_observations(seen):
-    return jc.PanelObservations(
+    return jc.panel.PanelObservations(
         np.broadcast_to(ILLNESS_GRID, seen.shape), seen[..., None], exact_entry=_entries(seen)
     )
 
@@ -328,10 +328,13 @@ def test_em_and_gradient_reach_the_scipy_optimum_with_misclassification_and_exac
     # start (no way out of state 2) stay exactly zero
     seen = _misclassified()
     obs = _illness_observations(seen)
-    emissions = jc.Emissions([ILLNESS_EMISSIONS])
+    emissions = jc.panel.Emissions([ILLNESS_EMISSIONS])
     fits = {
-        name: jc.fit_rates(_illness_start(), obs, method=method, emissions=emissions)
-        for name, method in [("em", ILLNESS_EM), ("gradient", jc.GradientFit(tolerance=1e-11))]
+        name: jc.panel.fit_rates(_illness_start(), obs, method=method, emissions=emissions)
+        for name, method in [
+            ("em", ILLNESS_EM),
+            ("gradient", jc.panel.GradientFit(tolerance=1e-11)),
+        ]
     }
 
     def objective(rates):
@@ -355,7 +358,7 @@ def test_em_and_gradient_reach_the_scipy_optimum_with_misclassification_and_exac
     np.testing.assert_allclose(em.log_likelihood, gradient.log_likelihood, rtol=1e-8)
     np.testing.assert_allclose(em.model.cims[0], gradient.model.cims[0], rtol=2e-3, atol=1e-6)
     # the reported log-likelihood is the library's own (per-interval route) at the fitted rates
-    again = jc.panel_log_likelihood(
+    again = jc.panel.panel_log_likelihood(
         em.model, obs, emissions=emissions, solver=jc.MatrixExponential()
     )
     np.testing.assert_allclose(em.log_likelihood, again.sum(), rtol=1e-12)
@@ -367,12 +370,12 @@ def test_observation_impossible_under_structural_zeros_names_the_trajectory():
     seen[3, 4:] = 2
     seen[3, 5] = 0  # leaves the absorbing state (at time 2.5)
     obs = _illness_observations(seen)
-    emissions = jc.Emissions([ILLNESS_EMISSIONS])
+    emissions = jc.panel.Emissions([ILLNESS_EMISSIONS])
     with pytest.raises(ValueError, match=r"observations: trajectory 3 at time 2.5 .*impossible"):
-        jc.fit_rates(_illness_start(), obs, method=ILLNESS_EM, emissions=emissions)
+        jc.panel.fit_rates(_illness_start(), obs, method=ILLNESS_EM, emissions=emissions)
     # the same message from the log-likelihood with the dense solver
     with pytest.raises(ValueError, match=r"observations: trajectory 3 at time 2.5 .*impossible"):
-        jc.panel_log_likelihood(
+        jc.panel.panel_log_likelihood(
             _illness_start(), obs, emissions=emissions, solver=jc.MatrixExponential()
         )
 
@@ -386,11 +389,15 @@ ALTERNATING = [[0, 1, 0, 1, 0, 1], [1, 0, 1, 0, 1, 0]] * 2
 
 @functools.cache
 def _never_left_fit(method_name):
-    obs = jc.PanelObservations(TIMES, np.asarray(NEVER_LEFT)[..., None])
-    return jc.fit_rates(BINARY, obs, method=jc.EMFit() if method_name == "em" else jc.GradientFit())
+    obs = jc.panel.PanelObservations(TIMES, np.asarray(NEVER_LEFT)[..., None])
+    return jc.panel.fit_rates(
+        BINARY, obs, method=jc.panel.EMFit() if method_name == "em" else jc.panel.GradientFit()
+    )
 
 
-@pytest.mark.parametrize("method", [jc.EMFit(), jc.GradientFit()], ids=["em", "gradient"])
+@pytest.mark.parametrize(
+    "method", [jc.panel.EMFit(), jc.panel.GradientFit()], ids=["em", "gradient"]
+)
 def test_boundary_rates_are_flagged_and_finite(method):
     # state 1 is never left: its exit rate is driven to 0; 0 -> 1 has the closed form log 2
     # (the chance of staying in 0 over a gap is 1/2 in the data)
@@ -404,8 +411,8 @@ def test_boundary_rates_are_flagged_and_finite(method):
     # alternating data: consistent with instantaneous equilibration; the rates go to the top
     # of the box (1e8 / longest gap / one rate per state), and the log-likelihood to its
     # supremum 20 log(1/2)
-    obs = jc.PanelObservations(TIMES, np.asarray(ALTERNATING)[..., None])
-    fit = jc.fit_rates(BINARY, obs, method=method)
+    obs = jc.panel.PanelObservations(TIMES, np.asarray(ALTERNATING)[..., None])
+    fit = jc.panel.fit_rates(BINARY, obs, method=method)
     q = np.asarray(fit.model.cims[0][0])
     assert np.all(np.isfinite(q)) and np.isfinite(float(fit.log_likelihood))
     np.testing.assert_array_equal(fit.at_upper_bound[0][0], [[False, True], [True, False]])
@@ -417,9 +424,9 @@ def test_boundary_rates_are_flagged_and_finite(method):
 def test_under_jit_gives_the_same_fit():
     # eagerly the intervals are grouped by length (shared exponentials); under jit they cannot
     # be (traced times), so this also compares the two routes
-    obs = jc.PanelObservations(TIMES, np.asarray(NEVER_LEFT)[..., None])
+    obs = jc.panel.PanelObservations(TIMES, np.asarray(NEVER_LEFT)[..., None])
     eager = _never_left_fit("em")
-    jitted = eqx.filter_jit(jc.fit_rates)(BINARY, obs)
+    jitted = eqx.filter_jit(jc.panel.fit_rates)(BINARY, obs)
     np.testing.assert_allclose(jitted.log_posterior, eager.log_posterior, rtol=1e-12)
     np.testing.assert_allclose(jitted.model.cims[0], eager.model.cims[0], rtol=1e-9)
     np.testing.assert_array_equal(jitted.at_lower_bound[0], eager.at_lower_bound[0])
@@ -429,36 +436,36 @@ def test_under_jit_gives_the_same_fit():
 
 # --------------------------------------------------------------------------- bad input
 def test_bad_input_names_the_argument(no_runtime_typecheck):
-    obs = jc.PanelObservations(TIMES, np.asarray(NEVER_LEFT)[..., None])
+    obs = jc.panel.PanelObservations(TIMES, np.asarray(NEVER_LEFT)[..., None])
     with pytest.raises(ValueError, match="model: fit_rates needs a CTBN"):
-        jc.fit_rates(BINARY.padded(), obs)  # pyright: ignore
+        jc.panel.fit_rates(BINARY.padded(), obs)  # pyright: ignore
     with pytest.raises(ValueError, match="prior: fit_rates needs a GammaPrior"):
-        jc.fit_rates(BINARY, obs, prior=jc.NodelmanPrior())  # pyright: ignore
+        jc.panel.fit_rates(BINARY, obs, prior=jc.NodelmanPrior())  # pyright: ignore
     with pytest.raises(ValueError, match="alpha"):
-        jc.fit_rates(BINARY, obs, prior=jc.GammaPrior(alpha=jnp.ones(3)))
+        jc.panel.fit_rates(BINARY, obs, prior=jc.GammaPrior(alpha=jnp.ones(3)))
     with pytest.raises(ValueError, match="observations: have 2 nodes, the model has 1"):
-        jc.fit_rates(BINARY, jc.PanelObservations(TIMES, np.zeros((4, 6, 2), int)))
+        jc.panel.fit_rates(BINARY, jc.panel.PanelObservations(TIMES, np.zeros((4, 6, 2), int)))
     with pytest.raises(ValueError, match="observations: expected a PanelObservations"):
-        jc.fit_rates(BINARY, TIMES)  # pyright: ignore
+        jc.panel.fit_rates(BINARY, TIMES)  # pyright: ignore
     with pytest.raises(ValueError, match="method: expected EMFit"):
-        jc.fit_rates(BINARY, obs, method=jc.LBFGS())  # pyright: ignore
+        jc.panel.fit_rates(BINARY, obs, method=jc.LBFGS())  # pyright: ignore
     with pytest.raises(ValueError, match="states: trajectory 0 .* node 'X0'"):
-        jc.fit_rates(BINARY, jc.PanelObservations(TIMES, np.full((4, 6, 1), 2)))
+        jc.panel.fit_rates(BINARY, jc.panel.PanelObservations(TIMES, np.full((4, 6, 1), 2)))
     negative = jc.CTBN(cims=[jnp.array([[[0.0, -1.0], [1.0, 0.0]]])], parents=[()])
     with pytest.raises(ValueError, match="model: the starting rates of node 'X0'"):
-        jc.fit_rates(negative, obs)
+        jc.panel.fit_rates(negative, obs)
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="max_iterations"):
-            jc.EMFit(max_iterations=bad)  # pyright: ignore
+            jc.panel.EMFit(max_iterations=bad)  # pyright: ignore
         with pytest.raises(ValueError, match="max_iterations"):
-            jc.GradientFit(max_iterations=bad)  # pyright: ignore
+            jc.panel.GradientFit(max_iterations=bad)  # pyright: ignore
     for bad in (-1e-3, float("nan"), float("inf"), True):
         with pytest.raises(ValueError, match="tolerance"):
-            jc.EMFit(tolerance=bad)
+            jc.panel.EMFit(tolerance=bad)
         with pytest.raises(ValueError, match="tolerance"):
-            jc.GradientFit(tolerance=bad)
+            jc.panel.GradientFit(tolerance=bad)
     with pytest.raises(TypeError):
-        jc.EMFit(1e-6)  # keyword-only  # pyright: ignore
+        jc.panel.EMFit(1e-6)  # keyword-only  # pyright: ignore
 
 
 @eqx.filter_jit
@@ -491,7 +498,13 @@ def test_fisher_gradient_equals_autodiff_of_the_filter():
     illness = _illness_observations(_misclassified())
     problems = [
         (START, _two_node_data()[0], PRIOR, None, None),
-        (_illness_start(), illness, None, jc.Emissions([ILLNESS_EMISSIONS]), gap_groups(illness)),
+        (
+            _illness_start(),
+            illness,
+            None,
+            jc.panel.Emissions([ILLNESS_EMISSIONS]),
+            gap_groups(illness),
+        ),
     ]
     assert problems[1][-1] is not None
     for model, obs, prior, emissions, groups in problems:
@@ -513,7 +526,7 @@ def _grouped_and_per_trajectory(model, obs, emissions, groups):
     and the pooled statistics of the per-interval route (`panel_expected_statistics`)."""
     from jaxctbn._panel.inference import _pooled_by_gaps
 
-    reference = jc.panel_expected_statistics(
+    reference = jc.panel.panel_expected_statistics(
         model, obs, emissions=emissions, solver=jc.MatrixExponential()
     ).sum()
     grouped = _pooled_by_gaps(model, obs, emissions, None, groups, "statistics")[1]
@@ -548,9 +561,11 @@ def test_intervals_grouped_by_length_give_the_per_trajectory_statistics():
     states[:3, 4] = [1, 1]
     states[:3, 3] = [0, 0]
     counts = [K] * 10 + [4, 3]
-    with_entries = jc.PanelObservations(times, states, num_observations=counts, exact_entry=exact)
-    panel_only = jc.PanelObservations(times, states, num_observations=counts)
-    emissions = jc.Emissions([np.array([[0.9, 0.1], [0.2, 0.8]]), None])
+    with_entries = jc.panel.PanelObservations(
+        times, states, num_observations=counts, exact_entry=exact
+    )
+    panel_only = jc.panel.PanelObservations(times, states, num_observations=counts)
+    emissions = jc.panel.Emissions([np.array([[0.9, 0.1], [0.2, 0.8]]), None])
     # with exact entry times and emissions; without either (then the grouped filter leaves the
     # entry terms out, and every observation is exact)
     for obs, e in [(with_entries, emissions), (panel_only, None)]:
@@ -558,7 +573,7 @@ def test_intervals_grouped_by_length_give_the_per_trajectory_statistics():
         assert groups is not None and 1 < groups.gaps.shape[0] < R * (K - 1)
         assert groups.exact_entries == (obs is with_entries)
         reference, grouped, per_trajectory = _grouped_and_per_trajectory(model, obs, e, groups)
-        grouped = cast(jc.PanelExpectedStatistics, grouped)
+        grouped = cast(jc.panel.PanelExpectedStatistics, grouped)
         np.testing.assert_allclose(grouped.dwell_times, reference.dwell_times, rtol=1e-10)
         np.testing.assert_allclose(
             grouped.transitions, reference.transitions, rtol=1e-9, atol=1e-12
@@ -582,7 +597,7 @@ def test_float32_fits_reach_the_float64_optimum():
     # a binary node's panel in float32 (times, rates): both methods converge to the optimum of
     # the independent float64 objective, to float32 accuracy, with float32 results
     grid, paths = _binary_data()
-    obs = jc.PanelObservations(np.broadcast_to(grid, paths.shape), paths[..., None])
+    obs = jc.panel.PanelObservations(np.broadcast_to(grid, paths.shape), paths[..., None])
     obs32 = eqx.tree_at(lambda o: o.times, obs, jnp.asarray(obs.times, jnp.float32))
     start32 = jc.CTBN(cims=[c.astype(jnp.float32) for c in BINARY.cims], parents=[()])
 
@@ -592,8 +607,8 @@ def test_float32_fits_reach_the_float64_optimum():
         return _dense_log_likelihood([W] * len(paths), [grid] * len(paths), paths)
 
     reference, best = _scipy_fit(objective, np.ones(2))
-    for method in (jc.EMFit(tolerance=1e-6), jc.GradientFit(tolerance=1e-6)):
-        fit = jc.fit_rates(start32, obs32, method=method)
+    for method in (jc.panel.EMFit(tolerance=1e-6), jc.panel.GradientFit(tolerance=1e-6)):
+        fit = jc.panel.fit_rates(start32, obs32, method=method)
         assert bool(fit.converged), fit.method
         assert fit.log_likelihood.dtype == jnp.float32
         assert all(c.dtype == jnp.float32 for c in fit.model.cims)

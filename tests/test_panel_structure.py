@@ -22,7 +22,7 @@ def _panel(paths, grid):
     intervention = jc.Intervention(
         targets=paths.intervention_targets, states=paths.intervention_states
     )
-    return jc.PanelObservations(
+    return jc.panel.PanelObservations(
         np.broadcast_to(grid, (R, len(grid))), states, intervention=intervention
     )
 
@@ -34,9 +34,9 @@ sample_trajectories = eqx.filter_jit(jc.sample_trajectories)  # one program (eag
 def _expected_and_complete(truth, observations, paths, sets):
     """Expected family statistics of the panel and complete-path family statistics of the
     paths, and the log marginal likelihoods of every candidate set under both."""
-    stats = jc.panel_expected_statistics(truth, observations, solver=jc.MatrixExponential())
-    expected = jc.panel_family_statistics(stats, sets)
-    complete = jc.family_statistics(paths, (2, 2), sets)
+    stats = jc.panel.panel_expected_statistics(truth, observations, solver=jc.MatrixExponential())
+    expected = jc.panel.panel_family_statistics(stats, sets)
+    complete = jc.internal.family_statistics(paths, (2, 2), sets)
     scores = [
         jc.StructurePosterior.from_statistics(f, ("A", "B")).log_marginal_likelihoods
         for f in (expected, complete)
@@ -63,7 +63,7 @@ def test_dense_grid_expected_family_statistics_match_complete_paths(getkey):
     assert not np.any(paths.truncated)
     grid = np.linspace(0.0, horizon, 401)
     observations = _panel(paths, grid)
-    sets = jc.candidate_parent_sets(2, 1)
+    sets = jc.internal.candidate_parent_sets(2, 1)
     expected, complete, (panel_scores, path_scores) = _expected_and_complete(
         truth, observations, paths, sets
     )
@@ -100,16 +100,18 @@ def test_pooling_excludes_perfectly_intervened_nodes(getkey):
     intervention = jc.Intervention(
         targets=jnp.asarray(targets), states=jnp.array([[0, 0], [0, 0], [0, 1]])
     )
-    observations = jc.PanelObservations(times, states, intervention=intervention)
-    sets = jc.candidate_parent_sets(2, 1)
+    observations = jc.panel.PanelObservations(times, states, intervention=intervention)
+    sets = jc.internal.candidate_parent_sets(2, 1)
     families = [
         (n, tuple(int(p) for p in row if p >= 0)) for n in range(2) for row in np.asarray(sets[n])
     ]
 
     @eqx.filter_jit
     def pooled_and_per_set(model, observations, sets, targets):
-        stats = jc.panel_expected_statistics(model, observations, solver=jc.MatrixExponential())
-        family = jc.panel_family_statistics(stats, sets, intervention_targets=targets)
+        stats = jc.panel.panel_expected_statistics(
+            model, observations, solver=jc.MatrixExponential()
+        )
+        family = jc.panel.panel_family_statistics(stats, sets, intervention_targets=targets)
         per_set = [
             (stats.node_transitions(n, u), stats.node_dwell_times(n, u)) for n, u in families
         ]
@@ -154,7 +156,7 @@ def test_structural_em_recovers_a_chain_from_sparse_panels(getkey):
     assert not np.any(paths.truncated)
     observations = _panel(paths, np.linspace(0.0, horizon, 11))
     names, cards = ("A", "B", "C"), (2, 2, 2)
-    fit = jc.learn_structure_from_panels(observations, names, cards, max_parents=1)
+    fit = jc.panel.learn_structure_from_panels(observations, names, cards, max_parents=1)
     edges = np.asarray(fit.posterior.edge_marginals())
     print("empty start:", fit.iterations, fit.posterior.map_graph(), float(fit.log_likelihood))
     print(np.round(edges, 3))
@@ -166,10 +168,12 @@ def test_structural_em_recovers_a_chain_from_sparse_panels(getkey):
     assert edges[0, 1] > 0.9 and edges[1, 2] > 0.9
     assert edges[0, 2] < 0.1 and edges[2, 0] < 0.1 and edges[2, 1] < 0.1
     # started at the truth, structural EM stays there
-    stay = jc.learn_structure_from_panels(observations, names, cards, max_parents=1, start=truth)
+    stay = jc.panel.learn_structure_from_panels(
+        observations, names, cards, max_parents=1, start=truth
+    )
     print("truth start:", stay.iterations, stay.posterior.map_graph(), float(stay.log_likelihood))
     assert stay.converged and stay.posterior.map_graph() == ((), (0,), (1,))
-    one_step = jc.learn_structure_from_panels(
+    one_step = jc.panel.learn_structure_from_panels(
         observations, names, cards, max_parents=1, start=truth, max_iterations=1
     )
     assert one_step.iterations == 1 and not one_step.converged

@@ -50,14 +50,16 @@ def _simulate(seed=0, subjects=24, visits=5):
 @pytest.fixture(scope="module")
 def panel():
     df = _simulate()
-    obs, ids = jaxctbn.panel_from_dataframe(df.replace("", np.nan), {n: 2 for n in NAMES})
+    obs, ids = jaxctbn.panel.panel_from_dataframe(df.replace("", np.nan), {n: 2 for n in NAMES})
     return df, obs, ids
 
 
 @pytest.fixture(scope="module")
 def prepared(panel):
     _, obs, ids = panel
-    return jaxctbn.prepare_pool(obs, NAMES, (2, 2, 2), root="R", subject_ids=ids, max_iterations=3)
+    return jaxctbn.experiments.prepare_pool(
+        obs, NAMES, (2, 2, 2), root="R", subject_ids=ids, max_iterations=3
+    )
 
 
 def test_membership_hand_made():
@@ -71,8 +73,8 @@ def test_membership_hand_made():
             "A": [0, 1, 0, 0, 1, 1, 1, 0, 1],
         }
     )
-    obs, ids = jaxctbn.panel_from_dataframe(df, {"R": 2, "A": 2})
-    m = jaxctbn.pool_membership(obs, 0, 2)
+    obs, ids = jaxctbn.panel.panel_from_dataframe(df, {"R": 2, "A": 2})
+    m = jaxctbn.experiments.pool_membership(obs, 0, 2)
     assert ids == [0, 1, 2, 3]
     np.testing.assert_array_equal(
         m, [[True, True, True, True], [False, True, False, False], [True, False, False, False]]
@@ -100,12 +102,14 @@ def all_subjects_statistics(prepared, panel):
     a sub-pool that clamps it; and the posterior of those pooled statistics."""
     pool, fit = prepared
     _, obs, _ = panel
-    stats = jaxctbn.panel_expected_statistics(fit.model, obs, solver=jaxctbn.MatrixExponential())
+    stats = jaxctbn.panel.panel_expected_statistics(
+        fit.model, obs, solver=jaxctbn.MatrixExponential()
+    )
     sets = candidate_parent_sets(3, 2)
 
     @eqx.filter_jit
     def expected(clamped):
-        pooled = jaxctbn.panel_family_statistics(stats, sets, intervention_targets=clamped)
+        pooled = jaxctbn.panel.panel_family_statistics(stats, sets, intervention_targets=clamped)
         return pooled, jaxctbn.StructurePosterior.from_statistics(pooled, NAMES).entropy()
 
     return expected
@@ -116,10 +120,10 @@ def test_designs_draw_from_their_pools_without_repeats(prepared, all_subjects_st
     """Each design draws every subject once (K = all subjects), from its option's pool; the
     posterior after all of them is that of all subjects' statistics computed at once."""
     pool, _ = prepared
-    design = jaxctbn.pool_design_from_name(name, num_samples=2)
+    design = jaxctbn.experiments.pool_design_from_name(name, num_samples=2)
     keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.key(1), r))(jnp.arange(2))
     K = pool.num_subjects  # (the criterion designs: in the CLI test)
-    res = jaxctbn.run_pool_repetitions(pool, design, keys, num_experiments=K)
+    res = jaxctbn.experiments.run_pool_repetitions(pool, design, keys, num_experiments=K)
     m = np.asarray(pool.membership)
     for r in range(2):
         subjects, options = np.asarray(res.subject[r]), np.asarray(res.option[r])
@@ -149,7 +153,7 @@ def test_vbhc_and_negative_choose_opposite_extremes(prepared):
 
     @eqx.filter_jit
     def choices(post, pool, open_, worst):
-        scores = jaxctbn.pool_scores(post, pool, key=key, num_samples=2)
+        scores = jaxctbn.experiments.pool_scores(post, pool, key=key, num_samples=2)
         design = jaxctbn.CriterionDesign(jaxctbn.VBHC(), num_samples=2, worst=worst)
         return scores, design.choose_option(
             post, pool.candidates, pool.initial_states, pool.horizons, open_, key
@@ -171,8 +175,8 @@ def test_vbhc_and_negative_choose_opposite_extremes(prepared):
 
 def test_same_key_same_result(prepared):
     pool, _ = prepared
-    design = jaxctbn.pool_design_from_name("random")
-    run = eqx.filter_jit(jaxctbn.run_pool)  # one program (eagerly: one per operation)
+    design = jaxctbn.experiments.pool_design_from_name("random")
+    run = eqx.filter_jit(jaxctbn.experiments.run_pool)  # one program (eagerly: one per operation)
     a = run(pool, design, jax.random.key(7), num_experiments=6)
     b = run(pool, design, jax.random.key(7), num_experiments=6)
     c = run(pool, design, jax.random.key(8), num_experiments=6)
@@ -184,12 +188,14 @@ def test_same_key_same_result(prepared):
 def test_bad_root(panel):
     _, obs, _ = panel
     with pytest.raises(ValueError, match="unknown node 'X'"):
-        jaxctbn.prepare_pool(obs, NAMES, (2, 2, 2), root="X")
-    flipping = jaxctbn.PanelObservations([[0.0, 1.0]] * 2, [[[0, 0], [1, 0]], [[1, 1], [0, 1]]])
+        jaxctbn.experiments.prepare_pool(obs, NAMES, (2, 2, 2), root="X")
+    flipping = jaxctbn.panel.PanelObservations(
+        [[0.0, 1.0]] * 2, [[[0, 0], [1, 0]], [[1, 1], [0, 1]]]
+    )
     with pytest.raises(ValueError, match="no subject has 'R' observed in one state"):
-        jaxctbn.prepare_pool(flipping, ("R", "A"), (2, 2), root="R")
+        jaxctbn.experiments.prepare_pool(flipping, ("R", "A"), (2, 2), root="R")
     with pytest.raises(ValueError, match="observational data"):
-        jaxctbn.prepare_pool(
+        jaxctbn.experiments.prepare_pool(
             eqx.tree_at(
                 lambda o: o.intervention,
                 obs,
@@ -279,7 +285,7 @@ def test_cli_run_pool_bad_input(tmp_path, capsys):
 def test_shipped_pbcseq_panel_matches_its_readme():
     # the packaged data set: the counts its README states (312 patients, 1945 visits, the two
     # trial arms 154 / 158, trt constant per patient), read through the public panel reader
-    path = jaxctbn.dataset_path("pbcseq_panel")
+    path = jaxctbn.panel.dataset_path("pbcseq_panel")
     df = pd.read_csv(path)
     assert list(df.columns) == ["trajectory_id", "time", "trt", "ascites", "hepato", "spiders",
                                 "edema"]  # fmt: skip
@@ -287,13 +293,13 @@ def test_shipped_pbcseq_panel_matches_its_readme():
     arms = df.groupby("trajectory_id").trt.agg(["min", "max"])
     assert (arms["min"] == arms["max"]).all()
     assert np.bincount(arms["min"].to_numpy()).tolist() == [154, 158]
-    cards = jaxctbn.infer_cardinalities(df, missing=True)
+    cards = jaxctbn.internal.infer_cardinalities(df, missing=True)
     assert cards == dict.fromkeys(["trt", "ascites", "hepato", "spiders", "edema"], 2)
     with pytest.warns(UserWarning, match="single observation"):
-        observations, ids = jaxctbn.read_panel_csv(path, cards)
+        observations, ids = jaxctbn.panel.read_panel_csv(path, cards)
     assert observations.batch_shape == (312,) and len(ids) == 312
     assert int(np.asarray(observations.num_observations).sum()) == 1945
     readme = os.path.join(os.path.dirname(path), "README.md")
     assert "Mayo Clinic" in open(readme).read()  # the attribution ships next to the data
     with pytest.raises(ValueError, match="name: unknown data set"):
-        jaxctbn.dataset_path("pbc")
+        jaxctbn.panel.dataset_path("pbc")

@@ -221,13 +221,17 @@ def test_initial_state_policies(getkey):
 def test_experiment_config_priors():
     base = {"repetitions": 1, "experiments": 1, "designs": ("passive",)}
     with pytest.raises(ValueError, match="parameters learning takes GammaPrior"):
-        jc.ExperimentConfig(target="parameters", prior=jc.NodelmanPrior(), **base)
+        jc.experiments.ExperimentConfig(target="parameters", prior=jc.NodelmanPrior(), **base)
     with pytest.raises(ValueError, match="empirical_bayes: supported for structure"):
-        jc.ExperimentConfig(target="parameters", empirical_bayes=jc.EmpiricalBayes(), **base)
+        jc.experiments.ExperimentConfig(
+            target="parameters", empirical_bayes=jc.EmpiricalBayes(), **base
+        )
     with pytest.raises(ValueError, match="need a scalar or one value per node"):
-        jc.ExperimentConfig(prior=jc.GammaPrior(jnp.ones(3)), **base)
+        jc.experiments.ExperimentConfig(prior=jc.GammaPrior(jnp.ones(3)), **base)
     with pytest.raises(ValueError, match="node 'X2' has states 0..1"):
-        jc.ExperimentConfig(initial_state_policy=jc.FixedInitialState([0, 3, 0, 0]), **base)
+        jc.experiments.ExperimentConfig(
+            initial_state_policy=jc.FixedInitialState([0, 3, 0, 0]), **base
+        )
 
 
 def test_cli_priors_policy_and_old_directories(tmp_path, capsys):

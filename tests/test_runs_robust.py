@@ -54,7 +54,7 @@ def test_structure_needs_two_nodes_and_defined_metrics(tmp_path, capsys):
     with pytest.raises(ValueError, match="truth: structure learning needs at least 2 nodes"):
         jc.StructureLearningTask(one, max_parents=0)
     with pytest.raises(ValueError, match="truth: structure learning needs at least 2 nodes"):
-        jc.ExperimentConfig(target="structure", truth=one)
+        jc.experiments.ExperimentConfig(target="structure", truth=one)
     empty = jc.CTBN(cims=[jnp.array([[[-1.0, 1.0], [1.0, -1.0]]])] * 2, parents=[[], []])
     with pytest.raises(ValueError, match="at least one edge and one absent edge; this one has no"):
         jc.StructureLearningTask(empty, max_parents=1)
@@ -64,14 +64,14 @@ def test_structure_needs_two_nodes_and_defined_metrics(tmp_path, capsys):
     # the metrics: an error, never a silent NaN
     probs = jnp.full((2, 2), 0.5)
     with pytest.raises(ValueError, match="1-node graph has no candidate edges"):
-        jc.edge_auroc(jnp.zeros((1, 1)), jnp.zeros((1, 1), int))
+        jc.experiments.edge_auroc(jnp.zeros((1, 1)), jnp.zeros((1, 1), int))
     with pytest.raises(ValueError, match="edge AUPR needs a true graph with at least one edge"):
-        jc.edge_aupr(probs, jnp.zeros((2, 2), int))
+        jc.experiments.edge_aupr(probs, jnp.zeros((2, 2), int))
     with pytest.raises(ValueError, match="edge AUROC needs"):
-        jc.edge_auroc(probs, jnp.ones((2, 2), int))
+        jc.experiments.edge_auroc(probs, jnp.ones((2, 2), int))
     with pytest.raises(ValueError, match="scores: empty"):
-        jc.auroc(jnp.zeros(0), jnp.zeros(0))
-    traced = eqx.filter_jit(jc.edge_auroc)
+        jc.experiments.auroc(jnp.zeros(0), jnp.zeros(0))
+    traced = eqx.filter_jit(jc.experiments.edge_auroc)
     with pytest.raises(eqx.EquinoxRuntimeError, match="edge AUROC needs a true graph"):
         traced(probs, jnp.zeros((2, 2), int)).block_until_ready()
     np.testing.assert_allclose(traced(probs, jnp.array([[0, 1], [0, 0]])), 0.5)
@@ -86,9 +86,9 @@ def test_run_paths_and_max_events_are_checked(tmp_path, capsys):
     assert "argument --max-events: must be an integer >= 1, got '0'" in _error_line(capsys)
     truth = jc.CTBN.from_json(path)
     with pytest.raises(ValueError, match="paths: must be a positive integer, got 0"):
-        jc.ExperimentConfig(target="parameters", truth=truth, designs=("eig",), paths=0)
+        jc.experiments.ExperimentConfig(target="parameters", truth=truth, designs=("eig",), paths=0)
     with pytest.raises(ValueError, match="max_events: must be a positive integer, got 0"):
-        jc.ExperimentConfig(target="parameters", truth=truth, max_events=0)
+        jc.experiments.ExperimentConfig(target="parameters", truth=truth, max_events=0)
     task = jc.ParameterLearningTask(jc.CTBN.from_json(path))
 
     @jax.jit

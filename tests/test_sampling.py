@@ -74,7 +74,8 @@ def test_statistics_match_brute_force_loop(getkey):
     @jax.jit
     def per_trajectory(traj):  # node_statistics of one trajectory at a time, vmapped
         return [
-            jax.vmap(lambda t, n=n, P=P: jc.node_statistics(t, n, P, cards))(traj) for n, P in cases
+            jax.vmap(lambda t, n=n, P=P: jc.internal.node_statistics(t, n, P, cards))(traj)
+            for n, P in cases
         ]
 
     stats = per_trajectory(traj)
@@ -130,7 +131,7 @@ def test_truncation_is_flagged_and_refused(getkey):
     with pytest.raises(eqx.EquinoxRuntimeError, match="truncated"):
         statistics(traj, (2, 2), ((), (0,))).nodes[0].dwell_times.block_until_ready()
     with pytest.raises(ValueError, match="truncated"):
-        jc.trajectories_to_dataframe(traj, model)
+        jc.internal.trajectories_to_dataframe(traj, model)
 
 
 def test_same_key_same_paths_and_buffer_growth_keeps_paths(getkey):
@@ -199,7 +200,7 @@ def test_csv_writer_writes_what_pandas_writes(tmp_path, getkey):
         )
         ours, theirs = tmp_path / "ours.csv", tmp_path / "pandas.csv"
         jc.write_trajectories_csv(traj, model, ours)
-        jc.trajectories_to_dataframe(traj, model).to_csv(theirs, index=False)
+        jc.internal.trajectories_to_dataframe(traj, model).to_csv(theirs, index=False)
         assert ours.read_bytes() == theirs.read_bytes()
 
 
@@ -251,7 +252,7 @@ def test_dataframe_with_shared_time_stamps_and_repeated_rows():
             "B": [0, 0, 1, 1, 0, 0],
         }
     )
-    traj, ids = jc.trajectories_from_dataframe(df, model)
+    traj, ids = jc.internal.trajectories_from_dataframe(df, model)
     assert ids == ["a"]
     A, B = statistics(traj, model.cardinalities, model.parents).total()
     np.testing.assert_allclose(A.dwell_times, [[0.5, 1.5]])
@@ -302,7 +303,7 @@ def test_dataframe_with_shared_time_stamps_and_repeated_rows():
 )
 def test_dataframe_bad_input(frame, message):
     with pytest.raises(ValueError, match=message):
-        jc.trajectories_from_dataframe(pd.DataFrame(frame), _model_ab())
+        jc.internal.trajectories_from_dataframe(pd.DataFrame(frame), _model_ab())
 
 
 def test_statistics_are_additive_and_pooling_skips_intervened(getkey):
@@ -330,15 +331,15 @@ def test_statistics_are_additive_and_pooling_skips_intervened(getkey):
 def test_sampling_bad_input(getkey):
     model = random_model(getkey(), (2, 2), ((), (0,)))
     with pytest.raises(ValueError, match="max_events must be >= 1"):
-        jc.sample_trajectory(model, jnp.array([0, 0]), 1.0, key=getkey(), max_events=0)
+        jc.internal.sample_trajectory(model, jnp.array([0, 0]), 1.0, key=getkey(), max_events=0)
     with pytest.raises(ValueError, match="initial_state"):
-        jc.sample_trajectory(model, jnp.array([0, 0, 0]), 1.0, key=getkey())
+        jc.internal.sample_trajectory(model, jnp.array([0, 0, 0]), 1.0, key=getkey())
     with pytest.raises(eqx.EquinoxRuntimeError, match="node states must be in"):
-        jc.sample_trajectory(
+        jc.internal.sample_trajectory(
             model, jnp.array([0, 5]), 1.0, key=getkey()
         ).num_events.block_until_ready()
     with pytest.raises(eqx.EquinoxRuntimeError, match="horizon"):
-        jc.sample_trajectory(
+        jc.internal.sample_trajectory(
             model, jnp.array([0, 0]), -1.0, key=getkey()
         ).num_events.block_until_ready()
 
@@ -358,7 +359,7 @@ def test_rates_are_checked_before_and_after_an_intervention(getkey):
     )
     for m, intervention, message in cases:
         with pytest.raises(eqx.EquinoxRuntimeError, match=message):
-            jc.sample_trajectory(
+            jc.internal.sample_trajectory(
                 m, jnp.array([0, 0]), 1.0, key=getkey(), intervention=intervention
             ).num_events.block_until_ready()
 
@@ -380,7 +381,7 @@ def test_initial_distribution_is_sampled(getkey):
     z = (mc.mean(0) - np.asarray(exact)) / (mc.std(0) / np.sqrt(20000))
     assert np.max(np.abs(z)) < 4.5
     with pytest.raises(ValueError, match="needs 6 probabilities"):
-        jc.sample_trajectory(model, jnp.ones(5) / 5, 1.0, key=getkey())
+        jc.internal.sample_trajectory(model, jnp.ones(5) / 5, 1.0, key=getkey())
 
 
 @pytest.mark.usefixtures("no_runtime_typecheck")

@@ -34,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this check
 TRUTH = jc.CTBN.from_dict(network_dict())  # A -> B, binary
 TASK = jc.ParameterLearningTask(TRUTH)
 KEYS = repetition_keys(0, 3)  # `jaxctbn run --seed 0`'s keys: 3 repetitions, padded to 8 devices
-SPACE = jc.design_space((2, 2))  # the candidates `jaxctbn run` passes (all 9)
+SPACE = jc.internal.design_space((2, 2))  # the candidates `jaxctbn run` passes (all 9)
 ONE_DEVICE = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("members",))
 
 

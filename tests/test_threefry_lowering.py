@@ -35,7 +35,7 @@ _SCRIPT = textwrap.dedent(
         return out
 
     before = draws()
-    assert jc.use_unrolled_threefry_on_cpu() is True
+    assert jc.internal.use_unrolled_threefry_on_cpu() is True
     after = draws()
     for name in before:
         (x, loop_before), (y, loop_after) = before[name], after[name]

@@ -39,9 +39,9 @@ def test_states_beyond_the_cardinalities_are_refused_on_the_array_route():
     with pytest.raises(ValueError, match=re.escape(MESSAGE.replace("'A'", "0"))):
         jc.SufficientStatistics.from_trajectories(BAD, (2, 2), ((), ()))
     with pytest.raises(ValueError, match=r"node 0 has states 0\.\.2"):
-        jc.family_statistics(BAD, (2, 2), jc.candidate_parent_sets(2, 1))
+        jc.internal.family_statistics(BAD, (2, 2), jc.internal.candidate_parent_sets(2, 1))
     with pytest.raises(ValueError, match=r"node 0 has states 0\.\.2"):
-        jc.node_statistics(jax.tree_util.tree_map(lambda x: x[0], BAD), 0, (), (2, 2))
+        jc.internal.node_statistics(jax.tree_util.tree_map(lambda x: x[0], BAD), 0, (), (2, 2))
     with pytest.raises(ValueError, match=re.escape(MESSAGE)):
         jc.learn_structure(BAD, ("A", "B"), (2, 2), max_parents=1)
     negative = _trajectories([[-1, 0], [1, 0]])
@@ -76,16 +76,18 @@ def test_clamped_state_out_of_range_is_reported_as_the_intervention(getkey):
     with pytest.raises(ValueError, match=message):
         jc.expected_statistics(MODEL, jnp.array([0, 0]), 1.0, intervention=by_hand)
     with pytest.raises(ValueError, match=message):
-        jc.initial_distribution(MODEL, jnp.array([0, 0]), by_hand)
+        jc.internal.initial_distribution(MODEL, jnp.array([0, 0]), by_hand)
     with pytest.raises(ValueError, match=message):
         by_hand.apply(MODEL)
     with pytest.raises(ValueError, match=message):
-        jc.sample_trajectory(MODEL, jnp.array([0, 0]), 1.0, key=getkey(), intervention=by_hand)
+        jc.internal.sample_trajectory(
+            MODEL, jnp.array([0, 0]), 1.0, key=getkey(), intervention=by_hand
+        )
     key = getkey()  # traced intervention: the check runs inside jit, still naming the node
 
     @jax.jit
     def sample(intervention):
-        path = jc.sample_trajectory(
+        path = jc.internal.sample_trajectory(
             MODEL, jnp.array([0, 0]), 1.0, key=key, intervention=intervention
         )
         return path.jump_times
@@ -119,7 +121,7 @@ def test_memory_budget_refuses_large_requests(monkeypatch):
         jc.learn_structure(traj, ("A", "B"), (2, 2), max_parents=1)
     assert "JAXCTBN_MEMORY_BUDGET" in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(ValueError, match=r"family_statistics: needs about"):
-        jc.family_statistics(traj, (2, 2), jc.candidate_parent_sets(2, 1))
+        jc.internal.family_statistics(traj, (2, 2), jc.internal.candidate_parent_sets(2, 1))
     with pytest.raises(ValueError, match=r"StructurePosterior.from_prior: needs about"):
         jc.StructurePosterior.from_prior(("A", "B"), (2, 2), max_parents=1)
     # a node with many states is named as the large part, with the states seen in the data

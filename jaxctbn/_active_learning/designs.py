@@ -158,7 +158,7 @@ class CallableDesign(AbstractDesign):
         return self.fn(posterior, candidates, initial_state, horizon, key)
 
 
-#: Design names understood by [`jaxctbn.design_from_name`][] and `jaxctbn run --designs`.
+#: Design names understood by [`jaxctbn.experiments.design_from_name`][] and `jaxctbn run --designs`.
 DESIGN_NAMES = ("passive", "random", "vbhc", "bhc", "vbhc-optax", "eig", "negative-vbhc")
 DesignName = Literal["passive", "random", "vbhc", "bhc", "vbhc-optax", "eig", "negative-vbhc"]
 
@@ -174,7 +174,7 @@ def design_from_name(
     """The design behind a CLI name: `"passive"`, `"random"`, `"vbhc"` (`VBHC()`), `"bhc"`,
     `"vbhc-optax"` (`VBHC(optimiser=LBFGS())`), `"eig"` (`EIG(num_paths=num_paths)`) or
     `"negative-vbhc"` (the worst candidate by the VBHC). `graph_draws` (default `None` =
-    [`jaxctbn.StratifiedGraphDraws`][]) and `max_sets` go to the (V)BHC (structure learning; see
+    [`jaxctbn.criteria.StratifiedGraphDraws`][]) and `max_sets` go to the (V)BHC (structure learning; see
     [`jaxctbn.VBHC`][])."""
     graph_draws = StratifiedGraphDraws() if graph_draws is None else graph_draws
     box_hill = {"graph_draws": graph_draws, "max_sets": max_sets}

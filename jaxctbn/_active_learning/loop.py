@@ -4,7 +4,7 @@ One run is $K$ experiments. In experiment $k$: an initial state $s_0$ is chosen 
 initial-state policy (by default drawn uniformly at random and revealed to the design, as in
 the paper); the design picks an intervention $i_k$ from a fixed batch of
 candidates (by default the paper's whole space, [`jaxctbn.intervention_space`][], or for large
-networks the single-node interventions: [`jaxctbn.design_space`][]); one trajectory
+networks the single-node interventions: [`jaxctbn.internal.design_space`][]); one trajectory
 of length $\tau$ is simulated from the ground truth under $i_k$; the posterior is updated with
 pooling (an intervened node learns nothing from that trajectory); metrics are recorded.
 
@@ -71,7 +71,7 @@ def run_active_learning(
     r"""One sequential experiment of `num_experiments` steps as a single `jax.lax.scan`.
 
     `candidates`: the candidate interventions (leading axis; default
-    [`jaxctbn.design_space`][] of the truth: the whole [`jaxctbn.intervention_space`][] up to
+    [`jaxctbn.internal.design_space`][] of the truth: the whole [`jaxctbn.intervention_space`][] up to
     4096 members, else the single-node interventions; member 0 = no intervention). The same `key`
     gives the same run; two designs run with the same key see the same initial states and the
     same random streams, so their differences are not sampling noise in those.
@@ -271,7 +271,7 @@ def run_repetitions(
     With `throw=True` (default) an error in any repetition (an overflowing path buffer, a
     non-finite rate, ...) raises, as everywhere in jaxctbn. With `throw=False` one failing
     repetition does not abort the batch: returns `(result, status)`, a
-    [`jaxctbn.RepetitionStatus`][] saying which repetitions failed and why; a failed
+    [`jaxctbn.experiments.RepetitionStatus`][] saying which repetitions failed and why; a failed
     repetition's fields are NaN (floats) or -1 (integers). The batch runs as one compiled call;
     only when it fails are its repetitions rerun one at a time (one more compilation) to tell
     the failing ones from the others, so a clean batch costs nothing extra.

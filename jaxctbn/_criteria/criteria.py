@@ -129,7 +129,7 @@ class AbstractBoxHillCriterion(AbstractCriterion):
 
     @abc.abstractmethod
     def rate_value(self, posterior: RatePosterior, statistics) -> Float[Array, ""]:
-        """The criterion from one candidate's [`jaxctbn.ParameterDesignStatistics`][]."""
+        """The criterion from one candidate's [`jaxctbn.criteria.ParameterDesignStatistics`][]."""
 
     @abc.abstractmethod
     def structure_value(self, posterior: StructurePosterior, divergences) -> Float[Array, ""]:
@@ -180,8 +180,8 @@ class VBHC(AbstractBoxHillCriterion):
 
     **Arguments (keyword-only):** `optimiser` (default `None` = closed form), and for structure
     learning `estimator` (the KL estimator, default [`jaxctbn.PlugIn`][]), `graph_draws` (how
-    graphs are drawn, default [`jaxctbn.StratifiedGraphDraws`][], the paper's;
-    [`jaxctbn.JointGraphDraws`][] for large networks) and `max_sets` (score over each node's
+    graphs are drawn, default [`jaxctbn.criteria.StratifiedGraphDraws`][], the paper's;
+    [`jaxctbn.criteria.JointGraphDraws`][] for large networks) and `max_sets` (score over each node's
     `max_sets` most probable parent sets, [`jaxctbn.StructurePosterior.truncated`][]; default
     `None` = all)."""
 
@@ -227,8 +227,8 @@ class BHC(AbstractBoxHillCriterion):
 class EIG(AbstractCriterion):
     r"""The expected information gain by Monte Carlo (maths §6): `num_paths` sampled paths per
     posterior draw, the same path keys for every candidate. For parameters by conjugacy without
-    an inner loop ([`jaxctbn.parameter_eig`][]); for structure Algorithm 4 with the stratum
-    weights ([`jaxctbn.structure_eig`][]), per node all candidates x draws x paths of a chunk
+    an inner loop ([`jaxctbn.criteria.parameter_eig`][]); for structure Algorithm 4 with the stratum
+    weights ([`jaxctbn.criteria.structure_eig`][]), per node all candidates x draws x paths of a chunk
     of candidates in one sampling loop that keeps only the paths' statistics, and the chunks
     whose candidates all clamp the node skipped (default batching `Chunked(9)`, as for the
     other structure criteria).

@@ -109,7 +109,7 @@ def design_statistics(
     intervention: Intervention | None = None,
     solver: StatisticsSolver = AUTOMATIC_SOLVER,
 ) -> ParameterDesignStatistics:
-    """[`jaxctbn.ParameterDesignStatistics`][] for one intervention from a batch of posterior
+    """[`jaxctbn.criteria.ParameterDesignStatistics`][] for one intervention from a batch of posterior
     `draws` (leading axis), with one batched master-equation solve."""
     S = jax.tree_util.tree_leaves(draws)[0].shape[0]
     init = jnp.broadcast_to(jnp.asarray(initial_state), (S, *jnp.shape(initial_state)))
@@ -200,7 +200,7 @@ def parameter_vbhc_minimise(
     r"""$\min_\kappa$VBHC by a numerical `optimiser` with autodiff gradients, over
     $\kappa$ in log space ($\alpha^\kappa=e^{a}$, $\beta^\kappa=e^{b}$), starting at the posterior
     $(\bar\alpha,\bar\beta)$ as Algorithm 1 does. Returns `(min VBHC, (alpha_kappa,
-    beta_kappa))`; agrees with [`jaxctbn.parameter_vbhc_minimum`][] at convergence."""
+    beta_kappa))`; agrees with [`jaxctbn.criteria.parameter_vbhc_minimum`][] at convergence."""
     params = (
         tuple(jnp.log(jnp.where(_off(a.shape[-1]), a, 1.0)) for a in posterior.alpha),
         tuple(jnp.log(b) for b in posterior.beta),
@@ -289,7 +289,7 @@ def parameter_eig_nested(
     r"""A truly nested Monte Carlo EIG with `num_inner` = $K$ inner draws:
     $\mathsf E_{\Lambda,S}[\ln p(S\mid\Lambda)-\ln\frac1K\sum_k p(S\mid\Lambda_k)]$ with fresh
     $\Lambda_k\sim p(\Lambda\mid H)$ per path. It is biased upwards and tends to
-    [`jaxctbn.parameter_eig`][] as $K\to\infty$; $K=1$ estimates the BHC (maths §6). Only the
+    [`jaxctbn.criteria.parameter_eig`][] as $K\to\infty$; $K=1$ estimates the BHC (maths §6). Only the
     path-likelihood terms of non-intervened nodes enter (the others cancel)."""
     k_draw, k_path, k_inner = jr.split(key, 3)
     draws = posterior_draws(posterior, k_draw, num_samples)

@@ -133,7 +133,7 @@ def structure_draws(
     posterior: StructurePosterior, key: PRNGKeyArray, num_samples: int
 ) -> StructureDraws:
     """Per node n, `num_samples` draws of the other nodes' parent sets and of all rates for each
-    candidate set of n (see [`jaxctbn.StructureDraws`][]); `jax.jit`-compiled."""
+    candidate set of n (see [`jaxctbn.criteria.StructureDraws`][]); `jax.jit`-compiled."""
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}.")
 
@@ -207,7 +207,7 @@ def joint_structure_draws(
     systematic: bool = True,
 ) -> JointStructureDraws:
     """`num_samples` joint draws of the graph and the rates (see
-    [`jaxctbn.JointStructureDraws`][]); `jax.jit`-compiled. With `systematic=True` (default)
+    [`jaxctbn.criteria.JointStructureDraws`][]); `jax.jit`-compiled. With `systematic=True` (default)
     the graphs come from
     [`StructurePosterior.systematic_parent_sets`][jaxctbn.StructurePosterior.systematic_parent_sets]
     (each draw distributed as an independent one, each node's sets in proportion to their
@@ -301,7 +301,7 @@ class AbstractGraphDraws(eqx.Module):
 class StratifiedGraphDraws(AbstractGraphDraws):
     r"""The paper's Algorithm 2: per node $n$ and candidate set $P$, `num_samples` draws of the
     other nodes' parent sets and of the rates with $\mathrm{par}(n)=P$
-    ([`jaxctbn.structure_draws`][]), weighted by $p(P\mid H)$. Every set gets its draws, so the
+    ([`jaxctbn.criteria.structure_draws`][]), weighted by $p(P\mid H)$. Every set gets its draws, so the
     rare ones are estimated as well as the likely ones; the cost is
     $\sum_n|\mathcal P_n|\cdot N_S$ master-equation solves per candidate, which limits it to
     small networks or few sets (see `max_sets`). Takes both KL estimators (the default)."""
@@ -336,7 +336,7 @@ class StratifiedGraphDraws(AbstractGraphDraws):
 
 class JointGraphDraws(AbstractGraphDraws):
     r"""`num_samples` draws of the *whole* graph from $p(G\mid H)$ and of the rates given it
-    ([`jaxctbn.joint_structure_draws`][]), shared by every node: one master-equation solve per
+    ([`jaxctbn.criteria.joint_structure_draws`][]), shared by every node: one master-equation solve per
     draw and candidate serves all $N$ nodes, and
     $a_n(P')\approx\frac1{N_S}\sum_s[\ell_n(\hat S_s;P_s)-\ell_n(\hat S_s;P')]$ with $P_s$ the
     draw's parents of $n$. Since $\mathrm{par}(n)\sim p(P\mid H)$ in these draws, this is the
@@ -714,7 +714,7 @@ def structure_vbhc_minimise(
 ) -> tuple[Float[Array, ""], tuple[Array, ...]]:
     r"""$\min_q$ VBHC by a numerical `optimiser` over softmax logits with autodiff gradients,
     starting at $q=p(G\mid H)$. Returns `(min VBHC, logits)`; agrees with
-    [`jaxctbn.structure_vbhc_minimum`][] at convergence."""
+    [`jaxctbn.criteria.structure_vbhc_minimum`][] at convergence."""
     logits = tuple(lp for lp in posterior.log_posterior())
     return optimiser.minimise(lambda z: structure_vbhc(posterior, divergences, z), logits)
 
@@ -809,7 +809,7 @@ def eig_all_candidates(
     max_events: int,
     batching: AbstractBatching,
 ) -> Float[Array, " candidates"]:
-    """[`jaxctbn.structure_eig`][] of every candidate (leading axis), with the same draws and
+    """[`jaxctbn.criteria.structure_eig`][] of every candidate (leading axis), with the same draws and
     path keys for every candidate (common random numbers): per node, the candidates in chunks
     of `batching.chunk_size`, each chunk's paths sampled in one loop, and chunks whose
     candidates all clamp the node skipped (their term is 0)."""

@@ -1,5 +1,5 @@
 """The settings of the paper's synthetic experiments: the learning tasks and their metrics, the
-default ground truths and defaults, [`jaxctbn.ExperimentConfig`][], and the settings as JSON."""
+default ground truths and defaults, [`jaxctbn.experiments.ExperimentConfig`][], and the settings as JSON."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def default_graph_draws(
     """The structure (V)BHC's graph draws and `max_sets` for a network of `num_nodes`:
     `graph_draws="auto"` is `"stratified"` (the paper's Algorithm 2) up to 8 nodes and
     `"joint"` beyond; `max_sets=None` keeps every parent set up to 8 nodes and the 32 most
-    probable per node beyond (see [`jaxctbn.JointGraphDraws`][] and
+    probable per node beyond (see [`jaxctbn.criteria.JointGraphDraws`][] and
     [`jaxctbn.StructurePosterior.truncated`][])."""
     large = num_nodes > LARGE_NETWORK_NODES
     if graph_draws == "auto":
@@ -86,7 +86,7 @@ class ExperimentConfig(eqx.Module):
     """Every setting of the paper's synthetic experiment (the fields of `config.json`).
 
     **Arguments (keyword-only, all optional):** `target` (`"structure"` or `"parameters"`),
-    `designs` (names, see [`jaxctbn.design_from_name`][]), `repetitions` and `experiments`
+    `designs` (names, see [`jaxctbn.experiments.design_from_name`][]), `repetitions` and `experiments`
     (default 20 and 10), `samples` ($N_S$), `horizon` ($\\tau$), `seed` (repetition $r$ uses
     `fold_in(key(seed), r)` for every design: common random numbers), `truth` (a
     [`jaxctbn.CTBN`][]; default the built-in fast/slow network drawn from `truth_seed`),
@@ -101,10 +101,10 @@ class ExperimentConfig(eqx.Module):
     [`jaxctbn.run_active_learning`][]; a path that overflows it is an error, never cut),
     `interventions` (the candidates: `"all"` the paper's whole [`jaxctbn.intervention_space`][],
     `"single"` the [`jaxctbn.single_node_interventions`][], default `"auto"` =
-    [`jaxctbn.design_space`][]: all up to 4096 members, single-node beyond), `graph_draws`
+    [`jaxctbn.internal.design_space`][]: all up to 4096 members, single-node beyond), `graph_draws`
     (structure (V)BHC: `"stratified"`, `"joint"` or `"auto"`, the default) and `max_sets`
     (structure (V)BHC: each node's most probable parent sets scored; default `None`), resolved by
-    [`jaxctbn.default_graph_draws`][]: the paper's stratified draws over every set up to 8
+    [`jaxctbn.experiments.default_graph_draws`][]: the paper's stratified draws over every set up to 8
     nodes, joint draws over the 32 most probable sets per node beyond. With
     `max_parents=None` structure learning allows $N-1$ parents up to 8 nodes and 2 beyond (the
     exhaustive search has $2^{N-1}$ parent sets per node).

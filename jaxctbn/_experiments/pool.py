@@ -22,8 +22,8 @@ option by a design criterion under the current posterior).
 **The approximation (the paper's).** A subject's panel observations give no counts: the
 posterior is updated with the subject's **expected family statistics**
 $\mathsf E_m[M_n\mid Y]$, $\mathsf E_m[T_n\mid Y]$ under one fixed network $m$ learned from
-**all** the data ([`jaxctbn.learn_structure_from_panels`][]), precomputed once per subject
-([`jaxctbn.panel_expected_statistics`][]). The statistics therefore already carry information
+**all** the data ([`jaxctbn.panel.learn_structure_from_panels`][]), precomputed once per subject
+([`jaxctbn.panel.panel_expected_statistics`][]). The statistics therefore already carry information
 from the whole data set through $m$; the experiment measures how fast the *choice of subjects*
 recovers $m$'s graph, not an independent re-learning. A subject drawn from a sub-pool is an
 interventional experiment, so by the pooling rule (§4) its statistics of the root node itself are
@@ -31,7 +31,7 @@ left out; drawn from the full pool, all its statistics count.
 
 **Scoring.** [`jaxctbn.CriterionDesign`][] scores each option's intervention (none, or
 $\mathrm{do}(\text{root}=r)$) with [`jaxctbn.score_interventions`][] from the option's own
-initial state and horizon ([`jaxctbn.PoolExperiment`][]: the most common complete first
+initial state and horizon ([`jaxctbn.experiments.PoolExperiment`][]: the most common complete first
 observation of its subjects, and the median follow-up of its subjects with at least two visits),
 with common posterior draws for all options.
 """
@@ -71,7 +71,7 @@ from .._panel.structure import (
 )
 from .config import METRICS
 
-#: Design names understood by [`jaxctbn.pool_design_from_name`][] and `jaxctbn run pool`.
+#: Design names understood by [`jaxctbn.experiments.pool_design_from_name`][] and `jaxctbn run pool`.
 POOL_DESIGN_NAMES = ("passive", "random", "vbhc", "negative-vbhc")
 #: The metrics recorded after every experiment: name -> (label, better is "higher"/"lower").
 POOL_METRICS = METRICS["pool"]
@@ -119,12 +119,12 @@ def _follow_up(observations: PanelObservations, subjects: np.ndarray) -> float:
 
 class PoolExperiment(eqx.Module):
     r"""A prepared pool: everything a repetition of the pool experiment needs, as arrays (build
-    with [`jaxctbn.prepare_pool`][]).
+    with [`jaxctbn.experiments.prepare_pool`][]).
 
-    - `statistics`: each subject's expected [`jaxctbn.FamilyStatistics`][] under the full-data
+    - `statistics`: each subject's expected [`jaxctbn.internal.FamilyStatistics`][] under the full-data
       network (a leading `subjects` axis on every array);
     - `membership`: `(options, subjects)`, which subjects each option may draw (see
-      [`jaxctbn.pool_membership`][]);
+      [`jaxctbn.experiments.pool_membership`][]);
     - `candidates`: the options' [`jaxctbn.Intervention`][]s, `(options,)`: none, then
       $\mathrm{do}(\text{root}=r)$;
     - `initial_states`, `horizons`: the state and length each option is scored from: its
@@ -177,8 +177,8 @@ def subject_family_statistics(
     solver: AbstractMasterEquationSolver = DENSE_SOLVER,
 ) -> FamilyStatistics:
     """Each subject's expected family statistics under `model`, *not* pooled: a
-    [`jaxctbn.FamilyStatistics`][] with a leading subjects axis on every array (summing that
-    axis gives [`jaxctbn.panel_family_statistics`][] of the batch without interventions)."""
+    [`jaxctbn.internal.FamilyStatistics`][] with a leading subjects axis on every array (summing that
+    axis gives [`jaxctbn.panel.panel_family_statistics`][] of the batch without interventions)."""
     stats = panel_expected_statistics(model, observations, solver=solver)
     return expected_family_statistics(stats, parent_sets)
 
@@ -204,7 +204,7 @@ def prepare_pool(
     **Arguments:**
 
     - `observations`: one panel trajectory per subject (a batch with one leading axis, e.g.
-      from [`jaxctbn.read_panel_csv`][]), observational (no intervention labels).
+      from [`jaxctbn.panel.read_panel_csv`][]), observational (no intervention labels).
     - `names`, `cardinalities`: the nodes.
     - `root` (keyword-only): the root node's name or index. It should have no parents in the
       network learned from all the data (a warning otherwise), and some subject must keep it
@@ -212,12 +212,12 @@ def prepare_pool(
     - `max_parents`: the in-degree limit of the learned network and of the posterior (default
       $N-1$).
     - `prior`: the rate prior of the learning and of the posterior.
-    - `fit`: a [`jaxctbn.PanelStructureFit`][] of these data to reuse (default: learned here by
-      [`jaxctbn.learn_structure_from_panels`][] with `tolerance` and `max_iterations`).
+    - `fit`: a [`jaxctbn.panel.PanelStructureFit`][] of these data to reuse (default: learned here by
+      [`jaxctbn.panel.learn_structure_from_panels`][] with `tolerance` and `max_iterations`).
     - `subject_ids`: labels of the subjects (default `0..R-1`).
     - `solver`: the master-equation solver of the E-step.
 
-    **Returns:** `(pool, fit)`, a [`jaxctbn.PoolExperiment`][] and the full-data fit.
+    **Returns:** `(pool, fit)`, a [`jaxctbn.experiments.PoolExperiment`][] and the full-data fit.
     """
     names, cards = tuple(names), tuple(int(k) for k in cardinalities)
     N = len(cards)
@@ -369,7 +369,7 @@ def run_pool(
     r"""One repetition of the pool experiment: `num_experiments` times, the design picks an
     option, a subject is drawn uniformly from the option's remaining subjects (without
     replacement) and its statistics update the posterior (see the module docstring). Jittable
-    and vmappable over `key` ([`jaxctbn.run_pool_repetitions`][] does both); the same key gives
+    and vmappable over `key` ([`jaxctbn.experiments.run_pool_repetitions`][] does both); the same key gives
     the same result."""
     if not 1 <= num_experiments <= pool.num_subjects:
         raise ValueError(
@@ -413,7 +413,7 @@ def run_pool_repetitions(
     *,
     num_experiments: int,
 ) -> PoolResult:
-    """[`jaxctbn.run_pool`][] vmapped over a batch of keys, as one compiled program."""
+    """[`jaxctbn.experiments.run_pool`][] vmapped over a batch of keys, as one compiled program."""
     return jax.vmap(lambda k: run_pool(pool, design, k, num_experiments=num_experiments))(keys)
 
 
@@ -439,7 +439,7 @@ def run_pool_experiment(
     overwrite: bool = False,
 ) -> dict:
     """Run every design for `repetitions` repetitions of `experiments` subjects and return
-    `{"settings", "results", "summary", "timing"}` like [`jaxctbn.run_experiment`][] (metrics
+    `{"settings", "results", "summary", "timing"}` like [`jaxctbn.experiments.run_experiment`][] (metrics
     `entropy`, `auroc`, `aupr`, each `(repetitions, experiments + 1)`; also
     `intervention_index` (the option), `subjects`). Repetition $r$ uses
     `fold_in(key(seed), r)` for every design. With `out`, the output directory of

@@ -1,6 +1,6 @@
 """The paper's synthetic experiments (§6) on the host: chunks of repetitions, resumable result
 files, summary statistics, tables and figures. `jaxctbn run` is a thin layer over
-[`jaxctbn.run_experiment`][].
+[`jaxctbn.experiments.run_experiment`][].
 
 Output layout of `run_experiment(..., out=DIR)`:
 

@@ -53,7 +53,7 @@ def candidate_parent_sets(
     required_edges: Sequence[tuple[int, int]] = (),
     forbidden_edges: Sequence[tuple[int, int]] = (),
 ) -> tuple[Int[Array, "_sets max_parents"], ...]:
-    """Candidate parent sets of every node (see [`jaxctbn.enumerate_parent_sets`][]); edges are
+    """Candidate parent sets of every node (see [`jaxctbn.internal.enumerate_parent_sets`][]); edges are
     `(parent, child)` index pairs."""
     for a, b in list(required_edges) + list(forbidden_edges):
         if not (0 <= a < num_nodes and 0 <= b < num_nodes):

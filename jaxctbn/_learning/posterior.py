@@ -107,7 +107,7 @@ class RatePosterior(AbstractPosterior):
         return criterion.score_rates(self, candidates, initial_state, horizon, **options)
 
     def update(self, pooled: Sequence[NodeStatistics]) -> "RatePosterior":
-        r"""Add pooled statistics (one [`jaxctbn.NodeStatistics`][] per node, for this graph):
+        r"""Add pooled statistics (one [`jaxctbn.internal.NodeStatistics`][] per node, for this graph):
         $\bar\alpha\mathrel{+}=M$, $\bar\beta\mathrel{+}=T$. Statistics must be finite and
         non-negative (checked inside jit; the check guards every `alpha` and `beta`)."""
         if len(pooled) != len(self.alpha):

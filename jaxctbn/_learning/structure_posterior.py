@@ -5,7 +5,7 @@ $p(G\mid H)=\prod_n p(\mathrm{par}(n)\mid H)$ with
 $p(\mathrm{par}(n)=P\mid H)\propto p(P)\,p(X_n\mid X_P)$, the local marginal likelihood of node
 $n$'s pooled statistics under parent set $P$ (maths §5, **with** the prior normalising terms that the
 paper's "$\propto$" drops). Every candidate parent set of every node is scored in one vectorised
-computation from [`jaxctbn.FamilyStatistics`][] (statistics of node $n$ projected onto each
+computation from [`jaxctbn.internal.FamilyStatistics`][] (statistics of node $n$ projected onto each
 candidate set), which are additive, so adding an experiment never needs the raw paths again.
 """
 
@@ -41,7 +41,7 @@ class StructurePosterior(AbstractPosterior):
 
     - `log_marginal_likelihoods[n]`: $\ln p(X_n\mid X_P)$ per candidate set $P$ of node $n$;
     - `log_prior[n]`: $\ln p(P)$ (unnormalised) per candidate set;
-    - `statistics`: the [`jaxctbn.FamilyStatistics`][] they were computed from (for updates and
+    - `statistics`: the [`jaxctbn.internal.FamilyStatistics`][] they were computed from (for updates and
       for rate draws given a graph).
     """
 
@@ -97,7 +97,7 @@ class StructurePosterior(AbstractPosterior):
         """The posterior before any data (zero statistics), e.g. the start of an active-learning
         run; add experiments with [`jaxctbn.StructurePosterior.update`][]. The memory of the
         statistics tables is estimated first and checked against the budget as in
-        [`jaxctbn.family_statistics`][]."""
+        [`jaxctbn.internal.family_statistics`][]."""
         names, cards = tuple(names), tuple(int(k) for k in cardinalities)
         N = len(cards)
         if len(names) != N:
@@ -402,7 +402,7 @@ def learn_structure(
     memory_budget: int | float | str | None = None,
 ) -> StructurePosterior:
     """Exhaustive Bayesian structure learning from trajectories pooled across interventions:
-    candidate sets, [`jaxctbn.family_statistics`][] and [`jaxctbn.StructurePosterior`][] in one
+    candidate sets, [`jaxctbn.internal.family_statistics`][] and [`jaxctbn.StructurePosterior`][] in one
     compiled call (arguments other than arrays are static).
 
     Before compiling: node states in the data must be in `0..k-1` for `cardinalities`

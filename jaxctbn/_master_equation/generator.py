@@ -60,7 +60,7 @@ class AbstractGenerator(eqx.Module):
 
     @property
     def batch_shape(self) -> tuple[int, ...]:
-        """Trailing batch axes (see [`jaxctbn.batch_last`][]); `()` for one generator."""
+        """Trailing batch axes (see [`jaxctbn.internal.batch_last`][]); `()` for one generator."""
         return tuple(self.exit_rates.shape[1:])
 
     def shift_rates(self, r: int) -> Float[Array, " global_states *batch"]:
@@ -74,7 +74,7 @@ class AbstractGenerator(eqx.Module):
         r"""The row-vector product $p\mapsto pW$ (right-hand side of the master equation).
 
         `p` has shape `(S, *batch_shape)`: a batch in trailing position (see
-        [`jaxctbn.batch_last`][]) runs as one fused, vectorised product."""
+        [`jaxctbn.internal.batch_last`][]) runs as one fused, vectorised product."""
         shape = self.cardinalities + self.batch_shape
         pt = p.reshape(shape)
         out = -self.exit_rates.reshape(shape) * pt

@@ -69,7 +69,7 @@ class AbstractMasterEquationSolver(eqx.Module):
         **Arguments:**
 
         - `generators`: a batch of generators, every array with a leading batch axis `B`
-          (e.g. from `jax.vmap(amalgamate)`); see [`jaxctbn.batch_last`][] for a vectorised
+          (e.g. from `jax.vmap(amalgamate)`); see [`jaxctbn.internal.batch_last`][] for a vectorised
           product over the batch.
         - `p0`: initial row vectors, shape `(B, S)`.
         - `horizon`: $\tau>0$, one scalar shared by the batch.
@@ -829,7 +829,7 @@ class AutomaticSolver(eqx.Module):
     `max_global_states` states, the approximate solver `approximate` beyond (default
     [`jaxctbn.MeanField`][]). The default `solver` of [`jaxctbn.expected_statistics`][], the
     design criteria and the active-learning loop; the choice is static (the cardinalities are),
-    so it costs nothing under `jax.jit`, and [`jaxctbn.resolve_solver`][] says which one a model
+    so it costs nothing under `jax.jit`, and [`jaxctbn.internal.resolve_solver`][] says which one a model
     gets.
 
     The threshold, $2^{14}=16384$ states (14 binary nodes), is where the exact design step

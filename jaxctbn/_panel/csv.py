@@ -23,7 +23,7 @@ def panel_from_dataframe(
 ) -> tuple[PanelObservations, list]:
     """Parse the long format as **panel** data: each row is an observation of the nodes at that
     time (an empty cell = that node was not observed then), the process being hidden between
-    rows. Same columns as [`jaxctbn.trajectories_from_dataframe`][]:
+    rows. Same columns as [`jaxctbn.internal.trajectories_from_dataframe`][]:
     `trajectory_id, time, <nodes>[, intervention]`.
 
     - Rows of a trajectory are sorted by time. Two rows at the same time are merged when they
@@ -32,7 +32,7 @@ def panel_from_dataframe(
     - A row with no observed node is dropped (it carries no information).
     - A trajectory with a single observation time is kept; under the default likelihood,
       conditional on the first observation, it contributes nothing (see
-      [`jaxctbn.panel_log_likelihood`][]).
+      [`jaxctbn.panel.panel_log_likelihood`][]).
     - `exact_entry` `{node: state}` (msm's `deathexact`): a row observing `node` in `state`
       is an **exact entry time** (the process entered the state by a jump at that time; the
       state before is unknown) unless it is the trajectory's first row or the previous row
@@ -41,7 +41,7 @@ def panel_from_dataframe(
       be observed only in its clamped state.
 
     `model` is a CTBN or a dict `{node name: cardinality}`. **Returns:** the
-    [`jaxctbn.PanelObservations`][] (a batch padded to the longest trajectory) and the
+    [`jaxctbn.panel.PanelObservations`][] (a batch padded to the longest trajectory) and the
     trajectory id of each row of the batch."""
     names, cards = node_spec(model)
     values = node_values(df, names, cards, missing=True)
@@ -140,5 +140,5 @@ def panel_from_dataframe(
 def read_panel_csv(
     path: str | os.PathLike, model, *, exact_entry: dict[str, int] | None = None
 ) -> tuple[PanelObservations, list]:
-    """Read a long-format CSV as panel data (see [`jaxctbn.panel_from_dataframe`][])."""
+    """Read a long-format CSV as panel data (see [`jaxctbn.panel.panel_from_dataframe`][])."""
     return panel_from_dataframe(read_csv(path), model, exact_entry=exact_entry)

@@ -1,6 +1,6 @@
 r"""Maximum-likelihood and MAP fitting of the rates of a fixed graph from panel data.
 
-The objective is the panel log-likelihood of [`jaxctbn.panel_log_likelihood`][] summed over
+The objective is the panel log-likelihood of [`jaxctbn.panel.panel_log_likelihood`][] summed over
 the trajectories, plus, with a [`jaxctbn.GammaPrior`][] $\mathrm{Gam}(\alpha_n,\beta_n)$ on every
 free rate of node $n$, the log prior density **in rate space** (no Jacobian term),
 
@@ -8,7 +8,7 @@ $$\ell(\Lambda)=\sum_r\log p(Y_r\mid\Lambda)+\sum_n\sum_{(u,x,x')\ \mathrm{free}
 \big[(\alpha_n-1)\log\Lambda_n(x,x',u)-\beta_n\Lambda_n(x,x',u)
 +\alpha_n\log\beta_n-\log\Gamma(\alpha_n)\big],$$
 
-so that the two methods, [`jaxctbn.EMFit`][] and [`jaxctbn.GradientFit`][], share the optimum.
+so that the two methods, [`jaxctbn.panel.EMFit`][] and [`jaxctbn.panel.GradientFit`][], share the optimum.
 Off-diagonal rates that are exactly 0 in the starting model are **structural zeros** (R msm's
 `qmatrix`) and stay exactly 0; every other off-diagonal rate is free.
 
@@ -26,7 +26,7 @@ of 0 or $\infty$ (a state never left in the data; data consistent with instantan
 equilibration). Because an optimiser only creeps towards $\infty$ (the objective flattens
 out), after it stops the rates with $\lambda\tau_{\min}\ge1$ are tried at the top of the box
 (scaled together, ratios kept) and kept there when the objective does not decrease (by more
-than the tolerance). Rates at a boundary are flagged in [`jaxctbn.RateFit`][]:
+than the tolerance). Rates at a boundary are flagged in [`jaxctbn.panel.RateFit`][]:
 
 - `at_lower_bound`: $\lambda\tau<10^{-6}$ (less than one expected jump in a million typical
   gaps): the data drive the rate to 0.
@@ -351,8 +351,8 @@ def _check_method(tolerance, max_iterations, name: str) -> tuple[Any, int]:
 
 
 class AbstractRateFitMethod(eqx.Module):
-    r"""How [`jaxctbn.fit_rates`][] maximises its objective: [`jaxctbn.EMFit`][] or
-    [`jaxctbn.GradientFit`][].
+    r"""How [`jaxctbn.panel.fit_rates`][] maximises its objective: [`jaxctbn.panel.EMFit`][] or
+    [`jaxctbn.panel.GradientFit`][].
 
     Both stop when the relative change of the objective $\ell$ over one iteration is small,
     $|\Delta\ell|\le\mathtt{tolerance}\,(1+|\ell|)$ (a `tolerance` of 0 runs all
@@ -368,20 +368,20 @@ class AbstractRateFitMethod(eqx.Module):
     @abc.abstractmethod
     def fit(self, problem: _Problem) -> _Outcome:
         """Run the optimiser from `problem`'s starting rates (called by
-        [`jaxctbn.fit_rates`][], inside `jax.jit`); when an observation is impossible at the
+        [`jaxctbn.panel.fit_rates`][], inside `jax.jit`); when an observation is impossible at the
         start (the first evaluation's flags, returned as `bad`), no iteration runs."""
 
 
 class EMFit(AbstractRateFitMethod):
     r"""Expectation-maximisation: the E-step is the smoothed
-    [`jaxctbn.panel_expected_statistics`][] at the current rates, pooled per node over the
+    [`jaxctbn.panel.panel_expected_statistics`][] at the current rates, pooled per node over the
     trajectories in which the node was not perfectly intervened on and projected onto its
     parents, $\bar M_n(x,x',u)$ and $\bar T_n(x,u)$; the M-step is, per free rate,
 
     $$\Lambda_n(x,x',u)\leftarrow\frac{\alpha_n-1+\bar M_n(x,x',u)}{\beta_n+\bar T_n(x,u)}$$
 
     ($\alpha=1$, $\beta=0$ without a prior: $\bar M/\bar T$), clipped into the box of
-    [`jaxctbn.fit_rates`][]. Under imperfect interventions that scale node $n$'s rates by
+    [`jaxctbn.panel.fit_rates`][]. Under imperfect interventions that scale node $n$'s rates by
     $c_r$ in trajectory $r$, $\bar T$ is replaced by $\sum_rc_rT_r$ (the complete-data
     likelihood of trajectory $r$ has rate $c_r\Lambda$). Where the denominator is 0 (no
     prior, and the configuration is never visited in the data) the rate is kept.
@@ -448,13 +448,13 @@ class EMFit(AbstractRateFitMethod):
 class GradientFit(AbstractRateFitMethod):
     r"""Quasi-Newton ascent: `optax.lbfgs` (zoom line search) on $\theta=\log\Lambda$ of the free
     rates; the rates are $\Lambda=\exp(\mathrm{clip}(\theta))$, clipped into the box of
-    [`jaxctbn.fit_rates`][] (the objective is flat outside it). It maximises the same objective as [`jaxctbn.EMFit`][] (the
+    [`jaxctbn.panel.fit_rates`][] (the objective is flat outside it). It maximises the same objective as [`jaxctbn.panel.EMFit`][] (the
     prior density in rate space, no Jacobian term), so the two share the optimum.
 
     The gradient comes from one forward-backward pass by Fisher's identity (the gradient of the
     observed-data log-likelihood is the smoothed expectation of the complete-data one):
     $\partial\ell/\partial\Lambda_n(x,x',u)=(\alpha_n-1+\bar M)/\Lambda-(\beta_n+\overline{cT})$
-    with the pooled statistics of [`jaxctbn.EMFit`][]'s E-step, then the chain rule through
+    with the pooled statistics of [`jaxctbn.panel.EMFit`][]'s E-step, then the chain rule through
     $\exp$ (equal to reverse-mode autodiff of the filter, tested; cheaper).
 
     Stops when, besides the objective criterion, the gradient in $\theta$ is small,
@@ -547,12 +547,12 @@ class GradientFit(AbstractRateFitMethod):
 
 # --------------------------------------------------------------------------- result
 class RateFit(eqx.Module):
-    r"""The result of [`jaxctbn.fit_rates`][].
+    r"""The result of [`jaxctbn.panel.fit_rates`][].
 
     - `model`: the fitted [`jaxctbn.CTBN`][] (same graph, names and structural zeros as the
       start).
     - `log_likelihood`: $\sum_r\log p(Y_r\mid\hat\Lambda)$ at the fit, as
-      [`jaxctbn.panel_log_likelihood`][] with the same arguments (conditional on each
+      [`jaxctbn.panel.panel_log_likelihood`][] with the same arguments (conditional on each
       trajectory's first observation unless an `initial_distribution` was given).
     - `log_posterior`: the objective maximised, `log_likelihood` plus the Gamma log density of
       the free rates (equal to `log_likelihood` without a prior); unnormalised.
@@ -561,7 +561,7 @@ class RateFit(eqx.Module):
     - `trace`: `(max_iterations + 1,)`, the objective at the start and after each iteration,
       padded with the final value.
     - `at_lower_bound`, `at_upper_bound`: per node, booleans `(configs, k, k)`: free rates
-      driven to about 0, or to about $\infty$ (see [`jaxctbn.fit_rates`][]; `False` for
+      driven to about 0, or to about $\infty$ (see [`jaxctbn.panel.fit_rates`][]; `False` for
       structural zeros and the diagonal).
     - `method`: `"em"` or `"gradient"` (static).
     """
@@ -623,15 +623,15 @@ def fit_rates(
     **Arguments:**
 
     - `model`: a [`jaxctbn.CTBN`][]: the graph, the structural zeros and the starting rates.
-    - `observations`: [`jaxctbn.PanelObservations`][] (one trajectory or a batch).
-    - `method`: [`jaxctbn.EMFit`][] (default) or [`jaxctbn.GradientFit`][], with their
+    - `observations`: [`jaxctbn.panel.PanelObservations`][] (one trajectory or a batch).
+    - `method`: [`jaxctbn.panel.EMFit`][] (default) or [`jaxctbn.panel.GradientFit`][], with their
       `tolerance` and `max_iterations`.
     - `prior`: `None` (maximum likelihood) or a [`jaxctbn.GammaPrior`][]
       $\mathrm{Gam}(\alpha_n,\beta_n)$ on every free rate of node $n$ (scalars or one value per
       node): the MAP, whose M-step is the mode $(\alpha-1+\bar M)/(\beta+\bar T)$ clipped into
       the box. With $\alpha<1$ the density is unbounded at 0, and a rate with few transitions
       has its mode at the bottom of the box.
-    - `emissions`, `initial_distribution`: as for [`jaxctbn.panel_log_likelihood`][] (fixed,
+    - `emissions`, `initial_distribution`: as for [`jaxctbn.panel.panel_log_likelihood`][] (fixed,
       not fitted).
     - `solver`: the master-equation solver of the forward-backward pass. Default
       [`jaxctbn.MatrixExponential`][]: panel gaps are long compared with the rates' time
@@ -641,7 +641,7 @@ def fit_rates(
       the longest gap below about its `fb_max_terms` (it raises otherwise): the top of the
       box is lowered to keep it so, and a rate that the data put above it is flagged.
 
-    **Returns:** a [`jaxctbn.RateFit`][].
+    **Returns:** a [`jaxctbn.panel.RateFit`][].
 
     **Speed.** Called eagerly on data without interventions and with the dense solver, the
     intervals are grouped by length: $e^{hW}$ is computed once per distinct gap $h$, and since
@@ -655,12 +655,12 @@ def fit_rates(
     run in `jax.lax.while_loop`. Bad arguments raise `ValueError` naming the argument; an
     observation that is impossible under the starting model (a structural zero, a perfect
     intervention, an emission probability 0) raises as in
-    [`jaxctbn.panel_log_likelihood`][], naming the trajectory.
+    [`jaxctbn.panel.panel_log_likelihood`][], naming the trajectory.
 
     **Example:**
 
     ```python
-    fit = jaxctbn.fit_rates(start, observations, method=jaxctbn.GradientFit())
+    fit = jaxctbn.panel.fit_rates(start, observations, method=jaxctbn.panel.GradientFit())
     fit.model.cims, fit.converged, fit.at_lower_bound
     ```
     """

@@ -69,14 +69,14 @@ from .observations import Emissions, PanelObservations, _label
 class PanelExpectedStatistics(AbstractExpectedStatistics):
     r"""Smoothed expected path statistics of panel trajectories between their first and last
     observation times, conditional on the observations (one trajectory, or a batch with leading
-    axes on the arrays; [`jaxctbn.PanelExpectedStatistics.sum`][] pools a batch).
+    axes on the arrays; [`jaxctbn.panel.PanelExpectedStatistics.sum`][] pools a batch).
 
     - `dwell_times`: $\mathsf E[T(s)\mid Y]$, shape `(*batch, S)`; sums to $t_{m-1}-t_0$.
     - `transitions`: $\mathsf E[M(s\to s_r')\mid Y]$ per shift $r=(n,j)$ of the generator
       (node $n$ moved forward by $j$ mod $k_n$), shape `(*batch, J, S)`. Under smoothing these are
       **not** rate times dwell time, so they are stored.
     - `log_likelihood`: the log-likelihood of each trajectory, `(*batch,)` (as
-      [`jaxctbn.panel_log_likelihood`][] with the same arguments).
+      [`jaxctbn.panel.panel_log_likelihood`][] with the same arguments).
     - `model`: the model (not intervened; its graph gives the default parent sets).
 
     Node statistics project onto **any** parent set like [`jaxctbn.ExpectedStatistics`][]'s, and
@@ -622,9 +622,9 @@ def panel_log_likelihood(
     **Arguments:**
 
     - `model`: a [`jaxctbn.CTBN`][] or [`jaxctbn.PaddedCTBN`][].
-    - `observations`: [`jaxctbn.PanelObservations`][] (one trajectory or a batch; their
+    - `observations`: [`jaxctbn.panel.PanelObservations`][] (one trajectory or a batch; their
       interventions are applied per trajectory).
-    - `emissions`: optional [`jaxctbn.Emissions`][] (default: error-free observations).
+    - `emissions`: optional [`jaxctbn.panel.Emissions`][] (default: error-free observations).
     - `initial_distribution`: see above.
     - `solver`: a master-equation solver (default [`jaxctbn.Uniformisation`][]).
 
@@ -650,8 +650,8 @@ def panel_expected_statistics(
     r"""Smoothed expected statistics $\mathsf E[T(s)\mid Y]$ and $\mathsf E[M(s\to s')\mid Y]$
     of each panel trajectory over $[t_0,t_{m-1}]$ (the interval integrals of the module
     docstring, plus one jump per exact entry time), as a
-    [`jaxctbn.PanelExpectedStatistics`][] with the batch axes of `observations` (pool a batch
-    with its `sum`). Arguments as for [`jaxctbn.panel_log_likelihood`][]; the solver's
+    [`jaxctbn.panel.PanelExpectedStatistics`][] with the batch axes of `observations` (pool a batch
+    with its `sum`). Arguments as for [`jaxctbn.panel.panel_log_likelihood`][]; the solver's
     `forward_backward` bounds the length of one gap (for [`jaxctbn.Uniformisation`][],
     largest exit rate times the gap below about `fb_max_terms`, else it raises; use
     [`jaxctbn.MatrixExponential`][] for long gaps on small networks)."""
@@ -674,7 +674,7 @@ def panel_marginals(
     batch, or `(*batch, G)`), each $\ge t_0$ of its trajectory (an error otherwise: the
     process before the first observation is not modelled); after the last observation the
     filter is simply propagated. At an exact entry time the marginal is the state entered.
-    Arguments otherwise as for [`jaxctbn.panel_log_likelihood`][]."""
+    Arguments otherwise as for [`jaxctbn.panel.panel_log_likelihood`][]."""
     return cast(
         Array,
         _run(model, observations, emissions, initial_distribution, solver, "marginals", times),

@@ -26,7 +26,7 @@ class PanelObservations(eqx.Module):
     - `times`: observation times `(*batch, O)`, strictly increasing within each trajectory's
       first `num_observations` entries (entries beyond are padding and ignored).
     - `states`: observed states `(*batch, O, N)`; `-1` = missing (the node was not observed at
-      that time). With [`jaxctbn.Emissions`][] a state is the *observed symbol* $y$ of the
+      that time). With [`jaxctbn.panel.Emissions`][] a state is the *observed symbol* $y$ of the
       node's misclassification matrix.
     - `num_observations` (keyword-only): real observations per trajectory `(*batch,)`, each
       $\ge1$ (default: all `O`).
@@ -44,7 +44,7 @@ class PanelObservations(eqx.Module):
     $\ge-1$, `num_observations` in `1..O`, and, for concrete arrays, finite and strictly
     increasing times (two rows at the same time are reported as conflicting states when they
     disagree, else as a duplicate to merge). States beyond a node's cardinality are checked
-    against the model by the inference functions (see [`jaxctbn.PanelObservations.checked`][]).
+    against the model by the inference functions (see [`jaxctbn.panel.PanelObservations.checked`][]).
     """
 
     times: Float[Array, "*batch observations"]

@@ -6,7 +6,7 @@ marginal likelihood $\ln p(X_n\mid X_P)$ of the counts $M_n(x,x',u)$ and dwell t
 $T_n(x,u)$. Panel data give no counts; the paper (appendix C.2) replaces them by their
 **expectations under a model** $m$, $\bar M_n=\mathsf E_m[M_n\mid Y]$ and
 $\bar T_n=\mathsf E_m[T_n\mid Y]$ (the smoothed statistics of
-[`jaxctbn.panel_expected_statistics`][], projected onto every candidate set):
+[`jaxctbn.panel.panel_expected_statistics`][], projected onto every candidate set):
 
 $$\operatorname{score}_m(P)=\ln\int p(\Lambda)\prod_{u,x\ne x'}\Lambda^{\bar M}e^{-\Lambda\bar T}
 \,d\Lambda .$$
@@ -54,7 +54,7 @@ DENSE_SOLVER = MatrixExponential()
 
 
 def _project_families(node_statistics, parent_sets, cards) -> FamilyStatistics:
-    """[`jaxctbn.FamilyStatistics`][] with node $n$'s statistics `node_statistics(n)` (an
+    """[`jaxctbn.internal.FamilyStatistics`][] with node $n$'s statistics `node_statistics(n)` (an
     [`jaxctbn.AbstractExpectedStatistics`][]) projected onto each of its candidate sets
     (leading batch axes are kept)."""
     if len(parent_sets) != len(cards):
@@ -72,10 +72,10 @@ def expected_family_statistics(
     statistics: AbstractExpectedStatistics,
     parent_sets: Sequence[Int[Array | np.ndarray, "_sets max_parents"]],
 ) -> FamilyStatistics:
-    r"""[`jaxctbn.FamilyStatistics`][] from expected statistics: node $n$'s expected
+    r"""[`jaxctbn.internal.FamilyStatistics`][] from expected statistics: node $n$'s expected
     $\bar M_n$, $\bar T_n$ projected onto each of its candidate sets (leading batch axes of the
     statistics are kept, e.g. one per subject). For a batch of panel trajectories pooled across
-    interventions use [`jaxctbn.panel_family_statistics`][]."""
+    interventions use [`jaxctbn.panel.panel_family_statistics`][]."""
     return _project_families(lambda n: statistics, parent_sets, statistics.model.cardinalities)
 
 
@@ -106,7 +106,7 @@ def panel_family_statistics(
 
 
 class PanelStructureFit(eqx.Module):
-    r"""The result of [`jaxctbn.learn_structure_from_panels`][].
+    r"""The result of [`jaxctbn.panel.learn_structure_from_panels`][].
 
     - `posterior`: the [`jaxctbn.StructurePosterior`][] scored with the expected statistics of
       the last E-step (what the design criteria and the active-learning loop use).
@@ -196,13 +196,13 @@ def learn_structure_from_panels(
 
     **Arguments** (those shared with [`jaxctbn.learn_structure`][] mean the same):
 
-    - `observations`: a batch of [`jaxctbn.PanelObservations`][] (one leading axis); their
+    - `observations`: a batch of [`jaxctbn.panel.PanelObservations`][] (one leading axis); their
       interventions give the pooling.
     - `start`: the model of the first E-step. Default: the empty graph with one crude rate per
       node (observed changes per unit time). `start=m, max_iterations=1` is the paper's
       approach: one E-step under a given model.
     - `tolerance`, `max_iterations`: the stopping rule above.
-    - `emissions`, `solver`: as for [`jaxctbn.panel_expected_statistics`][]. The default dense
+    - `emissions`, `solver`: as for [`jaxctbn.panel.panel_expected_statistics`][]. The default dense
       [`jaxctbn.MatrixExponential`][] has no limit on the length of a gap; the E-step is
       exponential in the number of nodes whatever the solver (the amalgamated state space).
 

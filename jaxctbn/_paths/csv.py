@@ -74,7 +74,7 @@ def trajectories_to_dataframe(trajectories: Trajectories, model: AbstractCTBN) -
 
 
 def write_trajectories_csv(trajectories: Trajectories, model: AbstractCTBN, path) -> None:
-    """Write [`jaxctbn.trajectories_to_dataframe`][]'s long format to the CSV file `path` (the
+    """Write [`jaxctbn.internal.trajectories_to_dataframe`][]'s long format to the CSV file `path` (the
     same text as `DataFrame.to_csv(path, index=False)`, written without pandas: the per-cell
     formatting of `to_csv` dominated the time of `jaxctbn sample` on large samples)."""
     import csv
@@ -258,7 +258,7 @@ def _event_slots(num_jumps: np.ndarray, max_events: int | None) -> int:
 def trajectories_from_dataframe(
     df: pd.DataFrame, model, *, dtype=None, max_events: int | None = None
 ) -> tuple[Trajectories, list]:
-    """Parse the long format (see [`jaxctbn.trajectories_to_dataframe`][]).
+    """Parse the long format (see [`jaxctbn.internal.trajectories_to_dataframe`][]).
 
     Rows of a trajectory are taken in file order; times must be non-decreasing, consecutive rows
     may share a time stamp (a zero-length stay). Consecutive rows may differ in at most one node
@@ -273,7 +273,7 @@ def trajectories_from_dataframe(
     with a jump at its own end, followed by a zero-length stay), and keeps the trajectory's
     intervention. Dwell times and transition counts are sums over time, so the
     [sufficient statistics][jaxctbn.SufficientStatistics] (pooled or total),
-    [`jaxctbn.family_statistics`][] and the structure scores are those of the whole trajectory
+    [`jaxctbn.internal.family_statistics`][] and the structure scores are those of the whole trajectory
     (up to rounding of the time differences). Nothing in the library uses a trajectory's initial
     state other than as the state of its first stay, so a piece's start state counts nowhere
     else. The padded arrays hold `rows x E` slots, at most `(trajectories + jumps / E) x E`, so
@@ -377,7 +377,7 @@ def trajectories_from_dataframe(
 def read_csv(path: str | os.PathLike) -> pd.DataFrame:
     """Read a long-format CSV, with one-line `ValueError`s naming the file for a missing,
     unreadable or malformed file (a directory, not UTF-8, a repeated or empty header name; the
-    checks of the columns and rows follow in [`jaxctbn.trajectories_from_dataframe`][])."""
+    checks of the columns and rows follow in [`jaxctbn.internal.trajectories_from_dataframe`][])."""
     import csv
 
     import pandas as pd
@@ -415,6 +415,6 @@ def read_csv(path: str | os.PathLike) -> pd.DataFrame:
 def read_trajectories_csv(
     path: str | os.PathLike, model, *, max_events: int | None = None
 ) -> tuple[Trajectories, list]:
-    """Read the long-format CSV (see [`jaxctbn.trajectories_from_dataframe`][], which also
+    """Read the long-format CSV (see [`jaxctbn.internal.trajectories_from_dataframe`][], which also
     describes `max_events`)."""
     return trajectories_from_dataframe(read_csv(path), model, max_events=max_events)

@@ -235,7 +235,7 @@ class SufficientStatistics(eqx.Module):
     """Per-trajectory statistics of every node under fixed parent sets, together with the perfect
     intervention each trajectory was recorded under (for pooling across interventions).
 
-    - `nodes[n]`: [`jaxctbn.NodeStatistics`][] with a leading trajectory axis.
+    - `nodes[n]`: [`jaxctbn.internal.NodeStatistics`][] with a leading trajectory axis.
     - `intervention_targets`, `intervention_states`: `(trajectories, N)`.
     """
 

@@ -1,0 +1,32 @@
+"""The design criteria as closed-form functions (the Modules `jc.BHC`, `jc.VBHC`, `jc.EIG` call
+these), the posterior draws they average over and the Gamma KL divergence."""
+
+# ruff: noqa: I001  (grouped as in the package, not alphabetically)
+
+from ._learning.conjugate import gamma_kl as gamma_kl
+from ._criteria.parameter import ParameterDesignStatistics as ParameterDesignStatistics
+from ._criteria.parameter import design_statistics as design_statistics
+from ._criteria.parameter import kl_divergence as kl_divergence
+from ._criteria.parameter import parameter_bhc as parameter_bhc
+from ._criteria.parameter import parameter_eig as parameter_eig
+from ._criteria.parameter import parameter_eig_nested as parameter_eig_nested
+from ._criteria.parameter import parameter_vbhc as parameter_vbhc
+from ._criteria.parameter import parameter_vbhc_minimise as parameter_vbhc_minimise
+from ._criteria.parameter import parameter_vbhc_minimiser as parameter_vbhc_minimiser
+from ._criteria.parameter import parameter_vbhc_minimum as parameter_vbhc_minimum
+from ._criteria.parameter import posterior_draws as posterior_draws
+from ._criteria.structure import AbstractGraphDraws as AbstractGraphDraws
+from ._criteria.structure import JointGraphDraws as JointGraphDraws
+from ._criteria.structure import JointStructureDraws as JointStructureDraws
+from ._criteria.structure import StratifiedGraphDraws as StratifiedGraphDraws
+from ._criteria.structure import StructureDraws as StructureDraws
+from ._criteria.structure import joint_structure_draws as joint_structure_draws
+from ._criteria.structure import predictive_log_likelihood as predictive_log_likelihood
+from ._criteria.structure import structure_bhc as structure_bhc
+from ._criteria.structure import structure_divergences as structure_divergences
+from ._criteria.structure import structure_draws as structure_draws
+from ._criteria.structure import structure_eig as structure_eig
+from ._criteria.structure import structure_vbhc as structure_vbhc
+from ._criteria.structure import structure_vbhc_minimise as structure_vbhc_minimise
+from ._criteria.structure import structure_vbhc_minimum as structure_vbhc_minimum
+from ._criteria.criteria import AbstractBoxHillCriterion as AbstractBoxHillCriterion

@@ -1,0 +1,29 @@
+"""The paper's synthetic experiments, the real-data pool experiment and the metrics they report."""
+
+# ruff: noqa: I001  (grouped as in the package, not alphabetically)
+
+from ._model.random_networks import random_graph as random_graph
+from ._model.random_networks import scaled_softmax_ctbn as scaled_softmax_ctbn
+from ._active_learning.designs import DESIGN_NAMES as DESIGN_NAMES
+from ._active_learning.loop import RepetitionStatus as RepetitionStatus
+from ._active_learning.designs import design_from_name as design_from_name
+from ._experiments.config import ExperimentConfig as ExperimentConfig
+from ._experiments.run import run_experiment as run_experiment
+from ._experiments.config import default_graph_draws as default_graph_draws
+from ._active_learning.metrics import adjacency_from_parents as adjacency_from_parents
+from ._active_learning.metrics import aupr as aupr
+from ._active_learning.metrics import auroc as auroc
+from ._active_learning.metrics import edge_aupr as edge_aupr
+from ._active_learning.metrics import edge_auroc as edge_auroc
+from ._active_learning.metrics import structural_hamming_distance as structural_hamming_distance
+from ._experiments.pool import POOL_DESIGN_NAMES as POOL_DESIGN_NAMES
+from ._experiments.pool import PoolExperiment as PoolExperiment
+from ._experiments.pool import PoolResult as PoolResult
+from ._experiments.pool import pool_design_from_name as pool_design_from_name
+from ._experiments.pool import pool_membership as pool_membership
+from ._experiments.pool import pool_scores as pool_scores
+from ._experiments.pool import prepare_pool as prepare_pool
+from ._experiments.pool import run_pool as run_pool
+from ._experiments.pool import run_pool_experiment as run_pool_experiment
+from ._experiments.pool import run_pool_repetitions as run_pool_repetitions
+from ._experiments.pool import subject_family_statistics as subject_family_statistics

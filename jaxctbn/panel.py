@@ -1,0 +1,24 @@
+"""Incompletely observed (panel) data: observations, forward-backward inference, rate fits and
+structure learning from panels."""
+
+# ruff: noqa: I001  (grouped as in the package, not alphabetically)
+
+from ._panel.csv import panel_from_dataframe as panel_from_dataframe
+from ._panel.csv import read_panel_csv as read_panel_csv
+from ._panel.datasets import DATASETS as DATASETS
+from ._panel.datasets import dataset_path as dataset_path
+from ._panel.observations import Emissions as Emissions
+from ._panel.inference import PanelExpectedStatistics as PanelExpectedStatistics
+from ._panel.observations import PanelObservations as PanelObservations
+from ._panel.inference import panel_expected_statistics as panel_expected_statistics
+from ._panel.inference import panel_log_likelihood as panel_log_likelihood
+from ._panel.inference import panel_marginals as panel_marginals
+from ._panel.fit import AbstractRateFitMethod as AbstractRateFitMethod
+from ._panel.fit import EMFit as EMFit
+from ._panel.fit import GradientFit as GradientFit
+from ._panel.fit import RateFit as RateFit
+from ._panel.fit import fit_rates as fit_rates
+from ._panel.structure import PanelStructureFit as PanelStructureFit
+from ._panel.structure import expected_family_statistics as expected_family_statistics
+from ._panel.structure import learn_structure_from_panels as learn_structure_from_panels
+from ._panel.structure import panel_family_statistics as panel_family_statistics
