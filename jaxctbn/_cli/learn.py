@@ -11,10 +11,13 @@ from .jax_setup import _jit
 def _structure_summary(post):
     """`parent_set_probabilities()`, `edge_marginals()`, `entropy()`, `map_graph()` and
     `map_model()` of a structure posterior, the array parts compiled as one program."""
-    probs, edges, entropy = _jit(
-        lambda p: (p.parent_set_probabilities(), p.edge_marginals(), p.entropy())
-    )(post)
-    return probs, edges, entropy, post.map_graph(), post.map_model()
+    import jax
+
+    probs, edges, entropy = jax.device_get(
+        _jit(lambda p: (p.parent_set_probabilities(), p.edge_marginals(), p.entropy()))(post)
+    )  # host arrays: indexing them compiles nothing
+    map_model = post.map_model()
+    return probs, edges, entropy, map_model.parents, map_model
 
 
 def _parse_cardinalities(text, df, *, missing: bool = False):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-import jax.numpy as jnp
+import jax
 import numpy as np
 from jaxtyping import Array, Int
 
@@ -59,7 +59,7 @@ def candidate_parent_sets(
         if not (0 <= a < num_nodes and 0 <= b < num_nodes):
             raise ValueError(f"edge ({a}, {b}): node index out of range for {num_nodes} nodes.")
     return tuple(
-        jnp.asarray(
+        jax.device_put(  # a host array copied as it is (jnp.asarray would compile a program)
             enumerate_parent_sets(
                 num_nodes,
                 n,

@@ -221,9 +221,12 @@ class StructurePosterior(AbstractPosterior):
 
     def map_graph(self) -> tuple[tuple[int, ...], ...]:
         """The MAP graph as static parent tuples (host-side)."""
-        idx = np.asarray(_map_indices(self))
+        return self._graph_of(np.asarray(_map_indices(self)))
+
+    def _graph_of(self, indices: np.ndarray) -> tuple[tuple[int, ...], ...]:
+        """Parent tuples of one candidate index per node (host-side)."""
         return tuple(
-            tuple(int(p) for p in np.asarray(self.parent_sets[n][idx[n]]) if p >= 0)
+            tuple(int(p) for p in np.asarray(self.parent_sets[n][indices[n]]) if p >= 0)
             for n in range(len(self.names))
         )
 
@@ -347,8 +350,8 @@ class StructurePosterior(AbstractPosterior):
 
     def map_model(self) -> CTBN:
         """The MAP graph with posterior-mean rates as a [`jaxctbn.CTBN`][] (host-side)."""
-        graph = self.map_graph()
-        padded = _map_rates(self)
+        indices, padded = jax.device_get(_map_indices_and_rates(self))  # one program
+        graph = self._graph_of(indices)
         cims = [
             padded.cims[n][: num_configurations(graph[n], self.cardinalities)]
             for n in range(len(self.names))
@@ -362,8 +365,9 @@ def _map_indices(posterior: StructurePosterior) -> Array:
 
 
 @eqx.filter_jit
-def _map_rates(posterior: StructurePosterior) -> PaddedCTBN:
-    return posterior.mean_rates_given(posterior.map_indices())
+def _map_indices_and_rates(posterior: StructurePosterior) -> tuple[Array, PaddedCTBN]:
+    indices = posterior.map_indices()
+    return indices, posterior.mean_rates_given(indices)
 
 
 def structure_log_prior(parent_sets, edge_prior=None) -> tuple[Array, ...]:

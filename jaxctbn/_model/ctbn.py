@@ -200,7 +200,8 @@ class CTBN(AbstractCTBN):
         parents: Sequence[Sequence[int | str]] | Mapping[str, Sequence[str]],
         names: Sequence[str] | None = None,
     ):
-        cims = [jnp.asarray(c) for c in cims]
+        # host tables are copied to the device as they are (jnp.asarray compiles a program each)
+        cims = [c if isinstance(c, jax.Array) else jax.device_put(np.asarray(c)) for c in cims]
         if names is None:
             names = tuple(f"X{i}" for i in range(len(cims)))
         names = tuple(names)

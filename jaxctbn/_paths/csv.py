@@ -361,16 +361,20 @@ def trajectories_from_dataframe(
         jump_times[r, :m], jump_times[r, m:] = jt, dur
         states[r, :m] = js
         states[r, m:] = js[-1] if m else s0
-    traj = Trajectories(
-        initial_states=jnp.asarray(np.stack([p[1] for p in pieces]), jnp.int32),
-        jump_times=jnp.asarray(jump_times, dtype),
-        states=jnp.asarray(states),
-        num_events=jnp.asarray([len(p[3]) for p in pieces], jnp.int32),
-        durations=jnp.asarray([p[2] for p in pieces], dtype),
-        truncated=jnp.zeros((R,), bool),
-        intervention_targets=jnp.asarray(np.stack([p[5] for p in pieces])),
-        intervention_states=jnp.asarray(np.stack([p[6] for p in pieces]), jnp.int32),
+    # converted on the host and copied to the device as they are: no compiled conversions
+    arrays = jax.device_put(
+        {
+            "initial_states": np.stack([p[1] for p in pieces]).astype(np.int32),
+            "jump_times": jump_times.astype(dtype),
+            "states": states,
+            "num_events": np.asarray([len(p[3]) for p in pieces], np.int32),
+            "durations": np.asarray([p[2] for p in pieces], float).astype(dtype),
+            "truncated": np.zeros((R,), bool),
+            "intervention_targets": np.stack([p[5] for p in pieces]).astype(bool),
+            "intervention_states": np.stack([p[6] for p in pieces]).astype(np.int32),
+        }
     )
+    traj = Trajectories(**arrays)
     return traj, [p[0] for p in pieces]
 
 
