@@ -554,7 +554,7 @@ def main():
     args = ap.parse_args()
     if shutil.which("Rscript") is None:
         sys.exit("Rscript not found: install R and msm (apt-get install r-cran-msm).")
-    have_fit = hasattr(jc, "fit_rates")
+    have_fit = hasattr(jc.panel, "fit_rates")
     if not have_fit:
         print(
             "jaxctbn.panel.fit_rates does not exist yet: running the likelihood cross-check only."
