@@ -279,6 +279,13 @@ def test_cli_run_pool_bad_input(tmp_path, capsys):
     assert "--root: only with 'run pool'" in capsys.readouterr().err
     assert main(["run", "parameters", "--data", str(data)] + bad) == 2
     assert "--data: only with 'run pool'" in capsys.readouterr().err
+    root = argv + ["--root", "R"]
+    assert main(root + ["--designs", ""] + bad) == 2  # not the four default designs
+    assert "--designs: give one or more comma-separated pool design names" in (
+        capsys.readouterr().err
+    )
+    assert main(root + ["--designs", "vbhc,eig"] + bad) == 2
+    assert "--designs: unknown pool design(s) ['eig']" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "bad" / "summary.md")
 
 

@@ -150,6 +150,19 @@ def test_fast_run_sized_from_the_rates_and_a_robust_directory(tmp_path, capsys):
     assert all(e.endswith("recomputing it.") for e in err)
     assert _read(out) == reference and zipfile.is_zipfile(chunk0)
 
+    # issue 35: one finite value edited by hand (the checksum kept) was reused silently
+    with np.load(chunk1) as z:
+        edited = {k: z[k] for k in z.files}
+    assert "checksum" in edited
+    edited["metric_mse"] = edited["metric_mse"] * 1.5
+    with open(chunk1, "wb") as f:
+        np.savez(f, **edited)
+    assert main(args) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"chunk file {chunk1} is damaged (ValueError" in err[0], err
+    assert "do not match the checksum" in err[0]
+    assert _read(out) == reference
+
     # other settings into the same directory: refused, naming them; --overwrite replaces
     assert main([*args, "--seed", "1", "--samples", "3"]) == 2
     line = _error_line(capsys)

@@ -309,6 +309,26 @@ def test_run_distributed_over_two_processes(plain_run, tmp_path, capsys):
             + ["--out", str(tmp_path / "o")],
             "--process-id: must be below --num-processes (2), got 2.",
         ),
+        # issue 35: a raw IndexError; a silent wait of minutes, then a C++ abort; 6 GB
+        (
+            ["--distributed", "--coordinator", "abc", "--out", str(tmp_path / "o")],
+            "--coordinator: expected HOST:PORT",
+        ),
+        (
+            ["--distributed", "--coordinator", "no-such-host.invalid:1234"]
+            + ["--num-processes", "2", "--process-id", "1", "--out", str(tmp_path / "o")],
+            "--coordinator: cannot resolve the host 'no-such-host.invalid'.",
+        ),
+        (
+            ["--distributed", "--coordinator", f"localhost:{_free_port()}"]
+            + ["--num-processes", "2", "--process-id", "1", "--distributed-timeout", "1"]
+            + ["--out", str(tmp_path / "o")],
+            "within 1 s (--distributed-timeout)",
+        ),
+        (
+            ["--shard", "--cpu-devices", "100000", "--out", str(tmp_path / "o")],
+            "--cpu-devices: at most",
+        ),
     ]:
         assert main([*args, *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()

@@ -291,6 +291,11 @@ def run_repetitions(
         raise ValueError(
             f"batching: expected Vmap(), Chunked(size) or Sharded(...), got {batching!r}."
         )
+    if jnp.ndim(keys) < 1 or jnp.shape(keys)[0] == 0:
+        raise ValueError(
+            f"keys: need one key per repetition (a batch of at least one), got shape "
+            f"{jnp.shape(keys)}."
+        )
     # a Python-float horizon made an array: traced, not baked into the compiled batch
     settings = (num_experiments, jnp.asarray(horizon), candidates, max_events, initial_state_policy)
     if throw:

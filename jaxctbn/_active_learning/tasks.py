@@ -13,7 +13,7 @@ from jaxtyping import Array
 from .._learning.empirical_bayes import EmpiricalBayes
 from .._learning.family_statistics import family_statistics
 from .._learning.posterior import AbstractPosterior, RatePosterior
-from .._learning.priors import AbstractPrior, GammaPrior
+from .._learning.priors import AbstractPrior, GammaPrior, check_prior
 from .._learning.structure_posterior import StructurePosterior
 from .._model.ctbn import CTBN
 from .._paths.sampling import Trajectories
@@ -70,6 +70,7 @@ class StructureLearningTask(AbstractLearningTask):
 
     def __check_init__(self):
         N = self.truth.num_nodes
+        check_prior(self.prior, N)
         if N < 2:
             raise ValueError(
                 f"truth: structure learning needs at least 2 nodes (a {N}-node network has no "
@@ -125,6 +126,13 @@ class ParameterLearningTask(AbstractLearningTask):
     metric_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "mse": ("posterior MSE of the rates", "lower")
     }
+
+    def __check_init__(self):
+        if not isinstance(self.prior, GammaPrior):
+            raise ValueError(
+                f"prior: parameter learning takes a GammaPrior(alpha, beta), got {self.prior!r}."
+            )
+        check_prior(self.prior, self.truth.num_nodes)
 
     def initial_posterior(self) -> RatePosterior:
         return RatePosterior.for_model(self.truth, prior=self.prior)

@@ -5,7 +5,6 @@ A quick check of sampling against the master equation; the main job is `jaxctbn 
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -13,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._files import write_atomically, write_json
 from .._master_equation.master_equation import expected_statistics, marginals
 from .._model.interventions import Intervention
 from .._model.random_networks import paper_network
@@ -98,7 +98,9 @@ def run_demo(out_dir: str = "demo_output", seed: int = 0, trajectories: int = 20
         ax.set_title("Master equation, no intervention, X(0) = 0")
         ax.legend()
         fig.tight_layout()
-        fig.savefig(os.path.join(out_dir, "marginals.png"), dpi=120)
+        write_atomically(
+            os.path.join(out_dir, "marginals.png"), lambda f: fig.savefig(f, dpi=120, format="png")
+        )
         plt.close(fig)
     except ImportError:  # pragma: no cover
         pass
@@ -108,10 +110,8 @@ def run_demo(out_dir: str = "demo_output", seed: int = 0, trajectories: int = 20
     ]
     text = "\n".join(lines)
     print(text)
-    with open(os.path.join(out_dir, "demo.md"), "w") as f:
-        f.write(text + "\n")
-    with open(os.path.join(out_dir, "demo.json"), "w") as f:
-        json.dump(report, f, indent=1)
+    write_atomically(os.path.join(out_dir, "demo.md"), lambda f: f.write((text + "\n").encode()))
+    write_json(os.path.join(out_dir, "demo.json"), report)
     return report
 
 

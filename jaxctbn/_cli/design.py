@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
+from .._files import write_json
 from .arguments import (
     _empirical_bayes,
     _initial_state,
@@ -176,8 +175,7 @@ def _write_ranking(args, scores, space, names, init, duration):
 
         draws, max_sets = default_graph_draws(len(names), args.graph_draws, args.max_sets)
         out.update(graph_draws=draws, max_sets=max_sets)
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)
+    write_json(args.out, out)
     print(
         f"scored {len(scores)} interventions; best: {out['best'] or 'no intervention'}; "
         f"wrote {args.out}"

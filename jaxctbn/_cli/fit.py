@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
+from .._files import write_json
 from .arguments import _assignment, _load_network
 
 
@@ -125,8 +124,7 @@ def _cmd_fit(args):
         else {"convention": "gamma", "alpha": args.alpha or 1.0, "beta": args.beta or 1.0}
     )
     out["network"] = fitted.to_dict()
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)
+    write_json(args.out, out)
     state = "converged" if out["converged"] else "did NOT converge"
     print(
         f"fitted {args.method} on {num_trajectories} {args.observation} trajectories: "

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
+from .._files import write_json
 from .arguments import _assignment, _empirical_bayes, _max_parents, _prior, _prior_json
 from .jax_setup import _jit
 
@@ -119,8 +118,7 @@ def _cmd_learn(args):
         out["map_graph"][name] = [names[p] for p in graph[n]]
     out["rates"] = map_model.to_dict()
     out.update(extra)
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)
+    write_json(args.out, out)
     print(
         f"learned from {num_trajectories} {'panel ' if panel else ''}trajectories; MAP graph: "
         + ", ".join(f"{k} <- {v}" for k, v in out["map_graph"].items())

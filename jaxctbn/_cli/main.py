@@ -226,6 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--process-id", type=_at_least(0), default=None, help="distributed: 0..P-1 (or from env)"
     )
+    p.add_argument(
+        "--distributed-timeout",
+        type=_at_least(1),
+        default=60,
+        help="distributed: seconds to wait for the coordinator and every process (default 60)",
+    )
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("demo", help="the paper's 4-node network: sample, solve, compare, plot")

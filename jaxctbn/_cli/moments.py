@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import math
 
+from .._files import write_json
 from .arguments import _assignment, _initial_state, _load_network
 from .jax_setup import _jit
 
@@ -30,9 +30,12 @@ def _cmd_moments(args):
     used = resolve_solver(solver, model)
     states = math.prod(model.cardinalities)
     exact = not isinstance(used, MeanField)
-    stats, per_node, effective = _jit(_moments)(
-        model, initial, jnp.asarray(duration), intervention, used
-    )
+    try:
+        stats, per_node, effective = _jit(_moments)(
+            model, initial, jnp.asarray(duration), intervention, used
+        )
+    except RuntimeError as error:  # a check inside the compiled solve
+        raise ValueError(_duration_advice(error, duration)) from None
     out = {
         "duration": duration,
         "initial_state": {n: int(effective[i]) for i, n in enumerate(model.names)},
@@ -60,8 +63,7 @@ def _cmd_moments(args):
             "expected_dwell": np.asarray(per_node[i][0]).tolist(),
             "expected_transitions": np.asarray(per_node[i][1]).tolist(),
         }
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)
+    write_json(args.out, out)
     how = (
         f"exact, uniformisation over {states} global states"
         if exact
@@ -74,6 +76,27 @@ def _cmd_moments(args):
         f"wrote expected statistics of {model.num_nodes} nodes over [0, {duration}] to "
         f"{args.out} ({how})"
     )
+
+
+def _duration_advice(error: RuntimeError, duration: float) -> str:
+    """The solver's message in the command's terms: the options it names (`max_terms`,
+    `max_steps`) exist only in Python, so name `--duration` and `--solver` instead."""
+    from .._errors import error_message
+
+    message = error_message(error)
+    if "max_terms" in message:
+        return (
+            f"--duration: {duration:g} is too long for the exact solver (its series needs more "
+            "terms than its limit: the fastest exit rate times the duration is very large); give "
+            "a shorter --duration, or --solver mean-field (approximate)."
+        )
+    if "maximum number of solver steps" in message:
+        return (
+            f"--duration: {duration:g} is too long for the mean-field equations (more ODE steps "
+            "than their limit); give a shorter --duration (the statistics grow linearly once the "
+            "marginals are stationary)."
+        )
+    return message
 
 
 def _moments(model, initial, duration, intervention, solver):

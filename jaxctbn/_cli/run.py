@@ -4,6 +4,7 @@ real-data pool experiment, on one or several devices or processes."""
 from __future__ import annotations
 
 import os
+import sys
 
 from .arguments import _empirical_bayes, _initial_state, _load_network, _max_parents, _prior
 
@@ -16,6 +17,12 @@ def _split_cpu(args) -> None:
         return
     if not args.shard:
         raise ValueError("--cpu-devices: only with --shard (it makes the devices --shard uses).")
+    limit = _max_cpu_devices()
+    if args.cpu_devices > limit:
+        raise ValueError(
+            f"--cpu-devices: at most {limit} (8 per core of this machine, at least 64), got "
+            f"{args.cpu_devices}; one device per core is usually fastest."
+        )
     import jax
 
     try:
@@ -27,6 +34,47 @@ def _split_cpu(args) -> None:
                 f"--cpu-devices: JAX has already started in this process with {have} CPU "
                 "device(s); use a fresh process."
             ) from None
+
+
+def _max_cpu_devices() -> int:
+    """The most CPU devices `--cpu-devices` accepts: each one costs memory and threads, and
+    100,000 of them took 6 GB and two minutes before failing."""
+    return max(64, 8 * (os.cpu_count() or 1))
+
+
+def _coordinator_address(text: str) -> tuple[str, int]:
+    """`HOST:PORT` (an IPv6 host in brackets) checked, else a one-line `ValueError`."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(
+            f"--coordinator: expected HOST:PORT with a port in 1..65535 (e.g. node0:12345), got "
+            f"{text!r}."
+        )
+    return host.strip("[]"), int(port)
+
+
+def _wait_for_coordinator(host: str, port: int, timeout: float) -> None:
+    """Before JAX's own connection (which waits silently, then aborts the process): resolve the
+    host and connect to the coordinator's port until it answers or `timeout` seconds pass."""
+    import socket
+    import time
+
+    try:
+        socket.getaddrinfo(host, port)
+    except OSError:
+        raise ValueError(f"--coordinator: cannot resolve the host {host!r}.") from None
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=min(5.0, timeout)):
+                return
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise ValueError(
+                    f"--coordinator: nothing answered at {host}:{port} within {timeout:g} s "
+                    "(--distributed-timeout); start process 0 there first, or check the address."
+                ) from None
+            time.sleep(0.5)
 
 
 def _start_distributed(args) -> None:
@@ -52,6 +100,20 @@ def _start_distributed(args) -> None:
                 f"--process-id: must be below --num-processes ({args.num_processes}), got "
                 f"{args.process_id}."
             )
+    timeout = args.distributed_timeout
+    coordinator = args.coordinator or os.environ.get("JAX_COORDINATOR_ADDRESS")
+    if coordinator is not None:
+        host, port = _coordinator_address(coordinator)
+        if args.process_id not in (None, 0):  # process 0 is the coordinator: it listens
+            _wait_for_coordinator(host, port, float(timeout))
+    # JAX waits for every process and, past its timeout, ends this one with a C++ abort: say
+    # first what is being waited for and which flag bounds it
+    print(
+        f"--distributed: connecting to the coordinator{f' at {coordinator}' if coordinator else ''}"
+        f"; waiting at most {timeout} s for every process (--distributed-timeout)",
+        file=sys.stderr,
+        flush=True,
+    )
     import jax
 
     try:
@@ -59,10 +121,26 @@ def _start_distributed(args) -> None:
             coordinator_address=args.coordinator,
             num_processes=args.num_processes,
             process_id=args.process_id,
+            initialization_timeout=timeout,
         )
     except (RuntimeError, ValueError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise ValueError(f"--distributed: jax.distributed.initialize failed: {first}") from None
+
+
+def _design_names(text: str, valid, *, kind: str = "design") -> list[str]:
+    """The comma-separated `--designs`: every entry a known name (an empty list or an empty
+    entry, such as `--designs ''`, is refused rather than read as the default)."""
+    designs = [d.strip() for d in text.split(",")]
+    if not text.strip() or "" in designs:
+        raise ValueError(
+            f"--designs: give one or more comma-separated {kind} names without empty entries, "
+            f"got {text!r}; valid: " + ",".join(valid)
+        )
+    unknown = [d for d in designs if d not in valid]
+    if unknown:
+        raise ValueError(f"--designs: unknown {kind}(s) {unknown}; valid: " + ",".join(valid))
+    return designs
 
 
 def _cmd_run(args):
@@ -86,15 +164,10 @@ def _cmd_run(args):
                             ("--root", args.root)) if v is not None]  # fmt: skip
     if given:
         raise ValueError(f"{', '.join(given)}: only with 'run pool'.")
-    args.designs = args.designs or "passive,random,bhc,vbhc"
+    if args.designs is None:
+        args.designs = "passive,random,bhc,vbhc"
     args.samples = args.samples or 10
-    designs = [d.strip() for d in args.designs.split(",") if d.strip()]
-    unknown = [d for d in designs if d not in DESIGN_NAMES]
-    if unknown or not designs:
-        raise ValueError(
-            f"--designs: unknown design(s) {unknown or args.designs!r}; valid: "
-            + ",".join(DESIGN_NAMES)
-        )
+    designs = _design_names(args.designs, DESIGN_NAMES)
     truth = _load_network(args.network) if args.network is not None else None
     out = args.out or f"run_{args.target}"
     config = ExperimentConfig(
@@ -156,12 +229,11 @@ def _cmd_run_pool(args):
         raise ValueError("run pool: needs --data DATA.csv --observation panel --root NODE.")
     if args.observation != "panel":
         raise ValueError("--observation: run pool needs --observation panel (panel visits).")
-    designs = [d.strip() for d in (args.designs or ",".join(POOL_DESIGN_NAMES)).split(",")]
-    unknown = [d for d in designs if d not in POOL_DESIGN_NAMES]
-    if unknown or not [d for d in designs if d]:
-        raise ValueError(
-            f"--designs: unknown pool design(s) {unknown}; valid: " + ",".join(POOL_DESIGN_NAMES)
-        )
+    designs = _design_names(
+        ",".join(POOL_DESIGN_NAMES) if args.designs is None else args.designs,
+        POOL_DESIGN_NAMES,
+        kind="pool design",
+    )
     df = read_csv(args.data)
     cards = infer_cardinalities(df, missing=True)
     names = list(cards)

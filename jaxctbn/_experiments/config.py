@@ -16,7 +16,7 @@ from .._active_learning.initial_states import (
 )
 from .._active_learning.tasks import ParameterLearningTask, StructureLearningTask
 from .._learning.empirical_bayes import EmpiricalBayes
-from .._learning.priors import AbstractPrior, GammaPrior, NodelmanPrior
+from .._learning.priors import AbstractPrior, GammaPrior, NodelmanPrior, check_prior
 from .._model.ctbn import CTBN
 from .._model.random_networks import PAPER_NAMES, paper_network
 
@@ -173,7 +173,7 @@ class ExperimentConfig(eqx.Module):
                 + " or ".join(c.__name__ for c in allowed)
                 + f", got {type(self.prior).__name__}."
             )
-        self.prior.check_num_nodes(N)
+        check_prior(self.prior, N)
         if self.empirical_bayes is not None and self.target != "structure":
             raise ValueError("empirical_bayes: supported for structure learning only.")
         if self.empirical_bayes is not None:

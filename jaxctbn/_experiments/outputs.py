@@ -10,9 +10,11 @@ import sys
 import warnings
 import zipfile
 import zlib
+from typing import Any
 
 import numpy as np
 
+from .._files import json_bytes, write_atomically
 from .config import _LATER_SETTINGS, METRICS
 from .report import summary_table, verdicts
 
@@ -52,7 +54,9 @@ def _plot(target, results, names, out_dir, settings):
     axes[0][0].legend(fontsize=8)
     fig.suptitle(f"active {target} learning, {settings['repetitions']} repetitions", fontsize=10)
     fig.tight_layout()
-    _atomic(os.path.join(out_dir, "figure.png"), lambda f: fig.savefig(f, dpi=120, format="png"))
+    write_atomically(
+        os.path.join(out_dir, "figure.png"), lambda f: fig.savefig(f, dpi=120, format="png")
+    )
     plt.close(fig)
 
     designs = list(results)
@@ -65,7 +69,7 @@ def _plot(target, results, names, out_dir, settings):
         ax.set_xlabel("experiment")
         ax.set_title(design, fontsize=9)
     fig.colorbar(im, ax=axes[0].tolist(), label="P(intervene on node)")
-    _atomic(
+    write_atomically(
         os.path.join(out_dir, "interventions.png"),
         lambda f: fig.savefig(f, dpi=120, format="png"),
     )
@@ -98,7 +102,9 @@ def _write_outputs(target, report, truth, out, extra_columns=None):
                     row[column] = values[design][r, k - 1] if k > 0 else ""
                 rows.append(row)
     frame = pd.DataFrame(rows)
-    _atomic(os.path.join(out, "metrics.csv"), lambda f: f.write(frame.to_csv(index=False).encode()))
+    write_atomically(
+        os.path.join(out, "metrics.csv"), lambda f: f.write(frame.to_csv(index=False).encode())
+    )
     payload = {
         "settings": settings,
         "timing": report["timing"],
@@ -112,11 +118,13 @@ def _write_outputs(target, report, truth, out, extra_columns=None):
             for design, res in results.items()
         },
     }
-    _atomic(os.path.join(out, "results.json"), lambda f: f.write(_json_bytes(payload)))
+    write_atomically(os.path.join(out, "results.json"), lambda f: f.write(json_bytes(payload)))
     lines = summary_table(target, report["summary"], settings, report["failed_repetitions"])
     lines += ["", "Verdict (area under the learning curve, paired, 95% interval):", ""]
     lines += [f"- {line}" for line in verdicts(target, report["summary"])]
-    _atomic(os.path.join(out, "summary.md"), lambda f: f.write(("\n".join(lines) + "\n").encode()))
+    write_atomically(
+        os.path.join(out, "summary.md"), lambda f: f.write(("\n".join(lines) + "\n").encode())
+    )
     with warnings.catch_warnings():  # all-NaN designs (failures are reported separately)
         warnings.simplefilter("ignore", RuntimeWarning)
         _plot(target, results, names, out, settings)
@@ -128,25 +136,6 @@ def _write_outputs(target, report, truth, out, extra_columns=None):
 _OUTPUTS = ("metrics.csv", "results.json", "summary.md", "figure.png", "interventions.png")
 #: Settings that may change between runs that share chunks.
 _FREE_SETTINGS = ("designs", "repetitions")
-
-
-def _json_bytes(data, indent=None) -> bytes:
-    return json.dumps(data, indent=indent).encode()
-
-
-def _atomic(path: str, write) -> None:
-    """`write(f)` to a temporary file (binary) next to `path`, then rename it to `path`: an
-    interrupted run leaves either the old file or the new one, never half of one."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def _describe_differences(old: dict, new: dict) -> str:
@@ -218,20 +207,51 @@ def _chunk_layout(target, reps, experiments, nodes) -> dict[str, tuple[tuple[int
     return layout
 
 
+#: The entry of a chunk file that holds the SHA-256 of its arrays.
+_CHECKSUM = "checksum"
+
+
+def _chunk_checksum(part: dict[str, np.ndarray]) -> str:
+    """SHA-256 of every array of a chunk (name, dtype, shape and bytes, in name order)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in sorted(part):
+        if name == _CHECKSUM:
+            continue
+        a = np.ascontiguousarray(part[name])
+        digest.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        digest.update(a.tobytes())
+    return digest.hexdigest()
+
+
+def _save_chunk(path: str, part: dict[str, np.ndarray]) -> None:
+    """A finished chunk's arrays and their checksum, written atomically."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    stored: dict[str, Any] = {**part, _CHECKSUM: np.asarray(_chunk_checksum(part))}
+    write_atomically(path, lambda f: np.savez(f, **stored))
+
+
 def _load_chunk(path, target, reps, experiments, nodes) -> dict[str, np.ndarray] | None:
     """The arrays of a finished chunk, or `None` when it must be computed: missing, or damaged
-    (then a line on stderr names the file and why)."""
+    or edited (its arrays no longer match the checksum written with them; then a line on stderr
+    names the file and why). Chunks written before checksums were kept have none and are
+    reused after the layout checks alone."""
     if not os.path.exists(path):
         return None
     layout = _chunk_layout(target, reps, experiments, nodes)
     try:
         with np.load(path, allow_pickle=False) as z:
-            if set(z.files) != set(layout):
-                missing, extra = set(layout) - set(z.files), set(z.files) - set(layout)
+            files = set(z.files) - {_CHECKSUM}
+            if files != set(layout):
+                missing, extra = set(layout) - files, files - set(layout)
                 raise KeyError(
                     f"missing {sorted(missing)}" if missing else f"unexpected {sorted(extra)}"
                 )
             part = {name: z[name] for name in layout}
+            stored = str(z[_CHECKSUM]) if _CHECKSUM in z.files else None
+        if stored is not None and stored != _chunk_checksum(part):
+            raise ValueError("its arrays do not match the checksum written with them (edited?)")
         for name, (shape, kinds) in layout.items():
             a = part[name]
             if a.shape != shape or a.dtype.kind not in kinds:

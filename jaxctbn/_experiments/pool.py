@@ -446,7 +446,8 @@ def run_pool_experiment(
     `jaxctbn run structure` (config.json, truth.json = the full-data network, resumable chunks,
     metrics.csv with a `subject` column, results.json, summary.md, figure.png,
     interventions.png)."""
-    from .outputs import _atomic, _json_bytes, _load_chunk, _prepare_out, _write_outputs
+    from .._files import json_bytes, write_atomically
+    from .outputs import _load_chunk, _prepare_out, _save_chunk, _write_outputs
     from .report import summarise
 
     designs = list(designs)
@@ -496,10 +497,10 @@ def run_pool_experiment(
     chunk_dir = None
     if out is not None:
         chunk_dir = _prepare_out(out, settings, overwrite)
-        blob = _json_bytes(settings, indent=1)
-        _atomic(os.path.join(out, "config.json"), lambda f: f.write(blob))
-        net = _json_bytes(model.to_dict(), indent=1)
-        _atomic(os.path.join(out, "truth.json"), lambda f: f.write(net))
+        blob = json_bytes(settings, indent=1)
+        write_atomically(os.path.join(out, "config.json"), lambda f: f.write(blob))
+        net = json_bytes(model.to_dict(), indent=1)
+        write_atomically(os.path.join(out, "truth.json"), lambda f: f.write(net))
     base = jr.key(seed)
     bar = None
     if progress:
@@ -540,8 +541,7 @@ def run_pool_experiment(
                 "errors": np.full(stop - start, "", dtype="U1"),
             }
             if path is not None:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                _atomic(path, lambda f, part=part: np.savez(f, **part))
+                _save_chunk(path, part)
             parts.append(part)
             if bar is not None:
                 bar.update(stop - start)

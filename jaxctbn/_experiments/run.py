@@ -43,6 +43,7 @@ from .._active_learning.loop import run_repetitions
 from .._active_learning.tasks import ParameterLearningTask, StructureLearningTask
 from .._criteria.batching import AbstractBatching, Sharded
 from .._criteria.structure import JointGraphDraws, StratifiedGraphDraws
+from .._files import json_bytes, write_atomically
 from .._learning.priors import GammaPrior
 from .._model.interventions import design_space, intervention_space, single_node_interventions
 from .._paths.sampling import automatic_max_events
@@ -53,11 +54,10 @@ from .config import (
     default_truth,
 )
 from .outputs import (
-    _atomic,
-    _json_bytes,
     _load_chunk,
     _prepare_out,
     _record_failures,
+    _save_chunk,
     _write_outputs,
 )
 from .report import summarise
@@ -153,13 +153,13 @@ def run_experiment(
     if out is not None:
         if process == 0:
             chunk_dir = _prepare_out(out, settings, overwrite)
-            _atomic(
+            write_atomically(
                 os.path.join(out, "config.json"),
-                lambda f: f.write(_json_bytes(settings, indent=1)),
+                lambda f: f.write(json_bytes(settings, indent=1)),
             )
-            _atomic(
+            write_atomically(
                 os.path.join(out, "truth.json"),
-                lambda f: f.write(_json_bytes(truth.to_dict(), indent=1)),
+                lambda f: f.write(json_bytes(truth.to_dict(), indent=1)),
             )
             if distributed:
                 shutil.rmtree(os.path.join(out, _PROCESS_DIR), ignore_errors=True)
@@ -229,8 +229,7 @@ def run_experiment(
         )
         path = chunk_path(design_name, start)
         if path is not None:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            _atomic(path, lambda f, part=part: np.savez(f, **part))
+            _save_chunk(path, part)
         return part
 
     def load(design_name, start):
@@ -262,10 +261,10 @@ def run_experiment(
         except BaseException as error:
             reason = str(error).splitlines()[0] if str(error) else type(error).__name__
             os.makedirs(os.path.dirname(marker), exist_ok=True)
-            _atomic(marker + ".failed", lambda f: f.write(reason.encode()))
+            write_atomically(marker + ".failed", lambda f: f.write(reason.encode()))
             raise
         os.makedirs(os.path.dirname(marker), exist_ok=True)
-        _atomic(marker + ".done", lambda f: f.write(_json_bytes(timing)))
+        write_atomically(marker + ".done", lambda f: f.write(json_bytes(timing)))
         timing = _wait_for_processes(os.path.join(out, _PROCESS_DIR), processes, designs)
         if bar is not None:
             bar.close()

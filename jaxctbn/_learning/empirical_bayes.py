@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from .optimisers import LBFGS, AbstractVBHCOptimiser
-from .priors import AbstractPrior
+from .priors import AbstractPrior, check_prior
 from .structure_posterior import StructurePosterior
 
 
@@ -73,7 +73,7 @@ class EmpiricalBayes(eqx.Module):
         `per_node`, clipped into `bounds`: the form the fit returns (so the active-learning loop
         carries one pytree structure)."""
         names = _names(prior)
-        prior.check_num_nodes(num_nodes)
+        check_prior(prior, num_nodes)
         low, high = self.bounds
         values = []
         for name in names:

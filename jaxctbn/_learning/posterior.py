@@ -28,7 +28,7 @@ from .conjugate import (
     with_zero_diagonal,
 )
 from .gamma_variates import gamma_variates
-from .priors import GammaPrior
+from .priors import GammaPrior, check_prior
 
 
 class AbstractPosterior(eqx.Module):
@@ -83,7 +83,7 @@ class RatePosterior(AbstractPosterior):
                 f"prior: RatePosterior needs a GammaPrior (one Gamma per rate), got "
                 f"{type(prior).__name__}."
             )
-        prior.check_num_nodes(len(names))
+        check_prior(prior, len(names))
         alphas, betas = [], []
         for n, k in enumerate(cards):
             C = num_configurations(parents[n], cards)

@@ -44,18 +44,39 @@ def json_value(v):
 NodeIndex = int | Int[Array, ""]
 
 
+#: The largest hyper-parameter accepted. Above it the log marginal likelihoods lose every digit
+#: that tells parent sets apart ($\ln\Gamma(\alpha+M)-\ln\Gamma(\alpha)$ is a difference of
+#: numbers near $\alpha\ln\alpha$), and near float64's range they overflow to NaN.
+MAX_HYPERPARAMETER = 1e8
+
+
+def _range_message(name: str, value) -> str:
+    return (
+        f"{name}: prior parameters must be > 0 and finite, at most {MAX_HYPERPARAMETER:g}, got "
+        f"{value}."
+    )
+
+
 def _positive_per_node(value, name: str):
     """A Python float for a scalar (so a default prior touches no JAX state at import), an array
-    `(N,)` for one value per node; both must be > 0 (checked when concrete)."""
+    `(N,)` for one value per node; both must be in `(0, MAX_HYPERPARAMETER]` (checked when
+    concrete; a traced value is checked where it is used, see `_node_value`)."""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        if not value > 0:
-            raise ValueError(f"{name}: prior parameters must be > 0, got {value}.")
+        if not 0 < value <= MAX_HYPERPARAMETER:
+            raise ValueError(_range_message(name, value))
         return float(value)
-    arr = jnp.asarray(value, dtype=float)
+    try:
+        arr = jnp.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{name}: expected a positive number or one per node, got {value!r}."
+        ) from None
     if arr.ndim > 1:
         raise ValueError(f"{name}: expected a scalar or one value per node, got shape {arr.shape}.")
-    if not isinstance(arr, jax.core.Tracer) and bool(jnp.any(~(arr > 0))):
-        raise ValueError(f"{name}: prior parameters must be > 0, got {value}.")
+    if not isinstance(arr, jax.core.Tracer) and not bool(
+        jnp.all((arr > 0) & (arr <= MAX_HYPERPARAMETER))
+    ):
+        raise ValueError(_range_message(name, value))
     return arr
 
 
@@ -123,13 +144,28 @@ class AbstractPrior(eqx.Module):
         """Raise `ValueError` if per-node parameters do not match `num_nodes`."""
 
 
+def check_prior(prior, num_nodes: int) -> None:
+    """`ValueError` unless `prior` is a prior Module whose per-node parameters match
+    `num_nodes` (every entry point that takes `prior=` calls this before using it)."""
+    if not isinstance(prior, AbstractPrior):
+        raise ValueError(
+            "prior: expected a prior Module such as GammaPrior(alpha, beta) or "
+            f"NodelmanPrior(alpha, tau), got {prior!r}."
+        )
+    prior.check_num_nodes(num_nodes)
+
+
 def _node_value(value, node: NodeIndex, name: str) -> Array:
     """Node `node`'s value of a scalar or per-node parameter. Concrete values were checked at
     construction; a traced one (a prior built inside jit or vmap) is checked here, and every
     use of the parameter goes through this."""
     out = jnp.asarray(value, dtype=float) if jnp.ndim(value) == 0 else value[node]
     if isinstance(value, jax.core.Tracer):
-        out = eqx.error_if(out, ~(out > 0), f"{name}: prior parameters must be > 0.")
+        out = eqx.error_if(
+            out,
+            ~(out > 0) | ~jnp.isfinite(out),
+            f"{name}: prior parameters must be > 0 and finite.",
+        )
     return out
 
 

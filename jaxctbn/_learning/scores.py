@@ -16,7 +16,7 @@ from .._model.layout import (
 from .candidates import candidate_parent_sets
 from .family_statistics import FamilyStatistics
 from .memory import _check_memory, _memory_budget, _memory_parts
-from .priors import AbstractPrior, GammaPrior
+from .priors import AbstractPrior, GammaPrior, check_prior
 
 
 def candidate_sets_within_budget(
@@ -85,5 +85,5 @@ def score_parent_sets(
     [`jaxctbn.NodelmanPrior`][], CTBN-RLE's family score), vectorised over sets, **with** the
     prior's normalising terms (maths §5). Statistics must be finite and $\ge0$ (checked inside
     jit, guarding every score)."""
-    prior.check_num_nodes(len(statistics.cardinalities))
+    check_prior(prior, len(statistics.cardinalities))
     return _scores(prior, _check_statistics(statistics))

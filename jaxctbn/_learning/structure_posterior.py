@@ -32,7 +32,7 @@ from .candidates import candidate_parent_sets
 from .family_statistics import FamilyStatistics, family_statistics
 from .memory import _memory_budget, _plan_family_statistics
 from .posterior import AbstractPosterior
-from .priors import AbstractPrior, GammaPrior
+from .priors import AbstractPrior, GammaPrior, check_prior
 from .scores import _check_statistics, _scores, candidate_sets_within_budget
 
 
@@ -68,7 +68,7 @@ class StructurePosterior(AbstractPosterior):
         N = len(statistics.cardinalities)
         if len(names) != N:
             raise ValueError(f"names: need {N} node names, got {len(names)}.")
-        prior.check_num_nodes(N)
+        check_prior(prior, N)
         # the stored statistics are the checked ones, so every field is guarded
         statistics = _check_statistics(statistics)
         scores = _scores(prior, statistics)
@@ -147,7 +147,7 @@ class StructurePosterior(AbstractPosterior):
     def with_prior(self, prior: AbstractPrior) -> "StructurePosterior":
         """The same data scored under another rate `prior` (e.g. hyper-parameters fitted by
         [`jaxctbn.EmpiricalBayes`][]); jittable."""
-        prior.check_num_nodes(len(self.names))
+        check_prior(prior, len(self.names))
         scores = _scores(prior, self.statistics)
         return eqx.tree_at(lambda p: (p.log_marginal_likelihoods, p.prior), self, (scores, prior))
 

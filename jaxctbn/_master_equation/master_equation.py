@@ -40,6 +40,7 @@ from .solvers import (
     AbstractMasterEquationSolver,
     AutomaticSolver,
     StatisticsSolver,
+    check_state_space,
 )
 
 
@@ -348,8 +349,10 @@ def resolve_solver(
     its exact solver while `model` has at most `max_global_states` global states, else its
     approximate one (default [`jaxctbn.MeanField`][]); any other solver is itself."""
     if not isinstance(solver, AutomaticSolver):
+        check_state_space(solver, model.cardinalities)
         return solver
     if math.prod(model.cardinalities) <= solver.max_global_states:
+        check_state_space(solver.exact, model.cardinalities)
         return solver.exact
     if solver.approximate is not None:
         return solver.approximate

@@ -19,7 +19,7 @@ from __future__ import annotations
 import abc
 import functools
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import equinox.internal as eqxi
@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from .dense_linalg import expm
+from .dense_linalg import expm, transition_matrices
 from .generator import AbstractGenerator, batch_last, shift_indices
 
 
@@ -45,6 +45,10 @@ class AbstractMasterEquationSolver(eqx.Module):
     ($p\mapsto pW$), [`jaxctbn.AbstractGenerator.apply_transpose`][] ($v\mapsto Wv$),
     `shifts`/`shift_rates` and, for small networks, `dense()` are available from a generator.
     """
+
+    #: The most global states this solver accepts (see `check_state_space`): its vectors of $S$
+    #: entries (float64: 512 MiB at $2^{26}$) and the int32 indices of the generator's shifts.
+    state_space_limit: ClassVar[int] = 2**26
 
     @abc.abstractmethod
     def solve(self, generator: AbstractGenerator, p0: Array, horizon: Array) -> tuple[Array, Array]:
@@ -774,6 +778,9 @@ class MatrixExponential(AbstractMasterEquationSolver):
     `benchmarks/results/precision.md`), where [`jaxctbn.Uniformisation`][] does not.
     """
 
+    #: $4S\times4S$ float64 matrices for `forward_backward` (2 GiB at $S=2^{12}$)
+    state_space_limit: ClassVar[int] = 2**12
+
     @staticmethod
     def _expm(M):
         # Pade 13 with up to 32 squarings (jax.scipy.linalg.expm's default of 16 silently
@@ -793,13 +800,22 @@ class MatrixExponential(AbstractMasterEquationSolver):
         )
 
     @classmethod
-    def _moments(cls, W, p0, horizon):
+    def _moments(cls, W, p0, horizon, *, backward=False):
+        r"""`(p0 e^{tW}, p0 \int_0^t e^{sW} ds)`, or with `backward` the same with $W^\top$.
+        The end point is taken from the transition matrix $e^{tW}$ computed on its own
+        (`transition_matrices`: rows kept summing to one through the squarings), so that a
+        long horizon gives the stationary law, not a drifting one; the integral from the
+        block exponential."""
         S = p0.shape[0]
+        h = jnp.asarray(horizon, W.dtype)
+        Wt = W.T if backward else W
         eye = jnp.eye(S, dtype=W.dtype)
-        A = jnp.block([[W, eye], [jnp.zeros_like(W), jnp.zeros_like(W)]])
-        E = cls._expm(jnp.asarray(horizon, W.dtype) * A)
-        z = jnp.concatenate([p0, jnp.zeros_like(p0)]) @ E
-        return cls._checked((z[:S], z[S:]))
+        A = jnp.block([[Wt, eye], [jnp.zeros_like(W), jnp.zeros_like(W)]])
+        E = cls._expm(h * A)
+        integral = jnp.concatenate([p0, jnp.zeros_like(p0)]) @ E[:, S:]
+        P = transition_matrices((h * W)[None])[0]
+        end = P @ p0 if backward else p0 @ P
+        return cls._checked((end, integral))
 
     def solve(self, generator, p0, horizon):
         return self._moments(generator.dense(), p0, horizon)
@@ -808,7 +824,7 @@ class MatrixExponential(AbstractMasterEquationSolver):
         return jax.lax.map(lambda gp: self.solve(gp[0], gp[1], horizon), (generators, p0))
 
     def solve_backward(self, generator, beta_end, horizon):
-        return self._moments(generator.dense().T, beta_end, horizon)
+        return self._moments(generator.dense(), beta_end, horizon, backward=True)
 
     def forward_backward(self, generator, alpha_start, beta_end, horizon):
         S = alpha_start.shape[0]
@@ -821,6 +837,22 @@ class MatrixExponential(AbstractMasterEquationSolver):
 
 
 DEFAULT_SOLVER = Uniformisation()
+
+
+def check_state_space(solver, cardinalities) -> None:
+    r"""A one-line `ValueError` before anything is allocated when an exact solver would work on
+    more global states $S=\prod_n k_n$ than it handles (`state_space_limit`); approximate
+    solvers are not limited."""
+    if not isinstance(solver, AbstractMasterEquationSolver):
+        return
+    states = math.prod(int(k) for k in cardinalities)
+    if states > solver.state_space_limit:
+        raise ValueError(
+            f"solver: {len(cardinalities)} nodes have {states:,} global states, more than the "
+            f"exact {type(solver).__name__} handles ({solver.state_space_limit:,}); use an "
+            "approximate solver, MeanField() or Gillespie() (CLI: --solver mean-field), or "
+            "AutomaticSolver(), which switches to MeanField beyond 16,384 states."
+        )
 
 
 class AutomaticSolver(eqx.Module):

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from .._files import write_json
 from .layout import config_index, max_configs, num_configurations, parent_configurations
 
 
@@ -388,8 +389,9 @@ class CTBN(AbstractCTBN):
         return cls.from_dict(data)
 
     def to_json(self, path: str | os.PathLike) -> None:
-        with open(path, "w") as f:
-            json.dump(self.to_dict(), f, indent=1)
+        """Write the network JSON file (`to_dict`), atomically: a failed write leaves no
+        partial file and names `path`."""
+        write_json(path, self.to_dict())
 
 
 class PaddedCTBN(AbstractCTBN):

@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
-from .._learning.priors import GammaPrior
+from .._learning.priors import GammaPrior, check_prior
 from .._master_equation.solvers import (
     AbstractMasterEquationSolver,
     MatrixExponential,
@@ -684,7 +684,7 @@ def fit_rates(
                 f"prior: fit_rates needs a GammaPrior (one Gamma per rate) or None, got "
                 f"{type(prior).__name__}."
             )
-        prior.check_num_nodes(model.num_nodes)
+        check_prior(prior, model.num_nodes)
     if emissions is not None and not isinstance(emissions, Emissions):
         raise ValueError(f"emissions: expected an Emissions, got {type(emissions).__name__}.")
     if not isinstance(solver, AbstractMasterEquationSolver):
@@ -698,6 +698,13 @@ def fit_rates(
                     f"model: the starting rates of node {name!r} must be finite and >= 0."
                 )
     observations.checked(model, emissions)  # a ValueError now for concrete states
+    if is_concrete(observations.num_observations) and not np.any(
+        np.asarray(observations.num_observations) >= 2
+    ):
+        raise ValueError(
+            "observations: every trajectory has a single observation time, so there is no "
+            "interval to fit rates from; each subject needs at least two visits."
+        )
     # host-side (numpy) arrays where possible: each eager jax operation costs a dispatch
     dtype = np.dtype(jnp.result_type(*model.cims))
     tolerance = method.tolerance

@@ -56,6 +56,7 @@ from .._master_equation.master_equation import (
 from .._master_equation.solvers import (
     DEFAULT_SOLVER,
     AbstractMasterEquationSolver,
+    check_state_space,
     pull_shifts,
     push,
 )
@@ -436,16 +437,17 @@ def _pooled_by_gaps(model, observations, emissions, initial_distribution, groups
     $\int_0^h e^{tW^\top}Be^{(h-t)W^\top}dt$ is linear in $B=\hat\alpha b^\top/Z$, one Van
     Loan exponential per distinct gap for the summed $B$ of its intervals. Returns
     `(bad, log-likelihoods (R,))` or `(bad, PanelExpectedStatistics without batch axis)`."""
-    from .._master_equation.dense_linalg import expm_batched
+    from .._master_equation.dense_linalg import expm_batched, transition_matrices
     from .._master_equation.solvers import MatrixExponential
 
     solver = MatrixExponential()
+    check_state_space(solver, model.cardinalities)
     model, observations, matrices, p0 = _setup(model, observations, emissions, initial_distribution)
     gen = amalgamate(model)
     W = gen.dense()
     S = W.shape[0]
     gaps = groups.gaps.astype(W.dtype)
-    P = MatrixExponential._checked((expm_batched(gaps[:, None, None] * W),))[0]
+    P = MatrixExponential._checked((transition_matrices(gaps[:, None, None] * W),))[0]
 
     def one(obs, p, index):
         _, filtered = _filter(model, obs, matrices, p, solver, (P, index), groups.exact_entries)
@@ -685,6 +687,7 @@ def _run(model, observations, emissions, initial_distribution, solver, what, gri
     if not isinstance(observations, PanelObservations):
         raise ValueError("observations: expected a PanelObservations.")
     observations.checked(model, emissions)  # a ValueError now for concrete states
+    check_state_space(solver, model.cardinalities)
     # Python numbers and lists made arrays: `eqx.filter_jit` would bake them into the program
     # (static), compiling it again for every new initial distribution or time grid
     if initial_distribution is not None:

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._files import write_atomically
 from .._model.ctbn import AbstractCTBN
 from .._model.layout import parse_assignment
 from .sampling import Trajectories
@@ -106,12 +107,16 @@ def write_trajectories_csv(trajectories: Trajectories, model: AbstractCTBN, path
     # the shortest repr, as pandas writes floats (numpy's `astype(str)` gives the same text)
     time_cells = list(map(repr, times.tolist()))
     header = line(["trajectory_id", "time", *model.names, "intervention"])
-    with open(path, "w", newline="") as f:
-        f.write(header + os.linesep)
+
+    def write(f) -> None:
+        f.write((header + os.linesep).encode())
         for start in range(0, len(id_cells), 1 << 16):  # bounded temporary strings
             chunk = slice(start, start + (1 << 16))
             cells = zip(id_cells[chunk], time_cells[chunk], state_cells[chunk], label_cells[chunk])
-            f.write(os.linesep.join(map(",".join, cells)) + os.linesep)
+            f.write((os.linesep.join(map(",".join, cells)) + os.linesep).encode())
+
+    # a failed write (a full disk) leaves no partial file and names `path`
+    write_atomically(path, write)
 
 
 def parse_intervention_label(label, names, cards, tid) -> tuple[np.ndarray, np.ndarray]:
