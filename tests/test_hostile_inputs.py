@@ -400,3 +400,53 @@ def test_panel_likelihood_with_missing_values_and_extreme_gaps_equals_brute_forc
     expected = _brute_force_panel_log_likelihood(model, times, seen)
     assert got <= 1e-9
     assert abs(got - expected) <= 1e-6 * max(1.0, abs(expected)), (got, expected)
+
+
+@pytest.mark.filterwarnings("ignore:data.*single observation time:UserWarning")
+@settings(max_examples=6, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    missing=st.floats(0.0, 0.4),
+    one_visit=st.integers(0, 8),
+    log_scale=st.floats(-2.0, 3.0),
+)
+def test_pool_on_ragged_panels_with_missing_values(seed, missing, one_visit, log_scale):
+    """The pool experiment on panels with missing values anywhere (the root too), one-visit
+    subjects and time scales 1e-2..1e3 (tests/test_pool.py's simulated subjects, R -> A -> B):
+    the sub-pools are those of a hand-written rule, every subject is drawn once and from its
+    option, and every metric is finite; or a clear error when the data allow no pool."""
+    from test_pool import NAMES, _simulate
+
+    rng = np.random.default_rng(seed)
+    df = _simulate(seed=seed % 7).replace("", np.nan)
+    df[list(NAMES)] = df[list(NAMES)].astype(float).mask(rng.random((len(df), 3)) < missing)
+    short = rng.choice(np.arange(1, 24), one_visit, replace=False)  # subject 0 keeps 5 visits
+    df = df[~(df.trajectory_id.isin(short) & (df.time > 0))]
+    df["time"] = df["time"] * 10.0**log_scale
+    obs, ids = jc.panel.panel_from_dataframe(df, {n: 2 for n in NAMES})
+    expected = np.zeros((3, len(ids)), bool)
+    expected[0] = True
+    for s, subject in enumerate(ids):
+        roots = set(df[df.trajectory_id == subject]["R"].dropna().astype(int))
+        if len(roots) == 1:
+            expected[1 + roots.pop(), s] = True
+    try:
+        pool, _ = jc.experiments.prepare_pool(
+            obs, NAMES, (2, 2, 2), root="R", subject_ids=ids, max_iterations=3
+        )
+    except ValueError as error:  # no subject keeps R constant, or no edge learned
+        message = str(error)
+        assert "no subject has 'R' observed in one state" in message or (
+            "has no edge (or every edge)" in message
+        ), message
+        return
+    np.testing.assert_array_equal(np.asarray(pool.membership), expected)
+    keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.key(0), r))(jnp.arange(2))
+    K = len(ids)
+    res = jc.experiments.run_pool_repetitions(pool, jc.RandomDesign(), keys, num_experiments=K)
+    for r in range(2):
+        subjects, options = np.asarray(res.subject[r]), np.asarray(res.option[r])
+        assert sorted(subjects.tolist()) == list(range(K))
+        assert np.all(expected[options, subjects])
+    for metric in (res.entropy, res.auroc, res.aupr):
+        assert np.all(np.isfinite(np.asarray(metric)))
