@@ -151,6 +151,45 @@ def _limited_run(argv, cwd, max_file_bytes):
     )
 
 
+def test_a_full_file_system_names_the_file_and_leaves_nothing(tmp_path):
+    """`jaxctbn sample` onto a real, tiny, full file system (a 32 KiB tmpfs mounted in a
+    private mount namespace): `No space left on device` naming the file, nothing left on it.
+    Needs `unshare -m` and `mount` (root); where they are not allowed, the file-size limit of
+    the next test stands in for it."""
+    import os
+    import shlex
+    import shutil
+    import subprocess
+    import sys
+
+    if (
+        shutil.which("unshare") is None
+        or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode
+    ):
+        pytest.skip("no private mount namespace here (unshare -m); see the next test")
+    _independent_binary_nodes(1).to_json(tmp_path / "net.json")
+    full = tmp_path / "full"
+    full.mkdir()
+    cli = [sys.executable, "-m", "jaxctbn._cli", "sample", "--network", str(tmp_path / "net.json")]
+    cli += ["--trajectories", "2000", "--duration", "3", "--seed", "0", "--out", "paths.csv"]
+    script = (
+        f"mount -t tmpfs -o size=32k tmpfs {shlex.quote(str(full))} || exit 97\n"
+        f"cd {shlex.quote(str(full))} && {shlex.join(cli)}\n"
+        'echo "rc=$?"; ls -A .\n'
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root, JAXCTBN_CACHE_DIR="off")
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], env=env, capture_output=True, text=True
+    )
+    if proc.returncode == 97:
+        pytest.skip("mount -t tmpfs is not allowed here; see the next test")
+    assert proc.stdout.strip().splitlines() == ["rc=2"], (proc.stdout, proc.stderr[-2000:])
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot write 'paths.csv': No space left on device" in lines[0]
+
+
 def test_a_failed_write_names_the_file_and_leaves_nothing(tmp_path):
     """A full disk gave a bare `[Errno 28]`, a truncated CSV from `sample` and empty JSON files
     from `learn` and `moments`. Every output is now written to a temporary file and renamed:
