@@ -113,6 +113,17 @@ class AbstractMasterEquationSolver(eqx.Module):
             lambda gb: self.solve_backward(gb[0], gb[1], horizon), (generators, beta_end)
         )
 
+    def propagate(self, generator: AbstractGenerator, p0: Array, horizon: Array) -> Array:
+        r"""$p_\tau=p_0e^{\tau W}$ alone (the panel filter's prediction; `solve` without the
+        integral). The default takes it from `solve`; a solver may compute it more cheaply."""
+        return self.solve(generator, p0, horizon)[0]
+
+    def propagate_backward(
+        self, generator: AbstractGenerator, beta_end: Array, horizon: Array
+    ) -> Array:
+        r"""$\beta_0=e^{\tau W}\beta_\tau$ alone (`solve_backward` without the integral)."""
+        return self.solve_backward(generator, beta_end, horizon)[0]
+
     @abc.abstractmethod
     def forward_backward(
         self, generator: AbstractGenerator, alpha_start: Array, beta_end: Array, horizon: Array
@@ -825,6 +836,18 @@ class MatrixExponential(AbstractMasterEquationSolver):
 
     def solve_backward(self, generator, beta_end, horizon):
         return self._moments(generator.dense(), beta_end, horizon, backward=True)
+
+    def _transition(self, generator, horizon):
+        W = generator.dense()
+        return transition_matrices((jnp.asarray(horizon, W.dtype) * W)[None])[0]
+
+    def propagate(self, generator, p0, horizon):
+        # the transition matrix only: an S x S exponential instead of the 2S x 2S block (whose
+        # integral, not needed here, overflows in float32 at long horizons)
+        return self._checked((p0 @ self._transition(generator, horizon),))[0]
+
+    def propagate_backward(self, generator, beta_end, horizon):
+        return self._checked((self._transition(generator, horizon) @ beta_end,))[0]
 
     def forward_backward(self, generator, alpha_start, beta_end, horizon):
         S = alpha_start.shape[0]

@@ -253,7 +253,7 @@ def _filter(
     def step(alpha, inputs):
         dt, ok, is_exact, e, o, i = inputs
         if table is None:
-            predicted, _ = solver.solve(gen, alpha, _safe(dt, ok))
+            predicted = solver.propagate(gen, alpha, _safe(dt, ok))
         else:  # gathered inside the step: fused, never materialised per interval
             predicted = vector_matrix(alpha, table[i])
         a = predicted * e
@@ -323,7 +323,7 @@ def _backward(
             end = jnp.where(is_exact, _entry_backward(gen, beta, o), end)
         end = end / jnp.where(_positive(c), c, 1)  # c = 0 is reported, not propagated
         if table is None:
-            previous, _ = solver.solve_backward(gen, end, _safe(dt, ok))
+            previous = solver.propagate_backward(gen, end, _safe(dt, ok))
         else:
             previous = matrix_vector(table[i], end)
         beta = jnp.where(ok, previous, beta)
@@ -516,12 +516,12 @@ def _marginals(
         j = jnp.minimum(jnp.searchsorted(times, t, side="right") - 1, last)
         j = jnp.maximum(j, 0)
         forward_h = t - times[j]
-        forward, _ = solver.solve(gen, filtered.alphas[j], _safe(forward_h, forward_h > 0))
+        forward = solver.propagate(gen, filtered.alphas[j], _safe(forward_h, forward_h > 0))
         forward = jnp.where(forward_h > 0, forward, filtered.alphas[j])
         has_next = j < last
         nxt = jnp.minimum(j + 1, num_slots - 1)
         backward_h = times[nxt] - t
-        backward, _ = solver.solve_backward(gen, ends[j], _safe(backward_h, has_next))
+        backward = solver.propagate_backward(gen, ends[j], _safe(backward_h, has_next))
         backward = jnp.where(has_next, backward, jnp.ones_like(backward))
         p = forward * backward
         return p / p.sum()
