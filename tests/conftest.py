@@ -95,3 +95,12 @@ def no_runtime_typecheck():
         yield
     finally:
         jaxtyping.config.update("jaxtyping_disable", previous)
+
+
+#: The longest single tests (tests/README.md), started first: with two workers, a long test
+#: that starts late leaves the other worker idle at the end of the run.
+_LONGEST_FIRST = ("test_notebooks.py", "test_readme.py", "test_runtime_types.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.path.name not in _LONGEST_FIRST)  # stable: the rest keep order
