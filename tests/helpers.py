@@ -128,10 +128,25 @@ def structure_design_problem():
     return chain, paths
 
 
-def sample_trajectories_jit(*args, **kwargs):
+_sample_jit = eqx.filter_jit(jc.sample_trajectories)
+
+
+def sample_trajectories_jit(model, initial_states, horizon, *, key, num_trajectories, **kwargs):
     """`jaxctbn.sample_trajectories` compiled as one program (`eqx.filter_jit`; called eagerly
-    it compiles ~80 small programs, one per operation). The same keys give the same paths."""
-    return eqx.filter_jit(jc.sample_trajectories)(*args, **kwargs)
+    it compiles ~80 small programs, one per operation): the horizon traced, integer initial
+    states as int32 (the sampler's own type: one program for lists and arrays alike). The same
+    keys give the same paths."""
+    initial_states = jnp.asarray(initial_states)
+    if jnp.issubdtype(initial_states.dtype, jnp.integer):
+        initial_states = initial_states.astype(jnp.int32)
+    return _sample_jit(
+        model,
+        initial_states,
+        jnp.asarray(horizon, float),
+        key=key,
+        num_trajectories=num_trajectories,
+        **kwargs,
+    )
 
 
 def replay_experiments(truth, result, horizon, key):

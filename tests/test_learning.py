@@ -8,6 +8,7 @@ import pytest
 import scipy.integrate
 import scipy.stats
 from helpers import random_model
+from helpers import sample_trajectories_jit as sample
 
 import jaxctbn as jc
 
@@ -16,24 +17,7 @@ import jaxctbn as jc
 # below share by drawing their data at a few common sizes. The same paths and statistics (the
 # sampler's compiled and eager calls are compared in test_sampling.py); the eager calls'
 # checks on concrete data are tested on the public functions themselves below.
-_sample_jit = eqx.filter_jit(jc.sample_trajectories)
 family_statistics = eqx.filter_jit(jc.internal.family_statistics)
-
-
-def sample(model, initial_states, horizon, *, key, num_trajectories, **kwargs):
-    """`jc.sample_trajectories` as one compiled program (the horizon traced, integer initial
-    states as int32, the sampler's own type: one program for lists and arrays alike)."""
-    initial_states = jnp.asarray(initial_states)
-    if jnp.issubdtype(initial_states.dtype, jnp.integer):
-        initial_states = initial_states.astype(jnp.int32)
-    return _sample_jit(
-        model,
-        initial_states,
-        jnp.asarray(horizon, float),
-        key=key,
-        num_trajectories=num_trajectories,
-        **kwargs,
-    )
 
 
 def _concatenate(*trajectories):

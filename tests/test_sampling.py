@@ -5,30 +5,14 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers import random_model
+from helpers import sample_trajectories_jit as sample
 
 import jaxctbn as jc
 
 # Called eagerly, the sampler and the statistics compile one small program per primitive
 # (hundreds per test); compiled whole, one program per shape. The same paths: the compiled and
 # eager samplers are compared in test_same_key_same_paths_and_buffer_growth_keeps_paths.
-_sample_jit = eqx.filter_jit(jc.sample_trajectories)
 statistics = eqx.filter_jit(jc.SufficientStatistics.from_trajectories)
-
-
-def sample(model, initial_states, horizon, *, key, num_trajectories, **kwargs):
-    """`jc.sample_trajectories` as one compiled program (the horizon traced, integer initial
-    states as int32, the sampler's own type: one program for lists and arrays alike)."""
-    initial_states = jnp.asarray(initial_states)
-    if jnp.issubdtype(initial_states.dtype, jnp.integer):
-        initial_states = initial_states.astype(jnp.int32)
-    return _sample_jit(
-        model,
-        initial_states,
-        jnp.asarray(horizon, float),
-        key=key,
-        num_trajectories=num_trajectories,
-        **kwargs,
-    )
 
 
 def _brute_force_node_stats(traj, node, parents, cards):
