@@ -811,22 +811,13 @@ class MatrixExponential(AbstractMasterEquationSolver):
         )
 
     @classmethod
-    def _moments(cls, W, p0, horizon, *, backward=False):
-        r"""`(p0 e^{tW}, p0 \int_0^t e^{sW} ds)`, or with `backward` the same with $W^\top$.
-        The end point is taken from the transition matrix $e^{tW}$ computed on its own
-        (`transition_matrices`: rows kept summing to one through the squarings), so that a
-        long horizon gives the stationary law, not a drifting one; the integral from the
-        block exponential."""
+    def _moments(cls, W, p0, horizon):
         S = p0.shape[0]
-        h = jnp.asarray(horizon, W.dtype)
-        Wt = W.T if backward else W
         eye = jnp.eye(S, dtype=W.dtype)
-        A = jnp.block([[Wt, eye], [jnp.zeros_like(W), jnp.zeros_like(W)]])
-        E = cls._expm(h * A)
-        integral = jnp.concatenate([p0, jnp.zeros_like(p0)]) @ E[:, S:]
-        P = transition_matrices((h * W)[None])[0]
-        end = P @ p0 if backward else p0 @ P
-        return cls._checked((end, integral))
+        A = jnp.block([[W, eye], [jnp.zeros_like(W), jnp.zeros_like(W)]])
+        E = cls._expm(jnp.asarray(horizon, W.dtype) * A)
+        z = jnp.concatenate([p0, jnp.zeros_like(p0)]) @ E
+        return cls._checked((z[:S], z[S:]))
 
     def solve(self, generator, p0, horizon):
         return self._moments(generator.dense(), p0, horizon)
@@ -835,15 +826,16 @@ class MatrixExponential(AbstractMasterEquationSolver):
         return jax.lax.map(lambda gp: self.solve(gp[0], gp[1], horizon), (generators, p0))
 
     def solve_backward(self, generator, beta_end, horizon):
-        return self._moments(generator.dense(), beta_end, horizon, backward=True)
+        return self._moments(generator.dense().T, beta_end, horizon)
 
     def _transition(self, generator, horizon):
         W = generator.dense()
         return transition_matrices((jnp.asarray(horizon, W.dtype) * W)[None])[0]
 
     def propagate(self, generator, p0, horizon):
-        # the transition matrix only: an S x S exponential instead of the 2S x 2S block (whose
-        # integral, not needed here, overflows in float32 at long horizons)
+        # the transition matrix only, its rows kept summing to one through the squarings: an
+        # S x S exponential instead of the 2S x 2S block of `solve`, whose end point drifts and
+        # whose integral (not needed here) overflows in float32 at long horizons
         return self._checked((p0 @ self._transition(generator, horizon),))[0]
 
     def propagate_backward(self, generator, beta_end, horizon):
