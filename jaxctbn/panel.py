@@ -10,6 +10,7 @@ from ._panel.datasets import dataset_path as dataset_path
 from ._panel.observations import Emissions as Emissions
 from ._panel.inference import PanelExpectedStatistics as PanelExpectedStatistics
 from ._panel.observations import PanelObservations as PanelObservations
+from ._panel.buckets import PanelBuckets as PanelBuckets
 from ._panel.inference import panel_expected_statistics as panel_expected_statistics
 from ._panel.inference import panel_log_likelihood as panel_log_likelihood
 from ._panel.inference import panel_marginals as panel_marginals

@@ -94,7 +94,7 @@ def _cmd_fit(args):
     out: dict = {"method": args.method, "observation": args.observation}
     if panel:
         entry = _assignment(args.exact_entry, model.names, model.cardinalities, "--exact-entry")
-        observations, ids = panel_from_dataframe(df, model, exact_entry=entry)
+        observations, ids = panel_from_dataframe(df, model, exact_entry=entry, bucketed=True)
         options = {"tolerance": args.tolerance}
         if args.max_iterations is not None:
             options["max_iterations"] = args.max_iterations

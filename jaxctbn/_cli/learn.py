@@ -67,7 +67,7 @@ def _cmd_learn(args):
         from .._panel.structure import learn_structure_from_panels
 
         entry = _assignment(args.exact_entry, names, cards, "--exact-entry")
-        observations, ids = panel_from_dataframe(df, nodes, exact_entry=entry)
+        observations, ids = panel_from_dataframe(df, nodes, exact_entry=entry, bucketed=True)
         num_trajectories = len(ids)
         fit = learn_structure_from_panels(
             observations,

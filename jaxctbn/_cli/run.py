@@ -239,7 +239,7 @@ def _cmd_run_pool(args):
     names = list(cards)
     if args.root not in names:
         raise ValueError(f"--root: unknown node {args.root!r}; the nodes are {names}.")
-    observations, ids = panel_from_dataframe(df, cards)
+    observations, ids = panel_from_dataframe(df, cards, bucketed=True)
     N = len(names)
     print(f"learning the network from all {len(ids)} subjects ({N} nodes) ...", flush=True)
     pool, fit = prepare_pool(

@@ -61,6 +61,7 @@ from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.solvers import AbstractMasterEquationSolver
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import Intervention
+from .._panel.buckets import PanelBuckets, as_flat_buckets, per_trajectory_on_host
 from .._panel.inference import panel_expected_statistics
 from .._panel.observations import PanelObservations
 from .._panel.structure import (
@@ -78,25 +79,31 @@ POOL_METRICS = METRICS["pool"]
 
 
 # --------------------------------------------------------------------------- the pool
-def pool_membership(observations: PanelObservations, root: int, cardinality: int) -> np.ndarray:
+def pool_membership(
+    observations: PanelObservations | PanelBuckets, root: int, cardinality: int
+) -> np.ndarray:
     r"""Which subjects each option may draw, as a `(1 + k, subjects)` boolean array (host-side):
     row 0 the full pool (every subject), row $1+r$ the subjects whose root is observed in state
     $r$ at every visit where it is observed, and at least once (missing visits are ignored)."""
     if len(observations.batch_shape) != 1:
         raise ValueError("observations: expected a batch of subjects (one leading axis).")
-    y = np.asarray(observations.states)[..., root]  # (R, O)
-    valid = np.arange(y.shape[-1])[None, :] < np.asarray(observations.num_observations)[:, None]
-    seen = valid & (y >= 0)
-    rows = [np.ones(y.shape[0], bool)]
-    for r in range(cardinality):
-        rows.append(seen.any(1) & np.all(~seen | (y == r), axis=1))
-    return np.stack(rows)
+
+    def constant_in(times, states, counts):  # (R_b, k): root seen only in state r, and seen
+        y = states[..., root]
+        seen = (np.arange(y.shape[-1])[None, :] < counts[:, None]) & (y >= 0)
+        return np.stack(
+            [seen.any(1) & np.all(~seen | (y == r), axis=1) for r in range(cardinality)], -1
+        )
+
+    constant = per_trajectory_on_host(observations, constant_in)
+    return np.concatenate([np.ones((1, constant.shape[0]), bool), constant.T])
 
 
-def _first_states(observations: PanelObservations, subjects: np.ndarray, num_nodes: int):
+def _first_states(first_rows: np.ndarray, subjects: np.ndarray, num_nodes: int):
     """The most common complete first observation of `subjects` (ties: the smallest); nodes
-    missing in every first observation fall back to the per-node mode, then to 0."""
-    first = np.asarray(observations.states)[subjects, 0, :]
+    missing in every first observation fall back to the per-node mode, then to 0.
+    `first_rows`: every subject's first observation `(R, N)`."""
+    first = first_rows[subjects]
     complete = first[(first >= 0).all(1)]
     if len(complete):
         rows, counts = np.unique(complete, axis=0, return_counts=True)
@@ -109,11 +116,11 @@ def _first_states(observations: PanelObservations, subjects: np.ndarray, num_nod
     return out
 
 
-def _follow_up(observations: PanelObservations, subjects: np.ndarray) -> float:
-    t = np.asarray(observations.times)[subjects]
-    m = np.asarray(observations.num_observations)[subjects]
-    span = t[np.arange(len(m)), m - 1] - t[:, 0]
-    span = span[m >= 2]
+def _follow_up(spans: np.ndarray, subjects: np.ndarray) -> float:
+    """The median follow-up of `subjects` with two visits or more (`spans`: every subject's
+    last minus first observation time, NaN with one visit)."""
+    span = spans[subjects]
+    span = span[np.isfinite(span)]
     return float(np.median(span)) if span.size else 1.0
 
 
@@ -171,7 +178,7 @@ class PoolExperiment(eqx.Module):
 
 def subject_family_statistics(
     model: AbstractCTBN,
-    observations: PanelObservations,
+    observations: PanelObservations | PanelBuckets,
     parent_sets: Sequence[Int[Array | np.ndarray, "_sets max_parents"]],
     *,
     solver: AbstractMasterEquationSolver = DENSE_SOLVER,
@@ -184,7 +191,7 @@ def subject_family_statistics(
 
 
 def prepare_pool(
-    observations: PanelObservations,
+    observations: PanelObservations | PanelBuckets,
     names: Sequence[str],
     cardinalities: Sequence[int],
     *,
@@ -203,8 +210,9 @@ def prepare_pool(
 
     **Arguments:**
 
-    - `observations`: one panel trajectory per subject (a batch with one leading axis, e.g.
-      from [`jaxctbn.panel.read_panel_csv`][]), observational (no intervention labels).
+    - `observations`: one panel trajectory per subject (a batch with one leading axis, or a
+      [`jaxctbn.panel.PanelBuckets`][], e.g. from [`jaxctbn.panel.read_panel_csv`][]),
+      observational (no intervention labels).
     - `names`, `cardinalities`: the nodes.
     - `root` (keyword-only): the root node's name or index. It should have no parents in the
       network learned from all the data (a warning otherwise), and some subject must keep it
@@ -223,9 +231,17 @@ def prepare_pool(
     N = len(cards)
     if len(names) != N:
         raise ValueError(f"names: need {N} node names, got {len(names)}.")
-    if not isinstance(observations, PanelObservations) or len(observations.batch_shape) != 1:
-        raise ValueError("observations: expected a batch of PanelObservations (one axis).")
-    if observations.intervention is not None and bool(np.any(observations.intervention.targets)):
+    if not (
+        isinstance(observations, PanelBuckets)
+        or (isinstance(observations, PanelObservations) and len(observations.batch_shape) == 1)
+    ):
+        raise ValueError(
+            "observations: expected a batch of PanelObservations (one axis) or a PanelBuckets."
+        )
+    if any(
+        b.intervention is not None and bool(np.any(b.intervention.targets))
+        for b in as_flat_buckets(observations)
+    ):
         raise ValueError(
             "observations: the pool experiment needs observational data (no intervention labels)."
         )
@@ -282,11 +298,16 @@ def prepare_pool(
     states[1:, root] = np.arange(cards[root])
     initial = np.zeros((options, N), np.int32)
     horizons = np.ones(options)
+    first_rows = per_trajectory_on_host(observations, lambda t, y, m: y[:, 0, :])
+    spans = per_trajectory_on_host(
+        observations,
+        lambda t, y, m: np.where(m >= 2, t[np.arange(len(m)), m - 1] - t[:, 0], np.nan),
+    )
     for o in range(options):
         members = np.nonzero(membership[o])[0]
         if members.size:
-            initial[o] = _first_states(observations, members, N)
-            horizons[o] = _follow_up(observations, members)
+            initial[o] = _first_states(first_rows, members, N)
+            horizons[o] = _follow_up(spans, members)
     initial[1:, root] = np.arange(cards[root])
     ids = tuple(range(R)) if subject_ids is None else tuple(subject_ids)
     if len(ids) != R:

@@ -11,6 +11,7 @@ import numpy as np
 
 from .._model.interventions import Intervention
 from .._model.layout import parse_assignment
+from .buckets import PanelBuckets
 from .observations import PanelObservations
 
 if TYPE_CHECKING:
@@ -19,8 +20,12 @@ from .._paths.csv import node_spec, node_values, parse_intervention_label, read_
 
 
 def panel_from_dataframe(
-    df: pd.DataFrame, model, *, exact_entry: dict[str, int] | None = None
-) -> tuple[PanelObservations, list]:
+    df: pd.DataFrame,
+    model,
+    *,
+    exact_entry: dict[str, int] | None = None,
+    bucketed: bool = False,
+) -> tuple[PanelObservations | PanelBuckets, list]:
     """Parse the long format as **panel** data: each row is an observation of the nodes at that
     time (an empty cell = that node was not observed then), the process being hidden between
     rows. Same columns as [`jaxctbn.internal.trajectories_from_dataframe`][]:
@@ -41,8 +46,13 @@ def panel_from_dataframe(
       be observed only in its clamped state.
 
     `model` is a CTBN or a dict `{node name: cardinality}`. **Returns:** the
-    [`jaxctbn.panel.PanelObservations`][] (a batch padded to the longest trajectory) and the
-    trajectory id of each row of the batch."""
+    [`jaxctbn.panel.PanelObservations`][] (a batch padded to the longest trajectory), or with
+    `bucketed=True` a [`jaxctbn.panel.PanelBuckets`][] (trajectories grouped by length, each
+    group padded to its own longest: use it when the numbers of visits differ a lot, e.g. one
+    subject with 50,000 visits among thousands with ten), and the trajectory id of each
+    trajectory, in the order of the batch (for buckets: the order the results come back in).
+    Without `bucketed`, a warning names it when padding would take more than four times the
+    data's own size (and more than 64 MiB)."""
     names, cards = node_spec(model)
     values = node_values(df, names, cards, missing=True)
     entry = parse_assignment(
@@ -131,6 +141,21 @@ def panel_from_dataframe(
             targets=jnp.asarray(np.stack(all_targets)),
             states=jnp.asarray(np.stack(all_clamped), jnp.int32),
         )
+    if bucketed:
+        buckets = PanelBuckets.from_sequences(
+            all_times, all_states, exact_entry=all_entry, intervention=intervention
+        )
+        return buckets, kept
+    lengths = np.asarray([len(t) for t in all_times])
+    N = len(names)
+    padded_bytes = len(lengths) * int(lengths.max()) * (8 + 4 * N + 1)
+    if padded_bytes > 4 * int(lengths.sum()) * (8 + 4 * N + 1) and padded_bytes > 64 * 2**20:
+        warnings.warn(
+            f"data: padding every trajectory to the longest ({int(lengths.max())} visits) takes "
+            f"{padded_bytes / 2**20:.0f} MiB for {int(lengths.sum())} visits; pass "
+            "bucketed=True to group the trajectories by length.",
+            stacklevel=2,
+        )
     observations = PanelObservations.from_sequences(
         all_times, all_states, exact_entry=all_entry, intervention=intervention
     )
@@ -138,7 +163,11 @@ def panel_from_dataframe(
 
 
 def read_panel_csv(
-    path: str | os.PathLike, model, *, exact_entry: dict[str, int] | None = None
-) -> tuple[PanelObservations, list]:
+    path: str | os.PathLike,
+    model,
+    *,
+    exact_entry: dict[str, int] | None = None,
+    bucketed: bool = False,
+) -> tuple[PanelObservations | PanelBuckets, list]:
     """Read a long-format CSV as panel data (see [`jaxctbn.panel.panel_from_dataframe`][])."""
-    return panel_from_dataframe(read_csv(path), model, exact_entry=exact_entry)
+    return panel_from_dataframe(read_csv(path), model, exact_entry=exact_entry, bucketed=bucketed)

@@ -60,6 +60,7 @@ from .._master_equation.solvers import (
 )
 from .._model.ctbn import CTBN, with_diagonal
 from .._model.interventions import is_concrete
+from .buckets import PanelBuckets, as_flat_buckets, split_rows
 from .inference import (
     GapGroups,
     PanelExpectedStatistics,
@@ -83,12 +84,12 @@ class _Problem(eqx.Module):
     """Everything one fit needs, with a flat batch of `R` trajectories."""
 
     model: CTBN  # the starting model, its free rates clipped into the box
-    observations: PanelObservations  # batch shape (R,)
+    observations: tuple[PanelObservations, ...]  # flat buckets, R trajectories in all
     emissions: Emissions | None
-    initial_distribution: Array | None  # (S,) or (R, S)
+    initial_distribution: tuple[Array | None, ...]  # per bucket: None, (S,) or (R_b, S)
     solver: AbstractMasterEquationSolver
     free: tuple[Array, ...]  # per node, bool (configs, k, k)
-    pooled: Array  # (R, N) bool: node n learns from trajectory r
+    pooled: Array  # (R, N) bool, buckets in turn: node n learns from trajectory r
     scales: tuple[Array | None, ...]  # per node, (R, configs, k, k) rate scales, or None
     alpha: Array  # (N,) prior shapes (1 without a prior)
     beta: Array  # (N,) prior rates (0 without a prior)
@@ -129,18 +130,34 @@ class _Problem(eqx.Module):
         (`"statistics"`) at `rates`: intervals grouped by length when `groups` is set,
         otherwise each solved on its own."""
         model = self.with_rates(rates)
+        buckets = PanelBuckets(self.observations, np.arange(self.pooled.shape[0]))
         if self.groups is not None:
             return _pooled_by_gaps(
-                model, self.observations, self.emissions, self.initial_distribution,
-                self.groups, what,
-            )  # fmt: skip
-        return _compute(
-            model, self.observations, self.emissions, self.initial_distribution, self.solver,
-            what, None,
-        )  # fmt: skip
+                model, buckets, self.emissions, self.initial_distribution, self.groups, what
+            )
+        bads, outs = [], []
+        for bucket, p0 in zip(self.observations, self.initial_distribution):
+            bad, out = _compute(model, bucket, self.emissions, p0, self.solver, what, None)
+            bads.append(bad)
+            outs.append(out)
+        if len(outs) == 1:
+            return tuple(bads), outs[0]
+        if what == "likelihood":
+            return tuple(bads), jnp.concatenate(outs)
+        dwell, transitions, log_likelihood = jax.tree_util.tree_map(
+            lambda *xs: jnp.concatenate(xs),
+            *[(o.dwell_times, o.transitions, o.log_likelihood) for o in outs],
+        )
+        return tuple(bads), PanelExpectedStatistics(
+            dwell_times=dwell,
+            transitions=transitions,
+            log_likelihood=log_likelihood,
+            model=outs[0].model,
+        )
 
-    def log_likelihood(self, rates: tuple[Array, ...]) -> tuple[Array, Array]:
-        """Summed log-likelihood, and the `(R, O)` impossible-observation flags."""
+    def log_likelihood(self, rates: tuple[Array, ...]) -> tuple[Array, tuple[Array, ...]]:
+        """Summed log-likelihood, and the impossible-observation flags (one `(R_b, O_b)`
+        array per bucket)."""
         bad, log_likelihood = self._pass(rates, "likelihood")
         return jnp.sum(cast(Array, log_likelihood)), bad
 
@@ -173,10 +190,12 @@ class _Problem(eqx.Module):
         value.defvjp(forward, backward)
         return value(rates)
 
-    def e_step(self, rates: tuple[Array, ...]) -> tuple[Array, PanelExpectedStatistics, Array]:
+    def e_step(
+        self, rates: tuple[Array, ...]
+    ) -> tuple[Array, PanelExpectedStatistics, tuple[Array, ...]]:
         """The objective at `rates`, the smoothed statistics of every trajectory (pooled,
-        without a batch axis, when the intervals are grouped by length) and the `(R, O)`
-        impossible-observation flags."""
+        without a batch axis, when the intervals are grouped by length) and the
+        impossible-observation flags (one `(R_b, O_b)` array per bucket)."""
         bad, stats = self._pass(rates, "statistics")
         stats = cast(PanelExpectedStatistics, stats)
         return jnp.sum(stats.log_likelihood) + self.log_prior(rates), stats, bad
@@ -220,25 +239,21 @@ def _off_diagonal_rates(cim: Array) -> Array:
     return jnp.where(jnp.eye(k, dtype=bool), 0, cim)
 
 
-def _flat(observations: PanelObservations) -> PanelObservations:
-    """The observations with their batch axes flattened into one, `(R,)`."""
-    batch = observations.batch_shape
-    R = math.prod(batch)
-    return jax.tree_util.tree_map(
-        lambda x: jnp.reshape(x, (R,) + jnp.shape(x)[len(batch) :]), observations
-    )
-
-
-def _time_scales(observations: PanelObservations, dtype) -> tuple[Array, Array, Array]:
-    """The median, shortest and longest positive gaps of a flat batch (1 when there are
+def _time_scales(buckets: tuple[PanelObservations, ...], dtype) -> tuple[Array, Array, Array]:
+    """The median, shortest and longest positive gaps of flat buckets (1 when there are
     none)."""
-    times = observations.times.astype(dtype)
-    num_slots = times.shape[-1]
-    gaps = jnp.diff(times, axis=-1)
-    ok = (jnp.arange(1, num_slots) < observations.num_observations[:, None]) & (gaps > 0)
+    gaps = []
+    for bucket in buckets:
+        times = bucket.times.astype(dtype)
+        num_slots = times.shape[-1]
+        gap = jnp.diff(times, axis=-1)
+        ok = (jnp.arange(1, num_slots) < bucket.num_observations[:, None]) & (gap > 0)
+        gaps.append(jnp.where(ok, gap, jnp.nan).reshape(-1))
+    gaps = jnp.concatenate(gaps)
+    ok = ~jnp.isnan(gaps)
     some = ok.any()
     one = jnp.ones((), dtype)
-    median = jnp.nanmedian(jnp.where(ok, gaps, jnp.nan))
+    median = jnp.nanmedian(gaps)
     shortest = jnp.min(jnp.where(ok, gaps, jnp.inf))
     longest = jnp.max(jnp.where(ok, gaps, 0))
     return (
@@ -261,20 +276,26 @@ def _problem(
 ) -> _Problem:
     dtype = jnp.result_type(*model.cims)
     N = model.num_nodes
-    flat = _flat(observations)
-    R = flat.batch_shape[0]
-    tau, shortest, longest = _time_scales(flat, dtype)
+    buckets = as_flat_buckets(observations)
+    R = sum(b.batch_shape[0] for b in buckets)
+    tau, shortest, longest = _time_scales(buckets, dtype)
     lower = _LOWER / tau
     # the largest exit rate of a global state is at most sum_n (k_n - 1) times the top rate
     upper = _solver_limit(solver) / (longest * sum(k - 1 for k in model.cardinalities))
-    p0 = None
+    p0: tuple[Array | None, ...] = (None,) * len(buckets)
     if initial_distribution is not None:
-        p0 = jnp.asarray(initial_distribution, dtype)
-        if p0.ndim > 1 and p0.shape[:-1] == observations.batch_shape:
-            p0 = p0.reshape(R, p0.shape[-1])
+        distribution = jnp.asarray(initial_distribution, dtype)
+        if distribution.ndim > 1:
+            p0 = tuple(split_rows(observations, distribution, "initial_distribution"))
+        else:
+            p0 = (distribution,) * len(buckets)
     # pooling: node n learns only from the trajectories in which it is not clamped, and not
     # at all where an intervention replaces its CIMs (its own rates are then never used)
-    intervention = flat.intervention
+    intervention = None
+    if buckets[0].intervention is not None:
+        intervention = jax.tree_util.tree_map(
+            lambda *xs: jnp.concatenate(xs), *[b.intervention for b in buckets]
+        )
     pooled = jnp.ones((R, N), bool)
     scales: list[Array | None] = [None] * N
     if intervention is not None:
@@ -295,7 +316,7 @@ def _problem(
     alpha, beta, has_prior = prior
     problem = _Problem(
         model=model,
-        observations=flat,
+        observations=buckets,
         emissions=emissions,
         initial_distribution=p0,
         solver=solver,
@@ -322,7 +343,11 @@ class _Outcome(eqx.Module):
     converged: Array
     iterations: Array
     trace: Array
-    bad: Array  # (R, O): observations impossible at the start (then no iteration ran)
+    bad: tuple[Array, ...]  # per bucket (R_b, O_b): observations impossible at the start
+
+
+def _any(bad: tuple[Array, ...]) -> Array:
+    return jnp.any(jnp.stack([b.any() for b in bad]))
 
 
 def _padded(trace: Array, iterations: Array, final: Array) -> Array:
@@ -433,7 +458,7 @@ class EMFit(AbstractRateFitMethod):
             return rates, objective, stats, it, trace, converged | ~finite, converged
 
         no = jnp.asarray(False)
-        carry = (rates, objective, stats, jnp.zeros((), jnp.int32), trace, bad.any(), no)
+        carry = (rates, objective, stats, jnp.zeros((), jnp.int32), trace, _any(bad), no)
         rates, objective, _, it, trace, _, converged = jax.lax.while_loop(cond, body, carry)
         return _Outcome(
             rates=rates,
@@ -532,7 +557,7 @@ class GradientFit(AbstractRateFitMethod):
             stop = converged | stalled
             return theta, state, value, it, trace, stop, converged | (stalled & small_gradient)
 
-        carry = (theta0, opt.init(theta0), value0, jnp.zeros((), jnp.int32), trace, bad.any())
+        carry = (theta0, opt.init(theta0), value0, jnp.zeros((), jnp.int32), trace, _any(bad))
         carry = (*carry, jnp.asarray(False))
         theta, _, value, it, trace, _, converged = jax.lax.while_loop(cond, body, carry)
         return _Outcome(
@@ -584,7 +609,7 @@ DEFAULT_PANEL_SOLVER = MatrixExponential()
 
 def fit_rates(
     model: CTBN,
-    observations: PanelObservations,
+    observations: PanelObservations | PanelBuckets,
     *,
     method: AbstractRateFitMethod = DEFAULT_METHOD,
     prior: GammaPrior | None = None,
@@ -623,7 +648,8 @@ def fit_rates(
     **Arguments:**
 
     - `model`: a [`jaxctbn.CTBN`][]: the graph, the structural zeros and the starting rates.
-    - `observations`: [`jaxctbn.panel.PanelObservations`][] (one trajectory or a batch).
+    - `observations`: [`jaxctbn.panel.PanelObservations`][] (one trajectory or a batch), or a
+      [`jaxctbn.panel.PanelBuckets`][] (trajectories of very unequal lengths).
     - `method`: [`jaxctbn.panel.EMFit`][] (default) or [`jaxctbn.panel.GradientFit`][], with their
       `tolerance` and `max_iterations`.
     - `prior`: `None` (maximum likelihood) or a [`jaxctbn.GammaPrior`][]
@@ -668,9 +694,10 @@ def fit_rates(
         raise ValueError(
             f"model: fit_rates needs a CTBN (a fixed graph), got {type(model).__name__}."
         )
-    if not isinstance(observations, PanelObservations):
+    if not isinstance(observations, PanelObservations | PanelBuckets):
         raise ValueError(
-            f"observations: expected a PanelObservations, got {type(observations).__name__}."
+            f"observations: expected a PanelObservations or PanelBuckets, got "
+            f"{type(observations).__name__}."
         )
     if observations.num_nodes != model.num_nodes:
         raise ValueError(
@@ -698,9 +725,8 @@ def fit_rates(
                     f"model: the starting rates of node {name!r} must be finite and >= 0."
                 )
     observations.checked(model, emissions)  # a ValueError now for concrete states
-    if is_concrete(observations.num_observations) and not np.any(
-        np.asarray(observations.num_observations) >= 2
-    ):
+    counts = [b.num_observations for b in as_flat_buckets(observations)]
+    if is_concrete(*counts) and not any(np.any(np.asarray(m) >= 2) for m in counts):
         raise ValueError(
             "observations: every trajectory has a single observation time, so there is no "
             "interval to fit rates from; each subject needs at least two visits."
@@ -726,13 +752,12 @@ def fit_rates(
     # intervals of equal length share their dense exponentials (see `_pooled_by_gaps`): only
     # for concrete data without interventions and the dense solver
     groups = None
-    if observations.intervention is None and isinstance(solver, MatrixExponential):
+    no_intervention = as_flat_buckets(observations)[0].intervention is None
+    if no_intervention and isinstance(solver, MatrixExponential):
         groups = gap_groups(observations)
     fit, bad = _fit(
         model, observations, method, parameters, emissions, initial_distribution, solver, groups
     )
-    shape = observations.batch_shape + (observations.times.shape[-1],)
-    bad = np.reshape(np.asarray(bad), shape) if is_concrete(bad) else jnp.reshape(bad, shape)
     return _check_possible(fit, bad, observations)
 
 

@@ -63,6 +63,7 @@ from .._master_equation.solvers import (
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import is_concrete
 from .._model.layout import max_configs, state_bins_on_sets
+from .buckets import PanelBuckets, as_flat_buckets
 from .observations import Emissions, PanelObservations, _label
 
 
@@ -388,93 +389,118 @@ def _exact_entry_transitions(
 
 # --------------------------------------------------------------------------- equal gaps pooled
 class GapGroups(eqx.Module):
-    """The intervals of a flat batch of trajectories `(R, O)` grouped by their length: interval
-    `i` of trajectory `r` (between observations `i` and `i + 1`) has length
-    `gaps[index[r, i]]` (padding intervals point anywhere; they carry no weight)."""
+    """The intervals of the flat batches of `as_flat_buckets(observations)` grouped by their
+    length: interval `i` of trajectory `r` of bucket `b` (between observations `i` and `i + 1`)
+    has length `gaps[index[b][r, i]]` (padding intervals point anywhere; they carry no
+    weight)."""
 
-    index: Int[np.ndarray | Array, "trajectories intervals"]
+    index: tuple[Int[np.ndarray | Array, "trajectories intervals"], ...]
     gaps: Float[np.ndarray | Array, " groups"]
     exact_entries: bool = eqx.field(static=True, default=True)  # any exact entry time?
 
 
-def gap_groups(observations: PanelObservations) -> GapGroups | None:
-    """The distinct positive gaps of concrete observations (host-side), with the batch axes
-    flattened into one, `index` `(R, O - 1)`; `None` for traced arrays (inside `jit` the
-    grouping cannot be computed)."""
-    if not is_concrete(observations.times, observations.num_observations):
+def gap_groups(observations: PanelObservations | PanelBuckets) -> GapGroups | None:
+    """The distinct positive gaps of concrete observations (host-side), over every bucket (the
+    batch axes of a `PanelObservations` flattened into one), `index[b]` `(R_b, O_b - 1)`;
+    `None` for traced arrays (inside `jit` the grouping cannot be computed)."""
+    buckets = as_flat_buckets(observations)
+    if not all(is_concrete(b.times, b.num_observations, b.exact_entry) for b in buckets):
         return None
-    num_slots = observations.times.shape[-1]
-    times = np.asarray(observations.times, float).reshape(-1, num_slots)
-    gaps = np.diff(times, axis=-1)
-    counts = np.asarray(observations.num_observations).reshape(-1)
-    ok = np.arange(1, num_slots) < counts[:, None]
-    values, inverse = np.unique(np.where(ok, gaps, np.nan), return_inverse=True)
+    per_bucket = []
+    for b in buckets:
+        times = np.asarray(b.times, float)
+        counts = np.asarray(b.num_observations)
+        ok = np.arange(1, times.shape[-1]) < counts[:, None]
+        per_bucket.append(np.where(ok, np.diff(times, axis=-1), np.nan))
+    values, inverse = np.unique(
+        np.concatenate([g.reshape(-1) for g in per_bucket]), return_inverse=True
+    )
     keep = np.isfinite(values) & (values > 0)
     if not keep.any():
         return None
     # padding (nan) maps to group 0, masked by the filter's validity anyway
     remap = np.where(keep, np.cumsum(keep) - 1, 0)
-    index = remap[inverse.reshape(gaps.shape)]
+    index, start = [], 0
+    for g in per_bucket:
+        index.append(remap[inverse.reshape(-1)[start : start + g.size]].reshape(g.shape))
+        start += g.size
     dtype = (
-        observations.times.dtype
-        if jnp.issubdtype(observations.times.dtype, jnp.floating)
-        else float
+        buckets[0].times.dtype if jnp.issubdtype(buckets[0].times.dtype, jnp.floating) else float
     )
     # numpy arrays: converted when passed to the compiled fit (no eager dispatch here)
-    exact_entries = not is_concrete(observations.exact_entry) or bool(
-        np.any(np.asarray(observations.exact_entry))
-    )
+    exact_entries = any(bool(np.any(np.asarray(b.exact_entry))) for b in buckets)
     return GapGroups(
-        index=index.astype(np.int32), gaps=values[keep].astype(dtype), exact_entries=exact_entries
+        index=tuple(i.astype(np.int32) for i in index),
+        gaps=values[keep].astype(dtype),
+        exact_entries=exact_entries,
     )
 
 
 @eqx.filter_jit
 def _pooled_by_gaps(model, observations, emissions, initial_distribution, groups, what):
-    r"""Pooled statistics (or only the log-likelihoods) of a flat batch without interventions,
-    with every dense exponential shared by the intervals of equal length: $e^{hW}$ once per
+    r"""Pooled statistics (or only the log-likelihoods) of panels without interventions, with
+    every dense exponential shared by the intervals of equal length: $e^{hW}$ once per
     distinct gap $h$ for the filter and the backward pass, and, because the interval integral
     $\int_0^h e^{tW^\top}Be^{(h-t)W^\top}dt$ is linear in $B=\hat\alpha b^\top/Z$, one Van
-    Loan exponential per distinct gap for the summed $B$ of its intervals. Returns
-    `(bad, log-likelihoods (R,))` or `(bad, PanelExpectedStatistics without batch axis)`."""
+    Loan exponential per distinct gap for the summed $B$ of its intervals, over every bucket.
+    `observations`: a `PanelObservations` or `PanelBuckets`; `initial_distribution`: `None`,
+    `(S,)`, or one `(R_b, S)` per bucket of `as_flat_buckets(observations)` (a tuple).
+    Returns `(bad, log-likelihoods (R,))` or `(bad, PanelExpectedStatistics without batch
+    axis)`, `bad` one `(R_b, O_b)` array per bucket and the log-likelihoods in bucket order."""
     from .._master_equation.dense_linalg import expm_batched, transition_matrices
     from .._master_equation.solvers import MatrixExponential
 
     solver = MatrixExponential()
     check_state_space(solver, model.cardinalities)
-    model, observations, matrices, p0 = _setup(model, observations, emissions, initial_distribution)
+    buckets = as_flat_buckets(observations)
+    if not isinstance(initial_distribution, tuple):
+        initial_distribution = (initial_distribution,) * len(buckets)
+    model = model.checked()
     gen = amalgamate(model)
     W = gen.dense()
     S = W.shape[0]
     gaps = groups.gaps.astype(W.dtype)
     P = MatrixExponential._checked((transition_matrices(gaps[:, None, None] * W),))[0]
+    bads, likelihoods = [], []
+    summed = jnp.zeros((gaps.shape[0], S, S), W.dtype)
+    jumps = jnp.zeros((len(gen.shifts), S), W.dtype)
+    for bucket, p0, index in zip(buckets, initial_distribution, groups.index):
+        _, bucket, matrices, p0 = _setup(model, bucket, emissions, p0)
 
-    def one(obs, p, index):
-        _, filtered = _filter(model, obs, matrices, p, solver, (P, index), groups.exact_entries)
-        bad, log_likelihood = _filtered_log_likelihood(filtered, p)
+        def one(obs, p, index):
+            _, filtered = _filter(model, obs, matrices, p, solver, (P, index), groups.exact_entries)
+            bad, log_likelihood = _filtered_log_likelihood(filtered, p)
+            if what == "likelihood":
+                return bad, log_likelihood
+            betas, ends = _backward(
+                gen, obs, matrices, filtered, solver, (P, index), groups.exact_entries
+            )
+            a, b = filtered.alphas[:-1], ends[:-1]
+            ok = filtered.valid[1:]
+            Z = short_sum(a * betas[:-1])  # a_i P_i b_i, with P_i b_i = beta_i
+            weight = jnp.where(ok, 1 / jnp.where(ok & (Z > 0), Z, 1), 0)
+            outer = weight[:, None, None] * a[:, :, None] * b[:, None, :]
+            if groups.exact_entries:
+                entry = _exact_entry_transitions(gen, obs, filtered, betas)
+            else:
+                entry = jnp.zeros((len(gen.shifts), S), W.dtype)
+            return bad, (outer, entry, log_likelihood)
+
+        index = jnp.asarray(index)
+        bad, out = jax.vmap(one)(bucket, p0, index)
+        bads.append(bad)
         if what == "likelihood":
-            return bad, log_likelihood
-        betas, ends = _backward(
-            gen, obs, matrices, filtered, solver, (P, index), groups.exact_entries
+            likelihoods.append(out)
+            continue
+        outer, entry, log_likelihood = out
+        likelihoods.append(log_likelihood)
+        summed = summed + jax.ops.segment_sum(
+            outer.reshape(-1, S, S), index.reshape(-1), num_segments=gaps.shape[0]
         )
-        a, b = filtered.alphas[:-1], ends[:-1]
-        ok = filtered.valid[1:]
-        Z = short_sum(a * betas[:-1])  # a_i P_i b_i, with P_i b_i = beta_i
-        weight = jnp.where(ok, 1 / jnp.where(ok & (Z > 0), Z, 1), 0)
-        outer = weight[:, None, None] * a[:, :, None] * b[:, None, :]
-        if groups.exact_entries:
-            jumps = _exact_entry_transitions(gen, obs, filtered, betas)
-        else:
-            jumps = jnp.zeros((len(gen.shifts), S), W.dtype)
-        return bad, (outer, jumps, log_likelihood)
-
-    bad, out = jax.vmap(one)(observations, p0, groups.index)
+        jumps = jumps + entry.sum(0)
+    log_likelihood = jnp.concatenate(likelihoods)
     if what == "likelihood":
-        return bad, out
-    outer, jumps, log_likelihood = out
-    summed = jax.ops.segment_sum(
-        outer.reshape(-1, S, S), groups.index.reshape(-1), num_segments=gaps.shape[0]
-    )
+        return tuple(bads), log_likelihood
     A = W.T
     zero = jnp.zeros_like(A)
 
@@ -492,11 +518,11 @@ def _pooled_by_gaps(model, observations, emissions, initial_distribution, groups
     rates = jnp.stack([gen.shift_rates(r) for r in range(len(gen.shifts))])
     statistics = PanelExpectedStatistics(
         dwell_times=jnp.diagonal(C),
-        transitions=rates * C[src, dst] + jumps.sum(0),
+        transitions=rates * C[src, dst] + jumps,
         log_likelihood=log_likelihood.sum(),
         model=model,
     )
-    return bad, statistics
+    return tuple(bads), statistics
 
 
 def _marginals(
@@ -563,16 +589,29 @@ def _vmapped(fn, ndim: int):
     return fn
 
 
-def _check_possible(outputs, bad: Bool[Array | np.ndarray, "*batch observations"], observations):
+def _check_possible(
+    outputs,
+    bad: Bool[Array | np.ndarray, "*batch observations"] | tuple[Array | np.ndarray, ...],
+    observations: PanelObservations | PanelBuckets,
+):
     """Raise if an observation has likelihood 0 (or the filter is not finite), naming the
     trajectory and the time: a `ValueError` when `bad` is concrete (an eager call), otherwise
-    an `eqx.branched_error_if` on `outputs` naming the trajectory and the observation's index."""
-    batch, num_slots = observations.batch_shape, observations.times.shape[-1]
+    an `eqx.branched_error_if` on `outputs` naming the trajectory and the observation's index.
+    `bad` has the batch shape of `observations` plus the observation axis, or is one flat
+    `(R_b, O_b)` array per bucket of `as_flat_buckets(observations)`."""
+    if isinstance(bad, tuple) and isinstance(observations, PanelObservations):
+        (bad,) = bad
+        shape = observations.batch_shape + (observations.times.shape[-1],)
+        bad = np.reshape(bad, shape) if is_concrete(bad) else jnp.reshape(bad, shape)
     reason = (
         "is impossible under the model (likelihood 0: a structural zero rate, a perfect "
         "intervention clamping an observed node to another state, or an emission probability "
         "0 rules it out), or the filter is not finite."
     )
+    if isinstance(observations, PanelBuckets):
+        return _check_possible_in_buckets(outputs, tuple(bad), observations, reason)
+    assert not isinstance(bad, tuple)
+    batch, num_slots = observations.batch_shape, observations.times.shape[-1]
     if is_concrete(bad):
         found = np.argwhere(np.asarray(bad))
         if len(found):
@@ -598,9 +637,37 @@ def _check_possible(outputs, bad: Bool[Array | np.ndarray, "*batch observations"
     return eqx.branched_error_if(outputs, flat.any(), index, messages)
 
 
+def _check_possible_in_buckets(outputs, bad: tuple, observations: PanelBuckets, reason: str):
+    """`_check_possible` of buckets: the trajectory is named by its given index."""
+    if is_concrete(*bad):
+        first = None  # (given index, observation, time) of the first impossible trajectory
+        for flags, bucket, rows in zip(bad, observations.buckets, observations.bucket_rows()):
+            flags, rows = np.asarray(flags), np.asarray(rows)
+            hit = flags.any(-1)
+            if hit.any():
+                r = int(np.argmin(np.where(hit, rows, observations.num_trajectories)))
+                i = int(np.argmax(flags[r]))
+                candidate = (int(rows[r]), i, float(np.asarray(bucket.times)[r, i]))
+                first = candidate if first is None else min(first, candidate)
+        if first is not None:
+            r, i, t = first
+            raise ValueError(
+                f"observations: trajectory {r} at time {t:g} (observation {i}) {reason}"
+            )
+        return outputs
+    per_trajectory = observations.gather([flags.any(-1) for flags in bad])
+    messages = [
+        f"observations: trajectory {r} at one of its observations {reason}"
+        for r in range(observations.num_trajectories)
+    ]
+    return eqx.branched_error_if(
+        outputs, per_trajectory.any(), jnp.argmax(per_trajectory), messages
+    )
+
+
 def panel_log_likelihood(
     model: AbstractCTBN,
-    observations: PanelObservations,
+    observations: PanelObservations | PanelBuckets,
     *,
     emissions: Emissions | None = None,
     initial_distribution: ArrayLike | None = None,
@@ -625,7 +692,8 @@ def panel_log_likelihood(
 
     - `model`: a [`jaxctbn.CTBN`][] or [`jaxctbn.PaddedCTBN`][].
     - `observations`: [`jaxctbn.panel.PanelObservations`][] (one trajectory or a batch; their
-      interventions are applied per trajectory).
+      interventions are applied per trajectory), or a [`jaxctbn.panel.PanelBuckets`][]
+      (trajectories of very unequal lengths; results in the order they were given).
     - `emissions`: optional [`jaxctbn.panel.Emissions`][] (default: error-free observations).
     - `initial_distribution`: see above.
     - `solver`: a master-equation solver (default [`jaxctbn.Uniformisation`][]).
@@ -643,7 +711,7 @@ def panel_log_likelihood(
 
 def panel_expected_statistics(
     model: AbstractCTBN,
-    observations: PanelObservations,
+    observations: PanelObservations | PanelBuckets,
     *,
     emissions: Emissions | None = None,
     initial_distribution: ArrayLike | None = None,
@@ -665,7 +733,7 @@ def panel_expected_statistics(
 
 def panel_marginals(
     model: AbstractCTBN,
-    observations: PanelObservations,
+    observations: PanelObservations | PanelBuckets,
     times: ArrayLike,
     *,
     emissions: Emissions | None = None,
@@ -684,8 +752,11 @@ def panel_marginals(
 
 
 def _run(model, observations, emissions, initial_distribution, solver, what, grid=None):
-    if not isinstance(observations, PanelObservations):
-        raise ValueError("observations: expected a PanelObservations.")
+    if not isinstance(observations, PanelObservations | PanelBuckets):
+        raise ValueError(
+            f"observations: expected a PanelObservations or PanelBuckets, got "
+            f"{type(observations).__name__}."
+        )
     observations.checked(model, emissions)  # a ValueError now for concrete states
     check_state_space(solver, model.cardinalities)
     # Python numbers and lists made arrays: `eqx.filter_jit` would bake them into the program
@@ -694,8 +765,41 @@ def _run(model, observations, emissions, initial_distribution, solver, what, gri
         initial_distribution = jnp.asarray(initial_distribution)
     if grid is not None:
         grid = jnp.asarray(grid)
-    bad, out = _compute(model, observations, emissions, initial_distribution, solver, what, grid)
-    return _check_possible(out, bad, observations)
+    if isinstance(observations, PanelObservations):
+        bad, out = _compute(
+            model, observations, emissions, initial_distribution, solver, what, grid
+        )
+        return _check_possible(out, bad, observations)
+    # buckets: one program per bucket shape, per-trajectory inputs cut and outputs gathered
+    per_trajectory = lambda x, ndim: x is not None and x.ndim == ndim  # noqa: E731
+    p0s = (
+        observations.split(initial_distribution, "initial_distribution")
+        if per_trajectory(initial_distribution, 2)
+        else [initial_distribution] * len(observations.buckets)
+    )
+    grids = (
+        observations.split(grid, "times")
+        if per_trajectory(grid, 2)
+        else [grid] * len(observations.buckets)
+    )
+    bads, outs = [], []
+    for bucket, p0, g in zip(observations.buckets, p0s, grids):
+        bad, out = _compute(model, bucket, emissions, p0, solver, what, g)
+        bads.append(bad)
+        if what == "statistics":  # the model is shared: only the arrays are gathered
+            out = cast(PanelExpectedStatistics, out)
+            out = (out.dwell_times, out.transitions, out.log_likelihood)
+        outs.append(out)
+    out = observations.gather(outs)
+    if what == "statistics":
+        dwell, transitions, log_likelihood = out
+        out = PanelExpectedStatistics(
+            dwell_times=dwell,
+            transitions=transitions,
+            log_likelihood=log_likelihood,
+            model=model.checked(),
+        )
+    return _check_possible(out, tuple(bads), observations)
 
 
 @eqx.filter_jit

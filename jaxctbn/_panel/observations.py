@@ -146,26 +146,11 @@ class PanelObservations(eqx.Module):
             )
         if exact_entry is not None and len(exact_entry) != len(times):
             raise ValueError(f"exact_entry: need one array per trajectory ({len(times)}).")
-        lengths = [len(np.asarray(t)) for t in times]
-        num_slots = max(lengths)
-        R = len(times)
-        N = np.asarray(states[0]).reshape(lengths[0], -1).shape[-1]
-        T = np.zeros((R, num_slots))
-        Y = np.full((R, num_slots, N), -1, np.int32)
-        E = np.zeros((R, num_slots), bool)
-        for r in range(R):
-            t, y = np.asarray(times[r], float), np.asarray(states[r])
-            if y.shape != (lengths[r], N):
-                raise ValueError(f"states[{r}]: expected shape ({lengths[r]}, {N}), got {y.shape}.")
-            T[r, : lengths[r]] = t
-            T[r, lengths[r] :] = t[-1] if lengths[r] else 0.0
-            Y[r, : lengths[r]] = y
-            if exact_entry is not None:
-                E[r, : lengths[r]] = np.asarray(exact_entry[r], bool)
+        T, Y, E, lengths = _padded_arrays(times, states, exact_entry, range(len(times)))
         return cls(
             T,
             Y,
-            num_observations=np.asarray(lengths, np.int32),
+            num_observations=lengths,
             exact_entry=E,
             intervention=intervention,
         )
@@ -177,104 +162,148 @@ class PanelObservations(eqx.Module):
         `0..k-1`, or the emission matrix's symbols `0..m-1`): a `ValueError` naming the
         trajectory, time and node when the arrays are concrete, otherwise an `eqx.error_if` on
         the returned states (which every result is computed from)."""
-        if self.num_nodes != model.num_nodes:
+        return _checked(self, model, emissions)
+
+
+def _padded_arrays(times, states, exact_entry, rows) -> tuple[np.ndarray, ...]:
+    """Host-side `(times (R, O), states (R, O, N), exact_entry (R, O), lengths (R,))` of the
+    trajectories `rows` of per-trajectory sequences, padded to the longest of them (padding
+    times repeat the last real time, padding states are -1)."""
+    rows = list(rows)
+    lengths = np.asarray([len(np.asarray(times[r])) for r in rows], np.int32)
+    num_slots = int(lengths.max())
+    N = np.asarray(states[rows[0]]).reshape(lengths[0], -1).shape[-1]
+    R = len(rows)
+    T = np.zeros((R, num_slots))
+    Y = np.full((R, num_slots, N), -1, np.int32)
+    E = np.zeros((R, num_slots), bool)
+    for i, r in enumerate(rows):
+        t, y, m = np.asarray(times[r], float), np.asarray(states[r]), int(lengths[i])
+        if y.shape != (m, N):
+            raise ValueError(f"states[{r}]: expected shape ({m}, {N}), got {y.shape}.")
+        T[i, :m] = t
+        T[i, m:] = t[-1] if m else 0.0
+        Y[i, :m] = y
+        if exact_entry is not None:
+            E[i, :m] = np.asarray(exact_entry[r], bool)
+    return T, Y, E, lengths
+
+
+def _checked(
+    observations: PanelObservations,
+    model: AbstractCTBN,
+    emissions: "Emissions | None",
+    labels: np.ndarray | None = None,
+) -> PanelObservations:
+    """`PanelObservations.checked`, naming trajectory `r` of a flat batch as `labels[r]` when
+    given (its index in the data set a bucket was cut from)."""
+    if observations.num_nodes != model.num_nodes:
+        raise ValueError(
+            f"observations: have {observations.num_nodes} nodes, the model has {model.num_nodes}."
+        )
+    symbols = np.asarray(model.cardinalities if emissions is None else emissions.symbols(model))
+    states = observations.states
+    if is_concrete(states, observations.num_observations, observations.exact_entry):
+        y = np.asarray(states)
+        ok = (np.arange(y.shape[-2]) < np.asarray(observations.num_observations)[..., None])[
+            ..., None
+        ]
+        exact = np.asarray(observations.exact_entry)[..., None]
+        limit = np.where(exact, np.asarray(model.cardinalities), symbols)
+        bad = ok & (y >= limit)
+        if bad.any():
+            index = tuple(int(i) for i in np.argwhere(bad)[0])
+            *where, i, n = index
+            t = float(np.asarray(observations.times)[(*where, i)])
             raise ValueError(
-                f"observations: have {self.num_nodes} nodes, the model has {model.num_nodes}."
+                f"states: trajectory {_label(where, labels)} at time {t:g} has state {y[index]} for "
+                f"node {model.names[n]!r}, which has states 0..{int(limit[index]) - 1}."
             )
-        symbols = np.asarray(model.cardinalities if emissions is None else emissions.symbols(model))
-        states = self.states
-        if is_concrete(states, self.num_observations, self.exact_entry):
-            y = np.asarray(states)
-            ok = (np.arange(y.shape[-2]) < np.asarray(self.num_observations)[..., None])[..., None]
-            exact = np.asarray(self.exact_entry)[..., None]
-            limit = np.where(exact, np.asarray(model.cardinalities), symbols)
-            bad = ok & (y >= limit)
-            if bad.any():
-                index = tuple(int(i) for i in np.argwhere(bad)[0])
-                *where, i, n = index
-                t = float(np.asarray(self.times)[(*where, i)])
-                raise ValueError(
-                    f"states: trajectory {_label(where)} at time {t:g} has state {y[index]} for "
-                    f"node {model.names[n]!r}, which has states 0..{int(limit[index]) - 1}."
-                )
-            return self
-        limit = jnp.where(
-            self.exact_entry[..., None], jnp.asarray(model.cardinalities), jnp.asarray(symbols)
-        )
-        valid = jnp.arange(states.shape[-2]) < self.num_observations[..., None]
-        bad = valid[..., None] & (states >= limit)
-        per_node = bad.reshape(-1, model.num_nodes).any(0)
-        states = eqx.branched_error_if(
-            states,
-            per_node.any(),
-            jnp.argmax(per_node),
-            [
-                f"states: an observed state of node {name!r} is outside its states (or its "
-                "emission matrix's symbols)."
-                for name in model.names
-            ],
-        )
-        # the structure checks of the constructor, on traced values
-        times = self.times
-        real_step = valid[..., 1:] & ~(jnp.diff(times, axis=-1) > 0)
-        times = eqx.error_if(
-            times,
-            jnp.any(real_step) | jnp.any(valid & ~jnp.isfinite(times)),
-            "times: each trajectory's observation times must be finite and strictly increasing.",
-        )
-        exact = self.exact_entry & valid
-        states = eqx.error_if(
-            states,
-            jnp.any(valid[..., None] & (states < -1))
-            | jnp.any(exact[..., 0])
-            | jnp.any(exact & jnp.all(states < 0, axis=-1)),
-            "states: observed states must be >= -1 (-1 = missing), and an exact entry time "
-            "needs an observed node and cannot be a trajectory's first observation.",
-        )
-        return eqx.tree_at(lambda o: (o.times, o.states), self, (times, states))
+        return observations
+    limit = jnp.where(
+        observations.exact_entry[..., None], jnp.asarray(model.cardinalities), jnp.asarray(symbols)
+    )
+    valid = jnp.arange(states.shape[-2]) < observations.num_observations[..., None]
+    bad = valid[..., None] & (states >= limit)
+    per_node = bad.reshape(-1, model.num_nodes).any(0)
+    states = eqx.branched_error_if(
+        states,
+        per_node.any(),
+        jnp.argmax(per_node),
+        [
+            f"states: an observed state of node {name!r} is outside its states (or its "
+            "emission matrix's symbols)."
+            for name in model.names
+        ],
+    )
+    # the structure checks of the constructor, on traced values
+    times = observations.times
+    real_step = valid[..., 1:] & ~(jnp.diff(times, axis=-1) > 0)
+    times = eqx.error_if(
+        times,
+        jnp.any(real_step) | jnp.any(valid & ~jnp.isfinite(times)),
+        "times: each trajectory's observation times must be finite and strictly increasing.",
+    )
+    exact = observations.exact_entry & valid
+    states = eqx.error_if(
+        states,
+        jnp.any(valid[..., None] & (states < -1))
+        | jnp.any(exact[..., 0])
+        | jnp.any(exact & jnp.all(states < 0, axis=-1)),
+        "states: observed states must be >= -1 (-1 = missing), and an exact entry time "
+        "needs an observed node and cannot be a trajectory's first observation.",
+    )
+    return eqx.tree_at(lambda o: (o.times, o.states), observations, (times, states))
 
 
-def _label(index) -> str:
+def _label(index, labels: np.ndarray | None = None) -> str:
+    """A trajectory's name in messages: its batch index, or `labels[index]` for a flat batch
+    cut from a larger data set."""
     index = tuple(int(i) for i in index)
+    if labels is not None and len(index) == 1:
+        return str(int(labels[index[0]]))
     if not index:
         return "0"
     return str(index[0]) if len(index) == 1 else str(index)
 
 
-def _check_concrete(times, states, num_observations, exact_entry) -> None:
-    """Structure checks of concrete panel arrays (one-line `ValueError`s)."""
+def _check_concrete(
+    times, states, num_observations, exact_entry, labels: np.ndarray | None = None
+) -> None:
+    """Structure checks of concrete panel arrays (one-line `ValueError`s; trajectory `r` of a
+    flat batch named `labels[r]` when given)."""
     num_slots = times.shape[-1]
     out_of_range = (num_observations < 1) | (num_observations > num_slots)
     if np.any(out_of_range):
         index = tuple(np.argwhere(out_of_range)[0])
         raise ValueError(
             f"num_observations: every trajectory needs 1..{num_slots} observations; trajectory "
-            f"{_label(index)} has {int(num_observations[index])}."
+            f"{_label(index, labels)} has {int(num_observations[index])}."
         )
     valid = np.arange(num_slots) < num_observations[..., None]
     if np.any(valid[..., None] & (states < -1)):
         index = tuple(np.argwhere(valid[..., None] & (states < -1))[0])
         raise ValueError(
             f"states: unknown state {states[index]} of node {index[-1]} in trajectory "
-            f"{_label(index[:-2])} at time {times[index[:-1]]:g}; states are 0..k-1, or -1 = "
+            f"{_label(index[:-2], labels)} at time {times[index[:-1]]:g}; states are 0..k-1, or -1 = "
             "missing."
         )
     if np.any(valid & ~np.isfinite(times)):
         index = tuple(np.argwhere(valid & ~np.isfinite(times))[0])
-        raise ValueError(f"times: trajectory {_label(index[:-1])} has a non-finite time.")
+        raise ValueError(f"times: trajectory {_label(index[:-1], labels)} has a non-finite time.")
     pair = valid[..., 1:]
     step = np.diff(times, axis=-1)
     if np.any(pair & (step < 0)):
         index = tuple(np.argwhere(pair & (step < 0))[0])
         raise ValueError(
-            f"times: trajectory {_label(index[:-1])} is not sorted (time {times[index]:g} comes "
+            f"times: trajectory {_label(index[:-1], labels)} is not sorted (time {times[index]:g} comes "
             "before an earlier one); sort each trajectory's observations by time."
         )
     if np.any(pair & (step == 0)):
         index = tuple(np.argwhere(pair & (step == 0))[0])
         a, b = states[index], states[(*index[:-1], index[-1] + 1)]
         conflict = (a >= 0) & (b >= 0) & (a != b)
-        where = f"trajectory {_label(index[:-1])} at time {times[index]:g}"
+        where = f"trajectory {_label(index[:-1], labels)} at time {times[index]:g}"
         if conflict.any():
             n = int(np.argmax(conflict))
             raise ValueError(
@@ -288,13 +317,13 @@ def _check_concrete(times, states, num_observations, exact_entry) -> None:
     if np.any(exact[..., 0]):
         index = tuple(np.argwhere(exact[..., 0])[0])
         raise ValueError(
-            f"exact_entry: the first observation of trajectory {_label(index)} cannot be an exact "
+            f"exact_entry: the first observation of trajectory {_label(index, labels)} cannot be an exact "
             "entry time (nothing before it is modelled)."
         )
     if np.any(exact & np.all(states < 0, axis=-1)):
         index = tuple(np.argwhere(exact & np.all(states < 0, axis=-1))[0])
         raise ValueError(
-            f"exact_entry: trajectory {_label(index[:-1])} at time {times[index]:g} is an exact "
+            f"exact_entry: trajectory {_label(index[:-1], labels)} at time {times[index]:g} is an exact "
             "entry time but observes no node."
         )
 

@@ -40,6 +40,7 @@ from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.master_equation import AbstractExpectedStatistics
 from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
 from .._model.ctbn import CTBN, AbstractCTBN, PaddedCTBN
+from .buckets import PanelBuckets, as_flat_buckets
 from .inference import (
     PanelExpectedStatistics,
     _check_possible,
@@ -126,22 +127,24 @@ class PanelStructureFit(eqx.Module):
     converged: bool = eqx.field(static=True)
 
 
-def _independent_start(observations: PanelObservations, names, cards) -> CTBN:
+def _independent_start(observations: PanelObservations | PanelBuckets, names, cards) -> CTBN:
     """The empty graph with one rate per node: (observed changes of the node between
     consecutive observations + 1) / (observed time x (k - 1)), spread evenly over the target
     states (a crude, strictly positive start)."""
-    t = np.asarray(observations.times)
-    y = np.asarray(observations.states)
-    m = np.asarray(observations.num_observations)
-    valid = np.arange(t.shape[-1])[None, :] < m[:, None]
-    pair = valid[:, 1:] & valid[:, :-1]
-    total = float(np.sum(np.where(pair, np.diff(t, axis=-1), 0.0)))
+    total, changes = 0.0, np.zeros(len(cards))
+    for bucket in as_flat_buckets(observations):
+        t = np.asarray(bucket.times)
+        y = np.asarray(bucket.states)
+        m = np.asarray(bucket.num_observations)
+        valid = np.arange(t.shape[-1])[None, :] < m[:, None]
+        pair = valid[:, 1:] & valid[:, :-1]
+        total += float(np.sum(np.where(pair, np.diff(t, axis=-1), 0.0)))
+        a, b = y[:, :-1], y[:, 1:]
+        changes += np.sum(pair[..., None] & (a >= 0) & (b >= 0) & (a != b), axis=(0, 1))
     total = max(total, 1e-12)
     cims = []
     for n, k in enumerate(cards):
-        a, b = y[:, :-1, n], y[:, 1:, n]
-        changes = np.sum(pair & (a >= 0) & (b >= 0) & (a != b))
-        rate = (changes + 1.0) / (total * (k - 1))
+        rate = (changes[n] + 1.0) / (total * (k - 1))
         cim = np.full((1, k, k), rate)
         cim[0][np.diag_indices(k)] = -rate * (k - 1)
         cims.append(cim)
@@ -169,7 +172,7 @@ def _m_step(family, names, prior, edge_prior):
 
 
 def learn_structure_from_panels(
-    observations: PanelObservations,
+    observations: PanelObservations | PanelBuckets,
     names: Sequence[str],
     cardinalities: Sequence[int],
     *,
@@ -196,8 +199,8 @@ def learn_structure_from_panels(
 
     **Arguments** (those shared with [`jaxctbn.learn_structure`][] mean the same):
 
-    - `observations`: a batch of [`jaxctbn.panel.PanelObservations`][] (one leading axis); their
-      interventions give the pooling.
+    - `observations`: a batch of [`jaxctbn.panel.PanelObservations`][] (one leading axis), or a
+      [`jaxctbn.panel.PanelBuckets`][]; their interventions give the pooling.
     - `start`: the model of the first E-step. Default: the empty graph with one crude rate per
       node (observed changes per unit time). `start=m, max_iterations=1` is the paper's
       approach: one E-step under a given model.
@@ -220,9 +223,13 @@ def learn_structure_from_panels(
     N = len(cards)
     if len(names) != N:
         raise ValueError(f"names: need {N} node names, got {len(names)}.")
-    if not isinstance(observations, PanelObservations) or len(observations.batch_shape) != 1:
+    if not (
+        isinstance(observations, PanelBuckets)
+        or (isinstance(observations, PanelObservations) and len(observations.batch_shape) == 1)
+    ):
         raise ValueError(
-            "observations: expected a batch of PanelObservations with one leading axis."
+            "observations: expected a batch of PanelObservations with one leading axis, or a "
+            "PanelBuckets."
         )
     if observations.num_nodes != N:
         raise ValueError(
@@ -249,13 +256,14 @@ def learn_structure_from_panels(
         # the shapes of every later E-step's model: one compilation serves all iterations
         model = PaddedCTBN.from_ctbn(model, max_parents=width)
     R = observations.batch_shape[0]
-    if observations.intervention is None:
+    intervention = observations.intervention
+    if intervention is None:
         targets = jnp.zeros((R, N), bool)
     else:
-        targets = jnp.broadcast_to(observations.intervention.targets, (R, N))
+        targets = jnp.broadcast_to(intervention.targets, (R, N))
     sets = tuple(jnp.asarray(s, jnp.int32) for s in sets)
     groups = None
-    if observations.intervention is None and isinstance(solver, MatrixExponential):
+    if intervention is None and isinstance(solver, MatrixExponential):
         groups = gap_groups(observations)
     trace: list[float] = []
     previous_graph = _graph_of(model)

@@ -1,0 +1,238 @@
+"""Panel trajectories of very unequal lengths in buckets (`jaxctbn.panel.PanelBuckets`): every
+panel function gives, trajectory by trajectory and in the given order, what it gives on the same
+data padded into one batch (the route tested against dense references elsewhere); the grouping
+keeps the padded cells near the data's size; messages name a trajectory by its given index."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+
+import jaxctbn as jc
+from jaxctbn._panel.buckets import bucket_rows
+
+jax.config.update("jax_enable_x64", True)
+
+MODEL = jc.CTBN(
+    cims=[
+        jnp.array([[[-0.5, 0.5], [0.7, -0.7]], [[-0.2, 0.2], [0.3, -0.3]]]),
+        jnp.array([[[-1.0, 1.0], [0.1, -0.1]], [[-0.1, 0.1], [1.0, -1.0]]]),
+    ],
+    parents=((1,), (0,)),
+    names=("A", "B"),
+)
+LENGTHS = [2, 9, 3, 30, 5, 1, 12, 4, 7, 26, 2, 6]
+
+
+def _sequences(seed=0, lengths=LENGTHS):
+    """Per trajectory: increasing times and states of two binary nodes (some missing, every
+    first observation complete), of the given lengths."""
+    rng = np.random.default_rng(seed)
+    times, states = [], []
+    for m in lengths:
+        times.append(np.cumsum(rng.choice([0.5, 1.0, 1.7], size=m)))
+        y = rng.integers(0, 2, size=(m, 2))
+        y = np.where(rng.random((m, 2)) < 0.2, -1, y)
+        y[0] = rng.integers(0, 2, size=2)
+        states.append(y)
+    return times, states
+
+
+def _buckets_by_hand(padded: jc.panel.PanelObservations, groups):
+    """The trajectories of a padded flat batch in the given groups (rows in a scrambled order),
+    each padded only to its own longest."""
+    m = np.asarray(padded.num_observations)
+    buckets = []
+    for rows in groups:
+        w = int(m[rows].max())
+        intervention = padded.intervention
+        if intervention is not None:
+            intervention = jax.tree_util.tree_map(lambda x: np.asarray(x)[rows], intervention)
+        buckets.append(
+            jc.panel.PanelObservations(
+                np.asarray(padded.times)[rows, :w],
+                np.asarray(padded.states)[rows, :w],
+                num_observations=m[rows],
+                intervention=intervention,
+            )
+        )
+    return jc.panel.PanelBuckets(buckets, np.concatenate(groups))
+
+
+GROUPS = [np.array([5, 0, 10, 2, 7, 4, 11, 8, 1, 6]), np.array([9, 3])]
+DENSE = jc.MatrixExponential()
+
+
+@pytest.fixture(scope="module")
+def data():
+    times, states = _sequences()
+    padded = jc.panel.PanelObservations.from_sequences(times, states)
+    return padded, _buckets_by_hand(padded, GROUPS)
+
+
+def test_bucket_rows_keeps_the_padding_near_the_data():
+    # the issue's data: one 50,000-visit subject among 5,000 with ten visits
+    lengths = np.array([10] * 2500 + [50_000] + [10] * 2500)
+    groups = bucket_rows(lengths)
+    assert [len(g) for g in groups] == [5000, 1] and groups[1].tolist() == [2500]
+    cells = sum(len(g) * lengths[g].max() for g in groups)
+    assert cells == lengths.sum()  # the padded batch: 250,050,000 cells
+    # alike lengths: one bucket; spread lengths: the padded cells within 2x of the data
+    assert len(bucket_rows(np.full(300, 7))) == 1
+    spread = np.random.default_rng(0).integers(1, 20_000, size=2_000)
+    groups = bucket_rows(spread)
+    assert 1 < len(groups) <= 8
+    assert sorted(np.concatenate(groups).tolist()) == list(range(len(spread)))
+    assert sum(len(g) * spread[g].max() for g in groups) <= 2 * spread.sum()
+    assert len(bucket_rows(spread, max_buckets=1)) == 1
+    with pytest.raises(ValueError, match="max_buckets"):
+        bucket_rows(spread, max_buckets=0)
+
+
+def test_buckets_round_trip_and_check_their_structure(data):
+    padded, buckets = data
+    assert buckets.batch_shape == (len(LENGTHS),) and buckets.num_nodes == 2
+    again = buckets.padded()
+    assert np.array_equal(np.asarray(again.num_observations), np.asarray(padded.num_observations))
+    valid = np.arange(padded.times.shape[-1]) < np.asarray(padded.num_observations)[:, None]
+    assert np.array_equal(np.asarray(again.times)[valid], np.asarray(padded.times)[valid])
+    assert np.array_equal(np.asarray(again.states), np.asarray(padded.states))
+    times, states = _sequences()
+    auto = jc.panel.PanelBuckets.from_sequences(times, states)
+    assert np.array_equal(np.asarray(auto.padded().states), np.asarray(padded.states))
+    with pytest.raises(ValueError, match="order: expected a permutation"):
+        jc.panel.PanelBuckets(buckets.buckets, np.zeros(len(LENGTHS), int))
+    # a structure error names the trajectory by its given index (here 9, in a 2-row bucket)
+    times[9] = times[9][::-1]
+    with pytest.raises(ValueError, match=r"^times: trajectory 9 is not sorted"):
+        jc.panel.PanelBuckets.from_sequences(times, states)
+    times, states = _sequences()
+    states[9][4] = [2, 0]
+    with pytest.raises(ValueError, match=r"^states: trajectory 9 at time .* node 'A'"):
+        jc.panel.PanelBuckets.from_sequences(times, states).checked(MODEL)
+
+
+def test_likelihood_statistics_and_marginals_equal_the_padded_batch(data):
+    padded, buckets = data
+    R, S = len(LENGTHS), 4
+    p0 = np.random.default_rng(1).dirichlet(np.ones(S), size=R)
+    grid = np.asarray(padded.times)[:, :1] + np.array([0.0, 0.3, 2.5])  # per trajectory
+    # (the log-likelihood without an initial distribution: the reader's test below)
+    kwargs: dict = dict(solver=DENSE, initial_distribution=p0)
+    expected = jc.panel.panel_expected_statistics(MODEL, padded, **kwargs)
+    got = jc.panel.panel_expected_statistics(MODEL, buckets, **kwargs)
+    for a, b in [
+        (got.dwell_times, expected.dwell_times),
+        (got.transitions, expected.transitions),
+        (got.log_likelihood, expected.log_likelihood),
+        (got.node_transitions("B", (0,)), expected.node_transitions("B", (0,))),
+    ]:
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(
+        jc.panel.panel_marginals(MODEL, buckets, grid, initial_distribution=p0, solver=DENSE),
+        jc.panel.panel_marginals(MODEL, padded, grid, initial_distribution=p0, solver=DENSE),
+        rtol=1e-10,
+        atol=1e-13,
+    )
+    with pytest.raises(ValueError, match=r"initial_distribution: expected one row per trajectory"):
+        jc.panel.panel_log_likelihood(MODEL, buckets, initial_distribution=p0[:3], solver=DENSE)
+
+
+def test_impossible_observation_names_the_given_index(data):
+    padded, _ = data
+    zero = jc.CTBN(
+        cims=[jnp.array([[[0.0, 0.0], [0.7, -0.7]]]), jnp.array([[[-1.0, 1.0], [0.1, -0.1]]])],
+        parents=((), ()),
+        names=("A", "B"),
+    )
+    times, states = _sequences()
+    for y in states:  # A starts at 0 and can never leave it ...
+        y[:, 0] = np.where(y[:, 0] >= 0, 0, -1)
+    states[3][20, 0] = 1  # ... except in trajectory 3 (its own bucket of long trajectories)
+    buckets = jc.panel.PanelBuckets.from_sequences(times, states)
+    message = re.escape(f"trajectory 3 at time {times[3][20]:g} (observation 20) is impossible")
+    with pytest.raises(ValueError, match=message):
+        jc.panel.panel_log_likelihood(zero, buckets, solver=DENSE)
+
+
+def test_fit_rates_equals_the_padded_batch(data):
+    # with per-trajectory rate scales (the trajectories' order matters in the M-step); the
+    # intervals grouped by length: structure learning below
+    padded, _ = data
+    R = len(LENGTHS)
+    scales = np.where(np.arange(R) % 3 == 0, 2.0, 1.0)
+    intervention = jc.Intervention(
+        targets=jnp.zeros((R, 2), bool),
+        states=jnp.zeros((R, 2), jnp.int32),
+        rate_scales=(jnp.asarray(scales), jnp.ones(R)),
+    )
+    padded = jc.panel.PanelObservations(
+        padded.times,
+        padded.states,
+        num_observations=padded.num_observations,
+        intervention=intervention,
+    )
+    buckets = _buckets_by_hand(padded, GROUPS)
+    method = jc.panel.EMFit(max_iterations=5, tolerance=0.0)
+    expected = jc.panel.fit_rates(MODEL, padded, method=method)
+    got = jc.panel.fit_rates(MODEL, buckets, method=method)
+    np.testing.assert_allclose(got.trace, expected.trace, rtol=1e-11)
+    for a, b in zip(got.model.cims, expected.model.cims):
+        np.testing.assert_allclose(a, b, rtol=1e-9)
+
+
+def test_structure_learning_and_the_pool_equal_the_padded_batch(data):
+    kwargs: dict = dict(max_parents=1, max_iterations=2)
+    times, states = _sequences()
+    for y in states:  # the root A constant per subject, B following it
+        y[:, 0] = np.where(y[:, 0] >= 0, y[0, 0], -1)
+        y[1:, 1] = y[0, 0]
+    padded = jc.panel.PanelObservations.from_sequences(times, states)
+    buckets = _buckets_by_hand(padded, GROUPS)
+    fit = jc.panel.learn_structure_from_panels(padded, ["A", "B"], [2, 2], **kwargs)
+    got = jc.panel.learn_structure_from_panels(buckets, ["A", "B"], [2, 2], **kwargs)
+    np.testing.assert_allclose(got.trace, fit.trace, rtol=1e-11)
+    for a, b in zip(got.posterior.log_marginal_likelihoods, fit.posterior.log_marginal_likelihoods):
+        np.testing.assert_allclose(a, b, rtol=1e-10)
+    # the pool's per-subject arrays, in the given order
+    pools = [
+        jc.experiments.prepare_pool(obs, ["A", "B"], [2, 2], root="A", fit=fit)[0]
+        for obs in (padded, buckets)
+    ]
+    for leaf_a, leaf_b in zip(
+        jax.tree_util.tree_leaves(pools[0]), jax.tree_util.tree_leaves(pools[1])
+    ):
+        np.testing.assert_allclose(np.asarray(leaf_a), np.asarray(leaf_b), rtol=1e-10, atol=1e-13)
+
+
+def test_reader_buckets_a_long_subject_among_short_ones():
+    # one 1,500-visit subject among 300 with two to four: two buckets holding the data's own
+    # number of cells (the padded batch holds 450,000), the same likelihood, ids in order
+    rng = np.random.default_rng(2)
+    frames = []
+    for tid, m in enumerate([3] * 150 + [1_500] + [2, 4] * 75):
+        frames.append(
+            pd.DataFrame(
+                {
+                    "trajectory_id": f"s{tid}",
+                    "time": np.cumsum(rng.uniform(0.2, 1.0, m)),
+                    "A": rng.integers(0, 2, m),
+                    "B": rng.integers(0, 2, m),
+                }
+            )
+        )
+    df = pd.concat(frames)
+    buckets, ids = jc.panel.panel_from_dataframe(df, MODEL, bucketed=True)
+    padded, padded_ids = jc.panel.panel_from_dataframe(df, MODEL)
+    assert ids == padded_ids == [f"s{i}" for i in range(301)]
+    assert isinstance(buckets, jc.panel.PanelBuckets)
+    assert len(buckets.buckets) == 2
+    assert sum(int(np.prod(b.times.shape)) for b in buckets.buckets) <= 1_500 + 4 * 300
+    np.testing.assert_allclose(
+        jc.panel.panel_log_likelihood(MODEL, buckets, solver=jc.MatrixExponential()),
+        jc.panel.panel_log_likelihood(MODEL, padded, solver=jc.MatrixExponential()),
+        rtol=1e-12,
+    )
