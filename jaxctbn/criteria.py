@@ -1,5 +1,6 @@
 """The design criteria as closed-form functions (the Modules `jc.BHC`, `jc.VBHC`, `jc.EIG` call
-these), the posterior draws they average over and the Gamma KL divergence."""
+these), the posterior draws they average over, the Gamma KL divergence, and what an experiment
+reveals (`CompletePath`, `Panel`)."""
 
 # ruff: noqa: I001  (grouped as in the package, not alphabetically)
 
@@ -30,3 +31,10 @@ from ._criteria.structure import structure_vbhc as structure_vbhc
 from ._criteria.structure import structure_vbhc_minimise as structure_vbhc_minimise
 from ._criteria.structure import structure_vbhc_minimum as structure_vbhc_minimum
 from ._criteria.criteria import AbstractBoxHillCriterion as AbstractBoxHillCriterion
+from ._criteria.outcomes import AbstractOutcome as AbstractOutcome
+from ._criteria.outcomes import CompletePath as CompletePath
+from ._criteria.outcomes import Panel as Panel
+from ._criteria.criteria import panel_design_scores as panel_design_scores
+from ._criteria.panel_parameter import PanelDesign as PanelDesign
+from ._criteria.panel_parameter import panel_parameter_eig as panel_parameter_eig
+from ._criteria.panel_parameter import panel_parameter_vbhc as panel_parameter_vbhc

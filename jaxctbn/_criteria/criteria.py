@@ -22,6 +22,7 @@ import abc
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
@@ -32,6 +33,18 @@ from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from .._model.interventions import Intervention
 from .batching import AbstractBatching, Chunked, Vmap
 from .kl_estimators import AbstractKLEstimator, PlugIn
+from .outcomes import AbstractOutcome, CompletePath, Panel
+from .panel_parameter import (
+    PANEL_VBHC_OPTIMISER,
+    PanelDesign,
+    draw_laws,
+    optimise_visit_times,
+    panel_parameter_eig,
+    panel_parameter_vbhc,
+    panel_parameter_vbhc_minimum,
+    posterior_log_kappa,
+    warm_vbhc_steps,
+)
 from .parameter import (
     design_statistics,
     parameter_bhc,
@@ -77,15 +90,30 @@ def _check_max_sets(max_sets) -> None:
         raise ValueError(f"max_sets: expected None or a positive integer, got {max_sets!r}.")
 
 
+#: The default outcome: the paper's complete path of every node.
+COMPLETE_PATH = CompletePath()
+
+
+def _check_complete_path(outcome, target: str = "") -> None:
+    if not isinstance(outcome, CompletePath):
+        where = f" for {target}" if target else ""
+        raise ValueError(
+            f"outcome: {type(outcome).__name__} outcomes are not supported{where} by this "
+            "criterion yet; use CompletePath(), or Panel with the parameter criteria."
+        )
+
+
 class AbstractCriterion(eqx.Module):
     """A design criterion: one score per candidate intervention for each learning target.
 
     Both methods receive the posterior, a batch of `candidates` (an
     [`jaxctbn.Intervention`][] with a leading axis), the `initial_state` and `horizon` of the
-    next experiment, and keyword-only `key`, `num_samples` (posterior draws $N_S$), `solver` and
-    `batching`. They return `(candidates,)` scores, larger = more informative, computed with the
-    same random numbers for every candidate (common random numbers). `batching=None` means the
-    target's default."""
+    next experiment, and keyword-only `key`, `num_samples` (posterior draws $N_S$), `solver`,
+    `batching` and `outcome` (what the experiment reveals, a
+    [`jaxctbn.criteria.AbstractOutcome`][]). They return `(candidates,)` scores, larger = more
+    informative, computed with the same random numbers for every candidate (common random
+    numbers). `batching=None` means the target's default. A criterion that does not support an
+    outcome raises a `ValueError` naming it."""
 
     @abc.abstractmethod
     def score_rates(
@@ -99,6 +127,7 @@ class AbstractCriterion(eqx.Module):
         num_samples: int,
         solver: StatisticsSolver,
         batching: AbstractBatching | None,
+        outcome: AbstractOutcome,
     ) -> Float[Array, " candidates"]:
         """Scores for active parameter learning."""
 
@@ -114,6 +143,7 @@ class AbstractCriterion(eqx.Module):
         num_samples: int,
         solver: StatisticsSolver,
         batching: AbstractBatching | None,
+        outcome: AbstractOutcome,
     ) -> Float[Array, " candidates"]:
         """Scores for active structure learning."""
 
@@ -135,9 +165,31 @@ class AbstractBoxHillCriterion(AbstractCriterion):
     def structure_value(self, posterior: StructurePosterior, divergences) -> Float[Array, ""]:
         """The criterion from one candidate's divergences $a_n(P')$ (one array per node)."""
 
+    @abc.abstractmethod
+    def panel_rate_value(
+        self, posterior: RatePosterior, laws, variational_keys, initial_state, times, intervention
+    ) -> Float[Array, ""]:
+        """The criterion of one candidate with a panel outcome, from the panel laws of the
+        posterior draws (maths §7)."""
+
     def score_rates(
-        self, posterior, candidates, initial_state, horizon, *, key, num_samples, solver, batching
+        self,
+        posterior,
+        candidates,
+        initial_state,
+        horizon,
+        *,
+        key,
+        num_samples,
+        solver,
+        batching,
+        outcome=COMPLETE_PATH,
     ):
+        if isinstance(outcome, Panel):
+            return self._score_rates_panel(
+                posterior, candidates, initial_state, horizon, key, num_samples, batching, outcome
+            )
+        _check_complete_path(outcome)
         if not isinstance(self.estimator, PlugIn):
             raise ValueError(
                 "estimator: the parameter criteria are linear in the expected statistics, so "
@@ -154,9 +206,111 @@ class AbstractBoxHillCriterion(AbstractCriterion):
 
         return (Vmap() if batching is None else batching).map(one, candidates)
 
-    def score_structure(
-        self, posterior, candidates, initial_state, horizon, *, key, num_samples, solver, batching
+    def _score_rates_panel(
+        self, posterior, candidates, initial_state, horizon, key, num_samples, batching, outcome
     ):
+        return self.panel_design_rates(
+            posterior,
+            candidates,
+            initial_state,
+            horizon,
+            key=key,
+            num_samples=num_samples,
+            batching=batching,
+            outcome=outcome,
+        ).scores
+
+    def panel_design_rates(
+        self,
+        posterior: RatePosterior,
+        candidates: Intervention,
+        initial_state: ArrayLike,
+        horizon: ArrayLike,
+        *,
+        key: PRNGKeyArray,
+        num_samples: int,
+        batching: AbstractBatching | None,
+        outcome: Panel,
+    ) -> PanelDesign:
+        """Every candidate's score with a panel outcome, its visit times (chosen per candidate
+        when `outcome` has `num_visits`) and its score at equally spaced visits (maths §7)."""
+        if not isinstance(self.estimator, PlugIn):
+            raise ValueError(
+                "estimator: the panel parameter criteria use exact panel divergences; use the "
+                "default PlugIn()."
+            )
+        key_draws, key_variational = jr.split(key)
+        draws = posterior_draws(posterior, key_draws, num_samples)
+        variational_keys = jr.split(key_variational, num_samples)
+        dtype = posterior.alpha[0].dtype
+        horizon = jnp.asarray(horizon, dtype)
+
+        def one(iv):
+            def value(times):
+                laws = draw_laws(draws, initial_state, times, iv)
+                return self.panel_rate_value(
+                    posterior, laws, variational_keys, initial_state, times, iv
+                )
+
+            if outcome.times is not None:
+                times = outcome.visit_times(horizon, dtype)
+                v = value(times)
+                return v, times, v
+
+            def surrogate(times, carry):
+                laws = draw_laws(draws, initial_state, times, iv)
+                return self.panel_search_value(
+                    posterior, laws, variational_keys, initial_state, times, iv, carry
+                )
+
+            best = optimise_visit_times(
+                surrogate,
+                posterior_log_kappa(posterior),
+                horizon,
+                outcome.size,
+                steps=outcome.steps,
+                learning_rate=outcome.learning_rate,
+            )
+            equal = outcome.equally_spaced(horizon, dtype)
+            v_best, v_equal = jax.vmap(value)(jnp.stack([best, equal]))
+            pick = jnp.isfinite(v_best) & (v_best > v_equal)
+            return jnp.where(pick, v_best, v_equal), jnp.where(pick, best, equal), v_equal
+
+        scores, times, equal_scores = (Vmap() if batching is None else batching).map(
+            one, candidates
+        )
+        return PanelDesign(scores=scores, times=times, equally_spaced_scores=equal_scores)
+
+    def panel_search_value(
+        self, posterior, laws, variational_keys, initial_state, times, intervention, log_kappa
+    ):
+        """`(value, log_kappa)`: the surrogate of the criterion that the visit-time search
+        ascends, differentiable in `times`, with a carry threaded through the search (here
+        the BHC, which the carry does not change)."""
+        return panel_parameter_vbhc(
+            posterior,
+            laws,
+            posterior_log_kappa(posterior),
+            variational_keys,
+            initial_state,
+            times,
+            intervention,
+        ), log_kappa
+
+    def score_structure(
+        self,
+        posterior,
+        candidates,
+        initial_state,
+        horizon,
+        *,
+        key,
+        num_samples,
+        solver,
+        batching,
+        outcome=COMPLETE_PATH,
+    ):
+        _check_complete_path(outcome, "structure learning")
         if self.max_sets is not None:
             posterior = posterior.truncated(self.max_sets)
         a_all = self.graph_draws.divergences(
@@ -203,6 +357,29 @@ class VBHC(AbstractBoxHillCriterion):
             return structure_vbhc_minimum(posterior, divergences)
         return structure_vbhc_minimise(posterior, divergences, self.optimiser)[0]
 
+    def panel_search_value(
+        self, posterior, laws, variational_keys, initial_state, times, intervention, log_kappa
+    ):
+        """The VBHC at the variational parameters carried from the previous step, after a few
+        Adam steps on them at these times (warm start); its gradient in the times is taken at
+        those parameters (the envelope theorem at the inner minimum)."""
+        log_kappa = warm_vbhc_steps(
+            posterior, laws, log_kappa, variational_keys, initial_state, times, intervention
+        )
+        log_kappa = jax.lax.stop_gradient(log_kappa)
+        value = panel_parameter_vbhc(
+            posterior, laws, log_kappa, variational_keys, initial_state, times, intervention
+        )
+        return value, log_kappa
+
+    def panel_rate_value(
+        self, posterior, laws, variational_keys, initial_state, times, intervention
+    ):
+        optimiser = PANEL_VBHC_OPTIMISER if self.optimiser is None else self.optimiser
+        return panel_parameter_vbhc_minimum(
+            posterior, laws, variational_keys, initial_state, times, intervention, optimiser
+        )[0]
+
 
 class BHC(AbstractBoxHillCriterion):
     r"""The Box-Hill criterion: the VBHC at $q$ = the posterior (maths §3, §4).
@@ -223,6 +400,19 @@ class BHC(AbstractBoxHillCriterion):
     def structure_value(self, posterior, divergences):
         return structure_bhc(posterior, divergences)
 
+    def panel_rate_value(
+        self, posterior, laws, variational_keys, initial_state, times, intervention
+    ):
+        return panel_parameter_vbhc(
+            posterior,
+            laws,
+            posterior_log_kappa(posterior),
+            variational_keys,
+            initial_state,
+            times,
+            intervention,
+        )
+
 
 class EIG(AbstractCriterion):
     r"""The expected information gain by Monte Carlo (maths §6): `num_paths` sampled paths per
@@ -240,6 +430,7 @@ class EIG(AbstractCriterion):
 
     num_paths: int = eqx.field(default=10, static=True, kw_only=True)
     max_events: int | None = eqx.field(default=None, static=True, kw_only=True)
+    num_inner: int = eqx.field(default=100, static=True, kw_only=True)
 
     def __check_init__(self):
         if self.num_paths < 1 or (self.max_events is not None and self.max_events < 1):
@@ -247,10 +438,49 @@ class EIG(AbstractCriterion):
                 f"EIG: num_paths and max_events must be >= 1, got {self.num_paths}, "
                 f"{self.max_events}."
             )
+        if self.num_inner < 1:
+            raise ValueError(f"EIG: num_inner must be >= 1, got {self.num_inner}.")
 
     def score_rates(
-        self, posterior, candidates, initial_state, horizon, *, key, num_samples, solver, batching
+        self,
+        posterior,
+        candidates,
+        initial_state,
+        horizon,
+        *,
+        key,
+        num_samples,
+        solver,
+        batching,
+        outcome=COMPLETE_PATH,
     ):
+        if isinstance(outcome, Panel):
+            if outcome.times is None:
+                raise ValueError(
+                    "outcome: the EIG cannot choose visit times (its Monte Carlo outcomes are "
+                    "not differentiable in them); give Panel(times=...) or choose the times "
+                    "with the BHC or VBHC."
+                )
+            key_outer, key_inner, key_paths = jr.split(key, 3)
+            draws = posterior_draws(posterior, key_outer, num_samples)
+            inner = posterior_draws(posterior, key_inner, self.num_inner)
+            times = outcome.visit_times(horizon, posterior.alpha[0].dtype)
+
+            def panel_eig(iv):
+                return panel_parameter_eig(
+                    posterior,
+                    draws,
+                    inner,
+                    initial_state,
+                    times,
+                    iv,
+                    key=key_paths,
+                    num_paths=self.num_paths,
+                )
+
+            return (Vmap() if batching is None else batching).map(panel_eig, candidates)
+        _check_complete_path(outcome)
+
         def eig(iv):
             return parameter_eig(
                 posterior,
@@ -266,8 +496,19 @@ class EIG(AbstractCriterion):
         return (Vmap() if batching is None else batching).map(eig, candidates)
 
     def score_structure(
-        self, posterior, candidates, initial_state, horizon, *, key, num_samples, solver, batching
+        self,
+        posterior,
+        candidates,
+        initial_state,
+        horizon,
+        *,
+        key,
+        num_samples,
+        solver,
+        batching,
+        outcome=COMPLETE_PATH,
     ):
+        _check_complete_path(outcome, "structure learning")
         key_draws, key_paths = jr.split(key)
         draws = structure_draws(posterior, key_draws, num_samples)
         return eig_all_candidates(
@@ -295,6 +536,7 @@ def score_interventions(
     num_samples: int = 10,
     solver: StatisticsSolver = AUTOMATIC_SOLVER,
     batching: AbstractBatching | None = None,
+    outcome: AbstractOutcome = COMPLETE_PATH,
 ) -> Float[Array, " candidates"]:
     r"""Score a batch of candidate interventions (leading axis) for the next experiment, as one
     compiled computation.
@@ -317,6 +559,9 @@ def score_interventions(
       (whose scorer skips chunks that clamp a node; `Chunked(27)` for the (V)BHC with stratified
       draws on a CPU, which solves a chunk's candidates x draws as one batch, in groups of
       similar rate).
+    - `outcome`: what the experiment reveals: [`jaxctbn.criteria.CompletePath`][] (default, the
+      paper's) or [`jaxctbn.criteria.Panel`][] (the global state at a few visit times; maths
+      §7; parameter learning with the BHC, VBHC and EIG).
 
     **Returns:** `(candidates,)` scores; the most informative candidate is the `argmax`.
     """
@@ -331,6 +576,10 @@ def score_interventions(
         )
     if not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}.")
+    if not isinstance(outcome, AbstractOutcome):
+        raise TypeError(
+            f"outcome: expected CompletePath() or Panel(...) (jaxctbn.criteria), got {outcome!r}."
+        )
     return posterior.score_with(
         criterion,
         candidates,
@@ -340,4 +589,49 @@ def score_interventions(
         num_samples=num_samples,
         solver=solver,
         batching=batching,
+        outcome=outcome,
+    )
+
+
+@eqx.filter_jit
+def panel_design_scores(
+    posterior: AbstractPosterior,
+    candidates: Intervention,
+    initial_state: ArrayLike,
+    horizon: ArrayLike,
+    *,
+    outcome: Panel,
+    criterion: AbstractCriterion = VBHC(),
+    key: PRNGKeyArray,
+    num_samples: int = 10,
+    batching: AbstractBatching | None = None,
+) -> PanelDesign:
+    r"""[`jaxctbn.score_interventions`][] with a panel outcome, and what it chose: every
+    candidate's score, its visit times (its own best times with `Panel(num_visits=K)`, from
+    equal spacing; else the given times) and its score at equally spaced visits, as a
+    [`jaxctbn.criteria.PanelDesign`][] (maths §7). Parameter learning with
+    [`jaxctbn.BHC`][] or [`jaxctbn.VBHC`][]; arguments as for `score_interventions`."""
+    if not isinstance(posterior, RatePosterior):
+        raise ValueError(
+            "posterior: panel designs are available for parameter learning (a RatePosterior) "
+            "so far."
+        )
+    if not isinstance(outcome, Panel):
+        raise ValueError(f"outcome: expected a Panel(...), got {outcome!r}.")
+    if not isinstance(criterion, AbstractBoxHillCriterion):
+        raise ValueError(
+            "criterion: panel designs with their visit times need the BHC or VBHC; the EIG "
+            "scores given times through score_interventions."
+        )
+    if not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}.")
+    return criterion.panel_design_rates(
+        posterior,
+        candidates,
+        initial_state,
+        horizon,
+        key=key,
+        num_samples=num_samples,
+        batching=batching,
+        outcome=outcome,
     )

@@ -317,7 +317,7 @@ def _check_horizon(horizon: ArrayLike, dtype) -> Float[Array, ""]:
     )
 
 
-def _prepare(
+def prepare_experiment(
     model: AbstractCTBN, initial_state: ArrayLike, intervention: Intervention | None
 ) -> tuple[AbstractCTBN, AbstractGenerator, Float[Array, " global_states"]]:
     """The checked (intervened) model, its generator and the initial distribution. Every check
@@ -439,7 +439,7 @@ def _expected_statistics(model, initial_state, horizon, intervention, solver):
     if isinstance(solver, AbstractApproximateSolver):
         horizon = _check_horizon(horizon, jnp.result_type(*model.cims))
         return solver.expected_statistics(model, initial_state, horizon, intervention)
-    model, gen, p0 = _prepare(model, initial_state, intervention)
+    model, gen, p0 = prepare_experiment(model, initial_state, intervention)
     horizon = _check_horizon(horizon, p0.dtype)
     p_final, dwell = solver.solve(gen, p0, horizon)
     return ExpectedStatistics(final_marginal=p_final, dwell_times=dwell, generator=gen, model=model)
@@ -477,9 +477,9 @@ def _expected_statistics_batch(models, initial_state, horizon, interventions, so
             models, initial_state, interventions
         )
     if interventions is None:
-        prepared = jax.vmap(lambda m, x: _prepare(m, x, None))(models, initial_state)
+        prepared = jax.vmap(lambda m, x: prepare_experiment(m, x, None))(models, initial_state)
     else:
-        prepared = jax.vmap(_prepare)(models, initial_state, interventions)
+        prepared = jax.vmap(prepare_experiment)(models, initial_state, interventions)
     models, gens, p0 = prepared
     horizon = _check_horizon(horizon, p0.dtype)
     p_final, dwell = solver.solve_batch(gens, p0, horizon)
@@ -635,7 +635,7 @@ def marginals(
 
 @eqx.filter_jit
 def _marginals(model, initial_state, times, intervention, solver):
-    model, gen, p0 = _prepare(model, initial_state, intervention)
+    model, gen, p0 = prepare_experiment(model, initial_state, intervention)
     times = jnp.asarray(times, p0.dtype)
     if times.ndim != 1:
         raise ValueError(f"times: expected a 1-d array, got shape {times.shape}.")

@@ -1,0 +1,260 @@
+"""Parameter design with panel outcomes (maths §7): the panel BHC against pairwise brute-force
+enumeration of every outcome sequence (scipy `expm`) over the criterion's own draws, the VBHC's
+minimum against scipy's L-BFGS-B on the same objective, the EIG against enumeration of the
+outcomes with a high-sample numpy average over the rates, the ordering EIG <= VBHC <= BHC, and
+the chosen visit times against a numpy grid search."""
+
+import itertools
+
+import equinox as eqx
+import jax
+import jax.flatten_util
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.optimize
+from helpers import brute_force_generator
+
+import jaxctbn as jc
+from jaxctbn._criteria.panel_parameter import (
+    draw_laws,
+    panel_parameter_vbhc,
+    posterior_log_kappa,
+)
+
+jax.config.update("jax_enable_x64", True)
+
+NAMES, CARDS, PARENTS = ("A", "B"), (2, 2), ((), (0,))
+POSTERIOR = jc.RatePosterior.from_prior(NAMES, CARDS, PARENTS, prior=jc.GammaPrior(3.0, 2.0))
+START = jnp.array([0, 0])
+HORIZON = 3.0
+TIMES = jnp.array([0.8, 3.0])
+# none, do(A=1), do(B=0)
+CANDIDATES = jc.Intervention(
+    targets=jnp.array([[False, False], [True, False], [False, True]]),
+    states=jnp.array([[0, 0], [1, 0], [0, 0]]),
+)
+
+
+def _criterion_draws(posterior, key, num_samples):
+    """The posterior draws and the reparameterised draws at q = posterior that the panel
+    (V)BHC averages over (the same key split as the criterion's)."""
+    key_draws, key_variational = jr.split(key)
+    draws = jc.criteria.posterior_draws(posterior, key_draws, num_samples)
+    log_alpha, log_beta = posterior_log_kappa(posterior)
+    q = eqx.tree_at(
+        lambda p: (p.alpha, p.beta),
+        posterior,
+        (tuple(jnp.exp(a) for a in log_alpha), tuple(jnp.exp(b) for b in log_beta)),
+    )
+    q_draws = jax.vmap(q.sample)(jr.split(key_variational, num_samples))
+    return draws, q_draws
+
+
+def _unbatch(models, i):
+    return jax.tree_util.tree_map(lambda x: x[i], models)
+
+
+def _brute_force_panel_kl(model, other, start, times, intervention=None):
+    if intervention is not None:
+        model, other = intervention.apply(model), intervention.apply(other)
+        start = np.asarray(intervention.initial_states(jnp.asarray(start)))
+    W, V = brute_force_generator(model), brute_force_generator(other)
+    s0 = int(np.ravel_multi_index(tuple(np.asarray(start)), model.cardinalities))
+    gaps = np.diff(np.concatenate([[0.0], times]))
+    P = [scipy.linalg.expm(h * W) for h in gaps]
+    Q = [scipy.linalg.expm(h * V) for h in gaps]
+    total = 0.0
+    for ys in itertools.product(range(W.shape[0]), repeat=len(times)):
+        p = q = 1.0
+        prev = s0
+        for k, y in enumerate(ys):
+            p, q, prev = p * P[k][prev, y], q * Q[k][prev, y], y
+        if p > 0:
+            total += p * np.log(p / q)
+    return total
+
+
+def test_panel_bhc_is_the_pairwise_panel_kl_of_its_draws():
+    key, N = jr.key(3), 3
+    got = jc.score_interventions(
+        POSTERIOR,
+        CANDIDATES,
+        START,
+        HORIZON,
+        criterion=jc.BHC(),
+        key=key,
+        num_samples=N,
+        outcome=jc.criteria.Panel(TIMES),
+    )
+    draws, q_draws = _criterion_draws(POSTERIOR, key, N)
+    for c in range(3):
+        iv = _unbatch(CANDIDATES, c)
+        expected = np.mean(
+            [
+                _brute_force_panel_kl(
+                    _unbatch(draws, s), _unbatch(q_draws, j), START, np.asarray(TIMES), iv
+                )
+                for s in range(N)
+                for j in range(N)
+            ]
+        )
+        np.testing.assert_allclose(got[c], expected, rtol=1e-8)
+
+
+def test_vbhc_minimum_agrees_with_scipy_below_the_bhc():
+    key, N = jr.key(0), 3
+    outcome = jc.criteria.Panel(TIMES)
+    kwargs: dict = dict(key=key, outcome=outcome)
+    vbhc = np.asarray(
+        jc.score_interventions(
+            POSTERIOR, CANDIDATES, START, HORIZON, criterion=jc.VBHC(), num_samples=N, **kwargs
+        )
+    )
+    # the same objective minimised by scipy's L-BFGS-B (jax gradients), per candidate; its
+    # value at the start (q = the posterior) is the BHC
+    key_draws, key_variational = jr.split(key)
+    draws = jc.criteria.posterior_draws(POSTERIOR, key_draws, N)
+    keys = jr.split(key_variational, N)
+    flat, unflatten = jax.flatten_util.ravel_pytree(posterior_log_kappa(POSTERIOR))
+
+    @jax.jit
+    def objective(x, iv):
+        laws = draw_laws(draws, START, TIMES, iv)
+        return jax.value_and_grad(
+            lambda y: panel_parameter_vbhc(POSTERIOR, laws, unflatten(y), keys, START, TIMES, iv)
+        )(x)
+
+    for c in range(3):
+        iv = _unbatch(CANDIDATES, c)
+        result = scipy.optimize.minimize(
+            lambda x: tuple(np.asarray(v, float) for v in objective(jnp.asarray(x), iv)),
+            np.asarray(flat),
+            jac=True,
+            method="L-BFGS-B",
+        )
+        bhc = float(objective(flat, iv)[0])
+        assert result.fun < bhc
+        np.testing.assert_allclose(vbhc[c], result.fun, rtol=1e-4)
+
+
+def test_panel_eig_against_enumerated_outcomes():
+    # one binary node, two visits: the exact EIG is a sum over the 4 outcome sequences of
+    # averages over the rates (200,000 numpy Gamma draws); the criterion's nested Monte Carlo
+    # estimate (outer 400 x 25 outcomes, 2000 inner draws) agrees within its sampling error
+    post = jc.RatePosterior.from_prior(("A",), (2,), ((),), prior=jc.GammaPrior(2.0, 1.0))
+    times = np.array([0.5, 1.5])
+    rng = np.random.default_rng(0)
+    lam = rng.gamma(2.0, 1.0, size=(200_000, 2))  # rates 0->1, 1->0
+    s = lam.sum(1)
+    gaps = np.diff(np.concatenate([[0.0], times]))
+    probs = []
+    for ys in itertools.product(range(2), repeat=2):
+        p, prev = np.ones(len(lam)), 0
+        for h, y in zip(gaps, ys):
+            e = np.exp(-s * h)
+            leave = np.where(prev == 0, lam[:, 0], lam[:, 1]) / s * (1 - e)
+            p = p * (leave if y != prev else 1 - leave)
+            prev = y
+        probs.append(p)
+    probs = np.stack(probs, 1)
+    marginal = probs.mean(0)
+    exact = np.mean(np.sum(probs * np.log(probs), 1)) - np.sum(marginal * np.log(marginal))
+    # the BHC, E KL(p(Y | rates) || p(Y | other rates)) over independent pairs, bounds it
+    half = len(probs) // 2
+    bhc = np.mean(np.sum(probs[:half] * np.log(probs[:half] / probs[half:]), 1))
+    assert bhc > exact > 0
+    got = jc.score_interventions(
+        post,
+        jc.Intervention(targets=jnp.array([[False]]), states=jnp.array([[0]])),
+        jnp.array([0]),
+        2.0,
+        criterion=jc.EIG(num_paths=25, num_inner=2000),
+        key=jr.key(1),
+        num_samples=400,
+        outcome=jc.criteria.Panel(jnp.asarray(times)),
+    )
+    assert abs(float(got[0]) - exact) < 0.03, (float(got[0]), exact)
+
+
+@pytest.mark.parametrize("rate, interior", [(4.0, True), (0.05, False)])
+def test_visit_time_moves_where_a_grid_search_says(rate, interior):
+    # one binary node with tight rate posteriors around `rate`, one visit in (0, 3]: a fast
+    # node is best seen early, before it forgets its start; a slow one as late as possible.
+    # The chosen time against the argmax of the BHC of the same draws on a numpy grid.
+    alpha = 50.0
+    post = jc.RatePosterior.from_prior(
+        ("A",), (2,), ((),), prior=jc.GammaPrior(alpha, alpha / rate)
+    )
+    key, N = jr.key(2), 6
+    design = jc.criteria.panel_design_scores(
+        post,
+        jc.intervention_space((2,)),  # none, do(A=0), do(A=1)
+        jnp.array([0]),
+        HORIZON,
+        outcome=jc.criteria.Panel(num_visits=1, steps=60, learning_rate=0.1),
+        criterion=jc.BHC(),
+        key=key,
+        num_samples=N,
+    )
+    draws, q_draws = _criterion_draws(post, key, N)
+
+    def bhc(t):
+        return np.mean(
+            [
+                _brute_force_panel_kl(_unbatch(draws, s), _unbatch(q_draws, j), [0], [t])
+                for s in range(N)
+                for j in range(N)
+            ]
+        )
+
+    grid = np.linspace(0.02, HORIZON, 150)
+    values = np.array([bhc(t) for t in grid])
+    best = grid[np.argmax(values)]
+    chosen = float(design.times[0, 0])
+    assert np.all(np.asarray(design.scores) >= np.asarray(design.equally_spaced_scores))
+    np.testing.assert_allclose(design.scores[1:], 0.0, atol=1e-12)  # a clamped node: nothing
+    np.testing.assert_allclose(float(design.scores[0]), bhc(chosen), rtol=1e-8)
+    if interior:
+        assert best < 0.5 * HORIZON
+        assert abs(chosen - best) < 0.05 * HORIZON
+        assert float(design.scores[0]) > float(design.equally_spaced_scores[0])
+    else:
+        assert best == grid[-1] and chosen == pytest.approx(HORIZON)
+
+
+def test_bad_panel_outcomes_are_refused():
+    with pytest.raises(ValueError, match="give the visit `times` or `num_visits`"):
+        jc.criteria.Panel()
+    with pytest.raises(ValueError, match="num_visits: expected an integer >= 1"):
+        jc.criteria.Panel(num_visits=0)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        jc.criteria.Panel(jnp.array([1.0, 1.0]))
+    kwargs: dict = dict(key=jr.key(3), num_samples=3)
+    with pytest.raises(Exception, match="at most the horizon"):
+        jc.score_interventions(
+            POSTERIOR,
+            CANDIDATES,
+            START,
+            1.0,
+            criterion=jc.BHC(),
+            outcome=jc.criteria.Panel(TIMES),
+            **kwargs,
+        )
+    with pytest.raises(ValueError, match="EIG cannot choose visit times"):
+        jc.score_interventions(
+            POSTERIOR,
+            CANDIDATES,
+            START,
+            HORIZON,
+            criterion=jc.EIG(),
+            outcome=jc.criteria.Panel(num_visits=2),
+            **kwargs,
+        )
+    structure = jc.StructurePosterior.from_prior(NAMES, CARDS, max_parents=1)
+    with pytest.raises(ValueError, match="Panel outcomes are not supported for structure"):
+        jc.score_interventions(
+            structure, CANDIDATES, START, HORIZON, outcome=jc.criteria.Panel(TIMES), **kwargs
+        )
