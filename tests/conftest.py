@@ -1,9 +1,20 @@
 import os
 
 # The tests' problems are tiny, so compilation dominates their time: a lower LLVM optimisation
-# level compiles ~20% faster and changes no semantics (results agree to rounding). Set before JAX
-# starts its backend; notebook kernels and CLI subprocesses started by the tests inherit it.
-os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
+# level (~20% faster), XLA's CPU elemental emitters instead of its newer fusion emitters and one
+# code-generation thread (the two workers already share two cores) compile the suite's programs
+# with ~40% less CPU time (measured on test_criteria + test_panel_design: 125 s -> 76 s) and
+# change no semantics (results agree to rounding). Set before JAX starts its backend (flags
+# already set are kept); notebook kernels and CLI subprocesses started by the tests inherit them.
+_flags = os.environ.get("XLA_FLAGS", "").split()
+for _flag in (
+    "--xla_backend_optimization_level=0",
+    "--xla_cpu_use_fusion_emitters=false",
+    "--xla_cpu_parallel_codegen_split_count=1",
+):
+    if not any(f.split("=")[0] == _flag.split("=")[0] for f in _flags):
+        _flags.append(_flag)
+os.environ["XLA_FLAGS"] = " ".join(_flags)
 
 # One persistent compilation cache for the whole run, in a fresh temporary directory (never the
 # user's ~/.cache): set here, in the process that starts the xdist workers, so the workers, the

@@ -139,3 +139,76 @@ def test_missing_cells_need_panel_and_structural_zeros_are_reported(files, tmp_p
     out = str(tmp_path / "o.json")
     assert main(["fit", "--data", str(complete), "--network", str(path), "--out", out]) == 2
     assert "structural zero" in capsys.readouterr().err
+
+
+def _design_base(tmp_path):
+    net = tmp_path / "net.json"
+    net.write_text(json.dumps(TRUTH.to_dict()))
+    base = ["design", "--target", "parameters", "--network", str(net)]
+    base += ["--initial-state", "A=0,B=0", "--duration", "3", "--samples", "3", "--seed", "0"]
+    return base + ["--criterion", "bhc"]
+
+
+def test_design_with_panel_outcomes_writes_the_contract(tmp_path):
+    """`design --outcome panel` (issue 36's contract): the outcome block, the library's numbers
+    with the same key, and with --visits each candidate's times and equally spaced score."""
+    base = _design_base(tmp_path)
+    out = tmp_path / "rank.json"
+    times = ["--outcome", "panel", "--observation-times", "1,3"]
+    assert main([*base, *times, "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["outcome"] == {"type": "panel", "observation_times": [1.0, 3.0]}
+    post = jc.RatePosterior.for_model(TRUTH)
+    space = jc.intervention_space(TRUTH.cardinalities)
+    ref = jc.score_interventions(
+        post,
+        space,
+        jnp.array([0, 0]),
+        3.0,
+        criterion=jc.BHC(),
+        key=jax.random.key(0),
+        num_samples=3,
+        outcome=jc.criteria.Panel(jnp.array([1.0, 3.0])),
+    )
+    np.testing.assert_allclose([r["score"] for r in res["scores"]], ref, rtol=1e-9, atol=1e-12)
+    assert "observation_times" not in res["scores"][0]
+    out = tmp_path / "visits.json"
+    assert main([*base, "--outcome", "panel", "--visits", "2", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["outcome"]["type"] == "panel" and res["outcome"]["visits"] == 2
+    for entry in res["scores"]:
+        t = entry["observation_times"]
+        assert len(t) == 2 and 0 < t[0] < t[1] <= 3.0 + 1e-9
+        assert entry["score"] >= entry["score_equally_spaced"]
+    best = [e for e in res["scores"] if e["intervention"] == res["best"]][0]
+    assert res["outcome"]["observation_times"] == best["observation_times"]
+    plain = tmp_path / "path.json"
+    assert main([*base, "--out", str(plain)]) == 0
+    assert json.loads(plain.read_text())["outcome"] == {"type": "path"}
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--outcome", "panel", "--observation-times", "1,4"], "--observation-times: every time"),
+        (["--outcome", "panel", "--observation-times", "2,1"], "strictly increasing"),
+        (["--outcome", "panel", "--observation-times", "1,1"], "strictly increasing"),
+        (["--outcome", "panel", "--observation-times", "0,1"], "finite and > 0"),
+        (["--outcome", "panel", "--visits", "0"], "--visits: must be an integer >= 1"),
+        (["--visits", "2"], "--observation-times/--visits: only with --outcome panel"),
+        (["--outcome", "panel"], "give --observation-times T1,T2,... or --visits K"),
+        (["--outcome", "panel", "--visits", "2", "--observation-times", "1"], "not allowed with"),
+        (["--outcome", "panel", "--visits", "2", "--criterion", "eig"], "EIG cannot choose"),
+        (["--observation", "panel"], "--observation panel: designing from a panel history"),
+        (
+            ["--target", "structure", "--outcome", "panel", "--visits", "2"],
+            "available for --target parameters",
+        ),
+    ],
+)
+def test_design_panel_outcome_errors_are_one_line(extra, message, tmp_path, capsys):
+    out = tmp_path / "o.json"
+    assert main([*_design_base(tmp_path), *extra, "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+    assert not out.exists()

@@ -286,3 +286,74 @@ def _observation_arguments(p) -> None:
         default=[],
         help="panel: NODE=STATE ... observed at the exact time it is entered (msm's deathexact)",
     )
+
+
+def _observation_times(text) -> tuple[float, ...]:
+    """argparse type: `T1,T2,...`, finite, > 0 and strictly increasing visit times."""
+    try:
+        values = tuple(float(t) for t in str(text).split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers T1,T2,..., got {text!r}"
+        ) from None
+    if not all(0 < v < float("inf") for v in values):
+        raise argparse.ArgumentTypeError(f"every time must be finite and > 0, got {text!r}")
+    if any(b <= a for a, b in zip(values, values[1:])):
+        raise argparse.ArgumentTypeError(
+            f"times must be strictly increasing (sorted, none repeated), got {text!r}"
+        )
+    return values
+
+
+def _outcome_arguments(p) -> None:
+    """`--outcome path|panel` with `--observation-times T1,...` or `--visits K`."""
+    p.add_argument(
+        "--outcome",
+        choices=["path", "panel"],
+        default="path",
+        help="what the next experiment reveals: path (every node's whole path, the paper's) "
+        "or panel (the state seen at visit times)",
+    )
+    visits = p.add_mutually_exclusive_group()
+    visits.add_argument(
+        "--observation-times",
+        type=_observation_times,
+        default=None,
+        help="panel: the visit times T1,T2,... in (0, --duration]",
+    )
+    visits.add_argument(
+        "--visits",
+        type=_at_least(1),
+        default=None,
+        help="panel: K visits whose times each candidate chooses (bhc, vbhc)",
+    )
+
+
+def _outcome(args):
+    """The outcome Module of `--outcome` (`None` for complete paths), with one-line errors
+    naming the flag."""
+    if args.outcome == "path":
+        if args.observation_times is not None or args.visits is not None:
+            raise ValueError("--observation-times/--visits: only with --outcome panel.")
+        return None
+    from .._criteria.outcomes import Panel
+
+    if args.observation_times is None and args.visits is None:
+        raise ValueError("--outcome panel: give --observation-times T1,T2,... or --visits K.")
+    if args.visits is not None:
+        if args.criterion == "eig":
+            raise ValueError(
+                "--visits: the EIG cannot choose visit times; use --criterion bhc or vbhc, or "
+                "give --observation-times."
+            )
+        return Panel(num_visits=args.visits)
+    times = args.observation_times
+    assert times is not None
+    if times[-1] > args.duration:
+        raise ValueError(
+            f"--observation-times: every time must be in (0, --duration] = (0, {args.duration:g}],"
+            f" got {times[-1]:g}."
+        )
+    import numpy as np
+
+    return Panel(np.asarray(times))

@@ -8,6 +8,7 @@ from .arguments import (
     _initial_state,
     _load_network,
     _max_parents,
+    _outcome,
     _prior,
     _prior_json,
 )
@@ -32,7 +33,18 @@ def _cmd_design(args):
     from .._paths.csv import read_csv, trajectories_from_dataframe
     from .._paths.sufficient_statistics import SufficientStatistics
 
+    if args.observation == "panel":
+        raise ValueError(
+            "--observation panel: designing from a panel history is not available yet; give a "
+            "history of complete paths (--observation paths)."
+        )
+    outcome = _outcome(args)
     if args.target == "structure":
+        if outcome is not None:
+            raise ValueError(
+                "--outcome panel: available for --target parameters so far (structure learning "
+                "with panel outcomes is not yet)."
+            )
         return _design_structure(args)
     if args.network is None:
         raise ValueError(
@@ -55,7 +67,25 @@ def _cmd_design(args):
         posterior = _jit(RatePosterior.update_with)(posterior, stats)
     space = _candidates(args.interventions, model.cardinalities)
     key = jax.random.key(args.seed)
-    scores = _score_space(posterior, space, initial, args.duration, key, args)
+    if outcome is not None and args.criterion != "eig":
+        from .._criteria.criteria import panel_design_scores
+
+        design = panel_design_scores(
+            posterior,
+            space,
+            initial,
+            args.duration,
+            outcome=outcome,
+            criterion=_criterion(args.criterion, args.paths, {}),
+            key=key,
+            num_samples=args.samples,
+        )
+        design = jax.tree_util.tree_map(np.asarray, design)
+        _write_ranking(
+            args, design.scores, space, list(model.names), init, args.duration, panel=design
+        )
+        return
+    scores = _score_space(posterior, space, initial, args.duration, key, args, outcome)
     _write_ranking(args, np.asarray(scores), space, list(model.names), init, args.duration)
 
 
@@ -135,8 +165,8 @@ def _candidates(which, cards):
     return choose[which](cards)
 
 
-def _score_space(posterior, space, initial_state, horizon, key, args):
-    from .._criteria.criteria import score_interventions
+def _score_space(posterior, space, initial_state, horizon, key, args, outcome=None):
+    from .._criteria.criteria import COMPLETE_PATH, score_interventions
 
     return score_interventions(
         posterior,
@@ -148,10 +178,11 @@ def _score_space(posterior, space, initial_state, horizon, key, args):
         ),
         key=key,
         num_samples=args.samples,
+        outcome=COMPLETE_PATH if outcome is None else outcome,
     )
 
 
-def _write_ranking(args, scores, space, names, init, duration):
+def _write_ranking(args, scores, space, names, init, duration, panel=None):
     import numpy as np
 
     targets, states = np.asarray(space.targets), np.asarray(space.states)
@@ -159,11 +190,23 @@ def _write_ranking(args, scores, space, names, init, duration):
     def label(i):
         return {names[n]: int(states[i, n]) for n in range(len(names)) if targets[i, n]}
 
+    entries = [{"intervention": label(i), "score": float(v)} for i, v in enumerate(scores)]
+    best = int(np.argmax(scores))
+    outcome: dict = {"type": args.outcome}
+    if args.outcome == "panel":
+        if args.visits is not None and panel is not None:
+            for i, entry in enumerate(entries):
+                entry["observation_times"] = [float(t) for t in panel.times[i]]
+                entry["score_equally_spaced"] = float(panel.equally_spaced_scores[i])
+            outcome.update(visits=args.visits, observation_times=entries[best]["observation_times"])
+        else:
+            outcome["observation_times"] = [float(t) for t in args.observation_times]
     out = {
         "criterion": args.criterion,
         "target": args.target,
-        "scores": [{"intervention": label(i), "score": float(v)} for i, v in enumerate(scores)],
-        "best": label(int(np.argmax(scores))),
+        "outcome": outcome,
+        "scores": entries,
+        "best": label(best),
         "samples": args.samples,
         "duration": duration,
         "initial_state": init,

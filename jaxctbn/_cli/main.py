@@ -14,6 +14,7 @@ from .arguments import (
     _interventions_argument,
     _non_negative_number,
     _observation_arguments,
+    _outcome_arguments,
     _Parser,
     _positive_number,
     _prior_arguments,
@@ -144,6 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-parents", type=_at_least(0), default=None)
     _interventions_argument(p)
     _graph_draws_arguments(p)
+    p.add_argument(
+        "--observation",
+        choices=["paths", "panel"],
+        default="paths",
+        help="how the history CSV was observed (as for learn/fit; panel histories: not yet)",
+    )
+    _outcome_arguments(p)
     p.add_argument("--seed", type=_seed, required=True, help="0 <= S <= 2**63 - 1")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_cmd_design)
