@@ -26,3 +26,5 @@ from ._panel.structure import panel_family_statistics as panel_family_statistics
 from ._panel.outcome_law import panel_kl_divergence as panel_kl_divergence
 from ._panel.outcome_law import sample_panel_outcome as sample_panel_outcome
 from ._panel.outcome_law import panel_outcome_log_likelihood as panel_outcome_log_likelihood
+from ._panel.observations import observe_paths as observe_paths
+from ._panel.rate_posterior import panel_rate_posterior as panel_rate_posterior

@@ -18,7 +18,15 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from .._criteria.batching import AbstractBatching
-from .._criteria.criteria import BHC, EIG, VBHC, AbstractCriterion, score_interventions
+from .._criteria.criteria import (
+    BHC,
+    COMPLETE_PATH,
+    EIG,
+    VBHC,
+    AbstractCriterion,
+    score_interventions,
+)
+from .._criteria.outcomes import AbstractOutcome
 from .._criteria.structure import AbstractGraphDraws, StratifiedGraphDraws
 from .._learning.optimisers import LBFGS
 from .._learning.posterior import AbstractPosterior
@@ -111,8 +119,8 @@ class CriterionDesign(AbstractDesign):
 
     **Arguments:** `criterion` ([`jaxctbn.VBHC`][], [`jaxctbn.BHC`][], [`jaxctbn.EIG`][] or any
     [`jaxctbn.AbstractCriterion`][]); keyword-only `num_samples` ($N_S$), `worst` (pick the
-    *least* informative candidate: "negative VBHC", the paper's control), `solver`, `batching`
-    (see [`jaxctbn.score_interventions`][]).
+    *least* informative candidate: "negative VBHC", the paper's control), `solver`, `batching`,
+    `outcome` (see [`jaxctbn.score_interventions`][]).
     """
 
     criterion: AbstractCriterion
@@ -123,8 +131,13 @@ class CriterionDesign(AbstractDesign):
     )
     solver: StatisticsSolver = eqx.field(default=AUTOMATIC_SOLVER, kw_only=True)
     batching: AbstractBatching | None = eqx.field(default=None, kw_only=True)
+    outcome: AbstractOutcome = eqx.field(default=COMPLETE_PATH, kw_only=True)
 
     def __check_init__(self):
+        if not isinstance(self.outcome, AbstractOutcome):
+            raise ValueError(
+                f"outcome: expected CompletePath() or Panel(...), got {self.outcome!r}."
+            )
         if not isinstance(self.criterion, AbstractCriterion):
             raise ValueError(
                 f"criterion: expected a criterion Module (VBHC(), BHC(), EIG()), got "
@@ -144,6 +157,7 @@ class CriterionDesign(AbstractDesign):
             num_samples=self.num_samples,
             solver=self.solver,
             batching=self.batching,
+            outcome=self.outcome,
         )
         return jnp.where(self.worst, -s, s)
 

@@ -57,6 +57,30 @@ class ActiveLearningResult(eqx.Module):
     posterior: eqx.Module
 
 
+def check_outcomes(task: AbstractLearningTask, design: AbstractDesign) -> None:
+    """A design that scores with an outcome must score the one the task observes (a
+    `ValueError` otherwise): the same kind and, when concrete, the same visit times."""
+    import numpy as np
+
+    from .._criteria.criteria import COMPLETE_PATH
+    from .._model.interventions import is_concrete
+
+    observed = getattr(task, "outcome", COMPLETE_PATH)
+    scored = getattr(design, "outcome", None)
+    if scored is None:
+        return
+    same = type(observed) is type(scored)
+    times = [getattr(o, "times", None) for o in (observed, scored)]
+    if same and times[0] is not None and times[1] is not None and is_concrete(*times):
+        a, b = (np.asarray(t) for t in times)
+        same = a.shape == b.shape and bool(np.allclose(a, b, rtol=1e-12, atol=0))
+    if not same:
+        raise ValueError(
+            f"outcome: the design scores {scored!r} but the task observes {observed!r}; give "
+            "both the same outcome."
+        )
+
+
 def run_active_learning(
     task: AbstractLearningTask,
     design: AbstractDesign,
@@ -93,6 +117,7 @@ def run_active_learning(
     """
     if num_experiments < 1:
         raise ValueError(f"num_experiments must be >= 1, got {num_experiments}.")
+    check_outcomes(task, design)
     max_events = _resolve_max_events(task, horizon, max_events)
     truth = task.truth
     if candidates is None:
@@ -284,6 +309,7 @@ def run_repetitions(
     devices. Each repetition depends on its key only, so every choice gives the same results
     (up to rounding). With `throw=False` the reruns of a failed batch run one at a time on one
     device."""
+    check_outcomes(task, design)
     max_events = _resolve_max_events(task, horizon, max_events)
     if batching is None:
         batching = Vmap()

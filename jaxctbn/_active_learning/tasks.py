@@ -8,14 +8,19 @@ from typing import ClassVar
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 from jaxtyping import Array
 
+from .._criteria.criteria import COMPLETE_PATH
+from .._criteria.outcomes import AbstractOutcome, Panel
 from .._learning.empirical_bayes import EmpiricalBayes
 from .._learning.family_statistics import family_statistics
 from .._learning.posterior import AbstractPosterior, RatePosterior
 from .._learning.priors import AbstractPrior, GammaPrior, check_prior
 from .._learning.structure_posterior import StructurePosterior
 from .._model.ctbn import CTBN
+from .._panel.observations import observe_paths
+from .._panel.rate_posterior import panel_rate_posterior
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import SufficientStatistics
 from .metrics import adjacency_from_parents, edge_aupr, edge_auroc, structural_hamming_distance
@@ -119,10 +124,20 @@ class StructureLearningTask(AbstractLearningTask):
 class ParameterLearningTask(AbstractLearningTask):
     r"""Bayesian rate learning for the known graph of `truth` (rate prior `prior`, a
     [`jaxctbn.GammaPrior`][], default $(1, 1)$). Metric: the posterior-averaged squared error
-    $\mathsf E[(\Lambda-\Lambda^*)^2]$ ([`jaxctbn.RatePosterior.mse`][])."""
+    $\mathsf E[(\Lambda-\Lambda^*)^2]$ ([`jaxctbn.RatePosterior.mse`][]).
+
+    `outcome` (keyword-only): what each experiment reveals, [`jaxctbn.criteria.CompletePath`][]
+    (default) or [`jaxctbn.criteria.Panel`][]`(times)`: the simulated path seen at time 0 and at
+    the visit times only, the posterior updated by
+    [`jaxctbn.panel.panel_rate_posterior`][] (smoothed expected statistics under its own mean,
+    `panel_iterations` fixed-point steps; earlier experiments' statistics are kept as they were,
+    an assumed-density filter; maths §7). Give the design the same outcome
+    ([`jaxctbn.CriterionDesign`][]`(..., outcome=...)`)."""
 
     truth: CTBN
     prior: GammaPrior = eqx.field(default=GammaPrior(), kw_only=True)
+    outcome: AbstractOutcome = eqx.field(default=COMPLETE_PATH, kw_only=True)
+    panel_iterations: int = eqx.field(default=10, static=True, kw_only=True)
     metric_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "mse": ("posterior MSE of the rates", "lower")
     }
@@ -133,11 +148,36 @@ class ParameterLearningTask(AbstractLearningTask):
                 f"prior: parameter learning takes a GammaPrior(alpha, beta), got {self.prior!r}."
             )
         check_prior(self.prior, self.truth.num_nodes)
+        if not isinstance(self.outcome, AbstractOutcome):
+            raise ValueError(
+                f"outcome: expected CompletePath() or Panel(times), got {self.outcome!r}."
+            )
+        if isinstance(self.outcome, Panel) and self.outcome.times is None:
+            raise ValueError(
+                "outcome: the loop observes every experiment at given visit times; use "
+                "Panel(times) (visits chosen per candidate, Panel(num_visits=K), are for "
+                "panel_design_scores)."
+            )
+        if (
+            isinstance(self.panel_iterations, bool)
+            or not isinstance(self.panel_iterations, int)
+            or self.panel_iterations < 1
+        ):
+            raise ValueError(
+                f"panel_iterations: expected an integer >= 1, got {self.panel_iterations!r}."
+            )
 
     def initial_posterior(self) -> RatePosterior:
         return RatePosterior.for_model(self.truth, prior=self.prior)
 
     def update(self, posterior: RatePosterior, path: Trajectories) -> RatePosterior:
+        if isinstance(self.outcome, Panel):
+            dtype = posterior.beta[0].dtype
+            times = jnp.concatenate(
+                [jnp.zeros((1,), dtype), self.outcome.visit_times(path.durations, dtype)]
+            )
+            observations = observe_paths(_as_batch(path), times)
+            return panel_rate_posterior(posterior, observations, iterations=self.panel_iterations)
         stats = SufficientStatistics.from_trajectories(
             _as_batch(path), posterior.cardinalities, posterior.parents
         )

@@ -393,3 +393,31 @@ class Emissions(eqx.Module):
                 )
             )
         return tuple(out)
+
+
+def observe_paths(paths, times: ArrayLike) -> PanelObservations:
+    r"""Complete paths seen only at `times` `(K,)` (every node, without error): a flat batch of
+    [`jaxctbn.panel.PanelObservations`][], the state of each path at each time (a jump at $t$
+    counts as seen at $t$), each trajectory under its recorded perfect intervention. `paths`: a
+    batch of [`jaxctbn.Trajectories`][] with one leading axis. Pure and jittable (the times are
+    values); times beyond a path's duration see its last state."""
+    jump_times = jnp.asarray(paths.jump_times)
+    if jump_times.ndim != 2:
+        raise ValueError("paths: expected a batch of trajectories with one leading axis.")
+    times = jnp.asarray(times, jump_times.dtype)
+    if times.ndim != 1 or times.shape[0] < 1:
+        raise ValueError(f"times: expected one or more times, shape (K,), got {times.shape}.")
+    R, E = jump_times.shape
+    happened = jnp.arange(E) < paths.num_events[:, None]
+    count = jnp.sum(
+        (jump_times[:, None, :] <= times[None, :, None]) & happened[:, None, :], axis=-1
+    )  # (R, K): jumps up to each time
+    after = jnp.take_along_axis(paths.states, jnp.maximum(count - 1, 0)[..., None], axis=1)
+    states = jnp.where((count > 0)[..., None], after, paths.initial_states[:, None, :])
+    intervention = Intervention(
+        targets=jnp.asarray(paths.intervention_targets, bool),
+        states=jnp.asarray(paths.intervention_states, jnp.int32),
+    )
+    return PanelObservations(
+        jnp.broadcast_to(times, (R, times.shape[0])), states, intervention=intervention
+    )
