@@ -212,3 +212,42 @@ def test_design_panel_outcome_errors_are_one_line(extra, message, tmp_path, caps
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], lines
     assert not out.exists()
+
+
+def test_run_parameters_with_panel_outcomes(tmp_path, capsys):
+    """`run parameters --outcome panel --observation-times` (issue 36's contract): config.json
+    records the outcome, the designs score it and the posterior learns from the visits only;
+    a rerun resumes from the chunks; bad input is one line."""
+    net = tmp_path / "net.json"
+    net.write_text(json.dumps(TRUTH.to_dict()))
+    out = tmp_path / "run"
+    args = ["run", "parameters", "--network", str(net), "--designs", "passive,bhc"]
+    args += ["--repetitions", "2", "--experiments", "2", "--samples", "3", "--chunk", "2"]
+    panel = ["--outcome", "panel", "--observation-times", "1,3"]
+    assert main([*args, *panel, "--out", str(out), "--no-progress"]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["outcome"] == {"type": "panel", "observation_times": [1.0, 3.0]}
+    df = pd.read_csv(out / "metrics.csv", keep_default_na=False)
+    assert np.isfinite(df.mse).all() and (df.mse > 0).all() and len(df) == 2 * 2 * 3
+    chunks = sorted((out / "chunks").rglob("*.npz"))
+    stamps = [c.stat().st_mtime_ns for c in chunks]
+    assert main([*args, *panel, "--out", str(out), "--no-progress"]) == 0  # resumed
+    assert [c.stat().st_mtime_ns for c in chunks] == stamps
+    capsys.readouterr()
+    # the same directory with complete paths is another run
+    assert main([*args, "--out", str(out), "--no-progress"]) == 2
+    assert "outcome" in capsys.readouterr().err
+    for extra, message in [
+        (["--outcome", "panel"], "give --observation-times"),
+        (["--outcome", "panel", "--observation-times", "1,4"], "(0, --horizon] = (0, 3]"),
+        (["--outcome", "panel", "--visits", "2"], "--visits: choosing visit times"),
+        (["--observation-times", "1"], "only with --outcome panel"),
+    ]:
+        bad = tmp_path / "bad"
+        assert main([*args, *extra, "--out", str(bad), "--no-progress"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+        assert not bad.exists()
+    structure = ["run", "structure", "--outcome", "panel", "--observation-times", "1"]
+    assert main([*structure, "--out", str(tmp_path / "s"), "--no-progress"]) == 2
+    assert "available for run parameters" in capsys.readouterr().err

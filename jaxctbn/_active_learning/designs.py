@@ -184,12 +184,13 @@ def design_from_name(
     num_paths: int = 10,
     graph_draws: AbstractGraphDraws | None = None,
     max_sets: int | None = None,
+    outcome: AbstractOutcome = COMPLETE_PATH,
 ) -> AbstractDesign:
     """The design behind a CLI name: `"passive"`, `"random"`, `"vbhc"` (`VBHC()`), `"bhc"`,
     `"vbhc-optax"` (`VBHC(optimiser=LBFGS())`), `"eig"` (`EIG(num_paths=num_paths)`) or
     `"negative-vbhc"` (the worst candidate by the VBHC). `graph_draws` (default `None` =
     [`jaxctbn.criteria.StratifiedGraphDraws`][]) and `max_sets` go to the (V)BHC (structure learning; see
-    [`jaxctbn.VBHC`][])."""
+    [`jaxctbn.VBHC`][]); `outcome` to the criterion designs (what each experiment reveals)."""
     graph_draws = StratifiedGraphDraws() if graph_draws is None else graph_draws
     box_hill = {"graph_draws": graph_draws, "max_sets": max_sets}
     criteria = {
@@ -203,7 +204,9 @@ def design_from_name(
     if name == "random":
         return RandomDesign()
     if name == "negative-vbhc":
-        return CriterionDesign(VBHC(**box_hill), num_samples=num_samples, worst=True)
+        return CriterionDesign(
+            VBHC(**box_hill), num_samples=num_samples, worst=True, outcome=outcome
+        )
     if name in criteria:
-        return CriterionDesign(criteria[name], num_samples=num_samples)
+        return CriterionDesign(criteria[name], num_samples=num_samples, outcome=outcome)
     raise ValueError(f"design: unknown name {name!r}; valid: {', '.join(DESIGN_NAMES)}.")

@@ -319,7 +319,7 @@ def _outcome_arguments(p) -> None:
         "--observation-times",
         type=_observation_times,
         default=None,
-        help="panel: the visit times T1,T2,... in (0, --duration]",
+        help="panel: the visit times T1,T2,... in (0, the experiment's length]",
     )
     visits.add_argument(
         "--visits",

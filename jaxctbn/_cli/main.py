@@ -240,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=60,
         help="distributed: seconds to wait for the coordinator and every process (default 60)",
     )
+    _outcome_arguments(p)
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("demo", help="the paper's 4-node network: sample, solve, compare, plot")

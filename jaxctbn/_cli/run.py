@@ -152,12 +152,34 @@ def _cmd_run(args):
     from .._experiments.report import summary_table, verdicts
     from .._experiments.run import run_experiment
 
+    if args.outcome == "path" and (args.observation_times is not None or args.visits):
+        raise ValueError("--observation-times/--visits: only with --outcome panel.")
     if args.target == "pool":
         if args.shard or args.distributed or args.cpu_devices is not None:
             raise ValueError(
                 "--shard, --distributed, --cpu-devices: only for run structure or run parameters."
             )
+        if args.outcome != "path":
+            raise ValueError("--outcome: run pool replays the recorded visits (no --outcome).")
         return _cmd_run_pool(args)
+    if args.outcome == "panel":
+        if args.target != "parameters":
+            raise ValueError(
+                "--outcome panel: available for run parameters so far (structure learning with "
+                "panel outcomes is not yet)."
+            )
+        if args.visits is not None:
+            raise ValueError(
+                "--visits: choosing visit times per candidate inside run is not available yet; "
+                "give --observation-times T1,T2,..."
+            )
+        if args.observation_times is None:
+            raise ValueError("--outcome panel: give --observation-times T1,T2,...")
+        if args.observation_times[-1] > args.horizon:
+            raise ValueError(
+                f"--observation-times: every time must be in (0, --horizon] = (0, "
+                f"{args.horizon:g}], got {args.observation_times[-1]:g}."
+            )
     _split_cpu(args)
     _start_distributed(args)
     given = [o for o, v in (("--data", args.data), ("--observation", args.observation),
@@ -190,6 +212,7 @@ def _cmd_run(args):
         interventions=args.interventions,
         graph_draws=args.graph_draws,
         max_sets=args.max_sets,
+        observation_times=args.observation_times,
     )
     report = run_experiment(
         config,

@@ -8,6 +8,7 @@ from typing import Literal
 
 import equinox as eqx
 import jax
+import numpy as np
 
 from .._active_learning.designs import DESIGN_NAMES
 from .._active_learning.initial_states import (
@@ -50,6 +51,7 @@ _LATER_SETTINGS = {
     "prior": "gamma",
     "empirical_bayes": None,
     "initial_state_policy": "random-revealed",
+    "outcome": {"type": "path"},
 }
 
 
@@ -99,7 +101,9 @@ class ExperimentConfig(eqx.Module):
     results only by rounding), `max_events` (jump buffer of a simulated trajectory; default
     `None`: sized from the truth's exit rates and the horizon, see
     [`jaxctbn.run_active_learning`][]; a path that overflows it is an error, never cut),
-    `interventions` (the candidates: `"all"` the paper's whole [`jaxctbn.intervention_space`][],
+    `observation_times` (parameter learning: each experiment seen only at time 0 and these
+    visit times, a panel outcome, which the designs score and the posterior learns from, maths
+    §7; default `None`: the whole path), `interventions` (the candidates: `"all"` the paper's whole [`jaxctbn.intervention_space`][],
     `"single"` the [`jaxctbn.single_node_interventions`][], default `"auto"` =
     [`jaxctbn.internal.design_space`][]: all up to 4096 members, single-node beyond), `graph_draws`
     (structure (V)BHC: `"stratified"`, `"joint"` or `"auto"`, the default) and `max_sets`
@@ -129,6 +133,7 @@ class ExperimentConfig(eqx.Module):
     interventions: Literal["auto", "all", "single"] = eqx.field(default="auto", static=True)
     graph_draws: Literal["auto", "stratified", "joint"] = eqx.field(default="auto", static=True)
     max_sets: int | None = eqx.field(default=None, static=True)
+    observation_times: tuple[float, ...] | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         if self.target not in TASKS:
@@ -187,6 +192,23 @@ class ExperimentConfig(eqx.Module):
             self.initial_state_policy.check(self.truth.cardinalities, self.truth.names)
         else:
             self.initial_state_policy.check((2,) * N, PAPER_NAMES)
+        if self.observation_times is not None:
+            times = tuple(float(t) for t in self.observation_times)
+            if self.target != "parameters":
+                raise ValueError(
+                    "observation_times: panel outcomes are available for parameter learning so "
+                    "far (structure learning with panel outcomes is not yet)."
+                )
+            if (
+                not times
+                or not all(0 < t < math.inf for t in times)
+                or any(b <= a for a, b in zip(times, times[1:]))
+                or times[-1] > self.horizon
+            ):
+                raise ValueError(
+                    f"observation_times: expected finite, strictly increasing times in (0, "
+                    f"horizon] = (0, {self.horizon:g}], got {list(times)}."
+                )
         if self.target == "structure" and self.truth is not None:
             # the task checks the truth (>= 2 nodes, metrics defined) and max_parents
             StructureLearningTask(self.truth, max_parents=default_max_parents(N, self.max_parents))
@@ -202,3 +224,17 @@ class ExperimentConfig(eqx.Module):
         return (
             DEFAULTS[self.target]["experiments"] if self.experiments is None else self.experiments
         )
+
+    def outcome(self):
+        """The outcome Module of `observation_times` (`CompletePath()` without)."""
+        from .._criteria.outcomes import CompletePath, Panel
+
+        if self.observation_times is None:
+            return CompletePath()
+        return Panel(np.asarray(self.observation_times, float))
+
+    def outcome_settings(self) -> dict:
+        """`config.json`'s `outcome`."""
+        if self.observation_times is None:
+            return {"type": "path"}
+        return {"type": "panel", "observation_times": [float(t) for t in self.observation_times]}

@@ -115,7 +115,7 @@ def run_experiment(
         )
     else:
         assert isinstance(config.prior, GammaPrior)  # checked by ExperimentConfig
-        task = ParameterLearningTask(truth, prior=config.prior)
+        task = ParameterLearningTask(truth, prior=config.prior, outcome=config.outcome())
     space = {
         "auto": design_space,
         "all": intervention_space,
@@ -140,6 +140,7 @@ def run_experiment(
         if config.empirical_bayes is None
         else config.empirical_bayes.settings(),
         "initial_state_policy": config.initial_state_policy.settings(),
+        "outcome": config.outcome_settings(),
         "max_events": max_events,
         "interventions": int(space.targets.shape[0]),
         "intervention_space": config.interventions,
@@ -178,6 +179,7 @@ def run_experiment(
             num_paths=paths,
             graph_draws=JointGraphDraws() if graph_draws == "joint" else StratifiedGraphDraws(),
             max_sets=max_sets,
+            outcome=config.outcome(),
         )
         for name in designs
     }
