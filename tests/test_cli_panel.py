@@ -199,7 +199,7 @@ def test_design_with_panel_outcomes_writes_the_contract(tmp_path):
         (["--outcome", "panel"], "give --observation-times T1,T2,... or --visits K"),
         (["--outcome", "panel", "--visits", "2", "--observation-times", "1"], "not allowed with"),
         (["--outcome", "panel", "--visits", "2", "--criterion", "eig"], "EIG cannot choose"),
-        (["--observation", "panel"], "--observation panel: designing from a panel history"),
+        (["--observation", "panel"], "--observation panel: give the panel history with --data"),
         (
             ["--target", "structure", "--outcome", "panel", "--visits", "2"],
             "available for --target parameters",
@@ -251,3 +251,42 @@ def test_run_parameters_with_panel_outcomes(tmp_path, capsys):
     structure = ["run", "structure", "--outcome", "panel", "--observation-times", "1"]
     assert main([*structure, "--out", str(tmp_path / "s"), "--no-progress"]) == 2
     assert "available for run parameters" in capsys.readouterr().err
+
+
+def test_design_from_a_panel_history(files, tmp_path, capsys):
+    """`design --observation panel`: parameters from the panel posterior (the library's
+    panel_rate_posterior and scores with the same key), structure from structural EM's
+    posterior; a history without one of the network's node columns is one line."""
+    panel, _, network = files
+    base = ["design", "--data", str(panel), "--observation", "panel", "--network", str(network)]
+    base += ["--initial-state", "A=0,B=0", "--duration", "3", "--samples", "3", "--seed", "0"]
+    out = tmp_path / "p.json"
+    assert main([*base, "--target", "parameters", "--criterion", "bhc", "--out", str(out)]) == 0
+    observations, _ = jc.panel.read_panel_csv(panel, TRUTH, bucketed=True)
+    posterior = eqx.filter_jit(jc.panel.panel_rate_posterior)(
+        jc.RatePosterior.for_model(TRUTH), observations
+    )
+    ref = jc.score_interventions(
+        posterior,
+        jc.intervention_space(TRUTH.cardinalities),
+        jnp.array([0, 0]),
+        3.0,
+        criterion=jc.BHC(),
+        key=jax.random.key(0),
+        num_samples=3,
+    )
+    got = [r["score"] for r in json.loads(out.read_text())["scores"]]
+    np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-12)
+    out = tmp_path / "s.json"
+    assert main([*base, "--target", "structure", "--criterion", "bhc", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert len(res["scores"]) == 9 and all(np.isfinite(r["score"]) for r in res["scores"])
+    missing = tmp_path / "missing.csv"
+    pd.read_csv(panel).drop(columns=["B"]).to_csv(missing, index=False)
+    bad = [*base, "--target", "parameters", "--out", str(tmp_path / "o.json")]
+    bad[2] = str(missing)
+    capsys.readouterr()
+    assert main(bad) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "'B'" in lines[0], lines
+    assert not (tmp_path / "o.json").exists()

@@ -33,11 +33,8 @@ def _cmd_design(args):
     from .._paths.csv import read_csv, trajectories_from_dataframe
     from .._paths.sufficient_statistics import SufficientStatistics
 
-    if args.observation == "panel":
-        raise ValueError(
-            "--observation panel: designing from a panel history is not available yet; give a "
-            "history of complete paths (--observation paths)."
-        )
+    if args.observation == "panel" and args.data is None:
+        raise ValueError("--observation panel: give the panel history with --data.")
     outcome = _outcome(args)
     if args.target == "structure":
         if outcome is not None:
@@ -58,7 +55,13 @@ def _cmd_design(args):
             "--alpha/--beta (the Nodelman prior and empirical Bayes are for structure learning)."
         )
     posterior = _jit(RatePosterior.for_model)(model, prior=_prior(args, model.num_nodes))
-    if args.data is not None:
+    if args.data is not None and args.observation == "panel":
+        from .._panel.csv import panel_from_dataframe
+        from .._panel.rate_posterior import panel_rate_posterior
+
+        observations, _ = panel_from_dataframe(read_csv(args.data), model, bucketed=True)
+        posterior = _jit(panel_rate_posterior)(posterior, observations)
+    elif args.data is not None:
         df = read_csv(args.data)
         traj, _ = trajectories_from_dataframe(df, model)
         stats = _jit(SufficientStatistics.from_trajectories)(
@@ -90,9 +93,7 @@ def _cmd_design(args):
 
 
 def _design_structure(args):
-    import jax
     import jax.numpy as jnp
-    import numpy as np
 
     from .._learning.structure_posterior import learn_structure
     from .._paths.csv import (
@@ -110,7 +111,8 @@ def _design_structure(args):
         nodes = dict(zip(model.names, model.cardinalities))
     else:
         # df is read here (the check above raises when --data and --network are both absent)
-        nodes = infer_cardinalities(df)  # pyright: ignore[reportArgumentType]
+        assert df is not None
+        nodes = infer_cardinalities(df, missing=args.observation == "panel")
     names, cards = list(nodes), tuple(nodes.values())
     N = len(names)
     max_parents = _max_parents(args.max_parents, N)
@@ -118,6 +120,16 @@ def _design_structure(args):
         extra = [c for c in df.columns if c not in RESERVED_COLUMNS and c not in nodes]
         if extra:
             raise ValueError(f"data: unknown node column(s) {extra}; the nodes are {names}.")
+    if df is not None and args.observation == "panel":
+        from .._panel.csv import panel_from_dataframe
+        from .._panel.structure import learn_structure_from_panels
+
+        observations, _ = panel_from_dataframe(df, nodes, bucketed=True)
+        posterior = learn_structure_from_panels(
+            observations, names, cards, max_parents=max_parents, prior=_prior(args, N)
+        ).posterior
+        return _rank_structure(args, posterior, names, cards)
+    if df is not None:
         traj, _ = trajectories_from_dataframe(df, nodes)
     else:  # no history: one empty trajectory contributes nothing
         from .._paths.sampling import Trajectories
@@ -133,6 +145,13 @@ def _design_structure(args):
             intervention_states=jnp.zeros((1, N), jnp.int32),
         )
     posterior = learn_structure(traj, names, cards, max_parents=max_parents, prior=_prior(args, N))
+    return _rank_structure(args, posterior, names, cards)
+
+
+def _rank_structure(args, posterior, names, cards):
+    import jax
+    import numpy as np
+
     eb = _empirical_bayes(args)
     if eb is not None:
         posterior = _jit(eb.fit)(posterior)

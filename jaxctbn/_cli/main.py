@@ -149,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--observation",
         choices=["paths", "panel"],
         default="paths",
-        help="how the history CSV was observed (as for learn/fit; panel histories: not yet)",
+        help="how the history CSV was observed (as for learn/fit): paths, or panel (the "
+        "posterior from smoothed expected statistics; structure: structural EM)",
     )
     _outcome_arguments(p)
     p.add_argument("--seed", type=_seed, required=True, help="0 <= S <= 2**63 - 1")
