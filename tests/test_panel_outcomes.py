@@ -196,3 +196,21 @@ def test_bad_times_are_refused():
     for bad in ([0.5, 0.5], [0.0, 1.0], [1.0, 0.5], [0.5, np.inf]):
         with pytest.raises(Exception, match="strictly increasing"):
             panel_kl_divergence(MODEL, OTHER, jnp.array([0, 0]), jnp.asarray(bad))
+
+
+def test_pairwise_kl_by_one_matrix_product_equals_pair_by_pair():
+    from jaxctbn._panel.outcome_law import pairwise_panel_law_kl, panel_law
+
+    rng = np.random.default_rng(4)
+    models = [_chain(rng.uniform(0.2, 2, 2), rng.uniform(0.2, 2, 4)) for _ in range(5)]
+    do_b = jc.Intervention(targets=jnp.array([False, True]), states=jnp.array([0, 1]))
+    for iv in (None, do_b):
+        laws = [panel_law(m, jnp.array([0, 0]), jnp.asarray(TIMES), iv) for m in models]
+        stack = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *laws)
+        a = jax.tree_util.tree_map(lambda x: x[:3], stack)
+        b = jax.tree_util.tree_map(lambda x: x[3:], stack)
+        got = jax.jit(pairwise_panel_law_kl)(a, b)
+        for i in range(3):
+            for j in range(2):
+                expected = _brute_force_kl(models[i], models[3 + j], [0, 0], TIMES, iv)
+                np.testing.assert_allclose(got[i, j], expected, rtol=1e-10)

@@ -263,8 +263,15 @@ class AbstractBoxHillCriterion(AbstractCriterion):
                     posterior, laws, variational_keys, initial_state, times, iv, carry
                 )
 
+            def refine(times, carry):
+                laws = draw_laws(draws, initial_state, times, iv)
+                return self.panel_search_refine(
+                    posterior, laws, variational_keys, initial_state, times, iv, carry
+                )
+
             best = optimise_visit_times(
                 surrogate,
+                refine,
                 posterior_log_kappa(posterior),
                 horizon,
                 outcome.size,
@@ -284,9 +291,9 @@ class AbstractBoxHillCriterion(AbstractCriterion):
     def panel_search_value(
         self, posterior, laws, variational_keys, initial_state, times, intervention, log_kappa
     ):
-        """`(value, log_kappa)`: the surrogate of the criterion that the visit-time search
-        ascends, differentiable in `times`, with a carry threaded through the search (here
-        the BHC, which the carry does not change)."""
+        """The surrogate of the criterion that the visit-time search ascends, differentiable
+        in `times`, at the variational parameters carried through the search (here the BHC:
+        the posterior's own)."""
         return panel_parameter_vbhc(
             posterior,
             laws,
@@ -295,7 +302,14 @@ class AbstractBoxHillCriterion(AbstractCriterion):
             initial_state,
             times,
             intervention,
-        ), log_kappa
+        )
+
+    def panel_search_refine(
+        self, posterior, laws, variational_keys, initial_state, times, intervention, log_kappa
+    ):
+        """The carried variational parameters before a step of the visit-time search (here
+        unchanged)."""
+        return log_kappa
 
     def score_structure(
         self,
@@ -360,17 +374,20 @@ class VBHC(AbstractBoxHillCriterion):
     def panel_search_value(
         self, posterior, laws, variational_keys, initial_state, times, intervention, log_kappa
     ):
-        """The VBHC at the variational parameters carried from the previous step, after a few
-        Adam steps on them at these times (warm start); its gradient in the times is taken at
-        those parameters (the envelope theorem at the inner minimum)."""
-        log_kappa = warm_vbhc_steps(
+        """The VBHC at the carried variational parameters; its gradient in the times is taken
+        at those parameters (the envelope theorem at the inner minimum)."""
+        return panel_parameter_vbhc(
             posterior, laws, log_kappa, variational_keys, initial_state, times, intervention
         )
-        log_kappa = jax.lax.stop_gradient(log_kappa)
-        value = panel_parameter_vbhc(
+
+    def panel_search_refine(
+        self, posterior, laws, variational_keys, initial_state, times, intervention, log_kappa
+    ):
+        """A few Adam steps on the carried variational parameters at these times (a warm
+        start of the inner minimisation)."""
+        return warm_vbhc_steps(
             posterior, laws, log_kappa, variational_keys, initial_state, times, intervention
         )
-        return value, log_kappa
 
     def panel_rate_value(
         self, posterior, laws, variational_keys, initial_state, times, intervention

@@ -34,7 +34,7 @@ from .._learning.optimisers import AbstractVBHCOptimiser, Adam
 from .._learning.posterior import RatePosterior
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import Intervention
-from .._panel.outcome_law import PanelLaw, panel_law, panel_law_kl
+from .._panel.outcome_law import PanelLaw, pairwise_panel_law_kl, panel_law
 
 #: The optimiser of the panel VBHC when the criterion names none (it has no closed form).
 PANEL_VBHC_OPTIMISER = Adam(learning_rate=0.1, steps=100)
@@ -98,8 +98,7 @@ def panel_parameter_vbhc(
     q = _variational(posterior, log_kappa)
     q_draws = jax.vmap(q.sample)(variational_keys)
     q_laws = draw_laws(q_draws, initial_state, times, intervention)
-    pairs = jax.vmap(lambda law: jax.vmap(lambda other: panel_law_kl(law, other))(q_laws))(laws)
-    return gamma_family_kl(q, posterior) + pairs.mean()
+    return gamma_family_kl(q, posterior) + pairwise_panel_law_kl(laws, q_laws).mean()
 
 
 def panel_parameter_vbhc_minimum(
@@ -242,7 +241,8 @@ def equal_spacing_logits(num_visits: int, fraction: float, dtype) -> Array:
 
 
 def optimise_visit_times(
-    value: Callable[[Array, Any], tuple[Array, Any]],
+    value: Callable[[Array, Any], Array],
+    refine: Callable[[Array, Any], Any],
     carry0,
     horizon: Array,
     num_visits: int,
@@ -250,30 +250,27 @@ def optimise_visit_times(
     steps: int,
     learning_rate: float,
 ) -> Array:
-    r"""Visit times after `steps` Adam ascent steps on `value(times, carry) -> (value, carry)`
-    over the logits of `visit_times_from_logits`, from the best (by `value` at `carry0`) of the
-    equally spaced schedules over $(0,f\tau]$, $f$ in `SEARCH_STARTS`; `carry` is threaded
-    through the steps (warm starts of an inner minimisation, which make values of different
-    steps incomparable: the last iterate is returned, and the caller compares it with equal
-    spacing on the exact criterion). A step whose gradient is not finite is skipped."""
+    r"""Visit times after `steps` Adam ascent steps on `value(times, carry)` over the logits of
+    `visit_times_from_logits`, from the best (by `value` at `carry0`) of the equally spaced
+    schedules over $(0,f\tau]$, $f$ in `SEARCH_STARTS`. Before each step `carry =
+    refine(times, carry)` (not differentiated: warm starts of an inner minimisation, which make
+    values of different steps incomparable, so the last iterate is returned and the caller
+    compares it with equal spacing on the exact criterion). A step whose gradient is not finite
+    is skipped."""
     import optax
 
     dtype = horizon.dtype
     opt = optax.adam(learning_rate)
     starts = jnp.stack([equal_spacing_logits(num_visits, f, dtype) for f in SEARCH_STARTS])
-    start_values = jax.vmap(lambda z: value(visit_times_from_logits(z, horizon), carry0)[0])(starts)
+    start_values = jax.vmap(lambda z: value(visit_times_from_logits(z, horizon), carry0))(starts)
     start_values = jnp.where(jnp.isfinite(start_values), start_values, -jnp.inf)
     z0 = starts[jnp.argmax(start_values)]
-
-    def loss(z, carry):
-        v, carry = value(visit_times_from_logits(z, horizon), carry)
-        return -v, carry
-
-    grad = jax.grad(loss, has_aux=True)
+    grad = jax.grad(lambda z, carry: -value(visit_times_from_logits(z, horizon), carry))
 
     def step(state, _):
         z, opt_state, carry = state
-        g, carry = grad(z, carry)
+        carry = refine(jax.lax.stop_gradient(visit_times_from_logits(z, horizon)), carry)
+        g = grad(z, carry)
         ok = jnp.all(jnp.isfinite(g))
         updates, new_state = opt.update(jnp.where(ok, g, 0), opt_state, z)
         z = jnp.where(ok, cast(Array, optax.apply_updates(z, updates)), z)
