@@ -140,7 +140,10 @@ _FREE_SETTINGS = ("designs", "repetitions")
 
 def _describe_differences(old: dict, new: dict) -> str:
     diffs = []
+    # a setting missing on either side (written before it existed, or not one of this kind of
+    # run's, e.g. the pool's outcome) holds its default
     old = {**_LATER_SETTINGS, **old}
+    new = {**_LATER_SETTINGS, **new}
     for key in sorted(set(old) | set(new)):
         if key in _FREE_SETTINGS or old.get(key) == new.get(key):
             continue
