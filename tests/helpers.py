@@ -167,3 +167,31 @@ def _replay_experiments(truth, result, horizon, key):
         )
 
     return jax.vmap(one)(path_keys, result.initial_states, result.targets, result.states)
+
+
+def brute_force_panel_kl(model, other, initial_state, times, intervention=None) -> float:
+    """KL between the laws of the state seen at `times` of two CTBNs started in the node
+    states `initial_state`: the sum over every outcome sequence Y of p(Y) ln p(Y)/p'(Y), with
+    scipy's expm of the dense generators of the intervened models (exponential in the number
+    of visits: small cases only)."""
+    import itertools
+
+    import scipy.linalg
+
+    if intervention is not None:
+        model, other = intervention.apply(model), intervention.apply(other)
+        initial_state = np.asarray(intervention.initial_states(jnp.asarray(initial_state)))
+    W, V = brute_force_generator(model), brute_force_generator(other)
+    s0 = int(np.ravel_multi_index(tuple(np.asarray(initial_state)), model.cardinalities))
+    gaps = np.diff(np.concatenate([[0.0], np.asarray(times, float)]))
+    P = [scipy.linalg.expm(h * W) for h in gaps]
+    Q = [scipy.linalg.expm(h * V) for h in gaps]
+    total = 0.0
+    for ys in itertools.product(range(W.shape[0]), repeat=len(gaps)):
+        p = q = 1.0
+        prev = s0
+        for k, y in enumerate(ys):
+            p, q, prev = p * P[k][prev, y], q * Q[k][prev, y], y
+        if p > 0:
+            total += p * np.log(p / q)
+    return total

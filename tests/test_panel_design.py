@@ -13,9 +13,8 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
-import scipy.linalg
 import scipy.optimize
-from helpers import brute_force_generator
+from helpers import brute_force_panel_kl
 
 import jaxctbn as jc
 from jaxctbn._criteria.panel_parameter import (
@@ -57,26 +56,6 @@ def _unbatch(models, i):
     return jax.tree_util.tree_map(lambda x: x[i], models)
 
 
-def _brute_force_panel_kl(model, other, start, times, intervention=None):
-    if intervention is not None:
-        model, other = intervention.apply(model), intervention.apply(other)
-        start = np.asarray(intervention.initial_states(jnp.asarray(start)))
-    W, V = brute_force_generator(model), brute_force_generator(other)
-    s0 = int(np.ravel_multi_index(tuple(np.asarray(start)), model.cardinalities))
-    gaps = np.diff(np.concatenate([[0.0], times]))
-    P = [scipy.linalg.expm(h * W) for h in gaps]
-    Q = [scipy.linalg.expm(h * V) for h in gaps]
-    total = 0.0
-    for ys in itertools.product(range(W.shape[0]), repeat=len(times)):
-        p = q = 1.0
-        prev = s0
-        for k, y in enumerate(ys):
-            p, q, prev = p * P[k][prev, y], q * Q[k][prev, y], y
-        if p > 0:
-            total += p * np.log(p / q)
-    return total
-
-
 def test_panel_bhc_is_the_pairwise_panel_kl_of_its_draws():
     key, N = jr.key(3), 3
     got = jc.score_interventions(
@@ -94,7 +73,7 @@ def test_panel_bhc_is_the_pairwise_panel_kl_of_its_draws():
         iv = _unbatch(CANDIDATES, c)
         expected = np.mean(
             [
-                _brute_force_panel_kl(
+                brute_force_panel_kl(
                     _unbatch(draws, s), _unbatch(q_draws, j), START, np.asarray(TIMES), iv
                 )
                 for s in range(N)
@@ -204,7 +183,7 @@ def test_visit_time_moves_where_a_grid_search_says(rate, interior):
     def bhc(t):
         return np.mean(
             [
-                _brute_force_panel_kl(_unbatch(draws, s), _unbatch(q_draws, j), [0], [t])
+                brute_force_panel_kl(_unbatch(draws, s), _unbatch(q_draws, j), [0], [t])
                 for s in range(N)
                 for j in range(N)
             ]

@@ -3,15 +3,13 @@ brute-force enumeration of every outcome sequence with scipy's `expm`, under jit
 (finite differences in the rates and the times); the data-processing inequalities against the
 complete-path KL (maths §2); the sampler and the log-likelihood against the exact law."""
 
-import itertools
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg
-from helpers import brute_force_generator
+from helpers import brute_force_generator, brute_force_panel_kl
 
 import jaxctbn as jc
 from jaxctbn._panel.outcome_law import (
@@ -35,31 +33,6 @@ def _chain(rates_a, rates_b, parents=((), (0,))):
     return jc.CTBN(cims=cims, parents=parents, names=("A", "B"))
 
 
-def _brute_force_kl(model, other, initial_state, times, intervention=None):
-    """sum over every outcome sequence Y of p(Y) ln p(Y)/p'(Y), with scipy's expm of the dense
-    generators of the intervened models."""
-    if intervention is not None:
-        model, other = intervention.apply(model), intervention.apply(other)
-        initial_state = np.asarray(intervention.initial_states(jnp.asarray(initial_state)))
-    W, V = brute_force_generator(model), brute_force_generator(other)
-    cards = model.cardinalities
-    s0 = int(np.ravel_multi_index(tuple(initial_state), cards))
-    gaps = np.diff(np.concatenate([[0.0], times]))
-    P = [scipy.linalg.expm(h * W) for h in gaps]
-    Q = [scipy.linalg.expm(h * V) for h in gaps]
-    total = 0.0
-    for ys in itertools.product(range(W.shape[0]), repeat=len(times)):
-        p = q = 1.0
-        prev = s0
-        for k, y in enumerate(ys):
-            p *= P[k][prev, y]
-            q *= Q[k][prev, y]
-            prev = y
-        if p > 0:
-            total += p * np.log(p / q)
-    return total
-
-
 MODEL = _chain([0.4, 1.1], [0.3, 2.0, 1.5, 0.2])
 OTHER = _chain([1.3, 0.5], [0.9, 0.4, 0.6, 1.7])
 # another graph over the same nodes: A <- B, B alone
@@ -76,7 +49,7 @@ def test_panel_kl_matches_brute_force_enumeration():
         (OTHER, do_a, [0, 1]),
     ]:
         got = kl(MODEL, other, jnp.asarray(state), jnp.asarray(TIMES), intervention=iv)
-        expected = _brute_force_kl(MODEL, other, state, TIMES, iv)
+        expected = brute_force_panel_kl(MODEL, other, state, TIMES, iv)
         np.testing.assert_allclose(got, expected, rtol=1e-10)
     assert float(kl(MODEL, MODEL, jnp.array([0, 0]), jnp.asarray(TIMES))) == pytest.approx(0)
     # vmap over pairs of models and over time grids
@@ -86,7 +59,7 @@ def test_panel_kl_matches_brute_force_enumeration():
     )
     np.testing.assert_allclose(
         both,
-        [_brute_force_kl(MODEL, OTHER, [0, 0], TIMES), 0.0],
+        [brute_force_panel_kl(MODEL, OTHER, [0, 0], TIMES), 0.0],
         rtol=1e-10,
         atol=1e-14,
     )
@@ -101,7 +74,7 @@ def test_panel_kl_matches_brute_force_enumeration():
     )
     np.testing.assert_allclose(
         kl(three, other3, jnp.array([0, 1, 0]), jnp.array([0.7, 1.9])),
-        _brute_force_kl(three, other3, [0, 1, 0], np.array([0.7, 1.9])),
+        brute_force_panel_kl(three, other3, [0, 1, 0], np.array([0.7, 1.9])),
         rtol=1e-10,
     )
 
@@ -212,5 +185,5 @@ def test_pairwise_kl_by_one_matrix_product_equals_pair_by_pair():
         got = jax.jit(pairwise_panel_law_kl)(a, b)
         for i in range(3):
             for j in range(2):
-                expected = _brute_force_kl(models[i], models[3 + j], [0, 0], TIMES, iv)
+                expected = brute_force_panel_kl(models[i], models[3 + j], [0, 0], TIMES, iv)
                 np.testing.assert_allclose(got[i, j], expected, rtol=1e-10)

@@ -30,6 +30,7 @@ from .observations import (
     _check_concrete,
     _checked,
     _padded_arrays,
+    check_sequences,
 )
 
 #: The most buckets the grouping makes (each is one more compiled shape).
@@ -112,13 +113,7 @@ class PanelBuckets(eqx.Module):
         [`jaxctbn.panel.PanelObservations.from_sequences`][] takes them; `intervention`: one per
         trajectory (leading axis `R`) or one shared. The trajectories are grouped by length into
         at most `max_buckets` buckets (see `bucket_rows`)."""
-        if len(times) != len(states) or not times:
-            raise ValueError(
-                f"times, states: need one array per trajectory each, got {len(times)} and "
-                f"{len(states)}."
-            )
-        if exact_entry is not None and len(exact_entry) != len(times):
-            raise ValueError(f"exact_entry: need one array per trajectory ({len(times)}).")
+        check_sequences(times, states, exact_entry)
         lengths = np.asarray([len(np.asarray(t)) for t in times])
         groups = bucket_rows(lengths, max_buckets=max_buckets)
         R = len(times)

@@ -139,13 +139,7 @@ class PanelObservations(eqx.Module):
     ) -> "PanelObservations":
         """A batch from one array of times `(O_r,)` and of states `(O_r, N)` per trajectory (and
         optionally of exact-entry flags `(O_r,)`), padded to the longest."""
-        if len(times) != len(states) or not times:
-            raise ValueError(
-                f"times, states: need one array per trajectory each, got {len(times)} and "
-                f"{len(states)}."
-            )
-        if exact_entry is not None and len(exact_entry) != len(times):
-            raise ValueError(f"exact_entry: need one array per trajectory ({len(times)}).")
+        check_sequences(times, states, exact_entry)
         T, Y, E, lengths = _padded_arrays(times, states, exact_entry, range(len(times)))
         return cls(
             T,
@@ -163,6 +157,17 @@ class PanelObservations(eqx.Module):
         trajectory, time and node when the arrays are concrete, otherwise an `eqx.error_if` on
         the returned states (which every result is computed from)."""
         return _checked(self, model, emissions)
+
+
+def check_sequences(times, states, exact_entry) -> None:
+    """One array of times, of states and (optionally) of exact-entry flags per trajectory."""
+    if len(times) != len(states) or not times:
+        raise ValueError(
+            f"times, states: need one array per trajectory each, got {len(times)} and "
+            f"{len(states)}."
+        )
+    if exact_entry is not None and len(exact_entry) != len(times):
+        raise ValueError(f"exact_entry: need one array per trajectory ({len(times)}).")
 
 
 def _padded_arrays(times, states, exact_entry, rows) -> tuple[np.ndarray, ...]:
