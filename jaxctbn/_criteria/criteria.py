@@ -37,12 +37,15 @@ from .outcomes import AbstractOutcome, CompletePath, Panel
 from .panel_parameter import (
     PANEL_VBHC_OPTIMISER,
     PanelDesign,
+    Variational,
     draw_laws,
     optimise_visit_times,
+    panel_parameter_bhc,
     panel_parameter_eig,
     panel_parameter_vbhc,
     panel_parameter_vbhc_minimum,
     posterior_log_kappa,
+    posterior_variational_draws,
     warm_vbhc_steps,
 )
 from .parameter import (
@@ -167,7 +170,7 @@ class AbstractBoxHillCriterion(AbstractCriterion):
 
     @abc.abstractmethod
     def panel_rate_value(
-        self, posterior: RatePosterior, laws, variational_keys, initial_state, times, intervention
+        self, posterior: RatePosterior, laws, variational, initial_state, times, intervention
     ) -> Float[Array, ""]:
         """The criterion of one candidate with a panel outcome, from the panel laws of the
         posterior draws (maths §7)."""
@@ -242,15 +245,17 @@ class AbstractBoxHillCriterion(AbstractCriterion):
         key_draws, key_variational = jr.split(key)
         draws = posterior_draws(posterior, key_draws, num_samples)
         variational_keys = jr.split(key_variational, num_samples)
+        variational = Variational(
+            keys=variational_keys,
+            at_posterior=posterior_variational_draws(posterior, variational_keys),
+        )
         dtype = posterior.alpha[0].dtype
         horizon = jnp.asarray(horizon, dtype)
 
         def one(iv):
             def value(times):
                 laws = draw_laws(draws, initial_state, times, iv)
-                return self.panel_rate_value(
-                    posterior, laws, variational_keys, initial_state, times, iv
-                )
+                return self.panel_rate_value(posterior, laws, variational, initial_state, times, iv)
 
             if outcome.times is not None:
                 times = outcome.visit_times(horizon, dtype)
@@ -260,13 +265,13 @@ class AbstractBoxHillCriterion(AbstractCriterion):
             def surrogate(times, carry):
                 laws = draw_laws(draws, initial_state, times, iv)
                 return self.panel_search_value(
-                    posterior, laws, variational_keys, initial_state, times, iv, carry
+                    posterior, laws, variational, initial_state, times, iv, carry
                 )
 
             def refine(times, carry):
                 laws = draw_laws(draws, initial_state, times, iv)
                 return self.panel_search_refine(
-                    posterior, laws, variational_keys, initial_state, times, iv, carry
+                    posterior, laws, variational, initial_state, times, iv, carry
                 )
 
             best = optimise_visit_times(
@@ -289,23 +294,17 @@ class AbstractBoxHillCriterion(AbstractCriterion):
         return PanelDesign(scores=scores, times=times, equally_spaced_scores=equal_scores)
 
     def panel_search_value(
-        self, posterior, laws, variational_keys, initial_state, times, intervention, log_kappa
+        self, posterior, laws, variational, initial_state, times, intervention, log_kappa
     ):
         """The surrogate of the criterion that the visit-time search ascends, differentiable
         in `times`, at the variational parameters carried through the search (here the BHC:
         the posterior's own)."""
-        return panel_parameter_vbhc(
-            posterior,
-            laws,
-            posterior_log_kappa(posterior),
-            variational_keys,
-            initial_state,
-            times,
-            intervention,
+        return panel_parameter_bhc(
+            posterior, laws, variational.at_posterior, initial_state, times, intervention
         )
 
     def panel_search_refine(
-        self, posterior, laws, variational_keys, initial_state, times, intervention, log_kappa
+        self, posterior, laws, variational, initial_state, times, intervention, log_kappa
     ):
         """The carried variational parameters before a step of the visit-time search (here
         unchanged)."""
@@ -372,29 +371,27 @@ class VBHC(AbstractBoxHillCriterion):
         return structure_vbhc_minimise(posterior, divergences, self.optimiser)[0]
 
     def panel_search_value(
-        self, posterior, laws, variational_keys, initial_state, times, intervention, log_kappa
+        self, posterior, laws, variational, initial_state, times, intervention, log_kappa
     ):
         """The VBHC at the carried variational parameters; its gradient in the times is taken
         at those parameters (the envelope theorem at the inner minimum)."""
         return panel_parameter_vbhc(
-            posterior, laws, log_kappa, variational_keys, initial_state, times, intervention
+            posterior, laws, log_kappa, variational.keys, initial_state, times, intervention
         )
 
     def panel_search_refine(
-        self, posterior, laws, variational_keys, initial_state, times, intervention, log_kappa
+        self, posterior, laws, variational, initial_state, times, intervention, log_kappa
     ):
         """A few Adam steps on the carried variational parameters at these times (a warm
         start of the inner minimisation)."""
         return warm_vbhc_steps(
-            posterior, laws, log_kappa, variational_keys, initial_state, times, intervention
+            posterior, laws, log_kappa, variational.keys, initial_state, times, intervention
         )
 
-    def panel_rate_value(
-        self, posterior, laws, variational_keys, initial_state, times, intervention
-    ):
+    def panel_rate_value(self, posterior, laws, variational, initial_state, times, intervention):
         optimiser = PANEL_VBHC_OPTIMISER if self.optimiser is None else self.optimiser
         return panel_parameter_vbhc_minimum(
-            posterior, laws, variational_keys, initial_state, times, intervention, optimiser
+            posterior, laws, variational.keys, initial_state, times, intervention, optimiser
         )[0]
 
 
@@ -417,17 +414,9 @@ class BHC(AbstractBoxHillCriterion):
     def structure_value(self, posterior, divergences):
         return structure_bhc(posterior, divergences)
 
-    def panel_rate_value(
-        self, posterior, laws, variational_keys, initial_state, times, intervention
-    ):
-        return panel_parameter_vbhc(
-            posterior,
-            laws,
-            posterior_log_kappa(posterior),
-            variational_keys,
-            initial_state,
-            times,
-            intervention,
+    def panel_rate_value(self, posterior, laws, variational, initial_state, times, intervention):
+        return panel_parameter_bhc(
+            posterior, laws, variational.at_posterior, initial_state, times, intervention
         )
 
 

@@ -97,8 +97,41 @@ def panel_parameter_vbhc(
     Differentiable in `log_kappa` and `times`."""
     q = _variational(posterior, log_kappa)
     q_draws = jax.vmap(q.sample)(variational_keys)
+    return _vbhc_of_draws(posterior, q, laws, q_draws, initial_state, times, intervention)
+
+
+def _vbhc_of_draws(posterior, q, laws, q_draws, initial_state, times, intervention):
     q_laws = draw_laws(q_draws, initial_state, times, intervention)
     return gamma_family_kl(q, posterior) + pairwise_panel_law_kl(laws, q_laws).mean()
+
+
+class Variational(eqx.Module):
+    r"""The keys of the reparameterised draws from $q_\kappa$, and those draws at
+    $q_\kappa$ = the posterior (shared by every candidate: the BHC's)."""
+
+    keys: PRNGKeyArray
+    at_posterior: AbstractCTBN
+
+
+def posterior_variational_draws(posterior: RatePosterior, keys: PRNGKeyArray) -> AbstractCTBN:
+    r"""The reparameterised draws at $q_\kappa$ = the posterior (the same numbers as inside
+    `panel_parameter_vbhc` at `posterior_log_kappa(posterior)`)."""
+    q = _variational(posterior, posterior_log_kappa(posterior))
+    return jax.vmap(q.sample)(keys)
+
+
+def panel_parameter_bhc(
+    posterior: RatePosterior,
+    laws: PanelLaw,
+    q_draws: AbstractCTBN,
+    initial_state: ArrayLike,
+    times: Array,
+    intervention: Intervention | None,
+) -> Float[Array, ""]:
+    r"""`panel_parameter_vbhc` at $q_\kappa$ = the posterior, from its draws drawn once
+    (`posterior_variational_draws`) rather than per candidate."""
+    q = _variational(posterior, posterior_log_kappa(posterior))
+    return _vbhc_of_draws(posterior, q, laws, q_draws, initial_state, times, intervention)
 
 
 def panel_parameter_vbhc_minimum(
