@@ -47,22 +47,7 @@ def _sequences(seed=0, lengths=LENGTHS):
 def _buckets_by_hand(padded: jc.panel.PanelObservations, groups):
     """The trajectories of a padded flat batch in the given groups (rows in a scrambled order),
     each padded only to its own longest."""
-    m = np.asarray(padded.num_observations)
-    buckets = []
-    for rows in groups:
-        w = int(m[rows].max())
-        intervention = padded.intervention
-        if intervention is not None:
-            intervention = jax.tree_util.tree_map(lambda x: np.asarray(x)[rows], intervention)
-        buckets.append(
-            jc.panel.PanelObservations(
-                np.asarray(padded.times)[rows, :w],
-                np.asarray(padded.states)[rows, :w],
-                num_observations=m[rows],
-                intervention=intervention,
-            )
-        )
-    return jc.panel.PanelBuckets(buckets, np.concatenate(groups))
+    return jc.panel.PanelBuckets.from_observations(padded, groups=groups)
 
 
 GROUPS = [np.array([5, 0, 10, 2, 7, 4, 11, 8, 1, 6]), np.array([9, 3])]

@@ -137,14 +137,23 @@ class PanelBuckets(eqx.Module):
 
     @classmethod
     def from_observations(
-        cls, observations: PanelObservations, *, max_buckets: int = MAX_BUCKETS
+        cls,
+        observations: PanelObservations,
+        *,
+        max_buckets: int = MAX_BUCKETS,
+        groups: Sequence[Any] | None = None,
     ) -> "PanelBuckets":
-        """The trajectories of a concrete flat batch, regrouped by their number of
-        observations."""
+        """The trajectories of a concrete flat batch, regrouped by their number of observations
+        (`bucket_rows`), or into the given `groups` (the indices of each bucket's trajectories,
+        every trajectory once), each bucket cut to its own longest."""
         if not isinstance(observations, PanelObservations) or len(observations.batch_shape) != 1:
             raise ValueError("observations: expected a flat batch of PanelObservations.")
         m = np.asarray(observations.num_observations)
-        groups = bucket_rows(m, max_buckets=max_buckets)
+        if groups is None:
+            groups = bucket_rows(m, max_buckets=max_buckets)
+        groups = [np.asarray(g, np.int32).reshape(-1) for g in groups]
+        if any(g.size == 0 for g in groups):
+            raise ValueError("groups: every bucket needs at least one trajectory.")
         buckets = []
         for rows in groups:
             width = int(m[rows].max())
@@ -289,16 +298,6 @@ def as_flat_buckets(
             lambda x: jnp.reshape(x, (R,) + jnp.shape(x)[len(batch) :]), observations
         ),
     )
-
-
-def gather_rows(observations: PanelObservations | PanelBuckets, per_bucket: Sequence[Any]) -> Any:
-    """Per-trajectory results of `as_flat_buckets(observations)` back in the shape and order
-    of `observations` (batch axes restored, or the buckets' given order)."""
-    if isinstance(observations, PanelBuckets):
-        return observations.gather(per_bucket)
-    batch = observations.batch_shape
-    (out,) = per_bucket
-    return jax.tree_util.tree_map(lambda x: jnp.reshape(x, batch + jnp.shape(x)[1:]), out)
 
 
 def split_rows(

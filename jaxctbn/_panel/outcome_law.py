@@ -82,37 +82,12 @@ def panel_law(
     return PanelLaw(transitions=P, visit_marginals=before)
 
 
-def _row_kl(P: Array, Q: Array) -> Array:
-    r"""$\mathrm{KL}(P(s,\cdot)\|Q(s,\cdot))$ per row, with $0\ln0=0$; infinite where $Q$ is 0
-    and $P$ is not."""
-    positive = P > 0
-    safe_P = jnp.where(positive, P, 1)
-    safe_Q = jnp.where(positive, Q, 1)
-    terms = jnp.where(positive, P * (jnp.log(safe_P) - jnp.log(safe_Q)), 0)
-    return terms.sum(-1)
-
-
-def panel_law_kl(law: PanelLaw, other: PanelLaw) -> Float[Array, ""]:
-    r"""$\sum_k\sum_sp_{t_{k-1}}(s)\,\mathrm{KL}(P_k(s,\cdot)\|P'_k(s,\cdot))$ between two
-    laws of the same experiment (same start, times and intervention); raises inside jit when
-    not finite."""
-    terms = jnp.einsum("ks,ks->", law.visit_marginals, _row_kl(law.transitions, other.transitions))
-    kl = jnp.maximum(terms, 0)  # >= 0 exactly; rounding can leave -1e-17
-    return eqx.error_if(
-        kl,
-        ~jnp.isfinite(kl),
-        "panel KL divergence: not finite: the second model gives probability 0 to an outcome "
-        "that the first can produce (a structural zero or a perfect intervention that differ, "
-        "or an underflow of a transition probability).",
-    )
-
-
 def pairwise_panel_law_kl(laws: PanelLaw, others: PanelLaw) -> Float[Array, "draws other_draws"]:
-    r"""`panel_law_kl` of every pair of a batch of laws `(A,)` and another `(B,)`, `(A, B)`, by
-    one matrix product: with $J_a(k,x,y)=p^a_{t_{k-1}}(x)P^a_k(x,y)$,
-    $\mathrm{KL}_{ab}=\sum J_a\ln P^a-\sum J_a\ln P^b$, the logarithms taken once per law (the
-    same numbers as `panel_law_kl` pair by pair, to rounding; tested). Raises inside jit when a
-    pair is not finite (law $b$ gives probability 0 to a transition law $a$ can make)."""
+    r"""The panel KL of every pair of a batch of laws `(A,)` and another `(B,)`, `(A, B)`, by one
+    matrix product: with $J_a(k,x,y)=p^a_{t_{k-1}}(x)P^a_k(x,y)$, the chain rule gives
+    $\mathrm{KL}_{ab}=\sum J_a\ln P^a-\sum J_a\ln P^b$, the logarithms taken once per law
+    (tested pair by pair against enumeration). Raises inside jit when a pair is not finite (law
+    $b$ gives probability 0 to a transition law $a$ can make)."""
     joint = laws.visit_marginals[..., :, None] * laws.transitions  # (A, K, S, S)
     A, B = joint.shape[0], others.transitions.shape[0]
     joint = joint.reshape(A, -1)
@@ -154,10 +129,10 @@ def panel_kl_divergence(
     and works under `jit` and `vmap`. Raises (inside jit) when the divergence is not finite:
     `other` gives probability 0 to an outcome `model` can produce (a structural zero, or an
     exponential that underflows)."""
-    return panel_law_kl(
-        panel_law(model, initial_state, times, intervention),
-        panel_law(other, initial_state, times, intervention),
-    )
+    one = lambda law: jax.tree_util.tree_map(lambda x: x[None], law)  # noqa: E731
+    law = panel_law(model, initial_state, times, intervention)
+    other_law = panel_law(other, initial_state, times, intervention)
+    return pairwise_panel_law_kl(one(law), one(other_law))[0, 0]
 
 
 def sample_panel_outcome(
