@@ -38,3 +38,13 @@ from ._criteria.criteria import panel_design_scores as panel_design_scores
 from ._criteria.panel_parameter import PanelDesign as PanelDesign
 from ._criteria.panel_parameter import panel_parameter_eig as panel_parameter_eig
 from ._criteria.panel_parameter import panel_parameter_vbhc as panel_parameter_vbhc
+from ._criteria.panel_structure import PanelStructureDraws as PanelStructureDraws
+from ._criteria.panel_structure import PanelStructureEIGDraws as PanelStructureEIGDraws
+from ._criteria.panel_structure import panel_structure_bhc as panel_structure_bhc
+from ._criteria.panel_structure import panel_structure_divergences as panel_structure_divergences
+from ._criteria.panel_structure import panel_structure_draws as panel_structure_draws
+from ._criteria.panel_structure import panel_structure_eig as panel_structure_eig
+from ._criteria.panel_structure import panel_structure_eig_draws as panel_structure_eig_draws
+from ._criteria.panel_structure import (
+    panel_structure_vbhc_minimum as panel_structure_vbhc_minimum,
+)

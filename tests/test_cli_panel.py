@@ -200,10 +200,6 @@ def test_design_with_panel_outcomes_writes_the_contract(tmp_path):
         (["--outcome", "panel", "--visits", "2", "--observation-times", "1"], "not allowed with"),
         (["--outcome", "panel", "--visits", "2", "--criterion", "eig"], "EIG cannot choose"),
         (["--observation", "panel"], "--observation panel: give the panel history with --data"),
-        (
-            ["--target", "structure", "--outcome", "panel", "--visits", "2"],
-            "available for --target parameters",
-        ),
     ],
 )
 def test_design_panel_outcome_errors_are_one_line(extra, message, tmp_path, capsys):
@@ -248,9 +244,46 @@ def test_run_parameters_with_panel_outcomes(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
         assert not bad.exists()
-    structure = ["run", "structure", "--outcome", "panel", "--observation-times", "1"]
-    assert main([*structure, "--out", str(tmp_path / "s"), "--no-progress"]) == 2
-    assert "available for run parameters" in capsys.readouterr().err
+
+
+def test_structure_design_and_run_with_panel_outcomes(tmp_path, capsys):
+    """Structure learning with panel outcomes on the command line: `design --target structure
+    --outcome panel` gives the library's scores with the same key (and with --visits each
+    candidate's times, never below equal spacing); `run structure --outcome panel` records the
+    outcome and learns from the visits (structural EM)."""
+    net = tmp_path / "net.json"
+    net.write_text(json.dumps(TRUTH.to_dict()))
+    base = ["design", "--target", "structure", "--network", str(net), "--criterion", "bhc"]
+    base += ["--initial-state", "A=0,B=0", "--duration", "3", "--samples", "3", "--seed", "0"]
+    out = tmp_path / "rank.json"
+    assert main([*base, "--outcome", "panel", "--observation-times", "1,3", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["outcome"] == {"type": "panel", "observation_times": [1.0, 3.0]}
+    prior = jc.StructurePosterior.from_prior(TRUTH.names, TRUTH.cardinalities, max_parents=1)
+    ref = jc.score_interventions(
+        prior,
+        jc.intervention_space(TRUTH.cardinalities),
+        jnp.array([0, 0]),
+        3.0,
+        criterion=jc.BHC(),
+        key=jax.random.key(0),
+        num_samples=3,
+        outcome=jc.criteria.Panel(jnp.array([1.0, 3.0])),
+    )
+    np.testing.assert_allclose([r["score"] for r in res["scores"]], ref, rtol=1e-9, atol=1e-12)
+    out = tmp_path / "visits.json"
+    assert main([*base, "--outcome", "panel", "--visits", "2", "--out", str(out)]) == 0
+    for entry in json.loads(out.read_text())["scores"]:
+        assert len(entry["observation_times"]) == 2
+        assert entry["score"] >= entry["score_equally_spaced"]
+    run = ["run", "structure", "--network", str(net), "--designs", "passive,bhc"]
+    run += ["--repetitions", "1", "--experiments", "2", "--samples", "2", "--chunk", "1"]
+    run += ["--outcome", "panel", "--observation-times", "1,3", "--no-progress"]
+    assert main([*run, "--out", str(tmp_path / "s")]) == 0
+    config = json.loads((tmp_path / "s" / "config.json").read_text())
+    assert config["outcome"] == {"type": "panel", "observation_times": [1.0, 3.0]}
+    df = pd.read_csv(tmp_path / "s" / "metrics.csv", keep_default_na=False)
+    assert len(df) == 2 * 3 and np.isfinite(df.entropy).all()
 
 
 def test_design_from_a_panel_history(files, tmp_path, capsys):

@@ -233,7 +233,23 @@ def test_bad_panel_outcomes_are_refused():
             **kwargs,
         )
     structure = jc.StructurePosterior.from_prior(NAMES, CARDS, max_parents=1)
-    with pytest.raises(ValueError, match="Panel outcomes are not supported for structure"):
+    with pytest.raises(ValueError, match="panel structure criteria use exact panel"):
         jc.score_interventions(
-            structure, CANDIDATES, START, HORIZON, outcome=jc.criteria.Panel(TIMES), **kwargs
+            structure,
+            CANDIDATES,
+            START,
+            HORIZON,
+            criterion=jc.BHC(estimator=jc.MonteCarlo(4)),
+            outcome=jc.criteria.Panel(TIMES),
+            **kwargs,
+        )
+    with pytest.raises(ValueError, match="EIG cannot choose visit times"):
+        jc.score_interventions(
+            structure,
+            CANDIDATES,
+            START,
+            HORIZON,
+            criterion=jc.EIG(),
+            outcome=jc.criteria.Panel(num_visits=2),
+            **kwargs,
         )

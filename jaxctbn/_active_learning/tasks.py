@@ -21,6 +21,7 @@ from .._learning.structure_posterior import StructurePosterior
 from .._model.ctbn import CTBN
 from .._panel.observations import observe_paths
 from .._panel.rate_posterior import panel_rate_posterior
+from .._panel.structure import panel_structure_posterior
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import SufficientStatistics
 from .metrics import adjacency_from_parents, edge_aupr, edge_auroc, structural_hamming_distance
@@ -28,6 +29,29 @@ from .metrics import adjacency_from_parents, edge_aupr, edge_auroc, structural_h
 
 def _as_batch(path: Trajectories) -> Trajectories:
     return jax.tree_util.tree_map(lambda a: a[None], path)
+
+
+def _check_outcome(outcome, panel_iterations) -> None:
+    if not isinstance(outcome, AbstractOutcome):
+        raise ValueError(f"outcome: expected CompletePath() or Panel(times), got {outcome!r}.")
+    if isinstance(outcome, Panel) and outcome.times is None:
+        raise ValueError(
+            "outcome: the loop observes every experiment at given visit times; use "
+            "Panel(times) (visits chosen per candidate, Panel(num_visits=K), are for "
+            "panel_design_scores)."
+        )
+    if (
+        isinstance(panel_iterations, bool)
+        or not isinstance(panel_iterations, int)
+        or (panel_iterations < 1)
+    ):
+        raise ValueError(f"panel_iterations: expected an integer >= 1, got {panel_iterations!r}.")
+
+
+def _observed_panel(outcome: Panel, path: Trajectories, dtype):
+    """The simulated path seen at time 0 and at the outcome's visit times."""
+    times = jnp.concatenate([jnp.zeros((1,), dtype), outcome.visit_times(path.durations, dtype)])
+    return observe_paths(_as_batch(path), times)
 
 
 class AbstractLearningTask(eqx.Module):
@@ -60,12 +84,20 @@ class StructureLearningTask(AbstractLearningTask):
     edge AUROC and AUPR of the posterior edge marginals against the true graph, structural
     Hamming distance of the MAP graph, and the entropy of the structure posterior (nats). The
     truth needs at least 2 nodes, one edge and one absent edge (else AUROC/AUPR are undefined);
-    other truths are refused here with a `ValueError`."""
+    other truths are refused here with a `ValueError`.
+
+    `outcome` (keyword-only): what each experiment reveals, [`jaxctbn.criteria.CompletePath`][]
+    (default) or [`jaxctbn.criteria.Panel`][]`(times)`: the simulated path seen at time 0 and at
+    the visit times only, the posterior updated by
+    [`jaxctbn.panel.panel_structure_posterior`][] (structural EM from the history,
+    `panel_iterations` steps; maths §7). Give the design the same outcome."""
 
     truth: CTBN
     max_parents: int = eqx.field(static=True, kw_only=True)
     prior: AbstractPrior = eqx.field(default=GammaPrior(), kw_only=True)
     empirical_bayes: EmpiricalBayes | None = eqx.field(default=None, kw_only=True)
+    outcome: AbstractOutcome = eqx.field(default=COMPLETE_PATH, kw_only=True)
+    panel_iterations: int = eqx.field(default=10, static=True, kw_only=True)
     metric_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "auroc": ("AUROC", "higher"),
         "aupr": ("AUPR", "higher"),
@@ -91,6 +123,7 @@ class StructureLearningTask(AbstractLearningTask):
             raise ValueError(
                 f"max_parents must be in 0..{self.truth.num_nodes - 1}, got {self.max_parents}."
             )
+        _check_outcome(self.outcome, self.panel_iterations)
 
     def initial_posterior(self) -> StructurePosterior:
         prior = self.prior
@@ -104,8 +137,16 @@ class StructureLearningTask(AbstractLearningTask):
         )
 
     def update(self, posterior: StructurePosterior, path: Trajectories) -> StructurePosterior:
-        new = family_statistics(_as_batch(path), posterior.cardinalities, posterior.parent_sets)
-        posterior = posterior.update(new)
+        if isinstance(self.outcome, Panel):
+            dtype = posterior.statistics.dwell_times[0].dtype
+            posterior = panel_structure_posterior(
+                posterior,
+                _observed_panel(self.outcome, path, dtype),
+                iterations=self.panel_iterations,
+            )
+        else:
+            new = family_statistics(_as_batch(path), posterior.cardinalities, posterior.parent_sets)
+            posterior = posterior.update(new)
         if self.empirical_bayes is not None:
             posterior = self.empirical_bayes.fit(posterior)
         return posterior
@@ -148,35 +189,14 @@ class ParameterLearningTask(AbstractLearningTask):
                 f"prior: parameter learning takes a GammaPrior(alpha, beta), got {self.prior!r}."
             )
         check_prior(self.prior, self.truth.num_nodes)
-        if not isinstance(self.outcome, AbstractOutcome):
-            raise ValueError(
-                f"outcome: expected CompletePath() or Panel(times), got {self.outcome!r}."
-            )
-        if isinstance(self.outcome, Panel) and self.outcome.times is None:
-            raise ValueError(
-                "outcome: the loop observes every experiment at given visit times; use "
-                "Panel(times) (visits chosen per candidate, Panel(num_visits=K), are for "
-                "panel_design_scores)."
-            )
-        if (
-            isinstance(self.panel_iterations, bool)
-            or not isinstance(self.panel_iterations, int)
-            or self.panel_iterations < 1
-        ):
-            raise ValueError(
-                f"panel_iterations: expected an integer >= 1, got {self.panel_iterations!r}."
-            )
+        _check_outcome(self.outcome, self.panel_iterations)
 
     def initial_posterior(self) -> RatePosterior:
         return RatePosterior.for_model(self.truth, prior=self.prior)
 
     def update(self, posterior: RatePosterior, path: Trajectories) -> RatePosterior:
         if isinstance(self.outcome, Panel):
-            dtype = posterior.beta[0].dtype
-            times = jnp.concatenate(
-                [jnp.zeros((1,), dtype), self.outcome.visit_times(path.durations, dtype)]
-            )
-            observations = observe_paths(_as_batch(path), times)
+            observations = _observed_panel(self.outcome, path, posterior.beta[0].dtype)
             return panel_rate_posterior(posterior, observations, iterations=self.panel_iterations)
         stats = SufficientStatistics.from_trajectories(
             _as_batch(path), posterior.cardinalities, posterior.parents

@@ -26,8 +26,6 @@ def _criterion(name: str, paths: int, box_hill: dict):
 
 
 def _cmd_design(args):
-    import jax
-    import numpy as np
 
     from .._learning.posterior import RatePosterior
     from .._paths.csv import read_csv, trajectories_from_dataframe
@@ -37,12 +35,7 @@ def _cmd_design(args):
         raise ValueError("--observation panel: give the panel history with --data.")
     outcome = _outcome(args)
     if args.target == "structure":
-        if outcome is not None:
-            raise ValueError(
-                "--outcome panel: available for --target parameters so far (structure learning "
-                "with panel outcomes is not yet)."
-            )
-        return _design_structure(args)
+        return _design_structure(args, outcome)
     if args.network is None:
         raise ValueError(
             "--network: required with --target parameters (the known graph, a network JSON)."
@@ -69,30 +62,40 @@ def _cmd_design(args):
         )
         posterior = _jit(RatePosterior.update_with)(posterior, stats)
     space = _candidates(args.interventions, model.cardinalities)
+    _rank(args, posterior, space, list(model.names), init, initial, outcome)
+
+
+def _rank(args, posterior, space, names, init, initial, outcome):
+    """Score `space` for the next experiment and write the ranking: with a panel outcome and a
+    Box-Hill criterion through `panel_design_scores` (the visit times chosen with `--visits`)."""
+    import jax
+    import numpy as np
+
     key = jax.random.key(args.seed)
     if outcome is not None and args.criterion != "eig":
         from .._criteria.criteria import panel_design_scores
 
+        options = {}
+        if args.target == "structure":
+            options = _box_hill_options(args, len(names))
         design = panel_design_scores(
             posterior,
             space,
             initial,
             args.duration,
             outcome=outcome,
-            criterion=_criterion(args.criterion, args.paths, {}),
+            criterion=_criterion(args.criterion, args.paths, options),
             key=key,
             num_samples=args.samples,
         )
         design = jax.tree_util.tree_map(np.asarray, design)
-        _write_ranking(
-            args, design.scores, space, list(model.names), init, args.duration, panel=design
-        )
+        _write_ranking(args, design.scores, space, names, init, args.duration, panel=design)
         return
     scores = _score_space(posterior, space, initial, args.duration, key, args, outcome)
-    _write_ranking(args, np.asarray(scores), space, list(model.names), init, args.duration)
+    _write_ranking(args, np.asarray(scores), space, names, init, args.duration)
 
 
-def _design_structure(args):
+def _design_structure(args, outcome):
     import jax.numpy as jnp
 
     from .._learning.structure_posterior import learn_structure
@@ -128,7 +131,7 @@ def _design_structure(args):
         posterior = learn_structure_from_panels(
             observations, names, cards, max_parents=max_parents, prior=_prior(args, N)
         ).posterior
-        return _rank_structure(args, posterior, names, cards)
+        return _rank_structure(args, posterior, names, cards, outcome)
     if df is not None:
         traj, _ = trajectories_from_dataframe(df, nodes)
     else:  # no history: one empty trajectory contributes nothing
@@ -145,13 +148,10 @@ def _design_structure(args):
             intervention_states=jnp.zeros((1, N), jnp.int32),
         )
     posterior = learn_structure(traj, names, cards, max_parents=max_parents, prior=_prior(args, N))
-    return _rank_structure(args, posterior, names, cards)
+    return _rank_structure(args, posterior, names, cards, outcome)
 
 
-def _rank_structure(args, posterior, names, cards):
-    import jax
-    import numpy as np
-
+def _rank_structure(args, posterior, names, cards, outcome):
     eb = _empirical_bayes(args)
     if eb is not None:
         posterior = _jit(eb.fit)(posterior)
@@ -159,9 +159,7 @@ def _rank_structure(args, posterior, names, cards):
 
     init, initial = _initial_state(args.initial_state, names, cards)
     space = _candidates(args.interventions, cards)
-    key = jax.random.key(args.seed)
-    scores = _score_space(posterior, space, initial, args.duration, key, args)
-    _write_ranking(args, np.asarray(scores), space, names, init, args.duration)
+    _rank(args, posterior, space, names, init, initial, outcome)
 
 
 def _box_hill_options(args, num_nodes: int) -> dict:

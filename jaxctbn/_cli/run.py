@@ -163,11 +163,6 @@ def _cmd_run(args):
             raise ValueError("--outcome: run pool replays the recorded visits (no --outcome).")
         return _cmd_run_pool(args)
     if args.outcome == "panel":
-        if args.target != "parameters":
-            raise ValueError(
-                "--outcome panel: available for run parameters so far (structure learning with "
-                "panel outcomes is not yet)."
-            )
         if args.visits is not None:
             raise ValueError(
                 "--visits: choosing visit times per candidate inside run is not available yet; "

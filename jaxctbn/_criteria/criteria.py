@@ -48,6 +48,14 @@ from .panel_parameter import (
     posterior_variational_draws,
     warm_vbhc_steps,
 )
+from .panel_structure import (
+    panel_structure_bhc,
+    panel_structure_divergences,
+    panel_structure_draws,
+    panel_structure_eig,
+    panel_structure_eig_draws,
+    panel_structure_vbhc_minimum,
+)
 from .parameter import (
     design_statistics,
     parameter_bhc,
@@ -102,8 +110,46 @@ def _check_complete_path(outcome, target: str = "") -> None:
         where = f" for {target}" if target else ""
         raise ValueError(
             f"outcome: {type(outcome).__name__} outcomes are not supported{where} by this "
-            "criterion yet; use CompletePath(), or Panel with the parameter criteria."
+            "criterion yet; use CompletePath() or Panel(...)."
         )
+
+
+def _panel_design(
+    candidates: Intervention,
+    horizon: Array,
+    outcome: Panel,
+    batching: AbstractBatching,
+    value,
+    surrogate,
+    refine,
+    carry0,
+) -> PanelDesign:
+    """Every candidate's panel score `value(iv, times)`: at the outcome's given times, or at its
+    own best times (the search ascends `surrogate(iv, times, carry)`, `carry` updated by
+    `refine` before each step, from `carry0`), kept only where better than equal spacing."""
+    dtype = horizon.dtype
+
+    def one(iv):
+        if outcome.times is not None:
+            times = outcome.visit_times(horizon, dtype)
+            v = value(iv, times)
+            return v, times, v
+        best = optimise_visit_times(
+            lambda times, carry: surrogate(iv, times, carry),
+            lambda times, carry: refine(iv, times, carry),
+            carry0,
+            horizon,
+            outcome.size,
+            steps=outcome.steps,
+            learning_rate=outcome.learning_rate,
+        )
+        equal = outcome.equally_spaced(horizon, dtype)
+        v_best, v_equal = jax.vmap(lambda times: value(iv, times))(jnp.stack([best, equal]))
+        pick = jnp.isfinite(v_best) & (v_best > v_equal)
+        return jnp.where(pick, v_best, v_equal), jnp.where(pick, best, equal), v_equal
+
+    scores, times, equal_scores = batching.map(one, candidates)
+    return PanelDesign(scores=scores, times=times, equally_spaced_scores=equal_scores)
 
 
 class AbstractCriterion(eqx.Module):
@@ -174,6 +220,11 @@ class AbstractBoxHillCriterion(AbstractCriterion):
     ) -> Float[Array, ""]:
         """The criterion of one candidate with a panel outcome, from the panel laws of the
         posterior draws (maths §7)."""
+
+    @abc.abstractmethod
+    def panel_structure_value(self, divergences: Array) -> Float[Array, ""]:
+        """The structure criterion of one candidate with a panel outcome, from the coupled
+        panel divergences $D_{st}$ `(S, T)` (maths §7)."""
 
     def score_rates(
         self,
@@ -249,49 +300,76 @@ class AbstractBoxHillCriterion(AbstractCriterion):
             keys=variational_keys,
             at_posterior=posterior_variational_draws(posterior, variational_keys),
         )
-        dtype = posterior.alpha[0].dtype
+        horizon = jnp.asarray(horizon, posterior.alpha[0].dtype)
+
+        def value(iv, times):
+            laws = draw_laws(draws, initial_state, times, iv)
+            return self.panel_rate_value(posterior, laws, variational, initial_state, times, iv)
+
+        def surrogate(iv, times, carry):
+            laws = draw_laws(draws, initial_state, times, iv)
+            return self.panel_search_value(
+                posterior, laws, variational, initial_state, times, iv, carry
+            )
+
+        def refine(iv, times, carry):
+            laws = draw_laws(draws, initial_state, times, iv)
+            return self.panel_search_refine(
+                posterior, laws, variational, initial_state, times, iv, carry
+            )
+
+        return _panel_design(
+            candidates,
+            horizon,
+            outcome,
+            Vmap() if batching is None else batching,
+            value,
+            surrogate,
+            refine,
+            posterior_log_kappa(posterior),
+        )
+
+    def panel_design_structure(
+        self,
+        posterior: StructurePosterior,
+        candidates: Intervention,
+        initial_state: ArrayLike,
+        horizon: ArrayLike,
+        *,
+        key: PRNGKeyArray,
+        num_samples: int,
+        batching: AbstractBatching | None,
+        outcome: Panel,
+    ) -> PanelDesign:
+        """Structure learning's [`PanelDesign`][jaxctbn.criteria.PanelDesign]: the coupled
+        panel divergences of [`jaxctbn.criteria.panel_structure_draws`][] (maths §7), the visit
+        times ascended on the criterion itself."""
+        if not isinstance(self.estimator, PlugIn):
+            raise ValueError(
+                "estimator: the panel structure criteria use exact panel divergences; use the "
+                "default PlugIn()."
+            )
+        if self.max_sets is not None:
+            posterior = posterior.truncated(self.max_sets)
+        systematic = getattr(self.graph_draws, "systematic", True)
+        draws = panel_structure_draws(posterior, key, num_samples, systematic=systematic)
+        dtype = posterior.statistics.dwell_times[0].dtype
         horizon = jnp.asarray(horizon, dtype)
 
-        def one(iv):
-            def value(times):
-                laws = draw_laws(draws, initial_state, times, iv)
-                return self.panel_rate_value(posterior, laws, variational, initial_state, times, iv)
+        def value(iv, times):
+            divergences = panel_structure_divergences(draws, initial_state, times, iv)
+            return self.panel_structure_value(divergences)
 
-            if outcome.times is not None:
-                times = outcome.visit_times(horizon, dtype)
-                v = value(times)
-                return v, times, v
-
-            def surrogate(times, carry):
-                laws = draw_laws(draws, initial_state, times, iv)
-                return self.panel_search_value(
-                    posterior, laws, variational, initial_state, times, iv, carry
-                )
-
-            def refine(times, carry):
-                laws = draw_laws(draws, initial_state, times, iv)
-                return self.panel_search_refine(
-                    posterior, laws, variational, initial_state, times, iv, carry
-                )
-
-            best = optimise_visit_times(
-                surrogate,
-                refine,
-                posterior_log_kappa(posterior),
-                horizon,
-                outcome.size,
-                steps=outcome.steps,
-                learning_rate=outcome.learning_rate,
-            )
-            equal = outcome.equally_spaced(horizon, dtype)
-            v_best, v_equal = jax.vmap(value)(jnp.stack([best, equal]))
-            pick = jnp.isfinite(v_best) & (v_best > v_equal)
-            return jnp.where(pick, v_best, v_equal), jnp.where(pick, best, equal), v_equal
-
-        scores, times, equal_scores = (Vmap() if batching is None else batching).map(
-            one, candidates
+        return _panel_design(
+            candidates,
+            horizon,
+            outcome,
+            Chunked(STRUCTURE_CHUNK) if batching is None else batching,
+            value,
+            lambda iv, times, carry: value(iv, times),
+            lambda iv, times, carry: carry,
+            jnp.zeros((), dtype),
         )
-        return PanelDesign(scores=scores, times=times, equally_spaced_scores=equal_scores)
 
     def panel_search_value(
         self, posterior, laws, variational, initial_state, times, intervention, log_kappa
@@ -323,6 +401,17 @@ class AbstractBoxHillCriterion(AbstractCriterion):
         batching,
         outcome=COMPLETE_PATH,
     ):
+        if isinstance(outcome, Panel):
+            return self.panel_design_structure(
+                posterior,
+                candidates,
+                initial_state,
+                horizon,
+                key=key,
+                num_samples=num_samples,
+                batching=batching,
+                outcome=outcome,
+            ).scores
         _check_complete_path(outcome, "structure learning")
         if self.max_sets is not None:
             posterior = posterior.truncated(self.max_sets)
@@ -388,6 +477,11 @@ class VBHC(AbstractBoxHillCriterion):
             posterior, laws, log_kappa, variational.keys, initial_state, times, intervention
         )
 
+    def panel_structure_value(self, divergences):
+        """Minimised in closed form over the drawn alternative graphs (`optimiser` is not
+        used)."""
+        return panel_structure_vbhc_minimum(divergences)
+
     def panel_rate_value(self, posterior, laws, variational, initial_state, times, intervention):
         optimiser = PANEL_VBHC_OPTIMISER if self.optimiser is None else self.optimiser
         return panel_parameter_vbhc_minimum(
@@ -414,10 +508,19 @@ class BHC(AbstractBoxHillCriterion):
     def structure_value(self, posterior, divergences):
         return structure_bhc(posterior, divergences)
 
+    def panel_structure_value(self, divergences):
+        return panel_structure_bhc(divergences)
+
     def panel_rate_value(self, posterior, laws, variational, initial_state, times, intervention):
         return panel_parameter_bhc(
             posterior, laws, variational.at_posterior, initial_state, times, intervention
         )
+
+
+_EIG_TIMES = (
+    "outcome: the EIG cannot choose visit times (its Monte Carlo outcomes are not "
+    "differentiable in them); give Panel(times=...) or choose the times with the BHC or VBHC."
+)
 
 
 class EIG(AbstractCriterion):
@@ -462,11 +565,7 @@ class EIG(AbstractCriterion):
     ):
         if isinstance(outcome, Panel):
             if outcome.times is None:
-                raise ValueError(
-                    "outcome: the EIG cannot choose visit times (its Monte Carlo outcomes are "
-                    "not differentiable in them); give Panel(times=...) or choose the times "
-                    "with the BHC or VBHC."
-                )
+                raise ValueError(_EIG_TIMES)
             key_outer, key_inner, key_paths = jr.split(key, 3)
             draws = posterior_draws(posterior, key_outer, num_samples)
             inner = posterior_draws(posterior, key_inner, self.num_inner)
@@ -514,6 +613,21 @@ class EIG(AbstractCriterion):
         batching,
         outcome=COMPLETE_PATH,
     ):
+        if isinstance(outcome, Panel):
+            if outcome.times is None:
+                raise ValueError(_EIG_TIMES)
+            key_draws, key_paths = jr.split(key)
+            draws = panel_structure_eig_draws(posterior, key_draws, num_samples, self.num_inner)
+            times = outcome.visit_times(horizon, posterior.statistics.dwell_times[0].dtype)
+
+            def panel_eig(iv):
+                return panel_structure_eig(
+                    draws, initial_state, times, iv, key=key_paths, num_paths=self.num_paths
+                )
+
+            return (Chunked(STRUCTURE_CHUNK) if batching is None else batching).map(
+                panel_eig, candidates
+            )
         _check_complete_path(outcome, "structure learning")
         key_draws, key_paths = jr.split(key)
         draws = structure_draws(posterior, key_draws, num_samples)
@@ -615,12 +729,12 @@ def panel_design_scores(
     r"""[`jaxctbn.score_interventions`][] with a panel outcome, and what it chose: every
     candidate's score, its visit times (its own best times with `Panel(num_visits=K)`, from
     equal spacing; else the given times) and its score at equally spaced visits, as a
-    [`jaxctbn.criteria.PanelDesign`][] (maths §7). Parameter learning with
+    [`jaxctbn.criteria.PanelDesign`][] (maths §7). Parameter or structure learning with
     [`jaxctbn.BHC`][] or [`jaxctbn.VBHC`][]; arguments as for `score_interventions`."""
-    if not isinstance(posterior, RatePosterior):
+    if not isinstance(posterior, RatePosterior | StructurePosterior):
         raise ValueError(
-            "posterior: panel designs are available for parameter learning (a RatePosterior) "
-            "so far."
+            "posterior: expected a RatePosterior or StructurePosterior, got "
+            f"{type(posterior).__name__}."
         )
     if not isinstance(outcome, Panel):
         raise ValueError(f"outcome: expected a Panel(...), got {outcome!r}.")
@@ -631,8 +745,12 @@ def panel_design_scores(
         )
     if not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}.")
-    return criterion.panel_design_rates(
-        posterior,
+    if isinstance(posterior, StructurePosterior):
+        design = criterion.panel_design_structure
+    else:
+        design = criterion.panel_design_rates
+    return design(
+        posterior,  # pyright: ignore[reportArgumentType]  (the method matches the posterior)
         candidates,
         initial_state,
         horizon,

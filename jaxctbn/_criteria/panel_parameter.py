@@ -34,7 +34,13 @@ from .._learning.optimisers import AbstractVBHCOptimiser, Adam
 from .._learning.posterior import RatePosterior
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import Intervention
-from .._panel.outcome_law import PanelLaw, pairwise_panel_law_kl, panel_law
+from .._panel.outcome_law import (
+    PanelLaw,
+    law_log_likelihood,
+    pairwise_panel_law_kl,
+    panel_law,
+    sample_law_outcome,
+)
 
 #: The optimiser of the panel VBHC when the criterion names none (it has no closed form).
 PANEL_VBHC_OPTIMISER = Adam(learning_rate=0.1, steps=100)
@@ -225,27 +231,11 @@ def panel_parameter_eig(
     inner = draw_laws(inner_draws, initial_state, times, intervention)
     S = laws.transitions.shape[0]
     keys = jr.split(key, (S, num_paths))
-    K = laws.transitions.shape[1]
-
-    def outcome(law: PanelLaw, k):
-        # the start is known (a point mass); then one categorical draw per visit
-        s0 = jnp.argmax(law.visit_marginals[0])
-
-        def step(s, inputs):
-            P_k, kk = inputs
-            nxt = jr.categorical(kk, jnp.log(P_k[s]))
-            return nxt, (s, nxt)
-
-        _, (before, after) = jax.lax.scan(step, s0, (law.transitions, jr.split(k, K)))
-        return before, after
-
-    def log_likelihood(law: PanelLaw, before, after):
-        return jnp.log(law.transitions[jnp.arange(K), before, after]).sum()
 
     def gain(law, k):
-        before, after = outcome(law, k)
-        own = log_likelihood(law, before, after)
-        others = jax.vmap(lambda other: log_likelihood(other, before, after))(inner)
+        before, after = sample_law_outcome(law, k)
+        own = law_log_likelihood(law, before, after)
+        others = jax.vmap(lambda other: law_log_likelihood(other, before, after))(inner)
         J = others.shape[0]
         return own - (jax.nn.logsumexp(others) - jnp.log(J))
 

@@ -101,9 +101,9 @@ class ExperimentConfig(eqx.Module):
     results only by rounding), `max_events` (jump buffer of a simulated trajectory; default
     `None`: sized from the truth's exit rates and the horizon, see
     [`jaxctbn.run_active_learning`][]; a path that overflows it is an error, never cut),
-    `observation_times` (parameter learning: each experiment seen only at time 0 and these
-    visit times, a panel outcome, which the designs score and the posterior learns from, maths
-    §7; default `None`: the whole path), `interventions` (the candidates: `"all"` the paper's whole [`jaxctbn.intervention_space`][],
+    `observation_times` (each experiment seen only at time 0 and these visit times, a panel
+    outcome, which the designs score and the posterior learns from, maths §7; default `None`:
+    the whole path), `interventions` (the candidates: `"all"` the paper's whole [`jaxctbn.intervention_space`][],
     `"single"` the [`jaxctbn.single_node_interventions`][], default `"auto"` =
     [`jaxctbn.internal.design_space`][]: all up to 4096 members, single-node beyond), `graph_draws`
     (structure (V)BHC: `"stratified"`, `"joint"` or `"auto"`, the default) and `max_sets`
@@ -194,11 +194,6 @@ class ExperimentConfig(eqx.Module):
             self.initial_state_policy.check((2,) * N, PAPER_NAMES)
         if self.observation_times is not None:
             times = tuple(float(t) for t in self.observation_times)
-            if self.target != "parameters":
-                raise ValueError(
-                    "observation_times: panel outcomes are available for parameter learning so "
-                    "far (structure learning with panel outcomes is not yet)."
-                )
             if (
                 not times
                 or not all(0 < t < math.inf for t in times)

@@ -112,6 +112,7 @@ def run_experiment(
             max_parents=max_parents,
             prior=config.prior,
             empirical_bayes=config.empirical_bayes,
+            outcome=config.outcome(),
         )
     else:
         assert isinstance(config.prior, GammaPrior)  # checked by ExperimentConfig

@@ -135,6 +135,28 @@ def panel_kl_divergence(
     return pairwise_panel_law_kl(one(law), one(other_law))[0, 0]
 
 
+def sample_law_outcome(law: PanelLaw, key: PRNGKeyArray) -> tuple[Array, Array]:
+    """One outcome of a panel law whose start is a known state (a point mass): `(before,
+    after)`, the global states before and after each visit's transition `(K,)` each (`after`
+    is the outcome)."""
+    K = law.transitions.shape[0]
+    s0 = jnp.argmax(law.visit_marginals[0])
+
+    def step(s, inputs):
+        P_k, k = inputs
+        nxt = jr.categorical(k, jnp.log(P_k[s]))
+        return nxt, (s, nxt)
+
+    _, (before, after) = jax.lax.scan(step, s0, (law.transitions, jr.split(key, K)))
+    return before, after
+
+
+def law_log_likelihood(law: PanelLaw, before: Array, after: Array) -> Float[Array, ""]:
+    r"""$\sum_k\ln P_k(y_{k-1},y_k)$ of the transitions `before` $\to$ `after` under `law`."""
+    K = law.transitions.shape[0]
+    return jnp.log(law.transitions[jnp.arange(K), before, after]).sum()
+
+
 def sample_panel_outcome(
     model: AbstractCTBN,
     initial_state: ArrayLike,

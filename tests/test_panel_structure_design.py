@@ -1,0 +1,255 @@
+"""Structure design with panel outcomes (maths §7): the coupled divergences against brute-force
+enumeration of the outcome sequences (scipy `expm`), the coupling itself (a node whose parent set
+is unchanged keeps its rates), the EIG against an independent numpy computation of $I(G;Y)$ by
+enumerating the graphs and the outcomes with high-sample averages over the rates, the order
+EIG <= VBHC <= BHC, and the visit-time search never below equal spacing."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from helpers import brute_force_panel_kl
+
+import jaxctbn as jc
+
+jax.config.update("jax_enable_x64", True)
+
+NAMES, CARDS = ("A", "B"), (2, 2)
+PRIOR = jc.GammaPrior(2.0, 1.0)
+START = jnp.array([0, 0])
+TIMES = jnp.array([0.7, 2.0])
+# none, do(A=1)
+CANDIDATES = jc.Intervention(
+    targets=jnp.array([[False, False], [True, False]]),
+    states=jnp.array([[0, 0], [1, 0]]),
+)
+
+
+def _posterior():
+    """A posterior that is unsure about the graph: B's rates learned with A clamped to 0 (which
+    cannot tell whether A is B's parent: both sets score the same), A's parents unknown."""
+    truth = jc.CTBN(
+        cims=[
+            jnp.array([[[-1.0, 1.0], [1.0, -1.0]]]),
+            jnp.array([[[-0.2, 0.2], [2.0, -2.0]], [[-2.0, 2.0], [0.2, -0.2]]]),
+        ],
+        parents=((), (0,)),
+        names=NAMES,
+    )
+    do_a0 = jc.Intervention.perfect(truth, {"A": 0})
+    paths = jc.sample_trajectories(
+        truth, START, 5.0, key=jr.key(0), num_trajectories=4, intervention=do_a0
+    )
+    prior = jc.StructurePosterior.from_prior(NAMES, CARDS, max_parents=1, prior=PRIOR)
+    return prior.update(jc.internal.family_statistics(paths, CARDS, prior.parent_sets))
+
+
+def _unbatch(tree, *index):
+    return jax.tree_util.tree_map(lambda x: x[index], tree)
+
+
+def _as_ctbn(padded, posterior, indices):
+    sets = [
+        tuple(int(p) for p in np.asarray(posterior.parent_sets[n][i]) if p >= 0)
+        for n, i in enumerate(np.asarray(indices))
+    ]
+    cims = [np.asarray(padded.cims[n])[: 2 ** len(sets[n])] for n in range(2)]
+    return jc.CTBN(cims=[jnp.asarray(c) for c in cims], parents=tuple(sets), names=NAMES)
+
+
+def test_coupled_divergences_are_exact_panel_kls_and_zero_for_the_same_graph():
+    post = _posterior()
+    draws = jc.criteria.panel_structure_draws(post, jr.key(1), 6)
+    D = np.asarray(jax.jit(jc.criteria.panel_structure_divergences)(draws, START, TIMES, None))
+    idx, alt = np.asarray(draws.indices), np.asarray(draws.alternative_indices)
+    same = (idx[:, None, :] == alt[None, :, :]).all(-1)
+    assert same.any() and (~same).any()
+    np.testing.assert_allclose(D[same], 0.0, atol=1e-12)
+    checked = 0
+    for s, t in itertools.product(range(6), range(6)):
+        if same[s, t] or checked >= 4:
+            continue
+        model = _as_ctbn(_unbatch(draws.models, s), post, idx[s])
+        other = _as_ctbn(_unbatch(draws.alternatives, s, t), post, alt[t])
+        # the coupling: a node whose parent set is the same in both keeps its rates
+        for n in range(2):
+            if idx[s, n] == alt[t, n]:
+                np.testing.assert_array_equal(model.cims[n], other.cims[n])
+        want = brute_force_panel_kl(model, other, START, TIMES)
+        np.testing.assert_allclose(D[s, t], want, rtol=1e-9, atol=1e-13)
+        checked += 1
+    assert checked == 4
+
+
+def _numpy_transitions(post, graph, clamp, times, num_rates, rng):
+    """Per visit, the transition matrices `(num_rates, 4, 4)` of `num_rates` numpy Gamma draws
+    of the rates given the graph (a parent-set index per node) and the history, under the
+    clamped nodes `clamp`, by numpy's batched eigendecomposition of the generators."""
+    alpha, beta = float(PRIOR.alpha), float(PRIOR.beta)
+    cims = []
+    for n, i in enumerate(graph):
+        parents = [int(p) for p in np.asarray(post.parent_sets[n][i]) if p >= 0]
+        U = 2 ** len(parents)
+        M = np.asarray(post.statistics.transitions[n][i])[:U]  # (U, 2, 2)
+        T = np.asarray(post.statistics.dwell_times[n][i])[:U]  # (U, 2)
+        up = rng.gamma(alpha + M[:, 0, 1], 1 / (beta + T[:, 0]), size=(num_rates, U))
+        down = rng.gamma(alpha + M[:, 1, 0], 1 / (beta + T[:, 1]), size=(num_rates, U))
+        cims.append((up, down, parents))
+    W = np.zeros((num_rates, 4, 4))
+    for a, b in itertools.product(range(2), range(2)):
+        s = a * 2 + b
+        for n, (up, down, parents) in enumerate(cims):
+            if clamp[n]:
+                continue
+            u = (a, b)[parents[0]] if parents else 0
+            rate = (up if (a, b)[n] == 0 else down)[:, u]
+            t = (1 - a) * 2 + b if n == 0 else a * 2 + (1 - b)
+            W[:, s, t] += rate
+            W[:, s, s] -= rate
+    lam, V = np.linalg.eig(W)  # random rates give distinct eigenvalues
+    Vinv = np.linalg.inv(V)
+    gaps = np.diff(np.concatenate([[0.0], np.asarray(times)]))
+    return [np.real(np.einsum("rij,rj,rjk->rik", V, np.exp(h * lam), Vinv)) for h in gaps]
+
+
+def _graphs(post):
+    """Every graph (a parent-set index per node) and its posterior probability."""
+    log_post = [np.asarray(lp) for lp in post.log_posterior()]
+    graphs = list(itertools.product(*(range(len(lp)) for lp in log_post)))
+    return graphs, np.array([np.exp(sum(lp[i] for lp, i in zip(log_post, g))) for g in graphs])
+
+
+def _numpy_structure_eig(post, intervention, times, num_rates=20_000, seed=0):
+    """I(G; Y) by enumeration: every graph (4), every outcome sequence (4^K), p(Y | G) averaged
+    over `num_rates` numpy Gamma draws of the rates given G."""
+    rng = np.random.default_rng(seed)
+    clamp = np.asarray(intervention.targets)
+    start = np.where(clamp, np.asarray(intervention.states), np.asarray(START))
+    s0 = int(start[0] * 2 + start[1])
+    graphs, weights = _graphs(post)
+    laws = []
+    for graph in graphs:
+        P = _numpy_transitions(post, graph, clamp, times, num_rates, rng)
+        probs = []
+        for ys in itertools.product(range(4), repeat=len(P)):
+            p, prev = np.ones(num_rates), s0
+            for k, y in enumerate(ys):
+                p, prev = p * P[k][:, prev, y], y
+            probs.append(p.mean())
+        laws.append(np.array(probs))
+    laws = np.array(laws)
+    marginal = weights @ laws
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(laws > 0, laws * np.log(laws / marginal), 0.0)
+    return float(weights @ terms.sum(1))
+
+
+def test_structure_eig_against_enumeration_and_the_bounds_above_it():
+    post = _posterior()
+    outcome = jc.criteria.Panel(TIMES)
+    score = jax.jit(
+        lambda criterion, n: jc.score_interventions(
+            post,
+            CANDIDATES,
+            START,
+            3.0,
+            criterion=criterion,
+            key=jr.key(2),
+            num_samples=n,
+            outcome=outcome,
+            batching=jc.Vmap(),
+        ),
+        static_argnums=(0, 1),
+    )
+    eig = np.asarray(score(jc.EIG(num_paths=20, num_inner=300), 400))
+    bhc = np.asarray(score(jc.BHC(), 60))
+    vbhc = np.asarray(score(jc.VBHC(), 60))
+    for c in range(2):
+        iv = _unbatch(CANDIDATES, c)
+        exact = _numpy_structure_eig(post, iv, TIMES)
+        # 0.072 and 0.177 nats; the nested Monte Carlo estimate's standard deviation at this
+        # size is about 0.005 and 0.01 (measured over six keys)
+        assert exact > 0.05
+        assert abs(eig[c] - exact) < 0.15 * exact + 0.005, (c, eig[c], exact)
+        assert bhc[c] >= vbhc[c] >= exact, (c, bhc[c], vbhc[c], exact)
+
+
+def test_structure_visit_times_never_below_equal_spacing():
+    post = _posterior()
+    design = jax.jit(
+        lambda: jc.criteria.panel_design_scores(
+            post,
+            CANDIDATES,
+            START,
+            3.0,
+            outcome=jc.criteria.Panel(num_visits=2, steps=10),
+            criterion=jc.VBHC(),
+            key=jr.key(3),
+            num_samples=8,
+        )
+    )()
+    scores, equal = np.asarray(design.scores), np.asarray(design.equally_spaced_scores)
+    assert np.all(scores >= equal) and np.all(np.isfinite(scores))
+    times = np.asarray(design.times)
+    assert np.all(np.diff(times, axis=1) > 0) and np.all((times > 0) & (times <= 3.0 + 1e-9))
+    # the score at the chosen times is the criterion at those times
+    again = jc.score_interventions(
+        post,
+        _unbatch(CANDIDATES, slice(0, 1)),
+        START,
+        3.0,
+        criterion=jc.VBHC(),
+        key=jr.key(3),
+        num_samples=8,
+        outcome=jc.criteria.Panel(jnp.asarray(times[0])),
+    )
+    np.testing.assert_allclose(float(again[0]), scores[0], rtol=1e-10)
+
+
+def test_panel_structure_posterior_against_the_exact_graph_posterior():
+    # three panels of a free experiment (A moves, so B's dependence on A shows) seen at 0.7 and
+    # 2.0; the exact p(G | H, Y) ∝ p(G | H) E[prod_r p(Y_r | G, rates) | G, H] with 40,000
+    # numpy draws of the rates per graph, against structural EM from the history
+    post = _posterior()
+    truth = jc.CTBN(
+        cims=[
+            jnp.array([[[-1.0, 1.0], [1.0, -1.0]]]),
+            jnp.array([[[-0.2, 0.2], [2.0, -2.0]], [[-2.0, 2.0], [0.2, -0.2]]]),
+        ],
+        parents=((), (0,)),
+        names=NAMES,
+    )
+    paths = jc.sample_trajectories(truth, START, 2.0, key=jr.key(5), num_trajectories=3)
+    grid = jnp.concatenate([jnp.zeros(1), TIMES])
+    observations = jc.panel.observe_paths(paths, grid)
+    updated = jax.jit(jc.panel.panel_structure_posterior)(post, observations)
+    got = np.asarray(updated.edge_marginals())
+    ys = np.asarray(observations.states)[:, 1:] @ np.array([2, 1])  # global states at the visits
+    rng = np.random.default_rng(1)
+    graphs, weights = _graphs(post)
+    evidence = []
+    for graph in graphs:
+        P = _numpy_transitions(post, graph, np.zeros(2, bool), TIMES, 40_000, rng)
+        like = np.ones(40_000)
+        for y in ys:
+            prev = 0
+            for k, state in enumerate(y):
+                like, prev = like * P[k][:, prev, state], state
+        evidence.append(like.mean())
+    exact = weights * np.array(evidence)
+    exact /= exact.sum()
+    edges = np.zeros((2, 2))
+    for graph, w in zip(graphs, exact):
+        for n, i in enumerate(graph):
+            for p in np.asarray(post.parent_sets[n][i]):
+                if p >= 0:
+                    edges[p, n] += w
+    print("exact", edges[0, 1], edges[1, 0], "structural EM", got[0, 1], got[1, 0])
+    # the data speak: B's parent A gains (0.5 before) and the approximation follows, but
+    # overconfidently (measured: exact 0.84, structural EM 0.99; the imputation under the MAP
+    # graph favours that graph, maths §7)
+    assert edges[0, 1] > 0.7 and got[0, 1] > edges[0, 1], (edges, got)
+    assert got[0, 1] - edges[0, 1] < 0.2, (edges, got)
+    np.testing.assert_allclose(got[1, 0], edges[1, 0], atol=0.15)
