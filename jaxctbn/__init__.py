@@ -68,6 +68,7 @@ from ._criteria.batching import Vmap as Vmap
 from ._criteria.kl_estimators import AbstractKLEstimator as AbstractKLEstimator
 from ._criteria.kl_estimators import MonteCarlo as MonteCarlo
 from ._criteria.kl_estimators import PlugIn as PlugIn
+from ._criteria.kl_estimators import RateCoupling as RateCoupling
 from ._learning.optimisers import AbstractVBHCOptimiser as AbstractVBHCOptimiser
 from ._learning.optimisers import Adam as Adam
 from ._learning.optimisers import LBFGS as LBFGS

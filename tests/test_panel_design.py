@@ -233,7 +233,7 @@ def test_bad_panel_outcomes_are_refused():
             **kwargs,
         )
     structure = jc.StructurePosterior.from_prior(NAMES, CARDS, max_parents=1)
-    with pytest.raises(ValueError, match="panel structure criteria use exact panel"):
+    with pytest.raises(ValueError, match="panel structure criteria take PlugIn"):
         jc.score_interventions(
             structure,
             CANDIDATES,

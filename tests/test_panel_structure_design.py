@@ -2,7 +2,9 @@
 enumeration of the outcome sequences (scipy `expm`), the coupling itself (a node whose parent set
 is unchanged keeps its rates), the EIG against an independent numpy computation of $I(G;Y)$ by
 enumerating the graphs and the outcomes with high-sample averages over the rates, the order
-EIG <= VBHC <= BHC, and the visit-time search never below equal spacing."""
+EIG <= VBHC <= BHC with coupled rates (the bound), the plug-in's divergences at the
+posterior-mean rates against enumeration, and the visit-time search never below equal
+spacing."""
 
 import itertools
 
@@ -61,7 +63,7 @@ def _as_ctbn(padded, posterior, indices):
 
 def test_coupled_divergences_are_exact_panel_kls_and_zero_for_the_same_graph():
     post = _posterior()
-    draws = jc.criteria.panel_structure_draws(post, jr.key(1), 6)
+    draws = jc.criteria.panel_structure_draws(post, jr.key(1), 6, coupled=True)
     D = np.asarray(jax.jit(jc.criteria.panel_structure_divergences)(draws, START, TIMES, None))
     idx, alt = np.asarray(draws.indices), np.asarray(draws.alternative_indices)
     same = (idx[:, None, :] == alt[None, :, :]).all(-1)
@@ -81,6 +83,20 @@ def test_coupled_divergences_are_exact_panel_kls_and_zero_for_the_same_graph():
         np.testing.assert_allclose(D[s, t], want, rtol=1e-9, atol=1e-13)
         checked += 1
     assert checked == 4
+
+
+def test_plug_in_divergences_compare_the_graphs_at_their_posterior_mean_rates():
+    post = _posterior()
+    draws = jc.criteria.panel_structure_draws(post, jr.key(1), 4, coupled=False)
+    D = np.asarray(jax.jit(jc.criteria.panel_structure_divergences)(draws, START, TIMES, None))
+    idx, alt = np.asarray(draws.indices), np.asarray(draws.alternative_indices)
+    for s, t in itertools.product(range(4), range(4)):
+        model = _as_ctbn(post.mean_rates_given(jnp.asarray(idx[s])), post, idx[s])
+        other = _as_ctbn(post.mean_rates_given(jnp.asarray(alt[t])), post, alt[t])
+        want = brute_force_panel_kl(model, other, START, TIMES)
+        np.testing.assert_allclose(D[s, t], want, rtol=1e-9, atol=1e-13)
+        if (idx[s] == alt[t]).all():
+            assert D[s, t] == 0.0
 
 
 def _numpy_transitions(post, graph, clamp, times, num_rates, rng):
@@ -164,8 +180,8 @@ def test_structure_eig_against_enumeration_and_the_bounds_above_it():
         static_argnums=(0, 1),
     )
     eig = np.asarray(score(jc.EIG(num_paths=20, num_inner=300), 400))
-    bhc = np.asarray(score(jc.BHC(), 60))
-    vbhc = np.asarray(score(jc.VBHC(), 60))
+    bhc = np.asarray(score(jc.BHC(estimator=jc.RateCoupling()), 60))
+    vbhc = np.asarray(score(jc.VBHC(estimator=jc.RateCoupling()), 60))
     for c in range(2):
         iv = _unbatch(CANDIDATES, c)
         exact = _numpy_structure_eig(post, iv, TIMES)

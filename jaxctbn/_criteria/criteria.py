@@ -32,7 +32,7 @@ from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from .._model.interventions import Intervention
 from .batching import AbstractBatching, Chunked, Vmap
-from .kl_estimators import AbstractKLEstimator, PlugIn
+from .kl_estimators import AbstractKLEstimator, PlugIn, RateCoupling
 from .outcomes import AbstractOutcome, CompletePath, Panel
 from .panel_parameter import (
     PANEL_VBHC_OPTIMISER,
@@ -341,18 +341,25 @@ class AbstractBoxHillCriterion(AbstractCriterion):
         batching: AbstractBatching | None,
         outcome: Panel,
     ) -> PanelDesign:
-        """Structure learning's [`PanelDesign`][jaxctbn.criteria.PanelDesign]: the coupled
-        panel divergences of [`jaxctbn.criteria.panel_structure_draws`][] (maths §7), the visit
-        times ascended on the criterion itself."""
-        if not isinstance(self.estimator, PlugIn):
+        """Structure learning's [`PanelDesign`][jaxctbn.criteria.PanelDesign]: the panel
+        divergences of [`jaxctbn.criteria.panel_structure_draws`][] (graphs at their
+        posterior-mean rates with `PlugIn()`, coupled rate draws with `RateCoupling()`; maths
+        §7), the visit times ascended on the criterion itself."""
+        if not isinstance(self.estimator, PlugIn | RateCoupling):
             raise ValueError(
-                "estimator: the panel structure criteria use exact panel divergences; use the "
-                "default PlugIn()."
+                "estimator: the panel structure criteria take PlugIn() (graphs at their "
+                "posterior-mean rates, the default) or RateCoupling() (the bound), got "
+                f"{self.estimator!r}."
             )
         if self.max_sets is not None:
             posterior = posterior.truncated(self.max_sets)
-        systematic = getattr(self.graph_draws, "systematic", True)
-        draws = panel_structure_draws(posterior, key, num_samples, systematic=systematic)
+        draws = panel_structure_draws(
+            posterior,
+            key,
+            num_samples,
+            coupled=isinstance(self.estimator, RateCoupling),
+            systematic=getattr(self.graph_draws, "systematic", True),
+        )
         dtype = posterior.statistics.dwell_times[0].dtype
         horizon = jnp.asarray(horizon, dtype)
 

@@ -7,6 +7,11 @@ r"""Estimators of the structure criteria's divergences $a_n(P')$ (maths §5), as
 - [`jaxctbn.MonteCarlo`][]: $\ell_n$ averaged over `num_paths` sampled paths per draw; unbiased
   up to Monte Carlo error.
 
+With a **panel** outcome (maths §7) the structure divergences are panel KLs between drawn graphs:
+with `PlugIn()` each graph at its posterior-mean rates (no rate noise; an approximation), with
+[`jaxctbn.RateCoupling`][] averaged over coupled rate draws (an upper bound on the structure
+EIG).
+
 For the parameter criteria the divergence is linear in the expected statistics, so it is exact
 and takes no estimator.
 """
@@ -21,7 +26,15 @@ class AbstractKLEstimator(eqx.Module):
 
 
 class PlugIn(AbstractKLEstimator):
-    """The predictive log-likelihood at the expected statistics (the paper's approximation)."""
+    """The predictive log-likelihood at the expected statistics (the paper's approximation);
+    with a panel outcome, each drawn graph at its posterior-mean rates."""
+
+
+class RateCoupling(AbstractKLEstimator):
+    """Panel outcomes, structure learning: the panel KL of each drawn graph against each
+    alternative averaged over rate draws coupled node by node (a node whose parents are the
+    same keeps its rates), which bounds the structure EIG from above (maths §7). Looser than
+    `PlugIn()` in practice (benchmarks: `panel_structure_variants.md`)."""
 
 
 class MonteCarlo(AbstractKLEstimator):

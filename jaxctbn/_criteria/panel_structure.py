@@ -28,7 +28,11 @@ the variational $q$ ranging over the drawn alternative graphs (closed form, as f
 §4). Both bound the structure EIG $I(G;Y)$ from above: $I(G;Y)\le\mathsf E_G[-\ln\mathsf E_{G'}
 e^{-\mathrm{KL}(G\|G')}]\le-\ln\mathsf E_{G'}e^{-\mathsf E_G\mathrm{KL}(G\|G')}\le\mathsf
 E_{G,G'}\mathrm{KL}(G\|G')$, each step monotone in the divergences, so $D\ge\mathrm{KL}$ keeps the
-order. The EIG itself is estimated by nested Monte Carlo with exact panel likelihoods:
+order ([`jaxctbn.RateCoupling`][]). The bound is loose (the rate noise of the nodes whose parents
+differ); the default [`jaxctbn.PlugIn`][] instead compares each drawn graph at its
+posterior-mean rates, $D_{st}=\mathrm{KL}(p(Y\mid G_s,\bar\Lambda_{G_s})\|p(Y\mid G'_t,
+\bar\Lambda_{G'_t}))$: no longer a bound, but it ranks the candidates better (maths §7). The EIG
+itself is estimated by nested Monte Carlo with exact panel likelihoods:
 $p(Y\mid G_s,\mathcal H)$ by $J$ rate draws given $G_s$, $p(Y\mid\mathcal H)$ by $J$ joint draws.
 """
 
@@ -50,13 +54,15 @@ from .panel_parameter import draw_laws
 class PanelStructureDraws(eqx.Module):
     r"""The draws of the panel structure (V)BHC (module page): `models`, $N_S$ draws
     $(G_s,\Lambda_s)$ (a [`jaxctbn.PaddedCTBN`][] batch `(S,)`); `alternatives`, the coupled
-    $(G'_t,\Lambda'_{st})$ `(S, T)`; and the graphs' parent-set indices `indices` `(S, N)` and
-    `alternative_indices` `(T, N)`."""
+    $(G'_t,\Lambda'_{st})$ `(S, T)`, or with `coupled=False` the alternative graphs at their
+    posterior-mean rates `(T,)` (and `models` at theirs); the graphs' parent-set indices
+    `indices` `(S, N)` and `alternative_indices` `(T, N)`."""
 
     models: PaddedCTBN
     alternatives: PaddedCTBN
     indices: Int[Array, "samples nodes"]
     alternative_indices: Int[Array, "alternatives nodes"]
+    coupled: bool = eqx.field(static=True)
 
 
 def _graphs(posterior: StructurePosterior, key: PRNGKeyArray, num: int, systematic: bool):
@@ -70,14 +76,25 @@ def panel_structure_draws(
     key: PRNGKeyArray,
     num_samples: int,
     *,
+    coupled: bool,
     systematic: bool = True,
 ) -> PanelStructureDraws:
-    """`num_samples` posterior draws of the graph and rates, `num_samples` alternative graphs,
-    and the alternatives' rates coupled to each draw (see the module page). Independent of the
-    candidate, so every candidate sees the same draws (common random numbers)."""
+    """`num_samples` posterior draws of the graph, `num_samples` alternative graphs, and their
+    rates: with `coupled=True` rates drawn from the posterior, the alternatives' coupled to each
+    draw (the bound of the module page); with `False` every graph at its posterior-mean rates
+    (the plug-in). Independent of the candidate, so every candidate sees the same draws
+    (common random numbers)."""
     k_graphs, k_alternatives, k_rates = jr.split(key, 3)
     indices = _graphs(posterior, k_graphs, num_samples, systematic)
     alternative_indices = _graphs(posterior, k_alternatives, num_samples, systematic)
+    if not coupled:
+        return PanelStructureDraws(
+            models=jax.vmap(posterior.mean_rates_given)(indices),
+            alternatives=jax.vmap(posterior.mean_rates_given)(alternative_indices),
+            indices=indices,
+            alternative_indices=alternative_indices,
+            coupled=False,
+        )
     rate_keys = jr.split(k_rates, num_samples)
     models = jax.vmap(posterior.rates_given)(indices, rate_keys)
     alternatives = jax.vmap(
@@ -88,6 +105,7 @@ def panel_structure_draws(
         alternatives=alternatives,
         indices=indices,
         alternative_indices=alternative_indices,
+        coupled=True,
     )
 
 
@@ -97,9 +115,14 @@ def panel_structure_divergences(
     times: Array,
     intervention: Intervention | None,
 ) -> Float[Array, "samples alternatives"]:
-    r"""$D_{st}$ `(S, T)`: the exact panel KL of each draw against its coupled alternatives
-    under one experiment; differentiable in the times."""
+    r"""$D_{st}$ `(S, T)`: the exact panel KL of each draw against each alternative (its
+    coupled one, or the plug-in's shared ones) under one experiment; differentiable in the
+    times."""
     laws = draw_laws(draws.models, initial_state, times, intervention)
+    if not draws.coupled:
+        return pairwise_panel_law_kl(
+            laws, draw_laws(draws.alternatives, initial_state, times, intervention)
+        )
     alternatives = jax.vmap(lambda m: draw_laws(m, initial_state, times, intervention))(
         draws.alternatives
     )
