@@ -129,6 +129,20 @@ def test_loop_with_panel_outcomes_equals_a_replay():
         jc.run_active_learning(
             jc.ParameterLearningTask(truth), design, key=key, num_experiments=1, max_events=64
         )
+    # a design that says it assumes complete paths runs in the panel loop and scores as the
+    # complete-path criterion does
+    path_design = jc.experiments.design_from_name("bhc-path", num_samples=3, outcome=outcome)
+    assert path_design == jc.CriterionDesign(
+        jc.BHC(), num_samples=3, outcome=outcome, assume_complete_path=True
+    )
+    posterior = task.initial_posterior()
+    space = jc.intervention_space(truth.cardinalities)
+    init = jnp.array([0, 0])
+    np.testing.assert_array_equal(
+        path_design.scores(posterior, space, init, 3.0, key),
+        jc.CriterionDesign(jc.BHC(), num_samples=3).scores(posterior, space, init, 3.0, key),
+    )
+    jc.run_active_learning(task, path_design, key=key, num_experiments=1, max_events=64)
 
 
 def test_structure_loop_with_panel_outcomes_equals_a_replay():

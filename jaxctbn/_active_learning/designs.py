@@ -120,7 +120,10 @@ class CriterionDesign(AbstractDesign):
     **Arguments:** `criterion` ([`jaxctbn.VBHC`][], [`jaxctbn.BHC`][], [`jaxctbn.EIG`][] or any
     [`jaxctbn.AbstractCriterion`][]); keyword-only `num_samples` ($N_S$), `worst` (pick the
     *least* informative candidate: "negative VBHC", the paper's control), `solver`, `batching`,
-    `outcome` (see [`jaxctbn.score_interventions`][]).
+    `outcome` (see [`jaxctbn.score_interventions`][]), `assume_complete_path` (static, default
+    `False`): score as if each experiment revealed the whole path whatever the task observes, a
+    design that ignores that its outcomes are panels (for comparison; the loop then does not
+    require the design's outcome to match the task's).
     """
 
     criterion: AbstractCriterion
@@ -132,8 +135,13 @@ class CriterionDesign(AbstractDesign):
     solver: StatisticsSolver = eqx.field(default=AUTOMATIC_SOLVER, kw_only=True)
     batching: AbstractBatching | None = eqx.field(default=None, kw_only=True)
     outcome: AbstractOutcome = eqx.field(default=COMPLETE_PATH, kw_only=True)
+    assume_complete_path: bool = eqx.field(default=False, static=True, kw_only=True)
 
     def __check_init__(self):
+        if not isinstance(self.assume_complete_path, bool):
+            raise ValueError(
+                f"assume_complete_path: expected True or False, got {self.assume_complete_path!r}."
+            )
         if not isinstance(self.outcome, AbstractOutcome):
             raise ValueError(
                 f"outcome: expected CompletePath() or Panel(...), got {self.outcome!r}."
@@ -157,7 +165,7 @@ class CriterionDesign(AbstractDesign):
             num_samples=self.num_samples,
             solver=self.solver,
             batching=self.batching,
-            outcome=self.outcome,
+            outcome=COMPLETE_PATH if self.assume_complete_path else self.outcome,
         )
         return jnp.where(self.worst, -s, s)
 
@@ -173,8 +181,28 @@ class CallableDesign(AbstractDesign):
 
 
 #: Design names understood by [`jaxctbn.experiments.design_from_name`][] and `jaxctbn run --designs`.
-DESIGN_NAMES = ("passive", "random", "vbhc", "bhc", "vbhc-optax", "eig", "negative-vbhc")
-DesignName = Literal["passive", "random", "vbhc", "bhc", "vbhc-optax", "eig", "negative-vbhc"]
+DESIGN_NAMES = (
+    "passive",
+    "random",
+    "vbhc",
+    "bhc",
+    "vbhc-optax",
+    "eig",
+    "negative-vbhc",
+    "vbhc-path",
+    "bhc-path",
+)
+DesignName = Literal[
+    "passive",
+    "random",
+    "vbhc",
+    "bhc",
+    "vbhc-optax",
+    "eig",
+    "negative-vbhc",
+    "vbhc-path",
+    "bhc-path",
+]
 
 
 def design_from_name(
@@ -188,7 +216,9 @@ def design_from_name(
 ) -> AbstractDesign:
     """The design behind a CLI name: `"passive"`, `"random"`, `"vbhc"` (`VBHC()`), `"bhc"`,
     `"vbhc-optax"` (`VBHC(optimiser=LBFGS())`), `"eig"` (`EIG(num_paths=num_paths)`) or
-    `"negative-vbhc"` (the worst candidate by the VBHC). `graph_draws` (default `None` =
+    `"negative-vbhc"` (the worst candidate by the VBHC), `"vbhc-path"`/`"bhc-path"` (the
+    criterion scored as if the whole path were seen whatever `outcome` is:
+    `assume_complete_path=True`). `graph_draws` (default `None` =
     [`jaxctbn.criteria.StratifiedGraphDraws`][]) and `max_sets` go to the (V)BHC (structure learning; see
     [`jaxctbn.VBHC`][]); `outcome` to the criterion designs (what each experiment reveals)."""
     graph_draws = StratifiedGraphDraws() if graph_draws is None else graph_draws
@@ -209,4 +239,11 @@ def design_from_name(
         )
     if name in criteria:
         return CriterionDesign(criteria[name], num_samples=num_samples, outcome=outcome)
+    if name in ("vbhc-path", "bhc-path"):
+        return CriterionDesign(
+            criteria[name.removesuffix("-path")],
+            num_samples=num_samples,
+            outcome=outcome,
+            assume_complete_path=True,
+        )
     raise ValueError(f"design: unknown name {name!r}; valid: {', '.join(DESIGN_NAMES)}.")
