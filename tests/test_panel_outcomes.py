@@ -187,3 +187,29 @@ def test_pairwise_kl_by_one_matrix_product_equals_pair_by_pair():
             for j in range(2):
                 expected = brute_force_panel_kl(models[i], models[3 + j], [0, 0], TIMES, iv)
                 np.testing.assert_allclose(got[i, j], expected, rtol=1e-10)
+
+
+def test_equally_spaced_visits_share_one_exponential():
+    # equal gaps (here to rounding: 3k/5) use one exponential and a first-order correction:
+    # the same transition matrices and gradients in the times as one exponential per gap
+    from jaxctbn._panel import outcome_law
+
+    model = jc.paper_network(jax.random.key(0), rates="softmax")
+    W = outcome_law.prepare_experiment(model, jnp.zeros(4, jnp.int32), None)[1].dense()
+    weights = jnp.arange(16.0)
+
+    def loss(times, shared):
+        gaps = jnp.diff(times, prepend=0.0)
+        if shared:
+            P = outcome_law._gap_transition_matrices(W, gaps)
+        else:
+            P = outcome_law.transition_matrices(gaps[:, None, None] * W)
+        return (P**2 * weights).sum(), P
+
+    for times in (3.0 * jnp.arange(1, 6) / 5, jnp.array([0.5, 2.0, 3.0])):
+        (value, P), grad = jax.jit(jax.value_and_grad(loss, has_aux=True), static_argnums=1)(
+            times, True
+        )
+        (value_ref, P_ref), grad_ref = jax.value_and_grad(loss, has_aux=True)(times, False)
+        np.testing.assert_allclose(P, P_ref, atol=1e-14)
+        np.testing.assert_allclose(grad, grad_ref, rtol=1e-10, atol=1e-11)

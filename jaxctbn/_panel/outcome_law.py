@@ -59,6 +59,29 @@ class PanelLaw(eqx.Module):
     visit_marginals: Float[Array, "visits global_states"]
 
 
+#: Gaps within this relative distance of the first share its exponential (to first order).
+EQUAL_GAPS_RTOL = 1e-9
+
+
+def _gap_transition_matrices(W: Array, gaps: Array) -> Array:
+    r"""$P_k=e^{h_kW}$ for the gaps $h_k$ `(K,)`. When the gaps are equal (equally spaced
+    visits, the common case; to `EQUAL_GAPS_RTOL`) one exponential serves them all:
+    $P_k=P_1+(h_k-h_1)WP_1$, the same values (the correction is of the order of the rounding)
+    and the same first derivatives in every gap. The test runs on the values (`lax.cond`): a
+    real branch when the times are shared by a batch (the candidates and draws of a design
+    step), both branches under `vmap` over the times themselves."""
+    equal = jnp.all(jnp.abs(gaps - gaps[0]) <= EQUAL_GAPS_RTOL * jnp.abs(gaps[0]))
+
+    def shared(gaps):
+        P1 = transition_matrices((gaps[0] * W)[None])[0]
+        return P1[None] + (gaps - gaps[0])[:, None, None] * (W @ P1)[None]
+
+    def separate(gaps):
+        return transition_matrices(gaps[:, None, None] * W)
+
+    return jax.lax.cond(equal, shared, separate, gaps)
+
+
 def panel_law(
     model: AbstractCTBN,
     initial_state: ArrayLike,
@@ -73,7 +96,7 @@ def panel_law(
     W = gen.dense()
     times = checked_observation_times(times, W.dtype)
     gaps = jnp.diff(times, prepend=jnp.zeros((1,), W.dtype))
-    P = transition_matrices(gaps[:, None, None] * W)
+    P = _gap_transition_matrices(W, gaps)
 
     def step(p, P_k):
         return p @ P_k, p
