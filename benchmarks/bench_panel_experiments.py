@@ -69,6 +69,7 @@ import jaxctbn as jc  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import RESULTS, environment, write_results  # noqa: E402
+from _paired import mean_ci, run_design  # noqa: E402
 
 TAU = 3.0
 NUM_SAMPLES = 10
@@ -134,60 +135,6 @@ def make_design(name, panel):
     if name == "passive":
         return jc.PassiveDesign()
     raise ValueError(name)
-
-
-def mean_ci(x, axis=0):
-    """Mean and 95% t interval half-width of the mean over `axis` (NaN rows dropped)."""
-    from scipy import stats
-
-    x = np.asarray(x, float)
-    n = np.sum(np.isfinite(x), axis=axis)
-    mean = np.nanmean(x, axis=axis)
-    sd = np.nanstd(x, axis=axis, ddof=1)
-    half = stats.t.ppf(0.975, np.maximum(n - 1, 1)) * sd / np.sqrt(n)
-    return mean, half
-
-
-def run_design(task, design, keys, *, experiments, chunk, space, label):
-    """All repetitions of one design, in chunks of `chunk` (one compiled program, reused)."""
-    parts, failed, seconds = [], [], []
-    for start in range(0, keys.shape[0], chunk):
-        t0 = time.perf_counter()
-        res, status = jc.run_repetitions(
-            task,
-            design,
-            keys[start : start + chunk],
-            num_experiments=experiments,
-            horizon=TAU,
-            candidates=space,
-            throw=False,
-        )
-        res = jax.device_get(res)
-        seconds.append(time.perf_counter() - t0)
-        parts.append(
-            {
-                "mse": np.asarray(res.metrics["mse"]),
-                "mean_se": np.asarray(res.metrics["mean_se"]),
-                "index": np.asarray(res.intervention_index),
-            }
-        )
-        failed += [
-            (start + i, m)
-            for i, m in enumerate(status.messages)
-            if m  # fmt: skip
-        ]
-        done = min(start + chunk, keys.shape[0])
-        print(
-            f"  {label}: {done}/{keys.shape[0]} repetitions, chunk {seconds[-1]:.1f} s",
-            flush=True,
-        )
-    return {
-        "mse": np.concatenate([p["mse"] for p in parts]),
-        "mean_se": np.concatenate([p["mean_se"] for p in parts]),
-        "index": np.concatenate([p["index"] for p in parts]),
-        "failed": failed,
-        "chunk_seconds": seconds,
-    }
 
 
 def summarise(runs, experiments, metric="mse"):
@@ -317,6 +264,8 @@ def main():
                 task,
                 make_design(design, panel),
                 keys,
+                metrics=("mse", "mean_se"),
+                horizon=TAU,
                 experiments=E,
                 chunk=chunk,
                 space=space,

@@ -1,0 +1,56 @@
+"""Shared by the sequential panel-outcome benchmarks (`bench_panel_experiments.py`,
+`bench_panel_structure_experiments.py`): repetitions of one design in compiled chunks, and
+means with 95% t intervals for paired comparisons."""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import numpy as np
+
+import jaxctbn as jc
+
+
+def mean_ci(x, axis=0):
+    """Mean and 95% t interval half-width of the mean over `axis` (NaN rows dropped)."""
+    from scipy import stats
+
+    x = np.asarray(x, float)
+    n = np.sum(np.isfinite(x), axis=axis)
+    mean = np.nanmean(x, axis=axis)
+    sd = np.nanstd(x, axis=axis, ddof=1)
+    half = stats.t.ppf(0.975, np.maximum(n - 1, 1)) * sd / np.sqrt(n)
+    return mean, half
+
+
+def run_design(task, design, keys, *, metrics, horizon, experiments, chunk, space, label):
+    """All repetitions of one design, in chunks of `chunk` (one compiled program, reused):
+    per metric name in `metrics` the `(repetitions, experiments + 1)` curves, the chosen
+    candidates `index`, the failed repetitions and each chunk's seconds."""
+    parts, failed, seconds = [], [], []
+    for start in range(0, keys.shape[0], chunk):
+        t0 = time.perf_counter()
+        res, status = jc.run_repetitions(
+            task,
+            design,
+            keys[start : start + chunk],
+            num_experiments=experiments,
+            horizon=horizon,
+            candidates=space,
+            throw=False,
+        )
+        res = jax.device_get(res)
+        seconds.append(time.perf_counter() - t0)
+        part = {m: np.asarray(res.metrics[m]) for m in metrics}
+        part["index"] = np.asarray(res.intervention_index)
+        parts.append(part)
+        failed += [(start + i, m) for i, m in enumerate(status.messages) if m]
+        done = min(start + chunk, keys.shape[0])
+        print(
+            f"  {label}: {done}/{keys.shape[0]} repetitions, chunk {seconds[-1]:.1f} s",
+            flush=True,
+        )
+    out = {k: np.concatenate([p[k] for p in parts]) for k in (*metrics, "index")}
+    out.update(failed=failed, chunk_seconds=seconds)
+    return out
