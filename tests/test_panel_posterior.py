@@ -93,6 +93,19 @@ def test_dense_visits_give_the_complete_path_posterior():
     )
 
 
+def _panel_of_experiment(paths, e, grid):
+    """Experiment `e` of replayed paths as a panel seen at `grid`, read off in numpy."""
+    path = jax.tree_util.tree_map(lambda x: x[e : e + 1], paths)
+    states = np.stack([np.asarray(state_at(path, t)) for t in grid], axis=1)
+    return jc.panel.PanelObservations(
+        grid[None],
+        states,
+        intervention=jc.Intervention(
+            targets=path.intervention_targets, states=path.intervention_states
+        ),
+    )
+
+
 def test_loop_with_panel_outcomes_equals_a_replay():
     # the compiled loop observes each experiment at 0, 1 and 3 and updates by the panel
     # posterior; replayed from its recorded choices, with the panels read off the paths in
@@ -112,15 +125,7 @@ def test_loop_with_panel_outcomes_equals_a_replay():
     posterior = task.initial_posterior()
     grid = np.array([0.0, 1.0, 3.0])
     for e in range(2):
-        path = jax.tree_util.tree_map(lambda x: x[e : e + 1], paths)
-        states = np.stack([np.asarray(state_at(path, t)) for t in grid], axis=1)
-        observations = jc.panel.PanelObservations(
-            grid[None],
-            states,
-            intervention=jc.Intervention(
-                targets=path.intervention_targets, states=path.intervention_states
-            ),
-        )
+        observations = _panel_of_experiment(paths, e, grid)
         posterior = panel_rate_posterior(posterior, observations, iterations=4)
     for a, b in zip(result.posterior.alpha, posterior.alpha):
         np.testing.assert_allclose(a, b, rtol=1e-10)
@@ -163,15 +168,7 @@ def test_structure_loop_with_panel_outcomes_equals_a_replay():
     posterior = task.initial_posterior()
     grid = np.array([0.0, 1.0, 3.0])
     for e in range(2):
-        path = jax.tree_util.tree_map(lambda x: x[e : e + 1], paths)
-        states = np.stack([np.asarray(state_at(path, t)) for t in grid], axis=1)
-        observations = jc.panel.PanelObservations(
-            grid[None],
-            states,
-            intervention=jc.Intervention(
-                targets=path.intervention_targets, states=path.intervention_states
-            ),
-        )
+        observations = _panel_of_experiment(paths, e, grid)
         posterior = jc.panel.panel_structure_posterior(posterior, observations, iterations=3)
     for a, b in zip(result.posterior.log_posterior(), posterior.log_posterior()):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, get_args
 
 import equinox as eqx
 import jax
@@ -180,18 +180,6 @@ class CallableDesign(AbstractDesign):
         return self.fn(posterior, candidates, initial_state, horizon, key)
 
 
-#: Design names understood by [`jaxctbn.experiments.design_from_name`][] and `jaxctbn run --designs`.
-DESIGN_NAMES = (
-    "passive",
-    "random",
-    "vbhc",
-    "bhc",
-    "vbhc-optax",
-    "eig",
-    "negative-vbhc",
-    "vbhc-path",
-    "bhc-path",
-)
 DesignName = Literal[
     "passive",
     "random",
@@ -203,6 +191,8 @@ DesignName = Literal[
     "vbhc-path",
     "bhc-path",
 ]
+#: Design names understood by [`jaxctbn.experiments.design_from_name`][] and `jaxctbn run --designs`.
+DESIGN_NAMES: tuple[str, ...] = get_args(DesignName)
 
 
 def design_from_name(

@@ -54,6 +54,28 @@ def pooled_node_statistics(
     return out
 
 
+def checked_panel_update(
+    observations: PanelObservations | PanelBuckets, iterations: int, num_nodes: int
+) -> Bool[Array, "trajectories nodes"] | None:
+    """Check the arguments of a posterior update from panel trajectories (one-line errors
+    naming them) and return which nodes each trajectory clamps (`None`: no intervention)."""
+    if not isinstance(observations, PanelObservations | PanelBuckets):
+        raise ValueError(
+            f"observations: expected a PanelObservations or PanelBuckets, got "
+            f"{type(observations).__name__}."
+        )
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+        raise ValueError(f"iterations: expected an integer >= 1, got {iterations!r}.")
+    if len(observations.batch_shape) != 1:
+        raise ValueError("observations: expected a batch with one leading axis.")
+    if observations.intervention is None:
+        return None
+    return jnp.broadcast_to(
+        jnp.asarray(observations.intervention.targets, bool),
+        (observations.batch_shape[0], num_nodes),
+    )
+
+
 def panel_rate_posterior(
     posterior: RatePosterior,
     observations: PanelObservations | PanelBuckets,
@@ -69,22 +91,7 @@ def panel_rate_posterior(
     intervened on. Pure; works under `jit` (`iterations` is static)."""
     if not isinstance(posterior, RatePosterior):
         raise ValueError(f"posterior: expected a RatePosterior, got {type(posterior).__name__}.")
-    if not isinstance(observations, PanelObservations | PanelBuckets):
-        raise ValueError(
-            f"observations: expected a PanelObservations or PanelBuckets, got "
-            f"{type(observations).__name__}."
-        )
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-        raise ValueError(f"iterations: expected an integer >= 1, got {iterations!r}.")
-    if len(observations.batch_shape) != 1:
-        raise ValueError("observations: expected a batch with one leading axis.")
-    intervention = observations.intervention
-    clamped = None
-    if intervention is not None:
-        clamped = jnp.broadcast_to(
-            jnp.asarray(intervention.targets, bool),
-            (observations.batch_shape[0], len(posterior.alpha)),
-        )
+    clamped = checked_panel_update(observations, iterations, len(posterior.alpha))
 
     def step(current: RatePosterior, _):
         stats = panel_expected_statistics(

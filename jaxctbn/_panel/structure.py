@@ -328,21 +328,9 @@ def panel_structure_posterior(
         raise ValueError(
             f"posterior: expected a StructurePosterior, got {type(posterior).__name__}."
         )
-    if not isinstance(observations, PanelObservations | PanelBuckets):
-        raise ValueError(
-            f"observations: expected a PanelObservations or PanelBuckets, got "
-            f"{type(observations).__name__}."
-        )
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-        raise ValueError(f"iterations: expected an integer >= 1, got {iterations!r}.")
-    if len(observations.batch_shape) != 1:
-        raise ValueError("observations: expected a batch with one leading axis.")
-    targets = None
-    if observations.intervention is not None:
-        targets = jnp.broadcast_to(
-            jnp.asarray(observations.intervention.targets, bool),
-            (observations.batch_shape[0], len(posterior.names)),
-        )
+    from .rate_posterior import checked_panel_update
+
+    targets = checked_panel_update(observations, iterations, len(posterior.names))
 
     def step(current: StructurePosterior, _):
         model = current.mean_rates_given(current.map_indices())
