@@ -13,11 +13,11 @@ filter). Designs:
 
 - `panel-bhc`: the BHC scored under the outcome the experiment really has,
   `CriterionDesign(BHC(), outcome=Panel(times))` (panel-aware);
-- `path-bhc`: the BHC scored as if the whole path were seen (`outcome=CompletePath()`, the
-  paper's design). `run_repetitions` refuses a `CriterionDesign` whose outcome differs from the
-  task's (`check_outcomes`, a `ValueError`), so this one is `PathAssumingDesign` below: the same
-  `score_interventions` call with `outcome=CompletePath()`, in a design class without an
-  `outcome` field;
+- `path-bhc`: the BHC scored as if the whole path were seen (the paper's design):
+  `design_from_name("bhc-path", outcome=Panel(times))`, i.e.
+  `CriterionDesign(BHC(), assume_complete_path=True)` (the committed results were computed
+  with an equivalent design class making the same `score_interventions(...,
+  outcome=CompletePath())` call, before that option existed);
 - `random` (uniform over the 81) and `passive` (no intervention).
 
 Every design runs with the same keys (repetition r uses `fold_in(key(seed), r)`, as `jaxctbn
@@ -104,32 +104,13 @@ class ParameterTaskWithMeanError(jc.ParameterLearningTask):
         return {**super().metrics(posterior), "mean_se": total / count}
 
 
-class PathAssumingDesign(jc.AbstractDesign):
-    """The criterion scored as if the experiment revealed the whole path (the paper's design),
-    whatever the task observes. No `outcome` field, so `run_repetitions`' check that a design
-    scores the task's outcome does not apply: the mismatch is the point here."""
-
-    criterion: jc.AbstractCriterion
-    num_samples: int = 10
-
-    def scores(self, posterior, candidates, initial_state, horizon, key):
-        return jc.score_interventions(
-            posterior,
-            candidates,
-            initial_state,
-            horizon,
-            criterion=self.criterion,
-            key=key,
-            num_samples=self.num_samples,
-            outcome=jc.criteria.CompletePath(),
-        )
-
-
 def make_design(name, panel):
     if name == "panel-bhc":
         return jc.CriterionDesign(jc.BHC(), num_samples=NUM_SAMPLES, outcome=panel)
     if name == "path-bhc":
-        return PathAssumingDesign(jc.BHC(), num_samples=NUM_SAMPLES)
+        # scored as if the whole path were seen (the results were computed with an equivalent
+        # subclass calling score_interventions(..., outcome=CompletePath()), before `bhc-path`)
+        return jc.experiments.design_from_name("bhc-path", num_samples=NUM_SAMPLES, outcome=panel)
     if name == "random":
         return jc.RandomDesign()
     if name == "passive":
