@@ -4,6 +4,7 @@ means with 95% t intervals for paired comparisons."""
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import jax
@@ -54,3 +55,18 @@ def run_design(task, design, keys, *, metrics, horizon, experiments, chunk, spac
     out = {k: np.concatenate([p[k] for p in parts]) for k in (*metrics, "index")}
     out.update(failed=failed, chunk_seconds=seconds)
     return out
+
+
+def experiment_arguments(repetitions: int) -> argparse.Namespace:
+    """The command line of the sequential panel-outcome benchmarks."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repetitions", type=int, default=repetitions)
+    ap.add_argument("--experiments", type=int, default=15)
+    ap.add_argument("--visits", default="2,3,5", help="comma-separated numbers of visits K")
+    ap.add_argument("--chunk", type=int, default=25, help="repetitions per compiled call")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="4 repetitions x 3 experiments, K = 2")
+    ap.add_argument(
+        "--plot-only", action="store_true", help="redraw the figure from the results JSON"
+    )
+    return ap.parse_args()

@@ -51,7 +51,6 @@ one line per design with its 95% band).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -67,7 +66,7 @@ from jaxctbn._experiments.config import default_max_parents  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import RESULTS, environment, write_results  # noqa: E402
-from _paired import mean_ci, run_design  # noqa: E402
+from _paired import experiment_arguments, mean_ci, run_design  # noqa: E402
 
 TAU = 3.0
 NUM_SAMPLES = 10
@@ -171,17 +170,7 @@ def plot(summary, visits, experiments, path):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repetitions", type=int, default=100)
-    ap.add_argument("--experiments", type=int, default=15)
-    ap.add_argument("--visits", default="2,3,5", help="comma-separated numbers of visits K")
-    ap.add_argument("--chunk", type=int, default=25, help="repetitions per compiled call")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true", help="4 repetitions x 3 experiments, K = 2")
-    ap.add_argument(
-        "--plot-only", action="store_true", help="redraw the figure from the results JSON"
-    )
-    args = ap.parse_args()
+    args = experiment_arguments(repetitions=100)
     name = "panel_structure_experiments" + ("_quick" if args.quick else "")
     if args.plot_only:
         import json

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import cast
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
@@ -49,6 +50,7 @@ from .inference import (
     panel_expected_statistics,
 )
 from .observations import Emissions, PanelObservations
+from .rate_posterior import checked_panel_update
 
 # panel gaps are long relative to the rates: the dense exponential has no limit on a gap's length
 DENSE_SOLVER = MatrixExponential()
@@ -322,14 +324,10 @@ def panel_structure_posterior(
     from the trajectories in which it is not perfectly intervened on. An approximation (maths
     §7), measured in the tests against the exact $p(G\mid\mathcal H,Y)$ on a small network.
     Pure; works under `jit` (`iterations` is static)."""
-    import jax
-
     if not isinstance(posterior, StructurePosterior):
         raise ValueError(
             f"posterior: expected a StructurePosterior, got {type(posterior).__name__}."
         )
-    from .rate_posterior import checked_panel_update
-
     targets = checked_panel_update(observations, iterations, len(posterior.names))
 
     def step(current: StructurePosterior, _):
