@@ -225,6 +225,7 @@ def test_run_parameters_with_panel_outcomes(tmp_path, capsys):
     assert config["outcome"] == {"type": "panel", "observation_times": [1.0, 3.0]}
     df = pd.read_csv(out / "metrics.csv", keep_default_na=False)
     assert np.isfinite(df.mse).all() and (df.mse > 0).all() and len(df) == 3 * 2 * 3
+    assert set(df.observation_times[df.experiment > 0]) == {"1;3"}
     chunks = sorted((out / "chunks").rglob("*.npz"))
     stamps = [c.stat().st_mtime_ns for c in chunks]
     assert main([*args, *panel, "--out", str(out), "--no-progress"]) == 0  # resumed
@@ -233,10 +234,33 @@ def test_run_parameters_with_panel_outcomes(tmp_path, capsys):
     # the same directory with complete paths is another run
     assert main([*args, "--out", str(out), "--no-progress"]) == 2
     assert "outcome" in capsys.readouterr().err
+    # --visits: the bhc chooses each experiment's two times with its candidate (recorded in
+    # the chunks and metrics.csv), the passive design spaces them equally; resume works
+    visits = tmp_path / "visits"
+    chosen = ["run", "parameters", "--network", str(net), "--designs", "passive,bhc"]
+    chosen += ["--repetitions", "1", "--experiments", "2", "--samples", "3", "--chunk", "1"]
+    chosen += ["--outcome", "panel", "--visits", "2", "--out", str(visits), "--no-progress"]
+    assert main(chosen) == 0
+    assert json.loads((visits / "config.json").read_text())["outcome"] == {
+        "type": "panel",
+        "visits": 2,
+    }
+    df = pd.read_csv(visits / "metrics.csv", keep_default_na=False)
+    seen = df[df.experiment > 0]
+    assert set(seen.observation_times[seen.design == "passive"]) == {"1.5;3"}
+    for text in seen.observation_times[seen.design == "bhc"]:
+        times = [float(t) for t in text.split(";")]
+        assert len(times) == 2 and 0 < times[0] < times[1] <= 3 + 1e-9
+    chunk = np.load(visits / "chunks" / "bhc" / "0-0.npz")
+    assert chunk["observation_times"].shape == (1, 2, 2)
+    stamps = [c.stat().st_mtime_ns for c in sorted((visits / "chunks").rglob("*.npz"))]
+    assert main(chosen) == 0  # resumed
+    assert [c.stat().st_mtime_ns for c in sorted((visits / "chunks").rglob("*.npz"))] == stamps
+    capsys.readouterr()
     for extra, message in [
         (["--outcome", "panel"], "give --observation-times"),
         (["--outcome", "panel", "--observation-times", "1,4"], "(0, --horizon] = (0, 3]"),
-        (["--outcome", "panel", "--visits", "2"], "--visits: choosing visit times"),
+        (["--outcome", "panel", "--visits", "2", "--designs", "bhc,eig"], "eig design cannot"),
         (["--observation-times", "1"], "only with --outcome panel"),
     ]:
         bad = tmp_path / "bad"

@@ -191,7 +191,10 @@ def test_pairwise_kl_by_one_matrix_product_equals_pair_by_pair():
 
 def test_equally_spaced_visits_share_one_exponential():
     # equal gaps (here to rounding: 3k/5) use one exponential and a first-order correction:
-    # the same transition matrices and gradients in the times as one exponential per gap
+    # the same transition matrices and gradients in the times as one exponential per gap;
+    # unequal gaps: the gap derivative W P_k equals the generic derivative of exp(h W), and so
+    # does the derivative in the generator
+    from jaxctbn._master_equation.dense_linalg import transition_matrices
     from jaxctbn._panel import outcome_law
 
     model = jc.paper_network(jax.random.key(0), rates="softmax")
@@ -203,7 +206,7 @@ def test_equally_spaced_visits_share_one_exponential():
         if shared:
             P = outcome_law._gap_transition_matrices(W, gaps)
         else:
-            P = outcome_law.transition_matrices(gaps[:, None, None] * W)
+            P = transition_matrices(gaps[:, None, None] * W)
         return (P**2 * weights).sum(), P
 
     for times in (3.0 * jnp.arange(1, 6) / 5, jnp.array([0.5, 2.0, 3.0])):
@@ -213,3 +216,15 @@ def test_equally_spaced_visits_share_one_exponential():
         (value_ref, P_ref), grad_ref = jax.value_and_grad(loss, has_aux=True)(times, False)
         np.testing.assert_allclose(P, P_ref, atol=1e-14)
         np.testing.assert_allclose(grad, grad_ref, rtol=1e-10, atol=1e-11)
+
+    def in_generator(W, separate):
+        gaps = jnp.array([0.5, 1.5, 1.0])
+        if separate:
+            P = outcome_law.gap_transition_matrices(W, gaps)
+        else:
+            P = transition_matrices(gaps[:, None, None] * W)
+        return (P**2 * weights).sum()
+
+    np.testing.assert_allclose(
+        jax.grad(in_generator)(W, True), jax.grad(in_generator)(W, False), rtol=1e-10, atol=1e-12
+    )

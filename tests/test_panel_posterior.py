@@ -150,6 +150,64 @@ def test_loop_with_panel_outcomes_equals_a_replay():
     jc.run_active_learning(task, path_design, key=key, num_experiments=1, max_events=64)
 
 
+def test_loop_with_chosen_visit_times_equals_a_replay():
+    # Panel(num_visits=2): the design chooses each experiment's visit times with its
+    # candidate; the loop records them and learns from the panel at those times. The first
+    # choice equals panel_design_scores' for the same key; replayed at the recorded times, the
+    # same posterior results; a design that does not choose times observes at equal spacing
+    from helpers import network_dict, replay_experiments
+
+    truth = jc.CTBN.from_dict(network_dict())
+    outcome = jc.criteria.Panel(num_visits=2, steps=5)
+    task = jc.ParameterLearningTask(truth, outcome=outcome, panel_iterations=4)
+    design = jc.CriterionDesign(jc.BHC(), num_samples=3, outcome=outcome)
+    key = jax.random.key(2)
+    start = jc.FixedInitialState([0, 0])  # what the design sees (a clamp changes the path's)
+    result = jax.jit(
+        lambda k: jc.run_active_learning(
+            task, design, key=k, num_experiments=2, max_events=64, initial_state_policy=start
+        )
+    )(key)
+    times = np.asarray(result.observation_times)
+    assert times.shape == (2, 2) and np.all(times > 0) and np.all(times <= 3.0)
+    k_design = jax.random.split(jax.random.split(key, 2)[0], 3)[1]
+    first = jc.criteria.panel_design_scores(
+        task.initial_posterior(),
+        jc.intervention_space(truth.cardinalities),
+        jnp.array([0, 0]),
+        3.0,
+        outcome=outcome,
+        criterion=jc.BHC(),
+        key=k_design,
+        num_samples=3,
+    )
+    index = int(np.argmax(first.scores))
+    assert index == int(result.intervention_index[0])
+    np.testing.assert_allclose(times[0], first.times[index], rtol=1e-12)
+    paths = replay_experiments(truth, result, 3.0, key)
+    posterior = task.initial_posterior()
+    for e in range(2):
+        observations = _panel_of_experiment(paths, e, np.concatenate([[0.0], times[e]]))
+        posterior = panel_rate_posterior(posterior, observations, iterations=4)
+    for a, b in zip(result.posterior.alpha, posterior.alpha):
+        np.testing.assert_allclose(a, b, rtol=1e-10)
+    space = jc.intervention_space(truth.cardinalities)
+    _, passive_times = jc.PassiveDesign().choose_with_times(
+        posterior, space, jnp.array([0, 0]), jnp.asarray(3.0), key, outcome=outcome
+    )
+    np.testing.assert_allclose(passive_times, [1.5, 3.0], rtol=1e-15)
+    with pytest.raises(ValueError, match="give both the same outcome"):
+        jc.run_active_learning(
+            task,
+            jc.CriterionDesign(jc.BHC(), outcome=jc.criteria.Panel(num_visits=3)),
+            key=key,
+            num_experiments=1,
+            max_events=64,
+        )
+    with pytest.raises(ValueError, match="observation_times: the task observes"):
+        task.update(task.initial_posterior(), jax.tree_util.tree_map(lambda a: a[0], paths))
+
+
 def test_structure_loop_with_panel_outcomes_equals_a_replay():
     # structure learning: the compiled loop observes each experiment at 0, 1 and 3, designs
     # with the panel structure BHC and updates by structural EM from the history; replayed

@@ -24,9 +24,10 @@ from .._criteria.criteria import (
     EIG,
     VBHC,
     AbstractCriterion,
+    panel_design_scores,
     score_interventions,
 )
-from .._criteria.outcomes import AbstractOutcome
+from .._criteria.outcomes import AbstractOutcome, Panel
 from .._criteria.structure import AbstractGraphDraws, StratifiedGraphDraws
 from .._learning.optimisers import LBFGS
 from .._learning.posterior import AbstractPosterior
@@ -56,6 +57,24 @@ class AbstractDesign(eqx.Module):
     def choose(self, posterior, candidates, initial_state, horizon, key) -> Int[Array, ""]:
         """Index of the chosen candidate: the `argmax` of `scores`."""
         return jnp.argmax(self.scores(posterior, candidates, initial_state, horizon, key))
+
+    def choose_with_times(
+        self,
+        posterior: AbstractPosterior,
+        candidates: Intervention,
+        initial_state: Int[Array, " nodes"],
+        horizon: Float[Array, ""],
+        key: PRNGKeyArray,
+        *,
+        outcome: AbstractOutcome,
+    ) -> tuple[Int[Array, ""], Float[Array, " visits"] | None]:
+        """The chosen candidate and the visit times at which its experiment is seen under the
+        task's `outcome`: `None` for a complete path, the given times of a `Panel(times)`, and
+        for `Panel(num_visits=K)` equal spacing $t_k=\tau k/K$ unless the design chooses
+        them (a [`jaxctbn.CriterionDesign`][] with the same panel outcome: the chosen
+        candidate's own best times, maths §7)."""
+        index = self.choose(posterior, candidates, initial_state, horizon, key)
+        return index, _given_times(outcome, horizon)
 
     def option_scores(
         self,
@@ -87,6 +106,13 @@ class AbstractDesign(eqx.Module):
         `option_scores` over them (at least one option must be open)."""
         scores = self.option_scores(posterior, candidates, initial_states, horizons, key)
         return jnp.argmax(jnp.where(open, scores, -jnp.inf)).astype(jnp.int32)
+
+
+def _given_times(outcome: AbstractOutcome, horizon) -> Float[Array, " visits"] | None:
+    """A panel outcome's visit times (equally spaced with `num_visits`); `None` otherwise."""
+    if not isinstance(outcome, Panel):
+        return None
+    return outcome.visit_times(horizon, jnp.result_type(float))
 
 
 class PassiveDesign(AbstractDesign):
@@ -168,6 +194,32 @@ class CriterionDesign(AbstractDesign):
             outcome=COMPLETE_PATH if self.assume_complete_path else self.outcome,
         )
         return jnp.where(self.worst, -s, s)
+
+    def choose_with_times(self, posterior, candidates, initial_state, horizon, key, *, outcome):
+        scored = self.outcome
+        if (
+            not isinstance(outcome, Panel)
+            or outcome.times is not None
+            or not isinstance(scored, Panel)
+            or scored.times is not None
+            or self.assume_complete_path
+        ):
+            return super().choose_with_times(
+                posterior, candidates, initial_state, horizon, key, outcome=outcome
+            )
+        design = panel_design_scores(
+            posterior,
+            candidates,
+            initial_state,
+            horizon,
+            outcome=scored,
+            criterion=self.criterion,
+            key=key,
+            num_samples=self.num_samples,
+            batching=self.batching,
+        )
+        index = jnp.argmax(jnp.where(self.worst, -design.scores, design.scores))
+        return index, design.times[index]
 
 
 class CallableDesign(AbstractDesign):

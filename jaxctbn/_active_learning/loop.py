@@ -28,8 +28,9 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Key, PRNGKeyArray, UInt32
 
 from .._criteria.batching import AbstractBatching, Sharded, Vmap
+from .._criteria.criteria import COMPLETE_PATH
 from .._errors import error_message
-from .._model.interventions import Intervention, design_space
+from .._model.interventions import Intervention, design_space, is_concrete
 from .._paths.sampling import automatic_max_events, check_count, sample_trajectory
 from .designs import AbstractDesign
 from .initial_states import PAPER_INITIAL_STATE, AbstractInitialStatePolicy
@@ -45,7 +46,10 @@ class ActiveLearningResult(eqx.Module):
     - `targets`, `states`: `(experiments, nodes)` the chosen perfect intervention;
     - `initial_states`: `(experiments, nodes)` the drawn (and revealed) initial states;
     - `num_events`: `(experiments,)` transitions in each simulated trajectory;
-    - `posterior`: the posterior after the last experiment.
+    - `posterior`: the posterior after the last experiment;
+    - `observation_times`: `(experiments, visits)` the visit times at which each experiment was
+      seen when the task's outcome is a panel (chosen by the design with
+      `Panel(num_visits=K)`); `None` for complete paths.
     """
 
     metrics: dict[str, Array]
@@ -55,22 +59,20 @@ class ActiveLearningResult(eqx.Module):
     initial_states: Array
     num_events: Array
     posterior: eqx.Module
+    observation_times: Array | None = None
 
 
 def check_outcomes(task: AbstractLearningTask, design: AbstractDesign) -> None:
     """A design that scores with an outcome must score the one the task observes (a
     `ValueError` otherwise): the same kind and, when concrete, the same visit times; unless it
     says it assumes complete paths (`assume_complete_path=True`)."""
-    import numpy as np
-
-    from .._criteria.criteria import COMPLETE_PATH
-    from .._model.interventions import is_concrete
-
     observed = getattr(task, "outcome", COMPLETE_PATH)
     scored = getattr(design, "outcome", None)
     if scored is None or getattr(design, "assume_complete_path", False):
         return
-    same = type(observed) is type(scored)
+    same = type(observed) is type(scored) and getattr(observed, "num_visits", None) == getattr(
+        scored, "num_visits", None
+    )
     times = [getattr(o, "times", None) for o in (observed, scored)]
     if same and times[0] is not None and times[1] is not None and is_concrete(*times):
         a, b = (np.asarray(t) for t in times)
@@ -163,12 +165,17 @@ def _run_active_learning(
         k_init, k_design, k_path = jr.split(key, 3)
         initial_state = initial_state_policy.draw(k_init, cards)
         seen = initial_state_policy.revealed(initial_state, cards)
-        index = design.choose(posterior, candidates, seen, horizon, k_design)
+        index, times = design.choose_with_times(
+            posterior, candidates, seen, horizon, k_design, outcome=outcome
+        )
         iv = jax.tree_util.tree_map(lambda a: a[index], candidates)
         path = sample_trajectory(
             truth, initial_state, horizon, key=k_path, intervention=iv, max_events=max_events
         )
-        posterior = task.update(posterior, path)
+        if times is None:
+            posterior = task.update(posterior, path)
+        else:
+            posterior = task.update(posterior, path, observation_times=times)
         record = (
             task.metrics(posterior),
             index,
@@ -176,11 +183,13 @@ def _run_active_learning(
             iv.states,
             path.initial_states,
             path.num_events,
+            times,
         )
         return posterior, record
 
+    outcome = getattr(task, "outcome", COMPLETE_PATH)
     prior = task.initial_posterior()
-    final, (metrics, index, targets, states, initial, events) = jax.lax.scan(
+    final, (metrics, index, targets, states, initial, events, times) = jax.lax.scan(
         step, prior, jr.split(key, num_experiments)
     )
     start = task.metrics(prior)
@@ -195,6 +204,7 @@ def _run_active_learning(
         initial_states=initial,
         num_events=events,
         posterior=final,
+        observation_times=times,
     )
 
 

@@ -20,6 +20,7 @@ from .._learning.priors import AbstractPrior, GammaPrior, check_prior
 from .._learning.structure_posterior import StructurePosterior
 from .._model.ctbn import CTBN
 from .._panel.observations import observe_paths
+from .._panel.outcome_law import checked_observation_times
 from .._panel.rate_posterior import panel_rate_posterior
 from .._panel.structure import panel_structure_posterior
 from .._paths.sampling import Trajectories
@@ -34,12 +35,6 @@ def _as_batch(path: Trajectories) -> Trajectories:
 def _check_outcome(outcome, panel_iterations) -> None:
     if not isinstance(outcome, AbstractOutcome):
         raise ValueError(f"outcome: expected CompletePath() or Panel(times), got {outcome!r}.")
-    if isinstance(outcome, Panel) and outcome.times is None:
-        raise ValueError(
-            "outcome: the loop observes every experiment at given visit times; use "
-            "Panel(times) (visits chosen per candidate, Panel(num_visits=K), are for "
-            "panel_design_scores)."
-        )
     if (
         isinstance(panel_iterations, bool)
         or not isinstance(panel_iterations, int)
@@ -48,10 +43,26 @@ def _check_outcome(outcome, panel_iterations) -> None:
         raise ValueError(f"panel_iterations: expected an integer >= 1, got {panel_iterations!r}.")
 
 
-def _observed_panel(outcome: Panel, path: Trajectories, dtype):
-    """The simulated path seen at time 0 and at the outcome's visit times."""
-    times = jnp.concatenate([jnp.zeros((1,), dtype), outcome.visit_times(path.durations, dtype)])
-    return observe_paths(_as_batch(path), times)
+def _observed_panel(outcome: Panel, path: Trajectories, dtype, observation_times):
+    """The simulated path seen at time 0 and at the visit times: `observation_times` (the
+    experiment's own, chosen by the design; required with `Panel(num_visits=K)`) or the
+    outcome's given times."""
+    if observation_times is None:
+        if outcome.times is None:
+            raise ValueError(
+                "observation_times: the task observes Panel(num_visits="
+                f"{outcome.num_visits}), so each update needs the experiment's visit times."
+            )
+        times = outcome.visit_times(path.durations, dtype)
+    else:
+        times = jnp.asarray(observation_times, dtype)
+        if times.shape != (outcome.size,):
+            raise ValueError(
+                f"observation_times: expected the experiment's {outcome.size} visit times, "
+                f"shape ({outcome.size},), got {times.shape}."
+            )
+        times = checked_observation_times(times, dtype, path.durations)
+    return observe_paths(_as_batch(path), jnp.concatenate([jnp.zeros((1,), dtype), times]))
 
 
 class AbstractLearningTask(eqx.Module):
@@ -69,7 +80,9 @@ class AbstractLearningTask(eqx.Module):
 
     @abc.abstractmethod
     def update(self, posterior: AbstractPosterior, path: Trajectories) -> AbstractPosterior:
-        """The posterior after one more simulated trajectory (pooled across interventions)."""
+        """The posterior after one more simulated trajectory (pooled across interventions).
+        A task with a panel outcome also takes keyword-only `observation_times`, the visit times
+        at which this experiment was seen (the loop passes the design's choice)."""
 
     @abc.abstractmethod
     def metrics(self, posterior: AbstractPosterior) -> dict[str, Array]:
@@ -90,7 +103,9 @@ class StructureLearningTask(AbstractLearningTask):
     (default) or [`jaxctbn.criteria.Panel`][]`(times)`: the simulated path seen at time 0 and at
     the visit times only, the posterior updated by
     [`jaxctbn.panel.panel_structure_posterior`][] (structural EM from the history,
-    `panel_iterations` steps; maths §7). Give the design the same outcome."""
+    `panel_iterations` steps; maths §7). With `Panel(num_visits=K)` each experiment's $K$
+    visit times are the design's (`update`'s `observation_times`; see
+    [`jaxctbn.AbstractDesign`][]). Give the design the same outcome."""
 
     truth: CTBN
     max_parents: int = eqx.field(static=True, kw_only=True)
@@ -136,12 +151,18 @@ class StructureLearningTask(AbstractLearningTask):
             prior=prior,
         )
 
-    def update(self, posterior: StructurePosterior, path: Trajectories) -> StructurePosterior:
+    def update(
+        self,
+        posterior: StructurePosterior,
+        path: Trajectories,
+        *,
+        observation_times: Array | None = None,
+    ) -> StructurePosterior:
         if isinstance(self.outcome, Panel):
             dtype = posterior.statistics.dwell_times[0].dtype
             posterior = panel_structure_posterior(
                 posterior,
-                _observed_panel(self.outcome, path, dtype),
+                _observed_panel(self.outcome, path, dtype, observation_times),
                 iterations=self.panel_iterations,
             )
         else:
@@ -172,7 +193,9 @@ class ParameterLearningTask(AbstractLearningTask):
     the visit times only, the posterior updated by
     [`jaxctbn.panel.panel_rate_posterior`][] (smoothed expected statistics under its own mean,
     `panel_iterations` fixed-point steps; earlier experiments' statistics are kept as they were,
-    an assumed-density filter; maths §7). Give the design the same outcome
+    an assumed-density filter; maths §7). With `Panel(num_visits=K)` each experiment's $K$
+    visit times are the design's (`update`'s `observation_times`; see
+    [`jaxctbn.AbstractDesign`][]). Give the design the same outcome
     ([`jaxctbn.CriterionDesign`][]`(..., outcome=...)`)."""
 
     truth: CTBN
@@ -194,9 +217,17 @@ class ParameterLearningTask(AbstractLearningTask):
     def initial_posterior(self) -> RatePosterior:
         return RatePosterior.for_model(self.truth, prior=self.prior)
 
-    def update(self, posterior: RatePosterior, path: Trajectories) -> RatePosterior:
+    def update(
+        self,
+        posterior: RatePosterior,
+        path: Trajectories,
+        *,
+        observation_times: Array | None = None,
+    ) -> RatePosterior:
         if isinstance(self.outcome, Panel):
-            observations = _observed_panel(self.outcome, path, posterior.beta[0].dtype)
+            observations = _observed_panel(
+                self.outcome, path, posterior.beta[0].dtype, observation_times
+            )
             return panel_rate_posterior(posterior, observations, iterations=self.panel_iterations)
         stats = SufficientStatistics.from_trajectories(
             _as_batch(path), posterior.cardinalities, posterior.parents

@@ -325,7 +325,8 @@ def _outcome_arguments(p) -> None:
         "--visits",
         type=_at_least(1),
         default=None,
-        help="panel: K visits whose times each candidate chooses (bhc, vbhc)",
+        help="panel: K visits whose times each candidate chooses (bhc, vbhc; in run the "
+        "other designs space them equally)",
     )
 
 

@@ -163,14 +163,14 @@ def _cmd_run(args):
             raise ValueError("--outcome: run pool replays the recorded visits (no --outcome).")
         return _cmd_run_pool(args)
     if args.outcome == "panel":
-        if args.visits is not None:
+        if (args.observation_times is None) == (args.visits is None):
+            raise ValueError("--outcome panel: give --observation-times T1,T2,... or --visits K.")
+        if args.visits is not None and "eig" in (args.designs or "").replace(" ", "").split(","):
             raise ValueError(
-                "--visits: choosing visit times per candidate inside run is not available yet; "
-                "give --observation-times T1,T2,..."
+                "--designs: the eig design cannot choose visit times (--visits); use bhc or vbhc, "
+                "or give --observation-times."
             )
-        if args.observation_times is None:
-            raise ValueError("--outcome panel: give --observation-times T1,T2,...")
-        if args.observation_times[-1] > args.horizon:
+        if args.observation_times is not None and args.observation_times[-1] > args.horizon:
             raise ValueError(
                 f"--observation-times: every time must be in (0, --horizon] = (0, "
                 f"{args.horizon:g}], got {args.observation_times[-1]:g}."
@@ -208,6 +208,7 @@ def _cmd_run(args):
         graph_draws=args.graph_draws,
         max_sets=args.max_sets,
         observation_times=args.observation_times,
+        visits=args.visits,
     )
     report = run_experiment(
         config,

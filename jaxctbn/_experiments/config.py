@@ -103,7 +103,9 @@ class ExperimentConfig(eqx.Module):
     [`jaxctbn.run_active_learning`][]; a path that overflows it is an error, never cut),
     `observation_times` (each experiment seen only at time 0 and these visit times, a panel
     outcome, which the designs score and the posterior learns from, maths §7; default `None`:
-    the whole path), `interventions` (the candidates: `"all"` the paper's whole [`jaxctbn.intervention_space`][],
+    the whole path), `visits` (instead of `observation_times`: each experiment seen at time 0
+    and at $K$ visit times which the criterion designs choose per candidate and the other
+    designs space equally, maths §7), `interventions` (the candidates: `"all"` the paper's whole [`jaxctbn.intervention_space`][],
     `"single"` the [`jaxctbn.single_node_interventions`][], default `"auto"` =
     [`jaxctbn.internal.design_space`][]: all up to 4096 members, single-node beyond), `graph_draws`
     (structure (V)BHC: `"stratified"`, `"joint"` or `"auto"`, the default) and `max_sets`
@@ -134,6 +136,7 @@ class ExperimentConfig(eqx.Module):
     graph_draws: Literal["auto", "stratified", "joint"] = eqx.field(default="auto", static=True)
     max_sets: int | None = eqx.field(default=None, static=True)
     observation_times: tuple[float, ...] | None = eqx.field(default=None, static=True)
+    visits: int | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         if self.target not in TASKS:
@@ -204,6 +207,17 @@ class ExperimentConfig(eqx.Module):
                     f"observation_times: expected finite, strictly increasing times in (0, "
                     f"horizon] = (0, {self.horizon:g}], got {list(times)}."
                 )
+        if self.visits is not None:
+            if isinstance(self.visits, bool) or int(self.visits) != self.visits or self.visits < 1:
+                raise ValueError(f"visits: must be a positive integer, got {self.visits}.")
+            if self.observation_times is not None:
+                raise ValueError("visits: give observation_times or visits, not both.")
+            if "eig" in designs:
+                raise ValueError(
+                    "designs: the eig design cannot choose visit times (its Monte Carlo "
+                    "outcomes are not differentiable in them); with visits use bhc or vbhc, or "
+                    "give observation_times."
+                )
         if self.target == "structure" and self.truth is not None:
             # the task checks the truth (>= 2 nodes, metrics defined) and max_parents
             StructureLearningTask(self.truth, max_parents=default_max_parents(N, self.max_parents))
@@ -221,15 +235,19 @@ class ExperimentConfig(eqx.Module):
         )
 
     def outcome(self):
-        """The outcome Module of `observation_times` (`CompletePath()` without)."""
+        """The outcome Module of `observation_times` or `visits` (`CompletePath()` without)."""
         from .._criteria.outcomes import CompletePath, Panel
 
+        if self.visits is not None:
+            return Panel(num_visits=int(self.visits))
         if self.observation_times is None:
             return CompletePath()
         return Panel(np.asarray(self.observation_times, float))
 
     def outcome_settings(self) -> dict:
         """`config.json`'s `outcome`."""
+        if self.visits is not None:
+            return {"type": "panel", "visits": int(self.visits)}
         if self.observation_times is None:
             return {"type": "path"}
         return {"type": "panel", "observation_times": [float(t) for t in self.observation_times]}

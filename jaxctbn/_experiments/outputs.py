@@ -76,6 +76,17 @@ def _plot(target, results, names, out_dir, settings):
     plt.close(fig)
 
 
+def _visit_times_column(outcome: dict):
+    """metrics.csv's `observation_times` of a panel outcome (`T1;T2;...`, each experiment's
+    own with `visits`), as `fn(result, repetition, experiment)`; `None` for complete paths."""
+    if outcome["type"] != "panel":
+        return None
+    if "visits" in outcome:
+        return lambda res, r, e: ";".join(f"{t:.6g}" for t in res["observation_times"][r, e])
+    given = ";".join(f"{t:.6g}" for t in outcome["observation_times"])
+    return lambda res, r, e: given
+
+
 def _write_outputs(target, report, truth, out, extra_columns=None):
     """`extra_columns`: `{column: {design: (repetitions, experiments) values}}` added to
     metrics.csv (empty at experiment 0), e.g. the pool experiment's subject ids."""
@@ -83,6 +94,7 @@ def _write_outputs(target, report, truth, out, extra_columns=None):
 
     settings, results = report["settings"], report["results"]
     names = list(truth.names)
+    visit_times = _visit_times_column(settings.get("outcome", {"type": "path"}))
     rows = []
     for design, res in results.items():
         R, K1 = np.asarray(res[next(iter(METRICS[target]))]).shape
@@ -98,6 +110,8 @@ def _write_outputs(target, report, truth, out, extra_columns=None):
                     row[metric] = float(res[metric][r, k])
                 row["intervention"] = ivs[k - 1] if k > 0 else ""
                 row["initial_state"] = inits[k - 1] if k > 0 else ""
+                if visit_times is not None:
+                    row["observation_times"] = visit_times(res, r, k - 1) if k > 0 else ""
                 for column, values in (extra_columns or {}).items():
                     row[column] = values[design][r, k - 1] if k > 0 else ""
                 rows.append(row)
@@ -114,6 +128,11 @@ def _write_outputs(target, report, truth, out, extra_columns=None):
             design: {
                 "metrics": {m: np.asarray(res[m]).tolist() for m in METRICS[target]},
                 "intervention_index": np.asarray(res["intervention_index"]).tolist(),
+                **(
+                    {"observation_times": np.asarray(res["observation_times"]).tolist()}
+                    if "observation_times" in res
+                    else {}
+                ),
             }
             for design, res in results.items()
         },
@@ -191,8 +210,11 @@ def _prepare_out(out: str, settings: dict, overwrite: bool) -> str:
     return chunk_dir
 
 
-def _chunk_layout(target, reps, experiments, nodes) -> dict[str, tuple[tuple[int, ...], str]]:
-    """Every array of a chunk file: name -> (shape, numpy dtype kinds)."""
+def _chunk_layout(
+    target, reps, experiments, nodes, visits=None
+) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Every array of a chunk file: name -> (shape, numpy dtype kinds); `visits`: the number
+    of visit times the designs choose per experiment (`observation_times`), if they do."""
     layout: dict[str, tuple[tuple[int, ...], str]] = {
         f"metric_{m}": ((reps, experiments + 1), "f") for m in METRICS[target]
     }
@@ -204,6 +226,8 @@ def _chunk_layout(target, reps, experiments, nodes) -> dict[str, tuple[tuple[int
         num_events=((reps, experiments), "iu"),
         errors=((reps,), "U"),
     )
+    if visits is not None:
+        layout["observation_times"] = ((reps, experiments, visits), "f")
     if target == "pool":  # subjects drawn from a pool: no simulated paths
         del layout["num_events"]
         layout["subjects"] = ((reps, experiments), "iu")
@@ -235,14 +259,16 @@ def _save_chunk(path: str, part: dict[str, np.ndarray]) -> None:
     write_atomically(path, lambda f: np.savez(f, **stored))
 
 
-def _load_chunk(path, target, reps, experiments, nodes) -> dict[str, np.ndarray] | None:
+def _load_chunk(
+    path, target, reps, experiments, nodes, visits=None
+) -> dict[str, np.ndarray] | None:
     """The arrays of a finished chunk, or `None` when it must be computed: missing, or damaged
     or edited (its arrays no longer match the checksum written with them; then a line on stderr
     names the file and why). Chunks written before checksums were kept have none and are
     reused after the layout checks alone."""
     if not os.path.exists(path):
         return None
-    layout = _chunk_layout(target, reps, experiments, nodes)
+    layout = _chunk_layout(target, reps, experiments, nodes, visits)
     try:
         with np.load(path, allow_pickle=False) as z:
             files = set(z.files) - {_CHECKSUM}
@@ -262,9 +288,12 @@ def _load_chunk(path, target, reps, experiments, nodes) -> dict[str, np.ndarray]
                     f"{name} has shape {a.shape} and dtype {a.dtype}, expected {shape}"
                 )
         ok = part["errors"] == ""
-        for m in METRICS[target]:
-            if not np.all(np.isfinite(part[f"metric_{m}"][ok])):
-                raise ValueError(f"metric_{m} is not finite in a finished repetition")
+        checked = [f"metric_{m}" for m in METRICS[target]]
+        if visits is not None:
+            checked.append("observation_times")
+        for m in checked:
+            if not np.all(np.isfinite(part[m][ok])):
+                raise ValueError(f"{m} is not finite in a finished repetition")
     except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile, zlib.error) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         print(

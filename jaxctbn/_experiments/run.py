@@ -230,6 +230,8 @@ def run_experiment(
             num_events=np.asarray(res.num_events),
             errors=errors,
         )
+        if config.visits is not None:
+            part["observation_times"] = np.asarray(res.observation_times)
         path = chunk_path(design_name, start)
         if path is not None:
             _save_chunk(path, part)
@@ -240,7 +242,7 @@ def run_experiment(
         if path is None:
             return None
         stop = min(start + chunk, repetitions)
-        return _load_chunk(path, target, stop - start, experiments, truth.num_nodes)
+        return _load_chunk(path, target, stop - start, experiments, truth.num_nodes, config.visits)
 
     bar = None
     if progress:

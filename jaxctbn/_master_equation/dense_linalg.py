@@ -270,6 +270,33 @@ def _transition_matrices_forward(generators):
 transition_matrices.defvjp(_transition_matrices_forward, _expm_batched_backward)
 
 
+@jax.custom_vjp
+def gap_transition_matrices(generator: Array, gaps: Array) -> Array:
+    r"""$P_k=e^{h_kW}$ `(K, S, S)` of one generator $W$ `(S, S)` over the gaps $h_k$ `(K,)`, as
+    [`transition_matrices`][jaxctbn._master_equation.dense_linalg.transition_matrices]. The
+    derivative in the gaps is $\partial P_k/\partial h_k=WP_k$ (a matrix product, where the
+    generic rule differentiates the exponential of $h_kW$ in every direction: a $2S\times2S$
+    exponential per gap); that in $W$ is the generic one (dropped by the compiler when only
+    the gaps are differentiated, as in a visit-time search)."""
+    return transition_matrices(gaps[:, None, None] * generator)
+
+
+def _gap_transition_matrices_forward(generator, gaps):
+    P = transition_matrices(gaps[:, None, None] * generator)
+    return P, (generator, gaps, P)
+
+
+def _gap_transition_matrices_backward(residuals, cotangent):
+    generator, gaps, P = residuals
+    d_gaps = jnp.sum(cotangent * matmul(jnp.broadcast_to(generator, P.shape), P), axis=(-2, -1))
+    (d_scaled,) = _expm_batched_backward(gaps[:, None, None] * generator, cotangent)
+    d_generator = jnp.sum(gaps[:, None, None] * d_scaled, axis=0)
+    return d_generator, d_gaps
+
+
+gap_transition_matrices.defvjp(_gap_transition_matrices_forward, _gap_transition_matrices_backward)
+
+
 def expm(matrix: Array) -> Array:
     """$e^{A}$ of one matrix `(n, n)`
     ([`expm_batched`][jaxctbn._master_equation.dense_linalg.expm_batched] on a batch of one;

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
-from .._master_equation.dense_linalg import transition_matrices
+from .._master_equation.dense_linalg import gap_transition_matrices
 from .._master_equation.master_equation import checked_node_states, prepare_experiment
 from .._master_equation.solvers import MatrixExponential, check_state_space
 from .._model.ctbn import AbstractCTBN
@@ -73,11 +73,11 @@ def _gap_transition_matrices(W: Array, gaps: Array) -> Array:
     equal = jnp.all(jnp.abs(gaps - gaps[0]) <= EQUAL_GAPS_RTOL * jnp.abs(gaps[0]))
 
     def shared(gaps):
-        P1 = transition_matrices((gaps[0] * W)[None])[0]
+        P1 = gap_transition_matrices(W, gaps[:1])[0]
         return P1[None] + (gaps - gaps[0])[:, None, None] * (W @ P1)[None]
 
     def separate(gaps):
-        return transition_matrices(gaps[:, None, None] * W)
+        return gap_transition_matrices(W, gaps)
 
     return jax.lax.cond(equal, shared, separate, gaps)
 
@@ -188,8 +188,8 @@ def sample_panel_outcome(
     key: PRNGKeyArray,
     intervention: Intervention | None = None,
 ) -> Int[Array, " visits"]:
-    r"""One panel outcome: the global state (row-major index over the nodes, as
-    [`jaxctbn.internal.all_global_states`][]) at each of the `times`, drawn exactly from the
+    r"""One panel outcome: the global state (row-major index over the nodes' states, the last
+    node fastest) at each of the `times`, drawn exactly from the
     Markov chain of the transition matrices $P_k$ (an initial distribution is sampled first)."""
     law = panel_law(model, initial_state, times, intervention)
     P = law.transitions
