@@ -1,6 +1,6 @@
 """Shared by the sequential panel-outcome benchmarks (`bench_panel_experiments.py`,
-`bench_panel_structure_experiments.py`): repetitions of one design in compiled chunks, and
-means with 95% t intervals for paired comparisons."""
+`bench_panel_structure_experiments.py`, `bench_panel_visit_times.py`): repetitions of one
+design in compiled chunks, and means with 95% t intervals for paired comparisons."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def mean_ci(x, axis=0):
 def run_design(task, design, keys, *, metrics, horizon, experiments, chunk, space, label):
     """All repetitions of one design, in chunks of `chunk` (one compiled program, reused):
     per metric name in `metrics` the `(repetitions, experiments + 1)` curves, the chosen
-    candidates `index`, the failed repetitions and each chunk's seconds."""
+    candidates `index` (and with a panel outcome the visit `times`, `(repetitions,
+    experiments, K)`), the failed repetitions and each chunk's seconds."""
     parts, failed, seconds = [], [], []
     for start in range(0, keys.shape[0], chunk):
         t0 = time.perf_counter()
@@ -45,6 +46,8 @@ def run_design(task, design, keys, *, metrics, horizon, experiments, chunk, spac
         seconds.append(time.perf_counter() - t0)
         part = {m: np.asarray(res.metrics[m]) for m in metrics}
         part["index"] = np.asarray(res.intervention_index)
+        if res.observation_times is not None:
+            part["times"] = np.asarray(res.observation_times)
         parts.append(part)
         failed += [(start + i, m) for i, m in enumerate(status.messages) if m]
         done = min(start + chunk, keys.shape[0])
@@ -52,7 +55,7 @@ def run_design(task, design, keys, *, metrics, horizon, experiments, chunk, spac
             f"  {label}: {done}/{keys.shape[0]} repetitions, chunk {seconds[-1]:.1f} s",
             flush=True,
         )
-    out = {k: np.concatenate([p[k] for p in parts]) for k in (*metrics, "index")}
+    out = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     out.update(failed=failed, chunk_seconds=seconds)
     return out
 

@@ -1,0 +1,281 @@
+"""Does choosing *when* to look help? Visit times optimised per candidate against equally spaced
+visits at the same number K, in the sequential parameter experiment (issue 36).
+
+Two truths, each a parameter-learning loop on its known graph (Gamma(1, 1) rate prior, all 81
+interventions of `jaxctbn.intervention_space`, each experiment's initial state drawn uniformly
+and revealed, N_S = 10 posterior draws per design step, the panel posterior updated by
+`panel_rate_posterior` with 10 iterations):
+
+- `paper`: the paper's parameter network (`paper_network(key(0), rates="softmax")`, 4 binary
+  nodes), tau = 3;
+- `pbcseq`: a truth fitted to the shipped PBC panel (`jaxctbn/data/pbcseq_panel.csv`, the four
+  clinical signs ascites, hepato, spiders, edema; structural EM with at most 2 parents,
+  `learn_structure_from_panels`; the MAP graph at the fit's rates, per year), tau = 5 years.
+
+Each experiment is seen at time 0 and at K visits. Designs (the same keys for every design:
+repetition r uses `fold_in(key(seed), r)`, so the comparison is paired):
+
+- `bhc-chosen`: the panel BHC choosing each candidate's K times (`Panel(num_visits=K)`: Adam
+  on the gaps' logits from equal spacing, 30 steps, the better of that and equal spacing kept),
+  the task observing at the chosen candidate's times;
+- `bhc-equal`: the panel BHC at equally spaced visits t_k = tau k / K;
+- `passive`: no intervention, equally spaced visits.
+
+Metrics before and after each experiment: `mse` (the loop's posterior-averaged squared error
+of the rates) and `entropy`, the differential entropy of the Gamma rate posterior summed over
+the free rates (sum of alpha - ln beta + ln Gamma(alpha) + (1 - alpha) digamma(alpha), nats).
+Reported per truth and design: final means with 95% t intervals; paired against `bhc-equal`, the
+mean difference (design - bhc-equal; < 0: the design ends lower) with a 95% t interval, and the
+fraction of repetitions where the design ends lower; where the chosen times lie.
+
+Run (one CPU core per truth, as recorded):
+`OMP_NUM_THREADS=1 XLA_FLAGS="--xla_cpu_use_fusion_emitters=false
+--xla_cpu_parallel_codegen_split_count=1" taskset -c 1 python
+benchmarks/bench_panel_visit_times.py --truth paper|pbcseq [--repetitions R] [--experiments E]
+[--visits K] [--chunk C] [--seed S] [--quick]`; writes `results/panel_visit_times_<truth>.{json,md}`
+(`--quick`: 4 repetitions x 3 experiments, to `..._quick.*`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+
+import jaxctbn as jc  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import environment, write_results  # noqa: E402
+from _paired import mean_ci, run_design  # noqa: E402
+
+NUM_SAMPLES = 10
+PANEL_ITERATIONS = 10
+DESIGNS = ("bhc-chosen", "bhc-equal", "passive")
+REFERENCE = "bhc-equal"
+PBC_NODES = ("ascites", "hepato", "spiders", "edema")
+
+
+class ParameterTaskWithEntropy(jc.ParameterLearningTask):
+    """`ParameterLearningTask` that also records `entropy`, the differential entropy of the
+    Gamma rate posterior summed over the free (off-diagonal) rates."""
+
+    metric_labels: ClassVar[dict[str, tuple[str, str]]] = {
+        "mse": ("posterior MSE of the rates", "lower"),
+        "entropy": ("rate posterior entropy (nats)", "lower"),
+    }
+
+    def metrics(self, posterior):
+        from jax.scipy.special import digamma, gammaln
+
+        total = 0.0
+        for a, b in zip(posterior.alpha, posterior.beta):
+            k = a.shape[-1]
+            h = a - jnp.log(b[..., None]) + gammaln(a) + (1 - a) * digamma(a)
+            total = total + jnp.where(~jnp.eye(k, dtype=bool), h, 0.0).sum()
+        return {**super().metrics(posterior), "entropy": total}
+
+
+def pbcseq_truth() -> jc.CTBN:
+    """The MAP graph of structural EM on the PBC panel's four clinical signs, at its rates."""
+    import warnings
+
+    from jaxctbn._paths.csv import infer_cardinalities, read_csv
+
+    df = read_csv(jc.panel.dataset_path("pbcseq_panel"))[["trajectory_id", "time", *PBC_NODES]]
+    cards = infer_cardinalities(df, missing=True)
+    with warnings.catch_warnings():  # patients with a single visit: reported by the reader
+        warnings.simplefilter("ignore")
+        observations, _ = jc.panel.panel_from_dataframe(df, cards, bucketed=True)
+    fit = jc.panel.learn_structure_from_panels(
+        observations, list(PBC_NODES), [cards[n] for n in PBC_NODES], max_parents=2
+    )
+    graph = fit.posterior.map_graph()
+    cims = [
+        jnp.asarray(q)[: int(np.prod([cards[PBC_NODES[p]] for p in ps], dtype=int))]
+        for q, ps in zip(fit.model.cims, graph)
+    ]
+    return jc.CTBN(cims=cims, parents=tuple(tuple(ps) for ps in graph), names=PBC_NODES)
+
+
+def make(name, K, tau):
+    """The task and design of `name` with K visits in (0, tau]."""
+    equal = jc.criteria.Panel(tau * np.arange(1, K + 1) / K)
+    if name == "bhc-chosen":
+        chosen = jc.criteria.Panel(num_visits=K)
+        return chosen, jc.CriterionDesign(jc.BHC(), num_samples=NUM_SAMPLES, outcome=chosen)
+    if name == "bhc-equal":
+        return equal, jc.CriterionDesign(jc.BHC(), num_samples=NUM_SAMPLES, outcome=equal)
+    if name == "passive":
+        return equal, jc.PassiveDesign()
+    raise ValueError(name)
+
+
+def summarise(runs, metric):
+    ref = runs[REFERENCE][metric]
+    rows = {}
+    for name, run in runs.items():
+        values = run[metric]
+        mean, half = mean_ci(values)
+        row = {
+            "mean": mean.tolist(),
+            "ci95": half.tolist(),
+            "final_mean": float(mean[-1]),
+            "final_ci95": float(half[-1]),
+        }
+        if name != REFERENCE:
+            d = values - ref
+            ok = np.isfinite(d[:, -1])
+            dm, dh = mean_ci(d)
+            lower = (d[ok, -1] < 0).mean() + 0.5 * (d[ok, -1] == 0).mean()
+            row.update(
+                final_diff=float(dm[-1]),
+                final_diff_ci95=float(dh[-1]),
+                diff_mean=dm.tolist(),
+                diff_ci95=dh.tolist(),
+                ends_lower=float(lower),
+                paired_repetitions=int(ok.sum()),
+            )
+        rows[name] = row
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--truth", choices=["paper", "pbcseq"], default="paper")
+    ap.add_argument("--repetitions", type=int, default=100)
+    ap.add_argument("--experiments", type=int, default=10)
+    ap.add_argument("--visits", type=int, default=3)
+    ap.add_argument("--chunk", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    R, E, K, chunk = args.repetitions, args.experiments, args.visits, args.chunk
+    if args.quick:
+        R, E, chunk = 4, 3, 4
+    name = f"panel_visit_times_{args.truth}" + ("_quick" if args.quick else "")
+    unrolled = jc.internal.use_unrolled_threefry_on_cpu()  # as the CLI: the same random bits
+    if args.truth == "paper":
+        truth, tau = jc.paper_network(jax.random.key(0), rates="softmax"), 3.0
+    else:
+        truth, tau = pbcseq_truth(), 5.0
+    space = jc.intervention_space(truth.cardinalities)
+    base = jax.random.key(args.seed)
+    keys = jax.vmap(lambda r: jax.random.fold_in(base, r))(jnp.arange(R))
+    t_start = time.perf_counter()
+    runs, timing = {}, {}
+    for design_name in DESIGNS:
+        outcome, design = make(design_name, K, tau)
+        task = ParameterTaskWithEntropy(
+            truth, outcome=outcome, panel_iterations=PANEL_ITERATIONS
+        )  # fmt: skip
+        t0 = time.perf_counter()
+        runs[design_name] = run_design(
+            task,
+            design,
+            keys,
+            metrics=("mse", "entropy"),
+            horizon=tau,
+            experiments=E,
+            chunk=chunk,
+            space=space,
+            label=design_name,
+        )
+        timing[design_name] = time.perf_counter() - t0
+    wall = time.perf_counter() - t_start
+    summary = {m: summarise(runs, m) for m in ("mse", "entropy")}
+    chosen_times = runs["bhc-chosen"]["times"]  # (R, E, K)
+    equal_times = tau * np.arange(1, K + 1) / K
+    moved = np.abs(chosen_times - equal_times).max(-1) > 1e-6 * tau
+    intervenes = {d: float((runs[d]["index"] != 0).mean()) for d in DESIGNS}
+    settings = {
+        "truth": "paper_network(key(0), rates='softmax')"
+        if args.truth == "paper"
+        else "structural EM on pbcseq_panel.csv (ascites, hepato, spiders, edema; max 2 "
+        "parents), the MAP graph at the fit's rates (per year)",
+        "truth_network": truth.to_dict(),
+        "prior": "GammaPrior(1, 1)",
+        "horizon": tau,
+        "visits": K,
+        "equally_spaced_times": equal_times.tolist(),
+        "candidates": int(space.targets.shape[0]),
+        "num_samples": NUM_SAMPLES,
+        "panel_iterations": PANEL_ITERATIONS,
+        "repetitions": R,
+        "experiments": E,
+        "seed": args.seed,
+        "threefry_lowering": "straight-line" if unrolled else "JAX's default",
+        "command": "python benchmarks/bench_panel_visit_times.py"
+        + "".join(" " + a for a in sys.argv[1:]),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+    }
+    payload = {
+        "environment": environment(),
+        "settings": settings,
+        "wall_s": wall,
+        "timing_s": timing,
+        "summary": summary,
+        "intervening_fraction": intervenes,
+        "chosen_times": chosen_times.tolist(),
+        "chosen_times_moved_fraction": float(moved.mean()),
+        "curves": {m: {d: runs[d][m].tolist() for d in DESIGNS} for m in ("mse", "entropy")},
+        "intervention_index": {d: runs[d]["index"].tolist() for d in DESIGNS},
+        "failures": {d: runs[d]["failed"] for d in DESIGNS if runs[d]["failed"]},
+    }
+    graph = "; ".join(
+        f"{truth.names[n]} <- {','.join(truth.names[p] for p in ps) or '(none)'}"
+        for n, ps in enumerate(truth.parents)
+    )
+    table = [
+        f"# Chosen vs equally spaced visit times, {args.truth} truth",
+        "",
+        f"Parameter learning on the known graph ({graph}), Gamma(1, 1) prior, 81 interventions, "
+        f"tau = {tau:g}, K = {K} visits, random revealed initial states, N_S = {NUM_SAMPLES}; the "
+        f"panel posterior ({PANEL_ITERATIONS} iterations). {R} repetitions x {E} experiments per "
+        "design, the same keys for every design (paired). Difference = design - BHC at equally "
+        "spaced visits (< 0: the design ends lower), mean [95% t interval] at the final "
+        "experiment; `ends lower` = fraction of repetitions where it does (ties half).",
+        "",
+        f"Command: `{settings['command']}` (one CPU core, OMP_NUM_THREADS=1, "
+        f'XLA_FLAGS="{settings["xla_flags"]}"). Wall time {wall / 60:.1f} min.',
+    ]
+    for metric, label in (("mse", "posterior MSE of the rates"), ("entropy", "entropy (nats)")):
+        table += [
+            "",
+            f"## {label}",
+            "",
+            "| design | final (mean ± 95%) | diff vs bhc-equal [95% CI] | ends lower | intervenes |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for d in DESIGNS:
+            r = summary[metric][d]
+            final = f"{r['final_mean']:.4g} ± {r['final_ci95']:.2g}"
+            if d == REFERENCE:
+                diff = lower = "–"
+            else:
+                m, h = r["final_diff"], r["final_diff_ci95"]
+                diff = f"{m:+.4g} [{m - h:+.4g}, {m + h:+.4g}]"
+                lower = f"{r['ends_lower']:.2f}"
+            table.append(f"| {d} | {final} | {diff} | {lower} | {intervenes[d]:.2f} |")
+    mean_times = chosen_times.reshape(-1, K).mean(0)
+    table += [
+        "",
+        f"Chosen times: in {moved.mean():.0%} of the experiments the BHC's chosen candidate kept "
+        f"times away from equal spacing ({', '.join(f'{t:g}' for t in equal_times)}); mean "
+        f"chosen times {', '.join(f'{t:.3g}' for t in mean_times)}.",
+        "",
+        "Seconds per design (all repetitions, first chunk with compilation): "
+        + ", ".join(f"{d} {s:.0f}" for d, s in timing.items()),
+    ]
+    write_results(name, payload, table)
+
+
+if __name__ == "__main__":
+    main()
