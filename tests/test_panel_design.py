@@ -1,8 +1,9 @@
 """Parameter design with panel outcomes (maths §7): the panel BHC against pairwise brute-force
 enumeration of every outcome sequence (scipy `expm`) over the criterion's own draws, the VBHC's
 minimum against scipy's L-BFGS-B on the same objective, the EIG against enumeration of the
-outcomes with a high-sample numpy average over the rates, the ordering EIG <= VBHC <= BHC, and
-the chosen visit times against a numpy grid search."""
+outcomes with a high-sample numpy average over the rates (also with misclassified and
+unmeasured nodes), the ordering EIG <= VBHC <= BHC, and the chosen visit times against a numpy
+grid search."""
 
 import itertools
 
@@ -14,7 +15,7 @@ import jax.random as jr
 import numpy as np
 import pytest
 import scipy.optimize
-from helpers import brute_force_panel_kl
+from helpers import brute_force_panel_kl, network_dict
 
 import jaxctbn as jc
 from jaxctbn._criteria.panel_parameter import (
@@ -156,6 +157,104 @@ def test_panel_eig_against_enumerated_outcomes():
         outcome=jc.criteria.Panel(jnp.asarray(times)),
     )
     assert abs(float(got[0]) - exact) < 0.03, (float(got[0]), exact)
+
+
+def _two_state_transitions(lam, h):
+    """P(h) of the binary chain with rates lam[:, 0] (0 -> 1) and lam[:, 1] (1 -> 0), numpy."""
+    a, b = lam[:, 0], lam[:, 1]
+    s, e = a + b, np.exp(-(a + b) * h)
+    return (
+        np.stack([np.stack([b + a * e, a - a * e], -1), np.stack([b - b * e, a + b * e], -1)], -2)
+        / s[:, None, None]
+    )
+
+
+def _exact_eig_of_symbols(lam, times, emission):
+    """The EIG of the symbols recorded at `times` (one binary node started in 0, emission
+    matrix `(2, M)`): every symbol sequence enumerated, each p(y | rates) by summing over the
+    hidden states, the marginal averaged over the rate draws `lam`, numpy."""
+    P = [_two_state_transitions(lam, h) for h in np.diff(np.concatenate([[0.0], times]))]
+    M = emission.shape[1]
+    probs = []
+    for ys in itertools.product(range(M), repeat=len(times)):
+        alpha = np.zeros((len(lam), 2))
+        alpha[:, 0] = 1.0
+        for P_k, y in zip(P, ys):
+            alpha = np.einsum("ns,nst->nt", alpha, P_k) * emission[:, y]
+        probs.append(alpha.sum(1))
+    probs = np.stack(probs, 1)
+    marginal = probs.mean(0)
+    safe = np.where(probs > 0, probs, 1.0)
+    return np.mean(np.sum(probs * np.log(safe), 1)) - np.sum(marginal * np.log(marginal))
+
+
+def test_panel_eig_with_misclassified_and_unmeasured_nodes():
+    # Panel(emissions=...): the EIG of the recorded symbols, each likelihood by the forward
+    # filter, against enumeration of every symbol sequence (numpy, 200,000 rate draws); below
+    # the error-free EIG (data processing); unmeasured nodes give 0 (to rounding). The Box-Hill
+    # criteria and the loop refuse emissions.
+    post = jc.RatePosterior.from_prior(("A",), (2,), ((),), prior=jc.GammaPrior(2.0, 1.0))
+    times = np.array([0.5, 1.5])
+    E = np.array([[0.9, 0.1], [0.2, 0.8]])
+    lam = np.random.default_rng(0).gamma(2.0, 1.0, size=(200_000, 2))
+    exact = _exact_eig_of_symbols(lam, times, E)
+    assert 0 < exact < _exact_eig_of_symbols(lam, times, np.eye(2))
+    none = jc.Intervention(targets=jnp.array([[False]]), states=jnp.array([[0]]))
+
+    def eig(emissions):
+        return jc.score_interventions(
+            post,
+            none,
+            jnp.array([0]),
+            2.0,
+            criterion=jc.EIG(num_paths=25, num_inner=2000),
+            key=jr.key(1),
+            num_samples=400,
+            outcome=jc.criteria.Panel(jnp.asarray(times), emissions=emissions),
+        )[0]
+
+    got = eig(jc.panel.Emissions([E]))
+    assert abs(float(got) - exact) < 0.02, (float(got), exact)
+    # the global emission matrix: E(s, y) = prod_n E_n(s_n, y_n) in the package's state order
+    from jaxctbn._model.layout import all_global_states
+    from jaxctbn._panel.outcome_law import global_emission_matrix
+
+    model = jc.CTBN.from_dict(network_dict())
+    per_node = [np.array([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6]]), np.ones((2, 1))]
+    G = np.asarray(global_emission_matrix(jc.panel.Emissions(per_node), model, jnp.float64))
+    states, symbols = all_global_states((2, 2)), all_global_states((3, 1))
+    manual = [[per_node[0][x[0], y[0]] * per_node[1][x[1], y[1]] for y in symbols] for x in states]
+    np.testing.assert_allclose(G, manual, rtol=1e-15)
+    # structure (the same filter): nothing measured, nothing learned
+    structure = jc.StructurePosterior.from_prior(NAMES, CARDS, max_parents=1)
+    unmeasured = jc.score_interventions(
+        structure,
+        jc.Intervention(targets=jnp.array([[False, False]]), states=jnp.array([[0, 0]])),
+        START,
+        HORIZON,
+        criterion=jc.EIG(num_paths=5, num_inner=20),
+        key=jr.key(2),
+        num_samples=10,
+        outcome=jc.criteria.Panel(TIMES, emissions=jc.panel.Emissions([np.ones((2, 1))] * 2)),
+    )
+    assert abs(float(unmeasured[0])) < 1e-12
+    with pytest.raises(ValueError, match="Box-Hill criteria assume error-free visits"):
+        jc.score_interventions(
+            post,
+            none,
+            jnp.array([0]),
+            2.0,
+            criterion=jc.BHC(),
+            key=jr.key(1),
+            outcome=jc.criteria.Panel(jnp.asarray(times), emissions=jc.panel.Emissions([E])),
+        )
+    with pytest.raises(ValueError, match="loop simulates error-free visits"):
+        jc.ParameterLearningTask(
+            jc.CTBN.from_dict(network_dict()),
+            outcome=jc.criteria.Panel(TIMES, emissions=jc.panel.Emissions([E, None])),
+        )
+    with pytest.raises(ValueError, match="emissions: expected None or a jaxctbn.panel"):
+        jc.criteria.Panel(TIMES, emissions=[E])
 
 
 @pytest.mark.parametrize("rate, interior", [(4.0, True), (0.05, False)])

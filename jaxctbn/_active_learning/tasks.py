@@ -35,6 +35,11 @@ def _as_batch(path: Trajectories) -> Trajectories:
 def _check_outcome(outcome, panel_iterations) -> None:
     if not isinstance(outcome, AbstractOutcome):
         raise ValueError(f"outcome: expected CompletePath() or Panel(times), got {outcome!r}.")
+    if isinstance(outcome, Panel) and outcome.emissions is not None:
+        raise ValueError(
+            "outcome: the loop simulates error-free visits; Panel(emissions=...) is for scoring "
+            "with the EIG (score_interventions)."
+        )
     if (
         isinstance(panel_iterations, bool)
         or not isinstance(panel_iterations, int)

@@ -31,6 +31,7 @@ from .._learning.posterior import AbstractPosterior, RatePosterior
 from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from .._model.interventions import Intervention
+from .._panel.outcome_law import global_emission_matrix
 from .batching import AbstractBatching, Chunked, Vmap
 from .kl_estimators import AbstractKLEstimator, PlugIn, RateCoupling
 from .outcomes import AbstractOutcome, CompletePath, Panel
@@ -127,6 +128,8 @@ def _panel_design(
     """Every candidate's panel score `value(iv, times)`: at the outcome's given times, or at its
     own best times (the search ascends `surrogate(iv, times, carry)`, `carry` updated by
     `refine` before each step, from `carry0`), kept only where better than equal spacing."""
+    if outcome.emissions is not None:
+        raise ValueError(_BOX_HILL_EMISSIONS)
     dtype = horizon.dtype
 
     def one(iv):
@@ -524,10 +527,22 @@ class BHC(AbstractBoxHillCriterion):
         )
 
 
+_BOX_HILL_EMISSIONS = (
+    "outcome: the Box-Hill criteria assume error-free visits; with Panel(emissions=...) "
+    "(misclassified or unmeasured nodes) use the EIG."
+)
+
 _EIG_TIMES = (
     "outcome: the EIG cannot choose visit times (its Monte Carlo outcomes are not "
     "differentiable in them); give Panel(times=...) or choose the times with the BHC or VBHC."
 )
+
+
+def _emission(outcome: Panel, model, dtype):
+    """The global emission matrix of a panel outcome's `emissions` (`None` without)."""
+    if outcome.emissions is None:
+        return None
+    return global_emission_matrix(outcome.emissions, model, dtype)
 
 
 class EIG(AbstractCriterion):
@@ -577,6 +592,7 @@ class EIG(AbstractCriterion):
             draws = posterior_draws(posterior, key_outer, num_samples)
             inner = posterior_draws(posterior, key_inner, self.num_inner)
             times = outcome.visit_times(horizon, posterior.alpha[0].dtype)
+            emission = _emission(outcome, draws, times.dtype)
 
             def panel_eig(iv):
                 return panel_parameter_eig(
@@ -588,6 +604,7 @@ class EIG(AbstractCriterion):
                     iv,
                     key=key_paths,
                     num_paths=self.num_paths,
+                    emission=emission,
                 )
 
             return (Vmap() if batching is None else batching).map(panel_eig, candidates)
@@ -626,10 +643,17 @@ class EIG(AbstractCriterion):
             key_draws, key_paths = jr.split(key)
             draws = panel_structure_eig_draws(posterior, key_draws, num_samples, self.num_inner)
             times = outcome.visit_times(horizon, posterior.statistics.dwell_times[0].dtype)
+            emission = _emission(outcome, draws.models, times.dtype)
 
             def panel_eig(iv):
                 return panel_structure_eig(
-                    draws, initial_state, times, iv, key=key_paths, num_paths=self.num_paths
+                    draws,
+                    initial_state,
+                    times,
+                    iv,
+                    key=key_paths,
+                    num_paths=self.num_paths,
+                    emission=emission,
                 )
 
             return (Chunked(STRUCTURE_CHUNK) if batching is None else batching).map(

@@ -11,6 +11,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from .._model.interventions import is_concrete
+from .._panel.observations import Emissions
 from .._panel.outcome_law import checked_observation_times
 
 
@@ -25,8 +26,8 @@ class CompletePath(AbstractOutcome):
 
 class Panel(AbstractOutcome):
     r"""The experiment's global state seen at $0<t_1<\dots<t_K\le\tau$ (maths §7): every node
-    measured without error at each visit, nothing in between; the state at time 0 is the
-    experiment's initial state (set, hence known).
+    measured at each visit (without error unless `emissions` say otherwise), nothing in
+    between; the state at time 0 is the experiment's initial state (set, hence known).
 
     **Arguments:**
 
@@ -38,12 +39,19 @@ class Panel(AbstractOutcome):
       fixed; the better of the search's best point and equal spacing is kept, so the score is
       never below the equally spaced one. The Box-Hill criteria only (the EIG's Monte Carlo
       outcomes are not differentiable in the times).
+    - `emissions` (keyword-only): a [`jaxctbn.panel.Emissions`][] of per-node
+      misclassification matrices $E_n(x,y)=p(y\mid x)$; a node that is not measured has the
+      `(k, 1)` matrix of ones. Scored by the [`jaxctbn.EIG`][] (the recorded symbols'
+      likelihoods by the forward filter, maths §7) at given times; the Box-Hill criteria and
+      the active-learning loop refuse it (their panel divergences and updates assume error-free
+      visits).
     """
 
     times: Float[Array, " visits"] | None
     num_visits: int | None = eqx.field(static=True)
     steps: int = eqx.field(static=True)
     learning_rate: float = eqx.field(static=True)
+    emissions: Emissions | None
 
     def __init__(
         self,
@@ -52,7 +60,13 @@ class Panel(AbstractOutcome):
         num_visits: int | None = None,
         steps: int = 30,
         learning_rate: float = 0.1,
+        emissions: Emissions | None = None,
     ):
+        if emissions is not None and not isinstance(emissions, Emissions):
+            raise ValueError(
+                f"emissions: expected None or a jaxctbn.panel.Emissions, got {emissions!r}."
+            )
+        self.emissions = emissions
         if (times is None) == (num_visits is None):
             raise ValueError("Panel: give the visit `times` or `num_visits`, not both or neither.")
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:

@@ -219,13 +219,17 @@ def panel_parameter_eig(
     *,
     key: PRNGKeyArray,
     num_paths: int,
+    emission: Array | None = None,
 ) -> Float[Array, ""]:
     r"""The panel EIG by nested Monte Carlo:
     $\frac1{N_SR}\sum_{s,r}\big[\ln p(Y_{sr}\mid\Lambda_s)-\ln\frac1J\sum_j
     p(Y_{sr}\mid\Lambda_j)\big]$ with $R$ = `num_paths` outcomes $Y_{sr}$ of each outer draw
     $\Lambda_s$ (`draws`) and $J$ inner draws $\Lambda_j$ (`inner_draws`, independent of the
     outer ones, shared by all outcomes), every likelihood exact. Biased upwards for finite $J$
-    (the bias falls as $1/J$); tends to the EIG."""
+    (the bias falls as $1/J$); tends to the EIG. With an `emission` matrix `(S, M)`,
+    $E(s,y)=\prod_nE_n(s_n,y_n)$ over the global states and symbols, the outcome is the symbols
+    recorded at the visits (misclassified or unmeasured nodes), each likelihood by the forward
+    filter (maths §7)."""
     del posterior
     laws = draw_laws(draws, initial_state, times, intervention)
     inner = draw_laws(inner_draws, initial_state, times, intervention)
@@ -233,9 +237,9 @@ def panel_parameter_eig(
     keys = jr.split(key, (S, num_paths))
 
     def gain(law, k):
-        before, after = sample_law_outcome(law, k)
-        own = law_log_likelihood(law, before, after)
-        others = jax.vmap(lambda other: law_log_likelihood(other, before, after))(inner)
+        outcome = sample_law_outcome(law, k, emission)
+        own = law_log_likelihood(law, outcome, emission)
+        others = jax.vmap(lambda other: law_log_likelihood(other, outcome, emission))(inner)
         J = others.shape[0]
         return own - (jax.nn.logsumexp(others) - jnp.log(J))
 

@@ -182,24 +182,27 @@ def panel_structure_eig(
     *,
     key: PRNGKeyArray,
     num_paths: int,
+    emission: Array | None = None,
 ) -> Float[Array, ""]:
     r"""The structure EIG $I(G;Y)$ of a panel outcome by nested Monte Carlo:
     $\frac1{N_SR}\sum_{s,r}\big[\ln\frac1J\sum_jp(Y_{sr}\mid G_s,\Lambda^{(s)}_j)-
     \ln\frac1J\sum_jp(Y_{sr}\mid G_j,\Lambda_j)\big]$, with $R$ = `num_paths` outcomes of each
-    outer draw, every likelihood exact (forward filter); consistent as $J\to\infty$."""
+    outer draw, every likelihood exact (forward filter); consistent as $J\to\infty$. With an
+    `emission` matrix the outcome is the recorded symbols, as in
+    [`panel_parameter_eig`][jaxctbn.criteria.panel_parameter_eig]."""
     laws = draw_laws(draws.models, initial_state, times, intervention)
     inner = draw_laws(draws.inner, initial_state, times, intervention)
     same = jax.vmap(lambda m: draw_laws(m, initial_state, times, intervention))(draws.same_graph)
     S = laws.transitions.shape[0]
     keys = jr.split(key, (S, num_paths))
 
-    def log_mean(laws_j, before, after):
-        lls = jax.vmap(lambda law: law_log_likelihood(law, before, after))(laws_j)
+    def log_mean(laws_j, outcome):
+        lls = jax.vmap(lambda law: law_log_likelihood(law, outcome, emission))(laws_j)
         return jax.nn.logsumexp(lls) - jnp.log(lls.shape[0])
 
     def gain(law, same_s, k):
-        before, after = sample_law_outcome(law, k)
-        return log_mean(same_s, before, after) - log_mean(inner, before, after)
+        outcome = sample_law_outcome(law, k, emission)
+        return log_mean(same_s, outcome) - log_mean(inner, outcome)
 
     gains = jax.vmap(lambda law, same_s, ks: jax.vmap(lambda k: gain(law, same_s, k))(ks))(
         laws, same, keys

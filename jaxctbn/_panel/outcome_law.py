@@ -30,6 +30,7 @@ from .._master_equation.solvers import MatrixExponential, check_state_space
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import Intervention
 from .._model.layout import global_state_index
+from .observations import Emissions
 
 
 def checked_observation_times(times: ArrayLike, dtype, horizon: ArrayLike | None = None) -> Array:
@@ -158,26 +159,62 @@ def panel_kl_divergence(
     return pairwise_panel_law_kl(one(law), one(other_law))[0, 0]
 
 
-def sample_law_outcome(law: PanelLaw, key: PRNGKeyArray) -> tuple[Array, Array]:
-    """One outcome of a panel law whose start is a known state (a point mass): `(before,
-    after)`, the global states before and after each visit's transition `(K,)` each (`after`
-    is the outcome)."""
+def global_emission_matrix(
+    emissions: Emissions, model: AbstractCTBN, dtype
+) -> Float[Array, "global_states symbols"]:
+    r"""$E(s,y)=\prod_nE_n(s_n,y_n)$ `(S, M)` over the global states and the global symbols
+    (both row-major over the nodes, the last node fastest) of the per-node matrices of
+    `emissions` (value-checked inside jit); a node measured without error has the identity, an
+    unmeasured node a single column of ones."""
+    matrices = emissions.checked(model, dtype)
+    out = matrices[0]
+    for m in matrices[1:]:
+        out = jnp.kron(out, m)
+    return out
+
+
+def sample_law_outcome(law: PanelLaw, key: PRNGKeyArray, emission: Array | None = None):
+    """One outcome of a panel law whose start is a known state (a point mass). Without
+    `emission`: `(before, after)`, the global states before and after each visit's transition
+    `(K,)` each (`after` is the outcome). With a [`global_emission_matrix`][jaxctbn._panel.outcome_law.global_emission_matrix]
+    `(S, M)`: the global symbols recorded at the visits `(K,)`, each drawn from its state's
+    row."""
     K = law.transitions.shape[0]
     s0 = jnp.argmax(law.visit_marginals[0])
+    key_states, key_symbols = (key, None) if emission is None else jr.split(key)
 
     def step(s, inputs):
         P_k, k = inputs
         nxt = jr.categorical(k, jnp.log(P_k[s]))
         return nxt, (s, nxt)
 
-    _, (before, after) = jax.lax.scan(step, s0, (law.transitions, jr.split(key, K)))
-    return before, after
+    _, (before, after) = jax.lax.scan(step, s0, (law.transitions, jr.split(key_states, K)))
+    if emission is None or key_symbols is None:
+        return before, after
+    return jax.vmap(lambda k, s: jr.categorical(k, jnp.log(emission[s])))(
+        jr.split(key_symbols, K), after
+    )
 
 
-def law_log_likelihood(law: PanelLaw, before: Array, after: Array) -> Float[Array, ""]:
-    r"""$\sum_k\ln P_k(y_{k-1},y_k)$ of the transitions `before` $\to$ `after` under `law`."""
-    K = law.transitions.shape[0]
-    return jnp.log(law.transitions[jnp.arange(K), before, after]).sum()
+def law_log_likelihood(law: PanelLaw, outcome, emission: Array | None = None) -> Float[Array, ""]:
+    r"""The log-likelihood of an `outcome` of [`sample_law_outcome`][jaxctbn._panel.outcome_law.sample_law_outcome]
+    under `law`: $\sum_k\ln P_k(x_{k-1},x_k)$ of the transitions `(before, after)`; with an
+    `emission` matrix, of the symbols $y_{1:K}$ by the forward filter
+    $\alpha_k=(\alpha_{k-1}P_k)\odot E(\cdot,y_k)$, $\ln p(y)=\sum_k\ln\sum_s\alpha_k(s)$
+    ($\alpha$ renormalised at each visit)."""
+    if emission is None:
+        before, after = outcome
+        K = law.transitions.shape[0]
+        return jnp.log(law.transitions[jnp.arange(K), before, after]).sum()
+
+    def step(alpha, inputs):
+        P_k, y = inputs
+        alpha = (alpha @ P_k) * emission[:, y]
+        c = alpha.sum()
+        return alpha / c, jnp.log(c)
+
+    _, logs = jax.lax.scan(step, law.visit_marginals[0], (law.transitions, outcome))
+    return logs.sum()
 
 
 def sample_panel_outcome(
