@@ -306,6 +306,21 @@ def test_visit_time_moves_where_a_grid_search_says(rate, interior):
 def test_bad_panel_outcomes_are_refused():
     with pytest.raises(ValueError, match="give the visit `times` or `num_visits`"):
         jc.criteria.Panel()
+    # beyond the dense exponentials' state space: one line naming the outcome, before any
+    # allocation (13 binary nodes, 8,192 global states)
+    names = tuple(f"X{n}" for n in range(13))
+    large = jc.RatePosterior.from_prior(names, (2,) * 13, ((),) * 13)
+    for criterion in (jc.BHC(), jc.EIG()):
+        with pytest.raises(ValueError, match="needs dense exponentials over the 8,192 global"):
+            jc.score_interventions(
+                large,
+                jc.Intervention(targets=jnp.zeros((1, 13), bool), states=jnp.zeros((1, 13), int)),
+                jnp.zeros(13, int),
+                HORIZON,
+                criterion=criterion,
+                key=jr.key(0),
+                outcome=jc.criteria.Panel(TIMES),
+            )
     with pytest.raises(ValueError, match="num_visits: expected an integer >= 1"):
         jc.criteria.Panel(num_visits=0)
     with pytest.raises(ValueError, match="strictly increasing"):

@@ -18,6 +18,8 @@ $\sum_k\ln P_k(y_{k-1},y_k)$, and its exact sampler.
 
 from __future__ import annotations
 
+import math
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -26,7 +28,7 @@ from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from .._master_equation.dense_linalg import gap_transition_matrices
 from .._master_equation.master_equation import checked_node_states, prepare_experiment
-from .._master_equation.solvers import MatrixExponential, check_state_space
+from .._master_equation.solvers import MatrixExponential
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import Intervention
 from .._model.layout import global_state_index
@@ -83,6 +85,21 @@ def _gap_transition_matrices(W: Array, gaps: Array) -> Array:
     return jax.lax.cond(equal, shared, separate, gaps)
 
 
+def check_panel_state_space(cardinalities) -> None:
+    """A one-line `ValueError` before anything is allocated when the global state space is
+    larger than the dense exponentials of a panel law handle (those of
+    [`jaxctbn.MatrixExponential`][])."""
+    states = math.prod(int(k) for k in cardinalities)
+    limit = MatrixExponential.state_space_limit
+    if states > limit:
+        raise ValueError(
+            f"outcome: the law of a panel outcome needs dense exponentials over the {states:,} "
+            f"global states of these {len(cardinalities)} nodes, more than the {limit:,} it "
+            "handles; score such networks with CompletePath() (its criteria switch to the "
+            "mean-field solver) or a smaller network."
+        )
+
+
 def panel_law(
     model: AbstractCTBN,
     initial_state: ArrayLike,
@@ -92,7 +109,7 @@ def panel_law(
     """The [`PanelLaw`][jaxctbn._panel.outcome_law.PanelLaw] of `model` started in
     `initial_state` (node states or a distribution) and seen at `times` under `intervention`
     (the state space bounded as for `MatrixExponential`; times checked inside jit)."""
-    check_state_space(MatrixExponential(), model.cardinalities)
+    check_panel_state_space(model.cardinalities)
     model, gen, p0 = prepare_experiment(model, initial_state, intervention)
     W = gen.dense()
     times = checked_observation_times(times, W.dtype)
