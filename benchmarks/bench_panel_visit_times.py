@@ -10,7 +10,12 @@ and revealed, N_S = 10 posterior draws per design step, the panel posterior upda
   nodes), tau = 3;
 - `pbcseq`: a truth fitted to the shipped PBC panel (`jaxctbn/data/pbcseq_panel.csv`, the four
   clinical signs ascites, hepato, spiders, edema; structural EM with at most 2 parents,
-  `learn_structure_from_panels`; the MAP graph at the fit's rates, per year), tau = 5 years.
+  `learn_structure_from_panels`; the MAP graph at the fit's rates, per year), tau = 5 years;
+- `structure`: structure learning instead, on the paper's structure network
+  (`paper_network(key(0), rates="gamma")`, exact posterior over graphs with in-degree <= 3,
+  updated by structural EM from the panel history, `panel_structure_posterior`, 10 iterations;
+  the panel BHC with each drawn graph at its posterior-mean rates), tau = 3; metrics AUROC,
+  AUPR and the entropy of the structure posterior.
 
 Each experiment is seen at time 0 and at K visits. Designs (the same keys for every design:
 repetition r uses `fold_in(key(seed), r)`, so the comparison is paired):
@@ -31,7 +36,7 @@ fraction of repetitions where the design ends lower; where the chosen times lie.
 Run (one CPU core per truth, as recorded):
 `OMP_NUM_THREADS=1 XLA_FLAGS="--xla_cpu_use_fusion_emitters=false
 --xla_cpu_parallel_codegen_split_count=1" taskset -c 1 python
-benchmarks/bench_panel_visit_times.py --truth paper|pbcseq [--repetitions R] [--experiments E]
+benchmarks/bench_panel_visit_times.py --truth paper|pbcseq|structure [--repetitions R] [--experiments E]
 [--visits K] [--chunk C] [--seed S] [--quick]`; writes `results/panel_visit_times_<truth>.{json,md}`
 (`--quick`: 4 repetitions x 3 experiments, to `..._quick.*`).
 """
@@ -105,6 +110,12 @@ def pbcseq_truth() -> jc.CTBN:
     return jc.CTBN(cims=cims, parents=tuple(tuple(ps) for ps in graph), names=PBC_NODES)
 
 
+def structure_task(truth, outcome):
+    return jc.StructureLearningTask(
+        truth, max_parents=3, outcome=outcome, panel_iterations=PANEL_ITERATIONS
+    )
+
+
 def make(name, K, tau):
     """The task and design of `name` with K visits in (0, tau]."""
     equal = jc.criteria.Panel(tau * np.arange(1, K + 1) / K)
@@ -149,7 +160,7 @@ def summarise(runs, metric):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--truth", choices=["paper", "pbcseq"], default="paper")
+    ap.add_argument("--truth", choices=["paper", "pbcseq", "structure"], default="paper")
     ap.add_argument("--repetitions", type=int, default=100)
     ap.add_argument("--experiments", type=int, default=10)
     ap.add_argument("--visits", type=int, default=3)
@@ -164,8 +175,14 @@ def main():
     unrolled = jc.internal.use_unrolled_threefry_on_cpu()  # as the CLI: the same random bits
     if args.truth == "paper":
         truth, tau = jc.paper_network(jax.random.key(0), rates="softmax"), 3.0
+    elif args.truth == "structure":
+        truth, tau = jc.paper_network(jax.random.key(0), rates="gamma"), 3.0
     else:
         truth, tau = pbcseq_truth(), 5.0
+    if args.truth == "structure":
+        metrics = {"auroc": "AUROC", "aupr": "AUPR", "entropy": "structure entropy (nats)"}
+    else:
+        metrics = {"mse": "posterior MSE of the rates", "entropy": "rate entropy (nats)"}
     space = jc.intervention_space(truth.cardinalities)
     base = jax.random.key(args.seed)
     keys = jax.vmap(lambda r: jax.random.fold_in(base, r))(jnp.arange(R))
@@ -173,15 +190,18 @@ def main():
     runs, timing = {}, {}
     for design_name in DESIGNS:
         outcome, design = make(design_name, K, tau)
-        task = ParameterTaskWithEntropy(
-            truth, outcome=outcome, panel_iterations=PANEL_ITERATIONS
-        )  # fmt: skip
+        if args.truth == "structure":
+            task = structure_task(truth, outcome)
+        else:
+            task = ParameterTaskWithEntropy(
+                truth, outcome=outcome, panel_iterations=PANEL_ITERATIONS
+            )  # fmt: skip
         t0 = time.perf_counter()
         runs[design_name] = run_design(
             task,
             design,
             keys,
-            metrics=("mse", "entropy"),
+            metrics=tuple(metrics),
             horizon=tau,
             experiments=E,
             chunk=chunk,
@@ -190,16 +210,18 @@ def main():
         )
         timing[design_name] = time.perf_counter() - t0
     wall = time.perf_counter() - t_start
-    summary = {m: summarise(runs, m) for m in ("mse", "entropy")}
+    summary = {m: summarise(runs, m) for m in metrics}
     chosen_times = runs["bhc-chosen"]["times"]  # (R, E, K)
     equal_times = tau * np.arange(1, K + 1) / K
     moved = np.abs(chosen_times - equal_times).max(-1) > 1e-6 * tau
     intervenes = {d: float((runs[d]["index"] != 0).mean()) for d in DESIGNS}
     settings = {
-        "truth": "paper_network(key(0), rates='softmax')"
-        if args.truth == "paper"
-        else "structural EM on pbcseq_panel.csv (ascites, hepato, spiders, edema; max 2 "
-        "parents), the MAP graph at the fit's rates (per year)",
+        "truth": {
+            "paper": "paper_network(key(0), rates='softmax')",
+            "structure": "paper_network(key(0), rates='gamma'), structure learning",
+            "pbcseq": "structural EM on pbcseq_panel.csv (ascites, hepato, spiders, edema; max "
+            "2 parents), the MAP graph at the fit's rates (per year)",
+        }[args.truth],
         "truth_network": truth.to_dict(),
         "prior": "GammaPrior(1, 1)",
         "horizon": tau,
@@ -225,7 +247,7 @@ def main():
         "intervening_fraction": intervenes,
         "chosen_times": chosen_times.tolist(),
         "chosen_times_moved_fraction": float(moved.mean()),
-        "curves": {m: {d: runs[d][m].tolist() for d in DESIGNS} for m in ("mse", "entropy")},
+        "curves": {m: {d: runs[d][m].tolist() for d in DESIGNS} for m in metrics},
         "intervention_index": {d: runs[d]["index"].tolist() for d in DESIGNS},
         "failures": {d: runs[d]["failed"] for d in DESIGNS if runs[d]["failed"]},
     }
@@ -233,20 +255,27 @@ def main():
         f"{truth.names[n]} <- {','.join(truth.names[p] for p in ps) or '(none)'}"
         for n, ps in enumerate(truth.parents)
     )
+    learning = (
+        "Structure learning (exact posterior over graphs with in-degree <= 3, structural EM "
+        f"from the panel history) of the paper's structure network ({graph})"
+        if args.truth == "structure"
+        else f"Parameter learning on the known graph ({graph})"
+    )
     table = [
         f"# Chosen vs equally spaced visit times, {args.truth} truth",
         "",
-        f"Parameter learning on the known graph ({graph}), Gamma(1, 1) prior, 81 interventions, "
+        f"{learning}, Gamma(1, 1) prior, 81 interventions, "
         f"tau = {tau:g}, K = {K} visits, random revealed initial states, N_S = {NUM_SAMPLES}; the "
         f"panel posterior ({PANEL_ITERATIONS} iterations). {R} repetitions x {E} experiments per "
         "design, the same keys for every design (paired). Difference = design - BHC at equally "
-        "spaced visits (< 0: the design ends lower), mean [95% t interval] at the final "
-        "experiment; `ends lower` = fraction of repetitions where it does (ties half).",
+        "spaced visits (< 0: the design ends lower; lower is better for the error and the "
+        "entropy, higher for AUROC/AUPR), mean [95% t interval] at the final experiment; `ends "
+        "lower` = fraction of repetitions where it does (ties half).",
         "",
         f"Command: `{settings['command']}` (one CPU core, OMP_NUM_THREADS=1, "
         f'XLA_FLAGS="{settings["xla_flags"]}"). Wall time {wall / 60:.1f} min.',
     ]
-    for metric, label in (("mse", "posterior MSE of the rates"), ("entropy", "entropy (nats)")):
+    for metric, label in metrics.items():
         table += [
             "",
             f"## {label}",
