@@ -210,6 +210,14 @@ def _cmd_run(args):
         observation_times=args.observation_times,
         visits=args.visits,
     )
+    if args.visits is not None and {"vbhc", "vbhc-optax", "negative-vbhc"} & set(designs):
+        print(
+            "--visits: the vbhc designs search every candidate's visit times with an inner "
+            "minimisation per step (about 1 min per experiment for the paper's 81 candidates "
+            "on one CPU core, bhc about 3 s; docs/panel-outcomes.md)",
+            file=sys.stderr,
+            flush=True,
+        )
     report = run_experiment(
         config,
         out=out,
