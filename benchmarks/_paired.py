@@ -25,6 +25,40 @@ def mean_ci(x, axis=0):
     return mean, half
 
 
+def paired_summary(runs, reference, metric):
+    """Per design of `runs` (`{design: {metric: (repetitions, experiments + 1)}}`): the mean of
+    `metric` per experiment with its 95% interval and, paired against `reference`, the mean
+    difference (design - reference) per experiment with its interval, at the final experiment,
+    and the fraction of repetitions where the design ends lower (ties half)."""
+    ref = runs[reference][metric]
+    rows = {}
+    for name, run in runs.items():
+        values = run[metric]
+        mean, half = mean_ci(values)
+        row = {
+            "mean": mean.tolist(),
+            "ci95": half.tolist(),
+            "final_mean": float(mean[-1]),
+            "final_ci95": float(half[-1]),
+            "final_median": float(np.nanmedian(values[:, -1])),
+        }
+        if name != reference:
+            d = values - ref
+            ok = np.isfinite(d[:, -1])
+            dm, dh = mean_ci(d)
+            row.update(
+                diff_mean=dm.tolist(),
+                diff_ci95=dh.tolist(),
+                final_diff=float(dm[-1]),
+                final_diff_ci95=float(dh[-1]),
+                final_diff_median=float(np.nanmedian(d[:, -1])),
+                ends_lower=float((d[ok, -1] < 0).mean() + 0.5 * (d[ok, -1] == 0).mean()),
+                paired_repetitions=int(ok.sum()),
+            )
+        rows[name] = row
+    return rows
+
+
 def run_design(task, design, keys, *, metrics, horizon, experiments, chunk, space, label):
     """All repetitions of one design, in chunks of `chunk` (one compiled program, reused):
     per metric name in `metrics` the `(repetitions, experiments + 1)` curves, the chosen

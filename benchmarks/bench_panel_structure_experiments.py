@@ -66,7 +66,7 @@ from jaxctbn._experiments.config import default_max_parents  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import RESULTS, environment, write_results  # noqa: E402
-from _paired import experiment_arguments, mean_ci, run_design  # noqa: E402
+from _paired import experiment_arguments, mean_ci, paired_summary, run_design  # noqa: E402
 
 TAU = 3.0
 NUM_SAMPLES = 10
@@ -98,41 +98,24 @@ def make_design(name, panel):
 
 
 def summarise(runs, experiments, metric):
-    """Per design: the mean of `metric` per experiment and, paired against the reference, the
-    differences (design - reference) and the reference's win fraction (by `metric`'s
-    direction)."""
+    """Per design: `paired_summary` against the reference, plus the difference at the midpoint
+    experiment and the reference's win fraction (by `metric`'s direction)."""
     mid = experiments // 2
+    rows = paired_summary(runs, REFERENCE, metric)
     higher = METRICS[metric][1] == "higher"
     ref = runs[REFERENCE][metric]
-    rows = {}
-    for name, run in runs.items():
-        x = run[metric]
-        mean, half = mean_ci(x)
-        row = {
-            "mean": mean.tolist(),
-            "ci95": half.tolist(),
-            "final_mean": float(mean[-1]),
-            "final_ci95": float(half[-1]),
-            "final_median": float(np.nanmedian(x[:, -1])),
-        }
-        if name != REFERENCE:
-            d = x - ref
-            ok = np.isfinite(d[:, -1])
-            dm, dh = mean_ci(d)
-            better = ref[ok, -1] > x[ok, -1] if higher else ref[ok, -1] < x[ok, -1]
-            wins = better.mean() + 0.5 * (ref[ok, -1] == x[ok, -1]).mean()
-            row.update(
-                diff_mean=dm.tolist(),
-                diff_ci95=dh.tolist(),
-                final_diff=float(dm[-1]),
-                final_diff_ci95=float(dh[-1]),
-                mid_diff=float(dm[mid]),
-                mid_diff_ci95=float(dh[mid]),
-                final_diff_median=float(np.nanmedian(d[:, -1])),
-                reference_wins=float(wins),
-                paired_repetitions=int(ok.sum()),
-            )
-        rows[name] = row
+    for name, row in rows.items():
+        if name == REFERENCE:
+            continue
+        x = runs[name][metric]
+        d = x - ref
+        ok = np.isfinite(d[:, -1])
+        dm, dh = mean_ci(d)
+        better = ref[ok, -1] > x[ok, -1] if higher else ref[ok, -1] < x[ok, -1]
+        wins = better.mean() + 0.5 * (ref[ok, -1] == x[ok, -1]).mean()
+        row.update(
+            mid_diff=float(dm[mid]), mid_diff_ci95=float(dh[mid]), reference_wins=float(wins)
+        )
     return rows
 
 

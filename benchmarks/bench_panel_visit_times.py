@@ -59,7 +59,7 @@ import jaxctbn as jc  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import environment, write_results  # noqa: E402
-from _paired import mean_ci, run_design  # noqa: E402
+from _paired import paired_summary, run_design  # noqa: E402
 
 NUM_SAMPLES = 10
 PANEL_ITERATIONS = 10
@@ -129,35 +129,6 @@ def make(name, K, tau):
     raise ValueError(name)
 
 
-def summarise(runs, metric):
-    ref = runs[REFERENCE][metric]
-    rows = {}
-    for name, run in runs.items():
-        values = run[metric]
-        mean, half = mean_ci(values)
-        row = {
-            "mean": mean.tolist(),
-            "ci95": half.tolist(),
-            "final_mean": float(mean[-1]),
-            "final_ci95": float(half[-1]),
-        }
-        if name != REFERENCE:
-            d = values - ref
-            ok = np.isfinite(d[:, -1])
-            dm, dh = mean_ci(d)
-            lower = (d[ok, -1] < 0).mean() + 0.5 * (d[ok, -1] == 0).mean()
-            row.update(
-                final_diff=float(dm[-1]),
-                final_diff_ci95=float(dh[-1]),
-                diff_mean=dm.tolist(),
-                diff_ci95=dh.tolist(),
-                ends_lower=float(lower),
-                paired_repetitions=int(ok.sum()),
-            )
-        rows[name] = row
-    return rows
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--truth", choices=["paper", "pbcseq", "structure"], default="paper")
@@ -210,7 +181,7 @@ def main():
         )
         timing[design_name] = time.perf_counter() - t0
     wall = time.perf_counter() - t_start
-    summary = {m: summarise(runs, m) for m in metrics}
+    summary = {m: paired_summary(runs, REFERENCE, m) for m in metrics}
     chosen_times = runs["bhc-chosen"]["times"]  # (R, E, K)
     equal_times = tau * np.arange(1, K + 1) / K
     moved = np.abs(chosen_times - equal_times).max(-1) > 1e-6 * tau
