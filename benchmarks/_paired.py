@@ -12,6 +12,35 @@ import numpy as np
 
 import jaxctbn as jc
 
+#: The sequential panel benchmarks' settings: tau, posterior draws per design step, fixed-point
+#: iterations of the panel posterior, and the designs compared with the panel-aware BHC.
+TAU = 3.0
+NUM_SAMPLES = 10
+PANEL_ITERATIONS = 10
+DESIGNS = ("panel-bhc", "path-bhc", "random", "passive")
+LABELS = {
+    "panel-bhc": "BHC, panel-aware",
+    "path-bhc": "BHC, assumes the whole path",
+    "random": "random",
+    "passive": "passive",
+}
+REFERENCE = "panel-bhc"
+
+
+def make_design(name, panel):
+    """The design behind a name of `DESIGNS` for the panel outcome `panel`."""
+    if name == "panel-bhc":
+        return jc.CriterionDesign(jc.BHC(), num_samples=NUM_SAMPLES, outcome=panel)
+    if name == "path-bhc":
+        # scored as if the whole path were seen (the parameter results were computed with an
+        # equivalent subclass calling score_interventions(..., outcome=CompletePath()))
+        return jc.experiments.design_from_name("bhc-path", num_samples=NUM_SAMPLES, outcome=panel)
+    if name == "random":
+        return jc.RandomDesign()
+    if name == "passive":
+        return jc.PassiveDesign()
+    raise ValueError(name)
+
 
 def mean_ci(x, axis=0):
     """Mean and 95% t interval half-width of the mean over `axis` (NaN rows dropped)."""

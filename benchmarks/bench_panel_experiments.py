@@ -68,19 +68,18 @@ import jaxctbn as jc  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import RESULTS, environment, write_results  # noqa: E402
-from _paired import experiment_arguments, mean_ci, run_design  # noqa: E402
-
-TAU = 3.0
-NUM_SAMPLES = 10
-PANEL_ITERATIONS = 10
-DESIGNS = ("panel-bhc", "path-bhc", "random", "passive")
-LABELS = {
-    "panel-bhc": "BHC, panel-aware",
-    "path-bhc": "BHC, assumes the whole path",
-    "random": "random",
-    "passive": "passive",
-}
-REFERENCE = "panel-bhc"
+from _paired import (  # noqa: E402
+    DESIGNS,
+    LABELS,
+    NUM_SAMPLES,
+    PANEL_ITERATIONS,
+    REFERENCE,
+    TAU,
+    experiment_arguments,
+    make_design,
+    mean_ci,
+    run_design,
+)
 
 
 class ParameterTaskWithMeanError(jc.ParameterLearningTask):
@@ -101,20 +100,6 @@ class ParameterTaskWithMeanError(jc.ParameterLearningTask):
             total = total + jnp.where(off, (q - q_true) ** 2, 0.0).sum()
             count += q.shape[0] * k * (k - 1)
         return {**super().metrics(posterior), "mean_se": total / count}
-
-
-def make_design(name, panel):
-    if name == "panel-bhc":
-        return jc.CriterionDesign(jc.BHC(), num_samples=NUM_SAMPLES, outcome=panel)
-    if name == "path-bhc":
-        # scored as if the whole path were seen (the results were computed with an equivalent
-        # subclass calling score_interventions(..., outcome=CompletePath()), before `bhc-path`)
-        return jc.experiments.design_from_name("bhc-path", num_samples=NUM_SAMPLES, outcome=panel)
-    if name == "random":
-        return jc.RandomDesign()
-    if name == "passive":
-        return jc.PassiveDesign()
-    raise ValueError(name)
 
 
 def summarise(runs, experiments, metric="mse"):

@@ -66,35 +66,24 @@ from jaxctbn._experiments.config import default_max_parents  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import RESULTS, environment, write_results  # noqa: E402
-from _paired import experiment_arguments, mean_ci, paired_summary, run_design  # noqa: E402
+from _paired import (  # noqa: E402
+    DESIGNS,
+    LABELS,
+    NUM_SAMPLES,
+    PANEL_ITERATIONS,
+    REFERENCE,
+    TAU,
+    experiment_arguments,
+    make_design,
+    mean_ci,
+    paired_summary,
+    run_design,
+)
 
-TAU = 3.0
-NUM_SAMPLES = 10
-PANEL_ITERATIONS = 10
-DESIGNS = ("panel-bhc", "path-bhc", "random", "passive")
-LABELS = {
-    "panel-bhc": "BHC, panel-aware",
-    "path-bhc": "BHC, assumes the whole path",
-    "random": "random",
-    "passive": "passive",
-}
-REFERENCE = "panel-bhc"
 #: The structure task's metrics, their labels and which direction is better.
 METRICS = jc.StructureLearningTask.metric_labels
 #: The metrics whose paired differences are tabulated (SHD is in the JSON and a final table).
 REPORTED = ("auroc", "aupr", "entropy")
-
-
-def make_design(name, panel):
-    if name == "panel-bhc":
-        return jc.CriterionDesign(jc.BHC(), num_samples=NUM_SAMPLES, outcome=panel)
-    if name == "path-bhc":
-        return jc.experiments.design_from_name("bhc-path", num_samples=NUM_SAMPLES, outcome=panel)
-    if name == "random":
-        return jc.RandomDesign()
-    if name == "passive":
-        return jc.PassiveDesign()
-    raise ValueError(name)
 
 
 def summarise(runs, experiments, metric):

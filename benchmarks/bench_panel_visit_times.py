@@ -59,10 +59,8 @@ import jaxctbn as jc  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import environment, write_results  # noqa: E402
-from _paired import paired_summary, run_design  # noqa: E402
+from _paired import NUM_SAMPLES, PANEL_ITERATIONS, paired_summary, run_design  # noqa: E402
 
-NUM_SAMPLES = 10
-PANEL_ITERATIONS = 10
 DESIGNS = ("bhc-chosen", "bhc-equal", "passive")
 REFERENCE = "bhc-equal"
 PBC_NODES = ("ascites", "hepato", "spiders", "edema")
