@@ -77,6 +77,8 @@ from ._criteria.criteria import EIG as EIG
 from ._criteria.criteria import VBHC as VBHC
 from ._criteria.criteria import AbstractCriterion as AbstractCriterion
 from ._criteria.criteria import score_interventions as score_interventions
+from ._criteria.costs import Costs as Costs
+from ._criteria.batches import choose_batch as choose_batch
 
 # active learning
 from ._active_learning.designs import AbstractDesign as AbstractDesign

@@ -1,6 +1,7 @@
 """The design criteria as closed-form functions (the Modules `jc.BHC`, `jc.VBHC`, `jc.EIG` call
 these), the posterior draws they average over, the Gamma KL divergence, and what an experiment
-reveals (`CompletePath`, `Panel`)."""
+reveals (`CompletePath`, `Panel`), batches of experiments (`score_batch`, `BatchDesign`) and how
+costs rank candidates (`ByScore`, `ByScorePerCost`)."""
 
 # ruff: noqa: I001  (grouped as in the package, not alphabetically)
 
@@ -31,6 +32,11 @@ from ._criteria.structure import structure_vbhc as structure_vbhc
 from ._criteria.structure import structure_vbhc_minimise as structure_vbhc_minimise
 from ._criteria.structure import structure_vbhc_minimum as structure_vbhc_minimum
 from ._criteria.criteria import AbstractBoxHillCriterion as AbstractBoxHillCriterion
+from ._criteria.batches import BatchDesign as BatchDesign
+from ._criteria.batches import score_batch as score_batch
+from ._criteria.costs import AbstractRanking as AbstractRanking
+from ._criteria.costs import ByScore as ByScore
+from ._criteria.costs import ByScorePerCost as ByScorePerCost
 from ._criteria.outcomes import AbstractOutcome as AbstractOutcome
 from ._criteria.outcomes import CompletePath as CompletePath
 from ._criteria.outcomes import Panel as Panel

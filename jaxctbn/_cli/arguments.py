@@ -358,3 +358,93 @@ def _outcome(args):
     import numpy as np
 
     return Panel(np.asarray(times))
+
+
+def _cost(text) -> float:
+    """argparse type: a price, a finite number >= 0."""
+    return _non_negative_number(text)
+
+
+def _costs_arguments(p) -> None:
+    """`--costs NODE=C,NODE:STATE=C`, `--experiment-cost`, `--visit-cost`, `--budget` and
+    `--rank-by`: what experiments cost and how the design trades score against cost."""
+    p.add_argument(
+        "--costs",
+        nargs="+",
+        default=None,
+        help="cost of clamping a node, NODE=C (any state) or NODE:STATE=C (one state), "
+        "comma-separated; unnamed nodes cost 0",
+    )
+    p.add_argument(
+        "--experiment-cost", type=_cost, default=None, help="fixed cost of every experiment"
+    )
+    p.add_argument("--visit-cost", type=_cost, default=None, help="cost of each panel visit")
+    p.add_argument(
+        "--budget", type=_cost, default=None, help="the most the experiments may cost in all"
+    )
+    p.add_argument(
+        "--rank-by",
+        choices=["score", "score-per-cost"],
+        default="score",
+        help="score (costs only bound the budget) or score-per-cost (gain per unit cost)",
+    )
+
+
+def _costs(args, names, cardinalities):
+    """The `jaxctbn.Costs` of the cost flags (`None` when none is given), one-line errors
+    naming the flag."""
+    import math
+
+    given = (args.costs, args.experiment_cost, args.visit_cost)
+    if all(v is None for v in given):
+        if args.rank_by == "score-per-cost":
+            raise ValueError(
+                "--rank-by score-per-cost: give the prices (--costs, --experiment-cost, "
+                "--visit-cost)."
+            )
+        return None
+    from .._criteria.costs import Costs
+
+    clamp, clamp_state = {}, {}
+    text = ",".join(args.costs or [])
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        node, sep, value = item.rpartition("=")
+        if not sep or not node:
+            raise ValueError(f"--costs: expected NODE=C or NODE:STATE=C, got {item!r}.")
+        try:
+            price = float(value)
+        except ValueError:
+            raise ValueError(f"--costs: {item!r}: the cost must be a number.") from None
+        if not (math.isfinite(price) and price >= 0):
+            raise ValueError(f"--costs: {item!r}: the cost must be a finite number >= 0.")
+        name, colon, state = node.partition(":")
+        if name not in names:
+            raise ValueError(f"--costs: unknown node {name!r}; the nodes are {list(names)}.")
+        if colon:
+            k = cardinalities[list(names).index(name)]
+            if not state.isdigit() or int(state) >= k:
+                raise ValueError(f"--costs: {item!r}: the state of {name!r} must be in 0..{k - 1}.")
+            clamp_state[(name, int(state))] = price
+        else:
+            clamp[name] = price
+    return Costs.of_nodes(
+        names,
+        cardinalities,
+        clamp=clamp,
+        clamp_state=clamp_state,
+        visit=args.visit_cost or 0.0,
+        experiment=args.experiment_cost or 0.0,
+    )
+
+
+def _costs_json(args) -> dict | None:
+    """The cost settings as given, for the output files."""
+    if all(v is None for v in (args.costs, args.experiment_cost, args.visit_cost, args.budget)):
+        return None
+    return {
+        "costs": ",".join(args.costs or []) or None,
+        "experiment_cost": args.experiment_cost,
+        "visit_cost": args.visit_cost,
+        "budget": args.budget,
+        "rank_by": args.rank_by,
+    }

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from .._files import write_json
 from .arguments import (
+    _costs,
+    _costs_json,
     _empirical_bayes,
     _initial_state,
     _load_network,
@@ -67,11 +69,68 @@ def _cmd_design(args):
 
 def _rank(args, posterior, space, names, init, initial, outcome):
     """Score `space` for the next experiment and write the ranking: with a panel outcome and a
-    Box-Hill criterion through `panel_design_scores` (the visit times chosen with `--visits`)."""
+    Box-Hill criterion through `panel_design_scores` (the visit times chosen with `--visits`);
+    with `--batch` the greedy batch of `choose_batch`; with prices, each candidate's cost and
+    the best within `--budget` by `--rank-by`."""
     import jax
     import numpy as np
 
+    cards = tuple(int(k) for k in posterior.cardinalities)
+    costs = _costs(args, names, cards)
+    candidate_costs = None
+    if costs is not None:
+        visits = 0 if outcome is None else outcome.size
+        candidate_costs = np.asarray(costs.of(space, num_visits=visits))
+        if args.rank_by == "score-per-cost" and np.any(candidate_costs <= 0):
+            raise ValueError(
+                "--rank-by score-per-cost: every experiment must cost > 0; give --experiment-cost."
+            )
+    if args.budget is not None:
+        cheapest = 0.0 if candidate_costs is None else float(candidate_costs.min())
+        if args.budget < cheapest:
+            raise ValueError(
+                f"--budget: {args.budget:g} is below the cheapest experiment ({cheapest:g})."
+            )
     key = jax.random.key(args.seed)
+    if args.batch is not None:
+        from .._criteria.batches import choose_batch
+        from .._criteria.costs import ByScore, ByScorePerCost
+
+        if args.criterion == "eig":
+            raise ValueError(
+                "--batch: batches are chosen by --criterion bhc or vbhc (the EIG of a batch "
+                "is the reference, jaxctbn.criteria.score_batch)."
+            )
+        if outcome is not None:
+            raise ValueError(
+                "--batch: batches are chosen for --outcome path (panel batches: not yet)."
+            )
+        options = _box_hill_options(args, len(names)) if args.target == "structure" else {}
+        batch = choose_batch(
+            posterior,
+            space,
+            initial,
+            args.duration,
+            size=args.batch,
+            criterion=_criterion(args.criterion, args.paths, options),
+            key=key,
+            num_samples=args.samples,
+            costs=costs,
+            budget=args.budget,
+            ranking=ByScorePerCost() if args.rank_by == "score-per-cost" else ByScore(),
+        )
+        batch = jax.tree_util.tree_map(np.asarray, batch)
+        _write_ranking(
+            args,
+            batch.round_scores[0],
+            space,
+            names,
+            init,
+            args.duration,
+            costs=candidate_costs,
+            batch=batch,
+        )
+        return
     if outcome is not None and args.criterion != "eig":
         from .._criteria.criteria import panel_design_scores
 
@@ -89,10 +148,33 @@ def _rank(args, posterior, space, names, init, initial, outcome):
             num_samples=args.samples,
         )
         design = jax.tree_util.tree_map(np.asarray, design)
-        _write_ranking(args, design.scores, space, names, init, args.duration, panel=design)
+        _write_ranking(
+            args,
+            design.scores,
+            space,
+            names,
+            init,
+            args.duration,
+            panel=design,
+            costs=candidate_costs,
+        )
         return
     scores = _score_space(posterior, space, initial, args.duration, key, args, outcome)
-    _write_ranking(args, np.asarray(scores), space, names, init, args.duration)
+    _write_ranking(
+        args, np.asarray(scores), space, names, init, args.duration, costs=candidate_costs
+    )
+
+
+def _best(args, scores, costs):
+    """The best candidate by `--rank-by` among those `--budget` affords."""
+    import numpy as np
+
+    if costs is None:
+        return int(np.argmax(scores))
+    rank = scores / costs if args.rank_by == "score-per-cost" else scores.copy()
+    if args.budget is not None:
+        rank = np.where(costs <= args.budget * (1 + 1e-12), rank, -np.inf)
+    return int(np.argmax(rank))
 
 
 def _design_structure(args, outcome):
@@ -199,7 +281,7 @@ def _score_space(posterior, space, initial_state, horizon, key, args, outcome=No
     )
 
 
-def _write_ranking(args, scores, space, names, init, duration, panel=None):
+def _write_ranking(args, scores, space, names, init, duration, panel=None, costs=None, batch=None):
     import numpy as np
 
     targets, states = np.asarray(space.targets), np.asarray(space.states)
@@ -208,7 +290,12 @@ def _write_ranking(args, scores, space, names, init, duration, panel=None):
         return {names[n]: int(states[i, n]) for n in range(len(names)) if targets[i, n]}
 
     entries = [{"intervention": label(i), "score": float(v)} for i, v in enumerate(scores)]
-    best = int(np.argmax(scores))
+    if costs is not None:
+        for entry, c in zip(entries, costs):
+            entry["cost"] = float(c)
+            if args.rank_by == "score-per-cost":
+                entry["score_per_cost"] = entry["score"] / float(c)
+    best = _best(args, np.asarray(scores), costs) if batch is None else int(batch.members[0])
     outcome: dict = {"type": args.outcome}
     if args.outcome == "panel":
         if args.visits is not None and panel is not None:
@@ -230,13 +317,34 @@ def _write_ranking(args, scores, space, names, init, duration, panel=None):
         "seed": args.seed,
         "prior": getattr(args, "fitted_prior", None) or _prior_json(args),
     }
+    pricing = _costs_json(args)
+    if pricing is not None or args.rank_by != "score":
+        out["costs"] = pricing
+        out["rank_by"] = args.rank_by
+    if batch is not None:
+        members = [int(m) for m in batch.members if m >= 0]
+        out["batch"] = [
+            {
+                "intervention": label(m),
+                "score": float(batch.scores[j]),
+                "gain": float(batch.gains[j]),
+                "cost": float(batch.costs[j]),
+            }
+            for j, m in enumerate(members)
+        ]
+        out["batch_score"] = float(batch.batch_score)
+        out["batch_cost"] = float(batch.total_cost)
+        out["batch_size"] = args.batch
     if args.target == "structure" and args.criterion != "eig":
         from .._experiments.config import default_graph_draws
 
         draws, max_sets = default_graph_draws(len(names), args.graph_draws, args.max_sets)
         out.update(graph_draws=draws, max_sets=max_sets)
     write_json(args.out, out)
-    print(
-        f"scored {len(scores)} interventions; best: {out['best'] or 'no intervention'}; "
-        f"wrote {args.out}"
-    )
+    chosen = out["best"] or "no intervention"
+    what = f"best: {chosen}"
+    if batch is not None:
+        what = (
+            f"batch of {len(out['batch'])}: {[e['intervention'] or 'none' for e in out['batch']]}"
+        )
+    print(f"scored {len(scores)} interventions; {what}; wrote {args.out}")

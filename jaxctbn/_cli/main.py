@@ -9,6 +9,7 @@ from .arguments import (
     _OUT_KINDS,
     _at_least,
     _check_out,
+    _costs_arguments,
     _graph_draws_arguments,
     _hyperparameter,
     _interventions_argument,
@@ -153,6 +154,13 @@ def build_parser() -> argparse.ArgumentParser:
         "posterior from smoothed expected statistics; structure: structural EM)",
     )
     _outcome_arguments(p)
+    p.add_argument(
+        "--batch",
+        type=_at_least(1),
+        default=None,
+        help="choose B experiments to run in parallel (greedy bhc/vbhc; the JSON's batch)",
+    )
+    _costs_arguments(p)
     p.add_argument("--seed", type=_seed, required=True, help="0 <= S <= 2**63 - 1")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_cmd_design)

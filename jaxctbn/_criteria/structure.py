@@ -512,7 +512,7 @@ def _node_divergence(
             if posterior.prior.factorises_over_configurations:
                 # and each configuration's predictive term, shared by the candidates it serves
                 ells = _predictive_by_pattern(posterior, n, by_pattern, interventions)
-                return _node_divergence_from(posterior, n, interventions, ells)
+                return _node_divergence_from(posterior, n, interventions.targets[:, n], ells)
             stats = by_pattern.members(interventions)
         else:
             models = jax.tree_util.tree_map(
@@ -549,19 +549,20 @@ def _node_divergence(
 
         # candidate by candidate: the statistics on every set of every path are the big arrays
         ells = jax.lax.map(ells_of, stats)  # (candidates, draws, sets)
-    return _node_divergence_from(posterior, n, interventions, ells)
+    return _node_divergence_from(posterior, n, interventions.targets[:, n], ells)
 
 
-def _node_divergence_from(posterior, n, interventions, ells):
+def _node_divergence_from(posterior, n, clamped, ells):
     """$a_n(P')$ `(candidates, sets)` from the predictive log-likelihoods `ells` `(candidates,
-    draws, sets)` of node n's draws (stratified: the draws of each set $P$ in a block)."""
+    draws, sets)` of node n's draws (stratified: the draws of each set $P$ in a block); zero
+    where `clamped` `(candidates,)` says the candidate clamps n."""
     n_sets = posterior.parent_sets[n].shape[0]
     ells = ells.reshape(-1, n_sets, ells.shape[1] // n_sets, n_sets)  # [i, P, s, P']
     own = jnp.diagonal(ells, axis1=1, axis2=3).transpose(0, 2, 1)  # [i, P, s]: ell(S; P)
     diff = (own[..., None] - ells).mean(2)  # [i, P, P']
     probs = posterior.parent_set_probabilities()[n]
     a = jnp.einsum("p,ipq->iq", probs, diff)
-    keep = (~interventions.targets[:, n]).astype(a.dtype)
+    keep = (~clamped).astype(a.dtype)
     return keep[:, None] * a
 
 
@@ -582,22 +583,34 @@ def _node_eig(
     -\ln p(P\mid H)]$, for a batch of candidates `interventions` (leading axis), `(candidates,)`
     (zero for a candidate that clamps n). `rescore` is node n's `_rescorer`."""
     sets = posterior.parent_sets[n]
-    old = posterior.log_posterior()[n]
-    _, true_index = _flat_draws(draws, n)
     stats = _sampled_statistics(
         draws, n, interventions, initial_state, horizon, path_key, num_paths, max_events
     )
 
-    def gains_of(stats):  # one candidate's paths: ln p(P | S, H) - ln p(P | H) for the true P
-        new = nested_vmap(rescore, 2)(*stats.node_statistics_on_sets(sets))  # (draws, paths, P)
-        own = jnp.take_along_axis(new, true_index[:, None, None], axis=-1)[..., 0]
-        return (own - old[true_index][:, None]).mean(1)  # mean over the paths of each draw
+    def gain_of(stats):  # one candidate's paths
+        return _node_eig_from_statistics(
+            posterior, draws, n, rescore, *stats.node_statistics_on_sets(sets)
+        )
 
     # candidate by candidate: the statistics on every set of every path are the big arrays
-    gains = jax.lax.map(gains_of, stats)  # (candidates, draws)
-    gains = gains.reshape(gains.shape[0], sets.shape[0], -1).mean(2)  # [i, P]: mean over draws
+    gains = jax.lax.map(gain_of, stats)  # (candidates,)
     keep = (~interventions.targets[:, n]).astype(gains.dtype)
-    return keep * (jnp.exp(old) * gains).sum(1)
+    return keep * gains
+
+
+def _node_eig_from_statistics(posterior, draws, n, rescore, transitions, dwell_times):
+    r"""Node n's EIG term $\sum_P p(P\mid H)\,\mathsf E[\ln p(P\mid S,H)-\ln p(P\mid H)]$ from
+    the statistics of node n's sampled paths projected on every set, `transitions` `(draws,
+    paths, sets, configs, k, k)` and `dwell_times` `(draws, paths, sets, configs, k)` (the
+    draws of each stratum $P$ in a block)."""
+    old = posterior.log_posterior()[n]
+    _, true_index = _flat_draws(draws, n)
+    # ln p(P | S, H) - ln p(P | H) for the true P of each draw
+    new = nested_vmap(rescore, 2)(transitions, dwell_times)  # (draws, paths, P)
+    own = jnp.take_along_axis(new, true_index[:, None, None], axis=-1)[..., 0]
+    gains = (own - old[true_index][:, None]).mean(1)  # mean over the paths of each draw
+    gains = gains.reshape(old.shape[0], -1).mean(1)  # [P]: mean over the stratum's draws
+    return (jnp.exp(old) * gains).sum()
 
 
 def _rescorer(posterior: StructurePosterior, n: int, max_events: int):

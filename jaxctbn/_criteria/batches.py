@@ -1,0 +1,475 @@
+r"""Batches of experiments run in parallel: the value of a batch, and a greedy choice of one
+(maths §8).
+
+Given the model, the members' outcomes are independent. The (V)BHC of a batch follows from
+quantities that add over the members:
+
+- **parameters:** the posterior-averaged expected statistics
+  ([`jaxctbn.criteria.ParameterDesignStatistics`][]), linear in each member's, so the batch BHC is
+  the sum of the members' BHC and the batch VBHC is today's closed form at the summed
+  statistics: at least its best member's, at most the sum;
+- **structure:** each draw's expected statistics of node $n$ projected on every parent set,
+  summed over the members that leave $n$ free; $\ell_n$ (the predictive likelihood, which
+  integrates the shared rates out) of the sum gives the batch's $a_n(P')$ (the plug-in
+  estimator, as for one experiment). The rates couple the members, so here neither criterion
+  is the sum of the members'.
+
+[`jaxctbn.choose_batch`][] computes every candidate's quantities once (one batch of
+master-equation solves, as for [`jaxctbn.score_interventions`][]) and then adds members
+greedily: each round scores every candidate together with the members already chosen. The
+nested Monte Carlo EIG of a given batch ([`jaxctbn.criteria.score_batch`][] with
+[`jaxctbn.EIG`][]) is the reference.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
+
+from .._learning.conjugate import gamma_log_density
+from .._learning.conjugate import off_diagonal as _off
+from .._learning.posterior import AbstractPosterior, RatePosterior
+from .._learning.structure_posterior import StructurePosterior
+from .._master_equation.master_equation import expected_statistics_batch
+from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
+from .._model.interventions import Intervention
+from .._paths.sampling import check_count
+from .batching import AbstractBatching, Vmap
+from .costs import AbstractRanking, ByScore, Costs, affordable, check_budget
+from .criteria import (
+    COMPLETE_PATH,
+    EIG,
+    VBHC,
+    AbstractBoxHillCriterion,
+    AbstractCriterion,
+    _structure_batching,
+)
+from .kl_estimators import PlugIn
+from .outcomes import AbstractOutcome, CompletePath
+from .parameter import _sampled_statistics as _sampled_node_statistics
+from .parameter import design_statistics, posterior_draws
+from .structure import (
+    JointGraphDraws,
+    StratifiedGraphDraws,
+    _flat_draws,
+    _node_divergence_from,
+    _node_eig_from_statistics,
+    _rescorer,
+    _sampled_statistics,
+    joint_structure_draws,
+    predictive_log_likelihood,
+    structure_draws,
+)
+
+
+class BatchDesign(eqx.Module):
+    """A batch chosen by [`jaxctbn.choose_batch`][]:
+
+    - `members` `(size,)`: the chosen candidates' indices, in the order chosen; `-1` for a slot
+      left empty because nothing affordable remained within the budget;
+    - `scores` `(size,)`: each member's own single-experiment score (as
+      [`jaxctbn.score_interventions`][] gives it);
+    - `gains` `(size,)`: what each member added to the batch's score when it was chosen;
+    - `costs` `(size,)`: each member's cost ([`jaxctbn.Costs`][]; zero without costs);
+    - `batch_score`: the criterion of the whole batch, the sum of `gains`;
+    - `total_cost`: the sum of `costs`;
+    - `round_scores` `(size, candidates)`: every candidate's score together with the members
+      chosen before each round; row 0 is the single-experiment scores.
+
+    Empty slots have zero score, gain and cost."""
+
+    members: Int[Array, " size"]
+    scores: Float[Array, " size"]
+    gains: Float[Array, " size"]
+    costs: Float[Array, " size"]
+    batch_score: Float[Array, ""]
+    total_cost: Float[Array, ""]
+    round_scores: Float[Array, "size candidates"]
+
+
+def _tree_sum(a, b):
+    return jax.tree_util.tree_map(jnp.add, a, b)
+
+
+def _check_box_hill(criterion, what: str):
+    if isinstance(criterion, EIG):
+        raise ValueError(
+            f"criterion: {what} adds members by the BHC or VBHC; the EIG of a given batch is "
+            "jaxctbn.criteria.score_batch(..., criterion=EIG())."
+        )
+    if not isinstance(criterion, AbstractBoxHillCriterion):
+        raise ValueError(
+            f"criterion: {what} needs jaxctbn.BHC() or jaxctbn.VBHC(), got {criterion!r}."
+        )
+
+
+def _check_outcome(outcome):
+    if not isinstance(outcome, AbstractOutcome):
+        raise TypeError(f"outcome: expected CompletePath() or Panel(...), got {outcome!r}.")
+    if not isinstance(outcome, CompletePath):
+        raise ValueError(
+            "outcome: batches are scored for complete paths (CompletePath()); panel batches "
+            "are not supported yet."
+        )
+
+
+def _rate_quantities(
+    criterion, posterior, candidates, initial_state, horizon, key, num_samples, solver, batching
+):
+    """Every candidate's design statistics `(candidates, ...)` and `value(summed statistics)`."""
+    if not isinstance(criterion.estimator, PlugIn):
+        raise ValueError("estimator: the parameter criteria are exact; use the default PlugIn().")
+    draws = posterior_draws(posterior, key, num_samples)
+
+    def one(iv):
+        return design_statistics(
+            posterior, draws, initial_state, horizon, intervention=iv, solver=solver
+        )
+
+    quantities = (Vmap() if batching is None else batching).map(one, candidates)
+    return quantities, lambda stats: criterion.rate_value(posterior, stats)
+
+
+def _structure_quantities(
+    criterion, posterior, candidates, initial_state, horizon, key, num_samples, solver, batching
+):
+    """Per node, every candidate's per-draw expected statistics projected on every parent set,
+    `(candidates, draws, sets, configs, k[, k])` (zero where the candidate clamps the node), and
+    `value(summed statistics)`."""
+    if not isinstance(criterion.estimator, PlugIn):
+        raise ValueError("estimator: batches of structure experiments use the PlugIn() estimator.")
+    if criterion.max_sets is not None:
+        posterior = posterior.truncated(criterion.max_sets)
+    graph_draws = criterion.graph_draws
+    batching = _structure_batching(graph_draws) if batching is None else batching
+    N = len(posterior.names)
+    init = jnp.asarray(initial_state)
+
+    def solve(models, iv):  # one candidate over a batch of models
+        D = jax.tree_util.tree_leaves(models)[0].shape[0]
+        return expected_statistics_batch(
+            models,
+            jnp.broadcast_to(init, (D, *init.shape)),
+            horizon,
+            interventions=jax.tree_util.tree_map(
+                lambda a: jnp.broadcast_to(a, (D, *jnp.shape(a))), iv
+            ),
+            solver=solver,
+        )
+
+    def on_sets(stats, n, iv):
+        M, T = jax.vmap(lambda st: st.node_statistics_on_sets(n, posterior.parent_sets[n]))(stats)
+        keep = (~iv.targets[n]).astype(T.dtype)
+        return keep * M, keep * T
+
+    def ells(n, M, T):  # (draws, sets)
+        return jax.vmap(lambda m, t: predictive_log_likelihood(posterior, n, m, t))(M, T)
+
+    if isinstance(graph_draws, StratifiedGraphDraws):
+        key_draws, _ = jr.split(key)  # as StratifiedGraphDraws.divergences splits it
+        stratified = structure_draws(posterior, key_draws, num_samples)
+        quantities = tuple(
+            batching.map(
+                lambda iv, n=n: on_sets(solve(_flat_draws(stratified, n)[0], iv), n, iv),
+                candidates,
+            )
+            for n in range(N)
+        )
+
+        def divergence(n, M, T):
+            return _node_divergence_from(posterior, n, jnp.zeros((1,), bool), ells(n, M, T)[None])[
+                0
+            ]
+
+    elif isinstance(graph_draws, JointGraphDraws):
+        draws = joint_structure_draws(
+            posterior, key, num_samples, systematic=graph_draws.systematic
+        )
+
+        def one(iv):
+            stats = solve(draws.models, iv)
+            return tuple(on_sets(stats, n, iv) for n in range(N))
+
+        quantities = batching.map(one, candidates)
+
+        def divergence(n, M, T):
+            e = ells(n, M, T)
+            own = jnp.take_along_axis(e, draws.indices[:, n, None], axis=1)
+            return (own - e).mean(0)
+
+    else:
+        raise ValueError(
+            "graph_draws: batches of structure experiments take StratifiedGraphDraws() or "
+            f"JointGraphDraws(), got {graph_draws!r}."
+        )
+
+    def value(summed):
+        return criterion.structure_value(
+            posterior, tuple(divergence(n, *summed[n]) for n in range(N))
+        )
+
+    return quantities, value
+
+
+def _quantities(
+    criterion, posterior, candidates, initial_state, horizon, key, num_samples, solver, batching
+):
+    if isinstance(posterior, StructurePosterior):
+        build = _structure_quantities
+    elif isinstance(posterior, RatePosterior):
+        build = _rate_quantities
+    else:
+        raise TypeError(
+            f"posterior: expected a RatePosterior or StructurePosterior, got {type(posterior)}."
+        )
+    return build(
+        criterion, posterior, candidates, initial_state, horizon, key, num_samples, solver, batching
+    )
+
+
+def _check_size(size):
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise ValueError(f"size: the batch size must be an integer >= 1, got {size!r}.")
+
+
+def _check_common(posterior, candidates, num_samples):
+    if not isinstance(posterior, AbstractPosterior):
+        raise TypeError(
+            f"posterior: expected a RatePosterior or StructurePosterior, got {type(posterior)}."
+        )
+    if not isinstance(candidates, Intervention) or jnp.ndim(candidates.targets) != 2:
+        raise ValueError(
+            "candidates: expected an Intervention with a leading axis (one row per candidate)."
+        )
+    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
+        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}.")
+
+
+@eqx.filter_jit
+def choose_batch(
+    posterior: AbstractPosterior,
+    candidates: Intervention,
+    initial_state: ArrayLike,
+    horizon: ArrayLike,
+    *,
+    size: int,
+    criterion: AbstractCriterion = VBHC(),
+    key: PRNGKeyArray,
+    num_samples: int = 10,
+    solver: StatisticsSolver = AUTOMATIC_SOLVER,
+    batching: AbstractBatching | None = None,
+    outcome: AbstractOutcome = COMPLETE_PATH,
+    costs: Costs | None = None,
+    budget: ArrayLike | None = None,
+    ranking: AbstractRanking = ByScore(),
+) -> BatchDesign:
+    r"""Choose `size` experiments to run in parallel, greedily, as one compiled computation
+    (maths §8).
+
+    Every candidate's quantities (expected statistics for parameters, per-draw statistics on
+    every parent set for structure) are computed once, with the same posterior draws as
+    [`jaxctbn.score_interventions`][] for the same `key`; then each of `size` rounds scores
+    every candidate together with the members already chosen and adds the best by `ranking`
+    among those the remaining `budget` affords. A candidate may be chosen again (a replicate).
+    With `size=1` the scores are exactly `score_interventions`'.
+
+    **Arguments:** as for [`jaxctbn.score_interventions`][] (the criterion must be
+    [`jaxctbn.BHC`][] or [`jaxctbn.VBHC`][]; complete-path outcomes; structure learning with
+    the [`jaxctbn.PlugIn`][] estimator), and
+
+    - `size`: the number of experiments in the batch (static);
+    - `costs`: a [`jaxctbn.Costs`][] pricing each candidate (default: free);
+    - `budget`: the most the batch may cost (default: unbounded); the slots nothing affordable
+      fills are left empty;
+    - `ranking`: [`jaxctbn.criteria.ByScore`][] (default) or
+      [`jaxctbn.criteria.ByScorePerCost`][] (gain per unit cost).
+
+    **Returns:** a [`jaxctbn.criteria.BatchDesign`][].
+    """
+    _check_size(size)
+    _check_common(posterior, candidates, num_samples)
+    _check_box_hill(criterion, "choose_batch")
+    _check_outcome(outcome)
+    check_budget(budget)
+    if not isinstance(ranking, AbstractRanking):
+        raise TypeError(f"ranking: expected ByScore() or ByScorePerCost(), got {ranking!r}.")
+    quantities, value = _quantities(
+        criterion, posterior, candidates, initial_state, horizon, key, num_samples, solver, batching
+    )
+    C = candidates.targets.shape[0]
+    dtype = jnp.result_type(float)
+    if costs is None:
+        candidate_costs = jnp.zeros((C,), dtype)
+    elif isinstance(costs, Costs):
+        candidate_costs = costs.of(candidates).astype(dtype)
+    else:
+        raise TypeError(f"costs: expected a jaxctbn.Costs or None, got {costs!r}.")
+    budget = jnp.asarray(jnp.inf if budget is None else budget, dtype)
+    budget = eqx.error_if(
+        budget, ~(budget >= 0), "budget: must be a number >= 0 (or None, unbounded)."
+    )
+    empty = jax.tree_util.tree_map(lambda x: jnp.zeros_like(x[0]), quantities)
+
+    def step(carry, _):
+        chosen, current, spent = carry
+        values = jax.vmap(lambda q: value(_tree_sum(chosen, q)))(quantities)
+        gains = values - current
+        ok = affordable(candidate_costs, budget - spent)
+        rank = jnp.where(ok, ranking.rank(gains, candidate_costs), -jnp.inf)
+        pick = jnp.argmax(rank)
+        found = ok.any()
+        picked = jax.tree_util.tree_map(lambda x: x[pick], quantities)
+        chosen = jax.tree_util.tree_map(lambda c, p: jnp.where(found, c + p, c), chosen, picked)
+        gain = jnp.where(found, gains[pick], 0.0)
+        cost = jnp.where(found, candidate_costs[pick], 0.0)
+        member = jnp.where(found, pick, -1)
+        return (chosen, current + gain, spent + cost), (member, gain, cost, values)
+
+    start = (empty, value(empty), jnp.zeros((), dtype))
+    (_, total, spent), (members, gains, member_costs, round_scores) = jax.lax.scan(
+        step, start, None, length=size
+    )
+    singles = round_scores[0]
+    scores = jnp.where(members >= 0, singles[jnp.maximum(members, 0)], 0.0)
+    return BatchDesign(
+        members=members,
+        scores=scores,
+        gains=gains,
+        costs=member_costs,
+        batch_score=total - start[1],
+        total_cost=spent,
+        round_scores=round_scores,
+    )
+
+
+@eqx.filter_jit
+def score_batch(
+    posterior: AbstractPosterior,
+    members: Intervention,
+    initial_state: ArrayLike,
+    horizon: ArrayLike,
+    *,
+    criterion: AbstractCriterion = VBHC(),
+    key: PRNGKeyArray,
+    num_samples: int = 10,
+    solver: StatisticsSolver = AUTOMATIC_SOLVER,
+    batching: AbstractBatching | None = None,
+    outcome: AbstractOutcome = COMPLETE_PATH,
+) -> Float[Array, ""]:
+    r"""The criterion of one batch of experiments run in parallel, `members` (an
+    [`jaxctbn.Intervention`][] with a leading axis, one row per experiment, all from
+    `initial_state` over `horizon`; maths §8).
+
+    - [`jaxctbn.BHC`][], [`jaxctbn.VBHC`][]: from the members' summed quantities, with the same
+      draws as [`jaxctbn.score_interventions`][] and [`jaxctbn.choose_batch`][] for the same
+      `key` (one member gives `score_interventions`' score).
+    - [`jaxctbn.EIG`][]: the batch's expected information gain by Monte Carlo, `num_paths`
+      outcomes per posterior draw, each outcome one independent path per member (member 0's
+      path is the one `score_interventions` samples, so one member gives its EIG): for
+      parameters by conjugacy, for structure Algorithm 4 with the stratum weights on the
+      members' summed statistics. The reference for the Box-Hill batches.
+    """
+    _check_common(posterior, members, num_samples)
+    _check_outcome(outcome)
+    if isinstance(criterion, EIG):
+        if isinstance(posterior, StructurePosterior):
+            return _structure_batch_eig(
+                criterion, posterior, members, initial_state, horizon, key, num_samples
+            )
+        return _rate_batch_eig(
+            criterion, posterior, members, initial_state, horizon, key, num_samples
+        )
+    _check_box_hill(criterion, "score_batch")
+    quantities, value = _quantities(
+        criterion, posterior, members, initial_state, horizon, key, num_samples, solver, batching
+    )
+    return value(jax.tree_util.tree_map(lambda x: x.sum(0), quantities))
+
+
+def _member_key(key, b: int):
+    """Member b's path key: member 0 the given key (so one member reproduces the single
+    experiment), the others independent keys folded from it."""
+    return key if b == 0 else jr.fold_in(key, b)
+
+
+def _rate_batch_eig(criterion, posterior, members, initial_state, horizon, key, num_samples):
+    r"""$\mathsf E_{\Lambda}\mathsf E_{S_1..S_B\mid\Lambda}\sum_n[\ln\mathrm{Gam}(\Lambda\mid
+    \bar\alpha+\sum_b\hat M_b,\bar\beta+\sum_b\hat T_b)-\ln\mathrm{Gam}(\Lambda\mid\bar\alpha,
+    \bar\beta)]$, the members' statistics of node $n$ counted where they leave $n$ free."""
+    k_draw, k_path = jr.split(key)
+    draws = posterior_draws(posterior, k_draw, num_samples)
+    keys = jr.split(k_path, (num_samples, criterion.num_paths))
+    B = members.targets.shape[0]
+    max_events = criterion.max_events or 512
+
+    def one(model, key):
+        total = jnp.asarray(0.0)
+        per_member = [
+            _sampled_node_statistics(
+                posterior,
+                model,
+                _member_key(key, b),
+                initial_state,
+                horizon,
+                jax.tree_util.tree_map(lambda a, b=b: a[b], members),
+                max_events,
+            )
+            for b in range(B)
+        ]
+        for n, (a, b_) in enumerate(zip(posterior.alpha, posterior.beta)):
+            k = a.shape[-1]
+            keep = [(~members.targets[b, n]).astype(b_.dtype) for b in range(B)]
+            M = jnp.stack([keep[b] * per_member[b][n].transitions for b in range(B)]).sum(0)
+            T = jnp.stack([keep[b] * per_member[b][n].dwell_times for b in range(B)]).sum(0)
+            lam = jnp.where(_off(k), model.cims[n], 1.0)
+            a1 = jnp.where(_off(k), a, 1.0)
+            b1 = b_[..., None]
+            log_post = gamma_log_density(lam, a1 + M, b1 + T[..., None])
+            log_prior = gamma_log_density(lam, a1, b1)
+            total = total + jnp.where(_off(k), log_post - log_prior, 0.0).sum()
+        return total
+
+    gains = jax.vmap(lambda m, ks: jax.vmap(lambda kk: one(m, kk))(ks))(draws, keys)
+    return gains.mean()
+
+
+def _structure_batch_eig(criterion, posterior, members, initial_state, horizon, key, num_samples):
+    """The structure EIG of a batch (stratified draws, as [`jaxctbn.EIG`][] for one
+    experiment), node by node on the members' summed path statistics."""
+    key_draws, key_paths = jr.split(key)
+    draws = structure_draws(posterior, key_draws, num_samples)
+    num_paths = criterion.num_paths
+    max_events = criterion.max_events or 256
+    check_count(num_paths, "num_paths")
+    check_count(max_events, "max_events")
+    B = members.targets.shape[0]
+    total = jnp.asarray(0.0)
+    for n in range(len(posterior.names)):
+        sets = posterior.parent_sets[n]
+        summed = None
+        for b in range(B):
+            member = jax.tree_util.tree_map(lambda a, b=b: a[b : b + 1], members)
+            stats = _sampled_statistics(
+                draws,
+                n,
+                member,
+                initial_state,
+                horizon,
+                _member_key(key_paths, b),
+                num_paths,
+                max_events,
+            )
+            M, T = stats.node_statistics_on_sets(sets)
+            keep = (~members.targets[b, n]).astype(T.dtype)
+            summed = (
+                (keep * M[0], keep * T[0])
+                if summed is None
+                else (summed[0] + keep * M[0], summed[1] + keep * T[0])
+            )
+        assert summed is not None
+        rescore = _rescorer(posterior, n, max_events * B)
+        total = total + _node_eig_from_statistics(posterior, draws, n, rescore, *summed)
+    return total

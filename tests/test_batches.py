@@ -1,0 +1,348 @@
+"""Batches of experiments (maths §8): `choose_batch`, `score_batch` and the costs.
+
+Independent routes: one member against `score_interventions`; every pair of a 2-node network
+scored by hand (each member's statistics solved on its own, summed, and the VBHC minimised
+numerically for parameters, or the structure VBHC minimised in closed form over the whole
+joint graph space with a hand-written predictive likelihood); greedy against the best pair by
+enumeration; the batch EIG of one member against the single EIG; the batch BHC against the sum
+of its members'. Compiled programs are shared through module fixtures."""
+
+import itertools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.special
+from helpers import random_model
+
+import jaxctbn as jc
+from jaxctbn.criteria import ByScore, ByScorePerCost, score_batch
+
+HORIZON = jnp.asarray(2.0)
+INIT = jnp.array([1, 0])
+NUM_DRAWS = 4
+CARDS = (2, 2)
+PARENTS = ((), (0,))
+
+
+def _rows(candidates, index):
+    return jax.tree_util.tree_map(lambda a: a[jnp.asarray(index)], candidates)
+
+
+@pytest.fixture(scope="module")
+def problem():
+    key = jax.random.key(11)
+    k1, k2 = jax.random.split(key)
+    truth = random_model(k1, CARDS, PARENTS)
+    traj = jc.sample_trajectories(truth, jnp.zeros(2, jnp.int32), 2.0, key=k2, num_trajectories=2)
+    stats = jc.SufficientStatistics.from_trajectories(traj, CARDS, PARENTS)
+    rates = jc.RatePosterior.for_model(truth).update_with(stats)
+    structure = jc.learn_structure(traj, truth.names, CARDS, max_parents=1)
+    return truth, rates, structure, jc.intervention_space(CARDS)
+
+
+CRITERIA = {
+    "parameters-vbhc": ("rates", jc.VBHC()),
+    "parameters-bhc": ("rates", jc.BHC()),
+    "structure-vbhc": ("structure", jc.VBHC()),
+    "structure-bhc": ("structure", jc.BHC()),
+    "structure-vbhc-joint": ("structure", jc.VBHC(graph_draws=jc.criteria.JointGraphDraws())),
+}
+
+
+@pytest.fixture(scope="module")
+def greedy(problem):
+    """A greedy pair and the single scores, per criterion (one compiled program each)."""
+    _, rates, structure, space = problem
+    out = {}
+    for name, (target, criterion) in CRITERIA.items():
+        posterior = rates if target == "rates" else structure
+        key = jax.random.key(3)
+        design = jc.choose_batch(
+            posterior,
+            space,
+            INIT,
+            HORIZON,
+            size=2,
+            criterion=criterion,
+            key=key,
+            num_samples=NUM_DRAWS,
+        )
+        single = jc.score_interventions(
+            posterior, space, INIT, HORIZON, criterion=criterion, key=key, num_samples=NUM_DRAWS
+        )
+        out[name] = (posterior, criterion, design, single)
+    return out
+
+
+@pytest.mark.parametrize("name", list(CRITERIA))
+def test_one_member_equals_the_single_scores(greedy, name):
+    _, _, design, single = greedy[name]
+    np.testing.assert_allclose(design.round_scores[0], single, rtol=1e-11, atol=1e-12)
+    assert int(design.members[0]) == int(jnp.argmax(single))
+    np.testing.assert_allclose(design.scores[0], single.max(), rtol=1e-12)
+    np.testing.assert_allclose(design.batch_score, design.gains.sum(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", list(CRITERIA))
+def test_every_pair_against_its_direct_score_and_greedy_against_the_best_pair(
+    problem, greedy, name
+):
+    """Round 2's scores are the pairs (first member, candidate), scored directly; the greedy
+    pair is within the enumerated optimum (the ratio is reported)."""
+    _, _, _, space = problem
+    posterior, criterion, design, single = greedy[name]
+    C = space.targets.shape[0]
+    pairs = np.array(list(itertools.product(range(C), repeat=2)))
+    score = eqx.filter_jit(
+        jax.vmap(
+            lambda members: score_batch(
+                posterior,
+                members,
+                INIT,
+                HORIZON,
+                criterion=criterion,
+                key=jax.random.key(3),
+                num_samples=NUM_DRAWS,
+            )
+        )
+    )
+    values = np.asarray(score(_rows(space, pairs))).reshape(C, C)
+    first = int(design.members[0])
+    np.testing.assert_allclose(design.round_scores[1], values[first], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(values, values.T, rtol=1e-10, atol=1e-12)  # order is irrelevant
+    greedy_value = float(design.batch_score)
+    assert greedy_value <= values.max() + 1e-10
+    ratio = greedy_value / values.max()
+    print(f"{name}: greedy pair / best pair = {ratio:.4f}")
+    assert ratio > 0.5
+    if name.startswith("parameters"):
+        # given the rates, the members' outcomes are independent: a pair is at least its best
+        # member, and the BHC of a pair is the sum of its members'
+        both = np.asarray(single)[pairs].reshape(C, C, 2)
+        assert np.all(values >= both.max(-1) - 1e-10)
+        assert np.all(values <= both.sum(-1) + 1e-10)
+        if name == "parameters-bhc":
+            np.testing.assert_allclose(values, both.sum(-1), rtol=1e-10)
+
+
+def test_parameter_pair_vbhc_by_hand(problem):
+    """Each member's statistics solved on its own and summed by hand, the VBHC minimised by
+    L-BFGS: the closed-form batch value."""
+    _, rates, _, space = problem
+    key = jax.random.key(3)
+    draws = jc.criteria.posterior_draws(rates, key, NUM_DRAWS)
+    for pair in [(0, 4), (0, 3), (2, 7), (5, 5)]:  # (5, 5) clamps both nodes: 0
+        stats = [
+            jc.criteria.design_statistics(rates, draws, INIT, HORIZON, intervention=_rows(space, i))
+            for i in pair
+        ]
+        summed = jax.tree_util.tree_map(jnp.add, *stats)
+        by_hand, _ = jc.criteria.parameter_vbhc_minimise(rates, summed, jc.LBFGS())
+        direct = score_batch(
+            rates, _rows(space, list(pair)), INIT, HORIZON, key=key, num_samples=NUM_DRAWS
+        )
+        np.testing.assert_allclose(direct, by_hand, rtol=1e-7, atol=1e-12)
+
+
+def _gamma_predictive(alpha_bar, beta_bar, M, T):
+    """ln p(M, T | history) for Gamma rates, written out with scipy (off-diagonal rates)."""
+    k = M.shape[-1]
+    off = ~np.eye(k, dtype=bool)
+    a = np.broadcast_to(alpha_bar, M.shape)[..., off]
+    m = M[..., off]
+    t = np.repeat(T[..., :, None], k, -1)[..., off]
+    b = np.repeat(np.broadcast_to(beta_bar, T.shape)[..., :, None], k, -1)[..., off]
+    return np.sum(
+        scipy.special.gammaln(a + m)
+        - scipy.special.gammaln(a)
+        + a * np.log(b)
+        - (a + m) * np.log(b + t)
+    )
+
+
+def test_structure_pair_vbhc_over_the_joint_graph_space(problem, greedy):
+    """The structure VBHC of pairs by hand: per node and draw each member's expected
+    statistics (solved alone), projected and summed; a_n(P') from a scipy predictive; the
+    minimum over q of the whole graph space (all 4 graphs) in closed form."""
+    _, _, structure, space = problem
+    _, _, design, _ = greedy["structure-vbhc"]
+    key_draws, _ = jax.random.split(jax.random.key(3))
+    draws = jc.criteria.structure_draws(structure, key_draws, NUM_DRAWS)
+    alpha, beta = structure.prior.node_parameters(0)
+    probs = [np.asarray(p) for p in structure.parent_set_probabilities()]
+    sets = [np.asarray(s) for s in structure.parent_sets]
+
+    solve = eqx.filter_jit(
+        jax.vmap(
+            lambda model, iv: jc.expected_statistics(model, INIT, HORIZON, intervention=iv),
+            in_axes=(0, None),
+        )
+    )
+
+    def a_n(pair, n):
+        models = jax.tree_util.tree_map(
+            lambda x: x.reshape(-1, *x.shape[2:]), draws.models[n]
+        )  # (sets * samples,)
+        free = [i for i in pair if not bool(space.targets[i, n])]
+        if not free:
+            return np.zeros(len(sets[n]))
+        M, T = 0.0, 0.0
+        for i in free:
+            st = solve(models, _rows(space, i))
+            m, t = jax.vmap(lambda s: s.node_statistics_on_sets(n, structure.parent_sets[n]))(st)
+            M, T = M + np.asarray(m), T + np.asarray(t)
+        M, T = np.asarray(M), np.asarray(T)
+        S = len(sets[n])
+        hist_M = np.asarray(structure.statistics.transitions[n])
+        hist_T = np.asarray(structure.statistics.dwell_times[n])
+        ell = np.array(
+            [
+                [
+                    _gamma_predictive(alpha + hist_M[p], beta + hist_T[p], M[d, p], T[d, p])
+                    for p in range(S)
+                ]
+                for d in range(M.shape[0])
+            ]
+        ).reshape(S, NUM_DRAWS, S)  # [stratum P, draw, P']
+        own = np.stack([ell[p, :, p] for p in range(S)])  # [P, draw]
+        return np.einsum("p,pq->q", probs[n], (own[:, :, None] - ell).mean(1))
+
+    first = int(design.members[0])
+    for second in [0, first, 3, 8]:
+        a = [a_n((first, second), n) for n in range(2)]
+        # every graph G' = (par'(0), par'(1)): A(G') = a_0 + a_1, p(G') = p_0 p_1
+        log_terms = [
+            np.log(probs[0][p] * probs[1][q]) - (a[0][p] + a[1][q])
+            for p in range(len(sets[0]))
+            for q in range(len(sets[1]))
+        ]
+        by_hand = -scipy.special.logsumexp(log_terms)
+        np.testing.assert_allclose(design.round_scores[1][second], by_hand, rtol=1e-8)
+
+
+def test_batch_eig_of_one_member_is_the_single_eig_and_orders_below_the_vbhc(problem):
+    _, rates, structure, space = problem
+    eig = jc.EIG(num_paths=40)
+    key = jax.random.key(5)
+    idx = [0, 3]
+    for posterior in (rates, structure):
+        single = jc.score_interventions(
+            posterior, _rows(space, idx), INIT, HORIZON, criterion=eig, key=key, num_samples=6
+        )
+        for j, i in enumerate(idx):
+            one = score_batch(
+                posterior,
+                _rows(space, [i]),
+                INIT,
+                HORIZON,
+                criterion=eig,
+                key=key,
+                num_samples=6,
+            )
+            np.testing.assert_allclose(one, single[j], rtol=1e-12)
+    # the parameter EIG of a pair: at least its best member (up to Monte Carlo error), below
+    # the pair's BHC (EIG <= VBHC <= BHC)
+    pair = _rows(space, [0, 0])
+    key_big = jax.random.key(6)
+    eig_pair = score_batch(rates, pair, INIT, HORIZON, criterion=eig, key=key_big, num_samples=50)
+    bhc_pair = score_batch(
+        rates, pair, INIT, HORIZON, criterion=jc.BHC(), key=key_big, num_samples=50
+    )
+    eig_one = score_batch(
+        rates, _rows(space, [0]), INIT, HORIZON, criterion=eig, key=key_big, num_samples=50
+    )
+    assert eig_one < eig_pair < bhc_pair
+
+
+def test_costs_prices_candidates():
+    names, cards = ("A", "B"), (2, 3)
+    costs = jc.Costs.of_nodes(
+        names,
+        cards,
+        clamp={"A": 2.0},
+        clamp_state={("B", 2): 5.0},
+        experiment=1.0,
+        visit=0.5,
+        default_clamp=1.0,
+    )
+    space = jc.intervention_space(cards)
+    got = np.asarray(costs.of(space, num_visits=2))
+    targets, states = np.asarray(space.targets), np.asarray(space.states)
+    want = []
+    for t, s in zip(targets, states):
+        c = 1.0 + 2 * 0.5
+        c += 2.0 if t[0] else 0.0
+        c += (5.0 if s[1] == 2 else 1.0) if t[1] else 0.0
+        want.append(c)
+    np.testing.assert_allclose(got, want)
+    scaled = jc.Intervention.none(2).with_rate_scales([jnp.asarray(1.0), jnp.asarray(0.5)])
+    with_scale = jc.Costs.of_nodes(names, cards, scale={"B": 3.0}, experiment=1.0)
+    assert float(with_scale.of(scaled)) == 4.0
+    for bad in [{"clamp": {"A": -1.0}}, {"clamp": {"A": float("nan")}}, {"experiment": -2.0}]:
+        with pytest.raises(ValueError, match="Costs"):
+            jc.Costs.of_nodes(names, cards, **bad)
+    with pytest.raises(ValueError, match="unknown node 'C'"):
+        jc.Costs.of_nodes(names, cards, clamp={"C": 1.0})
+    with pytest.raises(ValueError, match="state 3 of node 'B'"):
+        jc.Costs.of_nodes(names, cards, clamp_state={("B", 3): 1.0})
+
+
+def test_costs_and_budgets_in_choose_batch(problem, greedy):
+    _, rates, _, space = problem
+    posterior, criterion, design, single = greedy["parameters-vbhc"]
+    names = ("X0", "X1")
+    key = jax.random.key(3)
+
+    def choose(**kwargs):
+        return jc.choose_batch(
+            rates, space, INIT, HORIZON, size=2, key=key, num_samples=NUM_DRAWS, **kwargs
+        )
+
+    # equal costs: the same choice by score and by score per cost
+    equal = jc.Costs.of_nodes(names, CARDS, experiment=2.0)
+    for ranking in (ByScore(), ByScorePerCost()):
+        same = choose(costs=equal, ranking=ranking)
+        np.testing.assert_array_equal(same.members, design.members)
+        np.testing.assert_allclose(same.costs, [2.0, 2.0])
+    # a prohibitive price on clamping X0: never clamped, under either ranking
+    dear = jc.Costs.of_nodes(names, CARDS, clamp={"X0": 1e6}, experiment=1.0)
+    for ranking in (ByScore(), ByScorePerCost()):
+        chosen = choose(costs=dear, ranking=ranking, budget=10.0)
+        members = np.asarray(chosen.members)
+        assert np.all(members >= 0)
+        assert not np.asarray(space.targets)[members, 0].any()
+        assert float(chosen.total_cost) <= 10.0
+    # a budget for one experiment: the second slot stays empty
+    tight = choose(costs=equal, budget=3.0)
+    assert int(tight.members[0]) == int(design.members[0]) and int(tight.members[1]) == -1
+    assert float(tight.total_cost) == 2.0 and float(tight.gains[1]) == 0.0
+    # score per cost prefers the cheap: free observation vs a costly clamp
+    cheap = jc.Costs.of_nodes(names, CARDS, default_clamp=100.0, experiment=1.0)
+    chosen = choose(costs=cheap, ranking=ByScorePerCost())
+    assert not np.asarray(space.targets)[np.asarray(chosen.members)].any()
+
+
+def test_batch_bad_input(problem):
+    _, rates, _, space = problem
+    key = jax.random.key(0)
+    with pytest.raises(ValueError, match="size"):
+        jc.choose_batch(rates, space, INIT, HORIZON, size=0, key=key)
+    with pytest.raises(ValueError, match="budget"):
+        jc.choose_batch(rates, space, INIT, HORIZON, size=1, key=key, budget=-1.0)
+    with pytest.raises(ValueError, match="EIG"):
+        jc.choose_batch(rates, space, INIT, HORIZON, size=1, key=key, criterion=jc.EIG())
+    with pytest.raises(ValueError, match="panel"):
+        jc.choose_batch(
+            rates,
+            space,
+            INIT,
+            HORIZON,
+            size=1,
+            key=key,
+            outcome=jc.criteria.Panel(times=jnp.array([0.5, 1.0])),
+        )
+    with pytest.raises(Exception, match="ByScorePerCost needs every candidate's cost > 0"):
+        jc.choose_batch(rates, space, INIT, HORIZON, size=1, key=key, ranking=ByScorePerCost())

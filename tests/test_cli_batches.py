@@ -1,0 +1,115 @@
+"""`jaxctbn design --batch/--costs/--budget/--rank-by`: the JSON contract, the numbers of the
+library call with the same key, and one-line errors (exit 2, nothing written)."""
+
+import json
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import network_dict
+
+import jaxctbn as jc
+from jaxctbn._cli.main import main
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    root = tmp_path_factory.mktemp("batches")
+    path = root / "small.json"
+    path.write_text(json.dumps(network_dict()))
+    hist = root / "hist.csv"
+    sample = ["sample", "--network", str(path), "--trajectories", "5", "--duration", "2"]
+    assert main([*sample, "--seed", "0", "--out", str(hist)]) == 0
+    model = jc.CTBN.from_dict(network_dict())
+    base = ["design", "--data", str(hist), "--target", "parameters", "--network", str(path)]
+    base += ["--initial-state", "A=0,B=1", "--duration", "3", "--samples", "3", "--seed", "0"]
+    return model, hist, base
+
+
+def test_design_batch_matches_the_library(history, tmp_path):
+    model, hist, base = history
+    out = tmp_path / "batch.json"
+    assert main([*base, "--batch", "3", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert len(res["batch"]) == 3 and res["batch_size"] == 3
+    assert set(res["batch"][0]) == {"intervention", "score", "gain", "cost"}
+    assert res["best"] == res["batch"][0]["intervention"]
+    traj, _ = jc.read_trajectories_csv(hist, model)
+    post = eqx.filter_jit(
+        lambda m, t: jc.RatePosterior.for_model(m).update_with(
+            jc.SufficientStatistics.from_trajectories(t, m.cardinalities, m.parents)
+        )
+    )(model, traj)
+    space = jc.intervention_space(model.cardinalities)
+    ref = jc.choose_batch(
+        post,
+        space,
+        jnp.array([0, 1], jnp.int32),
+        3.0,
+        size=3,
+        key=jax.random.key(0),
+        num_samples=3,
+    )
+    np.testing.assert_allclose(res["batch_score"], float(ref.batch_score), rtol=1e-9)
+    np.testing.assert_allclose([e["gain"] for e in res["batch"]], ref.gains, rtol=1e-9)
+    labels = [space_label(model, space, int(m)) for m in ref.members]
+    assert [e["intervention"] for e in res["batch"]] == labels
+    single = jc.score_interventions(
+        post, space, jnp.array([0, 1], jnp.int32), 3.0, key=jax.random.key(0), num_samples=3
+    )
+    np.testing.assert_allclose([e["score"] for e in res["scores"]], single, rtol=1e-9)
+
+
+def space_label(model, space, i):
+    t, s = np.asarray(space.targets[i]), np.asarray(space.states[i])
+    return {model.names[n]: int(s[n]) for n in range(len(t)) if t[n]}
+
+
+def test_design_costs_budget_and_rank_by(history, tmp_path):
+    _, _, base = history
+    out = tmp_path / "costs.json"
+    prices = ["--costs", "A=100,B:0=2", "--experiment-cost", "1"]
+    args = [*base, *prices, "--rank-by", "score-per-cost", "--budget", "4", "--batch", "2"]
+    assert main([*args, "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["rank_by"] == "score-per-cost" and res["costs"]["budget"] == 4.0
+    for entry in res["scores"]:
+        want = 1.0 + (100.0 if "A" in entry["intervention"] else 0.0)
+        want += 2.0 if entry["intervention"].get("B") == 0 else 0.0
+        assert entry["cost"] == want
+        np.testing.assert_allclose(entry["score_per_cost"], entry["score"] / want)
+    assert all("A" not in e["intervention"] for e in res["batch"])
+    assert res["batch_cost"] <= 4.0
+    # without a batch: the best by score per cost among the affordable
+    single = tmp_path / "single.json"
+    assert main([*base, *prices, "--rank-by", "score-per-cost", "--out", str(single)]) == 0
+    res = json.loads(single.read_text())
+    ratios = [e["score_per_cost"] for e in res["scores"]]
+    assert res["best"] == res["scores"][int(np.argmax(ratios))]["intervention"]
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--batch", "0"], "argument --batch"),
+        (["--costs", "A=-1"], "--costs: 'A=-1': the cost must be a finite number >= 0"),
+        (["--costs", "A=nan"], "--costs: 'A=nan': the cost must be a finite number >= 0"),
+        (["--costs", "Z=1"], "--costs: unknown node 'Z'"),
+        (["--costs", "A:5=1"], "the state of 'A' must be in 0..1"),
+        (["--experiment-cost", "-1"], "argument --experiment-cost"),
+        (["--experiment-cost", "nan"], "argument --experiment-cost"),
+        (["--experiment-cost", "2", "--budget", "1"], "--budget: 1 is below the cheapest"),
+        (["--rank-by", "score-per-cost"], "--rank-by score-per-cost: give the prices"),
+        (["--costs", "A=1", "--rank-by", "score-per-cost"], "every experiment must cost > 0"),
+        (["--batch", "2", "--criterion", "eig"], "--batch: batches are chosen by"),
+    ],
+)
+def test_design_batch_and_cost_errors(history, tmp_path, capsys, flags, message):
+    _, _, base = history
+    out = tmp_path / "o.json"
+    assert main([*base, *flags, "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+    assert not out.exists()
