@@ -113,3 +113,61 @@ def test_design_batch_and_cost_errors(history, tmp_path, capsys, flags, message)
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], lines
     assert not out.exists()
+
+
+def test_run_in_rounds_with_costs_and_a_budget(history, tmp_path, capsys):
+    """`run parameters --batch 2 --costs ... --budget`: metrics.csv's `round` and `cost`, the
+    budget never exceeded, the settings recorded, the tables and a resume from the chunks."""
+    import pandas as pd
+
+    model, _, _ = history
+    network = tmp_path / "net.json"
+    network.write_text(json.dumps(network_dict()))
+    out = tmp_path / "run"
+    args = ["run", "parameters", "--network", str(network), "--designs", "random,bhc"]
+    args += ["--repetitions", "2", "--experiments", "4", "--samples", "3", "--batch", "2"]
+    args += ["--costs", "A=2", "--experiment-cost", "1", "--budget", "6", "--no-progress"]
+    args += ["--max-events", "64", "--out", str(out)]
+    assert main(args) == 0
+    frame = pd.read_csv(out / "metrics.csv")
+    assert {"round", "cost"} <= set(frame.columns)
+    ran = frame[frame.experiment > 0]
+    assert list(ran["round"][:4]) == [1, 1, 2, 2]
+    assert ran["cost"].max() <= 6.0
+    for (_, _), group in ran.groupby(["design", "repetition"]):
+        assert np.all(np.diff(group["cost"].to_numpy()) >= 0)
+        labels = group["intervention"].tolist()
+        # what ran is paid for: each run experiment adds its price, a skipped one nothing
+        prices = [0.0 if s == "skipped" else 1.0 + (2.0 if "A=" in s else 0.0) for s in labels]
+        np.testing.assert_allclose(group["cost"].to_numpy(), np.cumsum(prices))
+    config = json.loads((out / "config.json").read_text())
+    assert config["batch"] == 2 and config["budget"] == 6.0 and config["rank_by"] == "score"
+    assert config["costs"]["experiment"] == 1.0 and config["costs"]["clamp"][0] == [2.0, 2.0]
+    summary = (out / "summary.md").read_text()
+    assert "Against rounds and cumulative cost" in summary
+    results = json.loads((out / "results.json").read_text())
+    assert np.asarray(results["designs"]["bhc"]["costs"]).shape == (2, 4)
+    capsys.readouterr()
+    assert main(args) == 0  # the chunks are reused
+    assert pd.read_csv(out / "metrics.csv").equals(frame)
+    assert "damaged" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--batch", "3"], "--batch: 3 must divide --experiments (4)"),
+        (["--budget", "3"], "--budget: give the prices"),
+        (["--experiment-cost", "2", "--budget", "1"], "--budget: 1 is below the cheapest"),
+        (["--costs", "A=1", "--rank-by", "score-per-cost"], "every experiment must cost > 0"),
+    ],
+)
+def test_run_batch_and_cost_errors(tmp_path, capsys, flags, message):
+    network = tmp_path / "net.json"
+    network.write_text(json.dumps(network_dict()))
+    out = tmp_path / "run"
+    args = ["run", "parameters", "--network", str(network), "--experiments", "4"]
+    assert main([*args, *flags, "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+    assert not out.exists()

@@ -17,17 +17,20 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
+from .._criteria.batches import greedy_batch
 from .._criteria.batching import AbstractBatching
+from .._criteria.costs import AbstractRanking, affordable
 from .._criteria.criteria import (
     BHC,
     COMPLETE_PATH,
     EIG,
     VBHC,
+    AbstractBoxHillCriterion,
     AbstractCriterion,
     panel_design_scores,
     score_interventions,
 )
-from .._criteria.outcomes import AbstractOutcome, Panel
+from .._criteria.outcomes import AbstractOutcome, CompletePath, Panel
 from .._criteria.structure import AbstractGraphDraws, StratifiedGraphDraws
 from .._learning.optimisers import LBFGS
 from .._learning.posterior import AbstractPosterior
@@ -76,6 +79,32 @@ class AbstractDesign(eqx.Module):
         index = self.choose(posterior, candidates, initial_state, horizon, key)
         return index, _given_times(outcome, horizon)
 
+    def choose_batch(
+        self,
+        posterior: AbstractPosterior,
+        candidates: Intervention,
+        initial_state: Int[Array, " nodes"],
+        horizon: Float[Array, ""],
+        key: PRNGKeyArray,
+        *,
+        outcome: AbstractOutcome,
+        size: int,
+        costs: Float[Array, " candidates"],
+        remaining: Float[Array, ""],
+        ranking: AbstractRanking,
+    ) -> tuple[Int[Array, " size"], Float[Array, "size visits"] | None]:
+        """`size` experiments to run together (indices into `candidates`, `-1` for a slot the
+        `remaining` budget cannot fill) and their visit times (as `choose_with_times`). By
+        default each slot takes the best candidate by `ranking` of `scores` and `costs` that
+        the budget still affords: $B$ independent myopic picks, copies of the best unless the
+        budget runs short. [`jaxctbn.CriterionDesign`][] chooses the members together
+        ([`jaxctbn.choose_batch`][]); [`jaxctbn.RandomDesign`][] draws them."""
+        scores = self.scores(posterior, candidates, initial_state, horizon, key)
+        rank = ranking.rank(scores, costs)
+        return _slots(
+            size, costs, remaining, lambda b, ok: jnp.argmax(jnp.where(ok, rank, -jnp.inf))
+        ), _batch_times(outcome, horizon, size)
+
     def option_scores(
         self,
         posterior: AbstractPosterior,
@@ -108,6 +137,26 @@ class AbstractDesign(eqx.Module):
         return jnp.argmax(jnp.where(open, scores, -jnp.inf)).astype(jnp.int32)
 
 
+def _slots(size: int, costs, remaining, pick) -> Int[Array, " size"]:
+    """Fill `size` slots one after another: slot b takes `pick(b, affordable)` among the
+    candidates whose cost fits in what is left of `remaining`, or -1 when none fits."""
+
+    def step(left, b):
+        ok = affordable(costs, left)
+        index = pick(b, ok)
+        found = ok.any()
+        return left - jnp.where(found, costs[index], 0.0), jnp.where(found, index, -1)
+
+    _, members = jax.lax.scan(step, jnp.asarray(remaining, costs.dtype), jnp.arange(size))
+    return members
+
+
+def _batch_times(outcome: AbstractOutcome, horizon, size: int):
+    """Every member's visit times `(size, visits)` of a panel outcome; `None` otherwise."""
+    times = _given_times(outcome, horizon)
+    return None if times is None else jnp.broadcast_to(times, (size, *times.shape))
+
+
 def _given_times(outcome: AbstractOutcome, horizon) -> Float[Array, " visits"] | None:
     """A panel outcome's visit times (equally spaced with `num_visits`); `None` otherwise."""
     if not isinstance(outcome, Panel):
@@ -127,6 +176,33 @@ class RandomDesign(AbstractDesign):
 
     def scores(self, posterior, candidates, initial_state, horizon, key):
         return jr.uniform(key, candidates.targets.shape[:1])
+
+    def choose_batch(
+        self,
+        posterior,
+        candidates,
+        initial_state,
+        horizon,
+        key,
+        *,
+        outcome,
+        size,
+        costs,
+        remaining,
+        ranking,
+    ):
+        """Each slot a candidate uniformly at random among those the budget still affords
+        (slot 0 with `key`, as `choose`)."""
+
+        C = candidates.targets.shape[0]
+        draws = jnp.concatenate(
+            [jr.uniform(key, (C,))[None], jr.uniform(jr.fold_in(key, 1), (size - 1, C))]
+        )
+
+        def pick(b, ok):
+            return jnp.argmax(jnp.where(ok, draws[b], -jnp.inf))
+
+        return _slots(size, costs, remaining, pick), _batch_times(outcome, horizon, size)
 
     def choose_option(self, posterior, candidates, initial_states, horizons, open, key):
         """An open option uniformly at random, drawn as a categorical over the open ones."""
@@ -220,6 +296,61 @@ class CriterionDesign(AbstractDesign):
         )
         index = jnp.argmax(jnp.where(self.worst, -design.scores, design.scores))
         return index, design.times[index]
+
+    def choose_batch(
+        self,
+        posterior,
+        candidates,
+        initial_state,
+        horizon,
+        key,
+        *,
+        outcome,
+        size,
+        costs,
+        remaining,
+        ranking,
+    ):
+        """With the BHC or VBHC: the members chosen together, greedily
+        ([`jaxctbn.choose_batch`][]: each round scores every candidate with the members already
+        chosen; the negative control picks the least informative batch). With the EIG: $B$
+        myopic picks (the default)."""
+        scored = COMPLETE_PATH if self.assume_complete_path else self.outcome
+        if not isinstance(self.criterion, AbstractBoxHillCriterion):
+            return super().choose_batch(
+                posterior,
+                candidates,
+                initial_state,
+                horizon,
+                key,
+                outcome=outcome,
+                size=size,
+                costs=costs,
+                remaining=remaining,
+                ranking=ranking,
+            )
+        if not isinstance(scored, CompletePath):
+            raise ValueError(
+                "outcome: batches and costs with a panel-scored BHC/VBHC design are not "
+                "supported yet; use the -path designs (bhc-path, vbhc-path) or complete paths."
+            )
+        design = greedy_batch(
+            posterior,
+            candidates,
+            initial_state,
+            horizon,
+            size=size,
+            criterion=self.criterion,
+            key=key,
+            num_samples=self.num_samples,
+            solver=self.solver,
+            batching=self.batching,
+            candidate_costs=costs,
+            budget=remaining,
+            ranking=ranking,
+            sign=jnp.where(self.worst, -1.0, 1.0),
+        )
+        return design.members, _batch_times(outcome, horizon, size)
 
 
 class CallableDesign(AbstractDesign):

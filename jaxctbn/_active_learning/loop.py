@@ -28,7 +28,9 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Key, PRNGKeyArray, UInt32
 
 from .._criteria.batching import AbstractBatching, Sharded, Vmap
+from .._criteria.costs import AbstractRanking, ByScore, Costs, check_budget
 from .._criteria.criteria import COMPLETE_PATH
+from .._criteria.outcomes import Panel
 from .._errors import error_message
 from .._model.interventions import Intervention, design_space, is_concrete
 from .._paths.sampling import automatic_max_events, check_count, sample_trajectory
@@ -49,8 +51,15 @@ class ActiveLearningResult(eqx.Module):
     - `posterior`: the posterior after the last experiment;
     - `observation_times`: `(experiments, visits)` the visit times at which each experiment was
       seen when the task's outcome is a panel (chosen by the design with
-      `Panel(num_visits=K)`); `None` for complete paths.
-    """
+      `Panel(num_visits=K)`); `None` for complete paths;
+    - `rounds`: `(experiments,)` the round (batch) of each experiment, from 1; with
+      `batch_size` $B$, experiments $B(r-1)+1..Br$ run together in round $r$ and `metrics` of
+      each of them is the posterior's after its round;
+    - `costs`: `(experiments,)` the cumulative cost after each experiment (zeros without
+      `costs`).
+
+    An experiment the budget could not afford has `intervention_index` -1, no targets, no
+    events, and leaves the posterior as it was."""
 
     metrics: dict[str, Array]
     intervention_index: Array
@@ -60,6 +69,8 @@ class ActiveLearningResult(eqx.Module):
     num_events: Array
     posterior: eqx.Module
     observation_times: Array | None = None
+    rounds: Array | None = None
+    costs: Array | None = None
 
 
 def check_outcomes(task: AbstractLearningTask, design: AbstractDesign) -> None:
@@ -94,6 +105,10 @@ def run_active_learning(
     candidates: Intervention | None = None,
     max_events: int | None = None,
     initial_state_policy: AbstractInitialStatePolicy = PAPER_INITIAL_STATE,
+    batch_size: int = 1,
+    costs: Costs | None = None,
+    budget: ArrayLike | None = None,
+    ranking: AbstractRanking = ByScore(),
 ) -> ActiveLearningResult:
     r"""One sequential experiment of `num_experiments` steps as a single `jax.lax.scan`.
 
@@ -111,6 +126,19 @@ def run_active_learning(
     `initial_state_policy`: how each experiment's $s_0$ is chosen and what the design sees of it
     ([`jaxctbn.RandomInitialState`][], the paper's and the default; [`jaxctbn.FixedInitialState`][];
     [`jaxctbn.InitialStateDistribution`][]).
+
+    **Batches, costs and budgets** (maths §8): with `batch_size` $B$ (static; it must divide
+    `num_experiments`) the experiments run in rounds of $B$ from one initial state, chosen
+    together by `design.choose_batch` (greedy BHC/VBHC for a [`jaxctbn.CriterionDesign`][],
+    $B$ myopic picks for the EIG, random picks for [`jaxctbn.RandomDesign`][]), each member its
+    own simulated path (member 0's from the key a single experiment would use), and the
+    posterior learns from all of them after the round. `costs` (a [`jaxctbn.Costs`][]) prices
+    each candidate (with the task's panel visits); `ranking`
+    ([`jaxctbn.criteria.ByScore`][], [`jaxctbn.criteria.ByScorePerCost`][]) trades score
+    against cost; `budget` bounds the total: a candidate the rest of the budget cannot afford
+    is never run, and once nothing is affordable the remaining experiments are skipped (index
+    -1) and the posterior stays as it was. Without costs and with $B=1$ the loop is the
+    sequential one above.
 
     Compiled (`eqx.filter_jit`): `num_experiments` and `max_events` set the shapes and are
     static; the key, the horizon (a Python number is made an array) and the arrays of the task,
@@ -136,6 +164,7 @@ def run_active_learning(
             f"InitialStateDistribution(...), got {initial_state_policy!r}."
         )
     initial_state_policy.check(truth.cardinalities, truth.names)
+    _check_batches(batch_size, num_experiments, costs, budget, ranking)
     # static: the Python integers that set the shapes; traced: everything else (a Python-float
     # horizon is made an array, or every new value would compile the loop again)
     return _run_active_learning(
@@ -145,14 +174,45 @@ def run_active_learning(
         jnp.asarray(horizon),
         candidates,
         initial_state_policy,
+        costs,
+        None if budget is None else jnp.asarray(budget, jnp.result_type(float)),
+        ranking,
         num_experiments=operator.index(num_experiments),
         max_events=max_events,
+        batch_size=batch_size,
     )
+
+
+def _check_batches(batch_size, num_experiments, costs, budget, ranking) -> None:
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size: must be an integer >= 1, got {batch_size!r}.")
+    if num_experiments % batch_size:
+        raise ValueError(
+            f"batch_size: {batch_size} must divide num_experiments ({num_experiments}): the "
+            "experiments run in whole rounds."
+        )
+    if costs is not None and not isinstance(costs, Costs):
+        raise ValueError(f"costs: expected a jaxctbn.Costs or None, got {costs!r}.")
+    if not isinstance(ranking, AbstractRanking):
+        raise ValueError(f"ranking: expected ByScore() or ByScorePerCost(), got {ranking!r}.")
+    check_budget(budget)
 
 
 @eqx.filter_jit
 def _run_active_learning(
-    task, design, key, horizon, candidates, initial_state_policy, *, num_experiments, max_events
+    task,
+    design,
+    key,
+    horizon,
+    candidates,
+    initial_state_policy,
+    costs,
+    budget,
+    ranking,
+    *,
+    num_experiments,
+    max_events,
+    batch_size=1,
 ):
     truth = task.truth
     horizon = jnp.asarray(horizon, jnp.result_type(float))
@@ -189,6 +249,23 @@ def _run_active_learning(
 
     outcome = getattr(task, "outcome", COMPLETE_PATH)
     prior = task.initial_posterior()
+    if batch_size > 1 or costs is not None:
+        return _run_rounds(
+            task,
+            design,
+            key,
+            horizon,
+            candidates,
+            initial_state_policy,
+            costs,
+            budget,
+            ranking,
+            num_experiments,
+            max_events,
+            batch_size,
+            outcome,
+            prior,
+        )
     final, (metrics, index, targets, states, initial, events, times) = jax.lax.scan(
         step, prior, jr.split(key, num_experiments)
     )
@@ -205,6 +282,115 @@ def _run_active_learning(
         num_events=events,
         posterior=final,
         observation_times=times,
+        rounds=jnp.arange(1, num_experiments + 1),
+        costs=jnp.zeros((num_experiments,), horizon.dtype),
+    )
+
+
+def _run_rounds(
+    task,
+    design,
+    key,
+    horizon,
+    candidates,
+    initial_state_policy,
+    costs,
+    budget,
+    ranking,
+    num_experiments,
+    max_events,
+    batch_size,
+    outcome,
+    prior,
+):
+    """The loop in rounds of `batch_size` experiments chosen together, with costs and a
+    budget (see `run_active_learning`)."""
+    truth = task.truth
+    cards = truth.cardinalities
+    B = batch_size
+    dtype = horizon.dtype
+    C = candidates.targets.shape[0]
+    visits = outcome.size if isinstance(outcome, Panel) else 0
+    prices = jnp.zeros((C,), dtype) if costs is None else costs.of(candidates, num_visits=visits)
+    prices = prices.astype(dtype)
+    total = jnp.asarray(jnp.inf, dtype) if budget is None else jnp.asarray(budget, dtype)
+    total = eqx.error_if(total, ~(total >= 0), "budget: must be a number >= 0.")
+
+    def update(posterior, member):
+        path, run, times = member
+        if times is None:
+            new = task.update(posterior, path)
+        else:
+            new = task.update(posterior, path, observation_times=times)
+        return jax.tree_util.tree_map(
+            lambda a, b: jnp.where(run, a, b) if eqx.is_array(a) else a, new, posterior
+        ), None
+
+    def step(carry, key):
+        posterior, spent = carry
+        k_init, k_design, k_path = jr.split(key, 3)
+        initial_state = initial_state_policy.draw(k_init, cards)
+        seen = initial_state_policy.revealed(initial_state, cards)
+        members, times = design.choose_batch(
+            posterior,
+            candidates,
+            seen,
+            horizon,
+            k_design,
+            outcome=outcome,
+            size=B,
+            costs=prices,
+            remaining=total - spent,
+            ranking=ranking,
+        )
+        run = members >= 0
+        index = jnp.maximum(members, 0)
+        ivs = jax.tree_util.tree_map(lambda a: a[index], candidates)
+        ivs = eqx.tree_at(lambda i: i.targets, ivs, ivs.targets & run[:, None])
+        # member 0 simulated from the key a single experiment would use
+        keys = jnp.stack([k_path, *(jr.fold_in(k_path, b) for b in range(1, B))])
+        paths = jax.vmap(
+            lambda iv, k: sample_trajectory(
+                truth, initial_state, horizon, key=k, intervention=iv, max_events=max_events
+            )
+        )(ivs, keys)
+        posterior, _ = jax.lax.scan(update, posterior, (paths, run, times))
+        member_costs = jnp.where(run, prices[index], 0.0)
+        record = (
+            task.metrics(posterior),
+            members,
+            ivs.targets,
+            jnp.where(run[:, None], ivs.states, 0),
+            paths.initial_states,
+            jnp.where(run, paths.num_events, 0),
+            times,
+            spent + jnp.cumsum(member_costs),
+        )
+        return (posterior, spent + member_costs.sum()), record
+
+    rounds = num_experiments // B
+    (final, _), records = jax.lax.scan(step, (prior, jnp.zeros((), dtype)), jr.split(key, rounds))
+    metrics, index, targets, states, initial, events, times, spent = records
+
+    def flat(a: Array) -> Array:
+        return a.reshape(rounds * B, *a.shape[2:])
+
+    start = task.metrics(prior)
+    metrics = {
+        name: jnp.concatenate([jnp.asarray(start[name])[None], jnp.repeat(m, B, axis=0)])
+        for name, m in metrics.items()
+    }
+    return ActiveLearningResult(
+        metrics=metrics,
+        intervention_index=flat(index),
+        targets=flat(targets),
+        states=flat(states),
+        initial_states=flat(initial),
+        num_events=flat(events),
+        posterior=final,
+        observation_times=None if times is None else flat(times),
+        rounds=jnp.repeat(jnp.arange(1, rounds + 1), B),
+        costs=flat(spent),
     )
 
 
@@ -227,7 +413,10 @@ def _resolve_max_events(task, horizon, max_events) -> int:
     return auto
 
 
-def _one_repetition(task, design, num_experiments, horizon, candidates, max_events, policy, key):
+def _one_repetition(
+    task, design, num_experiments, horizon, candidates, max_events, policy, rounds, key
+):
+    batch_size, costs, budget, ranking = rounds
     return run_active_learning(
         task,
         design,
@@ -237,6 +426,10 @@ def _one_repetition(task, design, num_experiments, horizon, candidates, max_even
         candidates=candidates,
         max_events=max_events,
         initial_state_policy=policy,
+        batch_size=batch_size,
+        costs=costs,
+        budget=budget,
+        ranking=ranking,
     )
 
 
@@ -300,6 +493,10 @@ def run_repetitions(
     initial_state_policy: AbstractInitialStatePolicy = PAPER_INITIAL_STATE,
     throw: bool = True,
     batching: AbstractBatching | None = None,
+    batch_size: int = 1,
+    costs: Costs | None = None,
+    budget: ArrayLike | None = None,
+    ranking: AbstractRanking = ByScore(),
 ) -> ActiveLearningResult | tuple[ActiveLearningResult, RepetitionStatus]:
     """[`jaxctbn.run_active_learning`][] vmapped over a batch of keys (one per repetition), as
     one compiled computation. Every result field gets a leading repetition axis.
@@ -319,7 +516,8 @@ def run_repetitions(
     all in one vmap; [`jaxctbn.Chunked`][], a few at a time; [`jaxctbn.Sharded`][], split across
     devices. Each repetition depends on its key only, so every choice gives the same results
     (up to rounding). With `throw=False` the reruns of a failed batch run one at a time on one
-    device."""
+    device. `batch_size`, `costs`, `budget` and `ranking`: as for
+    [`jaxctbn.run_active_learning`][]."""
     check_outcomes(task, design)
     max_events = _resolve_max_events(task, horizon, max_events)
     if batching is None:
@@ -334,7 +532,21 @@ def run_repetitions(
             f"{jnp.shape(keys)}."
         )
     # a Python-float horizon made an array: traced, not baked into the compiled batch
-    settings = (num_experiments, jnp.asarray(horizon), candidates, max_events, initial_state_policy)
+    _check_batches(batch_size, num_experiments, costs, budget, ranking)
+    rounds = (
+        batch_size,
+        costs,
+        None if budget is None else jnp.asarray(budget, jnp.result_type(float)),
+        ranking,
+    )
+    settings = (
+        num_experiments,
+        jnp.asarray(horizon),
+        candidates,
+        max_events,
+        initial_state_policy,
+        rounds,
+    )
     if throw:
         return _run_batch(batching, task, design, keys, *settings)
     num = int(jnp.shape(keys)[0])

@@ -251,6 +251,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="distributed: seconds to wait for the coordinator and every process (default 60)",
     )
     _outcome_arguments(p)
+    p.add_argument(
+        "--batch",
+        type=_at_least(1),
+        default=1,
+        help="experiments per round, chosen together (bhc/vbhc: greedy; eig: B myopic picks; "
+        "random: B draws); must divide --experiments (default 1)",
+    )
+    _costs_arguments(p)
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("demo", help="the paper's 4-node network: sample, solve, compare, plot")

@@ -6,7 +6,15 @@ from __future__ import annotations
 import os
 import sys
 
-from .arguments import _empirical_bayes, _initial_state, _load_network, _max_parents, _prior
+from .arguments import (
+    _costs,
+    _costs_json,
+    _empirical_bayes,
+    _initial_state,
+    _load_network,
+    _max_parents,
+    _prior,
+)
 
 
 def _split_cpu(args) -> None:
@@ -161,6 +169,10 @@ def _cmd_run(args):
             )
         if args.outcome != "path":
             raise ValueError("--outcome: run pool replays the recorded visits (no --outcome).")
+        if args.batch != 1 or _costs_json(args) is not None or args.rank_by != "score":
+            raise ValueError(
+                "--batch/--costs/--budget/--rank-by: only for run structure or run parameters."
+            )
         return _cmd_run_pool(args)
     if args.outcome == "panel":
         if (args.observation_times is None) == (args.visits is None):
@@ -187,6 +199,7 @@ def _cmd_run(args):
     designs = _design_names(args.designs, DESIGN_NAMES)
     truth = _load_network(args.network) if args.network is not None else None
     out = args.out or f"run_{args.target}"
+    costs = _run_costs(args, truth)
     config = ExperimentConfig(
         target=args.target,
         designs=tuple(designs),
@@ -209,6 +222,10 @@ def _cmd_run(args):
         max_sets=args.max_sets,
         observation_times=args.observation_times,
         visits=args.visits,
+        batch=args.batch,
+        costs=costs,
+        budget=args.budget,
+        rank_by=args.rank_by,
     )
     if args.visits is not None and {"vbhc", "vbhc-optax", "negative-vbhc"} & set(designs):
         print(
@@ -300,6 +317,47 @@ def _cmd_run_pool(args):
     print("\nVerdict (area under the learning curve, paired, 95% interval):")
     print("\n".join(verdicts("pool", report["summary"])))
     print(f"wrote {args.out}/summary.md, metrics.csv, results.json, figure.png, interventions.png")
+
+
+def _run_costs(args, truth):
+    """The `Costs` of run's cost flags for the truth's nodes (one-line errors naming the flag:
+    a batch that does not divide the experiments, a budget below the cheapest experiment)."""
+    import numpy as np
+
+    from .._experiments.config import DEFAULTS
+    from .._model.interventions import design_space, intervention_space, single_node_interventions
+    from .._model.random_networks import PAPER_NAMES
+
+    experiments = args.experiments or DEFAULTS[args.target]["experiments"]
+    if experiments % args.batch:
+        raise ValueError(
+            f"--batch: {args.batch} must divide --experiments ({experiments}); the experiments "
+            "run in whole rounds."
+        )
+    names = PAPER_NAMES if truth is None else truth.names
+    cards = (2,) * len(names) if truth is None else truth.cardinalities
+    costs = _costs(args, names, cards)
+    if costs is None:
+        if args.budget is not None:
+            raise ValueError(
+                "--budget: give the prices (--costs, --experiment-cost, --visit-cost)."
+            )
+        return None
+    space = {"auto": design_space, "all": intervention_space,
+             "single": single_node_interventions}[args.interventions](cards)  # fmt: skip
+    visits = 0
+    if args.outcome == "panel":
+        visits = args.visits or len(args.observation_times)
+    prices = np.asarray(costs.of(space, num_visits=visits))
+    if args.budget is not None and args.budget < prices.min():
+        raise ValueError(
+            f"--budget: {args.budget:g} is below the cheapest experiment ({prices.min():g})."
+        )
+    if args.rank_by == "score-per-cost" and np.any(prices <= 0):
+        raise ValueError(
+            "--rank-by score-per-cost: every experiment must cost > 0; give --experiment-cost."
+        )
+    return costs
 
 
 def _policy(args, truth):

@@ -296,9 +296,6 @@ def choose_batch(
     check_budget(budget)
     if not isinstance(ranking, AbstractRanking):
         raise TypeError(f"ranking: expected ByScore() or ByScorePerCost(), got {ranking!r}.")
-    quantities, value = _quantities(
-        criterion, posterior, candidates, initial_state, horizon, key, num_samples, solver, batching
-    )
     C = candidates.targets.shape[0]
     dtype = jnp.result_type(float)
     if costs is None:
@@ -308,6 +305,49 @@ def choose_batch(
     else:
         raise TypeError(f"costs: expected a jaxctbn.Costs or None, got {costs!r}.")
     budget = jnp.asarray(jnp.inf if budget is None else budget, dtype)
+    return greedy_batch(
+        posterior,
+        candidates,
+        initial_state,
+        horizon,
+        size=size,
+        criterion=criterion,
+        key=key,
+        num_samples=num_samples,
+        solver=solver,
+        batching=batching,
+        candidate_costs=candidate_costs,
+        budget=budget,
+        ranking=ranking,
+    )
+
+
+def greedy_batch(
+    posterior,
+    candidates,
+    initial_state,
+    horizon,
+    *,
+    size: int,
+    criterion,
+    key,
+    num_samples: int,
+    solver,
+    batching,
+    candidate_costs: Array,
+    budget: Array,
+    ranking: AbstractRanking,
+    sign: ArrayLike = 1.0,
+) -> BatchDesign:
+    """[`jaxctbn.choose_batch`][]'s greedy rounds (the arguments checked by the caller), with
+    every candidate's cost given as an array and the criterion multiplied by `sign` (-1 picks
+    the least informative batch, the "negative" control); the active-learning loop calls it
+    with the costs of its own outcome."""
+    quantities, value = _quantities(
+        criterion, posterior, candidates, initial_state, horizon, key, num_samples, solver, batching
+    )
+    dtype = jnp.result_type(float)
+    sign = jnp.asarray(sign, dtype)
     budget = eqx.error_if(
         budget, ~(budget >= 0), "budget: must be a number >= 0 (or None, unbounded)."
     )
@@ -318,7 +358,7 @@ def choose_batch(
         values = jax.vmap(lambda q: value(_tree_sum(chosen, q)))(quantities)
         gains = values - current
         ok = affordable(candidate_costs, budget - spent)
-        rank = jnp.where(ok, ranking.rank(gains, candidate_costs), -jnp.inf)
+        rank = jnp.where(ok, ranking.rank(sign * gains, candidate_costs), -jnp.inf)
         pick = jnp.argmax(rank)
         found = ok.any()
         picked = jax.tree_util.tree_map(lambda x: x[pick], quantities)

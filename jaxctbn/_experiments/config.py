@@ -16,6 +16,7 @@ from .._active_learning.initial_states import (
     RandomInitialState,
 )
 from .._active_learning.tasks import ParameterLearningTask, StructureLearningTask
+from .._criteria.costs import Costs
 from .._learning.empirical_bayes import EmpiricalBayes
 from .._learning.priors import AbstractPrior, GammaPrior, NodelmanPrior, check_prior
 from .._model.ctbn import CTBN
@@ -48,6 +49,10 @@ def default_truth(target: str, seed: int = 0) -> CTBN:
 
 #: Settings added after results were first written: a `config.json` without them holds these.
 _LATER_SETTINGS = {
+    "batch": 1,
+    "costs": None,
+    "budget": None,
+    "rank_by": "score",
     "prior": "gamma",
     "empirical_bayes": None,
     "initial_state_policy": "random-revealed",
@@ -113,7 +118,11 @@ class ExperimentConfig(eqx.Module):
     [`jaxctbn.experiments.default_graph_draws`][]: the paper's stratified draws over every set up to 8
     nodes, joint draws over the 32 most probable sets per node beyond. With
     `max_parents=None` structure learning allows $N-1$ parents up to 8 nodes and 2 beyond (the
-    exhaustive search has $2^{N-1}$ parent sets per node).
+    exhaustive search has $2^{N-1}$ parent sets per node). Batches and costs (maths §8; see
+    [`jaxctbn.run_active_learning`][]): `batch` (experiments per round, chosen together; it
+    must divide `experiments`; default 1), `costs` (a [`jaxctbn.Costs`][]; default `None`,
+    free), `budget` (the most a repetition may spend; needs `costs`) and `rank_by` (`"score"`
+    or `"score-per-cost"`).
     Settings are checked here, with one-line `ValueError`s."""
 
     target: Literal["structure", "parameters"] = eqx.field(default="structure", static=True)
@@ -137,6 +146,10 @@ class ExperimentConfig(eqx.Module):
     max_sets: int | None = eqx.field(default=None, static=True)
     observation_times: tuple[float, ...] | None = eqx.field(default=None, static=True)
     visits: int | None = eqx.field(default=None, static=True)
+    batch: int = eqx.field(default=1, static=True)
+    costs: Costs | None = None
+    budget: float | None = eqx.field(default=None, static=True)
+    rank_by: Literal["score", "score-per-cost"] = eqx.field(default="score", static=True)
 
     def __check_init__(self):
         if self.target not in TASKS:
@@ -218,9 +231,68 @@ class ExperimentConfig(eqx.Module):
                     "outcomes are not differentiable in them); with visits use bhc or vbhc, or "
                     "give observation_times."
                 )
+        self._check_batches(designs, N)
         if self.target == "structure" and self.truth is not None:
             # the task checks the truth (>= 2 nodes, metrics defined) and max_parents
             StructureLearningTask(self.truth, max_parents=default_max_parents(N, self.max_parents))
+
+    def _check_batches(self, designs, num_nodes) -> None:
+        if isinstance(self.batch, bool) or int(self.batch) != self.batch or self.batch < 1:
+            raise ValueError(f"batch: must be a positive integer, got {self.batch}.")
+        if self.num_experiments % self.batch:
+            raise ValueError(
+                f"batch: {self.batch} must divide experiments ({self.num_experiments}): the "
+                "experiments run in whole rounds."
+            )
+        if self.costs is not None and not isinstance(self.costs, Costs):
+            raise ValueError(f"costs: expected a jaxctbn.Costs or None, got {self.costs!r}.")
+        if self.costs is not None and self.costs.clamp.shape[0] != num_nodes:
+            raise ValueError(
+                f"costs: priced for {self.costs.clamp.shape[0]} nodes, the network has {num_nodes}."
+            )
+        if self.rank_by not in ("score", "score-per-cost"):
+            raise ValueError(f"rank_by: must be 'score' or 'score-per-cost', got {self.rank_by!r}.")
+        if self.costs is None and (self.budget is not None or self.rank_by != "score"):
+            raise ValueError("budget/rank_by: give the prices (costs) first.")
+        if self.budget is not None and not (0 <= self.budget < math.inf):
+            raise ValueError(f"budget: must be a finite number >= 0, got {self.budget}.")
+        panel_scored = {"vbhc", "bhc", "vbhc-optax", "negative-vbhc"} & set(designs)
+        rounds = self.batch > 1 or self.costs is not None
+        panel = self.visits is not None or self.observation_times is not None
+        if rounds and panel and panel_scored:
+            raise ValueError(
+                f"designs: {sorted(panel_scored)} score panel outcomes, which batches and costs "
+                "do not support yet; use bhc-path or vbhc-path (or complete paths)."
+            )
+
+    @property
+    def rounds(self) -> bool:
+        """Whether the experiments run in rounds with costs (`batch` > 1 or `costs`): the
+        result files then record each experiment's round and cumulative cost."""
+        return self.batch > 1 or self.costs is not None
+
+    def ranking(self):
+        """The ranking Module of `rank_by`."""
+        from .._criteria.costs import ByScore, ByScorePerCost
+
+        return ByScorePerCost() if self.rank_by == "score-per-cost" else ByScore()
+
+    def batch_settings(self) -> dict:
+        """`config.json`'s `batch`, `costs`, `budget` and `rank_by`."""
+        costs = None
+        if self.costs is not None:
+            costs = {
+                "clamp": np.asarray(self.costs.clamp).tolist(),
+                "scale": np.asarray(self.costs.scale).tolist(),
+                "visit": float(self.costs.visit),
+                "experiment": float(self.costs.experiment),
+            }
+        return {
+            "batch": int(self.batch),
+            "costs": costs,
+            "budget": None if self.budget is None else float(self.budget),
+            "rank_by": self.rank_by,
+        }
 
     @property
     def num_repetitions(self) -> int:

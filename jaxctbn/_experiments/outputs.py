@@ -16,7 +16,7 @@ import numpy as np
 
 from .._files import json_bytes, write_atomically
 from .config import _LATER_SETTINGS, METRICS
-from .report import summary_table, verdicts
+from .report import round_curves, rounds_and_costs_tables, summary_table, verdicts
 
 
 def _labels(names, targets, states):
@@ -53,6 +53,9 @@ def _plot(target, results, names, out_dir, settings):
             ax.set_yscale("log")
     axes[0][0].legend(fontsize=8)
     fig.suptitle(f"active {target} learning, {settings['repetitions']} repetitions", fontsize=10)
+    if all("rounds" in res for res in results.values()):
+        plt.close(fig)
+        fig = _plot_rounds(target, results, settings)
     fig.tight_layout()
     write_atomically(
         os.path.join(out_dir, "figure.png"), lambda f: fig.savefig(f, dpi=120, format="png")
@@ -74,6 +77,36 @@ def _plot(target, results, names, out_dir, settings):
         lambda f: fig.savefig(f, dpi=120, format="png"),
     )
     plt.close(fig)
+
+
+def _plot_rounds(target, results, settings):
+    """Learning curves against experiments, rounds and cumulative cost (one row each)."""
+    import matplotlib.pyplot as plt
+
+    metrics = list(METRICS[target])
+    fig, axes = plt.subplots(3, len(metrics), figsize=(4.2 * len(metrics), 9.6), squeeze=False)
+    for j, metric in enumerate(metrics):
+        for design, res in results.items():
+            v = np.asarray(res[metric], float)
+            (line,) = axes[0][j].plot(np.arange(v.shape[1]), np.nanmean(v, 0), label=design)
+            rounds, spent, per_round = round_curves(res, metric)
+            mean = np.nanmean(per_round, 0)
+            axes[1][j].plot(rounds, mean, marker="o", ms=3, color=line.get_color())
+            axes[2][j].plot(spent, mean, marker="o", ms=3, color=line.get_color())
+        for row, label in enumerate(["experiments", "rounds", "cumulative cost"]):
+            axes[row][j].set_xlabel(label)
+            axes[row][j].set_title(METRICS[target][metric][0], fontsize=10)
+            values = np.concatenate([np.ravel(res[metric]) for res in results.values()])
+            if metric == "mse" and np.any(np.isfinite(values) & (values > 0)):
+                axes[row][j].set_yscale("log")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(
+        f"active {target} learning, {settings['repetitions']} repetitions, batches of "
+        f"{settings.get('batch', 1)}",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    return fig
 
 
 def _visit_times_column(outcome: dict):
@@ -100,6 +133,9 @@ def _write_outputs(target, report, truth, out, extra_columns=None):
         R, K1 = np.asarray(res[next(iter(METRICS[target]))]).shape
         for r in range(R):
             ivs = _labels(names, res["targets"][r], res["states"][r])
+            if "rounds" in res:  # an experiment the budget could not afford did not run
+                skipped = np.asarray(res["intervention_index"][r]) < 0
+                ivs = ["skipped" if s else label for label, s in zip(ivs, skipped)]
             inits = [
                 ";".join(f"{names[n]}={int(s[n])}" for n in range(len(names)))
                 for s in res["initial_states"][r]
@@ -112,6 +148,12 @@ def _write_outputs(target, report, truth, out, extra_columns=None):
                 row["initial_state"] = inits[k - 1] if k > 0 else ""
                 if visit_times is not None:
                     row["observation_times"] = visit_times(res, r, k - 1) if k > 0 else ""
+                if "rounds" in res:
+                    row["round"] = int(res["rounds"][r, k - 1]) if k > 0 else 0
+                    row["cost"] = float(res["costs"][r, k - 1]) if k > 0 else 0.0
+                else:
+                    row["round"] = k
+                    row["cost"] = ""
                 for column, values in (extra_columns or {}).items():
                     row[column] = values[design][r, k - 1] if k > 0 else ""
                 rows.append(row)
@@ -133,6 +175,14 @@ def _write_outputs(target, report, truth, out, extra_columns=None):
                     if "observation_times" in res
                     else {}
                 ),
+                **(
+                    {
+                        "rounds": np.asarray(res["rounds"]).tolist(),
+                        "costs": np.asarray(res["costs"]).tolist(),
+                    }
+                    if "rounds" in res
+                    else {}
+                ),
             }
             for design, res in results.items()
         },
@@ -141,6 +191,7 @@ def _write_outputs(target, report, truth, out, extra_columns=None):
     lines = summary_table(target, report["summary"], settings, report["failed_repetitions"])
     lines += ["", "Verdict (area under the learning curve, paired, 95% interval):", ""]
     lines += [f"- {line}" for line in verdicts(target, report["summary"])]
+    lines += rounds_and_costs_tables(target, results)
     write_atomically(
         os.path.join(out, "summary.md"), lambda f: f.write(("\n".join(lines) + "\n").encode())
     )
@@ -211,10 +262,11 @@ def _prepare_out(out: str, settings: dict, overwrite: bool) -> str:
 
 
 def _chunk_layout(
-    target, reps, experiments, nodes, visits=None
+    target, reps, experiments, nodes, visits=None, rounds=False
 ) -> dict[str, tuple[tuple[int, ...], str]]:
     """Every array of a chunk file: name -> (shape, numpy dtype kinds); `visits`: the number
-    of visit times the designs choose per experiment (`observation_times`), if they do."""
+    of visit times the designs choose per experiment (`observation_times`), if they do;
+    `rounds`: whether each experiment's round and cumulative cost are kept (batches, costs)."""
     layout: dict[str, tuple[tuple[int, ...], str]] = {
         f"metric_{m}": ((reps, experiments + 1), "f") for m in METRICS[target]
     }
@@ -228,6 +280,9 @@ def _chunk_layout(
     )
     if visits is not None:
         layout["observation_times"] = ((reps, experiments, visits), "f")
+    if rounds:
+        layout["rounds"] = ((reps, experiments), "iu")
+        layout["costs"] = ((reps, experiments), "f")
     if target == "pool":  # subjects drawn from a pool: no simulated paths
         del layout["num_events"]
         layout["subjects"] = ((reps, experiments), "iu")
@@ -260,7 +315,7 @@ def _save_chunk(path: str, part: dict[str, np.ndarray]) -> None:
 
 
 def _load_chunk(
-    path, target, reps, experiments, nodes, visits=None
+    path, target, reps, experiments, nodes, visits=None, rounds=False
 ) -> dict[str, np.ndarray] | None:
     """The arrays of a finished chunk, or `None` when it must be computed: missing, or damaged
     or edited (its arrays no longer match the checksum written with them; then a line on stderr
@@ -268,7 +323,7 @@ def _load_chunk(
     reused after the layout checks alone."""
     if not os.path.exists(path):
         return None
-    layout = _chunk_layout(target, reps, experiments, nodes, visits)
+    layout = _chunk_layout(target, reps, experiments, nodes, visits, rounds)
     try:
         with np.load(path, allow_pickle=False) as z:
             files = set(z.files) - {_CHECKSUM}
@@ -291,6 +346,8 @@ def _load_chunk(
         checked = [f"metric_{m}" for m in METRICS[target]]
         if visits is not None:
             checked.append("observation_times")
+        if rounds:
+            checked.append("costs")
         for m in checked:
             if not np.all(np.isfinite(part[m][ok])):
                 raise ValueError(f"{m} is not finite in a finished repetition")

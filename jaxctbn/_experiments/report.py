@@ -149,3 +149,46 @@ def summary_table(
             "has the errors."
         )
     return lines
+
+
+def round_curves(results_of_design: dict, metric: str):
+    """`(rounds, mean cumulative cost, metric (repetitions, rounds + 1))` of a design run in
+    rounds: the metric before any experiment and after each round, and the mean cost spent by
+    the end of each round (0 first)."""
+    rounds = np.asarray(results_of_design["rounds"])
+    R = int(rounds.max())
+    B = rounds.shape[1] // R
+    values = np.asarray(results_of_design[metric], float)[:, ::B]  # entry 0 and each round's end
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        spent = np.nanmean(np.asarray(results_of_design["costs"], float)[:, B - 1 :: B], axis=0)
+    return np.arange(R + 1), np.concatenate([[0.0], spent]), values
+
+
+def rounds_and_costs_tables(target: str, results: dict) -> list[str]:
+    """summary.md's learning curves against rounds and cumulative cost (runs with batches or
+    costs; none otherwise): per design and round, the mean cost spent and each metric's mean
+    with its 95% interval."""
+    if not results or any("rounds" not in res for res in results.values()):
+        return []
+    metrics = list(METRICS[target])
+    lines = [
+        "",
+        "Against rounds and cumulative cost (each metric after the round, mean ± 95% interval; "
+        "cost: mean over repetitions):",
+        "",
+        "| design | round | cost | " + " | ".join(METRICS[target][m][0] for m in metrics) + " |",
+        "|---|---|---|" + "---|" * len(metrics),
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for design, res in results.items():
+            curves = {m: round_curves(res, m) for m in metrics}
+            rounds, spent, _ = curves[metrics[0]]
+            for r in rounds:
+                cells = []
+                for m in metrics:
+                    mean, hw = _ci(curves[m][2][:, r])
+                    cells.append(f"{float(mean):.4g} ± {float(hw):.2g}")
+                lines.append(f"| {design} | {r} | {spent[r]:.4g} | " + " | ".join(cells) + " |")
+    return lines

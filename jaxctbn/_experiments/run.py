@@ -14,11 +14,14 @@ Output layout of `run_experiment(..., out=DIR)`:
   (`distributed=True`) when it has finished its chunks, or failed;
 - `DIR/metrics.csv`: one row per design x repetition x experiment: `design, repetition,
   experiment` (0 = before any experiment), every metric, `intervention` (e.g. `X1=0;X3=1`,
-  `none`; empty at experiment 0) and `initial_state`;
+  `none`; empty at experiment 0; `skipped` for an experiment the budget could not afford),
+  `initial_state`, `round` (the batch the experiment ran in, from 1; 0 at experiment 0) and
+  `cost` (the cumulative cost after it; empty without costs);
 - `DIR/results.json`: the settings, per design every metric per repetition
   (`[repetition][experiment]`), the chosen intervention indices and the summary;
-- `DIR/summary.md`: the summary table; `DIR/figure.png`: learning curves like the paper's
-  figures; `DIR/interventions.png`: the marginal probability of intervening on each node at
+- `DIR/summary.md`: the summary table (with batches or costs also each metric after every
+  round and against the cumulative cost); `DIR/figure.png`: learning curves like the paper's
+  figures (with batches or costs also against rounds and against cumulative cost); `DIR/interventions.png`: the marginal probability of intervening on each node at
   each experiment, per design.
 
 Every file is written atomically (a temporary file, then `os.replace`), so an interrupted run
@@ -142,6 +145,7 @@ def run_experiment(
         else config.empirical_bayes.settings(),
         "initial_state_policy": config.initial_state_policy.settings(),
         "outcome": config.outcome_settings(),
+        **config.batch_settings(),
         "max_events": max_events,
         "interventions": int(space.targets.shape[0]),
         "intervention_space": config.interventions,
@@ -208,6 +212,10 @@ def run_experiment(
             initial_state_policy=config.initial_state_policy,
             throw=False,
             batching=batching,
+            batch_size=config.batch,
+            costs=config.costs,
+            budget=config.budget,
+            ranking=config.ranking(),
         )
         res = jax.device_get(res)
         errors = np.asarray(status.messages, dtype=str).reshape(stop - start)
@@ -232,6 +240,9 @@ def run_experiment(
         )
         if config.visits is not None:
             part["observation_times"] = np.asarray(res.observation_times)
+        if config.rounds:
+            part["rounds"] = np.asarray(res.rounds)
+            part["costs"] = np.asarray(res.costs)
         path = chunk_path(design_name, start)
         if path is not None:
             _save_chunk(path, part)
@@ -242,7 +253,9 @@ def run_experiment(
         if path is None:
             return None
         stop = min(start + chunk, repetitions)
-        return _load_chunk(path, target, stop - start, experiments, truth.num_nodes, config.visits)
+        return _load_chunk(
+            path, target, stop - start, experiments, truth.num_nodes, config.visits, config.rounds
+        )
 
     bar = None
     if progress:
