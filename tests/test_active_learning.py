@@ -218,6 +218,8 @@ def test_run_experiment_writes_outputs_and_resumes(tmp_path):
         "entropy",
         "intervention",
         "initial_state",
+        "round",
+        "cost",
     ]
     assert len(df) == 2 * 2 * 2
     assert set(df[(df.design == "passive") & (df.experiment > 0)].intervention) == {"none"}

@@ -687,7 +687,10 @@ def test_run_parameters_small(small_network, tmp_path, capsys):
         "mse",
         "intervention",
         "initial_state",
+        "round",
+        "cost",
     ]
+    assert (df["round"] == df.experiment).all() and (df["cost"] == "").all()
     assert set(df.design) == {"passive", "vbhc"} and set(df.experiment) == {0, 1, 2}
     assert (df.mse > 0).all() and len(df) == 2 * 3 * 3
     res = json.loads((out / "results.json").read_text())
