@@ -1,7 +1,8 @@
 """The design criteria as closed-form functions (the Modules `jc.BHC`, `jc.VBHC`, `jc.EIG` call
 these), the posterior draws they average over, the Gamma KL divergence, and what an experiment
 reveals (`CompletePath`, `Panel`), batches of experiments (`score_batch`, `BatchDesign`) and how
-costs rank candidates (`ByScore`, `ByScorePerCost`)."""
+costs rank candidates (`ByScore`, `ByScorePerCost`), intervention strengths as a design variable
+(`Strengths`, `strength_design_scores`)."""
 
 # ruff: noqa: I001  (grouped as in the package, not alphabetically)
 
@@ -37,6 +38,9 @@ from ._criteria.batches import score_batch as score_batch
 from ._criteria.costs import AbstractRanking as AbstractRanking
 from ._criteria.costs import ByScore as ByScore
 from ._criteria.costs import ByScorePerCost as ByScorePerCost
+from ._criteria.strengths import Strengths as Strengths
+from ._criteria.strengths import StrengthDesign as StrengthDesign
+from ._criteria.strengths import strength_design_scores as strength_design_scores
 from ._criteria.outcomes import AbstractOutcome as AbstractOutcome
 from ._criteria.outcomes import CompletePath as CompletePath
 from ._criteria.outcomes import Panel as Panel

@@ -4,6 +4,7 @@ and parent-set scores. Stable names, but not needed to use the paper's method.""
 # ruff: noqa: I001  (grouped as in the package, not alphabetically)
 
 from ._model.interventions import design_space as design_space
+from ._model.interventions import exposure_scale as exposure_scale
 from ._master_equation.generator import amalgamate as amalgamate
 from ._master_equation.generator import batch_last as batch_last
 from ._master_equation.master_equation import initial_distribution as initial_distribution

@@ -171,3 +171,61 @@ def test_run_batch_and_cost_errors(tmp_path, capsys, flags, message):
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], lines
     assert not out.exists()
+
+
+def test_design_strength_matches_the_library(history, tmp_path):
+    model, hist, base = history
+    out = tmp_path / "strength.json"
+    flags = ["--strength", "B=0.5:4", "--costs", "B*=0.5", "--experiment-cost", "1"]
+    assert main([*base, *flags, "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    scaled = [e for e in res["scores"] if "rate_scales" in e]
+    assert len(res["scores"]) == 9 + 3  # the 3 candidates leaving B free get a scaled variant
+    assert all("B" not in e["intervention"] and set(e["rate_scales"]) == {"B"} for e in scaled)
+    assert all(0.5 <= e["rate_scales"]["B"] <= 4.0 for e in scaled)
+    assert all(e["cost"] == 1.5 for e in scaled)
+    best = max(res["scores"], key=lambda e: e["score"])
+    assert res["best"] == best["intervention"]
+    assert res["rate_scales"] == best.get("rate_scales", {})
+    traj, _ = jc.read_trajectories_csv(hist, model)
+    post = eqx.filter_jit(
+        lambda m, t: jc.RatePosterior.for_model(m).update_with(
+            jc.SufficientStatistics.from_trajectories(t, m.cardinalities, m.parents)
+        )
+    )(model, traj)
+    space = jc.intervention_space(model.cardinalities)
+    ref = jc.criteria.strength_design_scores(
+        post,
+        space,
+        jnp.array([0, 1], jnp.int32),
+        3.0,
+        strengths=jc.criteria.Strengths((1,), [0.5], [4.0]),
+        key=jax.random.key(0),
+        num_samples=3,
+    )
+    free = np.flatnonzero(np.asarray(ref.free))
+    np.testing.assert_allclose(
+        [e["score"] for e in scaled], np.asarray(ref.scores)[free], rtol=1e-9
+    )
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--strength", "B=0:2"], "--strength: 'B=0:2': LOW must be > 0"),
+        (["--strength", "B=-1:2"], "LOW must be > 0"),
+        (["--strength", "B=3:2"], "empty range (HIGH < LOW)"),
+        (["--strength", "Z=1:2"], "--strength: unknown node 'Z'"),
+        (["--strength", "B=1"], "expected NODE=LOW:HIGH"),
+        (["--strength", "B=1:2", "--criterion", "eig"], "gradient of the bhc or vbhc"),
+        (["--strength", "B=1:2", "--batch", "2"], "not with --batch"),
+        (["--costs", "Z*=1"], "--costs: unknown node 'Z'"),
+    ],
+)
+def test_design_strength_errors(history, tmp_path, capsys, flags, message):
+    _, _, base = history
+    out = tmp_path / "o.json"
+    assert main([*base, *flags, "--out", str(out)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+    assert not out.exists()

@@ -372,8 +372,8 @@ def _costs_arguments(p) -> None:
         "--costs",
         nargs="+",
         default=None,
-        help="cost of clamping a node, NODE=C (any state) or NODE:STATE=C (one state), "
-        "comma-separated; unnamed nodes cost 0",
+        help="cost of clamping a node, NODE=C (any state) or NODE:STATE=C (one state), or "
+        "of scaling its rates (--strength), NODE*=C; comma-separated; unnamed nodes cost 0",
     )
     p.add_argument(
         "--experiment-cost", type=_cost, default=None, help="fixed cost of every experiment"
@@ -405,7 +405,7 @@ def _costs(args, names, cardinalities):
         return None
     from .._criteria.costs import Costs
 
-    clamp, clamp_state = {}, {}
+    clamp, clamp_state, scale = {}, {}, {}
     text = ",".join(args.costs or [])
     for item in filter(None, (t.strip() for t in text.split(","))):
         node, sep, value = item.rpartition("=")
@@ -417,6 +417,12 @@ def _costs(args, names, cardinalities):
             raise ValueError(f"--costs: {item!r}: the cost must be a number.") from None
         if not (math.isfinite(price) and price >= 0):
             raise ValueError(f"--costs: {item!r}: the cost must be a finite number >= 0.")
+        if node.endswith("*"):  # NODE*=C: an imperfect intervention (a rate scale) on NODE
+            name = node[:-1]
+            if name not in names:
+                raise ValueError(f"--costs: unknown node {name!r}; the nodes are {list(names)}.")
+            scale[name] = price
+            continue
         name, colon, state = node.partition(":")
         if name not in names:
             raise ValueError(f"--costs: unknown node {name!r}; the nodes are {list(names)}.")
@@ -432,6 +438,7 @@ def _costs(args, names, cardinalities):
         cardinalities,
         clamp=clamp,
         clamp_state=clamp_state,
+        scale=scale,
         visit=args.visit_cost or 0.0,
         experiment=args.experiment_cost or 0.0,
     )
@@ -448,3 +455,47 @@ def _costs_json(args) -> dict | None:
         "budget": args.budget,
         "rank_by": args.rank_by,
     }
+
+
+def _strength_argument(p) -> None:
+    p.add_argument(
+        "--strength",
+        nargs="+",
+        default=None,
+        help="NODE=LOW:HIGH,...: candidates also scale NODE's rates by a strength in "
+        "[LOW, HIGH] (0 < LOW <= HIGH), chosen by gradient ascent of the criterion",
+    )
+
+
+def _strengths(args, names):
+    """The `Strengths` of `--strength NODE=LOW:HIGH,...` (`None` without), one-line errors."""
+    import math
+
+    if args.strength is None:
+        return None
+    from .._criteria.strengths import Strengths
+
+    nodes, lows, highs = [], [], []
+    for item in filter(None, (t.strip() for t in ",".join(args.strength).split(","))):
+        node, sep, span = item.partition("=")
+        low, colon, high = span.partition(":")
+        if not sep or not colon:
+            raise ValueError(f"--strength: expected NODE=LOW:HIGH, got {item!r}.")
+        if node not in names:
+            raise ValueError(f"--strength: unknown node {node!r}; the nodes are {list(names)}.")
+        try:
+            a, b = float(low), float(high)
+        except ValueError:
+            raise ValueError(f"--strength: {item!r}: LOW and HIGH must be numbers.") from None
+        if not (math.isfinite(a) and math.isfinite(b)) or a <= 0:
+            raise ValueError(f"--strength: {item!r}: LOW must be > 0 and both finite.")
+        if b < a:
+            raise ValueError(f"--strength: {item!r}: empty range (HIGH < LOW).")
+        if names.index(node) in nodes:
+            raise ValueError(f"--strength: node {node!r} given twice.")
+        nodes.append(list(names).index(node))
+        lows.append(a)
+        highs.append(b)
+    if not nodes:
+        raise ValueError("--strength: give NODE=LOW:HIGH for at least one node.")
+    return Strengths(nodes, lows, highs)

@@ -13,6 +13,7 @@ from .arguments import (
     _outcome,
     _prior,
     _prior_json,
+    _strengths,
 )
 from .jax_setup import _jit
 
@@ -92,6 +93,11 @@ def _rank(args, posterior, space, names, init, initial, outcome):
                 f"--budget: {args.budget:g} is below the cheapest experiment ({cheapest:g})."
             )
     key = jax.random.key(args.seed)
+    strengths = _strengths(args, list(names))
+    if strengths is not None:
+        return _rank_strengths(
+            args, posterior, space, names, init, initial, outcome, costs, strengths, key
+        )
     if args.batch is not None:
         from .._criteria.batches import choose_batch
         from .._criteria.costs import ByScore, ByScorePerCost
@@ -162,6 +168,73 @@ def _rank(args, posterior, space, names, init, initial, outcome):
     scores = _score_space(posterior, space, initial, args.duration, key, args, outcome)
     _write_ranking(
         args, np.asarray(scores), space, names, init, args.duration, costs=candidate_costs
+    )
+
+
+def _rank_strengths(args, posterior, space, names, init, initial, outcome, costs, strengths, key):
+    """`--strength`: every candidate, and every one that leaves a strength node free also with
+    that node's rates scaled by its best strength in range (`strength_design_scores`)."""
+    import jax
+    import numpy as np
+
+    from .._criteria.criteria import COMPLETE_PATH
+    from .._criteria.strengths import strength_design_scores
+
+    if args.batch is not None:
+        raise ValueError("--strength: not with --batch yet (one experiment at a time).")
+    if args.criterion == "eig":
+        raise ValueError(
+            "--strength: the strength is chosen by the gradient of the bhc or vbhc (the EIG's "
+            "sampled paths are not differentiable in it)."
+        )
+    if args.visits is not None:
+        raise ValueError("--strength: with --outcome panel give --observation-times, not --visits.")
+    options = _box_hill_options(args, len(names)) if args.target == "structure" else {}
+    criterion = _criterion(args.criterion, args.paths, options)
+    outcome = COMPLETE_PATH if outcome is None else outcome
+    scores = _score_space(posterior, space, initial, args.duration, key, args, outcome)
+    design = strength_design_scores(
+        posterior,
+        space,
+        initial,
+        args.duration,
+        strengths=strengths,
+        criterion=criterion,
+        key=key,
+        num_samples=args.samples,
+        outcome=outcome,
+    )
+    design = jax.tree_util.tree_map(np.asarray, design)
+    free = np.flatnonzero(design.free)
+    variants = jax.vmap(strengths.apply)(
+        jax.tree_util.tree_map(lambda a: a[free], space),
+        jax.numpy.asarray(design.rate_scales[free]),
+    )
+    all_scores = np.concatenate([np.asarray(scores), design.scores[free]])
+    all_costs = None
+    if costs is not None:
+        visits = 0 if args.outcome == "path" else len(args.observation_times)
+        all_costs = np.concatenate(
+            [
+                np.asarray(costs.of(space, num_visits=visits)),
+                np.asarray(costs.of(variants, num_visits=visits)),
+            ]
+        )
+    scales = [None] * len(scores) + [
+        {names[n]: float(design.rate_scales[i, j]) for j, n in enumerate(strengths.nodes)}
+        for i in free
+    ]
+    rows = np.concatenate([np.arange(len(scores)), free])
+    _write_ranking(
+        args,
+        all_scores,
+        space,
+        names,
+        init,
+        args.duration,
+        costs=all_costs,
+        rows=rows,
+        rate_scales=scales,
     )
 
 
@@ -281,28 +354,48 @@ def _score_space(posterior, space, initial_state, horizon, key, args, outcome=No
     )
 
 
-def _write_ranking(args, scores, space, names, init, duration, panel=None, costs=None, batch=None):
+def _write_ranking(
+    args,
+    scores,
+    space,
+    names,
+    init,
+    duration,
+    panel=None,
+    costs=None,
+    batch=None,
+    rows=None,
+    rate_scales=None,
+):
+    """The ranking JSON. `rows[e]`: the candidate of entry `e` (default: entry e is candidate
+    e); `rate_scales[e]`: its strengths `{node: s}` (`None`: a perfect intervention)."""
     import numpy as np
 
     targets, states = np.asarray(space.targets), np.asarray(space.states)
+    rows = np.arange(len(scores)) if rows is None else rows
 
     def label(i):
         return {names[n]: int(states[i, n]) for n in range(len(names)) if targets[i, n]}
 
-    entries = [{"intervention": label(i), "score": float(v)} for i, v in enumerate(scores)]
+    entries = [{"intervention": label(rows[e]), "score": float(v)} for e, v in enumerate(scores)]
+    if rate_scales is not None:
+        for entry, scale in zip(entries, rate_scales):
+            if scale is not None:
+                entry["rate_scales"] = scale
     if costs is not None:
         for entry, c in zip(entries, costs):
             entry["cost"] = float(c)
             if args.rank_by == "score-per-cost":
                 entry["score_per_cost"] = entry["score"] / float(c)
     best = _best(args, np.asarray(scores), costs) if batch is None else int(batch.members[0])
+    best_entry = entries[best]
     outcome: dict = {"type": args.outcome}
     if args.outcome == "panel":
         if args.visits is not None and panel is not None:
             for i, entry in enumerate(entries):
                 entry["observation_times"] = [float(t) for t in panel.times[i]]
                 entry["score_equally_spaced"] = float(panel.equally_spaced_scores[i])
-            outcome.update(visits=args.visits, observation_times=entries[best]["observation_times"])
+            outcome.update(visits=args.visits, observation_times=best_entry["observation_times"])
         else:
             outcome["observation_times"] = [float(t) for t in args.observation_times]
     out = {
@@ -310,13 +403,16 @@ def _write_ranking(args, scores, space, names, init, duration, panel=None, costs
         "target": args.target,
         "outcome": outcome,
         "scores": entries,
-        "best": label(best),
+        "best": best_entry["intervention"],
         "samples": args.samples,
         "duration": duration,
         "initial_state": init,
         "seed": args.seed,
         "prior": getattr(args, "fitted_prior", None) or _prior_json(args),
     }
+    if rate_scales is not None:
+        out["rate_scales"] = best_entry.get("rate_scales", {})
+        out["strengths"] = ",".join(args.strength)
     pricing = _costs_json(args)
     if pricing is not None or args.rank_by != "score":
         out["costs"] = pricing
@@ -343,6 +439,10 @@ def _write_ranking(args, scores, space, names, init, duration, panel=None, costs
     write_json(args.out, out)
     chosen = out["best"] or "no intervention"
     what = f"best: {chosen}"
+    if out.get("rate_scales"):
+        what += " with rates scaled by " + ", ".join(
+            f"{node}: {s:.4g}" for node, s in out["rate_scales"].items()
+        )
     if batch is not None:
         what = (
             f"batch of {len(out['batch'])}: {[e['intervention'] or 'none' for e in out['batch']]}"

@@ -20,6 +20,7 @@ from .arguments import (
     _positive_number,
     _prior_arguments,
     _seed,
+    _strength_argument,
 )
 from .demo import _cmd_demo
 from .design import _cmd_design
@@ -161,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="choose B experiments to run in parallel (greedy bhc/vbhc; the JSON's batch)",
     )
     _costs_arguments(p)
+    _strength_argument(p)
     p.add_argument("--seed", type=_seed, required=True, help="0 <= S <= 2**63 - 1")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_cmd_design)

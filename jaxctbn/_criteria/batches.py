@@ -35,7 +35,7 @@ from .._learning.posterior import AbstractPosterior, RatePosterior
 from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.master_equation import expected_statistics_batch
 from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
-from .._model.interventions import Intervention
+from .._model.interventions import Intervention, exposure_scale
 from .._paths.sampling import check_count
 from .batching import AbstractBatching, Vmap
 from .costs import AbstractRanking, ByScore, Costs, affordable, check_budget
@@ -163,7 +163,7 @@ def _structure_quantities(
     def on_sets(stats, n, iv):
         M, T = jax.vmap(lambda st: st.node_statistics_on_sets(n, posterior.parent_sets[n]))(stats)
         keep = (~iv.targets[n]).astype(T.dtype)
-        return keep * M, keep * T
+        return keep * M, keep * exposure_scale(iv, n, T.dtype) * T
 
     def ells(n, M, T):  # (draws, sets)
         return jax.vmap(lambda m, t: predictive_log_likelihood(posterior, n, m, t))(M, T)
@@ -504,10 +504,11 @@ def _structure_batch_eig(criterion, posterior, members, initial_state, horizon, 
             )
             M, T = stats.node_statistics_on_sets(sets)
             keep = (~members.targets[b, n]).astype(T.dtype)
+            keep_t = keep * jnp.ravel(exposure_scale(member, n, T.dtype))[0]
             summed = (
-                (keep * M[0], keep * T[0])
+                (keep * M[0], keep_t * T[0])
                 if summed is None
-                else (summed[0] + keep * M[0], summed[1] + keep * T[0])
+                else (summed[0] + keep * M[0], summed[1] + keep_t * T[0])
             )
         assert summed is not None
         rescore = _rescorer(posterior, n, max_events * B)

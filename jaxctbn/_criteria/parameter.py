@@ -35,7 +35,7 @@ from .._learning.posterior import RatePosterior
 from .._master_equation.master_equation import expected_statistics, expected_statistics_batch
 from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from .._model.ctbn import AbstractCTBN
-from .._model.interventions import Intervention
+from .._model.interventions import Intervention, exposure_scale
 from .._paths.sampling import sample_trajectory
 from .._paths.sufficient_statistics import node_statistics
 
@@ -66,7 +66,7 @@ def kl_divergence(
     total = jnp.asarray(0.0)
     for n, (q, q2) in enumerate(zip(model.cims, other.cims)):
         k = q.shape[-1]
-        T = stats.node_dwell_times(n)
+        T = stats.node_dwell_times(n) * exposure_scale(intervention, n, q.dtype)
         lam = jnp.where(_off(k), q, 1.0)
         lam2 = jnp.where(_off(k), q2, 1.0)
         terms = jnp.where(_off(k), lam * jnp.log(lam / lam2) - lam + lam2, 0.0)
@@ -85,7 +85,9 @@ class ParameterDesignStatistics(eqx.Module):
     - `energy` = $\frac1{N_S}\sum_s\sum_{n\in\aleph}(\mathsf E[\hat M]\ln\Lambda_s
       -\mathsf E[\hat T]\Lambda_s)$,
 
-    all zero for perfectly intervened nodes. These are all the (V)BHC needs.
+    all zero for perfectly intervened nodes. A node whose rates an imperfect intervention
+    scales by $s_n$ counts its dwell times as the exposure $s_n\mathsf E[\hat T_n]$
+    ([`jaxctbn.internal.exposure_scale`][]). These are all the (V)BHC needs.
     """
 
     transitions: tuple[Array, ...]
@@ -124,6 +126,7 @@ def design_statistics(
         k = posterior.cardinalities[n]
         M = jax.vmap(lambda st, n=n: st.node_transitions(n))(stats)
         T = jax.vmap(lambda st, n=n: st.node_dwell_times(n))(stats)
+        T = T * exposure_scale(intervention, n, T.dtype)  # a scaled node's exposure s T
         keep = _not_intervened(intervention, n, T.dtype)
         e = jax.vmap(poisson_path_log_likelihood)(draws.cims[n], M, T)
         energy = energy + keep * e.sum() / S
@@ -216,7 +219,8 @@ def parameter_vbhc_minimise(
 
 
 def _sampled_statistics(posterior, model, key, initial_state, horizon, intervention, max_events):
-    """Sample one path of `model` and return every node's statistics for the posterior's graph."""
+    """Sample one path of `model` and return every node's statistics for the posterior's graph
+    (dwell times as exposures: scaled by an imperfect intervention's rate scale)."""
     path = sample_trajectory(
         model,
         jnp.asarray(initial_state),
@@ -225,10 +229,12 @@ def _sampled_statistics(posterior, model, key, initial_state, horizon, intervent
         intervention=intervention,
         max_events=max_events,
     )
-    return [
-        node_statistics(path, n, posterior.parents[n], posterior.cardinalities)
-        for n in range(len(posterior.alpha))
-    ]
+    out = []
+    for n in range(len(posterior.alpha)):
+        st = node_statistics(path, n, posterior.parents[n], posterior.cardinalities)
+        scale = exposure_scale(intervention, n, st.dwell_times.dtype)
+        out.append(eqx.tree_at(lambda s: s.dwell_times, st, scale * st.dwell_times))
+    return out
 
 
 @eqx.filter_jit

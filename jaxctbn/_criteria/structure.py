@@ -50,7 +50,7 @@ from .._master_equation.solvers import (
     StatisticsSolver,
 )
 from .._model.ctbn import PaddedCTBN
-from .._model.interventions import Intervention
+from .._model.interventions import Intervention, exposure_scale
 from .._model.layout import all_global_states, config_index, num_configurations
 from .._paths.sampling import PathStatistics, check_count, nested_vmap, path_statistics
 from .batching import AbstractBatching
@@ -260,8 +260,11 @@ def _joint_divergences(
             stacked([num_configurations(s, cards) for s in posterior.parent_sets]),
         )
 
-        def ells_of(st, group=group, index=index, sets=sets, history=history):
+        scale = jnp.stack([exposure_scale(intervention, n, jnp.result_type(float)) for n in group])
+
+        def ells_of(st, group=group, index=index, sets=sets, history=history, scale=scale):
             M, T = st.nodes_statistics_on_sets(tuple(group), sets)
+            T = T * scale.reshape(-1, *(1,) * (T.ndim - 1))
             predictive = functools.partial(_predictive_on_sets, posterior.prior)
             return jax.vmap(predictive)(index, M, T, *history)  # (nodes, sets)
 
@@ -526,11 +529,14 @@ def _node_divergence(
         # the predictive likelihoods in cache-sized batches of problems (at once, the chunk's
         # statistics on every set leave the cache and the design step takes longer; timed in
         # `benchmarks/bench_design_step.py`, results in `benchmarks/results/design_step.md`)
-        ells = jax.lax.map(
-            lambda st: ell(*st.node_statistics_on_sets(n, sets)),
-            stats,
-            batch_size=PREDICTIVE_BATCH,
-        )
+        scales = jnp.repeat(_exposures(interventions, n, C), B)  # per problem
+
+        def ell_of(x):
+            st, scale = x
+            M, T = st.node_statistics_on_sets(n, sets)
+            return ell(M, scale * T)
+
+        ells = jax.lax.map(ell_of, (stats, scales), batch_size=PREDICTIVE_BATCH)
         ells = ells.reshape(C, B, n_sets)  # (candidates, draws, sets)
     else:
         stats = _sampled_statistics(
@@ -544,12 +550,21 @@ def _node_divergence(
             estimator.max_events,
         )
 
-        def ells_of(stats):  # one candidate's paths: mean over the paths of each draw
-            return nested_vmap(ell, 2)(*stats.node_statistics_on_sets(sets)).mean(1)
+        def ells_of(x):  # one candidate's paths: mean over the paths of each draw
+            stats, scale = x
+            M, T = stats.node_statistics_on_sets(sets)
+            return nested_vmap(ell, 2)(M, scale * T).mean(1)
 
         # candidate by candidate: the statistics on every set of every path are the big arrays
-        ells = jax.lax.map(ells_of, stats)  # (candidates, draws, sets)
+        scales = _exposures(interventions, n, interventions.targets.shape[0])
+        ells = jax.lax.map(ells_of, (stats, scales))  # (candidates, draws, sets)
     return _node_divergence_from(posterior, n, interventions.targets[:, n], ells)
+
+
+def _exposures(interventions: Intervention, n: int, num: int) -> Array:
+    """Node n's exposure scale (`exposure_scale`) for each of `num` candidates."""
+    dtype = jnp.result_type(float)
+    return jnp.broadcast_to(exposure_scale(interventions, n, dtype), (num,))
 
 
 def _node_divergence_from(posterior, n, clamped, ells):
@@ -587,13 +602,14 @@ def _node_eig(
         draws, n, interventions, initial_state, horizon, path_key, num_paths, max_events
     )
 
-    def gain_of(stats):  # one candidate's paths
-        return _node_eig_from_statistics(
-            posterior, draws, n, rescore, *stats.node_statistics_on_sets(sets)
-        )
+    def gain_of(x):  # one candidate's paths
+        stats, scale = x
+        M, T = stats.node_statistics_on_sets(sets)
+        return _node_eig_from_statistics(posterior, draws, n, rescore, M, scale * T)
 
     # candidate by candidate: the statistics on every set of every path are the big arrays
-    gains = jax.lax.map(gain_of, stats)  # (candidates,)
+    scales = _exposures(interventions, n, interventions.targets.shape[0])
+    gains = jax.lax.map(gain_of, (stats, scales))  # (candidates,)
     keep = (~interventions.targets[:, n]).astype(gains.dtype)
     return keep * gains
 

@@ -221,3 +221,24 @@ def design_space(
     if math.prod(k + 1 for k in cards) <= max_members:
         return intervention_space(cards)
     return single_node_interventions(cards)
+
+
+def exposure_scale(intervention: Intervention | None, node: int, dtype) -> Array:
+    r"""The factor $s_n$ by which an imperfect intervention multiplies node `node`'s rates,
+    seen as a scale of its **exposure**: under the intervention the node's transitions are
+    Poisson with rate $s_n\Lambda_n$ over its dwell time $T_n$, i.e. with rate $\Lambda_n$ over
+    the exposure $s_nT_n$, so a likelihood, KL or posterior in $\Lambda_n$ uses $s_nT_n$ where a
+    perfect or no intervention uses $T_n$ (the transitions are unchanged). 1 without a scale.
+
+    One scalar per node is supported (any leading batch axes); a scale per rate (a table
+    `(configs, k, k)`) has no Gamma-conjugate exposure and raises a `ValueError`."""
+    if intervention is None or intervention.rate_scales is None:
+        return jnp.ones((), dtype)
+    scale = jnp.asarray(intervention.rate_scales[node], dtype)
+    batch = jnp.ndim(intervention.targets) - 1
+    if jnp.ndim(scale) > batch:
+        raise ValueError(
+            f"rate_scales[{node}]: the design criteria and the conjugate posteriors take one "
+            f"scale per node (a number), got shape {jnp.shape(scale)[batch:]}."
+        )
+    return scale

@@ -1,0 +1,174 @@
+r"""Intervention strengths as a design variable: a drug that scales a node's rates by $s$,
+$s$ in a range $[a,b]$, chosen by gradient ascent of the criterion through the master equation
+(maths §8).
+
+A candidate that leaves node $X$ free gets a variant "scale $X$'s rates by $s$"
+([`jaxctbn.Intervention.with_rate_scales`][]); its best $s$ maximises the criterion, found by
+Adam (optax) on $z$ with $s=\exp(\ln a+(\ln b-\ln a)\,\sigma(z))$ from several starting points,
+gradients by reverse-mode autodiff through the expected statistics. The variant's score is the
+best of the ascent's end points, its starting grid and the two ends of the range (where the
+optimum of a criterion that grows with the strength lies, and which the logits only approach),
+so it is never below that grid's best.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
+
+from .._learning.posterior import AbstractPosterior
+from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
+from .._model.interventions import Intervention, is_concrete
+from .criteria import COMPLETE_PATH, VBHC, AbstractCriterion, score_interventions
+from .outcomes import AbstractOutcome
+
+#: Logits at which the scale is the end of its range (to rounding): sigma(40) = 1 - 4e-18.
+BOUNDARY = 40.0
+
+
+class Strengths(eqx.Module):
+    r"""The nodes whose rates an intervention can scale, and the range of each scale:
+    `nodes` (static, indices), `low`, `high` (arrays, $0<a\le b<\infty$; $a=b$ is a fixed
+    strength), and the search: `starts` starting points (relative positions in $[\ln a,\ln b]$,
+    evenly spaced), `steps` Adam steps of `learning_rate` on the logits."""
+
+    nodes: tuple[int, ...] = eqx.field(static=True)
+    low: Float[Array, " strengths"]
+    high: Float[Array, " strengths"]
+    starts: int = eqx.field(default=5, static=True, kw_only=True)
+    steps: int = eqx.field(default=40, static=True, kw_only=True)
+    learning_rate: float = eqx.field(default=0.2, static=True, kw_only=True)
+
+    def __init__(self, nodes, low, high, *, starts=5, steps=40, learning_rate=0.2):
+        self.nodes = tuple(int(n) for n in nodes)
+        self.low = jnp.asarray(low, float).reshape(-1)
+        self.high = jnp.asarray(high, float).reshape(-1)
+        self.starts, self.steps, self.learning_rate = int(starts), int(steps), float(learning_rate)
+        if not self.nodes or len(set(self.nodes)) != len(self.nodes):
+            raise ValueError(f"Strengths: nodes must be distinct node indices, got {nodes!r}.")
+        if self.low.shape != (len(self.nodes),) or self.high.shape != (len(self.nodes),):
+            raise ValueError("Strengths: give one low and one high per node.")
+        if is_concrete(self.low, self.high):
+            low, high = np.asarray(self.low), np.asarray(self.high)
+            if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high)) and np.all(low > 0)):
+                raise ValueError(
+                    f"Strengths: every range must be finite with low > 0, got {low}..{high}."
+                )
+            if np.any(high < low):
+                raise ValueError(f"Strengths: empty range (high < low): {low}..{high}.")
+        if self.starts < 1 or self.steps < 0 or not self.learning_rate > 0:
+            raise ValueError("Strengths: starts >= 1, steps >= 0 and learning_rate > 0.")
+
+    def scales(self, z: Float[Array, " strengths"]) -> Float[Array, " strengths"]:
+        """The scales at logits `z`: $\\exp(\\ln a+(\\ln b-\\ln a)\\sigma(z))$."""
+        la, lb = jnp.log(self.low), jnp.log(self.high)
+        return jnp.exp(la + (lb - la) * jax.nn.sigmoid(z))
+
+    def apply(self, candidate: Intervention, s: Float[Array, " strengths"]) -> Intervention:
+        """`candidate` with the strength nodes' rates scaled by `s` (other nodes by 1; a node
+        the candidate clamps keeps zero rates whatever its scale)."""
+        num_nodes = candidate.targets.shape[-1]
+        scales = [jnp.ones((), s.dtype)] * num_nodes
+        for j, n in enumerate(self.nodes):
+            scales[n] = s[j]
+        return candidate.with_rate_scales(scales)
+
+
+class StrengthDesign(eqx.Module):
+    """What [`jaxctbn.criteria.strength_design_scores`][] found for every candidate: `scores`
+    `(candidates,)` the criterion at the chosen strengths, `rate_scales` `(candidates,
+    strengths)` those strengths, `grid_scores` `(candidates, starts)` the criterion at the
+    starting grid (its best is a lower bound on `scores`), and `free` `(candidates,)` whether
+    the candidate leaves a strength node free (otherwise scaling changes nothing)."""
+
+    scores: Float[Array, " candidates"]
+    rate_scales: Float[Array, "candidates strengths"]
+    grid_scores: Float[Array, "candidates starts"]
+    free: Array
+
+
+@eqx.filter_jit
+def strength_design_scores(
+    posterior: AbstractPosterior,
+    candidates: Intervention,
+    initial_state: ArrayLike,
+    horizon: ArrayLike,
+    *,
+    strengths: Strengths,
+    criterion: AbstractCriterion = VBHC(),
+    key: PRNGKeyArray,
+    num_samples: int = 10,
+    solver: StatisticsSolver = AUTOMATIC_SOLVER,
+    outcome: AbstractOutcome = COMPLETE_PATH,
+) -> StrengthDesign:
+    r"""Every candidate (perfect part: which nodes it clamps) with the strength nodes' rates
+    scaled by the best $s$ in their ranges: the criterion ascended over $s$ by Adam with
+    gradients through the master equation, from `strengths.starts` starting points,
+    the same posterior draws (`key`) for every candidate and every $s$ (maths §8). Arguments as
+    for [`jaxctbn.score_interventions`][]; the criterion must be deterministic in $s$ given the
+    key (the (V)BHC; the EIG's sampled paths are not differentiable in the rates)."""
+    import optax
+
+    if not isinstance(strengths, Strengths):
+        raise TypeError(f"strengths: expected a jaxctbn.criteria.Strengths, got {strengths!r}.")
+    num_nodes = candidates.targets.shape[-1]
+    if any(not 0 <= n < num_nodes for n in strengths.nodes):
+        raise ValueError(f"strengths: nodes must be in 0..{num_nodes - 1}, got {strengths.nodes}.")
+    if candidates.rate_scales is not None:
+        raise ValueError("candidates: give perfect interventions; Strengths adds the scales.")
+    dtype = jnp.result_type(float)
+    M = len(strengths.nodes)
+
+    def value(candidate, z):
+        iv = strengths.apply(candidate, strengths.scales(z))
+        batch = jax.tree_util.tree_map(lambda a: a[None], iv)
+        return score_interventions(
+            posterior,
+            batch,
+            initial_state,
+            horizon,
+            criterion=criterion,
+            key=key,
+            num_samples=num_samples,
+            solver=solver,
+            outcome=outcome,
+        )[0]
+
+    positions = (jnp.arange(strengths.starts, dtype=dtype) + 0.5) / strengths.starts
+    starts = jnp.broadcast_to(jnp.log(positions / (1 - positions))[:, None], (strengths.starts, M))
+    opt = optax.adam(strengths.learning_rate)
+
+    def one(candidate):
+        gradient = jax.grad(lambda z: -value(candidate, z))
+
+        def ascend(z0):
+            def step(state, _):
+                z, opt_state = state
+                g = gradient(z)
+                ok = jnp.all(jnp.isfinite(g))
+                updates, new_state = opt.update(jnp.where(ok, g, 0.0), opt_state, z)
+                moved = cast(Array, optax.apply_updates(z, updates))
+                return (jnp.where(ok, moved, z), new_state), None
+
+            (z, _), _ = jax.lax.scan(step, (z0, opt.init(z0)), None, length=strengths.steps)
+            return z
+
+        grid = jax.vmap(lambda z: value(candidate, z))(starts)
+        # the ascent's end points, and the ends of the range (which the logits only approach)
+        ends = jnp.concatenate([jax.vmap(ascend)(starts), jnp.full((2, M), -BOUNDARY, dtype)])
+        ends = ends.at[-1].set(BOUNDARY)
+        end_values = jax.vmap(lambda z: value(candidate, z))(ends)
+        points = jnp.concatenate([starts, ends])
+        values = jnp.concatenate([grid, end_values])
+        values = jnp.where(jnp.isfinite(values), values, -jnp.inf)
+        best = jnp.argmax(values)
+        return values[best], strengths.scales(points[best]), grid
+
+    scores, scales, grid = jax.lax.map(one, candidates)
+    free = ~candidates.targets[:, jnp.asarray(strengths.nodes)].all(-1)
+    return StrengthDesign(scores=scores, rate_scales=scales, grid_scores=grid, free=free)
