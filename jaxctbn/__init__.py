@@ -59,6 +59,8 @@ from ._learning.posterior import path_log_likelihood as path_log_likelihood
 from ._learning.structure_posterior import StructurePosterior as StructurePosterior
 from ._learning.structure_posterior import learn_structure as learn_structure
 from ._learning.empirical_bayes import EmpiricalBayes as EmpiricalBayes
+from ._learning.strength import StrengthPosterior as StrengthPosterior
+from ._learning.strength import learn_strength as learn_strength
 
 # design criteria
 from ._criteria.batching import AbstractBatching as AbstractBatching

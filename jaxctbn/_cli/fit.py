@@ -31,10 +31,44 @@ def _flagged_rates(model, flags) -> list[dict]:
     return out
 
 
-def _fit_paths(model, df, alpha, beta):
+def _strength_groups(df, node: str):
+    """`--learn-strength NODE`: the data with the `NODE*` tokens (trajectories recorded under
+    the unknown strength) removed from the `intervention` column, and the ids of those
+    trajectories."""
+    import numpy as np
+
+    if "intervention" not in df.columns:
+        raise ValueError(
+            f"--learn-strength: the data need an intervention column marking the trajectories "
+            f"recorded under the strength ({node}*)."
+        )
+    token = f"{node}*"
+    labels = df["intervention"].to_numpy(dtype=object)
+    marked, cleaned = set(), []
+    for tid, label in zip(df["trajectory_id"].to_numpy(), labels):
+        if label is None or (isinstance(label, float) and np.isnan(label)):
+            cleaned.append(label)
+            continue
+        parts = [t.strip() for t in str(label).split(";") if t.strip()]
+        if token in parts:
+            marked.add(tid)
+            parts = [t for t in parts if t != token]
+        cleaned.append(";".join(parts) if parts else np.nan)
+    if not marked:
+        raise ValueError(
+            f"--learn-strength: no trajectory is marked {token!r} in the intervention column."
+        )
+    out = df.copy()
+    out["intervention"] = cleaned
+    return out, marked
+
+
+def _fit_paths(model, df, alpha, beta, strength=None):
     """Closed-form rates from complete paths: ML $M/T$, or the Gamma MAP
     $(\alpha-1+M)/(\beta+T)$ clipped at 0; structural zeros stay 0, a configuration never
-    visited keeps its starting rate."""
+    visited keeps its starting rate. `strength`: `(node, scaled trajectory ids, s)`: that
+    node's dwell times in those trajectories count as the exposure $sT$."""
+    import equinox as eqx
     import jax.numpy as jnp
     import numpy as np
 
@@ -45,8 +79,21 @@ def _fit_paths(model, df, alpha, beta):
 
     traj, ids = trajectories_from_dataframe(df, model)
     stats = SufficientStatistics.from_trajectories(traj, model.cardinalities, model.parents)
+    pooled = list(stats.pooled())
+    if strength is not None:
+        node, marked, scale = strength
+        order = list(dict.fromkeys(ids))
+        scaled = jnp.asarray([tid in marked for tid in order])
+        free = ~traj.intervention_targets[:, node]
+        plain = stats.nodes[node].sum(free & ~scaled)
+        under = stats.nodes[node].sum(free & scaled)
+        pooled[node] = eqx.tree_at(
+            lambda st: (st.transitions, st.dwell_times),
+            plain,
+            (plain.transitions + under.transitions, plain.dwell_times + scale * under.dwell_times),
+        )
     cims = []
-    for n, (q, st) in enumerate(zip(model.cims, stats.pooled())):
+    for n, (q, st) in enumerate(zip(model.cims, pooled)):
         q = np.asarray(q)
         M, T = np.asarray(st.transitions), np.asarray(st.dwell_times)[..., None]
         a = 1.0 if alpha is None else float(np.broadcast_to(alpha, (model.num_nodes,))[n])
@@ -66,8 +113,65 @@ def _fit_paths(model, df, alpha, beta):
         rate -= np.eye(q.shape[-1]) * rate.sum(-1, keepdims=True)
         cims.append(jnp.asarray(rate))
     fitted = CTBN(cims=cims, parents=model.parents, names=model.names)
-    ll = float(path_log_likelihood(fitted, stats))
+    if strength is None:
+        ll = float(path_log_likelihood(fitted, stats))
+    else:  # the scaled node's likelihood at its exposure s T (M ln s added: rates s Lambda)
+        from .._learning.conjugate import poisson_path_log_likelihood
+
+        ll = 0.0
+        for n, st in enumerate(pooled):
+            ll += float(poisson_path_log_likelihood(fitted.cims[n], st.transitions, st.dwell_times))
+        ll += float(np.sum(np.asarray(under.transitions)) * np.log(scale))
     return fitted, ll, len(dict.fromkeys(ids))
+
+
+def _learn_strength(model, df, alpha, beta, node_name):
+    """The posterior of the strength of `--learn-strength NODE` and the data without the marks:
+    `(summary dict, cleaned data, (node, marked ids, estimate))`."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from .._learning.strength import learn_strength
+    from .._paths.csv import trajectories_from_dataframe
+    from .._paths.sufficient_statistics import SufficientStatistics
+
+    if node_name not in model.names:
+        raise ValueError(
+            f"--learn-strength: unknown node {node_name!r}; the nodes are {list(model.names)}."
+        )
+    node = model.names.index(node_name)
+    clean, marked = _strength_groups(df, node_name)
+    traj, ids = trajectories_from_dataframe(clean, model)
+    stats = SufficientStatistics.from_trajectories(traj, model.cardinalities, model.parents)
+    order = list(dict.fromkeys(ids))
+    scaled = jnp.asarray([tid in marked for tid in order])
+    free = ~traj.intervention_targets[:, node]
+    plain = stats.nodes[node].sum(free & ~scaled)
+    under = stats.nodes[node].sum(free & scaled)
+    a = 1.0 if alpha is None else float(np.broadcast_to(alpha, (model.num_nodes,))[node])
+    b = 0.0 if beta is None else float(np.broadcast_to(beta, (model.num_nodes,))[node])
+    posterior = learn_strength(
+        plain.transitions,
+        plain.dwell_times,
+        under.transitions,
+        under.dwell_times,
+        alpha=a,
+        beta=b,
+        free=jnp.asarray(model.cims[node]) > 0,
+    )
+    lo, hi = (float(v) for v in posterior.interval(0.95))
+    estimate = float(posterior.median())
+    summary = {
+        "node": node_name,
+        "estimate": estimate,
+        "mode": float(posterior.mode()),
+        "interval": [lo, hi],
+        "level": 0.95,
+        "prior": "log-uniform on [0.001, 1000]; rates integrated out under the Gamma prior",
+        "trajectories_scaled": int(np.asarray(scaled).sum()),
+        "trajectories_unscaled": int((~np.asarray(scaled)).sum()),
+    }
+    return summary, clean, (node, marked, estimate)
 
 
 def _cmd_fit(args):
@@ -90,6 +194,8 @@ def _cmd_fit(args):
     panel = args.observation == "panel"
     if not panel and args.exact_entry:
         raise ValueError("--exact-entry: only for panel data (--observation panel).")
+    if panel and args.learn_strength is not None:
+        raise ValueError("--learn-strength: complete paths only so far (--observation paths).")
     df = read_csv(args.data)
     out: dict = {"method": args.method, "observation": args.observation}
     if panel:
@@ -113,7 +219,12 @@ def _cmd_fit(args):
         num_trajectories = len(ids)
     else:
         # complete paths: the conjugate update is the optimum, in one step
-        fitted, ll, num_trajectories = _fit_paths(model, df, alpha, beta)
+        strength = None
+        if args.learn_strength is not None:
+            out["strength"], df, strength = _learn_strength(
+                model, df, alpha, beta, args.learn_strength
+            )
+        fitted, ll, num_trajectories = _fit_paths(model, df, alpha, beta, strength)
         out.update(
             log_likelihood=ll, converged=True, iterations=1, at_lower_bound=[], at_upper_bound=[]
         )
@@ -125,6 +236,13 @@ def _cmd_fit(args):
     )
     out["network"] = fitted.to_dict()
     write_json(args.out, out)
+    if "strength" in out:
+        st = out["strength"]
+        print(
+            f"strength of {st['node']}: {st['estimate']:.4g} (95% interval "
+            f"{st['interval'][0]:.4g} to {st['interval'][1]:.4g}; {st['trajectories_scaled']} "
+            "trajectories under it)"
+        )
     state = "converged" if out["converged"] else "did NOT converge"
     print(
         f"fitted {args.method} on {num_trajectories} {args.observation} trajectories: "

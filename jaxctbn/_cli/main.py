@@ -131,6 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="default 1000 (em) or 500 (gradient)",
     )
+    p.add_argument(
+        "--learn-strength",
+        default=None,
+        metavar="NODE",
+        help="also learn the unknown factor by which a drug scaled NODE's rates: the "
+        "trajectories recorded under it carry NODE* in their intervention column",
+    )
     p.add_argument("--out", required=True, help="output JSON")
     p.set_defaults(func=_cmd_fit)
 
