@@ -225,7 +225,10 @@ class CriterionDesign(AbstractDesign):
     `outcome` (see [`jaxctbn.score_interventions`][]), `assume_complete_path` (static, default
     `False`): score as if each experiment revealed the whole path whatever the task observes, a
     design that ignores that its outcomes are panels (for comparison; the loop then does not
-    require the design's outcome to match the task's).
+    require the design's outcome to match the task's), `greedy_batches` (static, default
+    `True`): in rounds of several experiments (`batch_size` of the loop) the BHC/VBHC choose
+    the members together, greedily ([`jaxctbn.choose_batch`][]); `False` takes $B$ copies of
+    the best single candidate (the myopic baseline).
     """
 
     criterion: AbstractCriterion
@@ -238,8 +241,13 @@ class CriterionDesign(AbstractDesign):
     batching: AbstractBatching | None = eqx.field(default=None, kw_only=True)
     outcome: AbstractOutcome = eqx.field(default=COMPLETE_PATH, kw_only=True)
     assume_complete_path: bool = eqx.field(default=False, static=True, kw_only=True)
+    greedy_batches: bool = eqx.field(default=True, static=True, kw_only=True)
 
     def __check_init__(self):
+        if not isinstance(self.greedy_batches, bool):
+            raise ValueError(
+                f"greedy_batches: expected True or False, got {self.greedy_batches!r}."
+            )
         if not isinstance(self.assume_complete_path, bool):
             raise ValueError(
                 f"assume_complete_path: expected True or False, got {self.assume_complete_path!r}."
@@ -316,7 +324,7 @@ class CriterionDesign(AbstractDesign):
         chosen; the negative control picks the least informative batch). With the EIG: $B$
         myopic picks (the default)."""
         scored = COMPLETE_PATH if self.assume_complete_path else self.outcome
-        if not isinstance(self.criterion, AbstractBoxHillCriterion):
+        if not isinstance(self.criterion, AbstractBoxHillCriterion) or not self.greedy_batches:
             return super().choose_batch(
                 posterior,
                 candidates,
@@ -373,6 +381,7 @@ DesignName = Literal[
     "negative-vbhc",
     "vbhc-path",
     "bhc-path",
+    "vbhc-copies",
 ]
 #: Design names understood by [`jaxctbn.experiments.design_from_name`][] and `jaxctbn run --designs`.
 DESIGN_NAMES: tuple[str, ...] = get_args(DesignName)
@@ -391,7 +400,9 @@ def design_from_name(
     `"vbhc-optax"` (`VBHC(optimiser=LBFGS())`), `"eig"` (`EIG(num_paths=num_paths)`) or
     `"negative-vbhc"` (the worst candidate by the VBHC), `"vbhc-path"`/`"bhc-path"` (the
     criterion scored as if the whole path were seen whatever `outcome` is:
-    `assume_complete_path=True`). `graph_draws` (default `None` =
+    `assume_complete_path=True`), `"vbhc-copies"` (in rounds of several experiments, $B$
+    copies of the VBHC's best candidate instead of a greedy batch: `greedy_batches=False`).
+    `graph_draws` (default `None` =
     [`jaxctbn.criteria.StratifiedGraphDraws`][]) and `max_sets` go to the (V)BHC (structure learning; see
     [`jaxctbn.VBHC`][]); `outcome` to the criterion designs (what each experiment reveals)."""
     graph_draws = StratifiedGraphDraws() if graph_draws is None else graph_draws
@@ -412,6 +423,10 @@ def design_from_name(
         )
     if name in criteria:
         return CriterionDesign(criteria[name], num_samples=num_samples, outcome=outcome)
+    if name == "vbhc-copies":
+        return CriterionDesign(
+            VBHC(**box_hill), num_samples=num_samples, outcome=outcome, greedy_batches=False
+        )
     if name in ("vbhc-path", "bhc-path"):
         return CriterionDesign(
             criteria[name.removesuffix("-path")],

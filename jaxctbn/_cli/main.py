@@ -180,8 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--designs",
         default=None,
         help="comma-separated: passive,random,vbhc,bhc,vbhc-optax,eig,negative-vbhc,vbhc-path,"
-        "bhc-path (-path: scored as if the whole path were seen; default passive,random,bhc,"
-        "vbhc; pool: passive,random,vbhc,negative-vbhc)",
+        "bhc-path,vbhc-copies (-path: scored as if the whole path were seen; -copies: with "
+        "--batch, B copies of the best; default passive,random,bhc,vbhc; pool: "
+        "passive,random,vbhc,negative-vbhc)",
     )
     p.add_argument("--data", default=None, help="pool: panel CSV of the subjects")
     p.add_argument("--observation", choices=["paths", "panel"], default=None, help="pool: panel")

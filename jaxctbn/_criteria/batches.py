@@ -33,7 +33,10 @@ from .._learning.conjugate import gamma_log_density
 from .._learning.conjugate import off_diagonal as _off
 from .._learning.posterior import AbstractPosterior, RatePosterior
 from .._learning.structure_posterior import StructurePosterior
-from .._master_equation.master_equation import expected_statistics_batch
+from .._master_equation.master_equation import (
+    clamp_pattern_statistics,
+    expected_statistics_batch,
+)
 from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from .._model.interventions import Intervention, exposure_scale
 from .._paths.sampling import check_count
@@ -59,6 +62,7 @@ from .structure import (
     _node_eig_from_statistics,
     _rescorer,
     _sampled_statistics,
+    _shares_clamp_patterns,
     joint_structure_draws,
     predictive_log_likelihood,
     structure_draws,
@@ -130,7 +134,11 @@ def _rate_quantities(
         )
 
     quantities = (Vmap() if batching is None else batching).map(one, candidates)
-    return quantities, lambda stats: criterion.rate_value(posterior, stats)
+
+    def value(stats):
+        return criterion.rate_value(posterior, stats)
+
+    return quantities, value, _every_candidate(quantities, value)
 
 
 def _structure_quantities(
@@ -171,18 +179,59 @@ def _structure_quantities(
     if isinstance(graph_draws, StratifiedGraphDraws):
         key_draws, _ = jr.split(key)  # as StratifiedGraphDraws.divergences splits it
         stratified = structure_draws(posterior, key_draws, num_samples)
-        quantities = tuple(
-            batching.map(
-                lambda iv, n=n: on_sets(solve(_flat_draws(stratified, n)[0], iv), n, iv),
-                candidates,
-            )
-            for n in range(N)
-        )
+        C = candidates.targets.shape[0]
+        chunk = batching.chunk_size(C)
+        # per node, the candidates that leave it free first, in chunks; a chunk of candidates
+        # that all clamp the node is skipped (their statistics of the node are zero)
+        orders = [_free_first(candidates.targets[:, n], chunk) for n in range(N)]
+
+        def node_quantities(n):
+            flat = _flat_draws(stratified, n)[0]
+            others = tuple(j for j in range(N) if j != n)
+
+            def compute(ivs):
+                C_chunk = ivs.targets.shape[0]
+                if _shares_clamp_patterns(ivs, len(others), solver, flat):
+                    # candidates clamping the same other nodes share their solves
+                    stats = clamp_pattern_statistics(
+                        flat, init, horizon, ivs, clampable=others, solver=solver
+                    ).members(ivs)
+                    M, T = jax.vmap(
+                        lambda st: st.node_statistics_on_sets(n, posterior.parent_sets[n])
+                    )(stats)
+                    D = M.shape[0] // C_chunk
+                    M = M.reshape(C_chunk, D, *M.shape[1:])
+                    T = T.reshape(C_chunk, D, *T.shape[1:])
+                    keep = (~ivs.targets[:, n]).astype(T.dtype)
+                    scale = jnp.broadcast_to(exposure_scale(ivs, n, T.dtype), keep.shape)
+                    shape = (C_chunk,) + (1,) * (M.ndim - 1)
+                    return keep.reshape(shape) * M, (keep * scale).reshape(shape[:-1]) * T
+                return jax.vmap(lambda iv: on_sets(solve(flat, iv), n, iv))(ivs)
+
+            return _over_free_chunks(orders[n], candidates, compute)
+
+        quantities = tuple(node_quantities(n) for n in range(N))
 
         def divergence(n, M, T):
             return _node_divergence_from(posterior, n, jnp.zeros((1,), bool), ells(n, M, T)[None])[
                 0
             ]
+
+        def round_values(chosen):
+            """Every candidate's criterion with the members `chosen`: per node, only the
+            chunks of candidates that leave the node free are evaluated (the others keep the
+            chosen members' divergence)."""
+            divergences = []
+            for n in range(N):
+                base = divergence(n, *chosen[n])
+                Mc, Tc = chosen[n]
+                Mq, Tq = quantities[n]
+
+                def compute(index, n=n, Mc=Mc, Tc=Tc, Mq=Mq, Tq=Tq):
+                    return jax.vmap(lambda i: divergence(n, Mc + Mq[i], Tc + Tq[i]))(index)
+
+                divergences.append(_over_free_indices(orders[n], compute, base, C))
+            return jax.vmap(lambda *a: criterion.structure_value(posterior, a))(*divergences)
 
     elif isinstance(graph_draws, JointGraphDraws):
         draws = joint_structure_draws(
@@ -211,7 +260,82 @@ def _structure_quantities(
             posterior, tuple(divergence(n, *summed[n]) for n in range(N))
         )
 
-    return quantities, value
+    if isinstance(graph_draws, StratifiedGraphDraws):
+        return quantities, value, round_values
+    return quantities, value, _every_candidate(quantities, value)
+
+
+def _every_candidate(quantities, value):
+    """`round_values(chosen)`: every candidate's value together with the members `chosen`."""
+
+    def round_values(chosen):
+        return jax.vmap(lambda q: value(_tree_sum(chosen, q)))(quantities)
+
+    return round_values
+
+
+def _free_first(clamps: Array, chunk: int) -> tuple[Array, Array]:
+    """The candidates that leave a node free first (`clamps` false), padded with the last
+    index to whole chunks: `(order (chunks, chunk), free (chunks, chunk))`."""
+    C = clamps.shape[0]
+    num_chunks = -(-C // chunk)
+    order = jnp.argsort(clamps, stable=True)
+    order = jnp.concatenate([order, jnp.full((num_chunks * chunk - C,), order[-1])])
+    order = order.reshape(num_chunks, chunk)
+    return order, ~clamps[order]
+
+
+def _over_free_chunks(order_free, candidates, compute):
+    """`compute(chunk of candidates)` over the chunks of `order_free` that hold a free
+    candidate (zeros for the others), scattered back to candidate order."""
+    order, free = order_free
+
+    def run(xs):
+        index, any_free = xs
+        ivs = jax.tree_util.tree_map(lambda a: a[index], candidates)
+        traced = eqx.filter_closure_convert(compute, ivs)
+        shape = traced.out_struct
+        return jax.lax.cond(
+            any_free.any(),
+            lambda v: traced(v),
+            lambda _: jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shape),
+            ivs,
+        )
+
+    per_chunk = jax.lax.map(run, (order, free))
+    return _scatter(order, per_chunk, candidates.targets.shape[0])
+
+
+def _over_free_indices(order_free, compute, base, num_candidates: int):
+    """`compute(candidate indices)` `(chunk, ...)` over the chunks of `order_free` that hold a
+    free candidate; every other candidate gets `base`."""
+    order, free = order_free
+
+    def run(xs):
+        index, any_free = xs
+        return jax.lax.cond(
+            any_free.any(),
+            compute,
+            lambda i: jnp.broadcast_to(base, (i.shape[0], *base.shape)),
+            index,
+        )
+
+    per_chunk = jax.lax.map(run, (order, free))
+    values = per_chunk.reshape(-1, *per_chunk.shape[2:])
+    out = jnp.broadcast_to(base, (num_candidates, *base.shape))
+    # the padding repeats a real candidate with its own value
+    return out.at[order.reshape(-1)].set(values)
+
+
+def _scatter(order, per_chunk, num_candidates: int):
+    """Chunks `(chunks, chunk, ...)` in `order` back to candidate order `(candidates, ...)`."""
+    flat = order.reshape(-1)
+
+    def place(a):
+        values = a.reshape(-1, *a.shape[2:])
+        return jnp.zeros((num_candidates, *values.shape[1:]), a.dtype).at[flat].set(values)
+
+    return jax.tree_util.tree_map(place, per_chunk)
 
 
 def _quantities(
@@ -343,7 +467,7 @@ def greedy_batch(
     every candidate's cost given as an array and the criterion multiplied by `sign` (-1 picks
     the least informative batch, the "negative" control); the active-learning loop calls it
     with the costs of its own outcome."""
-    quantities, value = _quantities(
+    quantities, value, round_values = _quantities(
         criterion, posterior, candidates, initial_state, horizon, key, num_samples, solver, batching
     )
     dtype = jnp.result_type(float)
@@ -355,7 +479,7 @@ def greedy_batch(
 
     def step(carry, _):
         chosen, current, spent = carry
-        values = jax.vmap(lambda q: value(_tree_sum(chosen, q)))(quantities)
+        values = round_values(chosen)
         gains = values - current
         ok = affordable(candidate_costs, budget - spent)
         rank = jnp.where(ok, ranking.rank(sign * gains, candidate_costs), -jnp.inf)
@@ -423,7 +547,7 @@ def score_batch(
             criterion, posterior, members, initial_state, horizon, key, num_samples
         )
     _check_box_hill(criterion, "score_batch")
-    quantities, value = _quantities(
+    quantities, value, _ = _quantities(
         criterion, posterior, members, initial_state, horizon, key, num_samples, solver, batching
     )
     return value(jax.tree_util.tree_map(lambda x: x.sum(0), quantities))

@@ -256,7 +256,7 @@ class ExperimentConfig(eqx.Module):
             raise ValueError("budget/rank_by: give the prices (costs) first.")
         if self.budget is not None and not (0 <= self.budget < math.inf):
             raise ValueError(f"budget: must be a finite number >= 0, got {self.budget}.")
-        panel_scored = {"vbhc", "bhc", "vbhc-optax", "negative-vbhc"} & set(designs)
+        panel_scored = {"vbhc", "bhc", "vbhc-optax", "negative-vbhc", "vbhc-copies"} & set(designs)
         rounds = self.batch > 1 or self.costs is not None
         panel = self.visits is not None or self.observation_times is not None
         if rounds and panel and panel_scored:
