@@ -334,7 +334,7 @@ def test_batch_bad_input(problem):
         jc.choose_batch(rates, space, INIT, HORIZON, size=1, key=key, budget=-1.0)
     with pytest.raises(ValueError, match="EIG"):
         jc.choose_batch(rates, space, INIT, HORIZON, size=1, key=key, criterion=jc.EIG())
-    with pytest.raises(ValueError, match="panel"):
+    with pytest.raises(ValueError, match="panel batches are scored at given visit times"):
         jc.choose_batch(
             rates,
             space,
@@ -342,7 +342,66 @@ def test_batch_bad_input(problem):
             HORIZON,
             size=1,
             key=key,
-            outcome=jc.criteria.Panel(times=jnp.array([0.5, 1.0])),
+            outcome=jc.criteria.Panel(num_visits=2),
         )
     with pytest.raises(Exception, match="ByScorePerCost needs every candidate's cost > 0"):
         jc.choose_batch(rates, space, INIT, HORIZON, size=1, key=key, ranking=ByScorePerCost())
+
+
+@pytest.fixture(scope="module")
+def panel_greedy(problem):
+    """Greedy pairs with a panel outcome at given times (one compiled program each)."""
+    _, rates, structure, space = problem
+    panel = jc.criteria.Panel(times=jnp.array([0.7, 2.0]))
+    out = {}
+    for name, posterior, criterion in [
+        ("parameters-bhc", rates, jc.BHC()),
+        ("structure-vbhc", structure, jc.VBHC()),
+        ("structure-bhc", structure, jc.BHC()),
+    ]:
+        key = jax.random.key(3)
+        design = jc.choose_batch(
+            posterior, space, INIT, HORIZON, size=2, criterion=criterion, key=key,
+            num_samples=NUM_DRAWS, outcome=panel,
+        )  # fmt: skip
+        single = jc.score_interventions(
+            posterior, space, INIT, HORIZON, criterion=criterion, key=key,
+            num_samples=NUM_DRAWS, outcome=panel,
+        )  # fmt: skip
+        out[name] = (posterior, criterion, design, single, panel)
+    return out
+
+
+@pytest.mark.parametrize("name", ["parameters-bhc", "structure-vbhc", "structure-bhc"])
+def test_panel_batches(problem, panel_greedy, name):
+    """Panel outcomes at given times: one member gives the single panel scores; given the
+    models the members' panel KLs add, so the parameter BHC of a pair is the sum of its
+    members' and the structure criteria of a pair come from the summed divergences (at least
+    the best member's VBHC, at most the pair's BHC); round 2 equals the pairs scored directly."""
+    _, _, _, space = problem
+    posterior, criterion, design, single, panel = panel_greedy[name]
+    np.testing.assert_allclose(design.round_scores[0], single, rtol=1e-10, atol=1e-12)
+    first = int(design.members[0])
+    C = space.targets.shape[0]
+    pairs = np.stack([np.full(C, first), np.arange(C)], 1)
+    score = eqx.filter_jit(
+        jax.vmap(
+            lambda members, criterion: score_batch(
+                posterior, members, INIT, HORIZON, criterion=criterion,
+                key=jax.random.key(3), num_samples=NUM_DRAWS, outcome=panel,
+            ),
+            in_axes=(0, None),
+        )
+    )  # fmt: skip
+    values = np.asarray(score(_rows(space, pairs), criterion))
+    np.testing.assert_allclose(design.round_scores[1], values, rtol=1e-10, atol=1e-12)
+    both = np.asarray(single)[pairs]
+    if name == "parameters-bhc":
+        np.testing.assert_allclose(values, both.sum(1), rtol=1e-10)
+    if name == "structure-vbhc":
+        bhc = np.asarray(score(_rows(space, pairs), jc.BHC()))
+        assert np.all(values >= both.max(1) - 1e-10) and np.all(values <= bhc + 1e-10)
+    with pytest.raises(ValueError, match="panel batches for parameter learning take the BHC"):
+        jc.choose_batch(
+            problem[1], space, INIT, HORIZON, size=2, key=jax.random.key(0), outcome=panel
+        )

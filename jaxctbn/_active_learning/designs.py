@@ -30,7 +30,7 @@ from .._criteria.criteria import (
     panel_design_scores,
     score_interventions,
 )
-from .._criteria.outcomes import AbstractOutcome, CompletePath, Panel
+from .._criteria.outcomes import AbstractOutcome, Panel
 from .._criteria.structure import AbstractGraphDraws, StratifiedGraphDraws
 from .._learning.optimisers import LBFGS
 from .._learning.posterior import AbstractPosterior
@@ -337,10 +337,11 @@ class CriterionDesign(AbstractDesign):
                 remaining=remaining,
                 ranking=ranking,
             )
-        if not isinstance(scored, CompletePath):
+        if isinstance(scored, Panel) and scored.times is None:
             raise ValueError(
-                "outcome: batches and costs with a panel-scored BHC/VBHC design are not "
-                "supported yet; use the -path designs (bhc-path, vbhc-path) or complete paths."
+                "outcome: batches and costs with visit times chosen per candidate "
+                "(Panel(num_visits=K)) are not supported yet; give the visit times, or use "
+                "the -path designs (bhc-path, vbhc-path)."
             )
         design = greedy_batch(
             posterior,
@@ -357,6 +358,7 @@ class CriterionDesign(AbstractDesign):
             budget=remaining,
             ranking=ranking,
             sign=jnp.where(self.worst, -1.0, 1.0),
+            outcome=scored,
         )
         return design.members, _batch_times(outcome, horizon, size)
 

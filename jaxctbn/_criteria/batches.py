@@ -40,18 +40,21 @@ from .._master_equation.master_equation import (
 from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from .._model.interventions import Intervention, exposure_scale
 from .._paths.sampling import check_count
-from .batching import AbstractBatching, Vmap
+from .batching import AbstractBatching, Chunked, Vmap
 from .costs import AbstractRanking, ByScore, Costs, affordable, check_budget
 from .criteria import (
+    BHC,
     COMPLETE_PATH,
     EIG,
+    STRUCTURE_CHUNK,
     VBHC,
     AbstractBoxHillCriterion,
     AbstractCriterion,
     _structure_batching,
 )
 from .kl_estimators import PlugIn
-from .outcomes import AbstractOutcome, CompletePath
+from .outcomes import AbstractOutcome, Panel
+from .panel_structure import panel_structure_divergences
 from .parameter import _sampled_statistics as _sampled_node_statistics
 from .parameter import design_statistics, posterior_draws
 from .structure import (
@@ -113,11 +116,47 @@ def _check_box_hill(criterion, what: str):
 def _check_outcome(outcome):
     if not isinstance(outcome, AbstractOutcome):
         raise TypeError(f"outcome: expected CompletePath() or Panel(...), got {outcome!r}.")
-    if not isinstance(outcome, CompletePath):
+    if isinstance(outcome, Panel) and (outcome.times is None or outcome.emissions is not None):
         raise ValueError(
-            "outcome: batches are scored for complete paths (CompletePath()); panel batches "
-            "are not supported yet."
+            "outcome: panel batches are scored at given visit times without emissions "
+            "(Panel(times)); choosing each member's times is not supported yet."
         )
+
+
+def _panel_quantities(criterion, posterior, candidates, initial_state, horizon, key, num_samples,
+                      batching, outcome):  # fmt: skip
+    """Panel outcomes at given times. Given the models the members' panels are independent, so
+    their exact panel KLs add: the parameter BHC of a batch is the sum of its members' panel
+    BHC; the structure criteria are those of the summed panel divergences $D_{st}$ (maths §7,
+    §8). The parameter VBHC, minimised numerically per candidate, has no batch form here."""
+    if isinstance(posterior, RatePosterior):
+        if not isinstance(criterion, BHC):
+            raise ValueError(
+                "criterion: panel batches for parameter learning take the BHC (the sum of the "
+                "members' panel BHC); the panel VBHC's numerical minimum has no batch form yet."
+            )
+        scores = criterion.panel_design_rates(
+            posterior, candidates, initial_state, horizon, key=key, num_samples=num_samples,
+            batching=batching, outcome=outcome,
+        ).scores  # fmt: skip
+
+        def total(summed):
+            return summed
+
+        return scores, total, _every_candidate(scores, total)
+    draws, horizon, truncated = criterion.panel_structure_setup(
+        posterior, key, num_samples, horizon
+    )
+    times = outcome.visit_times(horizon, horizon.dtype)
+    batching = Chunked(STRUCTURE_CHUNK) if batching is None else batching
+    divergences = batching.map(
+        lambda iv: panel_structure_divergences(draws, initial_state, times, iv), candidates
+    )
+
+    def value(summed):
+        return criterion.panel_structure_value(summed)
+
+    return divergences, value, _every_candidate(divergences, value)
 
 
 def _rate_quantities(
@@ -339,8 +378,22 @@ def _scatter(order, per_chunk, num_candidates: int):
 
 
 def _quantities(
-    criterion, posterior, candidates, initial_state, horizon, key, num_samples, solver, batching
+    criterion,
+    posterior,
+    candidates,
+    initial_state,
+    horizon,
+    key,
+    num_samples,
+    solver,
+    batching,
+    outcome: AbstractOutcome = COMPLETE_PATH,
 ):
+    if isinstance(outcome, Panel):
+        return _panel_quantities(
+            criterion, posterior, candidates, initial_state, horizon, key, num_samples, batching,
+            outcome,
+        )  # fmt: skip
     if isinstance(posterior, StructurePosterior):
         build = _structure_quantities
     elif isinstance(posterior, RatePosterior):
@@ -443,6 +496,7 @@ def choose_batch(
         candidate_costs=candidate_costs,
         budget=budget,
         ranking=ranking,
+        outcome=outcome,
     )
 
 
@@ -462,14 +516,16 @@ def greedy_batch(
     budget: Array,
     ranking: AbstractRanking,
     sign: ArrayLike = 1.0,
+    outcome: AbstractOutcome = COMPLETE_PATH,
 ) -> BatchDesign:
     """[`jaxctbn.choose_batch`][]'s greedy rounds (the arguments checked by the caller), with
     every candidate's cost given as an array and the criterion multiplied by `sign` (-1 picks
     the least informative batch, the "negative" control); the active-learning loop calls it
     with the costs of its own outcome."""
     quantities, value, round_values = _quantities(
-        criterion, posterior, candidates, initial_state, horizon, key, num_samples, solver, batching
-    )
+        criterion, posterior, candidates, initial_state, horizon, key, num_samples, solver, batching,
+        outcome,
+    )  # fmt: skip
     dtype = jnp.result_type(float)
     sign = jnp.asarray(sign, dtype)
     budget = eqx.error_if(
@@ -548,8 +604,9 @@ def score_batch(
         )
     _check_box_hill(criterion, "score_batch")
     quantities, value, _ = _quantities(
-        criterion, posterior, members, initial_state, horizon, key, num_samples, solver, batching
-    )
+        criterion, posterior, members, initial_state, horizon, key, num_samples, solver, batching,
+        outcome,
+    )  # fmt: skip
     return value(jax.tree_util.tree_map(lambda x: x.sum(0), quantities))
 
 

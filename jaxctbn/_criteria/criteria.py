@@ -348,6 +348,26 @@ class AbstractBoxHillCriterion(AbstractCriterion):
         divergences of [`jaxctbn.criteria.panel_structure_draws`][] (graphs at their
         posterior-mean rates with `PlugIn()`, coupled rate draws with `RateCoupling()`; maths
         §7), the visit times ascended on the criterion itself."""
+        draws, horizon, posterior = self.panel_structure_setup(posterior, key, num_samples, horizon)
+
+        def value(iv, times):
+            divergences = panel_structure_divergences(draws, initial_state, times, iv)
+            return self.panel_structure_value(divergences)
+
+        return _panel_design(
+            candidates,
+            horizon,
+            outcome,
+            Chunked(STRUCTURE_CHUNK) if batching is None else batching,
+            value,
+            lambda iv, times, carry: value(iv, times),
+            lambda iv, times, carry: carry,
+            jnp.zeros((), horizon.dtype),
+        )
+
+    def panel_structure_setup(self, posterior: StructurePosterior, key, num_samples, horizon):
+        """The draws of the panel structure criteria (checked estimator, `max_sets` applied):
+        `(draws, horizon as an array, the posterior scored)`."""
         if not isinstance(self.estimator, PlugIn | RateCoupling):
             raise ValueError(
                 "estimator: the panel structure criteria take PlugIn() (graphs at their "
@@ -364,22 +384,7 @@ class AbstractBoxHillCriterion(AbstractCriterion):
             systematic=getattr(self.graph_draws, "systematic", True),
         )
         dtype = posterior.statistics.dwell_times[0].dtype
-        horizon = jnp.asarray(horizon, dtype)
-
-        def value(iv, times):
-            divergences = panel_structure_divergences(draws, initial_state, times, iv)
-            return self.panel_structure_value(divergences)
-
-        return _panel_design(
-            candidates,
-            horizon,
-            outcome,
-            Chunked(STRUCTURE_CHUNK) if batching is None else batching,
-            value,
-            lambda iv, times, carry: value(iv, times),
-            lambda iv, times, carry: carry,
-            jnp.zeros((), dtype),
-        )
+        return draws, jnp.asarray(horizon, dtype), posterior
 
     def panel_search_value(
         self, posterior, laws, variational, initial_state, times, intervention, log_kappa

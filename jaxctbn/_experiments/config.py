@@ -258,11 +258,23 @@ class ExperimentConfig(eqx.Module):
             raise ValueError(f"budget: must be a finite number >= 0, got {self.budget}.")
         panel_scored = {"vbhc", "bhc", "vbhc-optax", "negative-vbhc", "vbhc-copies"} & set(designs)
         rounds = self.batch > 1 or self.costs is not None
-        panel = self.visits is not None or self.observation_times is not None
-        if rounds and panel and panel_scored:
+        if rounds and self.visits is not None and panel_scored:
             raise ValueError(
-                f"designs: {sorted(panel_scored)} score panel outcomes, which batches and costs "
-                "do not support yet; use bhc-path or vbhc-path (or complete paths)."
+                f"designs: {sorted(panel_scored)} choose each experiment's visit times, which "
+                "batches and costs do not support yet; give observation_times or use bhc-path "
+                "or vbhc-path."
+            )
+        greedy_vbhc = {"vbhc", "vbhc-optax", "negative-vbhc"} & set(designs)
+        if (
+            self.batch > 1
+            and self.observation_times is not None
+            and self.target == "parameters"
+            and greedy_vbhc
+        ):
+            raise ValueError(
+                f"designs: {sorted(greedy_vbhc)} have no batch form for panel outcomes in "
+                "parameter learning yet; use bhc (the sum of the members' panel BHC), "
+                "vbhc-copies or the -path designs."
             )
 
     @property
