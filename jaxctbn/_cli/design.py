@@ -107,9 +107,15 @@ def _rank(args, posterior, space, names, init, initial, outcome):
                 "--batch: batches are chosen by --criterion bhc or vbhc (the EIG of a batch "
                 "is the reference, jaxctbn.criteria.score_batch)."
             )
-        if outcome is not None:
+        if args.visits is not None:
             raise ValueError(
-                "--batch: batches are chosen for --outcome path (panel batches: not yet)."
+                "--batch: with --outcome panel give --observation-times (choosing each "
+                "member's visit times is not supported yet)."
+            )
+        if outcome is not None and args.target == "parameters" and args.criterion == "vbhc":
+            raise ValueError(
+                "--batch: panel batches for parameter learning take --criterion bhc (the panel "
+                "VBHC has no batch form yet)."
             )
         options = _box_hill_options(args, len(names)) if args.target == "structure" else {}
         batch = choose_batch(
@@ -124,6 +130,7 @@ def _rank(args, posterior, space, names, init, initial, outcome):
             costs=costs,
             budget=args.budget,
             ranking=ByScorePerCost() if args.rank_by == "score-per-cost" else ByScore(),
+            **({} if outcome is None else {"outcome": outcome}),
         )
         batch = jax.tree_util.tree_map(np.asarray, batch)
         _write_ranking(
