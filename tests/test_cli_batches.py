@@ -187,6 +187,7 @@ def test_design_strength_matches_the_library(history, tmp_path):
     best = max(res["scores"], key=lambda e: e["score"])
     assert res["best"] == best["intervention"]
     assert res["rate_scales"] == best.get("rate_scales", {})
+    # each scaled entry's score is the criterion of its intervention at its reported scale
     traj, _ = jc.read_trajectories_csv(hist, model)
     post = eqx.filter_jit(
         lambda m, t: jc.RatePosterior.for_model(m).update_with(
@@ -194,19 +195,20 @@ def test_design_strength_matches_the_library(history, tmp_path):
         )
     )(model, traj)
     space = jc.intervention_space(model.cardinalities)
-    ref = jc.criteria.strength_design_scores(
-        post,
-        space,
-        jnp.array([0, 1], jnp.int32),
-        3.0,
-        strengths=jc.criteria.Strengths((1,), [0.5], [4.0]),
-        key=jax.random.key(0),
-        num_samples=3,
+    labels = [space_label(model, space, i) for i in range(9)]
+    rows = np.array([labels.index(e["intervention"]) for e in scaled])
+    scales = jnp.asarray([e["rate_scales"]["B"] for e in scaled])
+    chosen = jax.tree_util.tree_map(lambda a: a[rows], space)
+    chosen = chosen.with_rate_scales([jnp.ones(len(rows)), scales])
+    ref = jc.score_interventions(
+        post, chosen, jnp.array([0, 1], jnp.int32), 3.0, key=jax.random.key(0), num_samples=3
     )
-    free = np.flatnonzero(np.asarray(ref.free))
-    np.testing.assert_allclose(
-        [e["score"] for e in scaled], np.asarray(ref.scores)[free], rtol=1e-9
-    )
+    np.testing.assert_allclose([e["score"] for e in scaled], ref, rtol=1e-9)
+    # and no scaled entry scores below its perfect candidate's (s = 1 is in the range)
+    plain = {
+        json.dumps(e["intervention"]): e["score"] for e in res["scores"] if "rate_scales" not in e
+    }
+    assert all(e["score"] >= plain[json.dumps(e["intervention"])] - 1e-12 for e in scaled)
 
 
 @pytest.mark.parametrize(

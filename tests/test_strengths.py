@@ -62,12 +62,12 @@ def test_design_statistics_use_the_scaled_exposure(problem):
     # and the criteria order EIG <= VBHC <= BHC under the scale
     batch = _one(iv)
     key = jr.key(3)
-    vbhc = jc.score_interventions(posterior, batch, INIT, HORIZON, key=key, num_samples=40)[0]
+    vbhc = jc.score_interventions(posterior, batch, INIT, HORIZON, key=key, num_samples=20)[0]
     bhc = jc.score_interventions(
-        posterior, batch, INIT, HORIZON, criterion=jc.BHC(), key=key, num_samples=40
+        posterior, batch, INIT, HORIZON, criterion=jc.BHC(), key=key, num_samples=20
     )[0]
     eig = jc.score_interventions(
-        posterior, batch, INIT, HORIZON, criterion=jc.EIG(num_paths=20), key=key, num_samples=40
+        posterior, batch, INIT, HORIZON, criterion=jc.EIG(num_paths=10), key=key, num_samples=20
     )[0]
     assert eig <= vbhc <= bhc, (eig, vbhc, bhc)
     # a scale per rate has no conjugate exposure: refused with its node named
@@ -85,7 +85,7 @@ def _score_at(posterior, candidate, strengths, s, key):
 @pytest.fixture(scope="module")
 def optimised(problem):
     _, posterior, space = problem
-    strengths = Strengths((1,), [0.2], [5.0], steps=30)
+    strengths = Strengths((1,), [0.2], [5.0], steps=20)
     design = strength_design_scores(
         posterior, space, INIT, HORIZON, strengths=strengths, key=jr.key(1), num_samples=4
     )
