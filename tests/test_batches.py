@@ -20,6 +20,11 @@ from helpers import random_model
 import jaxctbn as jc
 from jaxctbn.criteria import ByScore, ByScorePerCost, score_batch
 
+#: the module's tests on one pytest-xdist worker (`--dist loadgroup`): its fixtures' compiled
+#: programs are built once
+pytestmark = pytest.mark.xdist_group("batches")
+
+
 HORIZON = jnp.asarray(2.0)
 INIT = jnp.array([1, 0])
 NUM_DRAWS = 4
@@ -47,7 +52,6 @@ CRITERIA = {
     "parameters-vbhc": ("rates", jc.VBHC()),
     "parameters-bhc": ("rates", jc.BHC()),
     "structure-vbhc": ("structure", jc.VBHC()),
-    "structure-vbhc-joint": ("structure", jc.VBHC(graph_draws=jc.criteria.JointGraphDraws())),
 }
 
 

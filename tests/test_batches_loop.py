@@ -14,6 +14,11 @@ from helpers import random_model
 import jaxctbn as jc
 from jaxctbn.criteria import ByScorePerCost
 
+#: the module's tests on one pytest-xdist worker (`--dist loadgroup`): its fixtures' compiled
+#: programs are built once
+pytestmark = pytest.mark.xdist_group("batches_loop")
+
+
 CARDS = (2, 2)
 PARENTS = ((), (0,))
 MAX_EVENTS = 64
@@ -44,7 +49,6 @@ def _run(task, design, space, **kwargs):
 DESIGNS = {
     "vbhc": jc.CriterionDesign(jc.VBHC(), num_samples=3),
     "random": jc.RandomDesign(),
-    "eig": jc.CriterionDesign(jc.EIG(num_paths=3), num_samples=3),
 }
 
 
