@@ -24,7 +24,7 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/pyright --pythonpath $(BIN)/python
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
-	$(BIN)/python -m pytest -n 2 --dist loadgroup -q tests
+	$(BIN)/python -m pytest -n 2 -q tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -14,11 +14,6 @@ from helpers import random_model
 import jaxctbn as jc
 from jaxctbn.criteria import ByScorePerCost
 
-#: the module's tests on one pytest-xdist worker (`--dist loadgroup`): its fixtures' compiled
-#: programs are built once
-pytestmark = pytest.mark.xdist_group("batches_loop")
-
-
 CARDS = (2, 2)
 PARENTS = ((), (0,))
 MAX_EVENTS = 64

@@ -13,10 +13,6 @@ from helpers import network_dict
 import jaxctbn as jc
 from jaxctbn._cli.main import main
 
-#: the module's tests on one pytest-xdist worker (`--dist loadgroup`): its fixtures' compiled
-#: programs are built once
-pytestmark = pytest.mark.xdist_group("cli_batches")
-
 
 @pytest.fixture(scope="module")
 def history(tmp_path_factory):

@@ -14,11 +14,6 @@ from helpers import random_model
 import jaxctbn as jc
 from jaxctbn.criteria import Strengths, strength_design_scores
 
-#: the module's tests on one pytest-xdist worker (`--dist loadgroup`): its fixtures' compiled
-#: programs are built once
-pytestmark = pytest.mark.xdist_group("strengths")
-
-
 CARDS = (2, 2)
 PARENTS = ((), (0,))
 INIT = jnp.array([0, 1])
@@ -97,7 +92,14 @@ def optimised(problem):
     return strengths, design
 
 
-def test_strength_gradient_against_finite_differences(problem, optimised):
+def test_strength_gradient_and_the_optimised_strength(problem, optimised):
+    """One test (the search is compiled once): the gradient against finite differences, then
+    the optimised strengths against a fine grid."""
+    _check_gradient(problem, optimised)
+    _check_against_a_grid(problem, optimised)
+
+
+def _check_gradient(problem, optimised):
     _, posterior, space = problem
     strengths, _ = optimised
     candidate = _row(space, 1)  # node 0 clamped to 0, node 1 free
@@ -109,7 +111,7 @@ def test_strength_gradient_against_finite_differences(problem, optimised):
         np.testing.assert_allclose(grad, fd, rtol=1e-5)
 
 
-def test_optimised_strength_beats_a_fine_grid(problem, optimised):
+def _check_against_a_grid(problem, optimised):
     """Within 1e-3 (relative) of the best of 61 log-spaced strengths, for every candidate that
     leaves node 1 free; candidates clamping it are unchanged by the strength."""
     _, posterior, space = problem
