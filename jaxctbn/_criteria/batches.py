@@ -66,8 +66,10 @@ from .structure import (
     _rescorer,
     _sampled_statistics,
     _shares_clamp_patterns,
+    free_first,
     joint_structure_draws,
     predictive_log_likelihood,
+    skipping_chunks,
     structure_draws,
 )
 
@@ -222,7 +224,7 @@ def _structure_quantities(
         chunk = batching.chunk_size(C)
         # per node, the candidates that leave it free first, in chunks; a chunk of candidates
         # that all clamp the node is skipped (their statistics of the node are zero)
-        orders = [_free_first(candidates.targets[:, n], chunk) for n in range(N)]
+        orders = [free_first(candidates.targets[:, n], chunk) for n in range(N)]
 
         def node_quantities(n):
             flat = _flat_draws(stratified, n)[0]
@@ -313,35 +315,11 @@ def _every_candidate(quantities, value):
     return round_values
 
 
-def _free_first(clamps: Array, chunk: int) -> tuple[Array, Array]:
-    """The candidates that leave a node free first (`clamps` false), padded with the last
-    index to whole chunks: `(order (chunks, chunk), free (chunks, chunk))`."""
-    C = clamps.shape[0]
-    num_chunks = -(-C // chunk)
-    order = jnp.argsort(clamps, stable=True)
-    order = jnp.concatenate([order, jnp.full((num_chunks * chunk - C,), order[-1])])
-    order = order.reshape(num_chunks, chunk)
-    return order, ~clamps[order]
-
-
 def _over_free_chunks(order_free, candidates, compute):
     """`compute(chunk of candidates)` over the chunks of `order_free` that hold a free
     candidate (zeros for the others), scattered back to candidate order."""
     order, free = order_free
-
-    def run(xs):
-        index, any_free = xs
-        ivs = jax.tree_util.tree_map(lambda a: a[index], candidates)
-        traced = eqx.filter_closure_convert(compute, ivs)
-        shape = traced.out_struct
-        return jax.lax.cond(
-            any_free.any(),
-            lambda v: traced(v),
-            lambda _: jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shape),
-            ivs,
-        )
-
-    per_chunk = jax.lax.map(run, (order, free))
+    per_chunk = jax.lax.map(skipping_chunks(compute, candidates), (order, free))
     return _scatter(order, per_chunk, candidates.targets.shape[0])
 
 

@@ -682,36 +682,51 @@ def _over_free_candidates(
     its devices)."""
     num_candidates = interventions.targets.shape[0]
     chunk = batching.chunk_size(num_candidates)
-    num_chunks = -(-num_candidates // chunk)
-    pad = num_chunks * chunk - num_candidates
     out = []
     for n in range(num_nodes):
-        clamps = interventions.targets[:, n]
-        order = jnp.argsort(clamps, stable=True)  # candidates that leave n free come first
-        order = jnp.concatenate([order, jnp.full((pad,), order[-1])]).reshape(num_chunks, chunk)
-        free = ~clamps[order]  # (chunks, chunk)
+        order, free = free_first(interventions.targets[:, n], chunk)
 
         def compute(ivs, n=n):
             return value_of_node(n, ivs)
 
-        def run_chunk(xs, compute=compute):
-            idx, free_c = xs
-            ivs = jax.tree_util.tree_map(lambda a: a[idx], interventions)
-            # traced once (its output shape is needed for the skipped chunks' zeros)
-            traced = eqx.filter_closure_convert(compute, ivs)
-            shape = traced.out_struct
-            return jax.lax.cond(
-                free_c.any(),
-                lambda v: traced(v),  # lax.cond hashes its branches; `traced` is not hashable
-                lambda _: jnp.zeros(shape.shape, shape.dtype),
-                ivs,
-            )
-
+        run_chunk = skipping_chunks(compute, interventions)
         per_chunk = batching.map_sequentially(run_chunk, (order, free))  # (chunks, chunk, ...)
         values = per_chunk.reshape(-1, *per_chunk.shape[2:])[:num_candidates]
         flat_order = order.reshape(-1)[:num_candidates]
         out.append(jnp.zeros_like(values).at[flat_order].set(values))
     return tuple(out)
+
+
+def skipping_chunks(compute, interventions: Intervention):
+    """`(indices, free) -> compute(those candidates)` for a chunk of `free_first`, or zeros of
+    its output's shape (any pytree) when no candidate of the chunk is free (`lax.cond`)."""
+
+    def run_chunk(xs):
+        idx, free_c = xs
+        ivs = jax.tree_util.tree_map(lambda a: a[idx], interventions)
+        # traced once (its output shape is needed for the skipped chunks' zeros)
+        traced = eqx.filter_closure_convert(compute, ivs)
+        shape = traced.out_struct
+        return jax.lax.cond(
+            free_c.any(),
+            lambda v: traced(v),  # lax.cond hashes its branches; `traced` is not hashable
+            lambda _: jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shape),
+            ivs,
+        )
+
+    return run_chunk
+
+
+def free_first(clamps: Array, chunk: int) -> tuple[Array, Array]:
+    """The candidates that leave a node free first (`clamps` false), padded with the last
+    index to whole chunks: `(order (chunks, chunk), free (chunks, chunk))` (the chunks of
+    candidates that all clamp the node come last and can be skipped)."""
+    C = clamps.shape[0]
+    num_chunks = -(-C // chunk)
+    order = jnp.argsort(clamps, stable=True)
+    order = jnp.concatenate([order, jnp.full((num_chunks * chunk - C,), order[-1])])
+    order = order.reshape(num_chunks, chunk)
+    return order, ~clamps[order]
 
 
 def structure_vbhc_minimum(posterior: StructurePosterior, divergences) -> Float[Array, ""]:
