@@ -23,6 +23,9 @@ nested Monte Carlo EIG of a given batch ([`jaxctbn.criteria.score_batch`][] with
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -59,6 +62,7 @@ from .parameter import _sampled_statistics as _sampled_node_statistics
 from .parameter import design_statistics, posterior_draws
 from .structure import (
     JointGraphDraws,
+    PatternBins,
     StratifiedGraphDraws,
     _flat_draws,
     _node_divergence_from,
@@ -66,10 +70,14 @@ from .structure import (
     _rescorer,
     _sampled_statistics,
     _shares_clamp_patterns,
+    candidate_bins,
+    configuration_term,
     free_first,
     joint_structure_draws,
+    pattern_bin_statistics,
     predictive_log_likelihood,
     skipping_chunks,
+    solvable_by_pattern,
     structure_draws,
 )
 
@@ -145,7 +153,7 @@ def _panel_quantities(criterion, posterior, candidates, initial_state, horizon, 
         def total(summed):
             return summed
 
-        return scores, total, _every_candidate(scores, total)
+        return _summing(scores, total)
     draws, horizon, truncated = criterion.panel_structure_setup(
         posterior, key, num_samples, horizon
     )
@@ -158,7 +166,7 @@ def _panel_quantities(criterion, posterior, candidates, initial_state, horizon, 
     def value(summed):
         return criterion.panel_structure_value(summed)
 
-    return divergences, value, _every_candidate(divergences, value)
+    return _summing(divergences, value)
 
 
 def _rate_quantities(
@@ -179,7 +187,7 @@ def _rate_quantities(
     def value(stats):
         return criterion.rate_value(posterior, stats)
 
-    return quantities, value, _every_candidate(quantities, value)
+    return _summing(quantities, value)
 
 
 def _structure_quantities(
@@ -220,6 +228,12 @@ def _structure_quantities(
     if isinstance(graph_draws, StratifiedGraphDraws):
         key_draws, _ = jr.split(key)  # as StratifiedGraphDraws.divergences splits it
         stratified = structure_draws(posterior, key_draws, num_samples)
+        if posterior.prior.factorises_over_configurations and solvable_by_pattern(
+            candidates, solver, _flat_draws(stratified, 0)[0]
+        ):
+            return _structure_by_pattern(
+                criterion, posterior, candidates, init, horizon, stratified, solver
+            )
         C = candidates.targets.shape[0]
         chunk = batching.chunk_size(C)
         # per node, the candidates that leave it free first, in chunks; a chunk of candidates
@@ -234,15 +248,9 @@ def _structure_quantities(
                 C_chunk = ivs.targets.shape[0]
                 if _shares_clamp_patterns(ivs, len(others), solver, flat):
                     # candidates clamping the same other nodes share their solves
-                    stats = clamp_pattern_statistics(
+                    M, T = clamp_pattern_statistics(
                         flat, init, horizon, ivs, clampable=others, solver=solver
-                    ).members(ivs)
-                    M, T = jax.vmap(
-                        lambda st: st.node_statistics_on_sets(n, posterior.parent_sets[n])
-                    )(stats)
-                    D = M.shape[0] // C_chunk
-                    M = M.reshape(C_chunk, D, *M.shape[1:])
-                    T = T.reshape(C_chunk, D, *T.shape[1:])
+                    ).members_node_statistics_on_sets(ivs, n, posterior.parent_sets[n])
                     keep = (~ivs.targets[:, n]).astype(T.dtype)
                     scale = jnp.broadcast_to(exposure_scale(ivs, n, T.dtype), keep.shape)
                     shape = (C_chunk,) + (1,) * (M.ndim - 1)
@@ -302,17 +310,132 @@ def _structure_quantities(
         )
 
     if isinstance(graph_draws, StratifiedGraphDraws):
-        return quantities, value, round_values
-    return quantities, value, _every_candidate(quantities, value)
+        return _summing(quantities, value, round_values)
+    return _summing(quantities, value)
 
 
-def _every_candidate(quantities, value):
-    """`round_values(chosen)`: every candidate's value together with the members `chosen`."""
+def _structure_by_pattern(criterion, posterior, candidates, init, horizon, stratified, solver):
+    r"""The structure (V)BHC of batches from the clamp-pattern solves (perfect interventions,
+    an exact solver, a prior whose predictive factorises over configurations; maths §8).
+
+    Per node $n$, the quantities are its statistics in the bins $w$ of each pattern $q$ and
+    draw $d$ (`pattern_bin_statistics`), and the chosen members' sum $\hat S^{ch}$ lives on
+    the configurations $f$ of every set $P$. A candidate $c$ adds its bins (those of its
+    pattern inside its sub-cube, one per configuration it touches), so
+
+    $$\ell_n(\hat S^{ch}+\hat S_c;P)=\ell_n(\hat S^{ch};P)+\sum_{q,w}1_c(q,w)
+    \big[t_{f(P,w)}(\hat S^{ch}_{f(P,w)}+B_{q,d,P,w})-t_{f(P,w)}(\hat S^{ch}_{f(P,w)})\big],$$
+
+    $t_f$ the prior's predictive term of configuration $f$: per round one term per pattern,
+    bin, draw and set, shared by the candidates (as for one experiment), rather than one per
+    candidate and padded configuration. With no member chosen the terms are the single
+    experiment's."""
+    N = len(posterior.names)
+    nodes = []
+    for n in range(N):
+        flat = _flat_draws(stratified, n)[0]
+        others = tuple(j for j in range(N) if j != n)
+        by_pattern = clamp_pattern_statistics(
+            flat, init, horizon, candidates, clampable=others, solver=solver
+        )
+        layout = PatternBins.of(posterior, n)
+        M, T = pattern_bin_statistics(posterior, n, by_pattern)  # (Q, D, sets, W, k[, k])
+        own = candidate_bins(by_pattern, candidates, layout.slot_states).astype(T.dtype)
+        num_configs = posterior.statistics.dwell_times[n].shape[1]
+        to_config = jax.nn.one_hot(layout.config, num_configs, dtype=T.dtype)  # (sets, W, F)
+        nodes.append((layout, M, T, own, to_config))
+
+    def node_terms(n, chosen):
+        """The chosen members' term of every draw, set and configuration `(D, sets, F)`."""
+        term = configuration_term(posterior, n)
+        hist_M = posterior.statistics.transitions[n]
+        hist_T = posterior.statistics.dwell_times[n]
+        layout = nodes[n][0]
+        per_config = jax.vmap(term, in_axes=(0, 0, 0, 0, None))
+        per_set = jax.vmap(per_config, in_axes=(0, 0, 0, 0, 0))
+        return jax.vmap(per_set, in_axes=(0, 0, None, None, None))(
+            *chosen, hist_M, hist_T, layout.num_configs
+        )
+
+    def divergence(n, ells):  # ells (candidates, D, sets)
+        return _node_divergence_from(posterior, n, jnp.zeros(ells.shape[:1], bool), ells)
+
+    def value(chosen):
+        return criterion.structure_value(
+            posterior,
+            tuple(divergence(n, node_terms(n, chosen[n]).sum(-1)[None])[0] for n in range(N)),
+        )
 
     def round_values(chosen):
+        divergences = []
+        for n in range(N):
+            layout, M, T, own, _ = nodes[n]
+            term = configuration_term(posterior, n)
+            chosen_terms = node_terms(n, chosen[n])  # (D, sets, F)
+            at_bins = jnp.take_along_axis(chosen_terms, layout.config[None], axis=2)  # (D, sets, W)
+            Mc = jnp.take_along_axis(chosen[n][0], layout.config[None, :, :, None, None], axis=2)
+            Tc = jnp.take_along_axis(chosen[n][1], layout.config[None, :, :, None], axis=2)
+            per_bin = jax.vmap(term, in_axes=(0, 0, 0, 0, None))
+            per_draw = jax.vmap(jax.vmap(per_bin), in_axes=(0, 0, None, None, None))
+
+            def delta(x, Mc=Mc, Tc=Tc, at_bins=at_bins, layout=layout, per_draw=per_draw):
+                Mq, Tq = x  # one pattern's bins (D, sets, W, k[, k])
+                new = per_draw(
+                    Mc + Mq, Tc + Tq, layout.history_transitions, layout.history_dwell_times,
+                    layout.num_configs,
+                )  # fmt: skip
+                return new - at_bins
+
+            deltas = jax.lax.map(delta, (M, T))  # (Q, D, sets, W)
+            ells = chosen_terms.sum(-1)[None] + jnp.einsum("qdpw,cqw->cdp", deltas, own)
+            divergences.append(divergence(n, ells))
+        return jax.vmap(lambda *a: criterion.structure_value(posterior, a))(*divergences)
+
+    def add(chosen, index):
+        out = []
+        for n in range(N):
+            _, M, T, own, to_config = nodes[n]
+            mine = own[index]  # (Q, W)
+            out.append(
+                (
+                    chosen[n][0] + jnp.einsum("qdswkl,qw,swf->dsfkl", M, mine, to_config),
+                    chosen[n][1] + jnp.einsum("qdswk,qw,swf->dsfk", T, mine, to_config),
+                )
+            )
+        return tuple(out)
+
+    empty = tuple(
+        (
+            jnp.zeros((M.shape[1], *posterior.statistics.transitions[n].shape), M.dtype),
+            jnp.zeros((M.shape[1], *posterior.statistics.dwell_times[n].shape), M.dtype),
+        )
+        for n, (_, M, _, _, _) in enumerate(nodes)
+    )
+    return _BatchTerms(empty, add, value, round_values)
+
+
+class _BatchTerms(NamedTuple):
+    """How a batch's criterion is built member by member: `empty` (no members), `add(chosen,
+    index)` (one more member, candidate `index`), `value(chosen)` (the criterion) and
+    `round_values(chosen)` (every candidate's criterion together with `chosen`)."""
+
+    empty: Any
+    add: Callable
+    value: Callable
+    round_values: Callable
+
+
+def _summing(quantities, value, round_values=None) -> _BatchTerms:
+    """The terms of quantities that add over the members, one row per candidate."""
+
+    def add(chosen, index):
+        return _tree_sum(chosen, jax.tree_util.tree_map(lambda x: x[index], quantities))
+
+    def every_candidate(chosen):
         return jax.vmap(lambda q: value(_tree_sum(chosen, q)))(quantities)
 
-    return round_values
+    empty = jax.tree_util.tree_map(lambda x: jnp.zeros_like(x[0]), quantities)
+    return _BatchTerms(empty, add, value, round_values or every_candidate)
 
 
 def _over_free_chunks(order_free, candidates, compute):
@@ -500,7 +623,7 @@ def greedy_batch(
     every candidate's cost given as an array and the criterion multiplied by `sign` (-1 picks
     the least informative batch, the "negative" control); the active-learning loop calls it
     with the costs of its own outcome."""
-    quantities, value, round_values = _quantities(
+    terms = _quantities(
         criterion, posterior, candidates, initial_state, horizon, key, num_samples, solver, batching,
         outcome,
     )  # fmt: skip
@@ -509,18 +632,19 @@ def greedy_batch(
     budget = eqx.error_if(
         budget, ~(budget >= 0), "budget: must be a number >= 0 (or None, unbounded)."
     )
-    empty = jax.tree_util.tree_map(lambda x: jnp.zeros_like(x[0]), quantities)
+    empty, value = terms.empty, terms.value
 
     def step(carry, _):
         chosen, current, spent = carry
-        values = round_values(chosen)
+        values = terms.round_values(chosen)
         gains = values - current
         ok = affordable(candidate_costs, budget - spent)
         rank = jnp.where(ok, ranking.rank(sign * gains, candidate_costs), -jnp.inf)
         pick = jnp.argmax(rank)
         found = ok.any()
-        picked = jax.tree_util.tree_map(lambda x: x[pick], quantities)
-        chosen = jax.tree_util.tree_map(lambda c, p: jnp.where(found, c + p, c), chosen, picked)
+        chosen = jax.tree_util.tree_map(
+            lambda new, old: jnp.where(found, new, old), terms.add(chosen, pick), chosen
+        )
         gain = jnp.where(found, gains[pick], 0.0)
         cost = jnp.where(found, candidate_costs[pick], 0.0)
         member = jnp.where(found, pick, -1)
@@ -581,11 +705,14 @@ def score_batch(
             criterion, posterior, members, initial_state, horizon, key, num_samples
         )
     _check_box_hill(criterion, "score_batch")
-    quantities, value, _ = _quantities(
+    terms = _quantities(
         criterion, posterior, members, initial_state, horizon, key, num_samples, solver, batching,
         outcome,
     )  # fmt: skip
-    return value(jax.tree_util.tree_map(lambda x: x.sum(0), quantities))
+    chosen = terms.empty
+    for b in range(members.targets.shape[0]):
+        chosen = terms.add(chosen, b)
+    return terms.value(chosen)
 
 
 def _member_key(key, b: int):

@@ -414,16 +414,97 @@ def _divergence_of_node(posterior, draws, initial_state, horizon, solver, estima
     )
 
 
-def _shares_clamp_patterns(interventions: Intervention, num_others: int, solver, models) -> bool:
-    """Whether a chunk of candidates is solved by clamp pattern (`clamp_pattern_statistics`):
-    perfect interventions, an exact solver, and fewer patterns of the other nodes than
-    candidates."""
+def solvable_by_pattern(interventions: Intervention, solver, models) -> bool:
+    """Whether candidates can be solved by clamp pattern (`clamp_pattern_statistics`): perfect
+    interventions and an exact solver."""
     return (
         interventions.rate_scales is None
         and interventions.replacement_cims is None
-        and 2**num_others < interventions.targets.shape[0]
         and isinstance(resolve_solver(solver, models), AbstractMasterEquationSolver)
     )
+
+
+def _shares_clamp_patterns(interventions: Intervention, num_others: int, solver, models) -> bool:
+    """Whether a chunk of candidates is solved by clamp pattern: `solvable_by_pattern`, and
+    fewer patterns of the other nodes than candidates."""
+    return solvable_by_pattern(interventions, solver, models) and (
+        2**num_others < interventions.targets.shape[0]
+    )
+
+
+class PatternBins(eqx.Module):
+    r"""Node $n$'s layout of the bins $w$ of the other nodes' configurations (see
+    `node_statistics_by_other_nodes`), for a prior whose predictive factorises over
+    configurations:
+
+    - `slot_states` `(W, N)`: bin $w$'s states (node $n$ at 0);
+    - `config` `(sets, W)`: the configuration $c(w_P)$ of each set $P$ that bin $w$ falls in;
+    - `history_transitions`, `history_dwell_times` `(sets, W, k[, k])`: the history's
+      statistics of that configuration;
+    - `num_configs` `(sets,)`: each set's number of configurations."""
+
+    slot_states: Array
+    config: Array
+    history_transitions: Array
+    history_dwell_times: Array
+    num_configs: Array
+
+    @staticmethod
+    def of(posterior: StructurePosterior, n: int) -> "PatternBins":
+        sets = jnp.asarray(posterior.parent_sets[n])
+        cards = posterior.cardinalities
+        others = [j for j in range(len(cards)) if j != n]
+        slot_states = np.zeros((math.prod(cards[j] for j in others), len(cards)), np.int32)
+        slot_states[:, others] = all_global_states(tuple(cards[j] for j in others))
+        slot_states = jnp.asarray(slot_states)
+        config = jax.vmap(lambda P: config_index(slot_states, P, cards))(sets)  # (sets, W)
+        history_M = jnp.take_along_axis(
+            posterior.statistics.transitions[n], config[:, :, None, None], axis=1
+        )
+        history_T = jnp.take_along_axis(
+            posterior.statistics.dwell_times[n], config[:, :, None], axis=1
+        )
+        return PatternBins(
+            slot_states, config, history_M, history_T, num_configurations(sets, cards)
+        )
+
+
+def configuration_term(posterior: StructurePosterior, n: int):
+    """`term(M, T, M_bar, T_bar, U)`: the prior's predictive term of one configuration of a set
+    with `U` configurations, node statistics `(k, k)`, `(k,)` given the history's."""
+    prior = posterior.prior
+
+    def term(M, T, M_bar, T_bar, U):
+        return prior.log_predictive(n, M[None], T[None], M_bar[None], T_bar[None], U)
+
+    return term
+
+
+def pattern_bin_statistics(posterior, n, by_pattern, func=None):
+    """Node `n`'s statistics in the bins of each clamp pattern and draw, `((patterns, draws,
+    sets, W, k, k), (patterns, draws, sets, W, k))` (`node_statistics_by_other_nodes`), or
+    `func(M, T)` of each pattern's `(draws, sets, W, ...)` (evaluated pattern by pattern)."""
+    sets = jnp.asarray(posterior.parent_sets[n])
+
+    def one_pattern(x):
+        stats, clamped = x  # the pattern's solves, one per draw
+        M, T = jax.vmap(lambda st: st.node_statistics_by_other_nodes(n, sets, clamped))(stats)
+        return (M, T) if func is None else func(M, T)
+
+    Q = by_pattern.clamped.shape[0]
+    grouped = jax.tree_util.tree_map(
+        lambda a: a.reshape(Q, a.shape[0] // Q, *a.shape[1:]), by_pattern.statistics
+    )
+    return jax.lax.map(one_pattern, (grouped, by_pattern.clamped))
+
+
+def candidate_bins(by_pattern, interventions, slot_states) -> Array:
+    """`(C, patterns, W)`: one where bin $w$ of pattern $q$ belongs to candidate $c$ (its
+    pattern, inside its sub-cube; none for a candidate clamping the node)."""
+    mine = by_pattern.on_sub_cubes(interventions, slot_states)  # (C, W)
+    Q = by_pattern.clamped.shape[0]
+    own = jax.nn.one_hot(by_pattern.pattern, Q, dtype=bool)  # (C, patterns)
+    return own[:, :, None] & mine[:, None, :]
 
 
 def _predictive_by_pattern(posterior, n, by_pattern, interventions):
@@ -435,43 +516,21 @@ def _predictive_by_pattern(posterior, n, by_pattern, interventions):
     of the bins of its clamped states. $2^{|\text{others}|}$ bins per pattern and set instead
     of the padded configurations of every candidate (for the paper's space, 3.4x fewer
     terms)."""
-    sets = jnp.asarray(posterior.parent_sets[n])
-    cards = posterior.cardinalities
-    others = [j for j in range(len(cards)) if j != n]
-    slot_states = np.zeros((math.prod(cards[j] for j in others), len(cards)), np.int32)
-    slot_states[:, others] = all_global_states(tuple(cards[j] for j in others))
-    slot_states = jnp.asarray(slot_states)  # (W, N): bin w's states, node n at 0
-    config = jax.vmap(lambda P: config_index(slot_states, P, cards))(sets)  # (sets, W)
-    history_M = jnp.take_along_axis(
-        posterior.statistics.transitions[n], config[:, :, None, None], axis=1
-    )  # (sets, W, k, k)
-    history_T = jnp.take_along_axis(posterior.statistics.dwell_times[n], config[:, :, None], axis=1)
-    num_configs = num_configurations(sets, cards)
-    prior = posterior.prior
-
-    def term(M, T, M_bar, T_bar, U):  # one bin: a parent set with one configuration
-        return prior.log_predictive(n, M[None], T[None], M_bar[None], T_bar[None], U)
-
+    bins = PatternBins.of(posterior, n)
+    term = configuration_term(posterior, n)
     per_set = jax.vmap(term, in_axes=(0, 0, 0, 0, None))  # over bins
     per_draw = jax.vmap(jax.vmap(per_set), in_axes=(0, 0, None, None, None))  # sets, draws
 
-    def one_pattern(x):
-        stats, clamped = x  # the pattern's solves, one per draw
-        M, T = jax.vmap(lambda st: st.node_statistics_by_other_nodes(n, sets, clamped))(stats)
-        return per_draw(M, T, history_M, history_T, num_configs)  # (draws, sets, W)
+    def terms_of(M, T):
+        return per_draw(M, T, bins.history_transitions, bins.history_dwell_times, bins.num_configs)
 
-    Q = by_pattern.clamped.shape[0]
-    grouped = jax.tree_util.tree_map(
-        lambda a: a.reshape(Q, a.shape[0] // Q, *a.shape[1:]), by_pattern.statistics
-    )
-    terms = jax.lax.map(one_pattern, (grouped, by_pattern.clamped))  # (patterns, draws, sets, W)
+    terms = pattern_bin_statistics(posterior, n, by_pattern, terms_of)  # (patterns, draws, sets, W)
     # candidate c's bins: those of its pattern with its clamped states (none for a candidate
     # clamping n), as one contraction over (pattern, bin) rather than a gather of each
     # candidate's pattern, which costs more per design step (the step is timed in
     # `benchmarks/bench_design_step.py`; results in `benchmarks/results/design_step.md`)
-    mine = by_pattern.on_sub_cubes(interventions, slot_states).astype(terms.dtype)  # (C, W)
-    own = jax.nn.one_hot(by_pattern.pattern, Q, dtype=terms.dtype)  # (C, patterns)
-    return jnp.einsum("qbpw,cqw->cbp", terms, own[:, :, None] * mine[:, None, :])
+    own = candidate_bins(by_pattern, interventions, bins.slot_states).astype(terms.dtype)
+    return jnp.einsum("qbpw,cqw->cbp", terms, own)
 
 
 #: Problems (candidate x draw) whose predictive likelihoods are evaluated together.

@@ -179,20 +179,20 @@ class ExpectedStatistics(AbstractExpectedStatistics):
         r"""`(transitions, dwell_times)` of `node`, `(sets, num_bins, k, k)` and `(sets,
         num_bins, k)`, with global state $s$ sent to bin $b\,k+s_n$ where `G[p, s, b k + s_n]`
         is one (a one-hot matrix per set): one matrix product for every set and statistic."""
-        k = self.model.cardinalities[node]
+        V = self._node_flows(node)
+        out = jnp.einsum("psb,sj->pbj", G, V)
+        return _assemble_node_statistics(
+            self.generator.shifts, node, out, num_bins, self.model.cardinalities[node]
+        )
+
+    def _node_flows(self, node: int) -> Array:
+        """`(S, 1 + shifts)`: per global state, the expected dwell time and the expected flow of
+        each of `node`'s jumps (its rate times the dwell time)."""
         shifts = [r for r, (n, _) in enumerate(self.generator.shifts) if n == node]
-        jumps = [self.generator.shifts[r][1] for r in shifts]
-        V = jnp.stack(
+        return jnp.stack(
             [self.dwell_times] + [self.generator.shift_rates(r) * self.dwell_times for r in shifts],
             axis=1,
-        )  # (S, 1 + shifts)
-        out = jnp.einsum("psb,sj->pbj", G, V).reshape(-1, num_bins, k, 1 + len(shifts))
-        T = out[..., 0]
-        x = jnp.arange(k)
-        M = jnp.zeros((out.shape[0], num_bins, k, k), out.dtype)
-        for i, j in enumerate(jumps):
-            M = M.at[:, :, x, (x + j) % k].add(out[..., 1 + i])
-        return M, T
+        )
 
     def node_statistics_by_other_nodes(
         self, node: int, parent_sets: Int[Array, "sets max_parents"], clamped: Array
@@ -221,6 +221,21 @@ class ExpectedStatistics(AbstractExpectedStatistics):
             return (bins[:, None] == jnp.arange(W * k)).astype(self.dwell_times.dtype)
 
         return self._binned(node, jax.vmap(one_hot)(jnp.asarray(parent_sets)), W)
+
+
+def _assemble_node_statistics(shifts, node: int, out: Array, num_bins: int, k: int):
+    r"""`(transitions, dwell_times)` `(..., num_bins, k, k)` and `(..., num_bins, k)` from binned
+    flows `out` `(..., num_bins * k, 1 + jumps)` (`ExpectedStatistics._node_flows` summed into
+    bins $b\,k+s_n$): column 0 the dwell times, column $1+i$ the $i$-th jump of `node` in the
+    generator's `shifts`."""
+    jumps = [j for n, j in shifts if n == node]
+    out = out.reshape(*out.shape[:-2], num_bins, k, 1 + len(jumps))
+    T = out[..., 0]
+    x = jnp.arange(k)
+    M = jnp.zeros((*out.shape[:-1], k), out.dtype)
+    for i, j in enumerate(jumps):
+        M = M.at[..., x, (x + j) % k].add(out[..., 1 + i])
+    return M, T
 
 
 # --------------------------------------------------------------------------- entry points
@@ -528,6 +543,28 @@ class ClampPatternStatistics(eqx.Module):
             generator=jax.tree_util.tree_map(take, stats.generator),
             model=jax.tree_util.tree_map(take, stats.model),
         )
+
+    def members_node_statistics_on_sets(
+        self, interventions: Intervention, node: int, parent_sets: Int[Array, "sets max_parents"]
+    ) -> tuple[Float[Array, "C B sets configs k k"], Float[Array, "C B sets configs k"]]:
+        """`node_statistics_on_sets(node, parent_sets)` of every (intervention, model) pair of
+        [`members`][jaxctbn.internal.ClampPatternStatistics.members], `(C, B, sets, configs,
+        k[, k])`, with the same numbers: the node's flows are computed once per pattern and
+        model, and each member's sub-cube mask is applied to them before one matrix product
+        with the sets' one-hot bins (rather than a generator and a projection per member)."""
+        stats = self.statistics
+        Q = self.clamped.shape[0]
+        B = stats.dwell_times.shape[0] // Q
+        cards = stats.model.cardinalities
+        states = jnp.asarray(all_global_states(cards))  # (S, N)
+        flows = jax.vmap(lambda st: st._node_flows(node))(stats)  # (Q * B, S, J)
+        flows = flows.reshape(Q, B, *flows.shape[1:])[self.pattern]  # (C, B, S, J)
+        mask = self.on_sub_cubes(interventions, states).astype(flows.dtype)  # (C, S)
+        flows = flows * mask[:, None, :, None]
+        configs = max_configs(node, cards, parent_sets.shape[-1])
+        G = state_bins_on_sets(node, parent_sets, cards, flows.dtype)  # (sets, S, configs * k)
+        out = jnp.einsum("psb,cdsj->cdpbj", G, flows)
+        return _assemble_node_statistics(stats.generator.shifts, node, out, configs, cards[node])
 
 
 def clamp_pattern_statistics(
