@@ -140,7 +140,6 @@ def test_fit_learn_strength_end_to_end(tmp_path, capsys):
     for flags, message in [
         (["--learn-strength", "Z"], "--learn-strength: unknown node 'Z'"),
         (["--learn-strength", "A"], "no trajectory is marked 'A*'"),
-        (["--learn-strength", "B", "--observation", "panel"], "complete paths only"),
     ]:
         bad = tmp_path / "bad.json"
         assert main([*args, *flags, "--out", str(bad)]) == 2

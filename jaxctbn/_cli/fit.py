@@ -168,10 +168,51 @@ def _learn_strength(model, df, alpha, beta, node_name):
         "interval": [lo, hi],
         "level": 0.95,
         "prior": "log-uniform on [0.001, 1000]; rates integrated out under the Gamma prior",
+        "method": "posterior on a grid in log s (rates integrated out); equal-tailed interval",
         "trajectories_scaled": int(np.asarray(scaled).sum()),
         "trajectories_unscaled": int((~np.asarray(scaled)).sum()),
     }
     return summary, clean, (node, marked, estimate)
+
+
+def _learn_panel_strength(model, df, entry, prior, method, node_name):
+    """`--learn-strength NODE` on panel data: the strength by profile likelihood
+    (`learn_strength_from_panels`), and the observations with the scaled trajectories at the
+    estimate (for the rate fit): `(summary dict, observations, trajectory ids)`."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from .._panel.csv import panel_from_dataframe
+    from .._panel.strength import HIGH, LOW, learn_strength_from_panels, scaled_observations
+
+    if node_name not in model.names:
+        raise ValueError(
+            f"--learn-strength: unknown node {node_name!r}; the nodes are {list(model.names)}."
+        )
+    node = model.names.index(node_name)
+    clean, marked = _strength_groups(df, node_name)
+    observations, ids = panel_from_dataframe(clean, model, exact_entry=entry, bucketed=False)
+    scaled = np.asarray([tid in marked for tid in ids])
+    profile = learn_strength_from_panels(
+        model, observations, node=node, scaled=scaled, prior=prior, method=method
+    )
+    estimate = float(profile.estimate)
+    summary = {
+        "node": node_name,
+        "estimate": estimate,
+        "mode": estimate,
+        "interval": [float(v) for v in profile.interval],
+        "level": profile.level,
+        "interval_open": [bool(profile.open_below), bool(profile.open_above)],
+        "method": "profile likelihood: the rates fitted at every strength of a grid in log s "
+        "(penalised by the Gamma prior with --prior gamma); Wilks interval",
+        "range": [LOW, HIGH],
+        "converged": bool(np.all(np.asarray(profile.converged))),
+        "trajectories_scaled": int(scaled.sum()),
+        "trajectories_unscaled": int((~scaled).sum()),
+    }
+    at_estimate = scaled_observations(observations, node, jnp.asarray(scaled), profile.estimate)
+    return summary, at_estimate, ids
 
 
 def _cmd_fit(args):
@@ -194,18 +235,21 @@ def _cmd_fit(args):
     panel = args.observation == "panel"
     if not panel and args.exact_entry:
         raise ValueError("--exact-entry: only for panel data (--observation panel).")
-    if panel and args.learn_strength is not None:
-        raise ValueError("--learn-strength: complete paths only so far (--observation paths).")
     df = read_csv(args.data)
     out: dict = {"method": args.method, "observation": args.observation}
     if panel:
         entry = _assignment(args.exact_entry, model.names, model.cardinalities, "--exact-entry")
-        observations, ids = panel_from_dataframe(df, model, exact_entry=entry, bucketed=True)
         options = {"tolerance": args.tolerance}
         if args.max_iterations is not None:
             options["max_iterations"] = args.max_iterations
         method = EMFit(**options) if args.method == "em" else GradientFit(**options)
         prior = None if alpha is None or beta is None else GammaPrior(alpha, beta)
+        if args.learn_strength is None:
+            observations, ids = panel_from_dataframe(df, model, exact_entry=entry, bucketed=True)
+        else:
+            out["strength"], observations, ids = _learn_panel_strength(
+                model, df, entry, prior, GradientFit(**options), args.learn_strength
+            )
         fit = fit_rates(model, observations, method=method, prior=prior)
         fitted = fit.model
         out.update(

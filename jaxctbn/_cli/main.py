@@ -136,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="NODE",
         help="also learn the unknown factor by which a drug scaled NODE's rates: the "
-        "trajectories recorded under it carry NODE* in their intervention column",
+        "trajectories recorded under it carry NODE* in their intervention column (paths: "
+        "posterior with the rates integrated out; panel: profile likelihood)",
     )
     p.add_argument("--out", required=True, help="output JSON")
     p.set_defaults(func=_cmd_fit)

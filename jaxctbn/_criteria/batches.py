@@ -69,7 +69,6 @@ from .structure import (
     _node_eig_from_statistics,
     _rescorer,
     _sampled_statistics,
-    _shares_clamp_patterns,
     candidate_bins,
     configuration_term,
     free_first,
@@ -242,19 +241,8 @@ def _structure_quantities(
 
         def node_quantities(n):
             flat = _flat_draws(stratified, n)[0]
-            others = tuple(j for j in range(N) if j != n)
 
             def compute(ivs):
-                C_chunk = ivs.targets.shape[0]
-                if _shares_clamp_patterns(ivs, len(others), solver, flat):
-                    # candidates clamping the same other nodes share their solves
-                    M, T = clamp_pattern_statistics(
-                        flat, init, horizon, ivs, clampable=others, solver=solver
-                    ).members_node_statistics_on_sets(ivs, n, posterior.parent_sets[n])
-                    keep = (~ivs.targets[:, n]).astype(T.dtype)
-                    scale = jnp.broadcast_to(exposure_scale(ivs, n, T.dtype), keep.shape)
-                    shape = (C_chunk,) + (1,) * (M.ndim - 1)
-                    return keep.reshape(shape) * M, (keep * scale).reshape(shape[:-1]) * T
                 return jax.vmap(lambda iv: on_sets(solve(flat, iv), n, iv))(ivs)
 
             return _over_free_chunks(orders[n], candidates, compute)
@@ -353,8 +341,9 @@ def _structure_by_pattern(criterion, posterior, candidates, init, horizon, strat
         layout = nodes[n][0]
         per_config = jax.vmap(term, in_axes=(0, 0, 0, 0, None))
         per_set = jax.vmap(per_config, in_axes=(0, 0, 0, 0, 0))
+        M, T = chosen
         return jax.vmap(per_set, in_axes=(0, 0, None, None, None))(
-            *chosen, hist_M, hist_T, layout.num_configs
+            M, T, hist_M, hist_T, layout.num_configs
         )
 
     def divergence(n, ells):  # ells (candidates, D, sets)

@@ -544,28 +544,6 @@ class ClampPatternStatistics(eqx.Module):
             model=jax.tree_util.tree_map(take, stats.model),
         )
 
-    def members_node_statistics_on_sets(
-        self, interventions: Intervention, node: int, parent_sets: Int[Array, "sets max_parents"]
-    ) -> tuple[Float[Array, "C B sets configs k k"], Float[Array, "C B sets configs k"]]:
-        """`node_statistics_on_sets(node, parent_sets)` of every (intervention, model) pair of
-        [`members`][jaxctbn.internal.ClampPatternStatistics.members], `(C, B, sets, configs,
-        k[, k])`, with the same numbers: the node's flows are computed once per pattern and
-        model, and each member's sub-cube mask is applied to them before one matrix product
-        with the sets' one-hot bins (rather than a generator and a projection per member)."""
-        stats = self.statistics
-        Q = self.clamped.shape[0]
-        B = stats.dwell_times.shape[0] // Q
-        cards = stats.model.cardinalities
-        states = jnp.asarray(all_global_states(cards))  # (S, N)
-        flows = jax.vmap(lambda st: st._node_flows(node))(stats)  # (Q * B, S, J)
-        flows = flows.reshape(Q, B, *flows.shape[1:])[self.pattern]  # (C, B, S, J)
-        mask = self.on_sub_cubes(interventions, states).astype(flows.dtype)  # (C, S)
-        flows = flows * mask[:, None, :, None]
-        configs = max_configs(node, cards, parent_sets.shape[-1])
-        G = state_bins_on_sets(node, parent_sets, cards, flows.dtype)  # (sets, S, configs * k)
-        out = jnp.einsum("psb,cdsj->cdpbj", G, flows)
-        return _assemble_node_statistics(stats.generator.shifts, node, out, configs, cards[node])
-
 
 def clamp_pattern_statistics(
     models: AbstractCTBN,
