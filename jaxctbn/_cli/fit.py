@@ -183,6 +183,7 @@ def _learn_panel_strength(model, df, entry, prior, method, node_name):
     import numpy as np
 
     from .._panel.csv import panel_from_dataframe
+    from .._panel.observations import PanelObservations
     from .._panel.strength import HIGH, LOW, learn_strength_from_panels, scaled_observations
 
     if node_name not in model.names:
@@ -192,6 +193,7 @@ def _learn_panel_strength(model, df, entry, prior, method, node_name):
     node = model.names.index(node_name)
     clean, marked = _strength_groups(df, node_name)
     observations, ids = panel_from_dataframe(clean, model, exact_entry=entry, bucketed=False)
+    assert isinstance(observations, PanelObservations)  # one padded batch (bucketed=False)
     scaled = np.asarray([tid in marked for tid in ids])
     profile = learn_strength_from_panels(
         model, observations, node=node, scaled=scaled, prior=prior, method=method
