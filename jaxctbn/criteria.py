@@ -2,7 +2,8 @@
 these), the posterior draws they average over, the Gamma KL divergence, and what an experiment
 reveals (`CompletePath`, `Panel`), batches of experiments (`score_batch`, `BatchDesign`) and how
 costs rank candidates (`ByScore`, `ByScorePerCost`), intervention strengths as a design variable
-(`Strengths`, `strength_design_scores`)."""
+(`Strengths`, `strength_design_scores`) and drugs of uncertain effect
+(`uncertain_strength_scores`)."""
 
 # ruff: noqa: I001  (grouped as in the package, not alphabetically)
 
@@ -41,6 +42,8 @@ from ._criteria.costs import ByScorePerCost as ByScorePerCost
 from ._criteria.strengths import Strengths as Strengths
 from ._criteria.strengths import StrengthDesign as StrengthDesign
 from ._criteria.strengths import strength_design_scores as strength_design_scores
+from ._criteria.strengths import UncertainStrengthScores as UncertainStrengthScores
+from ._criteria.strengths import uncertain_strength_scores as uncertain_strength_scores
 from ._criteria.outcomes import AbstractOutcome as AbstractOutcome
 from ._criteria.outcomes import CompletePath as CompletePath
 from ._criteria.outcomes import Panel as Panel

@@ -12,7 +12,7 @@ import pytest
 from helpers import random_model
 
 import jaxctbn as jc
-from jaxctbn.criteria import Strengths, strength_design_scores
+from jaxctbn.criteria import Strengths, strength_design_scores, uncertain_strength_scores
 
 CARDS = (2, 2)
 PARENTS = ((), (0,))
@@ -170,3 +170,39 @@ def test_structure_scores_with_unit_scales_are_the_perfect_ones(problem, criteri
     scaled = space.with_rate_scales([jnp.ones(C), jnp.full(C, 3.0)])
     free = ~np.asarray(space.targets[:, 1])
     assert np.all(np.abs(np.asarray(score(scaled) - score(space)))[free] > 1e-8)
+
+
+def test_uncertain_strength_scores_average_the_scores_at_the_quantiles(problem):
+    """A drug of uncertain effect: the criterion at each posterior quantile of the strength
+    equals `score_interventions` at that scale written by hand, the score is their mean, and a
+    candidate that clamps the node scores the same at every strength."""
+    _, posterior, space = problem
+    M0 = jnp.array([[[0.0, 3.0], [5.0, 0.0]], [[0.0, 2.0], [4.0, 0.0]]])
+    M1 = 3.0 * M0
+    T = jnp.array([[2.0, 1.5], [1.0, 1.2]])
+    strength = jc.learn_strength(M0, T, M1, T, alpha=2.0, beta=1.0, low=0.1, high=10.0)
+    kwargs = {"key": jr.key(0), "num_samples": 4}
+    out = uncertain_strength_scores(
+        posterior, space, INIT, HORIZON, node=1, strength=strength, num_points=3, **kwargs
+    )
+    s = strength.quantile(jnp.array([1 / 6, 1 / 2, 5 / 6]))
+    np.testing.assert_allclose(out.strengths, s, rtol=1e-12)
+    assert float(s[0]) < 3.0 < float(s[2])  # the data say s is about 3
+    C = space.targets.shape[0]
+    for j in range(3):
+        by_hand = jc.score_interventions(
+            posterior,
+            space.with_rate_scales([jnp.ones(C), jnp.full(C, s[j])]),
+            INIT,
+            HORIZON,
+            **kwargs,
+        )
+        np.testing.assert_allclose(out.scores_at_strengths[:, j], by_hand, rtol=1e-10)
+    np.testing.assert_allclose(out.scores, out.scores_at_strengths.mean(1), rtol=1e-12)
+    spread = np.ptp(np.asarray(out.scores_at_strengths), axis=1)
+    clamps = np.asarray(space.targets[:, 1])
+    assert np.all(spread[clamps] < 1e-10) and np.all(spread[~clamps] > 1e-6)
+    with pytest.raises(ValueError, match="node: a node index"):
+        uncertain_strength_scores(
+            posterior, space, INIT, HORIZON, node=5, strength=strength, **kwargs
+        )

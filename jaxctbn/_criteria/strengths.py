@@ -22,6 +22,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._learning.posterior import AbstractPosterior
+from .._learning.strength import StrengthPosterior
 from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from .._model.interventions import Intervention, is_concrete
 from .criteria import COMPLETE_PATH, VBHC, AbstractCriterion, score_interventions
@@ -172,3 +173,72 @@ def strength_design_scores(
     scores, scales, grid = jax.lax.map(one, candidates)
     free = ~candidates.targets[:, jnp.asarray(strengths.nodes)].all(-1)
     return StrengthDesign(scores=scores, rate_scales=scales, grid_scores=grid, free=free)
+
+
+class UncertainStrengthScores(eqx.Module):
+    """What [`jaxctbn.criteria.uncertain_strength_scores`][] returns: `scores` `(candidates,)`
+    the criterion averaged over the strength's posterior, `strengths` `(points,)` the
+    posterior quantiles it was evaluated at, and `scores_at_strengths` `(candidates, points)`
+    the criterion at each."""
+
+    scores: Float[Array, " candidates"]
+    strengths: Float[Array, " points"]
+    scores_at_strengths: Float[Array, "candidates points"]
+
+
+@eqx.filter_jit
+def uncertain_strength_scores(
+    posterior: AbstractPosterior,
+    candidates: Intervention,
+    initial_state: ArrayLike,
+    horizon: ArrayLike,
+    *,
+    node: int,
+    strength: StrengthPosterior,
+    num_points: int = 5,
+    criterion: AbstractCriterion = VBHC(),
+    key: PRNGKeyArray,
+    num_samples: int = 10,
+    solver: StatisticsSolver = AUTOMATIC_SOLVER,
+    outcome: AbstractOutcome = COMPLETE_PATH,
+) -> UncertainStrengthScores:
+    r"""Candidates that give a drug of **uncertain** effect: every candidate with node
+    `node`'s rates scaled by $s$, scored at the `num_points` quantiles $(j+\frac12)/J$ of the
+    strength's posterior `strength` (a [`jaxctbn.StrengthPosterior`][], e.g. learned by
+    [`jaxctbn.learn_strength`][] from earlier experiments with the drug) and averaged: the
+    expected criterion over what the drug does, with the same posterior draws (`key`) at
+    every strength (maths §8). It is the criterion of an experiment whose strength will be
+    known when it is analysed (what the experiment teaches about $s$ itself is not counted).
+    A candidate that clamps `node` scores the same at every strength. Arguments otherwise as
+    for [`jaxctbn.score_interventions`][]."""
+    if not isinstance(strength, StrengthPosterior):
+        raise TypeError(f"strength: expected a jaxctbn.StrengthPosterior, got {strength!r}.")
+    num_nodes = candidates.targets.shape[-1]
+    if not isinstance(node, int) or not 0 <= node < num_nodes:
+        raise ValueError(f"node: a node index in 0..{num_nodes - 1}, got {node!r}.")
+    if not isinstance(num_points, int) or isinstance(num_points, bool) or num_points < 1:
+        raise ValueError(f"num_points: an integer >= 1, got {num_points!r}.")
+    if candidates.rate_scales is not None:
+        raise ValueError("candidates: give perfect interventions; the strength adds the scale.")
+    dtype = jnp.result_type(float)
+    quantiles = (jnp.arange(num_points, dtype=dtype) + 0.5) / num_points
+    strengths = strength.quantile(quantiles)
+    C = candidates.targets.shape[0]
+    expanded = jax.tree_util.tree_map(lambda a: jnp.repeat(a, num_points, axis=0), candidates)
+    ones = jnp.ones((C * num_points,), dtype)
+    scales = [ones] * num_nodes
+    scales[node] = jnp.tile(strengths, C)
+    scores = score_interventions(
+        posterior,
+        expanded.with_rate_scales(scales),
+        initial_state,
+        horizon,
+        criterion=criterion,
+        key=key,
+        num_samples=num_samples,
+        solver=solver,
+        outcome=outcome,
+    ).reshape(C, num_points)
+    return UncertainStrengthScores(
+        scores=scores.mean(1), strengths=strengths, scores_at_strengths=scores
+    )

@@ -191,23 +191,37 @@ def learn_strength_from_panels(
     dtype = observations.times.dtype
     drop = 0.5 * float(scipy.stats.chi2.ppf(level, 1))
 
-    def run(log_s):
-        return _profile(model, observations, n, scaled, log_s, method, prior, solver)
-
     coarse = jnp.linspace(np.log(low), np.log(high), num_points, dtype=dtype)
-    y1, _, _ = run(coarse)
-    y1 = eqx.error_if(
-        y1,
-        ~jnp.all(jnp.isfinite(y1)),
+    idx = jnp.arange(num_points)
+
+    def next_grid(grid, values):
+        """The fine pass's grid: the coarse points within `drop + 1` of the top, and one
+        more on each side (the coarse pass itself gives its own grid back)."""
+        near = values >= values.max() - drop - 1.0
+        lo = jnp.maximum(jnp.min(jnp.where(near, idx, num_points)) - 1, 0)
+        hi = jnp.minimum(jnp.max(jnp.where(near, idx, -1)) + 1, num_points - 1)
+        fine = grid[lo] + (grid[hi] - grid[lo]) * jnp.linspace(0, 1, num_points, dtype=dtype)
+        return fine, lo, hi
+
+    def one_pass(grid, _):
+        # both passes in one scan, so the fits' program is compiled once
+        values, converged, models = _profile(
+            model, observations, n, scaled, grid, method, prior, solver
+        )
+        fine, lo, hi = next_grid(grid, values)
+        return fine, (grid, values, converged, models, lo, hi)
+
+    _, (grids, values, convergeds, fits, los, his) = jax.lax.scan(one_pass, coarse, None, length=2)
+    values = eqx.error_if(
+        values,
+        ~jnp.all(jnp.isfinite(values)),
         "observations: the profile objective is not finite on the grid; check the data "
         "against the model (a jump the graph does not allow, a structural zero).",
     )
-    idx = jnp.arange(num_points)
-    near = y1 >= y1.max() - drop - 1.0
-    lo_i = jnp.maximum(jnp.min(jnp.where(near, idx, num_points)) - 1, 0)
-    hi_i = jnp.minimum(jnp.max(jnp.where(near, idx, -1)) + 1, num_points - 1)
-    fine = coarse[lo_i] + (coarse[hi_i] - coarse[lo_i]) * jnp.linspace(0, 1, num_points)
-    y, converged, models = run(fine)
+    y1, y = values[0], values[1]
+    lo_i, hi_i = los[0], his[0]
+    fine, converged = grids[1], convergeds[1]
+    models = jax.tree_util.tree_map(lambda a: a[1], fits)
     peak = jnp.argmax(y)
     log_estimate = _parabola_peak(fine, y, peak)
     lower, upper, open_below, open_above = _crossings(fine, y, y[peak] - drop, peak)
