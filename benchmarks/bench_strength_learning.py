@@ -42,9 +42,7 @@ CIMS = (
 
 
 def truth():
-    return jc.CTBN(
-        cims=[jnp.asarray(c) for c in CIMS], parents=((), (0,)), names=("A", "B")
-    )
+    return jc.CTBN(cims=[jnp.asarray(c) for c in CIMS], parents=((), (0,)), names=("A", "B"))
 
 
 def simulate(model, key):
