@@ -426,6 +426,17 @@ def test_panel_batches(problem, panel_greedy, name):
     if name == "structure-vbhc":
         bhc = np.asarray(score(_rows(space, pairs), jc.BHC()))
         assert np.all(values >= both.max(1) - 1e-10) and np.all(values <= bhc + 1e-10)
+    if name == "parameters-bhc":
+        # the loop's design chooses its rounds with that outcome (through `choose_batch`)
+        members, times = jc.CriterionDesign(
+            criterion, num_samples=NUM_DRAWS, outcome=panel
+        ).choose_batch(
+            posterior, space, INIT, HORIZON, jax.random.key(3), outcome=panel, size=2,
+            costs=jnp.zeros(C), remaining=jnp.asarray(jnp.inf), ranking=ByScore(),
+        )  # fmt: skip
+        np.testing.assert_array_equal(members, design.members)
+        assert times is not None
+        np.testing.assert_allclose(times, [[0.7, 2.0], [0.7, 2.0]])
     with pytest.raises(ValueError, match="panel batches for parameter learning take the BHC"):
         jc.choose_batch(
             problem[1], space, INIT, HORIZON, size=2, key=jax.random.key(0), outcome=panel

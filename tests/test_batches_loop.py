@@ -141,24 +141,3 @@ def test_loop_batch_errors(setting):
         _run(task, design, space, batch_size=0)
     with pytest.raises(ValueError, match="budget"):
         _run(task, design, space, costs=jc.Costs(jnp.zeros((2, 2))), budget=-1.0)
-
-
-def test_panel_design_batches(setting):
-    """A panel-scored BHC design chooses its rounds with that outcome: `choose_batch`'s members
-    (the loop passes the design's outcome through `choose_batch`)."""
-    truth, task, space = setting
-    panel = jc.criteria.Panel(times=jnp.array([1.0, 2.0]))
-    design = jc.CriterionDesign(jc.BHC(), num_samples=3, outcome=panel)
-    posterior, init, key = task.initial_posterior(), jnp.array([1, 0]), jr.key(8)
-    prices = jnp.zeros(space.targets.shape[0])
-    members, times = design.choose_batch(
-        posterior, space, init, jnp.asarray(HORIZON), key, outcome=panel, size=2, costs=prices,
-        remaining=jnp.asarray(jnp.inf), ranking=jc.criteria.ByScore(),
-    )  # fmt: skip
-    chosen = jc.choose_batch(
-        posterior, space, init, jnp.asarray(HORIZON), size=2, criterion=jc.BHC(), key=key,
-        num_samples=3, outcome=panel,
-    )  # fmt: skip
-    np.testing.assert_array_equal(members, chosen.members)
-    assert times is not None
-    np.testing.assert_allclose(times, [[1.0, 2.0], [1.0, 2.0]])
