@@ -209,6 +209,28 @@ def test_design_strength_matches_the_library(history, tmp_path):
         json.dumps(e["intervention"]): e["score"] for e in res["scores"] if "rate_scales" not in e
     }
     assert all(e["score"] >= plain[json.dumps(e["intervention"])] - 1e-12 for e in scaled)
+    # --batch with --strength: the greedy pair among the perfect and the scaled candidates,
+    # each member reported with its scale; the batch's value against score_batch
+    pair = tmp_path / "pair.json"
+    assert main([*base, *flags, "--batch", "2", "--out", str(pair)]) == 0
+    res2 = json.loads(pair.read_text())
+    first = res2["batch"][0]
+    assert (
+        first["intervention"] == res["best"] and first.get("rate_scales", {}) == res["rate_scales"]
+    )
+    members = [
+        jax.tree_util.tree_map(lambda a, e=e: a[labels.index(e["intervention"])], space)
+        for e in res2["batch"]
+    ]
+    members = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *members)
+    members = members.with_rate_scales(
+        [jnp.ones(2), jnp.asarray([e.get("rate_scales", {}).get("B", 1.0) for e in res2["batch"]])]
+    )
+    value = jc.criteria.score_batch(
+        post, members, jnp.array([0, 1], jnp.int32), 3.0, key=jax.random.key(0), num_samples=3
+    )
+    np.testing.assert_allclose(res2["batch_score"], value, rtol=1e-9)
+    assert res2["batch_cost"] == sum(e["cost"] for e in res2["batch"])
 
 
 @pytest.mark.parametrize(
@@ -220,7 +242,7 @@ def test_design_strength_matches_the_library(history, tmp_path):
         (["--strength", "Z=1:2"], "--strength: unknown node 'Z'"),
         (["--strength", "B=1"], "expected NODE=LOW:HIGH"),
         (["--strength", "B=1:2", "--criterion", "eig"], "gradient of the bhc or vbhc"),
-        (["--strength", "B=1:2", "--batch", "2"], "not with --batch"),
+        (["--strength", "B=1:2", "--batch", "2", "--criterion", "eig"], "--batch: batches"),
         (["--costs", "Z*=1"], "--costs: unknown node 'Z'"),
     ],
 )

@@ -99,40 +99,12 @@ def _rank(args, posterior, space, names, init, initial, outcome):
             args, posterior, space, names, init, initial, outcome, costs, strengths, key
         )
     if args.batch is not None:
-        from .._criteria.batches import choose_batch
-        from .._criteria.costs import ByScore, ByScorePerCost
-
-        if args.criterion == "eig":
-            raise ValueError(
-                "--batch: batches are chosen by --criterion bhc or vbhc (the EIG of a batch "
-                "is the reference, jaxctbn.criteria.score_batch)."
-            )
-        if args.visits is not None:
-            raise ValueError(
-                "--batch: with --outcome panel give --observation-times (choosing each "
-                "member's visit times is not supported yet)."
-            )
-        if outcome is not None and args.target == "parameters" and args.criterion == "vbhc":
-            raise ValueError(
-                "--batch: panel batches for parameter learning take --criterion bhc (the panel "
-                "VBHC has no batch form yet)."
-            )
+        _check_batch(args, outcome)
         options = _box_hill_options(args, len(names)) if args.target == "structure" else {}
-        batch = choose_batch(
-            posterior,
-            space,
-            initial,
-            args.duration,
-            size=args.batch,
-            criterion=_criterion(args.criterion, args.paths, options),
-            key=key,
-            num_samples=args.samples,
-            costs=costs,
-            budget=args.budget,
-            ranking=ByScorePerCost() if args.rank_by == "score-per-cost" else ByScore(),
-            **({} if outcome is None else {"outcome": outcome}),
-        )
-        batch = jax.tree_util.tree_map(np.asarray, batch)
+        batch = _choose_batch(
+            args, posterior, space, initial, _criterion(args.criterion, args.paths, options),
+            key, costs, outcome,
+        )  # fmt: skip
         _write_ranking(
             args,
             batch.round_scores[0],
@@ -178,6 +150,50 @@ def _rank(args, posterior, space, names, init, initial, outcome):
     )
 
 
+def _check_batch(args, outcome):
+    """`--batch`: the settings a batch cannot take, one line each."""
+    if args.criterion == "eig":
+        raise ValueError(
+            "--batch: batches are chosen by --criterion bhc or vbhc (the EIG of a batch "
+            "is the reference, jaxctbn.criteria.score_batch)."
+        )
+    if args.visits is not None:
+        raise ValueError(
+            "--batch: with --outcome panel give --observation-times (choosing each "
+            "member's visit times is not supported yet)."
+        )
+    if outcome is not None and args.target == "parameters" and args.criterion == "vbhc":
+        raise ValueError(
+            "--batch: panel batches for parameter learning take --criterion bhc (the panel "
+            "VBHC has no batch form yet)."
+        )
+
+
+def _choose_batch(args, posterior, candidates, initial, criterion, key, costs, outcome):
+    """The greedy batch of `--batch` among `candidates`, as NumPy arrays."""
+    import jax
+    import numpy as np
+
+    from .._criteria.batches import choose_batch
+    from .._criteria.costs import ByScore, ByScorePerCost
+
+    batch = choose_batch(
+        posterior,
+        candidates,
+        initial,
+        args.duration,
+        size=args.batch,
+        criterion=criterion,
+        key=key,
+        num_samples=args.samples,
+        costs=costs,
+        budget=args.budget,
+        ranking=ByScorePerCost() if args.rank_by == "score-per-cost" else ByScore(),
+        **({} if outcome is None else {"outcome": outcome}),
+    )
+    return jax.tree_util.tree_map(np.asarray, batch)
+
+
 def _rank_strengths(args, posterior, space, names, init, initial, outcome, costs, strengths, key):
     """`--strength`: every candidate, and every one that leaves a strength node free also with
     that node's rates scaled by its best strength in range (`strength_design_scores`)."""
@@ -188,7 +204,7 @@ def _rank_strengths(args, posterior, space, names, init, initial, outcome, costs
     from .._criteria.strengths import strength_design_scores
 
     if args.batch is not None:
-        raise ValueError("--strength: not with --batch yet (one experiment at a time).")
+        _check_batch(args, outcome)
     if args.criterion == "eig":
         raise ValueError(
             "--strength: the strength is chosen by the gradient of the bhc or vbhc (the EIG's "
@@ -232,6 +248,20 @@ def _rank_strengths(args, posterior, space, names, init, initial, outcome, costs
         for i in free
     ]
     rows = np.concatenate([np.arange(len(scores)), free])
+    batch = None
+    if args.batch is not None:
+        # the batch among the perfect candidates (unit scales) and the scaled variants
+        C = len(scores)
+        ones = jax.numpy.ones((C,))
+        perfect = space.with_rate_scales([ones] * len(names))
+        combined = jax.tree_util.tree_map(
+            lambda a, b: jax.numpy.concatenate([a, b]), perfect, variants
+        )
+        batch = _choose_batch(
+            args, posterior, combined, initial, criterion, key, costs,
+            None if outcome is COMPLETE_PATH else outcome,
+        )  # fmt: skip
+        all_scores = batch.round_scores[0]
     _write_ranking(
         args,
         all_scores,
@@ -242,6 +272,7 @@ def _rank_strengths(args, posterior, space, names, init, initial, outcome, costs
         costs=all_costs,
         rows=rows,
         rate_scales=scales,
+        batch=batch,
     )
 
 
@@ -428,13 +459,17 @@ def _write_ranking(
         members = [int(m) for m in batch.members if m >= 0]
         out["batch"] = [
             {
-                "intervention": label(m),
+                "intervention": label(rows[m]),
                 "score": float(batch.scores[j]),
                 "gain": float(batch.gains[j]),
                 "cost": float(batch.costs[j]),
             }
             for j, m in enumerate(members)
         ]
+        if rate_scales is not None:
+            for entry, m in zip(out["batch"], members):
+                if rate_scales[m] is not None:
+                    entry["rate_scales"] = rate_scales[m]
         out["batch_score"] = float(batch.batch_score)
         out["batch_cost"] = float(batch.total_cost)
         out["batch_size"] = args.batch
