@@ -441,3 +441,31 @@ def test_panel_batches(problem, panel_greedy, name):
         jc.choose_batch(
             problem[1], space, INIT, HORIZON, size=2, key=jax.random.key(0), outcome=panel
         )
+
+
+def test_batches_with_an_initial_state_per_member(problem, greedy):
+    """Each member from its own initial state: the same state in every slot is the shared
+    batch; with two states, the parameter BHC of the greedy pair is the sum of the members'
+    single BHC from their own states (score_interventions), round 2 equals score_batch of the
+    pairs, and the first member is the best single experiment from slot 0's state."""
+    _, rates, _, space = problem
+    _, _, shared, _ = greedy("parameters-bhc")
+    kwargs = {"criterion": jc.BHC(), "key": jax.random.key(3), "num_samples": NUM_DRAWS}
+    same = jc.choose_batch(rates, space, jnp.stack([INIT, INIT]), HORIZON, size=2, **kwargs)
+    np.testing.assert_array_equal(same.members, shared.members)
+    np.testing.assert_allclose(same.round_scores, shared.round_scores, rtol=1e-12)
+    states = jnp.array([[1, 0], [0, 1]])
+    design = jc.choose_batch(rates, space, states, HORIZON, size=2, **kwargs)
+    singles = [jc.score_interventions(rates, space, s, HORIZON, **kwargs) for s in states]
+    first, second = (int(m) for m in design.members)
+    assert first == int(jnp.argmax(singles[0]))
+    np.testing.assert_allclose(design.round_scores[1], singles[0][first] + singles[1], rtol=1e-10)
+    np.testing.assert_allclose(design.scores, [singles[0][first], singles[1][second]], rtol=1e-10)
+    C = space.targets.shape[0]
+    pairs = np.stack([np.full(C, first), np.arange(C)], 1)
+    values = eqx.filter_jit(jax.vmap(lambda m: score_batch(rates, m, states, HORIZON, **kwargs)))(
+        _rows(space, pairs)
+    )
+    np.testing.assert_allclose(design.round_scores[1], values, rtol=1e-10)
+    with pytest.raises(ValueError, match=r"initial_state: one state \(2,\) shared"):
+        jc.choose_batch(rates, space, jnp.zeros((3, 2), int), HORIZON, size=2, **kwargs)

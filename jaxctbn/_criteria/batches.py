@@ -502,6 +502,23 @@ def _check_size(size):
         raise ValueError(f"size: the batch size must be an integer >= 1, got {size!r}.")
 
 
+def _check_initial_states(initial_state, candidates, size: int):
+    """One initial state `(N,)` shared by the batch, or one per member `(size, N)`."""
+    shape = jnp.shape(initial_state)
+    N = candidates.targets.shape[-1]
+    if shape not in ((N,), (size, N)):
+        raise ValueError(
+            f"initial_state: one state ({N},) shared by the batch or one per member "
+            f"({size}, {N}), got shape {shape}."
+        )
+
+
+def _member_initial(initial_state, b: int):
+    """Member b's initial state (the shared one, or row b of one per member)."""
+    init = jnp.asarray(initial_state)
+    return init[b] if init.ndim == 2 else init
+
+
 def _check_common(posterior, candidates, num_samples):
     if not isinstance(posterior, AbstractPosterior):
         raise TypeError(
@@ -547,6 +564,9 @@ def choose_batch(
     [`jaxctbn.BHC`][] or [`jaxctbn.VBHC`][]; complete-path outcomes; structure learning with
     the [`jaxctbn.PlugIn`][] estimator), and
 
+    - `initial_state`: one state `(N,)` every member starts from, or one per member
+      `(size, N)` (slot $b$'s experiment starts from row $b$: its candidates' quantities are
+      computed from it, and the rounds are unrolled, one per slot);
     - `size`: the number of experiments in the batch (static);
     - `costs`: a [`jaxctbn.Costs`][] pricing each candidate (default: free);
     - `budget`: the most the batch may cost (default: unbounded); the slots nothing affordable
@@ -558,6 +578,7 @@ def choose_batch(
     """
     _check_size(size)
     _check_common(posterior, candidates, num_samples)
+    _check_initial_states(initial_state, candidates, size)
     _check_box_hill(criterion, "choose_batch")
     _check_outcome(outcome)
     check_budget(budget)
@@ -612,39 +633,65 @@ def greedy_batch(
     every candidate's cost given as an array and the criterion multiplied by `sign` (-1 picks
     the least informative batch, the "negative" control); the active-learning loop calls it
     with the costs of its own outcome."""
-    terms = _quantities(
-        criterion, posterior, candidates, initial_state, horizon, key, num_samples, solver, batching,
-        outcome,
-    )  # fmt: skip
+    init = jnp.asarray(initial_state)
+    per_slot = init.ndim == 2  # slot b's experiment starts from initial_state[b]
+
+    def terms_from(state):
+        return _quantities(
+            criterion, posterior, candidates, state, horizon, key, num_samples, solver, batching,
+            outcome,
+        )  # fmt: skip
+
+    slots = [terms_from(init[b]) for b in range(size)] if per_slot else [terms_from(init)]
     dtype = jnp.result_type(float)
     sign = jnp.asarray(sign, dtype)
     budget = eqx.error_if(
         budget, ~(budget >= 0), "budget: must be a number >= 0 (or None, unbounded)."
     )
-    empty, value = terms.empty, terms.value
+    empty, value = slots[0].empty, slots[0].value
 
-    def step(carry, _):
-        chosen, current, spent = carry
-        values = terms.round_values(chosen)
-        gains = values - current
-        ok = affordable(candidate_costs, budget - spent)
-        rank = jnp.where(ok, ranking.rank(sign * gains, candidate_costs), -jnp.inf)
-        pick = jnp.argmax(rank)
-        found = ok.any()
-        chosen = jax.tree_util.tree_map(
-            lambda new, old: jnp.where(found, new, old), terms.add(chosen, pick), chosen
-        )
-        gain = jnp.where(found, gains[pick], 0.0)
-        cost = jnp.where(found, candidate_costs[pick], 0.0)
-        member = jnp.where(found, pick, -1)
-        return (chosen, current + gain, spent + cost), (member, gain, cost, values)
+    def step_with(terms):
+        def step(carry, _):
+            chosen, current, spent = carry
+            values = terms.round_values(chosen)
+            gains = values - current
+            ok = affordable(candidate_costs, budget - spent)
+            rank = jnp.where(ok, ranking.rank(sign * gains, candidate_costs), -jnp.inf)
+            pick = jnp.argmax(rank)
+            found = ok.any()
+            chosen = jax.tree_util.tree_map(
+                lambda new, old: jnp.where(found, new, old), terms.add(chosen, pick), chosen
+            )
+            gain = jnp.where(found, gains[pick], 0.0)
+            cost = jnp.where(found, candidate_costs[pick], 0.0)
+            member = jnp.where(found, pick, -1)
+            return (chosen, current + gain, spent + cost), (member, gain, cost, values)
+
+        return step
 
     start = (empty, value(empty), jnp.zeros((), dtype))
-    (_, total, spent), (members, gains, member_costs, round_scores) = jax.lax.scan(
-        step, start, None, length=size
-    )
-    singles = round_scores[0]
-    scores = jnp.where(members >= 0, singles[jnp.maximum(members, 0)], 0.0)
+    if per_slot:  # one round per slot, each with its slot's quantities (unrolled)
+        carry, rounds = start, []
+        for terms in slots:
+            carry, out = step_with(terms)(carry, None)
+            rounds.append(out)
+        _, total, spent = carry
+        members, gains, member_costs, round_scores = (
+            jnp.stack([r[i] for r in rounds]) for i in range(4)
+        )
+        # each member's own score: alone, from its slot's initial state
+        scores = jnp.stack(
+            [
+                jnp.where(m >= 0, terms.value(terms.add(empty, jnp.maximum(m, 0))) - start[1], 0.0)
+                for terms, m in zip(slots, members)
+            ]
+        )
+    else:
+        (_, total, spent), (members, gains, member_costs, round_scores) = jax.lax.scan(
+            step_with(slots[0]), start, None, length=size
+        )
+        singles = round_scores[0]
+        scores = jnp.where(members >= 0, singles[jnp.maximum(members, 0)], 0.0)
     return BatchDesign(
         members=members,
         scores=scores,
@@ -672,7 +719,8 @@ def score_batch(
 ) -> Float[Array, ""]:
     r"""The criterion of one batch of experiments run in parallel, `members` (an
     [`jaxctbn.Intervention`][] with a leading axis, one row per experiment, all from
-    `initial_state` over `horizon`; maths §8).
+    `initial_state` `(N,)` or each from its own row of `initial_state` `(members, N)`, over
+    `horizon`; maths §8).
 
     - [`jaxctbn.BHC`][], [`jaxctbn.VBHC`][]: from the members' summed quantities, with the same
       draws as [`jaxctbn.score_interventions`][] and [`jaxctbn.choose_batch`][] for the same
@@ -684,6 +732,7 @@ def score_batch(
       members' summed statistics. The reference for the Box-Hill batches.
     """
     _check_common(posterior, members, num_samples)
+    _check_initial_states(initial_state, members, members.targets.shape[0])
     _check_outcome(outcome)
     if isinstance(criterion, EIG):
         if isinstance(posterior, StructurePosterior):
@@ -694,13 +743,23 @@ def score_batch(
             criterion, posterior, members, initial_state, horizon, key, num_samples
         )
     _check_box_hill(criterion, "score_batch")
-    terms = _quantities(
-        criterion, posterior, members, initial_state, horizon, key, num_samples, solver, batching,
-        outcome,
-    )  # fmt: skip
-    chosen = terms.empty
-    for b in range(members.targets.shape[0]):
-        chosen = terms.add(chosen, b)
+    if jnp.ndim(initial_state) == 1:
+        terms = _quantities(
+            criterion, posterior, members, initial_state, horizon, key, num_samples, solver,
+            batching, outcome,
+        )  # fmt: skip
+        chosen = terms.empty
+        for b in range(members.targets.shape[0]):
+            chosen = terms.add(chosen, b)
+        return terms.value(chosen)
+    chosen = None
+    for b in range(members.targets.shape[0]):  # each member from its own initial state
+        member = jax.tree_util.tree_map(lambda a, b=b: a[b : b + 1], members)
+        terms = _quantities(
+            criterion, posterior, member, _member_initial(initial_state, b), horizon, key,
+            num_samples, solver, batching, outcome,
+        )  # fmt: skip
+        chosen = terms.add(terms.empty if chosen is None else chosen, 0)
     return terms.value(chosen)
 
 
@@ -727,7 +786,7 @@ def _rate_batch_eig(criterion, posterior, members, initial_state, horizon, key, 
                 posterior,
                 model,
                 _member_key(key, b),
-                initial_state,
+                _member_initial(initial_state, b),
                 horizon,
                 jax.tree_util.tree_map(lambda a, b=b: a[b], members),
                 max_events,
@@ -771,7 +830,7 @@ def _structure_batch_eig(criterion, posterior, members, initial_state, horizon, 
                 draws,
                 n,
                 member,
-                initial_state,
+                _member_initial(initial_state, b),
                 horizon,
                 _member_key(key_paths, b),
                 num_paths,
