@@ -31,12 +31,16 @@ def _flagged_rates(model, flags) -> list[dict]:
     return out
 
 
-def _strength_groups(df, node: str):
-    """`--learn-strength NODE`: the data with the `NODE*` tokens (trajectories recorded under
-    the unknown strength) removed from the `intervention` column, and the ids of those
-    trajectories."""
+def _strength_groups(model, df, node: str):
+    """`--learn-strength NODE`: the node's index, the data with the `NODE*` tokens
+    (trajectories recorded under the unknown strength) removed from the `intervention` column,
+    and the ids of those trajectories."""
     import numpy as np
 
+    if node not in model.names:
+        raise ValueError(
+            f"--learn-strength: unknown node {node!r}; the nodes are {list(model.names)}."
+        )
     if "intervention" not in df.columns:
         raise ValueError(
             f"--learn-strength: the data need an intervention column marking the trajectories "
@@ -60,7 +64,7 @@ def _strength_groups(df, node: str):
         )
     out = df.copy()
     out["intervention"] = cleaned
-    return out, marked
+    return model.names.index(node), out, marked
 
 
 def _fit_paths(model, df, alpha, beta, strength=None):
@@ -135,12 +139,7 @@ def _learn_strength(model, df, alpha, beta, node_name):
     from .._paths.csv import trajectories_from_dataframe
     from .._paths.sufficient_statistics import SufficientStatistics
 
-    if node_name not in model.names:
-        raise ValueError(
-            f"--learn-strength: unknown node {node_name!r}; the nodes are {list(model.names)}."
-        )
-    node = model.names.index(node_name)
-    clean, marked = _strength_groups(df, node_name)
+    node, clean, marked = _strength_groups(model, df, node_name)
     traj, ids = trajectories_from_dataframe(clean, model)
     stats = SufficientStatistics.from_trajectories(traj, model.cardinalities, model.parents)
     order = list(dict.fromkeys(ids))
@@ -186,12 +185,7 @@ def _learn_panel_strength(model, df, entry, prior, method, node_name):
     from .._panel.observations import PanelObservations
     from .._panel.strength import HIGH, LOW, learn_strength_from_panels, scaled_observations
 
-    if node_name not in model.names:
-        raise ValueError(
-            f"--learn-strength: unknown node {node_name!r}; the nodes are {list(model.names)}."
-        )
-    node = model.names.index(node_name)
-    clean, marked = _strength_groups(df, node_name)
+    node, clean, marked = _strength_groups(model, df, node_name)
     observations, ids = panel_from_dataframe(clean, model, exact_entry=entry, bucketed=False)
     assert isinstance(observations, PanelObservations)  # one padded batch (bucketed=False)
     scaled = np.asarray([tid in marked for tid in ids])
