@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint docs bench clean
+.PHONY: setup demo test test-slow lint docs bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ test: $(STAMP)
 	$(BIN)/pyright --pythonpath $(BIN)/python
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 	$(BIN)/python -m pytest -n 2 -q tests
+
+# the tests marked slow (a second, costlier route through code that `make test` also covers)
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q -m slow tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -17,8 +17,11 @@ from ._panel.inference import panel_marginals as panel_marginals
 from ._panel.fit import AbstractRateFitMethod as AbstractRateFitMethod
 from ._panel.fit import EMFit as EMFit
 from ._panel.fit import GradientFit as GradientFit
+from ._panel.fit import SquaremFit as SquaremFit
 from ._panel.fit import RateFit as RateFit
 from ._panel.fit import fit_rates as fit_rates
+from ._panel.uncertainty import RateUncertainty as RateUncertainty
+from ._panel.uncertainty import rate_uncertainty as rate_uncertainty
 from ._panel.structure import PanelStructureFit as PanelStructureFit
 from ._panel.structure import expected_family_statistics as expected_family_statistics
 from ._panel.structure import learn_structure_from_panels as learn_structure_from_panels

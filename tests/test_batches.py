@@ -401,7 +401,9 @@ def panel_greedy(problem):
     return get
 
 
-@pytest.mark.parametrize("name", ["parameters-bhc", "structure-vbhc"])
+@pytest.mark.parametrize(
+    "name", ["parameters-bhc", pytest.param("structure-vbhc", marks=pytest.mark.slow)]
+)
 def test_panel_batches(problem, panel_greedy, name):
     """Panel outcomes at given times: one member gives the single panel scores; given the
     models the members' panel KLs add, so the parameter BHC of a pair is the sum of its

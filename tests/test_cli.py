@@ -563,6 +563,7 @@ def test_design_parameters_ranks_the_whole_space(small_network, tmp_path):
     assert max(b - v for b, v in zip(bhc, values)) > 1e-6  # a bound, not the same number
 
 
+@pytest.mark.slow
 def test_design_parameters_on_a_large_network(ternary_chain, tmp_path):
     """A chain of 9 ternary nodes (19683 global states, 4^9 candidate interventions): `design`
     ranks the 28 single-node candidates (`--interventions auto`) with mean-field statistics

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.stats
 from helpers import sample_trajectories_jit, state_at
 
 import jaxctbn as jc
@@ -51,13 +52,15 @@ def files(tmp_path_factory):
     return panel, complete, network
 
 
-def test_fit_panel_em_and_gradient_agree_and_write_the_contract(files, tmp_path):
+def test_fit_panel_default_and_gradient_agree_and_write_the_contract(files, tmp_path, capsys):
     panel, _, network = files
     outs = {}
-    for method in ("em", "gradient"):
+    for method in ("squarem", "gradient"):
         out = tmp_path / f"{method}.json"
         args = ["fit", "--data", str(panel), "--network", str(network), "--observation", "panel"]
-        assert main([*args, "--method", method, "--tolerance", "1e-10", "--out", str(out)]) == 0
+        if method != "squarem":  # the default
+            args += ["--method", method]
+        assert main([*args, "--tolerance", "1e-10", "--out", str(out)]) == 0
         outs[method] = json.loads(out.read_text())
     for method, d in outs.items():
         assert {"log_likelihood", "converged", "iterations", "method", "network"} <= set(d)
@@ -67,9 +70,61 @@ def test_fit_panel_em_and_gradient_agree_and_write_the_contract(files, tmp_path)
         observations, _ = jc.panel.read_panel_csv(panel, fitted)
         again = float(jc.panel.panel_log_likelihood(fitted, observations).sum())
         np.testing.assert_allclose(d["log_likelihood"], again, rtol=1e-10)
+        # the model-check contract: -2LL, AIC, one entry per free rate with its interval
+        assert d["minus2loglik"] == -2 * d["log_likelihood"] and d["num_parameters"] == 6
+        assert d["aic"] == d["minus2loglik"] + 12 and d["hessian_positive_definite"] is True
+        assert len(d["rates"]) == 6
+        for entry in d["rates"]:
+            assert set(entry) >= {"node", "parent_states", "from", "to", "rate", "se", "ci95"}
+            q = fitted.cims[fitted.names.index(entry["node"])]
+            u = 0 if not entry["parent_states"] else entry["parent_states"]["A"]
+            assert entry["rate"] == float(q[u, entry["from"], entry["to"]])
+            lo, hi = entry["ci95"]
+            assert 0 < lo < entry["rate"] < hi and entry["se"] > 0
+            np.testing.assert_allclose(lo * hi, entry["rate"] ** 2, rtol=1e-10)
     np.testing.assert_allclose(
-        outs["em"]["log_likelihood"], outs["gradient"]["log_likelihood"], atol=1e-5
+        outs["squarem"]["log_likelihood"], outs["gradient"]["log_likelihood"], atol=1e-5
     )
+    # the standard errors are the library's, at the fitted rates
+    fitted = jc.CTBN.from_dict(outs["squarem"]["network"])
+    observations, _ = jc.panel.read_panel_csv(panel, fitted)
+    uncertainty = jc.panel.rate_uncertainty(fitted, observations)
+    entry = outs["squarem"]["rates"][0]
+    n = fitted.names.index(entry["node"])
+    u = 0 if not entry["parent_states"] else entry["parent_states"]["A"]
+    se = float(uncertainty.standard_errors[n][u, entry["from"], entry["to"]])
+    np.testing.assert_allclose(entry["se"], se, rtol=1e-8)
+
+    # compare: the LR test between nested fits (here the same data, a smaller model made by
+    # hand from the JSON: the arithmetic and the refusals)
+    big = outs["squarem"]
+    small = json.loads(json.dumps(big))
+    small["network"]["nodes"][1]["parents"] = []
+    small["num_parameters"] = 4
+    small["minus2loglik"] = big["minus2loglik"] + 7.5
+    small["aic"] = small["minus2loglik"] + 8
+    paths = []
+    for name, d in (("big", big), ("small", small)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(d))
+    out = tmp_path / "cmp.json"
+    assert main(["compare", str(paths[0]), str(paths[1]), "--out", str(out)]) == 0
+    cmp = json.loads(out.read_text())
+    np.testing.assert_allclose(cmp["lr_statistic"], 7.5, rtol=1e-10)
+    assert cmp["df"] == 2 and cmp["aic"] == [big["aic"], small["aic"]]
+    np.testing.assert_allclose(cmp["p_value"], scipy.stats.chi2.sf(7.5, 2), rtol=1e-12)
+    np.testing.assert_allclose(cmp["p_value"], np.exp(-7.5 / 2), rtol=1e-12)  # chi2 on 2 df
+    other = json.loads(json.dumps(small))
+    other["data"]["sha256"] = "0" * 64
+    paths.append(tmp_path / "other.json")
+    paths[-1].write_text(json.dumps(other))
+    for a, b, message in (
+        (paths[0], paths[2], "different data"),
+        (paths[0], paths[0], "neither is nested"),
+    ):
+        capsys.readouterr()
+        assert main(["compare", str(a), str(b), "--out", str(tmp_path / "x.json")]) == 2
+        assert message in capsys.readouterr().err
 
 
 def test_fit_paths_closed_form_is_an_optimum(files, tmp_path):
@@ -270,6 +325,7 @@ def test_run_parameters_with_panel_outcomes(tmp_path, capsys):
         assert not bad.exists()
 
 
+@pytest.mark.slow
 def test_structure_design_and_run_with_panel_outcomes(tmp_path, capsys):
     """Structure learning with panel outcomes on the command line: `design --target structure
     --outcome panel` gives the library's scores with the same key (and with --visits each

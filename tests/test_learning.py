@@ -431,6 +431,7 @@ def test_structure_rate_draws_given_graph(getkey):
     assert abs(float(st.dwell_times.sum()) - 1.0) < 1e-10
 
 
+@pytest.mark.slow
 # ----------------------------------------------------------------------------- metrics
 def test_draws_vectorised_over_node_groups_equal_node_by_node(getkey):
     # rates_given, mean_rates_given, sample_parent_sets and structure_draws vectorise over the

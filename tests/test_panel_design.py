@@ -257,7 +257,9 @@ def test_panel_eig_with_misclassified_and_unmeasured_nodes():
         jc.criteria.Panel(TIMES, emissions=[E])
 
 
-@pytest.mark.parametrize("rate, interior", [(4.0, True), (0.05, False)])
+@pytest.mark.parametrize(
+    "rate, interior", [pytest.param(4.0, True, marks=pytest.mark.slow), (0.05, False)]
+)
 def test_visit_time_moves_where_a_grid_search_says(rate, interior):
     # one binary node with tight rate posteriors around `rate`, one visit in (0, 3]: a fast
     # node is best seen early, before it forgets its start; a slow one as late as possible.

@@ -244,6 +244,26 @@ def test_strong_prior_pulls_towards_its_mode():
     assert np.abs(rates - mode).max() < np.abs(ml - mode).max()
 
 
+def test_squarem_default_reaches_the_optimum_where_em_stops_short():
+    # at the default tolerance, plain EM meets its objective-change criterion while still
+    # crawling (here about 1e-5 below the optimum, rates 1e-3 off); the default, SQUAREM,
+    # also asks for a small projected gradient and reaches scipy's optimum, its objective
+    # never decreasing
+    obs, _ = _two_node_data()
+    reference, best = _two_node_reference(False)
+    fit = jc.panel.fit_rates(START, obs)
+    # (max_iterations as in _two_node_fit: the same compiled program, the tolerance is data)
+    em = jc.panel.fit_rates(START, obs, method=jc.panel.EMFit(max_iterations=3000))
+    assert fit.method == "squarem" and bool(fit.converged) and bool(em.converged)
+    assert best - float(fit.log_posterior) < 1e-7
+    assert best - float(em.log_posterior) > 100 * (best - float(fit.log_posterior))
+    np.testing.assert_allclose(_free_rates(fit.model), reference, rtol=2e-4)
+    np.testing.assert_allclose(fit.log_posterior, _two_node_objective()(_free_rates(fit.model)))
+    trace = np.asarray(fit.trace)[: int(fit.iterations) + 1]
+    assert np.all(np.diff(trace) >= -1e-12 * (1 + np.abs(trace[1:])))
+    assert int(fit.iterations) < int(em.iterations)
+
+
 # --------------------------------------------------------------------------- illness-death
 ILLNESS = np.array([[0.0, 0.5, 0.2], [0.3, 0.0, 0.6], [0.0, 0.0, 0.0]])  # state 2 absorbing
 # visits every half time unit (with yearly visits and exact entry times the direct rate 0 -> 2
@@ -319,6 +339,91 @@ def _hidden_log_likelihood(W, grid, seen, E):
     return total
 
 
+@functools.cache
+def _illness_fits():
+    obs = _illness_observations(_misclassified())
+    emissions = jc.panel.Emissions([ILLNESS_EMISSIONS])
+    return {
+        name: jc.panel.fit_rates(_illness_start(), obs, method=method, emissions=emissions)
+        for name, method in [
+            ("em", ILLNESS_EM),
+            ("gradient", jc.panel.GradientFit(tolerance=1e-11)),
+        ]
+    }
+
+
+def _illness_objective(rates):
+    """The numpy log-likelihood of the four free rates of the misclassified panel."""
+    Q = np.zeros((3, 3))
+    for (x, y), v in zip(ILLNESS_FREE, rates):
+        Q[x, y] = v
+    W = Q - np.diag(Q.sum(1))
+    return _hidden_log_likelihood(W, ILLNESS_GRID, _misclassified(), ILLNESS_EMISSIONS)
+
+
+def _finite_difference_hessian(f, x, h=1e-3):
+    """Central second differences of `f` at `x` (error O(h^2))."""
+    n = len(x)
+    H = np.zeros((n, n))
+    for i, j in itertools.combinations_with_replacement(range(n), 2):
+        e_i, e_j = h * np.eye(n)[i], h * np.eye(n)[j]
+        H[i, j] = H[j, i] = (
+            f(x + e_i + e_j) - f(x + e_i - e_j) - f(x - e_i + e_j) + f(x - e_i - e_j)
+        ) / (4 * h * h)
+    return H
+
+
+def test_standard_errors_are_the_inverse_of_a_finite_difference_hessian():
+    # the exact observed information (autodiff, reverse over reverse through the filter with
+    # intervals grouped by length, misclassification and exact entry times) against central
+    # second differences of the independent numpy forward algorithm in the log-rates
+    fit = _illness_fits()["gradient"]
+    obs = _illness_observations(_misclassified())
+    emissions = jc.panel.Emissions([ILLNESS_EMISSIONS])
+    uncertainty = jc.panel.rate_uncertainty(fit.model, obs, emissions=emissions)
+    q = np.asarray(fit.model.cims[0][0])
+    theta = np.log([q[x, y] for x, y in ILLNESS_FREE])
+    H = _finite_difference_hessian(lambda t: _illness_objective(np.exp(t)), theta)
+    covariance = np.linalg.inv(-H)
+    se_log = np.asarray(uncertainty.log_rate_standard_errors[0][0])
+    expected = np.sqrt(np.diag(covariance))
+    np.testing.assert_allclose([se_log[x, y] for x, y in ILLNESS_FREE], expected, rtol=1e-4)
+    assert bool(uncertainty.positive_definite)
+    # the full covariance, in the flattened (from, to) order of the off-diagonal entries
+    order = [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]
+    index = [order.index(e) for e in ILLNESS_FREE]
+    np.testing.assert_allclose(
+        np.asarray(uncertainty.covariance)[np.ix_(index, index)], covariance, rtol=1e-3, atol=1e-8
+    )
+    # structural zeros: no uncertainty; intervals symmetric on the log scale around the rate
+    assert se_log[2, 0] == 0 and se_log[2, 1] == 0
+    lower, upper = np.asarray(uncertainty.lower[0][0]), np.asarray(uncertainty.upper[0][0])
+    for x, y in ILLNESS_FREE:
+        np.testing.assert_allclose(lower[x, y] * upper[x, y], q[x, y] ** 2, rtol=1e-12)
+        np.testing.assert_allclose(np.log(upper[x, y] / q[x, y]), 1.959964 * se_log[x, y], 1e-6)
+    np.testing.assert_allclose(
+        np.asarray(uncertainty.standard_errors[0][0]), q * se_log, rtol=1e-12
+    )
+
+
+def test_a_rate_at_a_bound_is_not_estimated_and_the_other_has_its_closed_form_error():
+    # never-left data: the exit rate of state 1 is at the lower bound (se infinite, interval
+    # [0, inf)); the rate 0 -> 1 has the binomial closed form: 3 stays and 3 leaves over unit
+    # gaps, so the information in lambda is 3 p / (1 - p)^2 = 6 at p = e^-lambda = 1/2, and in
+    # log lambda (log 2)^2 6
+    fit = _never_left_fit("squarem")
+    obs = jc.panel.PanelObservations(TIMES, np.asarray(NEVER_LEFT)[..., None])
+    uncertainty = jc.panel.rate_uncertainty(fit.model, obs)
+    se_log = np.asarray(uncertainty.log_rate_standard_errors[0][0])
+    np.testing.assert_allclose(se_log[0, 1], 1 / (np.log(2) * np.sqrt(6)), rtol=1e-5)
+    assert np.isinf(se_log[1, 0]) and np.isinf(np.asarray(uncertainty.standard_errors[0])[0, 1, 0])
+    assert float(uncertainty.lower[0][0, 1, 0]) == 0 and np.isinf(uncertainty.upper[0][0, 1, 0])
+    np.testing.assert_array_equal(uncertainty.estimated[0][0], [[False, True], [False, False]])
+    assert bool(uncertainty.positive_definite)
+    with pytest.raises(ValueError, match="level: expected a number in"):
+        jc.panel.rate_uncertainty(fit.model, obs, level=1.5)
+
+
 def test_em_and_gradient_reach_the_scipy_optimum_with_misclassification_and_exact_entry():
     # the illness-death panel with states 0 and 1 misclassified and each first observation of
     # the absorbing state 2 taken as its exact entry time: the EM route (smoothed statistics,
@@ -329,20 +434,8 @@ def test_em_and_gradient_reach_the_scipy_optimum_with_misclassification_and_exac
     seen = _misclassified()
     obs = _illness_observations(seen)
     emissions = jc.panel.Emissions([ILLNESS_EMISSIONS])
-    fits = {
-        name: jc.panel.fit_rates(_illness_start(), obs, method=method, emissions=emissions)
-        for name, method in [
-            ("em", ILLNESS_EM),
-            ("gradient", jc.panel.GradientFit(tolerance=1e-11)),
-        ]
-    }
-
-    def objective(rates):
-        Q = np.zeros((3, 3))
-        for (x, y), v in zip(ILLNESS_FREE, rates):
-            Q[x, y] = v
-        return _hidden_log_likelihood(Q - np.diag(Q.sum(1)), ILLNESS_GRID, seen, ILLNESS_EMISSIONS)
-
+    fits = _illness_fits()
+    objective = _illness_objective
     reference, best = _scipy_fit(objective, np.ones(4))
     for fit in fits.values():
         assert bool(fit.converged), fit.method
@@ -390,13 +483,14 @@ ALTERNATING = [[0, 1, 0, 1, 0, 1], [1, 0, 1, 0, 1, 0]] * 2
 @functools.cache
 def _never_left_fit(method_name):
     obs = jc.panel.PanelObservations(TIMES, np.asarray(NEVER_LEFT)[..., None])
-    return jc.panel.fit_rates(
-        BINARY, obs, method=jc.panel.EMFit() if method_name == "em" else jc.panel.GradientFit()
-    )
+    methods = {"em": jc.panel.EMFit(), "gradient": jc.panel.GradientFit()}
+    return jc.panel.fit_rates(BINARY, obs, method=methods.get(method_name, jc.panel.SquaremFit()))
 
 
 @pytest.mark.parametrize(
-    "method", [jc.panel.EMFit(), jc.panel.GradientFit()], ids=["em", "gradient"]
+    "method",
+    [jc.panel.EMFit(), jc.panel.GradientFit(), jc.panel.SquaremFit()],
+    ids=["em", "gradient", "squarem"],
 )
 def test_boundary_rates_are_flagged_and_finite(method):
     # state 1 is never left: its exit rate is driven to 0; 0 -> 1 has the closed form log 2
@@ -426,7 +520,7 @@ def test_under_jit_gives_the_same_fit():
     # be (traced times), so this also compares the two routes
     obs = jc.panel.PanelObservations(TIMES, np.asarray(NEVER_LEFT)[..., None])
     eager = _never_left_fit("em")
-    jitted = eqx.filter_jit(jc.panel.fit_rates)(BINARY, obs)
+    jitted = eqx.filter_jit(jc.panel.fit_rates)(BINARY, obs, method=jc.panel.EMFit())
     np.testing.assert_allclose(jitted.log_posterior, eager.log_posterior, rtol=1e-12)
     np.testing.assert_allclose(jitted.model.cims[0], eager.model.cims[0], rtol=1e-9)
     np.testing.assert_array_equal(jitted.at_lower_bound[0], eager.at_lower_bound[0])
@@ -447,7 +541,7 @@ def test_bad_input_names_the_argument(no_runtime_typecheck):
         jc.panel.fit_rates(BINARY, jc.panel.PanelObservations(TIMES, np.zeros((4, 6, 2), int)))
     with pytest.raises(ValueError, match="observations: expected a PanelObservations"):
         jc.panel.fit_rates(BINARY, TIMES)  # pyright: ignore
-    with pytest.raises(ValueError, match="method: expected EMFit"):
+    with pytest.raises(ValueError, match="method: expected SquaremFit\(\), EMFit"):
         jc.panel.fit_rates(BINARY, obs, method=jc.LBFGS())  # pyright: ignore
     with pytest.raises(ValueError, match="states: trajectory 0 .* node 'X0'"):
         jc.panel.fit_rates(BINARY, jc.panel.PanelObservations(TIMES, np.full((4, 6, 1), 2)))

@@ -150,6 +150,7 @@ def test_loop_with_panel_outcomes_equals_a_replay():
     jc.run_active_learning(task, path_design, key=key, num_experiments=1, max_events=64)
 
 
+@pytest.mark.slow
 def test_loop_with_chosen_visit_times_equals_a_replay():
     # Panel(num_visits=2): the design chooses each experiment's visit times with its
     # candidate; the loop records them and learns from the panel at those times. The first

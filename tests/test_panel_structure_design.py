@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+import pytest
 from helpers import brute_force_panel_kl
 
 import jaxctbn as jc
@@ -61,6 +62,7 @@ def _as_ctbn(padded, posterior, indices):
     return jc.CTBN(cims=[jnp.asarray(c) for c in cims], parents=tuple(sets), names=NAMES)
 
 
+@pytest.mark.slow
 def test_coupled_divergences_are_exact_panel_kls_and_zero_for_the_same_graph():
     post = _posterior()
     draws = jc.criteria.panel_structure_draws(post, jr.key(1), 6, coupled=True)
@@ -192,6 +194,7 @@ def test_structure_eig_against_enumeration_and_the_bounds_above_it():
         assert bhc[c] >= vbhc[c] >= exact, (c, bhc[c], vbhc[c], exact)
 
 
+@pytest.mark.slow
 def test_structure_visit_times_never_below_equal_spacing():
     post = _posterior()
     design = jax.jit(

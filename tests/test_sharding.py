@@ -112,6 +112,7 @@ def test_eight_devices_give_the_one_device_results():
     np.testing.assert_allclose(scores[1], scores[0], rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.slow
 def test_structure_candidates_sharded_on_eight_devices():
     """The structure criteria's chunks of candidates (stratified draws, each node's chunks that
     clamp it skipped; the EIG's sampled paths) are split across 8 devices, with the numbers of

@@ -362,6 +362,7 @@ def _joint_scores(post, init, key, num_samples, graph_draws):
     )
 
 
+@pytest.mark.slow
 def test_joint_graph_draws_equal_an_explicit_loop_and_the_stratified_scores(bin3):
     post, init, key = bin3.post, bin3.init, jr.key(30)
     # the vectorised route against a Python loop over candidates, draws, nodes and sets (on the

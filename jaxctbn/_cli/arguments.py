@@ -109,6 +109,7 @@ _OUT_KINDS = {
     "moments": "file",
     "learn": "file",
     "fit": "file",
+    "compare": "file",
     "design": "file",
     "run": "directory",
     "demo": "directory",

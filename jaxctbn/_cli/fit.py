@@ -31,6 +31,55 @@ def _flagged_rates(model, flags) -> list[dict]:
     return out
 
 
+def _file_digest(path) -> str:
+    """The SHA-256 of a file's bytes (`jaxctbn compare` refuses fits of different data)."""
+    import hashlib
+
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _rate_table(model, log_rate_se, level: float = 0.95) -> list[dict]:
+    r"""One entry per free rate: the rate, its standard error (delta method,
+    $\hat\lambda\,\mathrm{se}(\log\hat\lambda)$) and the interval
+    $\hat\lambda e^{\mp z\,\mathrm{se}}$ at `level`; `se` and `ci95` are null for a rate
+    that is not estimated (infinite standard error: at a bound, or no information)."""
+    import itertools
+    import math
+
+    import numpy as np
+    import scipy.stats
+
+    z = float(scipy.stats.norm.ppf(0.5 + level / 2))
+    out = []
+    for n, name in enumerate(model.names):
+        parents = list(model.parents[n])
+        configs = list(itertools.product(*(range(model.cardinalities[p]) for p in parents)))
+        cim = np.asarray(model.cims[n])
+        se_log = np.asarray(log_rate_se[n])
+        k = cim.shape[-1]
+        for u, x, y in itertools.product(range(cim.shape[0]), range(k), range(k)):
+            if x == y or se_log[u, x, y] == 0:
+                continue  # the diagonal, a structural zero
+            rate, s = float(cim[u, x, y]), float(se_log[u, x, y])
+            finite = math.isfinite(s)
+            out.append(
+                {
+                    "node": name,
+                    "parent_states": {model.names[p]: int(v) for p, v in zip(parents, configs[u])},
+                    "from": int(x),
+                    "to": int(y),
+                    "rate": rate,
+                    "se": rate * s if finite else None,
+                    "ci95": [rate * math.exp(-z * s), rate * math.exp(z * s)]
+                    if finite
+                    else [None, None],
+                    "estimated": finite,
+                }
+            )
+    return out
+
+
 def _strength_groups(model, df, node: str):
     """`--learn-strength NODE`: the node's index, the data with the `NODE*` tokens
     (trajectories recorded under the unknown strength) removed from the `intervention` column,
@@ -96,7 +145,7 @@ def _fit_paths(model, df, alpha, beta, strength=None):
             plain,
             (plain.transitions + under.transitions, plain.dwell_times + scale * under.dwell_times),
         )
-    cims = []
+    cims, se_log = [], []
     for n, (q, st) in enumerate(zip(model.cims, pooled)):
         q = np.asarray(q)
         M, T = np.asarray(st.transitions), np.asarray(st.dwell_times)[..., None]
@@ -116,6 +165,13 @@ def _fit_paths(model, df, alpha, beta, strength=None):
         rate[..., np.arange(q.shape[-1]), np.arange(q.shape[-1])] = 0.0
         rate -= np.eye(q.shape[-1]) * rate.sum(-1, keepdims=True)
         cims.append(jnp.asarray(rate))
+        # the observed information of log(rate) at the optimum: (alpha - 1 + M) (the second
+        # derivative of (alpha - 1 + M) theta - (beta + T) e^theta at its maximum)
+        information = np.broadcast_to(a - 1.0 + M, q.shape)
+        estimated = free & (information > 0) & (b + T > 0)
+        with np.errstate(divide="ignore"):
+            se = np.where(estimated, 1 / np.sqrt(np.where(estimated, information, 1)), np.inf)
+        se_log.append(np.where(free, se, 0.0))
     fitted = CTBN(cims=cims, parents=model.parents, names=model.names)
     if strength is None:
         ll = float(path_log_likelihood(fitted, stats))
@@ -126,7 +182,7 @@ def _fit_paths(model, df, alpha, beta, strength=None):
         for n, st in enumerate(pooled):
             ll += float(poisson_path_log_likelihood(fitted.cims[n], st.transitions, st.dwell_times))
         ll += float(np.sum(np.asarray(under.transitions)) * np.log(scale))
-    return fitted, ll, len(dict.fromkeys(ids))
+    return fitted, ll, len(dict.fromkeys(ids)), se_log
 
 
 def _learn_strength(model, df, alpha, beta, node_name):
@@ -216,7 +272,8 @@ def _cmd_fit(args):
 
     from .._learning.priors import GammaPrior
     from .._panel.csv import panel_from_dataframe
-    from .._panel.fit import EMFit, GradientFit, fit_rates
+    from .._panel.fit import EMFit, GradientFit, SquaremFit, fit_rates
+    from .._panel.uncertainty import rate_uncertainty
     from .._paths.csv import read_csv
 
     model = _load_network(args.network)
@@ -238,7 +295,8 @@ def _cmd_fit(args):
         options = {"tolerance": args.tolerance}
         if args.max_iterations is not None:
             options["max_iterations"] = args.max_iterations
-        method = EMFit(**options) if args.method == "em" else GradientFit(**options)
+        methods = {"squarem": SquaremFit, "em": EMFit, "gradient": GradientFit}
+        method = methods[args.method](**options)
         prior = None if alpha is None or beta is None else GammaPrior(alpha, beta)
         if args.learn_strength is None:
             observations, ids = panel_from_dataframe(df, model, exact_entry=entry, bucketed=True)
@@ -248,6 +306,9 @@ def _cmd_fit(args):
             )
         fit = fit_rates(model, observations, method=method, prior=prior)
         fitted = fit.model
+        uncertainty = rate_uncertainty(fitted, observations, prior=prior)
+        log_rate_se = uncertainty.log_rate_standard_errors
+        definite = bool(uncertainty.positive_definite)
         out.update(
             log_likelihood=float(fit.log_likelihood),
             log_posterior=float(fit.log_posterior),
@@ -264,11 +325,22 @@ def _cmd_fit(args):
             out["strength"], df, strength = _learn_strength(
                 model, df, alpha, beta, args.learn_strength
             )
-        fitted, ll, num_trajectories = _fit_paths(model, df, alpha, beta, strength)
+        fitted, ll, num_trajectories, log_rate_se = _fit_paths(model, df, alpha, beta, strength)
+        definite = True  # diagonal: (alpha - 1 + M) > 0 for every estimated rate
         out.update(
             log_likelihood=ll, converged=True, iterations=1, at_lower_bound=[], at_upper_bound=[]
         )
     out["trajectories"] = num_trajectories
+    out["rates"] = _rate_table(fitted, log_rate_se)
+    # AIC counts every free rate (those at a bound too), and a learned strength
+    num_parameters = sum(
+        int(np.sum((np.asarray(q) != 0) & ~np.eye(q.shape[-1], dtype=bool))) for q in fitted.cims
+    ) + int("strength" in out)
+    out["minus2loglik"] = -2 * out["log_likelihood"]
+    out["num_parameters"] = num_parameters
+    out["aic"] = out["minus2loglik"] + 2 * num_parameters
+    out["hessian_positive_definite"] = definite
+    out["data"] = {"path": str(args.data), "sha256": _file_digest(args.data)}
     out["prior"] = (
         {"convention": "none"}
         if alpha is None
@@ -282,6 +354,17 @@ def _cmd_fit(args):
             f"strength of {st['node']}: {st['estimate']:.4g} (95% interval "
             f"{st['interval'][0]:.4g} to {st['interval'][1]:.4g}; {st['trajectories_scaled']} "
             "trajectories under it)"
+        )
+    if not definite:
+        print(
+            "warning: the observed information is not positive definite (the fit is not at a "
+            "maximum, or some rates are not identified by the data): no standard errors"
+        )
+    bounded = [r for r in out["rates"] if not r["estimated"]]
+    if bounded and definite:
+        print(
+            f"warning: {len(bounded)} rate(s) at a bound (0 or infinity) or without "
+            "information: no standard error (see at_lower_bound / at_upper_bound)"
         )
     state = "converged" if out["converged"] else "did NOT converge"
     print(

@@ -22,6 +22,7 @@ from .arguments import (
     _seed,
     _strength_argument,
 )
+from .compare import _cmd_compare
 from .demo import _cmd_demo
 from .design import _cmd_design
 from .fit import _cmd_fit
@@ -107,9 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
     _observation_arguments(p)
     p.add_argument(
         "--method",
-        choices=["em", "gradient"],
-        default="em",
-        help="panel: EM (expected statistics -> conjugate update) or L-BFGS on log-rates",
+        choices=["squarem", "em", "gradient"],
+        default="squarem",
+        help="panel: squarem (EM accelerated by SQUAREM, stops at a small gradient; default), "
+        "em (expected statistics -> conjugate update) or gradient (L-BFGS on log-rates)",
     )
     p.add_argument(
         "--prior",
@@ -129,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-iterations",
         type=_at_least(1),
         default=None,
-        help="default 1000 (em) or 500 (gradient)",
+        help="default 500 (squarem, gradient) or 1000 (em)",
     )
     p.add_argument(
         "--learn-strength",
@@ -141,6 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", required=True, help="output JSON")
     p.set_defaults(func=_cmd_fit)
+
+    p = sub.add_parser(
+        "compare", help="likelihood-ratio test and AIC between two nested fits of the same data"
+    )
+    p.add_argument("fit1", metavar="FIT1", help="fit JSON (jaxctbn fit --out)")
+    p.add_argument("fit2", metavar="FIT2", help="fit JSON of the same data")
+    p.add_argument("--out", required=True, help="output JSON")
+    p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser("design", help="rank all interventions for the next experiment")
     p.add_argument("--data", default=None, help="history CSV (omit for no history)")

@@ -229,8 +229,11 @@ def _expm_batched(matrices: Array, stochastic: bool = False) -> Array:
     )
 
 
+# The forward rules call the custom-VJP functions themselves (the same values): differentiated
+# again from outside (reverse over reverse), the primal then follows its own rule, not the
+# scaling and squaring's loop of dynamic length, which reverse mode cannot differentiate.
 def _expm_batched_forward(matrices):
-    return _expm_batched(matrices), matrices
+    return expm_batched(matrices), matrices
 
 
 def _expm_batched_backward(matrices, cotangent):
@@ -240,7 +243,10 @@ def _expm_batched_backward(matrices, cotangent):
     block = jnp.concatenate(
         [jnp.concatenate([A, cotangent], -1), jnp.concatenate([zero, A], -1)], -2
     )
-    return (_expm_batched(block)[..., :n, n:],)
+    # `expm_batched`, not the raw scaling and squaring (whose loop has a dynamic length): the
+    # VJP is then reverse-differentiable again, by the same rule on a block twice the size
+    # (exact second derivatives: the observed information of a panel fit)
+    return (expm_batched(block)[..., :n, n:],)
 
 
 expm_batched.defvjp(_expm_batched_forward, _expm_batched_backward)
@@ -264,7 +270,7 @@ def transition_matrices(generators: Array) -> Array:
 
 
 def _transition_matrices_forward(generators):
-    return _expm_batched(generators, stochastic=True), generators
+    return transition_matrices(generators), generators
 
 
 transition_matrices.defvjp(_transition_matrices_forward, _expm_batched_backward)

@@ -1,0 +1,100 @@
+"""`jaxctbn compare`: a likelihood-ratio test and AIC between two nested fits of the same data."""
+
+from __future__ import annotations
+
+from .._files import write_json
+
+
+def _read_fit(path: str, flag: str) -> dict:
+    import json
+
+    try:
+        with open(path) as f:
+            fit = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{flag}: {path} is not JSON ({e.msg}).") from None
+    keys = ("minus2loglik", "num_parameters", "aic", "network", "observation", "data")
+    missing = [k for k in keys if not isinstance(fit, dict) or k not in fit]
+    if missing:
+        raise ValueError(
+            f"{flag}: {path} is not the JSON of `jaxctbn fit` (missing {', '.join(missing)})."
+        )
+    return fit
+
+
+def _nodes(fit: dict, flag: str) -> list[tuple[str, int, frozenset]]:
+    """Per node of the fit's network: name, number of states, parent names."""
+    try:
+        return [
+            (str(n["name"]), int(n["cardinality"]), frozenset(n["parents"]))
+            for n in fit["network"]["nodes"]
+        ]
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{flag}: its network has no valid nodes list ({e}).") from None
+
+
+def _cmd_compare(args) -> None:
+    import scipy.stats
+
+    fits = [_read_fit(args.fit1, "FIT1"), _read_fit(args.fit2, "FIT2")]
+    if fits[0]["data"].get("sha256") != fits[1]["data"].get("sha256"):
+        raise ValueError(
+            "FIT1, FIT2: fitted to different data (the data files' SHA-256 differ); a "
+            "likelihood-ratio test and AIC compare fits of the same data."
+        )
+    if fits[0]["observation"] != fits[1]["observation"]:
+        raise ValueError(
+            f"FIT1, FIT2: one fit reads the data as {fits[0]['observation']}, the other as "
+            f"{fits[1]['observation']}."
+        )
+    for fit, flag in zip(fits, ("FIT1", "FIT2")):
+        if fit.get("prior", {}).get("convention", "none") != "none":
+            raise ValueError(
+                f"{flag}: a MAP fit (--prior gamma); the likelihood-ratio test and AIC need "
+                "maximum-likelihood fits (--prior none)."
+            )
+    nodes = [_nodes(f, flag) for f, flag in zip(fits, ("FIT1", "FIT2"))]
+    if [(n, k) for n, k, _ in nodes[0]] != [(n, k) for n, k, _ in nodes[1]]:
+        raise ValueError("FIT1, FIT2: the networks have different nodes or state counts.")
+    p = [int(f["num_parameters"]) for f in fits]
+    if p[0] == p[1]:
+        raise ValueError(
+            f"FIT1, FIT2: both have {p[0]} parameters, so neither is nested in the other; "
+            "compare their aic instead."
+        )
+    small, big = (0, 1) if p[0] < p[1] else (1, 0)
+    nested = all(a[2] <= b[2] for a, b in zip(nodes[small], nodes[big]))
+    if not nested:
+        raise ValueError(
+            f"FIT1, FIT2: not nested: some parent of a node in FIT{small + 1} (fewer "
+            f"parameters) is not its parent in FIT{big + 1}."
+        )
+    m2ll = [float(f["minus2loglik"]) for f in fits]
+    statistic = m2ll[small] - m2ll[big]
+    df = p[big] - p[small]
+    tolerance = 1e-6 * (1 + abs(m2ll[big]))
+    if statistic < -tolerance:
+        print(
+            f"warning: the larger model (FIT{big + 1}) fits worse than the smaller by "
+            f"{-statistic:.4g} in -2LL: its fit stopped short of the optimum (refit it)"
+        )
+    p_value = float(scipy.stats.chi2.sf(max(statistic, 0.0), df))
+    aic = [float(f["aic"]) for f in fits]
+    out = {
+        "lr_statistic": statistic,
+        "df": df,
+        "p_value": p_value,
+        "aic": aic,
+        "minus2loglik": m2ll,
+        "num_parameters": p,
+        "nested": f"FIT{small + 1} in FIT{big + 1}",
+        "preferred_by_aic": f"FIT{1 + int(aic[1] < aic[0])}",
+        "fits": [args.fit1, args.fit2],
+    }
+    if not all(f.get("converged", True) for f in fits):
+        print("warning: a fit did not converge; the test is only as good as the fits")
+    write_json(args.out, out)
+    print(
+        f"likelihood ratio {statistic:.4f} on {df} df, p = {p_value:.4g}; AIC {aic[0]:.2f} "
+        f"(FIT1) vs {aic[1]:.2f} (FIT2); wrote {args.out}"
+    )
