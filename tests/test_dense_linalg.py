@@ -223,6 +223,6 @@ def test_panel_fit_compiles_without_batched_lapack():
     no_prior = (jnp.ones(3), jnp.zeros(3), jnp.asarray(False))
     for method, route in ((jc.panel.EMFit(), groups), (jc.panel.GradientFit(), None)):
         lowered = _fit.lower(
-            model, obs, method, no_prior, None, None, jc.MatrixExponential(), route
+            model, obs, method, no_prior, None, None, jc.MatrixExponential(), route, None
         )
         assert batched_lapack_calls(lowered.compile().compiled.as_text()) == []

@@ -231,9 +231,12 @@ def _expm_batched(matrices: Array, stochastic: bool = False) -> Array:
 
 # The forward rules call the custom-VJP functions themselves (the same values): differentiated
 # again from outside (reverse over reverse), the primal then follows its own rule, not the
-# scaling and squaring's loop of dynamic length, which reverse mode cannot differentiate.
+# scaling and squaring's loop of dynamic length, which reverse mode cannot differentiate. The
+# residual is a new value (`+ 0`), not the input itself: jax 0.10 forwards an input returned as
+# a residual, and inside `lax.scan` differentiated twice that forwarded residual reached the
+# backward rule without its shape (an IndexError in `_expm_batched_backward`).
 def _expm_batched_forward(matrices):
-    return expm_batched(matrices), matrices
+    return expm_batched(matrices), matrices + 0
 
 
 def _expm_batched_backward(matrices, cotangent):
@@ -270,7 +273,7 @@ def transition_matrices(generators: Array) -> Array:
 
 
 def _transition_matrices_forward(generators):
-    return transition_matrices(generators), generators
+    return transition_matrices(generators), generators + 0
 
 
 transition_matrices.defvjp(_transition_matrices_forward, _expm_batched_backward)

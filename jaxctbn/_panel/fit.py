@@ -59,8 +59,9 @@ from .._master_equation.solvers import (
     Uniformisation,
 )
 from .._model.ctbn import CTBN, with_diagonal
-from .._model.interventions import is_concrete
+from .._model.interventions import Intervention, is_concrete
 from .buckets import PanelBuckets, as_flat_buckets, split_rows
+from .covariates import Covariates, scales_of
 from .inference import (
     GapGroups,
     PanelExpectedStatistics,
@@ -99,6 +100,10 @@ class _Problem(eqx.Module):
     lower: Array  # lowest free rate
     upper: Array  # highest free rate
     groups: GapGroups | None  # intervals grouped by length (no interventions, dense solver)
+    covariates: tuple[Array, ...] | None = None  # per bucket (R_b, C), centred
+    covariate_means: Array | None = None  # (C,)
+    effect_masks: tuple[Array, ...] | None = None  # per node (C, configs, k, k)
+    effect_bound: Array | None = None  # (C,): |effect| at most this (|effect * z| <= 30)
 
     def with_rates(self, rates: tuple[Array, ...]) -> CTBN:
         """The model with these off-diagonal rates (diagonals recomputed)."""
@@ -135,18 +140,47 @@ class _Problem(eqx.Module):
             total = total + jnp.where(f, term, 0).sum()
         return jnp.where(self.has_prior, total, 0)
 
-    def _pass(self, rates: tuple[Array, ...], what: str):
+    def with_effects(self, effects: tuple[Array, ...]) -> tuple[PanelObservations, ...]:
+        """The buckets with each trajectory's covariate scales $e^{\beta\tilde z_r}$ on the
+        rates they act on (times any rate scales of its intervention)."""
+        assert self.covariates is not None and self.effect_masks is not None
+        out = []
+        for bucket, centred in zip(self.observations, self.covariates):
+            R_b = centred.shape[0]
+            scales = list(scales_of(centred, effects, self.effect_masks))
+            N = len(scales)
+            iv = bucket.intervention
+            if iv is None:
+                iv = Intervention(
+                    targets=jnp.zeros((R_b, N), bool), states=jnp.zeros((R_b, N), jnp.int32)
+                )
+            elif iv.rate_scales is not None:
+                for n, s in enumerate(iv.rate_scales):
+                    s = jnp.asarray(s, scales[n].dtype)
+                    tail = s.shape[1:] if s.ndim > 0 else ()
+                    s = jnp.broadcast_to(s, (R_b,) + tail) if s.ndim == 0 else s
+                    scales[n] = scales[n] * s.reshape((R_b,) + (1,) * (3 - len(tail)) + tail)
+            iv = eqx.tree_at(
+                lambda i: i.rate_scales, iv, tuple(scales), is_leaf=lambda x: x is None
+            )
+            out.append(
+                eqx.tree_at(lambda b: b.intervention, bucket, iv, is_leaf=lambda x: x is None)
+            )
+        return tuple(out)
+
+    def _pass(self, rates: tuple[Array, ...], what: str, effects: tuple[Array, ...] | None = None):
         """`(bad, result)` of the filter (`what="likelihood"`) or of forward-backward
-        (`"statistics"`) at `rates`: intervals grouped by length when `groups` is set,
-        otherwise each solved on its own."""
+        (`"statistics"`) at `rates` (and covariate `effects`): intervals grouped by length when
+        `groups` is set, otherwise each solved on its own."""
         model = self.with_rates(rates)
         buckets = PanelBuckets(self.observations, np.arange(self.pooled.shape[0]))
         if self.groups is not None:
             return _pooled_by_gaps(
                 model, buckets, self.emissions, self.initial_distribution, self.groups, what
             )
+        observations = self.observations if effects is None else self.with_effects(effects)
         bads, outs = [], []
-        for bucket, p0 in zip(self.observations, self.initial_distribution):
+        for bucket, p0 in zip(observations, self.initial_distribution):
             bad, out = _compute(model, bucket, self.emissions, p0, self.solver, what, None)
             bads.append(bad)
             outs.append(out)
@@ -165,14 +199,31 @@ class _Problem(eqx.Module):
             model=outs[0].model,
         )
 
-    def log_likelihood(self, rates: tuple[Array, ...]) -> tuple[Array, tuple[Array, ...]]:
+    def log_likelihood(
+        self, rates: tuple[Array, ...], effects: tuple[Array, ...] | None = None
+    ) -> tuple[Array, tuple[Array, ...]]:
         """Summed log-likelihood, and the impossible-observation flags (one `(R_b, O_b)`
         array per bucket)."""
-        bad, log_likelihood = self._pass(rates, "likelihood")
+        bad, log_likelihood = self._pass(rates, "likelihood", effects)
         return jnp.sum(cast(Array, log_likelihood)), bad
 
-    def objective(self, rates: tuple[Array, ...]) -> Array:
-        return self.log_likelihood(rates)[0] + self.log_prior(rates)
+    def objective(
+        self, rates: tuple[Array, ...], effects: tuple[Array, ...] | None = None
+    ) -> Array:
+        return self.log_likelihood(rates, effects)[0] + self.log_prior(rates)
+
+    def zero_effects(self) -> tuple[Array, ...] | None:
+        if self.effect_masks is None:
+            return None
+        return tuple(jnp.zeros(m.shape, self.tau.dtype) for m in self.effect_masks)
+
+    def clip_effects(self, effects: tuple[Array, ...]) -> tuple[Array, ...]:
+        """Effects on the masked rates, within `effect_bound`; 0 elsewhere."""
+        assert self.effect_masks is not None and self.effect_bound is not None
+        bound = self.effect_bound[:, None, None, None]
+        return tuple(
+            jnp.where(m, jnp.clip(b, -bound, bound), 0) for b, m in zip(effects, self.effect_masks)
+        )
 
     def objective_by_fisher(self, rates: tuple[Array, ...]) -> Array:
         r"""`objective`, reverse-mode differentiable through one forward-backward pass instead
@@ -282,7 +333,7 @@ def _solver_limit(solver: AbstractMasterEquationSolver) -> float:
 
 
 def _problem(
-    model, observations, prior, emissions, initial_distribution, solver, groups
+    model, observations, prior, emissions, initial_distribution, solver, groups, covariates=None
 ) -> _Problem:
     dtype = jnp.result_type(*model.cims)
     N = model.num_nodes
@@ -342,6 +393,17 @@ def _problem(
         upper=upper,
         groups=groups,
     )
+    if covariates is not None:
+        values = [jnp.asarray(v, dtype) for v in split_rows(observations, covariates.values)]
+        means = jnp.concatenate(values).mean(0)
+        centred = tuple(v - means for v in values)
+        spread = jnp.max(jnp.abs(jnp.concatenate(centred)), axis=0)
+        problem = eqx.tree_at(
+            lambda p: (p.covariates, p.covariate_means, p.effect_masks, p.effect_bound),
+            problem,
+            (centred, means, covariates.masks(free), 30 / spread),
+            is_leaf=lambda x: x is None,
+        )
     start = problem.clip(problem.start())
     return eqx.tree_at(lambda p: p.model, problem, problem.with_rates(start))
 
@@ -354,6 +416,7 @@ class _Outcome(eqx.Module):
     iterations: Array
     trace: Array
     bad: tuple[Array, ...]  # per bucket (R_b, O_b): observations impossible at the start
+    effects: tuple[Array, ...] | None = None  # covariate effects, per node (C, configs, k, k)
 
 
 def _any(bad: tuple[Array, ...]) -> Array:
@@ -525,17 +588,31 @@ class GradientFit(AbstractRateFitMethod):
                 for t, f in zip(theta, problem.free)
             )
 
+        # with covariates, theta is (log-rates, effects) and the gradient is reverse-mode
+        # autodiff of the filter (the effects have no Fisher-identity shortcut here)
+        covariates = problem.effect_masks is not None
+
+        def parts(theta):
+            if covariates:
+                return rates_of(theta[0]), problem.clip_effects(theta[1])
+            return rates_of(theta), None
+
         def loss(theta):
-            return -problem.objective_by_fisher(rates_of(theta))
+            rates, effects = parts(theta)
+            if covariates:
+                return -problem.objective(rates, effects)
+            return -problem.objective_by_fisher(rates)
 
         theta0 = tuple(
             jnp.where(f, jnp.log(jnp.where(f, q, 1)), 0)
             for q, f in zip(problem.start(), problem.free)
         )
+        if covariates:
+            theta0 = (theta0, problem.zero_effects())
         opt = optax.lbfgs()
         value_and_grad = optax.value_and_grad_from_state(loss)
-        start_likelihood, bad = problem.log_likelihood(rates_of(theta0))
-        value0 = -(start_likelihood + problem.log_prior(rates_of(theta0)))
+        start_likelihood, bad = problem.log_likelihood(*parts(theta0))
+        value0 = -(start_likelihood + problem.log_prior(parts(theta0)[0]))
         trace = jnp.full((self.max_iterations + 1,), -value0)
 
         def cond(carry):
@@ -552,7 +629,11 @@ class GradientFit(AbstractRateFitMethod):
             ok = jnp.isfinite(new_value) & (new_value <= value)
             scale = 1 + jnp.abs(new_value)
             small_change = jnp.abs(new_value - value) <= tol * scale
-            gradient = jnp.max(jnp.stack([jnp.max(jnp.abs(x), initial=0) for x in new_grad]))
+            gradient = jnp.max(
+                jnp.stack(
+                    [jnp.max(jnp.abs(x), initial=0) for x in jax.tree_util.tree_leaves(new_grad)]
+                )
+            )
             small_gradient = gradient <= jnp.sqrt(tol) * scale
             converged = ok & small_change & small_gradient
             stalled = ~ok | (new_value == value)
@@ -567,16 +648,25 @@ class GradientFit(AbstractRateFitMethod):
             stop = converged | stalled
             return theta, state, value, it, trace, stop, converged | (stalled & small_gradient)
 
-        carry = (theta0, opt.init(theta0), value0, jnp.zeros((), jnp.int32), trace, _any(bad))
+        carry = (
+            theta0,
+            opt.init(cast(Any, theta0)),
+            value0,
+            jnp.zeros((), jnp.int32),
+            trace,
+            _any(bad),
+        )
         carry = (*carry, jnp.asarray(False))
         theta, _, value, it, trace, _, converged = jax.lax.while_loop(cond, body, carry)
+        rates, effects = parts(theta)
         return _Outcome(
-            rates=rates_of(theta),
+            rates=rates,
             objective=-value,
             converged=converged,
             iterations=it,
             trace=_padded(trace, it, -value),
             bad=bad,
+            effects=effects,
         )
 
 
@@ -720,6 +810,9 @@ class RateFit(eqx.Module):
       driven to about 0, or to about $\infty$ (see [`jaxctbn.panel.fit_rates`][]; `False` for
       structural zeros and the diagonal).
     - `method`: `"squarem"`, `"em"` or `"gradient"` (static).
+    - `effects`: with covariates, per node `(C, configs, k, k)`: the log hazard ratio
+      $\beta_c$ of one unit of covariate $c$ on each rate (0 where it does not act); `model`
+      then holds the rates at the covariates' means `covariate_means` `(C,)`. `None` without.
     """
 
     model: CTBN
@@ -731,6 +824,8 @@ class RateFit(eqx.Module):
     at_lower_bound: tuple[Bool[Array, "_configs _k _k"], ...]
     at_upper_bound: tuple[Bool[Array, "_configs _k _k"], ...]
     method: str = eqx.field(static=True)
+    effects: tuple[Float[Array, "covariates _configs _k _k"], ...] | None = None
+    covariate_means: Float[Array, " covariates"] | None = None
 
 
 # --------------------------------------------------------------------------- entry point
@@ -742,11 +837,12 @@ def fit_rates(
     model: CTBN,
     observations: PanelObservations | PanelBuckets,
     *,
-    method: AbstractRateFitMethod = DEFAULT_METHOD,
+    method: AbstractRateFitMethod | None = None,
     prior: GammaPrior | None = None,
     emissions: Emissions | None = None,
     initial_distribution: ArrayLike | None = None,
     solver: AbstractMasterEquationSolver = DEFAULT_PANEL_SOLVER,
+    covariates: Covariates | None = None,
 ) -> RateFit:
     r"""Maximum-likelihood (or, with `prior`, MAP) rates of a fixed graph from panel data.
 
@@ -791,6 +887,11 @@ def fit_rates(
       has its mode at the bottom of the box.
     - `emissions`, `initial_distribution`: as for [`jaxctbn.panel.panel_log_likelihood`][] (fixed,
       not fitted).
+    - `covariates`: `None`, or [`jaxctbn.panel.Covariates`][]: baseline covariates per
+      trajectory with log-linear effects on chosen rates, fitted jointly with the rates by
+      [`jaxctbn.panel.GradientFit`][] (the default then; the EM methods are refused: the
+      effects have no closed-form update); the result's `effects` are the log hazard ratios
+      and `model` the rates at the covariates' means.
     - `solver`: the master-equation solver of the forward-backward pass. Default
       [`jaxctbn.MatrixExponential`][]: panel gaps are long compared with the rates' time
       scale, and the dense exponential has no limit on rate times gap (its cost grows with the
@@ -822,13 +923,49 @@ def fit_rates(
     fit.model.cims, fit.converged, fit.at_lower_bound
     ```
     """
+    if method is None:
+        method = DEFAULT_METHOD if covariates is None else GradientFit()
     parameters, groups, method = _checked_arguments(
         model, observations, method, prior, emissions, solver, "fit_rates"
     )
+    if covariates is not None:
+        _check_covariates(covariates, observations, method)
+        groups = None  # every trajectory has its own generator
     fit, bad = _fit(
-        model, observations, method, parameters, emissions, initial_distribution, solver, groups
+        model,
+        observations,
+        method,
+        parameters,
+        emissions,
+        initial_distribution,
+        solver,
+        groups,
+        covariates,
     )
     return _check_possible(fit, bad, observations)
+
+
+def _check_covariates(covariates, observations, method) -> None:
+    if not isinstance(covariates, Covariates):
+        raise ValueError(
+            f"covariates: expected a jaxctbn.panel.Covariates or None, got "
+            f"{type(covariates).__name__}."
+        )
+    if not isinstance(method, GradientFit):
+        raise ValueError(
+            f"method: covariate effects have no closed-form EM update; fit them with "
+            f"GradientFit() (the default with covariates), got {type(method).__name__}."
+        )
+    batch = (
+        (observations.num_trajectories,)
+        if isinstance(observations, PanelBuckets)
+        else observations.batch_shape
+    )
+    if covariates.values.shape[:-1] != batch:
+        raise ValueError(
+            f"covariates: expected one row per trajectory, leading axes {batch}, got values of "
+            f"shape {covariates.values.shape}."
+        )
 
 
 def _checked_arguments(model, observations, method, prior, emissions, solver, verb: str):
@@ -904,9 +1041,14 @@ def _checked_arguments(model, observations, method, prior, emissions, solver, ve
 
 
 @eqx.filter_jit
-def _fit(model, observations, method, prior, emissions, initial_distribution, solver, groups):
-    problem = _problem(model, observations, prior, emissions, initial_distribution, solver, groups)
+def _fit(
+    model, observations, method, prior, emissions, initial_distribution, solver, groups, covariates
+):
+    problem = _problem(
+        model, observations, prior, emissions, initial_distribution, solver, groups, covariates
+    )
     outcome = method.fit(problem)
+    effects = outcome.effects
     rates = problem.clip(outcome.rates)  # (the optimisers stay inside; rounding)
     # a rate driven to infinity creeps up (the objective flattens out); try the fast rates at
     # the top of the box, ratios kept, and keep that when the objective does not decrease
@@ -921,7 +1063,7 @@ def _fit(model, observations, method, prior, emissions, initial_distribution, so
     log_likelihood = log_posterior - problem.log_prior(rates)
 
     def pushed_evaluation(pushed):
-        likelihood = problem.log_likelihood(pushed)[0]
+        likelihood = problem.log_likelihood(pushed, effects)[0]
         return likelihood, likelihood + problem.log_prior(pushed)
 
     def no_candidates(pushed):
@@ -952,5 +1094,7 @@ def _fit(model, observations, method, prior, emissions, initial_distribution, so
         at_lower_bound=lower,
         at_upper_bound=upper,
         method=method.name,
+        effects=effects,
+        covariate_means=problem.covariate_means,
     )
     return fit, outcome.bad

@@ -31,6 +31,8 @@ not positive definite", no standard errors).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import cast
 
 import equinox as eqx
 import jax
@@ -44,7 +46,15 @@ from .._master_equation.dense_linalg import solve_batched
 from .._master_equation.solvers import AbstractMasterEquationSolver
 from .._model.ctbn import CTBN
 from .buckets import PanelBuckets
-from .fit import DEFAULT_METHOD, DEFAULT_PANEL_SOLVER, _checked_arguments, _problem
+from .covariates import Covariates
+from .fit import (
+    DEFAULT_METHOD,
+    DEFAULT_PANEL_SOLVER,
+    GradientFit,
+    _check_covariates,
+    _checked_arguments,
+    _problem,
+)
 from .observations import Emissions, PanelObservations
 
 # the smallest eigenvalue of a positive definite information, relative to the largest
@@ -72,7 +82,14 @@ class RateUncertainty(eqx.Module):
     - `covariance` `(P, P)`: $\mathcal I^{-1}$ over the estimated rates (0 elsewhere; $+\infty$
       on the diagonal of the estimated ones when `positive_definite` is `False`);
     - `positive_definite`: whether $\mathcal I$ over the estimated rates is positive definite;
-    - `level` (static): the intervals' level."""
+    - `level` (static): the intervals' level.
+
+    With covariates, per node `(C, configs, k, k)` (`None` without): `effects` (the log hazard
+    ratios $\hat\beta$), `effect_standard_errors` ($\mathrm{se}(\hat\beta)$; $+\infty$ where
+    not estimated: an effect on a rate at a bound is held fixed with it),
+    `hazard_ratio_lower`, `hazard_ratio_upper` ($e^{\hat\beta\mp z\,\mathrm{se}}$) and
+    `effect_estimated`; `information` and `covariance` then continue with every entry of the
+    effects, node by node, after the log-rates."""
 
     rates: tuple[Float[Array, "_configs _k _k"], ...]
     log_rate_standard_errors: tuple[Float[Array, "_configs _k _k"], ...]
@@ -86,6 +103,11 @@ class RateUncertainty(eqx.Module):
     covariance: Float[Array, "parameters parameters"]
     positive_definite: Bool[Array, ""]
     level: float = eqx.field(static=True)
+    effects: tuple[Float[Array, "covariates _configs _k _k"], ...] | None = None
+    effect_standard_errors: tuple[Float[Array, "covariates _configs _k _k"], ...] | None = None
+    hazard_ratio_lower: tuple[Float[Array, "covariates _configs _k _k"], ...] | None = None
+    hazard_ratio_upper: tuple[Float[Array, "covariates _configs _k _k"], ...] | None = None
+    effect_estimated: tuple[Bool[Array, "covariates _configs _k _k"], ...] | None = None
 
 
 def _off_diagonal(shapes) -> list[np.ndarray]:
@@ -107,6 +129,8 @@ def rate_uncertainty(
     initial_distribution: ArrayLike | None = None,
     solver: AbstractMasterEquationSolver = DEFAULT_PANEL_SOLVER,
     level: float = 0.95,
+    covariates: Covariates | None = None,
+    effects: Sequence[ArrayLike] | None = None,
 ) -> RateUncertainty:
     r"""Standard errors and intervals of the rates fitted to panel data, from the exact observed
     information in the log-rates (see the module docstring).
@@ -114,7 +138,8 @@ def rate_uncertainty(
     **Arguments:** `model`: the fitted [`jaxctbn.CTBN`][] (`fit.model` of
     [`jaxctbn.panel.fit_rates`][]; its rates that are exactly 0 are structural zeros); the
     other arguments as given to the fit (the same `observations`, `prior`, `emissions`,
-    `initial_distribution` and `solver`); `level` in $(0, 1)$ (default 0.95).
+    `initial_distribution`, `solver` and `covariates`, with the fit's `effects`); `level` in
+    $(0, 1)$ (default 0.95).
 
     **Returns:** a [`jaxctbn.panel.RateUncertainty`][].
 
@@ -137,23 +162,52 @@ def rate_uncertainty(
     parameters, groups, _ = _checked_arguments(
         model, observations, DEFAULT_METHOD, prior, emissions, solver, "rate_uncertainty"
     )
+    if (covariates is None) != (effects is None):
+        raise ValueError(
+            "covariates, effects: give both (a fit with covariates: its `effects`) or neither."
+        )
+    if covariates is not None:
+        _check_covariates(covariates, observations, GradientFit())
+        groups = None
+        effects = tuple(jnp.asarray(b) for b in cast(Sequence[ArrayLike], effects))
     return _uncertainty(
-        model, observations, parameters, emissions, initial_distribution, solver, groups, level
+        model,
+        observations,
+        parameters,
+        emissions,
+        initial_distribution,
+        solver,
+        groups,
+        level,
+        covariates,
+        effects,
     )
 
 
 @eqx.filter_jit
 def _uncertainty(
-    model, observations, prior, emissions, initial_distribution, solver, groups, level: float
+    model,
+    observations,
+    prior,
+    emissions,
+    initial_distribution,
+    solver,
+    groups,
+    level: float,
+    covariates,
+    effects,
 ) -> RateUncertainty:
     z = float(scipy.stats.norm.ppf(0.5 + float(level) / 2))  # (level is static)
-    problem = _problem(model, observations, prior, emissions, initial_distribution, solver, groups)
+    problem = _problem(
+        model, observations, prior, emissions, initial_distribution, solver, groups, covariates
+    )
     rates = problem.start()  # the fit, its free rates clipped into the box
     lower_flag, upper_flag = problem.bound_flags(rates)
     shapes = [q.shape for q in rates]
     where = _off_diagonal(shapes)
     sizes = [len(w) for w in where]
     dtype = rates[0].dtype
+    P = sum(sizes)
 
     def flat(arrays):
         return jnp.concatenate([a.reshape(-1)[w] for a, w in zip(arrays, where)])
@@ -166,22 +220,46 @@ def _uncertainty(
             start += size
         return tuple(out)
 
+    # the effects (covariates) after the log-rates, every entry of each node's (C, configs, k, k)
+    masks = problem.effect_masks
+    effect_shapes = [] if masks is None else [m.shape for m in masks]
+    effect_sizes = [math.prod(e) for e in effect_shapes]
+
+    def effects_of(vector):
+        out, start = [], 0
+        for shape, size in zip(effect_shapes, effect_sizes):
+            out.append(vector[start : start + size].reshape(shape))
+            start += size
+        return tuple(out)
+
     free = flat(problem.free)
+    interior = free & ~flat(lower_flag) & ~flat(upper_flag)
     theta0 = jnp.log(jnp.where(free, flat(rates), 1))
+    if masks is not None:
+        assert effects is not None
+        beta0 = jnp.concatenate([jnp.asarray(b, dtype).reshape(-1) for b in effects])
+        effect_free = jnp.concatenate([m.reshape(-1) for m in masks])
+        # an effect on a rate at a bound is no more identified than the rate: held fixed too
+        rate_interior = unflat(interior, False)
+        effect_interior = jnp.concatenate(
+            [(m & r[None]).reshape(-1) for m, r in zip(masks, rate_interior)]
+        )
+        theta0 = jnp.concatenate([theta0, beta0])
+        free = jnp.concatenate([free, effect_free])
+        interior = jnp.concatenate([interior, effect_interior])
 
     def objective(theta):
-        rates = unflat(jnp.exp(theta), 1)
-        return problem.objective(tuple(jnp.where(f, q, 0) for q, f in zip(rates, problem.free)))
+        rates = unflat(jnp.exp(theta[:P]), 1)
+        rates = tuple(jnp.where(f, q, 0) for q, f in zip(rates, problem.free))
+        return problem.objective(rates, None if masks is None else effects_of(theta[P:]))
 
     # reverse over reverse: the filter's custom VJPs (small products, exponentials) have no
     # forward-mode rule
     information = -jax.jacrev(jax.grad(objective))(theta0)
     information = jnp.where(free[:, None] & free[None, :], information, 0)
-    interior = free & ~flat(lower_flag) & ~flat(upper_flag)
     both = interior[:, None] & interior[None, :]
-    P = theta0.shape[0]
-    eye = jnp.eye(P, dtype=dtype)
-    restricted = jnp.where(both, information, eye)  # the held-fixed rates decoupled
+    eye = jnp.eye(theta0.shape[0], dtype=dtype)
+    restricted = jnp.where(both, information, eye)  # the held-fixed parameters decoupled
     restricted = (restricted + restricted.T) / 2
     eigenvalues = jnp.linalg.eigvalsh(restricted)
     definite = eigenvalues[0] > _DEFINITE * jnp.maximum(eigenvalues[-1], 0)
@@ -193,23 +271,39 @@ def _uncertainty(
     covariance = jnp.where(both & definite, inverse, 0)
     covariance = jnp.where(jnp.diag(interior & ~definite), jnp.inf, covariance)
     variance = jnp.where(estimated, jnp.diagonal(inverse), 0)
-    se_log = jnp.where(estimated, jnp.sqrt(jnp.maximum(variance, 0)), jnp.where(free, jnp.inf, 0))
+    se = jnp.where(estimated, jnp.sqrt(jnp.maximum(variance, 0)), jnp.where(free, jnp.inf, 0))
+    spread = jnp.exp(z * jnp.where(estimated, se, 0))
+    se_log = se[:P]
     rate = flat(rates)
-    spread = jnp.exp(z * jnp.where(estimated, se_log, 0))
-    lower = jnp.where(estimated, rate / spread, 0)
-    upper = jnp.where(estimated, rate * spread, jnp.where(free, jnp.inf, 0))
-    se = jnp.where(estimated, rate * se_log, jnp.where(free, jnp.inf, 0))
+    lower = jnp.where(estimated[:P], rate / spread[:P], 0)
+    upper = jnp.where(estimated[:P], rate * spread[:P], jnp.where(free[:P], jnp.inf, 0))
+    rate_se = jnp.where(estimated[:P], rate * se_log, jnp.where(free[:P], jnp.inf, 0))
+    effect_fields = {}
+    if masks is not None:
+        ratio = jnp.exp(theta0[P:])
+        effect_fields = dict(
+            effects=effects_of(jnp.where(free[P:], theta0[P:], 0)),
+            effect_standard_errors=effects_of(se[P:]),
+            hazard_ratio_lower=effects_of(
+                jnp.where(estimated[P:], ratio / spread[P:], jnp.where(free[P:], 0, 1))
+            ),
+            hazard_ratio_upper=effects_of(
+                jnp.where(estimated[P:], ratio * spread[P:], jnp.where(free[P:], jnp.inf, 1))
+            ),
+            effect_estimated=effects_of(estimated[P:]),
+        )
     return RateUncertainty(
         rates=tuple(jnp.where(f, q, 0) for q, f in zip(rates, problem.free)),
         log_rate_standard_errors=unflat(se_log, 0),
-        standard_errors=unflat(se, 0),
+        standard_errors=unflat(rate_se, 0),
         lower=unflat(lower, 0),
         upper=unflat(upper, 0),
-        estimated=unflat(estimated, False),
+        estimated=unflat(estimated[:P], False),
         at_lower_bound=lower_flag,
         at_upper_bound=upper_flag,
         information=information,
         covariance=covariance,
         positive_definite=definite,
         level=float(level),
+        **effect_fields,
     )

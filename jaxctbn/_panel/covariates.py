@@ -1,0 +1,129 @@
+r"""Baseline covariates with log-linear effects on the rates (R msm's `covariates = ~ ...`).
+
+Trajectory $r$ carries covariates $z_r\in\mathbb R^C$; a rate that covariate $c$ acts on is
+
+$$\lambda_{n}(x,x',u;z_r)=\lambda_n(x,x',u)\,\exp\Big(\sum_c\beta_{c,n}(x,x',u)\,
+(z_{rc}-\bar z_c)\Big),$$
+
+with $\bar z$ the mean over the trajectories (msm's `center = TRUE`): $\lambda_n(x,x',u)$ is the
+rate at the covariates' means, and $e^{\beta}$ the hazard ratio of one unit of $z_c$. The
+effects enter the panel likelihood as per-trajectory rate scales (the imperfect interventions
+of [`jaxctbn.Intervention`][]), so every route of the filter applies unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Bool, Float
+
+from .._model.interventions import is_concrete
+
+
+class Covariates(eqx.Module):
+    r"""Covariates of every trajectory, constant over its observations, and the rates they act
+    on.
+
+    **Arguments:**
+
+    - `values`: `(*batch, C)`, one row per trajectory (the leading axes of the
+      [`jaxctbn.panel.PanelObservations`][], or of a [`jaxctbn.panel.PanelBuckets`][]' original
+      order). Dummy-code categorical covariates (one column per level but the reference).
+    - `names` (keyword-only): one per column (default `z0`, `z1`, ...).
+    - `acts_on` (keyword-only): per node, booleans `(C, configs, k, k)`: which of its rates
+      each covariate scales (default: every free rate of every node). Entries off the free
+      rates (the diagonal, structural zeros) are ignored.
+
+    Structure is checked here (a `ValueError` naming the argument); concrete values must be
+    finite, and a covariate that is constant over the trajectories is refused (its effect is
+    not identified once centred).
+    """
+
+    values: Float[Array, "*batch covariates"]
+    acts_on: tuple[Bool[Array, "covariates _configs _k _k"], ...] | None
+    names: tuple[str, ...] = eqx.field(static=True)
+
+    def __init__(
+        self,
+        values: ArrayLike,
+        *,
+        names: Sequence[str] | None = None,
+        acts_on: Sequence[ArrayLike] | None = None,
+    ):
+        values = jnp.asarray(values)
+        if values.ndim < 2 or not jnp.issubdtype(values.dtype, jnp.number):
+            raise ValueError(
+                f"values: expected numbers of shape (trajectories, covariates), got "
+                f"{values.dtype} {values.shape}."
+            )
+        if not jnp.issubdtype(values.dtype, jnp.floating):
+            values = values.astype(float)
+        C = values.shape[-1]
+        if C < 1:
+            raise ValueError("values: need at least one covariate column.")
+        if names is None:
+            names = tuple(f"z{c}" for c in range(C))
+        names = tuple(str(n) for n in names)
+        if len(names) != C:
+            raise ValueError(f"names: need one per covariate column ({C}), got {len(names)}.")
+        if len(set(names)) != C:
+            raise ValueError(f"names: must be distinct, got {list(names)}.")
+        if is_concrete(values):
+            array = np.asarray(values).reshape(-1, C)
+            if not np.all(np.isfinite(array)):
+                raise ValueError("values: must be finite (no missing values).")
+            constant = [n for n, col in zip(names, array.T) if np.ptp(col) == 0]
+            if constant:
+                raise ValueError(
+                    f"values: covariate {constant[0]!r} is constant over the trajectories, so "
+                    "its effect is not identified; leave it out."
+                )
+        self.values = values
+        self.names = names
+        if acts_on is None:
+            self.acts_on = None
+        else:
+            masks = tuple(jnp.asarray(a, bool) for a in acts_on)
+            for n, m in enumerate(masks):
+                if m.ndim != 4 or m.shape[0] != C or m.shape[-1] != m.shape[-2]:
+                    raise ValueError(
+                        f"acts_on[{n}]: expected booleans (covariates={C}, configs, k, k), got "
+                        f"shape {m.shape}."
+                    )
+            self.acts_on = masks
+
+    @property
+    def num_covariates(self) -> int:
+        return self.values.shape[-1]
+
+    def masks(self, free: tuple[Array, ...]) -> tuple[Array, ...]:
+        """Per node, `(C, configs, k, k)`: the free rates each covariate acts on."""
+        C = self.num_covariates
+        if self.acts_on is None:
+            return tuple(jnp.broadcast_to(f, (C,) + f.shape) for f in free)
+        if len(self.acts_on) != len(free):
+            raise ValueError(
+                f"acts_on: need one mask per node ({len(free)}), got {len(self.acts_on)}."
+            )
+        out = []
+        for n, (m, f) in enumerate(zip(self.acts_on, free)):
+            if m.shape[1:] != f.shape:
+                raise ValueError(
+                    f"acts_on[{n}]: expected shape {(C,) + f.shape} for this node, got {m.shape}."
+                )
+            out.append(m & f[None])
+        return tuple(out)
+
+
+def scales_of(
+    centred: Array, effects: tuple[Array, ...], masks: tuple[Array, ...]
+) -> tuple[Array, ...]:
+    r"""Per node, the rate scales `(R, configs, k, k)` $\exp(\sum_c\beta_c\tilde z_{rc})$ of the
+    trajectories with centred covariates `centred` `(R, C)` (1 off the masked rates)."""
+    return tuple(
+        jnp.exp(jnp.einsum("rc,c...->r...", centred, jnp.where(m, b, 0)))
+        for b, m in zip(effects, masks)
+    )

@@ -1,0 +1,162 @@
+"""Covariates with log-linear effects on the rates of a panel fit (R msm's `covariates =`):
+the joint fit of rates and effects against scipy's L-BFGS-B on an independent numpy likelihood
+(one scipy.linalg.expm per subject), and the standard errors of rates and effects against
+central second differences of that likelihood."""
+
+import functools
+import itertools
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.optimize
+
+import jaxctbn as jc
+
+GRID = np.arange(0.0, 6.0, 1.0)
+RATES = np.array([[0.0, 0.4, 0.1], [0.3, 0.0, 0.3], [0.0, 0.0, 0.0]])  # state 2 absorbing
+FREE = [(0, 1), (0, 2), (1, 0), (1, 2)]
+ACTS_ON = [(0, 1), (1, 2)]  # sex and age act on 0 -> 1 and 1 -> 2
+TRUE_EFFECTS = {(0, 1): (0.7, 0.3), (1, 2): (-0.5, 0.4)}
+R = 120
+
+
+def _generator(rates, effects, z):
+    Q = rates.copy()
+    for (x, y), b in effects.items():
+        Q[x, y] *= np.exp(np.dot(b, z))
+    return Q - np.diag(Q.sum(1))
+
+
+@functools.cache
+def _data():
+    """Exact simulation: the state at each yearly visit, by the transition matrices."""
+    rng = np.random.default_rng(0)
+    Z = np.stack([rng.integers(0, 2, R).astype(float), rng.normal(50, 10, R)], 1)
+    centred = Z - Z.mean(0)
+    paths = np.zeros((R, len(GRID)), int)
+    for r in range(R):
+        P = scipy.linalg.expm(_generator(RATES, TRUE_EFFECTS, centred[r] * [1, 0.1]))
+        paths[r, 0] = rng.integers(2)
+        for i in range(1, len(GRID)):
+            paths[r, i] = rng.choice(3, p=P[paths[r, i - 1]])
+    return Z, paths
+
+
+def _negative_log_likelihood(parameters):
+    """Of (log of the 4 free rates, the 2 x 2 effects), conditional on each first visit."""
+    Z, paths = _data()
+    centred = Z - Z.mean(0)
+    Q = np.zeros((3, 3))
+    for (x, y), v in zip(FREE, np.exp(parameters[:4])):
+        Q[x, y] = v
+    effects = {e: parameters[4 + 2 * i : 6 + 2 * i] for i, e in enumerate(ACTS_ON)}
+    total = 0.0
+    for r in range(R):
+        P = scipy.linalg.expm(_generator(Q, effects, centred[r]))
+        total += np.log(P[paths[r, :-1], paths[r, 1:]]).sum()
+    return -total
+
+
+def _covariates():
+    Z, _ = _data()
+    acts_on = np.zeros((2, 1, 3, 3), bool)
+    for x, y in ACTS_ON:
+        acts_on[:, 0, x, y] = True
+    return jc.panel.Covariates(Z, names=("sex", "age"), acts_on=[acts_on])
+
+
+@functools.cache
+def _fit():
+    Z, paths = _data()
+    obs = jc.panel.PanelObservations(np.broadcast_to(GRID, paths.shape), paths[..., None])
+    start = jc.CTBN(
+        cims=[jnp.array([[[0, 1.0, 1.0], [1.0, 0, 1.0], [0, 0, 0.0]]])], parents=[()], names=("h",)
+    )
+    fit = jc.panel.fit_rates(start, obs, covariates=_covariates())
+    uncertainty = jc.panel.rate_uncertainty(
+        fit.model, obs, covariates=_covariates(), effects=fit.effects
+    )
+    return obs, fit, uncertainty
+
+
+def _parameters(fit):
+    q = np.asarray(fit.model.cims[0][0])
+    b = np.asarray(fit.effects[0])[:, 0]
+    return np.concatenate(
+        [np.log([q[e] for e in FREE]), [b[c][e] for e in ACTS_ON for c in (0, 1)]]
+    )
+
+
+def test_rates_and_effects_reach_scipys_optimum():
+    _, fit, _ = _fit()
+    assert bool(fit.converged) and fit.method == "gradient"
+    result = scipy.optimize.minimize(
+        _negative_log_likelihood,
+        np.zeros(8),
+        method="L-BFGS-B",
+        options=dict(ftol=1e-14, gtol=1e-9, maxiter=3000),
+    )
+    # (the direct rate 0 -> 2 is weakly identified, se(log rate) ~ 0.7: the objective is flat
+    # along it, and two optimisers stop a little apart there)
+    np.testing.assert_allclose(_parameters(fit), result.x, atol=1e-3)
+    # within the default stopping tolerance (1e-8 relative)
+    np.testing.assert_allclose(float(fit.log_likelihood), -result.fun, rtol=1e-8)
+    # the reported log-likelihood is the independent one at the fitted parameters
+    np.testing.assert_allclose(
+        float(fit.log_likelihood), -_negative_log_likelihood(_parameters(fit)), rtol=1e-10
+    )
+    # rates at the covariates' means; effects only where they act
+    np.testing.assert_allclose(fit.covariate_means, _data()[0].mean(0), rtol=1e-12)
+    b = np.asarray(fit.effects[0])[:, 0]
+    off = np.ones((3, 3), bool)
+    for e in ACTS_ON:
+        off[e] = False
+    assert np.all(b[:, off] == 0)
+
+
+def test_standard_errors_of_rates_and_effects_against_finite_differences():
+    _, fit, uncertainty = _fit()
+    x = _parameters(fit)
+    n, h = len(x), 1e-3
+    H = np.zeros((n, n))
+    for i, j in itertools.combinations_with_replacement(range(n), 2):
+        e_i, e_j = h * np.eye(n)[i], h * np.eye(n)[j]
+        f = _negative_log_likelihood
+        H[i, j] = H[j, i] = (
+            f(x + e_i + e_j) - f(x + e_i - e_j) - f(x - e_i + e_j) + f(x - e_i - e_j)
+        ) / (4 * h * h)
+    expected = np.sqrt(np.diag(np.linalg.inv(H)))
+    se_rates = np.asarray(uncertainty.log_rate_standard_errors[0][0])
+    se_effects = np.asarray(uncertainty.effect_standard_errors[0])[:, 0]
+    got = np.concatenate(
+        [[se_rates[e] for e in FREE], [se_effects[c][e] for e in ACTS_ON for c in (0, 1)]]
+    )
+    np.testing.assert_allclose(got, expected, rtol=1e-4)
+    assert bool(uncertainty.positive_definite)
+    # hazard-ratio intervals: exp(beta -+ 1.96 se), around exp(beta)
+    b = np.asarray(uncertainty.effects[0])[:, 0]
+    lo = np.asarray(uncertainty.hazard_ratio_lower[0])[:, 0]
+    hi = np.asarray(uncertainty.hazard_ratio_upper[0])[:, 0]
+    for c, e in itertools.product((0, 1), ACTS_ON):
+        np.testing.assert_allclose(lo[c][e] * hi[c][e], np.exp(2 * b[c][e]), rtol=1e-10)
+        np.testing.assert_allclose(np.log(hi[c][e]) - b[c][e], 1.959964 * se_effects[c][e], 1e-6)
+
+
+def test_bad_covariates_are_refused():
+    Z, paths = _data()
+    obs = jc.panel.PanelObservations(np.broadcast_to(GRID, paths.shape), paths[..., None])
+    start = jc.CTBN(cims=[jnp.ones((1, 3, 3))], parents=[()])
+    with pytest.raises(ValueError, match="values: covariate 'c' is constant"):
+        jc.panel.Covariates(np.stack([Z[:, 0], np.ones(R)], 1), names=("s", "c"))
+    with pytest.raises(ValueError, match="values: must be finite"):
+        jc.panel.Covariates(np.where(np.arange(R)[:, None] == 3, np.nan, Z))
+    with pytest.raises(ValueError, match="names: need one per covariate"):
+        jc.panel.Covariates(Z, names=("a",))
+    with pytest.raises(ValueError, match="covariates: expected one row per trajectory"):
+        jc.panel.fit_rates(start, obs, covariates=jc.panel.Covariates(Z[:10]))
+    with pytest.raises(ValueError, match="method: covariate effects have no closed-form EM"):
+        jc.panel.fit_rates(start, obs, covariates=_covariates(), method=jc.panel.EMFit())
+    with pytest.raises(ValueError, match="covariates, effects: give both"):
+        jc.panel.rate_uncertainty(start, obs, covariates=_covariates())
