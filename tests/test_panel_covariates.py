@@ -160,3 +160,59 @@ def test_bad_covariates_are_refused():
         jc.panel.fit_rates(start, obs, covariates=_covariates(), method=jc.panel.EMFit())
     with pytest.raises(ValueError, match="covariates, effects: give both"):
         jc.panel.rate_uncertainty(start, obs, covariates=_covariates())
+
+
+def test_fit_with_covariates_from_the_command_line(tmp_path, capsys):
+    # the CSV of the same data, sex written as text (F = 0, M = 1): dummy-coded against its
+    # first level F, it is the numeric covariate of the library's fit, whose effects and
+    # errors the command line must report
+    from jaxctbn._cli import main
+
+    Z, paths = _data()
+    rows = [
+        [r, t, int(paths[r, i]), "FM"[int(Z[r, 0])], float(Z[r, 1])]
+        for r in range(R)
+        for i, t in enumerate(GRID)
+    ]
+    import pandas as pd
+
+    data = tmp_path / "visits.csv"
+    columns = ["trajectory_id", "time", "h", "sex", "age"]
+    pd.DataFrame(rows, columns=columns).to_csv(data, index=False)
+    network = tmp_path / "start.json"
+    jc.CTBN(
+        cims=[jnp.array([[[0, 1.0, 1.0], [1.0, 0, 1.0], [0, 0, 0.0]]])], parents=[()], names=("h",)
+    ).to_json(network)
+    out = tmp_path / "fit.json"
+    args = ["fit", "--data", str(data), "--network", str(network), "--observation", "panel"]
+    covariates = ["--covariates", "sex,age", "--covariate-rates", "h:0-1,h:1-2"]
+    assert main([*args, *covariates, "--out", str(out)]) == 0
+    d = __import__("json").loads(out.read_text())
+    _, fit, uncertainty = _fit()
+    assert d["method"] == "gradient" and d["num_parameters"] == 8
+    assert d["covariates"]["names"] == ["sex=M", "age"]
+    assert d["covariates"]["reference_levels"] == {"sex": "F"}
+    np.testing.assert_allclose(d["covariates"]["means"], Z.mean(0), rtol=1e-12)
+    assert len(d["covariate_effects"]) == 4
+    for e in d["covariate_effects"]:
+        c = ["sex=M", "age"].index(e["covariate"])
+        b = float(np.asarray(fit.effects[0])[c, 0, e["from"], e["to"]])
+        se = float(np.asarray(uncertainty.effect_standard_errors[0])[c, 0, e["from"], e["to"]])
+        np.testing.assert_allclose(e["log_hazard_ratio"], b, atol=1e-4)
+        np.testing.assert_allclose(e["hazard_ratio"], np.exp(e["log_hazard_ratio"]), rtol=1e-12)
+        np.testing.assert_allclose(e["se"], se, rtol=1e-3)
+        lo, hi = e["ci95"]
+        assert lo < e["hazard_ratio"] < hi
+    # one line, exit 2
+    for extra, message in [
+        (["--covariates", "sex,age", "--method", "em"], "--method em: covariate effects"),
+        (["--covariates", "h"], "'h' is a node or a reserved column"),
+        (["--covariates", "weight"], "no column 'weight'"),
+        (["--covariates", "sex,age", "--covariate-rates", "h:2-0"], "not a free rate"),
+        (["--covariate-rates", "h:0-1"], "only with --covariates"),
+    ]:
+        capsys.readouterr()
+        bad = tmp_path / "bad.json"
+        assert main([*args, *extra, "--out", str(bad)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err

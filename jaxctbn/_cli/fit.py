@@ -267,6 +267,132 @@ def _learn_panel_strength(model, df, entry, prior, method, node_name):
     return summary, at_estimate, ids
 
 
+def _covariate_columns(text: str, df, model) -> list[str]:
+    """The column names of `--covariates COL,COL,...`, checked against the data."""
+    names = [c.strip() for c in str(text).split(",") if c.strip()]
+    if not names:
+        raise ValueError("--covariates: give data columns COL,COL,...")
+    reserved = {"trajectory_id", "time", "intervention", *model.names}
+    for name in names:
+        if name in reserved:
+            raise ValueError(f"--covariates: {name!r} is a node or a reserved column.")
+        if name not in df.columns:
+            raise ValueError(f"--covariates: no column {name!r} in the data.")
+    if len(set(names)) != len(names):
+        raise ValueError(f"--covariates: a column is named twice in {text!r}.")
+    return names
+
+
+def _covariates_of(model, df, ids, columns: str, rates: str | None):
+    """`--covariates` / `--covariate-rates`: a `Covariates` with one row per trajectory (in the
+    order of `ids`) and a summary for the JSON (names, means, reference levels)."""
+    import numpy as np
+    import pandas as pd
+
+    from .._panel.covariates import Covariates
+
+    names = _covariate_columns(columns, df, model)
+    grouped = df.groupby("trajectory_id", sort=False)
+    values, labels, reference = [], [], {}
+    for name in names:
+        column = df[name]
+        if column.isna().any():
+            tid = df["trajectory_id"][column.isna()].iloc[0]
+            raise ValueError(
+                f"--covariates: column {name!r} has missing values (trajectory {tid!r})."
+            )
+        varying = grouped[name].nunique()
+        if (varying > 1).any():
+            tid = varying.index[int(np.argmax(varying.to_numpy() > 1))]
+            raise ValueError(
+                f"--covariates: column {name!r} changes within trajectory {tid!r}; covariates "
+                "are per trajectory (baseline) here."
+            )
+        first = grouped[name].first()
+        per_trajectory = first.reindex(pd.Index(list(ids)))
+        numeric = pd.to_numeric(per_trajectory, errors="coerce")
+        if numeric.notna().all():
+            values.append(numeric.to_numpy(float))
+            labels.append(name)
+            continue
+        levels = sorted(str(v) for v in per_trajectory.unique())
+        if len(levels) < 2:
+            raise ValueError(f"--covariates: column {name!r} has a single value.")
+        reference[name] = levels[0]
+        text = per_trajectory.astype(str).to_numpy()
+        for level in levels[1:]:
+            values.append((text == level).astype(float))
+            labels.append(f"{name}={level}")
+    acts_on = None
+    if rates is not None:
+        acts_on = [np.zeros((len(labels),) + tuple(np.shape(q)), bool) for q in model.cims]
+        for item in str(rates).split(","):
+            item = item.strip()
+            try:
+                node, transition = item.split(":")
+                x, y = (int(v) for v in transition.split("-"))
+            except ValueError:
+                raise ValueError(
+                    f"--covariate-rates: expected NODE:FROM-TO,..., got {item!r}."
+                ) from None
+            if node not in model.names:
+                raise ValueError(
+                    f"--covariate-rates: unknown node {node!r}; the nodes are {list(model.names)}."
+                )
+            n = model.names.index(node)
+            q = np.asarray(model.cims[n])
+            k = q.shape[-1]
+            if not (0 <= x < k and 0 <= y < k) or x == y or not np.any(q[:, x, y] > 0):
+                raise ValueError(
+                    f"--covariate-rates: {item!r} is not a free rate of {node!r} (states "
+                    f"0..{k - 1}, not a structural zero)."
+                )
+            acts_on[n][:, :, x, y] = True
+    covariates = Covariates(np.stack(values, 1), names=labels, acts_on=acts_on)
+    summary = {"names": labels, "columns": names, "reference_levels": reference}
+    return covariates, summary
+
+
+def _effect_table(model, covariates, uncertainty, level: float = 0.95) -> list[dict]:
+    """One entry per covariate and rate it acts on: the hazard ratio and its interval."""
+    import itertools
+    import math
+
+    import numpy as np
+
+    out = []
+    for n, name in enumerate(model.names):
+        parents = list(model.parents[n])
+        configs = list(itertools.product(*(range(model.cardinalities[p]) for p in parents)))
+        free = (np.asarray(model.cims[n]) != 0) & ~np.eye(model.cardinalities[n], dtype=bool)
+        beta = np.asarray(uncertainty.effects[n])
+        se = np.asarray(uncertainty.effect_standard_errors[n])
+        lo = np.asarray(uncertainty.hazard_ratio_lower[n])
+        hi = np.asarray(uncertainty.hazard_ratio_upper[n])
+        for c, label in enumerate(covariates.names):
+            acts = np.asarray(covariates.acts_on[n][c]) if covariates.acts_on else free
+            for u, x, y in zip(*np.nonzero(acts & free)):
+                finite = math.isfinite(float(se[c, u, x, y]))
+                out.append(
+                    {
+                        "covariate": label,
+                        "node": name,
+                        "parent_states": {
+                            model.names[p]: int(v) for p, v in zip(parents, configs[int(u)])
+                        },
+                        "from": int(x),
+                        "to": int(y),
+                        "hazard_ratio": math.exp(float(beta[c, u, x, y])),
+                        "log_hazard_ratio": float(beta[c, u, x, y]),
+                        "se": float(se[c, u, x, y]) if finite else None,
+                        "ci95": [float(lo[c, u, x, y]), float(hi[c, u, x, y])]
+                        if finite
+                        else [None, None],
+                    }
+                )
+    return out
+
+
 def _cmd_fit(args):
     import numpy as np
 
@@ -288,27 +414,55 @@ def _cmd_fit(args):
     panel = args.observation == "panel"
     if not panel and args.exact_entry:
         raise ValueError("--exact-entry: only for panel data (--observation panel).")
+    if not panel and (args.covariates is not None or args.covariate_rates is not None):
+        raise ValueError("--covariates: only for panel data (--observation panel) here.")
+    if args.covariate_rates is not None and args.covariates is None:
+        raise ValueError("--covariate-rates: only with --covariates.")
     df = read_csv(args.data)
-    out: dict = {"method": args.method, "observation": args.observation}
+    default = "gradient" if args.covariates is not None else "squarem"
+    out: dict = {"method": args.method or default, "observation": args.observation}
     if panel:
         entry = _assignment(args.exact_entry, model.names, model.cardinalities, "--exact-entry")
         options = {"tolerance": args.tolerance}
         if args.max_iterations is not None:
             options["max_iterations"] = args.max_iterations
         methods = {"squarem": SquaremFit, "em": EMFit, "gradient": GradientFit}
-        method = methods[args.method](**options)
+        if args.covariates is not None:
+            if args.method not in (None, "gradient"):
+                raise ValueError(
+                    f"--method {args.method}: covariate effects have no closed-form EM "
+                    "update; with --covariates the fit is --method gradient (the default then)."
+                )
+            if args.learn_strength is not None:
+                raise ValueError("--covariates: not together with --learn-strength.")
+        method = methods[out["method"]](**options)
         prior = None if alpha is None or beta is None else GammaPrior(alpha, beta)
+        # the covariate columns are not nodes: the panel reader sees the rest
+        columns = [] if args.covariates is None else _covariate_columns(args.covariates, df, model)
+        nodes_df = df.drop(columns=columns)
         if args.learn_strength is None:
-            observations, ids = panel_from_dataframe(df, model, exact_entry=entry, bucketed=True)
+            observations, ids = panel_from_dataframe(
+                nodes_df, model, exact_entry=entry, bucketed=True
+            )
         else:
             out["strength"], observations, ids = _learn_panel_strength(
-                model, df, entry, prior, GradientFit(**options), args.learn_strength
+                model, nodes_df, entry, prior, GradientFit(**options), args.learn_strength
             )
-        fit = fit_rates(model, observations, method=method, prior=prior)
+        covariates = None
+        if args.covariates is not None:
+            covariates, out["covariates"] = _covariates_of(
+                model, df, ids, args.covariates, args.covariate_rates
+            )
+        fit = fit_rates(model, observations, method=method, prior=prior, covariates=covariates)
         fitted = fit.model
-        uncertainty = rate_uncertainty(fitted, observations, prior=prior)
+        uncertainty = rate_uncertainty(
+            fitted, observations, prior=prior, covariates=covariates, effects=fit.effects
+        )
         log_rate_se = uncertainty.log_rate_standard_errors
         definite = bool(uncertainty.positive_definite)
+        if covariates is not None:
+            out["covariates"]["means"] = [float(v) for v in np.asarray(fit.covariate_means)]
+            out["covariate_effects"] = _effect_table(fitted, covariates, uncertainty)
         out.update(
             log_likelihood=float(fit.log_likelihood),
             log_posterior=float(fit.log_posterior),
@@ -333,9 +487,14 @@ def _cmd_fit(args):
     out["trajectories"] = num_trajectories
     out["rates"] = _rate_table(fitted, log_rate_se)
     # AIC counts every free rate (those at a bound too), and a learned strength
-    num_parameters = sum(
-        int(np.sum((np.asarray(q) != 0) & ~np.eye(q.shape[-1], dtype=bool))) for q in fitted.cims
-    ) + int("strength" in out)
+    num_parameters = (
+        sum(
+            int(np.sum((np.asarray(q) != 0) & ~np.eye(q.shape[-1], dtype=bool)))
+            for q in fitted.cims
+        )
+        + int("strength" in out)
+        + len(out.get("covariate_effects", []))
+    )
     out["minus2loglik"] = -2 * out["log_likelihood"]
     out["num_parameters"] = num_parameters
     out["aic"] = out["minus2loglik"] + 2 * num_parameters
@@ -368,7 +527,7 @@ def _cmd_fit(args):
         )
     state = "converged" if out["converged"] else "did NOT converge"
     print(
-        f"fitted {args.method} on {num_trajectories} {args.observation} trajectories: "
+        f"fitted {out['method']} on {num_trajectories} {args.observation} trajectories: "
         f"log-likelihood {out['log_likelihood']:.6f} ({state}, {out['iterations']} iterations); "
         f"wrote {args.out}"
     )

@@ -109,8 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--method",
         choices=["squarem", "em", "gradient"],
-        default="squarem",
-        help="panel: squarem (EM accelerated by SQUAREM, stops at a small gradient; default), "
+        default=None,
+        help="panel: squarem (EM accelerated by SQUAREM, stops at a small gradient; the default, "
+        "gradient with --covariates), "
         "em (expected statistics -> conjugate update) or gradient (L-BFGS on log-rates)",
     )
     p.add_argument(
@@ -140,6 +141,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="also learn the unknown factor by which a drug scaled NODE's rates: the "
         "trajectories recorded under it carry NODE* in their intervention column (paths: "
         "posterior with the rates integrated out; panel: profile likelihood)",
+    )
+    p.add_argument(
+        "--covariates",
+        default=None,
+        metavar="COL,COL,...",
+        help="panel: baseline covariates per trajectory (data columns, constant within a "
+        "trajectory; text columns are categorical, dummy-coded against their first level), "
+        "log-linear on the rates, centred at their means",
+    )
+    p.add_argument(
+        "--covariate-rates",
+        default=None,
+        metavar="NODE:FROM-TO,...",
+        help="the transitions the covariates act on (every parent configuration of NODE; "
+        "states 0-based); default: every free rate",
     )
     p.add_argument("--out", required=True, help="output JSON")
     p.set_defaults(func=_cmd_fit)
