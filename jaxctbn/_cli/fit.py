@@ -310,9 +310,9 @@ def _covariates_of(model, df, ids, columns: str, rates: str | None):
             )
         first = grouped[name].first()
         per_trajectory = first.reindex(pd.Index(list(ids)))
-        numeric = pd.to_numeric(per_trajectory, errors="coerce")
-        if numeric.notna().all():
-            values.append(numeric.to_numpy(float))
+        numeric = np.asarray(pd.to_numeric(per_trajectory, errors="coerce"), float)
+        if not np.isnan(numeric).any():
+            values.append(numeric)
             labels.append(name)
             continue
         levels = sorted(str(v) for v in per_trajectory.unique())
