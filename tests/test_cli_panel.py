@@ -85,9 +85,10 @@ def test_fit_panel_default_and_gradient_agree_and_write_the_contract(files, tmp_
     np.testing.assert_allclose(
         outs["squarem"]["log_likelihood"], outs["gradient"]["log_likelihood"], atol=1e-5
     )
-    # the standard errors are the library's, at the fitted rates
+    # the standard errors are the library's, at the fitted rates (the observations bucketed as
+    # the command line reads them: its compiled program)
     fitted = jc.CTBN.from_dict(outs["squarem"]["network"])
-    observations, _ = jc.panel.read_panel_csv(panel, fitted)
+    observations, _ = jc.panel.read_panel_csv(panel, fitted, bucketed=True)
     uncertainty = jc.panel.rate_uncertainty(fitted, observations)
     entry = outs["squarem"]["rates"][0]
     n = fitted.names.index(entry["node"])
@@ -289,8 +290,28 @@ def test_run_parameters_with_panel_outcomes(tmp_path, capsys):
     # the same directory with complete paths is another run
     assert main([*args, "--out", str(out), "--no-progress"]) == 2
     assert "outcome" in capsys.readouterr().err
-    # --visits: the bhc chooses each experiment's two times with its candidate (recorded in
-    # the chunks and metrics.csv), the passive design spaces them equally; resume works
+    capsys.readouterr()
+    for extra, message in [
+        (["--outcome", "panel"], "give --observation-times"),
+        (["--outcome", "panel", "--observation-times", "1,4"], "(0, --horizon] = (0, 3]"),
+        (["--outcome", "panel", "--visits", "2", "--designs", "bhc,eig"], "eig design cannot"),
+        (["--observation-times", "1"], "only with --outcome panel"),
+    ]:
+        bad = tmp_path / "bad"
+        assert main([*args, *extra, "--out", str(bad), "--no-progress"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+        assert not bad.exists()
+
+
+@pytest.mark.slow
+def test_run_parameters_with_chosen_visit_times(tmp_path):
+    """`run parameters --outcome panel --visits 2`: the bhc chooses each experiment's two times
+    with its candidate (recorded in the chunks and metrics.csv), the passive design spaces them
+    equally; resume works. (The library's loop with chosen times is checked against a replay
+    in test_panel_posterior; the visit-time optimiser against a grid in test_panel_design.)"""
+    net = tmp_path / "net.json"
+    net.write_text(json.dumps(TRUTH.to_dict()))
     visits = tmp_path / "visits"
     chosen = ["run", "parameters", "--network", str(net), "--designs", "passive,bhc"]
     chosen += ["--repetitions", "1", "--experiments", "2", "--samples", "3", "--chunk", "1"]
@@ -311,18 +332,6 @@ def test_run_parameters_with_panel_outcomes(tmp_path, capsys):
     stamps = [c.stat().st_mtime_ns for c in sorted((visits / "chunks").rglob("*.npz"))]
     assert main(chosen) == 0  # resumed
     assert [c.stat().st_mtime_ns for c in sorted((visits / "chunks").rglob("*.npz"))] == stamps
-    capsys.readouterr()
-    for extra, message in [
-        (["--outcome", "panel"], "give --observation-times"),
-        (["--outcome", "panel", "--observation-times", "1,4"], "(0, --horizon] = (0, 3]"),
-        (["--outcome", "panel", "--visits", "2", "--designs", "bhc,eig"], "eig design cannot"),
-        (["--observation-times", "1"], "only with --outcome panel"),
-    ]:
-        bad = tmp_path / "bad"
-        assert main([*args, *extra, "--out", str(bad), "--no-progress"]) == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and message in err[0], err
-        assert not bad.exists()
 
 
 @pytest.mark.slow

@@ -238,6 +238,7 @@ def test_eig_below_vbhc_below_bhc(binary_monte_carlo):
         assert eig > 0
 
 
+@pytest.mark.slow
 def test_nested_eig_tends_to_eig_from_above(binary, binary_monte_carlo):
     post = binary.post
     bhc, eig = binary_monte_carlo[0]["bhc"], binary_monte_carlo[0]["eig"]
