@@ -21,6 +21,8 @@ from ._panel.fit import SquaremFit as SquaremFit
 from ._panel.fit import RateFit as RateFit
 from ._panel.fit import fit_rates as fit_rates
 from ._panel.covariates import Covariates as Covariates
+from ._panel.prevalence import Prevalence as Prevalence
+from ._panel.prevalence import prevalence as prevalence
 from ._panel.uncertainty import RateUncertainty as RateUncertainty
 from ._panel.uncertainty import rate_uncertainty as rate_uncertainty
 from ._panel.structure import PanelStructureFit as PanelStructureFit

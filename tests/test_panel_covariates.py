@@ -216,3 +216,25 @@ def test_fit_with_covariates_from_the_command_line(tmp_path, capsys):
         assert main([*args, *extra, "--out", str(bad)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+    # the prevalence check of that fit: the forecast with each subject's covariate scales, the
+    # library's with the fit's covariates and effects
+    prevalence_dir = tmp_path / "prevalence"
+    checks = ["prevalence", "--data", str(data), "--fit", str(out), "--observation", "panel"]
+    assert main([*checks, "--times", "0,2,5", "--out", str(prevalence_dir)]) == 0
+    table = __import__("pandas").read_csv(prevalence_dir / "prevalence.csv")
+    obs = jc.panel.PanelObservations(np.broadcast_to(GRID, paths.shape), paths[..., None])
+    sex = jc.panel.Covariates(Z, names=("sex=M", "age"), acts_on=_covariates().acts_on)
+    effects = [np.zeros((2, 1, 3, 3))]
+    for e in d["covariate_effects"]:
+        effects[0][["sex=M", "age"].index(e["covariate"]), 0, e["from"], e["to"]] = e[
+            "log_hazard_ratio"
+        ]
+    library = jc.panel.prevalence(
+        jc.CTBN.from_dict(d["network"]), obs, [0.0, 2.0, 5.0], covariates=sex, effects=effects
+    )
+    np.testing.assert_allclose(
+        table.expected.to_numpy().reshape(3, 3), np.asarray(library.expected)[:, 0], rtol=1e-10
+    )
+    # with covariates the forecast differs from the one at the covariates' means
+    plain = jc.panel.prevalence(jc.CTBN.from_dict(d["network"]), obs, [0.0, 2.0, 5.0])
+    assert np.abs(np.asarray(plain.expected) - np.asarray(library.expected)).max() > 0.1

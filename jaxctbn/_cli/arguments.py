@@ -110,6 +110,7 @@ _OUT_KINDS = {
     "learn": "file",
     "fit": "file",
     "compare": "file",
+    "prevalence": "directory",
     "design": "file",
     "run": "directory",
     "demo": "directory",
@@ -287,6 +288,23 @@ def _observation_arguments(p) -> None:
         default=[],
         help="panel: NODE=STATE ... observed at the exact time it is entered (msm's deathexact)",
     )
+
+
+def _grid_times(text) -> tuple[float, ...]:
+    """argparse type: `T1,T2,...`, finite, >= 0 and strictly increasing times."""
+    try:
+        values = tuple(float(t) for t in str(text).split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers T1,T2,..., got {text!r}"
+        ) from None
+    if not all(0 <= v < float("inf") for v in values):
+        raise argparse.ArgumentTypeError(f"every time must be finite and >= 0, got {text!r}")
+    if any(b <= a for a, b in zip(values, values[1:])):
+        raise argparse.ArgumentTypeError(
+            f"times must be strictly increasing (sorted, none repeated), got {text!r}"
+        )
+    return values
 
 
 def _observation_times(text) -> tuple[float, ...]:

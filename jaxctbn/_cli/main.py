@@ -11,6 +11,7 @@ from .arguments import (
     _check_out,
     _costs_arguments,
     _graph_draws_arguments,
+    _grid_times,
     _hyperparameter,
     _interventions_argument,
     _non_negative_number,
@@ -29,6 +30,7 @@ from .fit import _cmd_fit
 from .jax_setup import _setup_jax
 from .learn import _cmd_learn
 from .moments import _cmd_moments
+from .prevalence import _cmd_prevalence
 from .run import _cmd_run
 from .sample import _cmd_sample
 
@@ -167,6 +169,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("fit2", metavar="FIT2", help="fit JSON of the same data")
     p.add_argument("--out", required=True, help="output JSON")
     p.set_defaults(func=_cmd_compare)
+
+    p = sub.add_parser(
+        "prevalence", help="observed vs expected prevalence of each node's states over time"
+    )
+    p.add_argument("--data", required=True, help="the panel CSV the fit was made from")
+    p.add_argument("--fit", required=True, help="fit JSON (jaxctbn fit --out)")
+    _observation_arguments(p)
+    p.add_argument("--times", type=_grid_times, required=True, help="T1,T2,...: increasing, >= 0")
+    p.add_argument("--out", required=True, help="output directory")
+    p.set_defaults(func=_cmd_prevalence)
 
     p = sub.add_parser("design", help="rank all interventions for the next experiment")
     p.add_argument("--data", default=None, help="history CSV (omit for no history)")

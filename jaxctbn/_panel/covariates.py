@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
-from .._model.interventions import is_concrete
+from .._model.interventions import Intervention, is_concrete
 
 
 class Covariates(eqx.Module):
@@ -126,4 +126,27 @@ def scales_of(
     return tuple(
         jnp.exp(jnp.einsum("rc,c...->r...", centred, jnp.where(m, b, 0)))
         for b, m in zip(effects, masks)
+    )
+
+
+def with_scales(
+    intervention: Intervention | None, scales: tuple[Array, ...], num_trajectories: int
+) -> Intervention:
+    """The per-trajectory intervention of a batch of `num_trajectories` with its rates also
+    multiplied by `scales` (per node `(R, configs, k, k)`): a new intervention without clamps
+    when there is none, the product with any rate scales it has."""
+    R, N = num_trajectories, len(scales)
+    out = list(scales)
+    if intervention is None:
+        intervention = Intervention(
+            targets=jnp.zeros((R, N), bool), states=jnp.zeros((R, N), jnp.int32)
+        )
+    elif intervention.rate_scales is not None:
+        for n, s in enumerate(intervention.rate_scales):
+            s = jnp.asarray(s, out[n].dtype)
+            s = jnp.broadcast_to(s, (R,)) if s.ndim == 0 else s
+            tail = s.shape[1:]
+            out[n] = out[n] * s.reshape((R,) + (1,) * (3 - len(tail)) + tail)
+    return eqx.tree_at(
+        lambda i: i.rate_scales, intervention, tuple(out), is_leaf=lambda x: x is None
     )

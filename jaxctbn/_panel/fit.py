@@ -59,9 +59,9 @@ from .._master_equation.solvers import (
     Uniformisation,
 )
 from .._model.ctbn import CTBN, with_diagonal
-from .._model.interventions import Intervention, is_concrete
+from .._model.interventions import is_concrete
 from .buckets import PanelBuckets, as_flat_buckets, split_rows
-from .covariates import Covariates, scales_of
+from .covariates import Covariates, scales_of, with_scales
 from .inference import (
     GapGroups,
     PanelExpectedStatistics,
@@ -146,23 +146,8 @@ class _Problem(eqx.Module):
         assert self.covariates is not None and self.effect_masks is not None
         out = []
         for bucket, centred in zip(self.observations, self.covariates):
-            R_b = centred.shape[0]
-            scales = list(scales_of(centred, effects, self.effect_masks))
-            N = len(scales)
-            iv = bucket.intervention
-            if iv is None:
-                iv = Intervention(
-                    targets=jnp.zeros((R_b, N), bool), states=jnp.zeros((R_b, N), jnp.int32)
-                )
-            elif iv.rate_scales is not None:
-                for n, s in enumerate(iv.rate_scales):
-                    s = jnp.asarray(s, scales[n].dtype)
-                    tail = s.shape[1:] if s.ndim > 0 else ()
-                    s = jnp.broadcast_to(s, (R_b,) + tail) if s.ndim == 0 else s
-                    scales[n] = scales[n] * s.reshape((R_b,) + (1,) * (3 - len(tail)) + tail)
-            iv = eqx.tree_at(
-                lambda i: i.rate_scales, iv, tuple(scales), is_leaf=lambda x: x is None
-            )
+            scales = scales_of(centred, effects, self.effect_masks)
+            iv = with_scales(bucket.intervention, scales, centred.shape[0])
             out.append(
                 eqx.tree_at(lambda b: b.intervention, bucket, iv, is_leaf=lambda x: x is None)
             )

@@ -1,0 +1,160 @@
+r"""Observed against expected prevalence over time: a check of a panel fit's calibration
+(R msm's `prevalence.msm`).
+
+At each time $t$ of a grid and for each node $n$, the trajectories **at risk** are those under
+observation at $t$ (first observation $\le t\le$ last observation) whose node $n$ was seen at
+or before $t$. The **observed** count of state $x$ is the number of them whose last observation
+of $n$ at or before $t$ was $x$ (the state taken as constant between observations, msm's
+convention); the **expected** count is
+
+$$E_{n,x}(t)=\sum_{r\ \text{at risk}}\Pr\big(X_n(t)=x\mid y_{r,0}\big),\qquad
+\Pr(X(t)\mid y_{r,0})=\pi_r^\top e^{(t-t_{r,0})W_r},$$
+
+the forecast of the fitted model from each trajectory's own first observation $y_{r,0}$ at
+$t_{r,0}$ ($\pi_r$ uniform over the global states consistent with it: unobserved nodes
+uniform), with the trajectory's generator $W_r$ (its intervention, and its covariates'
+scales). Agreement of the two curves is a check of fit: a model that is right forecasts the
+states it did not see; systematic gaps show where it is not (msm's `plot.prevalence.msm`).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float, Int
+
+from .._master_equation.dense_linalg import transition_matrices
+from .._master_equation.generator import amalgamate
+from .._model.ctbn import CTBN
+from .._model.interventions import Intervention
+from .covariates import Covariates, scales_of, with_scales
+from .inference import _evidence
+from .observations import PanelObservations
+
+
+class Prevalence(eqx.Module):
+    r"""What [`jaxctbn.panel.prevalence`][] returns, for the times `(G,)` and the nodes, states
+    padded to the largest cardinality `K` (0 beyond a node's own):
+
+    - `times` `(G,)`;
+    - `at_risk` `(G, N)`: trajectories under observation at $t$ with the node seen by then;
+    - `observed` `(G, N, K)`: their counts by last observed state;
+    - `expected` `(G, N, K)`: the fitted model's forecast of those counts."""
+
+    times: Float[Array, " times"]
+    at_risk: Int[Array, "times nodes"]
+    observed: Int[Array, "times nodes states"]
+    expected: Float[Array, "times nodes states"]
+
+
+def _observed(observations: PanelObservations, times: np.ndarray, K: int) -> tuple:
+    """Host-side: the at-risk mask `(G, R, N)` and the observed counts `(G, N, K)`."""
+    obs_times = np.asarray(observations.times, float)
+    states = np.asarray(observations.states)
+    counts = np.asarray(observations.num_observations)
+    R, slots, N = states.shape
+    valid = np.arange(slots)[None, :] < counts[:, None]  # (R, slots)
+    first = obs_times[:, 0]
+    last = obs_times[np.arange(R), counts - 1]
+    masks = np.zeros((len(times), R, N), bool)
+    observed = np.zeros((len(times), N, K), int)
+    for g, t in enumerate(times):
+        under = (first <= t) & (t <= last)
+        seen = valid[..., None] & (obs_times[..., None] <= t) & (states >= 0)  # (R, slots, N)
+        masks[g] = seen.any(1) & under[:, None]
+        latest = np.where(seen, np.arange(slots)[None, :, None], -1).max(1)  # (R, N)
+        for n in range(N):
+            state = states[np.arange(R), np.maximum(latest[:, n], 0), n]
+            observed[g, n] = np.bincount(state[masks[g, :, n]], minlength=K)[:K]
+    return masks, observed
+
+
+@eqx.filter_jit
+def _expected(model, observations, times, masks, scales):
+    cards = model.cardinalities
+    N = len(cards)
+    K = max(cards)
+    dtype = jnp.result_type(*model.cims)
+    eye = tuple(jnp.eye(k, dtype=dtype) for k in cards)
+    R = observations.times.shape[0]
+    intervention = observations.intervention
+    if scales is not None:
+        intervention = with_scales(intervention, scales, R)
+    elif intervention is None:
+        intervention = Intervention(
+            targets=jnp.zeros((R, N), bool), states=jnp.zeros((R, N), jnp.int32)
+        )
+
+    def one(t0, y0, iv, mask):
+        W = amalgamate(iv.apply(model)).dense()
+        start = _evidence(cards, y0, eye)
+        start = start / start.sum()
+        h = jnp.maximum(times - t0, 0).astype(dtype)
+        P = transition_matrices(h[:, None, None] * W[None])
+        p = jnp.einsum("s,gst->gt", start, P).reshape((-1,) + cards)  # (G, *cards)
+        per_node = []
+        for n, k in enumerate(cards):
+            axes = tuple(a + 1 for a in range(N) if a != n)
+            marginal = p.sum(axes) if axes else p
+            per_node.append(jnp.pad(marginal, ((0, 0), (0, K - k))))
+        return jnp.stack(per_node, 1) * mask[..., None]  # (G, N, K)
+
+    contributions = jax.vmap(one)(
+        observations.times[:, 0].astype(dtype), observations.states[:, 0], intervention, masks
+    )
+    return contributions.sum(0)
+
+
+def prevalence(
+    model: CTBN,
+    observations: PanelObservations,
+    times: ArrayLike,
+    *,
+    covariates: Covariates | None = None,
+    effects=None,
+) -> Prevalence:
+    r"""Observed and expected counts of each node's states over `times` (see the module
+    docstring).
+
+    **Arguments:** `model`: the fitted [`jaxctbn.CTBN`][]; `observations`: the
+    [`jaxctbn.panel.PanelObservations`][] it was fitted to, one batch axis (read with
+    `bucketed=False`); `times`: finite, increasing; `covariates`, `effects`: those of a fit with
+    covariates (the forecast then uses each trajectory's scaled rates).
+
+    **Returns:** a [`jaxctbn.panel.Prevalence`][]. Percentages are `observed / at_risk` and
+    `expected / at_risk` (the same denominator).
+    """
+    if not isinstance(model, CTBN):
+        raise ValueError(f"model: expected a CTBN, got {type(model).__name__}.")
+    if not isinstance(observations, PanelObservations) or len(observations.batch_shape) != 1:
+        raise ValueError(
+            "observations: expected a PanelObservations with one batch axis (trajectories); "
+            "read the data with bucketed=False."
+        )
+    observations.checked(model, None)
+    grid = np.asarray(times, float)
+    if grid.ndim != 1 or grid.size == 0 or not np.all(np.isfinite(grid)):
+        raise ValueError("times: expected a non-empty 1-D array of finite times.")
+    if np.any(np.diff(grid) <= 0):
+        raise ValueError("times: must be strictly increasing.")
+    if (covariates is None) != (effects is None):
+        raise ValueError("covariates, effects: give both (a fit with covariates) or neither.")
+    masks, observed = _observed(observations, grid, max(model.cardinalities))
+    scales = None
+    if covariates is not None:
+        values = jnp.asarray(covariates.values, jnp.result_type(*model.cims))
+        centred = values - values.mean(0)
+        free = tuple((jnp.asarray(c) != 0) & ~jnp.eye(c.shape[-1], dtype=bool) for c in model.cims)
+        assert effects is not None
+        scales = scales_of(centred, tuple(jnp.asarray(b) for b in effects), covariates.masks(free))
+    expected = _expected(
+        model, observations, jnp.asarray(grid), jnp.asarray(np.moveaxis(masks, 0, 1)), scales
+    )
+    return Prevalence(
+        times=jnp.asarray(grid),
+        at_risk=jnp.asarray(masks.sum(1)),
+        observed=jnp.asarray(observed),
+        expected=expected,
+    )
