@@ -117,7 +117,7 @@ def _strength_groups(model, df, node: str):
 
 
 def _fit_paths(model, df, alpha, beta, strength=None):
-    """Closed-form rates from complete paths: ML $M/T$, or the Gamma MAP
+    r"""Closed-form rates from complete paths: ML $M/T$, or the Gamma MAP
     $(\alpha-1+M)/(\beta+T)$ clipped at 0; structural zeros stay 0, a configuration never
     visited keeps its starting rate. `strength`: `(node, scaled trajectory ids, s)`: that
     node's dwell times in those trajectories count as the exposure $sT$."""

@@ -141,7 +141,7 @@ class _Problem(eqx.Module):
         return jnp.where(self.has_prior, total, 0)
 
     def with_effects(self, effects: tuple[Array, ...]) -> tuple[PanelObservations, ...]:
-        """The buckets with each trajectory's covariate scales $e^{\beta\tilde z_r}$ on the
+        r"""The buckets with each trajectory's covariate scales $e^{\beta\tilde z_r}$ on the
         rates they act on (times any rate scales of its intervention)."""
         assert self.covariates is not None and self.effect_masks is not None
         out = []
