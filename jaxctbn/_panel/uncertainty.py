@@ -86,7 +86,8 @@ class RateUncertainty(eqx.Module):
 
     With covariates, per node `(C, configs, k, k)` (`None` without): `effects` (the log hazard
     ratios $\hat\beta$), `effect_standard_errors` ($\mathrm{se}(\hat\beta)$; $+\infty$ where
-    not estimated: an effect on a rate at a bound is held fixed with it),
+    not estimated: an effect on a rate at a bound is held fixed with it, and so is an effect at
+    its own bound $|\beta|\max_r|\tilde z_{rc}|=30$, where the data drive it to $\pm\infty$),
     `hazard_ratio_lower`, `hazard_ratio_upper` ($e^{\hat\beta\mp z\,\mathrm{se}}$) and
     `effect_estimated`; `information` and `covariance` then continue with every entry of the
     effects, node by node, after the log-rates."""
@@ -239,10 +240,17 @@ def _uncertainty(
         assert effects is not None
         beta0 = jnp.concatenate([jnp.asarray(b, dtype).reshape(-1) for b in effects])
         effect_free = jnp.concatenate([m.reshape(-1) for m in masks])
-        # an effect on a rate at a bound is no more identified than the rate: held fixed too
+        # an effect on a rate at a bound is no more identified than the rate, and one at its own
+        # bound (|effect| * max |centred covariate| = 30: the data drive it to +-infinity) is
+        # not an estimate either: both held fixed
+        assert problem.effect_bound is not None
+        bound = problem.effect_bound[:, None, None, None] * (1 - 1e-9)
         rate_interior = unflat(interior, False)
         effect_interior = jnp.concatenate(
-            [(m & r[None]).reshape(-1) for m, r in zip(masks, rate_interior)]
+            [
+                (m & r[None] & (jnp.abs(jnp.asarray(b, dtype)) < bound)).reshape(-1)
+                for m, r, b in zip(masks, rate_interior, effects)
+            ]
         )
         theta0 = jnp.concatenate([theta0, beta0])
         free = jnp.concatenate([free, effect_free])
