@@ -145,16 +145,28 @@ def test_fit_paths_closed_form_is_an_optimum(files, tmp_path):
 
     best = float(log_likelihood(fitted.cims))
     np.testing.assert_allclose(d["log_likelihood"], best, rtol=1e-12)
-    # moving any free rate by 1% either way lowers the log-likelihood
+    # moving any free rate by 1% either way lowers the log-likelihood, and the second
+    # difference in log(rate) over those steps is minus the information of the reported
+    # standard error, 1 / se(log rate)^2 (the JSON's se is rate * se(log rate))
+    entries = {
+        (e["node"], e["from"], e["to"], tuple(e["parent_states"].values())): e for e in d["rates"]
+    }
     for n, cim in enumerate(fitted.cims):
         for u, x, y in np.argwhere(~np.eye(2, dtype=bool)[None].repeat(cim.shape[0], 0)):
-            for factor in (0.99, 1.01):
+            values = []
+            for step in (-0.01, 0.01):
                 q = np.array(cim)
-                q[u, x, y] *= factor
+                q[u, x, y] *= np.exp(step)
                 q[u, x, x] = -q[u, x, 1 - x]
                 cims = list(fitted.cims)
                 cims[n] = jnp.asarray(q)
-                assert float(log_likelihood(cims)) < best
+                values.append(float(log_likelihood(cims)))
+                assert values[-1] < best
+            parents = tuple(int(v) for v in ([u] if fitted.parents[n] else []))
+            entry = entries[(fitted.names[n], int(x), int(y), parents)]
+            curvature = (values[0] + values[1] - 2 * best) / 0.01**2
+            np.testing.assert_allclose(-curvature, (entry["rate"] / entry["se"]) ** 2, rtol=1e-3)
+    assert d["num_parameters"] == len(d["rates"]) and d["hessian_positive_definite"] is True
 
 
 def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path):
