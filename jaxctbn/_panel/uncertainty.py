@@ -265,6 +265,12 @@ def _uncertainty(
     # forward-mode rule
     information = -jax.jacrev(jax.grad(objective))(theta0)
     information = jnp.where(free[:, None] & free[None, :], information, 0)
+    information = eqx.error_if(
+        information,
+        ~jnp.all(jnp.isfinite(information)),
+        "model: the panel log-likelihood is not twice differentiable to a finite value at "
+        "these rates (an observation impossible under them?); pass the fitted model.",
+    )
     both = interior[:, None] & interior[None, :]
     eye = jnp.eye(theta0.shape[0], dtype=dtype)
     restricted = jnp.where(both, information, eye)  # the held-fixed parameters decoupled
