@@ -541,7 +541,7 @@ def test_bad_input_names_the_argument(no_runtime_typecheck):
         jc.panel.fit_rates(BINARY, jc.panel.PanelObservations(TIMES, np.zeros((4, 6, 2), int)))
     with pytest.raises(ValueError, match="observations: expected a PanelObservations"):
         jc.panel.fit_rates(BINARY, TIMES)  # pyright: ignore
-    with pytest.raises(ValueError, match="method: expected SquaremFit\(\), EMFit"):
+    with pytest.raises(ValueError, match=r"method: expected SquaremFit\(\), EMFit"):
         jc.panel.fit_rates(BINARY, obs, method=jc.LBFGS())  # pyright: ignore
     with pytest.raises(ValueError, match="states: trajectory 0 .* node 'X0'"):
         jc.panel.fit_rates(BINARY, jc.panel.PanelObservations(TIMES, np.full((4, 6, 1), 2)))
