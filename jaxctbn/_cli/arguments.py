@@ -290,38 +290,32 @@ def _observation_arguments(p) -> None:
     )
 
 
-def _grid_times(text) -> tuple[float, ...]:
-    """argparse type: `T1,T2,...`, finite, >= 0 and strictly increasing times."""
+def _increasing_times(text, *, zero_allowed: bool) -> tuple[float, ...]:
+    """`T1,T2,...`: finite, > 0 (or >= 0 with `zero_allowed`) and strictly increasing."""
     try:
         values = tuple(float(t) for t in str(text).split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated numbers T1,T2,..., got {text!r}"
         ) from None
-    if not all(0 <= v < float("inf") for v in values):
-        raise argparse.ArgumentTypeError(f"every time must be finite and >= 0, got {text!r}")
+    bound = ">= 0" if zero_allowed else "> 0"
+    if not all((v >= 0 if zero_allowed else v > 0) and v < float("inf") for v in values):
+        raise argparse.ArgumentTypeError(f"every time must be finite and {bound}, got {text!r}")
     if any(b <= a for a, b in zip(values, values[1:])):
         raise argparse.ArgumentTypeError(
             f"times must be strictly increasing (sorted, none repeated), got {text!r}"
         )
     return values
+
+
+def _grid_times(text) -> tuple[float, ...]:
+    """argparse type: `T1,T2,...`, finite, >= 0 and strictly increasing times."""
+    return _increasing_times(text, zero_allowed=True)
 
 
 def _observation_times(text) -> tuple[float, ...]:
     """argparse type: `T1,T2,...`, finite, > 0 and strictly increasing visit times."""
-    try:
-        values = tuple(float(t) for t in str(text).split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated numbers T1,T2,..., got {text!r}"
-        ) from None
-    if not all(0 < v < float("inf") for v in values):
-        raise argparse.ArgumentTypeError(f"every time must be finite and > 0, got {text!r}")
-    if any(b <= a for a, b in zip(values, values[1:])):
-        raise argparse.ArgumentTypeError(
-            f"times must be strictly increasing (sorted, none repeated), got {text!r}"
-        )
-    return values
+    return _increasing_times(text, zero_allowed=False)
 
 
 def _outcome_arguments(p) -> None:

@@ -502,43 +502,12 @@ class EMFit(AbstractRateFitMethod):
         self.tolerance, self.max_iterations = _check_method(tolerance, max_iterations, "EMFit")
 
     def fit(self, problem):
-        tol = jnp.asarray(self.tolerance, problem.tau.dtype)
-        rates = problem.start()
-        objective, stats, bad = problem.e_step(rates)
-        trace = jnp.full((self.max_iterations + 1,), objective)
-
-        def cond(carry):
-            _, _, _, it, _, stop, _ = carry
-            return (it < self.max_iterations) & ~stop
-
-        def body(carry):
-            rates, objective, stats, it, trace, _, _ = carry
+        def step(rates, stats):
             new_rates = problem.m_step(rates, stats)
             new_objective, new_stats, _ = problem.e_step(new_rates)
-            finite = jnp.isfinite(new_objective)
-            change = jnp.abs(new_objective - objective)
-            converged = finite & (change <= tol * (1 + jnp.abs(new_objective)))
-            keep = lambda new, old: jax.tree_util.tree_map(  # noqa: E731
-                lambda a, b: jnp.where(finite, a, b), new, old
-            )
-            rates = keep(new_rates, rates)
-            objective = jnp.where(finite, new_objective, objective)
-            stats = keep(new_stats, stats)
-            it = it + finite.astype(it.dtype)
-            trace = trace.at[it].set(objective)
-            return rates, objective, stats, it, trace, converged | ~finite, converged
+            return new_rates, new_objective, new_stats, jnp.asarray(True)
 
-        no = jnp.asarray(False)
-        carry = (rates, objective, stats, jnp.zeros((), jnp.int32), trace, _any(bad), no)
-        rates, objective, _, it, trace, _, converged = jax.lax.while_loop(cond, body, carry)
-        return _Outcome(
-            rates=rates,
-            objective=objective,
-            converged=converged,
-            iterations=it,
-            trace=_padded(trace, it, objective),
-            bad=bad,
-        )
+        return _ascent(problem, self.max_iterations, self.tolerance, step)
 
 
 class GradientFit(AbstractRateFitMethod):
@@ -735,16 +704,7 @@ class SquaremFit(AbstractRateFitMethod):
         def norm(tree):
             return jnp.sqrt(sum(jnp.sum(x**2) for x in tree))
 
-        rates = problem.start()
-        objective, stats, bad = problem.e_step(rates)
-        trace = jnp.full((self.max_iterations + 1,), objective)
-
-        def cond(carry):
-            _, _, _, it, _, stop, _ = carry
-            return (it < self.max_iterations) & ~stop
-
-        def body(carry):
-            rates, objective, stats, it, trace, _, _ = carry
+        def step(rates, stats):
             one = update(rates, stats)
             _, stats_one, _ = problem.e_step(one)
             two = update(one, stats_one)
@@ -753,9 +713,11 @@ class SquaremFit(AbstractRateFitMethod):
             r = tuple(b - a for a, b in zip(t0, t1))
             v = tuple(c - 2 * b + a for a, b, c in zip(t0, t1, t2))
             norm_r, norm_v = norm(r), norm(v)
-            step = -jnp.maximum(1.0, norm_r / jnp.where(norm_v > 0, norm_v, 1))
-            step = jnp.where(norm_v > 0, step, -1.0)
-            jumped = rates_of(tuple(a - 2 * step * x + step**2 * y for a, x, y in zip(t0, r, v)))
+            length = -jnp.maximum(1.0, norm_r / jnp.where(norm_v > 0, norm_v, 1))
+            length = jnp.where(norm_v > 0, length, -1.0)
+            jumped = rates_of(
+                tuple(a - 2 * length * x + length**2 * y for a, x, y in zip(t0, r, v))
+            )
             _, stats_jumped, _ = problem.e_step(jumped)
             stabilised = update(jumped, stats_jumped)
             objective_new, stats_new, _ = problem.e_step(stabilised)
@@ -766,32 +728,56 @@ class SquaremFit(AbstractRateFitMethod):
             new_rates = pick(stabilised, two)
             new_objective = jnp.where(take, objective_new, objective_two)
             new_stats = pick(stats_new, stats_two)
-            finite = jnp.isfinite(new_objective)
-            change = jnp.abs(new_objective - objective)
             scale = 1 + jnp.abs(new_objective)
             small_gradient = projected_gradient(new_rates, new_stats) <= jnp.sqrt(tol) * scale
-            converged = finite & (change <= tol * scale) & small_gradient
-            keep = lambda new, old: jax.tree_util.tree_map(  # noqa: E731
-                lambda a, b: jnp.where(finite, a, b), new, old
-            )
-            rates = keep(new_rates, rates)
-            objective = jnp.where(finite, new_objective, objective)
-            stats = keep(new_stats, stats)
-            it = it + finite.astype(it.dtype)
-            trace = trace.at[it].set(objective)
-            return rates, objective, stats, it, trace, converged | ~finite, converged
+            return new_rates, new_objective, new_stats, small_gradient
 
-        no = jnp.asarray(False)
-        carry = (rates, objective, stats, jnp.zeros((), jnp.int32), trace, _any(bad), no)
-        rates, objective, _, it, trace, _, converged = jax.lax.while_loop(cond, body, carry)
-        return _Outcome(
-            rates=rates,
-            objective=objective,
-            converged=converged,
-            iterations=it,
-            trace=_padded(trace, it, objective),
-            bad=bad,
+        return _ascent(problem, self.max_iterations, self.tolerance, step)
+
+
+def _ascent(problem: _Problem, max_iterations: int, tolerance, step) -> _Outcome:
+    """The loop of [`jaxctbn.panel.EMFit`][] and [`jaxctbn.panel.SquaremFit`][]: from the
+    E-step at the start, `step(rates, stats)` proposes `(rates, objective, stats,
+    small_gradient)`; a non-finite objective stops the loop at the last finite iterate, and
+    the fit has converged when the relative change of the objective is at most `tolerance`
+    and `small_gradient` holds. No iteration runs when an observation is impossible at the
+    start."""
+    tol = jnp.asarray(tolerance, problem.tau.dtype)
+    rates = problem.start()
+    objective, stats, bad = problem.e_step(rates)
+    trace = jnp.full((max_iterations + 1,), objective)
+
+    def cond(carry):
+        _, _, _, it, _, stop, _ = carry
+        return (it < max_iterations) & ~stop
+
+    def body(carry):
+        rates, objective, stats, it, trace, _, _ = carry
+        new_rates, new_objective, new_stats, small_gradient = step(rates, stats)
+        finite = jnp.isfinite(new_objective)
+        change = jnp.abs(new_objective - objective)
+        converged = finite & (change <= tol * (1 + jnp.abs(new_objective))) & small_gradient
+        keep = lambda new, old: jax.tree_util.tree_map(  # noqa: E731
+            lambda a, b: jnp.where(finite, a, b), new, old
         )
+        rates = keep(new_rates, rates)
+        objective = jnp.where(finite, new_objective, objective)
+        stats = keep(new_stats, stats)
+        it = it + finite.astype(it.dtype)
+        trace = trace.at[it].set(objective)
+        return rates, objective, stats, it, trace, converged | ~finite, converged
+
+    no = jnp.asarray(False)
+    carry = (rates, objective, stats, jnp.zeros((), jnp.int32), trace, _any(bad), no)
+    rates, objective, _, it, trace, _, converged = jax.lax.while_loop(cond, body, carry)
+    return _Outcome(
+        rates=rates,
+        objective=objective,
+        converged=converged,
+        iterations=it,
+        trace=_padded(trace, it, objective),
+        bad=bad,
+    )
 
 
 # --------------------------------------------------------------------------- result
