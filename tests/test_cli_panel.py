@@ -119,9 +119,14 @@ def test_fit_panel_default_and_gradient_agree_and_write_the_contract(files, tmp_
     other["data"]["sha256"] = "0" * 64
     paths.append(tmp_path / "other.json")
     paths[-1].write_text(json.dumps(other))
+    unnested = json.loads(json.dumps(small))
+    unnested["covariates"] = {"names": ["age"]}
+    paths.append(tmp_path / "unnested.json")
+    paths[-1].write_text(json.dumps(unnested))
     for a, b, message in (
         (paths[0], paths[2], "different data"),
         (paths[0], paths[0], "neither is nested"),
+        (paths[0], paths[3], "has covariates that FIT1 lacks"),
     ):
         capsys.readouterr()
         assert main(["compare", str(a), str(b), "--out", str(tmp_path / "x.json")]) == 2

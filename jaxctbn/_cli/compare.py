@@ -69,6 +69,12 @@ def _cmd_compare(args) -> None:
             f"FIT1, FIT2: not nested: some parent of a node in FIT{small + 1} (fewer "
             f"parameters) is not its parent in FIT{big + 1}."
         )
+    covariates = [set(f.get("covariates", {}).get("names", [])) for f in fits]
+    if not covariates[small] <= covariates[big]:
+        raise ValueError(
+            f"FIT1, FIT2: not nested: FIT{small + 1} (fewer parameters) has covariates that "
+            f"FIT{big + 1} lacks ({sorted(covariates[small] - covariates[big])})."
+        )
     m2ll = [float(f["minus2loglik"]) for f in fits]
     statistic = m2ll[small] - m2ll[big]
     df = p[big] - p[small]
