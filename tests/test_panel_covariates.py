@@ -210,6 +210,7 @@ def test_fit_with_covariates_from_the_command_line(tmp_path, capsys):
         (["--covariates", "weight"], "no column 'weight'"),
         (["--covariates", "sex,age", "--covariate-rates", "h:2-0"], "not a free rate"),
         (["--covariate-rates", "h:0-1"], "only with --covariates"),
+        (["--covariates", "sex"], "column(s) ['age'] are neither nodes"),
     ]:
         capsys.readouterr()
         bad = tmp_path / "bad.json"

@@ -400,7 +400,7 @@ def _cmd_fit(args):
     from .._panel.csv import panel_from_dataframe
     from .._panel.fit import EMFit, GradientFit, SquaremFit, fit_rates
     from .._panel.uncertainty import rate_uncertainty
-    from .._paths.csv import read_csv
+    from .._paths.csv import RESERVED_COLUMNS, read_csv
 
     model = _load_network(args.network)
     N = model.num_nodes
@@ -439,6 +439,16 @@ def _cmd_fit(args):
         prior = None if alpha is None or beta is None else GammaPrior(alpha, beta)
         # the covariate columns are not nodes: the panel reader sees the rest
         columns = [] if args.covariates is None else _covariate_columns(args.covariates, df, model)
+        extra = [
+            c
+            for c in df.columns
+            if c not in RESERVED_COLUMNS and c not in model.names and c not in columns
+        ]
+        if extra:
+            raise ValueError(
+                f"data: column(s) {extra} are neither nodes of --network {list(model.names)} "
+                "nor covariates; name covariates with --covariates COL,..., or drop the columns."
+            )
         nodes_df = df.drop(columns=columns)
         if args.learn_strength is None:
             observations, ids = panel_from_dataframe(
