@@ -6,24 +6,31 @@ from .._files import write_json
 from .arguments import _assignment, _load_network
 
 
+def _parent_states(model, n: int) -> list[dict]:
+    """Node `n`'s parent configurations, in the CIMs' order, as the JSON's
+    `{"parent": state, ...}` dicts (empty for a node without parents)."""
+    from .._model.layout import parent_configurations
+
+    names = [model.names[p] for p in model.parents[n]]
+    return [
+        dict(zip(names, map(int, config)))
+        for config in parent_configurations(model.parents[n], model.cardinalities)
+    ]
+
+
 def _flagged_rates(model, flags) -> list[dict]:
     """The rates marked in per-node boolean arrays `(configs, k, k)`, by node, parent states
     and transition."""
-    import itertools
-
     import numpy as np
 
     out = []
     for n, name in enumerate(model.names):
-        parents = list(model.parents[n])
-        configs = list(itertools.product(*(range(model.cardinalities[p]) for p in parents)))
+        configs = _parent_states(model, n)
         for u, x, y in zip(*np.nonzero(np.asarray(flags[n]))):
             out.append(
                 {
                     "node": name,
-                    "parent_states": {
-                        model.names[p]: int(v) for p, v in zip(parents, configs[int(u)])
-                    },
+                    "parent_states": configs[int(u)],
                     "from": int(x),
                     "to": int(y),
                 }
@@ -53,8 +60,7 @@ def _rate_table(model, log_rate_se, level: float = 0.95) -> list[dict]:
     z = float(scipy.stats.norm.ppf(0.5 + level / 2))
     out = []
     for n, name in enumerate(model.names):
-        parents = list(model.parents[n])
-        configs = list(itertools.product(*(range(model.cardinalities[p]) for p in parents)))
+        configs = _parent_states(model, n)
         cim = np.asarray(model.cims[n])
         se_log = np.asarray(log_rate_se[n])
         k = cim.shape[-1]
@@ -66,7 +72,7 @@ def _rate_table(model, log_rate_se, level: float = 0.95) -> list[dict]:
             out.append(
                 {
                     "node": name,
-                    "parent_states": {model.names[p]: int(v) for p, v in zip(parents, configs[u])},
+                    "parent_states": configs[u],
                     "from": int(x),
                     "to": int(y),
                     "rate": rate,
@@ -353,17 +359,16 @@ def _covariates_of(model, df, ids, columns: str, rates: str | None):
     return covariates, summary
 
 
-def _effect_table(model, covariates, uncertainty, level: float = 0.95) -> list[dict]:
-    """One entry per covariate and rate it acts on: the hazard ratio and its interval."""
-    import itertools
+def _effect_table(model, covariates, uncertainty) -> list[dict]:
+    """One entry per covariate and rate it acts on: the hazard ratio and its interval (at the
+    level of `uncertainty`)."""
     import math
 
     import numpy as np
 
     out = []
     for n, name in enumerate(model.names):
-        parents = list(model.parents[n])
-        configs = list(itertools.product(*(range(model.cardinalities[p]) for p in parents)))
+        configs = _parent_states(model, n)
         free = (np.asarray(model.cims[n]) != 0) & ~np.eye(model.cardinalities[n], dtype=bool)
         beta = np.asarray(uncertainty.effects[n])
         se = np.asarray(uncertainty.effect_standard_errors[n])
@@ -377,9 +382,7 @@ def _effect_table(model, covariates, uncertainty, level: float = 0.95) -> list[d
                     {
                         "covariate": label,
                         "node": name,
-                        "parent_states": {
-                            model.names[p]: int(v) for p, v in zip(parents, configs[int(u)])
-                        },
+                        "parent_states": configs[int(u)],
                         "from": int(x),
                         "to": int(y),
                         "hazard_ratio": math.exp(float(beta[c, u, x, y])),

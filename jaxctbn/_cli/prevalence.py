@@ -8,18 +8,16 @@ import os
 
 def _effects_from_fit(fit: dict, model, covariates) -> tuple:
     """Per node `(C, configs, k, k)`: the log hazard ratios listed in the fit JSON."""
-    import itertools
-
     import numpy as np
+
+    from .fit import _parent_states
 
     effects = [np.zeros((covariates.num_covariates,) + np.shape(q)) for q in model.cims]
     for e in fit["covariate_effects"]:
         n = model.names.index(e["node"])
-        parents = list(model.parents[n])
-        configs = list(itertools.product(*(range(model.cardinalities[p]) for p in parents)))
-        config = tuple(int(e["parent_states"][model.names[p]]) for p in parents)
+        u = _parent_states(model, n).index({k: int(v) for k, v in e["parent_states"].items()})
         c = covariates.names.index(e["covariate"])
-        effects[n][c, configs.index(config), e["from"], e["to"]] = e["log_hazard_ratio"]
+        effects[n][c, u, e["from"], e["to"]] = e["log_hazard_ratio"]
     return tuple(effects)
 
 
