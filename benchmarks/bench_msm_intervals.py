@@ -38,23 +38,27 @@ from bench_msm import CAV_Q0, DATA_DIR, MSM_DIR, panel_from_long, single_node  #
 
 import jaxctbn as jc  # noqa: E402
 
-CASES = [
-    ("none", None, []),
-    ("sex", "~ sex", ["sex"]),
-    ("dage+sex", "~ dage + sex", ["dage", "sex"]),
+CASES = [  # (name, msm formula, columns, pci cut times)
+    ("none", None, [], None),
+    ("sex", "~ sex", ["sex"], None),
+    ("dage+sex", "~ dage + sex", ["dage", "sex"], None),
+    ("age", "~ age", ["age"], None),  # the recipient's age at each visit: time-varying
+    ("pci5,10", None, [], [5.0, 10.0]),  # rates piecewise constant, changing at 5 and 10 years
 ]
 CONTROL = {"fnscale": 4000, "reltol": 1e-12, "maxit": 100000}  # as bench_msm: to the optimum
 IDENTIFIED = 1e6  # an interval wider than this ratio (upper / lower): not identified
 REUSE = "--reuse-msm" in sys.argv
 
 
-def msm(csv, formula, workdir, tag):
+def msm(csv, formula, workdir, tag, pci=None):
     """msm's fit; kept in `benchmarks/msm/data/` (ignored by git) and reused while its spec is
     unchanged (with --reuse-msm: the covariate fits take minutes)."""
     spec = dict(
         data=csv, subject="PTNUM", time="years", state="state", qmatrix=CAV_Q0, deathexact=[4],
         covariates=formula, control=CONTROL, repeats=1,
     )  # fmt: skip
+    if pci is not None:
+        spec["pci"] = pci
     key = {k: v for k, v in spec.items() if k != "data"}
     cache = os.path.join(DATA_DIR, f"intervals_{tag}.json")
     if REUSE and os.path.exists(cache):
@@ -94,6 +98,34 @@ def jaxctbn_fit(obs, covariates):
     return fit, unc, first, fit_time
 
 
+def covariates_of(cav, obs, columns, pci):
+    """The cases' covariates: baseline (the first row's value) when constant within every
+    subject, else per observation (the value recorded at each visit, msm's convention), and
+    the observations with the periods of `pci` (censored rows at the cuts)."""
+    covariates = None
+    if columns:
+        groups = [
+            g.sort_values("years", kind="stable") for _, g in cav.groupby("PTNUM", sort=False)
+        ]
+        if all(g[c].nunique() == 1 for g in groups for c in columns):
+            first = np.stack([g[columns].to_numpy(float)[0] for g in groups])
+            covariates = jc.panel.Covariates(first, names=columns)
+        else:
+            values = np.zeros(obs.times.shape + (len(columns),))
+            for r, g in enumerate(groups):
+                v = g[columns].to_numpy(float)
+                values[r, : len(v)], values[r, len(v) :] = v, v[-1]
+            covariates = jc.panel.Covariates(values, names=columns, per_observation=True)
+    if pci is not None:
+        obs, covariates = jc.panel.with_time_periods(obs, pci, covariates=covariates)
+    return obs, covariates
+
+
+def msm_name(name):
+    """msm's name of a covariate: its periods are `timeperiod[a,b)`."""
+    return "time" + name if name.startswith("period[") else name
+
+
 def rel(a, b):
     a, b = np.asarray(a, float), np.asarray(b, float)
     keep = np.abs(b) > 0
@@ -103,18 +135,14 @@ def rel(a, b):
 def main():
     cav = pd.read_csv(os.path.join(DATA_DIR, "cav.csv"))
     obs = panel_from_long(cav, "PTNUM", "years", "state", deathexact=[4])
-    first = cav.groupby("PTNUM", sort=False).first()
     rows, fits = [], {}
     with tempfile.TemporaryDirectory() as workdir:
         csv = os.path.join(workdir, "cav.csv")
         cav.to_csv(csv, index=False)
-        for name, formula, columns in CASES:
-            peer = msm(csv, formula, workdir, name)
-            covariates = (
-                jc.panel.Covariates(first[columns].to_numpy(float), names=columns)
-                if columns else None
-            )  # fmt: skip
-            fit, unc, first_call, fit_time = jaxctbn_fit(obs, covariates)
+        for name, formula, columns, pci in CASES:
+            peer = msm(csv, formula, workdir, name, pci)
+            case_obs, covariates = covariates_of(cav, obs, columns, pci)
+            fit, unc, first_call, fit_time = jaxctbn_fit(case_obs, covariates)
             q = np.asarray(fit.model.cims[0][0])
             off = ~np.eye(4, dtype=bool) & (q > 0)
             # intervals compared where both tools identify the rate (an unidentified effect
@@ -153,11 +181,11 @@ def main():
                 "msm_parameters": peer["n_parameters"],
             }
             row["minus2loglik_diff"] = row["jaxctbn_minus2loglik"] - row["msm_minus2loglik"]
-            if columns:
+            if covariates is not None:
                 hr_diffs, skipped = [], 0
                 transitions = [(x, y) for x in range(4) for y in range(4) if off[x, y]]
-                for c, column in enumerate(columns):
-                    h = peer["hazard_ratios"][column]
+                for c, column in enumerate(covariates.names):
+                    h = peer["hazard_ratios"][msm_name(column)]
                     for (x, y), HR, L, U in zip(transitions, h["HR"], h["L"], h["U"]):
                         b = float(np.asarray(unc.effects[0])[c, 0, x, y])
                         lo = float(np.asarray(unc.hazard_ratio_lower[0])[c, 0, x, y])
@@ -171,7 +199,7 @@ def main():
             rows.append(row)
             fits[name] = row
     tests = []
-    for name, _, _ in CASES[1:]:
+    for name, *_ in CASES[1:]:
         for tool in ("msm", "jaxctbn"):
             statistic = fits["none"][f"{tool}_minus2loglik"] - fits[name][f"{tool}_minus2loglik"]
             df = fits[name]["msm_parameters"] - fits["none"]["msm_parameters"]

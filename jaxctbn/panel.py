@@ -21,6 +21,8 @@ from ._panel.fit import SquaremFit as SquaremFit
 from ._panel.fit import RateFit as RateFit
 from ._panel.fit import fit_rates as fit_rates
 from ._panel.covariates import Covariates as Covariates
+from ._panel.periods import period_names as period_names
+from ._panel.periods import with_time_periods as with_time_periods
 from ._panel.prevalence import Prevalence as Prevalence
 from ._panel.prevalence import prevalence as prevalence
 from ._panel.uncertainty import RateUncertainty as RateUncertainty

@@ -4,7 +4,8 @@
 #
 # SPEC fields: data, subject, time, state (columns; states 1..k), qmatrix (k x k initial
 # intensities, zeros structural), deathexact (states or null), covariates (a formula as text,
-# e.g. "~ sex", or null), control (optim's), repeats (timed fits; the shortest counts).
+# e.g. "~ sex", or null), pci (cut times or null), control (optim's), repeats (timed fits; the
+# shortest counts).
 #
 # OUT fields: minus2loglik, Q (baseline intensities: at the covariates' means, msm's
 # center = TRUE), se, lower, upper (qmatrix.msm(ci = "delta"), row-major matrices), hazard
@@ -33,14 +34,14 @@ times <- numeric(0)
 for (i in seq_len(repeats)) {
   times <- c(times, system.time({
     fit <- msm(state ~ time, subject = subject, data = d, qmatrix = Q,
-               deathexact = opt("deathexact", NULL), covariates = form,
+               deathexact = opt("deathexact", NULL), covariates = form, pci = opt("pci", NULL),
                hessian = TRUE, control = opt("control", list()))
   })[["elapsed"]])
 }
 q <- qmatrix.msm(fit, ci = "delta")
 rows <- function(m) unname(lapply(seq_len(nrow(m)), function(i) unname(m[i, ])))
 hr <- list()
-if (!is.null(form)) {
+if (!is.null(form) || !is.null(opt("pci", NULL))) {
   h <- hazard.msm(fit)
   for (name in names(h)) {
     hr[[name]] <- list(transitions = rownames(h[[name]]), HR = unname(h[[name]][, "HR"]),

@@ -289,43 +289,67 @@ def _covariate_columns(text: str, df, model) -> list[str]:
     return names
 
 
-def _covariates_of(model, df, ids, columns: str, rates: str | None):
+def _covariates_of(model, df, ids, columns: str, rates: str | None, observations):
     """`--covariates` / `--covariate-rates`: a `Covariates` with one row per trajectory (in the
-    order of `ids`) and a summary for the JSON (names, means, reference levels)."""
+    order of `ids`) or, when a column changes within a trajectory, one row per observation of
+    `observations` (the value recorded with each observation, holding until the next); and a
+    summary for the JSON (names, columns, reference levels, the time-varying columns)."""
     import numpy as np
     import pandas as pd
 
+    from .._panel.buckets import PanelBuckets
     from .._panel.covariates import Covariates
 
     names = _covariate_columns(columns, df, model)
     grouped = df.groupby("trajectory_id", sort=False)
-    values, labels, reference = [], [], {}
     for name in names:
-        column = df[name]
-        if column.isna().any():
-            tid = df["trajectory_id"][column.isna()].iloc[0]
+        if df[name].isna().any():
+            tid = df["trajectory_id"][df[name].isna()].iloc[0]
             raise ValueError(
                 f"--covariates: column {name!r} has missing values (trajectory {tid!r})."
             )
-        varying = grouped[name].nunique()
-        if (varying > 1).any():
-            tid = varying.index[int(np.argmax(varying.to_numpy() > 1))]
-            raise ValueError(
-                f"--covariates: column {name!r} changes within trajectory {tid!r}; covariates "
-                "are per trajectory (baseline) here."
-            )
-        first = grouped[name].first()
-        per_trajectory = first.reindex(pd.Index(list(ids)))
-        numeric = np.asarray(pd.to_numeric(per_trajectory, errors="coerce"), float)
+    varying = [name for name in names if (grouped[name].nunique() > 1).any()]
+    if varying:  # every column per observation, aligned with the observations' slots
+        flat = observations.padded() if isinstance(observations, PanelBuckets) else observations
+        times = np.asarray(flat.times, float)
+        counts = np.asarray(flat.num_observations)
+        R, slots = times.shape
+        real = np.arange(slots)[None, :] < counts[:, None]
+        keys = pd.MultiIndex.from_arrays(
+            [np.repeat(np.asarray(ids, dtype=object), counts), times[real]]
+        )
+        at_visits = df.groupby(["trajectory_id", "time"], sort=False)
+        raw = []
+        for name in names:
+            conflict = at_visits[name].nunique() > 1
+            if conflict.any():
+                tid, t = conflict.index[int(np.argmax(conflict.to_numpy()))]
+                raise ValueError(
+                    f"--covariates: column {name!r} has two values at time {t:g} of trajectory "
+                    f"{tid!r}."
+                )
+            column = np.empty((R, slots), dtype=object)
+            column[real] = at_visits[name].first().reindex(keys).to_numpy()
+            last = column[np.arange(R), counts - 1]
+            column[~real] = np.broadcast_to(last[:, None], (R, slots))[~real]
+            raw.append(column)
+    else:
+        raw = [
+            grouped[name].first().reindex(pd.Index(list(ids))).to_numpy(dtype=object)
+            for name in names
+        ]
+    values, labels, reference = [], [], {}
+    for name, column in zip(names, raw):
+        numeric = np.asarray(pd.to_numeric(pd.Series(column.ravel()), errors="coerce"), float)
         if not np.isnan(numeric).any():
-            values.append(numeric)
+            values.append(numeric.reshape(column.shape))
             labels.append(name)
             continue
-        levels = sorted(str(v) for v in per_trajectory.unique())
+        text = np.vectorize(str, otypes=[object])(column)
+        levels = sorted(set(text.ravel().tolist()))
         if len(levels) < 2:
             raise ValueError(f"--covariates: column {name!r} has a single value.")
         reference[name] = levels[0]
-        text = per_trajectory.astype(str).to_numpy()
         for level in levels[1:]:
             values.append((text == level).astype(float))
             labels.append(f"{name}={level}")
@@ -354,9 +378,31 @@ def _covariates_of(model, df, ids, columns: str, rates: str | None):
                     f"0..{k - 1}, not a structural zero)."
                 )
             acts_on[n][:, :, x, y] = True
-    covariates = Covariates(np.stack(values, 1), names=labels, acts_on=acts_on)
-    summary = {"names": labels, "columns": names, "reference_levels": reference}
+    covariates = Covariates(
+        np.stack(values, -1), names=labels, acts_on=acts_on, per_observation=bool(varying)
+    )
+    summary = {
+        "names": labels,
+        "columns": names,
+        "reference_levels": reference,
+        "time_varying": varying,
+    }
     return covariates, summary
+
+
+def _with_periods(observations, covariates, summary: dict | None, cuts):
+    """`--pci`: the observations with censored rows at the cut times, the covariates with the
+    period dummies, and the JSON's covariate summary with them (and `pci`)."""
+    from .._panel.periods import with_time_periods
+
+    try:
+        observations, covariates = with_time_periods(observations, cuts, covariates=covariates)
+    except ValueError as e:
+        raise ValueError("--pci: " + str(e).removeprefix("cut_times: ")) from None
+    if summary is None:
+        summary = {"names": [], "columns": [], "reference_levels": {}, "time_varying": []}
+    summary = dict(summary, names=list(covariates.names), pci=[float(c) for c in cuts])
+    return observations, covariates, summary
 
 
 def _effect_table(model, covariates, uncertainty) -> list[dict]:
@@ -421,8 +467,11 @@ def _cmd_fit(args):
         raise ValueError("--covariates: only for panel data (--observation panel) here.")
     if args.covariate_rates is not None and args.covariates is None:
         raise ValueError("--covariate-rates: only with --covariates.")
+    if not panel and args.pci is not None:
+        raise ValueError("--pci: only for panel data (--observation panel).")
+    effects = args.covariates is not None or args.pci is not None
     df = read_csv(args.data)
-    default = "gradient" if args.covariates is not None else "squarem"
+    default = "gradient" if effects else "squarem"
     out: dict = {"method": args.method or default, "observation": args.observation}
     if panel:
         entry = _assignment(args.exact_entry, model.names, model.cardinalities, "--exact-entry")
@@ -430,14 +479,15 @@ def _cmd_fit(args):
         if args.max_iterations is not None:
             options["max_iterations"] = args.max_iterations
         methods = {"squarem": SquaremFit, "em": EMFit, "gradient": GradientFit}
-        if args.covariates is not None:
+        if effects:
+            flag = "--covariates" if args.covariates is not None else "--pci"
             if args.method not in (None, "gradient"):
                 raise ValueError(
                     f"--method {args.method}: covariate effects have no closed-form EM "
-                    "update; with --covariates the fit is --method gradient (the default then)."
+                    f"update; with {flag} the fit is --method gradient (the default then)."
                 )
             if args.learn_strength is not None:
-                raise ValueError("--covariates: not together with --learn-strength.")
+                raise ValueError(f"{flag}: not together with --learn-strength.")
         method = methods[out["method"]](**options)
         prior = None if alpha is None or beta is None else GammaPrior(alpha, beta)
         # the covariate columns are not nodes: the panel reader sees the rest
@@ -464,7 +514,11 @@ def _cmd_fit(args):
         covariates = None
         if args.covariates is not None:
             covariates, out["covariates"] = _covariates_of(
-                model, df, ids, args.covariates, args.covariate_rates
+                model, df, ids, args.covariates, args.covariate_rates, observations
+            )
+        if args.pci is not None:
+            observations, covariates, out["covariates"] = _with_periods(
+                observations, covariates, out.get("covariates"), args.pci
             )
         fit = fit_rates(model, observations, method=method, prior=prior, covariates=covariates)
         fitted = fit.model

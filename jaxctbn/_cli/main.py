@@ -148,9 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--covariates",
         default=None,
         metavar="COL,COL,...",
-        help="panel: baseline covariates per trajectory (data columns, constant within a "
-        "trajectory; text columns are categorical, dummy-coded against their first level), "
-        "log-linear on the rates, centred at their means",
+        help="panel: covariates (data columns; text columns are categorical, dummy-coded "
+        "against their first level), log-linear on the rates, centred at their means; a column "
+        "that changes within a trajectory is time-varying, its value at each visit holding "
+        "until the next",
     )
     p.add_argument(
         "--covariate-rates",
@@ -158,6 +159,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NODE:FROM-TO,...",
         help="the transitions the covariates act on (every parent configuration of NODE; "
         "states 0-based); default: every free rate",
+    )
+    p.add_argument(
+        "--pci",
+        type=_grid_times,
+        default=None,
+        metavar="T1,T2,...",
+        help="panel: piecewise-constant rates, changing at these times (msm's pci): one "
+        "hazard ratio per later period, on every free rate, reported as covariates "
+        "period[T1,T2), ...",
     )
     p.add_argument("--out", required=True, help="output JSON")
     p.set_defaults(func=_cmd_fit)

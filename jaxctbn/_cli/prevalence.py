@@ -32,7 +32,7 @@ def _cmd_prevalence(args) -> None:
     from .._panel.observations import PanelObservations
     from .._panel.prevalence import prevalence
     from .._paths.csv import read_csv
-    from .fit import _covariates_of
+    from .fit import _covariates_of, _with_periods
 
     if args.observation != "panel":
         raise ValueError("--observation: prevalence compares panel data (--observation panel).")
@@ -53,9 +53,19 @@ def _cmd_prevalence(args) -> None:
     observations, ids = panel_from_dataframe(df.drop(columns=columns), model, bucketed=False)
     assert isinstance(observations, PanelObservations)  # (bucketed=False)
     if columns:
-        acts = {(e["node"], e["from"], e["to"]) for e in fit["covariate_effects"]}
+        acts = {
+            (e["node"], e["from"], e["to"])
+            for e in fit["covariate_effects"]
+            if not e["covariate"].startswith("period[")
+        }
         rates = ",".join(f"{n}:{x}-{y}" for n, x, y in sorted(acts))
-        covariates, _ = _covariates_of(model, df, ids, ",".join(columns), rates)
+        covariates, _ = _covariates_of(model, df, ids, ",".join(columns), rates, observations)
+    cuts = fit.get("covariates", {}).get("pci")
+    if cuts:
+        periods, covariates, _ = _with_periods(observations, covariates, None, cuts)
+        assert isinstance(periods, PanelObservations)  # (flat in, flat out)
+        observations = periods
+    if covariates is not None:
         effects = _effects_from_fit(fit, model, covariates)
     times = np.asarray(args.times, float)
     result = prevalence(model, observations, times, covariates=covariates, effects=effects)

@@ -9,6 +9,13 @@ with $\bar z$ the mean over the trajectories (msm's `center = TRUE`): $\lambda_n
 rate at the covariates' means, and $e^{\beta}$ the hazard ratio of one unit of $z_c$. The
 effects enter the panel likelihood as per-trajectory rate scales (the imperfect interventions
 of [`jaxctbn.Intervention`][]), so every route of the filter applies unchanged.
+
+**Time-varying covariates** (`per_observation=True`): trajectory $r$ carries $z_{ri}$ at each
+observation time $t_i$, taken as constant until the next observation (msm's convention: the
+value at the start of an interval holds over it), so the rates are piecewise constant and the
+filter propagates interval $(t_i,t_{i+1}]$ with the generator at $z_{ri}$. The means are then
+over the real observations. [`jaxctbn.panel.with_time_periods`][] builds such covariates for
+piecewise-constant baseline rates (msm's `pci`).
 """
 
 from __future__ import annotations
@@ -21,10 +28,11 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._model.interventions import Intervention, is_concrete
+from .observations import PanelObservations
 
 
 class Covariates(eqx.Module):
-    r"""Covariates of every trajectory, constant over its observations, and the rates they act
+    r"""Covariates of every trajectory (baseline, or per observation) and the rates they act
     on.
 
     **Arguments:**
@@ -36,6 +44,10 @@ class Covariates(eqx.Module):
     - `acts_on` (keyword-only): per node, booleans `(C, configs, k, k)`: which of its rates
       each covariate scales (default: every free rate of every node). Entries off the free
       rates (the diagonal, structural zeros) are ignored.
+    - `per_observation` (keyword-only, default `False`): `values` are `(*batch, O, C)`, one
+      row per observation of each trajectory (aligned with its observations, padding
+      ignored), each holding until the next observation: time-varying covariates. They enter
+      the likelihood (the fit and [`jaxctbn.panel.rate_uncertainty`][]) only.
 
     Structure is checked here (a `ValueError` naming the argument); concrete values must be
     finite, and a covariate that is constant over the trajectories is refused (its effect is
@@ -45,6 +57,7 @@ class Covariates(eqx.Module):
     values: Float[Array, "*batch covariates"]
     acts_on: tuple[Bool[Array, "covariates _configs _k _k"], ...] | None
     names: tuple[str, ...] = eqx.field(static=True)
+    per_observation: bool = eqx.field(static=True)
 
     def __init__(
         self,
@@ -52,13 +65,20 @@ class Covariates(eqx.Module):
         *,
         names: Sequence[str] | None = None,
         acts_on: Sequence[ArrayLike] | None = None,
+        per_observation: bool = False,
     ):
         values = jnp.asarray(values)
-        if values.ndim < 2 or not jnp.issubdtype(values.dtype, jnp.number):
+        per_observation = bool(per_observation)
+        shape = (
+            "(trajectories, observations, covariates)"
+            if per_observation
+            else ("(trajectories, covariates)")
+        )
+        if values.ndim < 2 + per_observation or not jnp.issubdtype(values.dtype, jnp.number):
             raise ValueError(
-                f"values: expected numbers of shape (trajectories, covariates), got "
-                f"{values.dtype} {values.shape}."
+                f"values: expected numbers of shape {shape}, got {values.dtype} {values.shape}."
             )
+        self.per_observation = per_observation
         if not jnp.issubdtype(values.dtype, jnp.floating):
             values = values.astype(float)
         C = values.shape[-1]
@@ -77,9 +97,10 @@ class Covariates(eqx.Module):
                 raise ValueError("values: must be finite (no missing values).")
             constant = [n for n, col in zip(names, array.T) if np.ptp(col) == 0]
             if constant:
+                over = "observations" if per_observation else "trajectories"
                 raise ValueError(
-                    f"values: covariate {constant[0]!r} is constant over the trajectories, so "
-                    "its effect is not identified; leave it out."
+                    f"values: covariate {constant[0]!r} is constant over the {over}, so its "
+                    "effect is not identified; leave it out."
                 )
         self.values = values
         self.names = names
@@ -121,10 +142,11 @@ class Covariates(eqx.Module):
 def scales_of(
     centred: Array, effects: tuple[Array, ...], masks: tuple[Array, ...]
 ) -> tuple[Array, ...]:
-    r"""Per node, the rate scales `(R, configs, k, k)` $\exp(\sum_c\beta_c\tilde z_{rc})$ of the
-    trajectories with centred covariates `centred` `(R, C)` (1 off the masked rates)."""
+    r"""Per node, the rate scales `(*rows, configs, k, k)` $\exp(\sum_c\beta_c\tilde z_{rc})$
+    of centred covariates `centred` `(*rows, C)` (1 off the masked rates): rows are
+    trajectories, or trajectories and observations."""
     return tuple(
-        jnp.exp(jnp.einsum("rc,c...->r...", centred, jnp.where(m, b, 0)))
+        jnp.exp(jnp.tensordot(centred, jnp.where(m, b, 0), axes=([-1], [0])))
         for b, m in zip(effects, masks)
     )
 
@@ -150,3 +172,25 @@ def with_scales(
     return eqx.tree_at(
         lambda i: i.rate_scales, intervention, tuple(out), is_leaf=lambda x: x is None
     )
+
+
+def centred_values(
+    covariates: Covariates, buckets: tuple[PanelObservations, ...], per_bucket: Sequence[Array]
+) -> tuple[tuple[Array, ...], Array, Array]:
+    r"""`(centred, means, count)`: the covariate values of each flat bucket (`per_bucket`, cut
+    as the buckets are: `(R_b, C)`, or `(R_b, O, C)` per observation) minus their means, over
+    the trajectories, or over the real observations (padding rows then 0, and cut to each
+    bucket's slots); `count` is the number of rows averaged."""
+    dtype = per_bucket[0].dtype
+    if not covariates.per_observation:
+        means = jnp.concatenate(per_bucket).mean(0)
+        count = jnp.asarray(sum(v.shape[0] for v in per_bucket), dtype)
+        return tuple(v - means for v in per_bucket), means, count
+    values = [v[:, : b.times.shape[-1]] for v, b in zip(per_bucket, buckets)]
+    real = [
+        (jnp.arange(b.times.shape[-1]) < b.num_observations[:, None])[..., None] for b in buckets
+    ]
+    count = jnp.sum(jnp.stack([r.sum((0, 1)) for r in real]), 0).astype(dtype)
+    totals = jnp.stack([jnp.where(r, v, 0).sum((0, 1)) for v, r in zip(values, real)])
+    means = totals.sum(0) / count
+    return tuple(jnp.where(r, v - means, 0) for v, r in zip(values, real)), means, count

@@ -61,7 +61,7 @@ from .._master_equation.solvers import (
 from .._model.ctbn import CTBN, with_diagonal
 from .._model.interventions import is_concrete
 from .buckets import PanelBuckets, as_flat_buckets, split_rows
-from .covariates import Covariates, scales_of, with_scales
+from .covariates import Covariates, centred_values, scales_of, with_scales
 from .inference import (
     GapGroups,
     PanelExpectedStatistics,
@@ -100,11 +100,12 @@ class _Problem(eqx.Module):
     lower: Array  # lowest free rate
     upper: Array  # highest free rate
     groups: GapGroups | None  # intervals grouped by length (no interventions, dense solver)
-    covariates: tuple[Array, ...] | None = None  # per bucket (R_b, C), centred
+    covariates: tuple[Array, ...] | None = None  # per bucket (R_b, C) or (R_b, O_b, C), centred
     covariate_means: Array | None = None  # (C,)
     effect_masks: tuple[Array, ...] | None = None  # per node (C, configs, k, k)
     effect_bound: Array | None = None  # (C,): |effect| at most this (|effect * z| <= 30)
     covariate_spread: Array | None = None  # (C,): standard deviation of each covariate
+    per_observation: bool = eqx.field(static=True, default=False)  # time-varying covariates
 
     def with_rates(self, rates: tuple[Array, ...]) -> CTBN:
         """The model with these off-diagonal rates (diagonals recomputed)."""
@@ -164,10 +165,17 @@ class _Problem(eqx.Module):
             return _pooled_by_gaps(
                 model, buckets, self.emissions, self.initial_distribution, self.groups, what
             )
-        observations = self.observations if effects is None else self.with_effects(effects)
+        observations, interval_scales = self.observations, (None,) * len(self.observations)
+        if effects is not None and self.per_observation:
+            assert self.covariates is not None and self.effect_masks is not None
+            interval_scales = tuple(
+                scales_of(centred, effects, self.effect_masks) for centred in self.covariates
+            )
+        elif effects is not None:
+            observations = self.with_effects(effects)
         bads, outs = [], []
-        for bucket, p0 in zip(observations, self.initial_distribution):
-            bad, out = _compute(model, bucket, self.emissions, p0, self.solver, what, None)
+        for bucket, p0, scales in zip(observations, self.initial_distribution, interval_scales):
+            bad, out = _compute(model, bucket, self.emissions, p0, self.solver, what, None, scales)
             bads.append(bad)
             outs.append(out)
         if len(outs) == 1:
@@ -288,13 +296,18 @@ def _off_diagonal_rates(cim: Array) -> Array:
 
 def _time_scales(buckets: tuple[PanelObservations, ...], dtype) -> tuple[Array, Array, Array]:
     """The median, shortest and longest positive gaps of flat buckets (1 when there are
-    none)."""
+    none), between consecutive observations that observe some node (the censored rows of
+    [`jaxctbn.panel.with_time_periods`][] are passed over)."""
     gaps = []
     for bucket in buckets:
         times = bucket.times.astype(dtype)
         num_slots = times.shape[-1]
-        gap = jnp.diff(times, axis=-1)
+        seen = jnp.any(bucket.states >= 0, axis=-1)
+        # the time of the latest observing row before each row
+        latest = jax.lax.cummax(jnp.where(seen, times, -jnp.inf), axis=times.ndim - 1)
+        gap = times[..., 1:] - latest[..., :-1]
         ok = (jnp.arange(1, num_slots) < bucket.num_observations[:, None]) & (gap > 0)
+        ok = ok & seen[..., 1:] & jnp.isfinite(gap)
         gaps.append(jnp.where(ok, gap, jnp.nan).reshape(-1))
     gaps = jnp.concatenate(gaps)
     ok = ~jnp.isnan(gaps)
@@ -378,12 +391,14 @@ def _problem(
         lower=lower,
         upper=upper,
         groups=groups,
+        per_observation=covariates is not None and covariates.per_observation,
     )
     if covariates is not None:
         values = [jnp.asarray(v, dtype) for v in split_rows(observations, covariates.values)]
-        means = jnp.concatenate(values).mean(0)
-        centred = tuple(v - means for v in values)
-        spread = jnp.max(jnp.abs(jnp.concatenate(centred)), axis=0)
+        centred, means, count = centred_values(covariates, buckets, values)
+        # padding rows are 0 once centred: the largest |z - mean| and the root mean square
+        rows = jnp.concatenate([c.reshape(-1, c.shape[-1]) for c in centred])
+        spread = jnp.max(jnp.abs(rows), axis=0)
         problem = eqx.tree_at(
             lambda p: (
                 p.covariates,
@@ -398,7 +413,7 @@ def _problem(
                 means,
                 covariates.masks(free),
                 30 / spread,
-                jnp.sqrt(jnp.mean(jnp.concatenate(centred) ** 2, axis=0)),
+                jnp.sqrt(jnp.sum(rows**2, axis=0) / count),
             ),
             is_leaf=lambda x: x is None,
         )
@@ -876,8 +891,10 @@ def fit_rates(
       has its mode at the bottom of the box.
     - `emissions`, `initial_distribution`: as for [`jaxctbn.panel.panel_log_likelihood`][] (fixed,
       not fitted).
-    - `covariates`: `None`, or [`jaxctbn.panel.Covariates`][]: baseline covariates per
-      trajectory with log-linear effects on chosen rates, fitted jointly with the rates by
+    - `covariates`: `None`, or [`jaxctbn.panel.Covariates`][]: covariates per trajectory
+      (baseline) or per observation (time-varying; the periods of
+      [`jaxctbn.panel.with_time_periods`][] among them) with log-linear effects on chosen
+      rates, fitted jointly with the rates by
       [`jaxctbn.panel.GradientFit`][] (the default then; the EM methods are refused: the
       effects have no closed-form update); the result's `effects` are the log hazard ratios
       and `model` the rates at the covariates' means.
@@ -950,7 +967,15 @@ def _check_covariates(covariates, observations, method) -> None:
         if isinstance(observations, PanelBuckets)
         else observations.batch_shape
     )
-    if covariates.values.shape[:-1] != batch:
+    leading = covariates.values.shape[:-1]
+    if covariates.per_observation:
+        slots = max(b.times.shape[-1] for b in as_flat_buckets(observations))
+        if leading[:-1] != batch or leading[-1] < slots:
+            raise ValueError(
+                f"covariates: per_observation values need leading axes {batch + (slots,)} (one "
+                f"row per observation slot of each trajectory), got {covariates.values.shape}."
+            )
+    elif leading != batch:
         raise ValueError(
             f"covariates: expected one row per trajectory, leading axes {batch}, got values of "
             f"shape {covariates.values.shape}."

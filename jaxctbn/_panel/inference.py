@@ -60,7 +60,7 @@ from .._master_equation.solvers import (
     pull_shifts,
     push,
 )
-from .._model.ctbn import AbstractCTBN
+from .._model.ctbn import AbstractCTBN, with_diagonal
 from .._model.interventions import is_concrete
 from .._model.layout import max_configs, state_bins_on_sets
 from .buckets import PanelBuckets, as_flat_buckets
@@ -216,12 +216,16 @@ def _filter(
     solver: AbstractMasterEquationSolver,
     propagators: tuple[Array, Array] | None = None,
     exact_entries: bool = True,
+    interval_scales: tuple[Array, ...] | None = None,
 ) -> tuple[AbstractGenerator, _Smoothed]:
     """The scaled forward filter of one trajectory (see the module docstring). With
     `propagators = (table, index)`, interval $i$'s $e^{(t_i-t_{i-1})W}$ is read as
     `table[index[i]]` (`table` `(G, S, S)`, `index` `(O - 1,)`) instead of being solved.
     `exact_entries=False` (static: no observation of the batch records an exact entry time)
-    leaves out the entry terms."""
+    leaves out the entry terms. `interval_scales`: per node `(O, configs, k, k)`, the rate
+    scales from each observation to the next (time-varying covariates): the interval ending
+    at observation $i$ runs on the generator with the rates times `interval_scales[n][i - 1]`
+    (the returned generator is then that of no scales)."""
     intervention = observations.intervention
     if intervention is not None:
         intervention = intervention.checked(model)
@@ -250,21 +254,33 @@ def _filter(
     alpha0 = jnp.where(_positive(c0), a0 / jnp.where(_positive(c0), c0, 1), prior)
 
     table, index = (None, None) if propagators is None else propagators
+    if interval_scales is not None and table is not None:
+        raise ValueError("interval_scales: not with shared propagators.")
+    starts = None if interval_scales is None else tuple(s[:-1] for s in interval_scales)
 
     def step(alpha, inputs):
-        dt, ok, is_exact, e, o, i = inputs
+        dt, ok, is_exact, e, o, i, scales = inputs
+        step_gen = gen
+        if scales is not None:
+            step_gen = amalgamate(
+                eqx.tree_at(
+                    lambda m: m.cims,
+                    model,
+                    tuple(with_diagonal(c * s.astype(dtype)) for c, s in zip(model.cims, scales)),
+                )
+            )
         if table is None:
-            predicted = solver.propagate(gen, alpha, _safe(dt, ok))
+            predicted = solver.propagate(step_gen, alpha, _safe(dt, ok))
         else:  # gathered inside the step: fused, never materialised per interval
             predicted = vector_matrix(alpha, table[i])
         a = predicted * e
         if exact_entries:
-            a = jnp.where(is_exact, _entry_forward(gen, predicted, o), a)
+            a = jnp.where(is_exact, _entry_forward(step_gen, predicted, o), a)
         c = jnp.where(ok, short_sum(a), 1)
         alpha = jnp.where(ok & _positive(c), a / jnp.where(_positive(c), c, 1), alpha)
         return alpha, (alpha, predicted, c)
 
-    inputs = (jnp.diff(times), valid[1:], exact[1:], evidence[1:], inside[1:], index)
+    inputs = (jnp.diff(times), valid[1:], exact[1:], evidence[1:], inside[1:], index, starts)
     _, (alphas, predicted, norms) = jax.lax.scan(step, alpha0, inputs)
     norms = jnp.concatenate([c0[None], norms])
     return gen, _Smoothed(
@@ -803,8 +819,17 @@ def _run(model, observations, emissions, initial_distribution, solver, what, gri
 
 
 @eqx.filter_jit
-def _compute(model, observations, emissions, initial_distribution, solver, what, grid):
-    """One compiled program per call (eager calls would otherwise compile op by op)."""
+def _compute(
+    model, observations, emissions, initial_distribution, solver, what, grid, interval_scales=None
+):
+    """One compiled program per call (eager calls would otherwise compile op by op).
+    `interval_scales`: `None`, or per node `(*batch, O, configs, k, k)` rate scales from each
+    observation to the next (time-varying covariates; the likelihood only)."""
+    if interval_scales is not None and what != "likelihood":
+        raise ValueError(
+            "covariates: time-varying covariates enter the likelihood only (the fit and its "
+            "standard errors), not the smoothed statistics or marginals."
+        )
     model, observations, matrices, p0 = _setup(model, observations, emissions, initial_distribution)
     batch = observations.batch_shape
     dtype = matrices[0].dtype
@@ -822,8 +847,8 @@ def _compute(model, observations, emissions, initial_distribution, solver, what,
             "time (the process before it is not modelled).",
         )
 
-    def one(obs, p, g):
-        gen, filtered = _filter(model, obs, matrices, p, solver)
+    def one(obs, p, g, scales):
+        gen, filtered = _filter(model, obs, matrices, p, solver, interval_scales=scales)
         bad, log_likelihood = _filtered_log_likelihood(filtered, p)
         if what == "likelihood":
             return bad, log_likelihood
@@ -833,7 +858,7 @@ def _compute(model, observations, emissions, initial_distribution, solver, what,
         dwell, transitions = _statistics(gen, obs, filtered, betas, ends, solver)
         return bad, (dwell, transitions, log_likelihood)
 
-    bad, out = _vmapped(one, len(batch))(observations, p0, grid)
+    bad, out = _vmapped(one, len(batch))(observations, p0, grid, interval_scales)
     if what == "statistics":
         # the model is shared by the batch: only the arrays have the batch axes
         dwell, transitions, log_likelihood = out

@@ -13,7 +13,10 @@ $$E_{n,x}(t)=\sum_{r\ \text{at risk}}\Pr\big(X_n(t)=x\mid y_{r,0}\big),\qquad
 the forecast of the fitted model from each trajectory's own first observation $y_{r,0}$ at
 $t_{r,0}$ ($\pi_r$ uniform over the global states consistent with it: unobserved nodes
 uniform), with the trajectory's generator $W_r$ (its intervention, and its covariates'
-scales). Agreement of the two curves is a check of fit: a model that is right forecasts the
+scales). With time-varying covariates (or the periods of
+[`jaxctbn.panel.with_time_periods`][]) the generator changes at the trajectory's observations,
+each value holding until the next, and the forecast is the product of the intervals'
+exponentials up to $t$. Agreement of the two curves is a check of fit: a model that is right forecasts the
 states it did not see; systematic gaps show where it is not (msm's `plot.prevalence.msm`).
 """
 
@@ -27,9 +30,9 @@ from jaxtyping import Array, ArrayLike, Float, Int
 
 from .._master_equation.dense_linalg import transition_matrices
 from .._master_equation.generator import amalgamate
-from .._model.ctbn import CTBN
+from .._model.ctbn import CTBN, with_diagonal
 from .._model.interventions import Intervention
-from .covariates import Covariates, scales_of, with_scales
+from .covariates import Covariates, centred_values, scales_of
 from .inference import _evidence
 from .observations import PanelObservations
 
@@ -73,27 +76,52 @@ def _observed(observations: PanelObservations, times: np.ndarray, K: int) -> tup
 
 @eqx.filter_jit
 def _expected(model, observations, times, masks, scales):
+    """The expected counts `(G, N, K)`: each trajectory's forecast from its first observation,
+    its generator changing at its observations when `scales` (per node `(R, O, configs, k,
+    k)`, the covariate scales from each observation to the next) are given."""
     cards = model.cardinalities
     N = len(cards)
     K = max(cards)
     dtype = jnp.result_type(*model.cims)
     eye = tuple(jnp.eye(k, dtype=dtype) for k in cards)
-    R = observations.times.shape[0]
+    R, slots = observations.times.shape
     intervention = observations.intervention
-    if scales is not None:
-        intervention = with_scales(intervention, scales, R)
-    elif intervention is None:
+    if intervention is None:
         intervention = Intervention(
             targets=jnp.zeros((R, N), bool), states=jnp.zeros((R, N), jnp.int32)
         )
 
-    def one(t0, y0, iv, mask):
-        W = amalgamate(iv.apply(model)).dense()
+    def one(t, count, y0, iv, mask, row_scales):
+        base = iv.apply(model)
+
+        def generator(s):
+            cims = tuple(with_diagonal(c * x.astype(dtype)) for c, x in zip(base.cims, s))
+            return amalgamate(eqx.tree_at(lambda m: m.cims, base, cims)).dense()
+
+        if row_scales is None:
+            W = jnp.broadcast_to(amalgamate(base).dense(), (slots,) + (base.num_global_states,) * 2)
+        else:
+            W = jax.vmap(generator)(row_scales)  # (O, S, S): from observation i to the next
+        valid = jnp.arange(slots) < count
+        t = jnp.where(valid, t.astype(dtype), t[count - 1].astype(dtype))
         start = _evidence(cards, y0, eye)
         start = start / start.sum()
-        h = jnp.maximum(times - t0, 0).astype(dtype)
-        P = transition_matrices(h[:, None, None] * W[None])
-        p = jnp.einsum("s,gst->gt", start, P).reshape((-1,) + cards)  # (G, *cards)
+        P = transition_matrices(jnp.diff(t)[:, None, None] * W[:-1])
+
+        def step(p, P_i):
+            p = p @ P_i
+            return p, p
+
+        _, later = jax.lax.scan(step, start, P)
+        at_rows = jnp.concatenate([start[None], later])  # (O, S): the forecast at t_i
+        # the grid time's interval: the last observation at or before it
+        index = jnp.searchsorted(jnp.where(valid, t, jnp.inf), times, side="right") - 1
+        index = jnp.clip(index, 0, count - 1)
+        h = jnp.maximum(times - t[index], 0).astype(dtype)
+        p = jnp.einsum(
+            "gs,gst->gt", at_rows[index], transition_matrices(h[:, None, None] * W[index])
+        )
+        p = p.reshape((-1,) + cards)  # (G, *cards)
         per_node = []
         for n, k in enumerate(cards):
             axes = tuple(a + 1 for a in range(N) if a != n)
@@ -102,7 +130,12 @@ def _expected(model, observations, times, masks, scales):
         return jnp.stack(per_node, 1) * mask[..., None]  # (G, N, K)
 
     contributions = jax.vmap(one)(
-        observations.times[:, 0].astype(dtype), observations.states[:, 0], intervention, masks
+        observations.times,
+        observations.num_observations,
+        observations.states[:, 0],
+        intervention,
+        masks,
+        scales,
     )
     return contributions.sum(0)
 
@@ -144,11 +177,24 @@ def prevalence(
     masks, observed = _observed(observations, grid, max(model.cardinalities))
     scales = None
     if covariates is not None:
+        if not isinstance(covariates, Covariates):
+            raise ValueError(
+                f"covariates: expected a jaxctbn.panel.Covariates, got {type(covariates).__name__}."
+            )
+        leading = covariates.values.shape[:-1]
+        R, slots = observations.times.shape
+        if leading[:1] != (R,) or (covariates.per_observation and leading[1] < slots):
+            raise ValueError(
+                f"covariates: expected leading axes {(R, slots) if covariates.per_observation else (R,)}"
+                f" (those of the fit), got values of shape {covariates.values.shape}."
+            )
         values = jnp.asarray(covariates.values, jnp.result_type(*model.cims))
-        centred = values - values.mean(0)
+        (centred,), _, _ = centred_values(covariates, (observations,), [values])
         free = tuple((jnp.asarray(c) != 0) & ~jnp.eye(c.shape[-1], dtype=bool) for c in model.cims)
         assert effects is not None
         scales = scales_of(centred, tuple(jnp.asarray(b) for b in effects), covariates.masks(free))
+        if not covariates.per_observation:  # the same scales from every observation
+            scales = tuple(jnp.broadcast_to(s[:, None], (R, slots) + s.shape[1:]) for s in scales)
     expected = _expected(
         model, observations, jnp.asarray(grid), jnp.asarray(np.moveaxis(masks, 0, 1)), scales
     )

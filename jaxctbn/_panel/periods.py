@@ -1,0 +1,171 @@
+r"""Piecewise-constant baseline rates (R msm's `pci`): the rates change at given times.
+
+With cut times $c_1<\dots<c_P$, the time axis splits into periods $[c_0{=}{-}\infty,c_1),\
+[c_1,c_2),\dots,[c_P,\infty)$, and every rate $\lambda$ a period acts on is
+
+$$\lambda(t)=\lambda\,\exp\Big(\sum_{p=1}^P\beta_p\,(1[t\in[c_p,c_{p+1})]-\bar d_p)\Big),$$
+
+a time-varying covariate per later period (dummy-coded against the first), centred like every
+covariate. A trajectory's interval that spans a cut is split there by a **censored row** (no
+node observed: the likelihood is unchanged, the filter only changes generator there), and the
+period dummies are per-observation covariates ([`jaxctbn.panel.Covariates`][] with
+`per_observation=True`), so [`jaxctbn.panel.fit_rates`][] and
+[`jaxctbn.panel.rate_uncertainty`][] fit and report the periods' hazard ratios as covariate
+effects, the way msm reports `timeperiod[c1,c2)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from jaxtyping import ArrayLike
+
+from .._model.interventions import is_concrete
+from .buckets import PanelBuckets
+from .covariates import Covariates
+from .observations import PanelObservations
+
+
+def period_names(cut_times: Sequence[float]) -> list[str]:
+    """The covariate names of the periods after the first: `period[c1,c2)`, ...,
+    `period[cP,Inf)`."""
+    ends = [f"{c:g}" for c in cut_times] + ["Inf"]
+    return [f"period[{a},{b})" for a, b in zip(ends[:-1], ends[1:])]
+
+
+def with_time_periods(
+    observations: PanelObservations | PanelBuckets,
+    cut_times: ArrayLike,
+    *,
+    covariates: Covariates | None = None,
+) -> tuple[PanelObservations | PanelBuckets, Covariates]:
+    r"""Panel data and covariates for rates that are piecewise constant in time, changing at
+    `cut_times` (see the module docstring).
+
+    **Arguments:**
+
+    - `observations`: concrete [`jaxctbn.panel.PanelObservations`][] with one batch axis, or a
+      [`jaxctbn.panel.PanelBuckets`][].
+    - `cut_times`: `(P,)` finite, strictly increasing, each strictly inside the data's
+      follow-up (after the earliest first observation, before the latest last one), and each
+      period after the first must hold the start of some interval (else its rates are not
+      identified).
+    - `covariates` (keyword-only): other covariates of the fit (baseline or per observation;
+      a censored row takes the value of the observation before it), kept in front of the
+      period dummies with their `acts_on`.
+
+    **Returns:** `(observations, covariates)`: the data with a censored row at every cut time
+    inside a trajectory's follow-up (not already an observation time), of the same kind as
+    given (buckets regrouped by the new lengths, in the same given order), and per-observation
+    covariates: the given ones, then one dummy per period after the first, named by
+    [`jaxctbn.panel.period_names`][], acting on every free rate. Pass both to
+    [`jaxctbn.panel.fit_rates`][].
+    """
+    if isinstance(observations, PanelBuckets):
+        flat = observations.padded()
+    elif isinstance(observations, PanelObservations) and len(observations.batch_shape) == 1:
+        flat = observations
+    else:
+        raise ValueError(
+            "observations: expected PanelObservations with one batch axis (trajectories) or "
+            "PanelBuckets."
+        )
+    if not is_concrete(flat.times, flat.states, flat.num_observations):
+        raise ValueError("observations: with_time_periods needs concrete data (not under jit).")
+    if covariates is not None and not isinstance(covariates, Covariates):
+        raise ValueError(
+            f"covariates: expected a jaxctbn.panel.Covariates or None, got "
+            f"{type(covariates).__name__}."
+        )
+    cuts = np.asarray(cut_times, float).reshape(-1) if np.ndim(cut_times) <= 1 else None
+    if cuts is None or cuts.size == 0 or not np.all(np.isfinite(cuts)):
+        raise ValueError("cut_times: expected one or more finite times T1,T2,...")
+    if np.any(np.diff(cuts) <= 0):
+        raise ValueError(f"cut_times: must be strictly increasing, got {cuts.tolist()}.")
+    times = np.asarray(flat.times, float)
+    states = np.asarray(flat.states)
+    entry = np.asarray(flat.exact_entry)
+    counts = np.asarray(flat.num_observations)
+    R = times.shape[0]
+    first = times[:, 0]
+    last = times[np.arange(R), counts - 1]
+    lo, hi = float(first.min()), float(last.max())
+    outside = [c for c in cuts if not lo < c < hi]
+    if outside:
+        raise ValueError(
+            f"cut_times: {outside[0]:g} is outside the data's follow-up ({lo:g}, {hi:g}); every "
+            "cut must fall strictly between the earliest first and the latest last observation."
+        )
+    # the merged rows of every trajectory: (time, source row or -1 for a cut)
+    rows_of = []
+    for r in range(R):
+        own = times[r, : counts[r]]
+        inserted = [c for c in cuts if own[0] < c < own[-1] and not np.any(own == c)]
+        merged = sorted([(t, i) for i, t in enumerate(own)] + [(c, -1) for c in inserted])
+        rows_of.append(merged)
+    width = max(len(m) for m in rows_of)
+    N = states.shape[-1]
+    new_times = np.zeros((R, width))
+    new_states = np.full((R, width, N), -1, np.int32)
+    new_entry = np.zeros((R, width), bool)
+    source = np.zeros((R, width), int)  # the original row whose covariates hold there
+    for r, merged in enumerate(rows_of):
+        previous = 0
+        for j, (t, i) in enumerate(merged):
+            new_times[r, j] = t
+            if i >= 0:
+                new_states[r, j] = states[r, i]
+                new_entry[r, j] = entry[r, i]
+                previous = i
+            source[r, j] = previous
+        new_times[r, len(merged) :] = merged[-1][0]
+        source[r, len(merged) :] = previous
+    new_counts = np.asarray([len(m) for m in rows_of], np.int32)
+    real = np.arange(width)[None, :] < new_counts[:, None]
+    starts = np.arange(width)[None, :] < (new_counts - 1)[:, None]  # rows that open an interval
+    period = np.searchsorted(cuts, new_times, side="right")  # 0 = the first period
+    dummies = np.stack([(period == p) for p in range(1, cuts.size + 1)], -1).astype(float)
+    names = period_names(cuts.tolist())
+    for p, name in enumerate([f"period[-Inf,{cuts[0]:g})"] + names):
+        if not np.any((period == p)[starts]):
+            raise ValueError(
+                f"cut_times: no interval of the data starts in {name[len('period') :]}, so its "
+                "rates are not identified; drop that cut."
+            )
+    dummies = np.where(real[..., None], dummies, 0.0)
+    columns, labels, acts_on = dummies, list(names), None
+    if covariates is not None:
+        given = np.asarray(covariates.values, float)
+        if covariates.per_observation:
+            if given.shape[:2] != (R, given.shape[1]) or given.shape[1] < times.shape[1]:
+                raise ValueError(
+                    f"covariates: per_observation values need leading axes "
+                    f"({R}, {times.shape[1]}), got {given.shape}."
+                )
+            expanded = np.take_along_axis(given, source[..., None], axis=1)
+        else:
+            if given.shape[:-1] != (R,):
+                raise ValueError(
+                    f"covariates: expected one row per trajectory ({R}), got {given.shape}."
+                )
+            expanded = np.broadcast_to(given[:, None, :], (R, width, given.shape[-1]))
+        columns = np.concatenate([expanded, dummies], -1)
+        labels = list(covariates.names) + labels
+        if covariates.acts_on is not None:
+            acts_on = [
+                np.concatenate([np.asarray(m), np.ones((cuts.size,) + m.shape[1:], bool)])
+                for m in covariates.acts_on
+            ]
+    intervention = flat.intervention
+    out = PanelObservations(
+        new_times,
+        new_states,
+        num_observations=new_counts,
+        exact_entry=new_entry,
+        intervention=intervention,
+    )
+    result: PanelObservations | PanelBuckets = out
+    if isinstance(observations, PanelBuckets):
+        result = PanelBuckets.from_observations(out)
+    return result, Covariates(columns, names=labels, acts_on=acts_on, per_observation=True)
