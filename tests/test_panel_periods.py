@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.linalg
+import scipy.stats
 
 import jaxctbn as jc
 
@@ -290,3 +291,64 @@ def test_time_varying_covariates_and_pci_from_the_command_line(tmp_path, capsys)
         assert main([*args, *extra, "--out", str(bad)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+
+
+def test_likelihood_ratio_test_of_the_covariates_and_periods():
+    periods, _, fit, _ = _fit()
+    start = jc.CTBN(
+        cims=[jnp.array([[[0, 1.0, 1.0], [1.0, 0, 1.0], [0, 0, 0.0]]])], parents=[()], names=("h",)
+    )
+    plain = jc.panel.fit_rates(start, periods)  # (the censored rows change nothing here)
+    assert int(plain.num_parameters) == 4 and int(fit.num_parameters) == 4 + 2 + 4
+    test = jc.panel.likelihood_ratio_test(plain, fit)
+    statistic = 2 * (float(fit.log_likelihood) - float(plain.log_likelihood))
+    np.testing.assert_allclose(float(test.lr_statistic), statistic, rtol=1e-12)
+    assert float(test.df) == 6
+    np.testing.assert_allclose(
+        float(test.p_value), scipy.stats.chi2.sf(statistic, 6), rtol=1e-9, atol=1e-300
+    )
+    np.testing.assert_allclose(
+        np.asarray(test.aic),
+        [-2 * float(plain.log_likelihood) + 8, -2 * float(fit.log_likelihood) + 20],
+        rtol=1e-12,
+    )
+    with pytest.raises(Exception, match="larger: must have more parameters"):
+        jc.panel.likelihood_ratio_test(fit, plain)
+
+
+def test_covariates_from_a_dataframe_align_with_the_observations():
+    import pandas as pd
+
+    # two subjects; subject 7's dose changes; a row without any observed node is dropped by
+    # the reader (and its covariate value is not used); rows out of time order
+    df = pd.DataFrame(
+        {
+            "trajectory_id": [7, 7, 7, 7, 3, 3],
+            "time": [2.0, 0.0, 1.0, 1.5, 0.0, 4.0],
+            "h": [1, 0, 0, None, 1, 1],
+            "dose": [3.0, 1.0, 2.0, 9.0, 5.0, 5.0],
+            "sex": ["m", "m", "m", "m", "f", "f"],
+        }
+    )
+    obs, ids = jc.panel.panel_from_dataframe(df[["trajectory_id", "time", "h"]], {"h": 2})
+    covariates, summary = jc.panel.covariates_from_dataframe(df, ["dose", "sex"], obs, ids)
+    assert ids == [7, 3] and covariates.per_observation
+    assert summary["names"] == ["dose", "sex=m"] and summary["time_varying"] == ["dose"]
+    assert summary["reference_levels"] == {"sex": "f"}
+    values = np.asarray(covariates.values)
+    np.testing.assert_array_equal(values[0, :, 0], [1, 2, 3])  # times 0, 1, 2
+    np.testing.assert_array_equal(values[1, :2, 0], [5, 5])
+    np.testing.assert_array_equal(values[:, 0, 1], [1, 0])
+    # constant within subjects: baseline, one row per subject
+    baseline, summary = jc.panel.covariates_from_dataframe(df, ["sex"], obs, ids)
+    assert not baseline.per_observation and summary["time_varying"] == []
+    np.testing.assert_array_equal(np.asarray(baseline.values)[:, 0], [1, 0])
+    for bad, message in [
+        (df.assign(dose=[1.0, None, 2, 3, 4, 5]), "column 'dose' has missing values"),
+        (df.assign(dose=1.0), "column 'dose' has a single value"),
+        (pd.concat([df, df.iloc[[1]].assign(dose=8.0)]), "two values at time 0"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            jc.panel.covariates_from_dataframe(bad, ["dose"], obs, ids)
+    with pytest.raises(ValueError, match="columns: no column 'age'"):
+        jc.panel.covariates_from_dataframe(df, ["age"], obs, ids)

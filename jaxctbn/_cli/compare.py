@@ -34,7 +34,7 @@ def _nodes(fit: dict, flag: str) -> list[tuple[str, int, frozenset]]:
 
 
 def _cmd_compare(args) -> None:
-    import scipy.stats
+    from .._panel.comparison import lr_test
 
     fits = [_read_fit(args.fit1, "FIT1"), _read_fit(args.fit2, "FIT2")]
     if fits[0]["data"].get("sha256") != fits[1]["data"].get("sha256"):
@@ -84,7 +84,7 @@ def _cmd_compare(args) -> None:
             f"warning: the larger model (FIT{big + 1}) fits worse than the smaller by "
             f"{-statistic:.4g} in -2LL: its fit stopped short of the optimum (refit it)"
         )
-    p_value = float(scipy.stats.chi2.sf(max(statistic, 0.0), df))
+    p_value = float(lr_test((m2ll[small], m2ll[big]), (p[small], p[big])).p_value)
     aic = [float(f["aic"]) for f in fits]
     out = {
         "lr_statistic": statistic,

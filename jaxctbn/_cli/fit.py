@@ -290,69 +290,20 @@ def _covariate_columns(text: str, df, model) -> list[str]:
 
 
 def _covariates_of(model, df, ids, columns: str, rates: str | None, observations):
-    """`--covariates` / `--covariate-rates`: a `Covariates` with one row per trajectory (in the
-    order of `ids`) or, when a column changes within a trajectory, one row per observation of
-    `observations` (the value recorded with each observation, holding until the next); and a
-    summary for the JSON (names, columns, reference levels, the time-varying columns)."""
+    """`--covariates` / `--covariate-rates`: the `Covariates` of
+    [`jaxctbn.panel.covariates_from_dataframe`][] acting on the listed rates, and a summary for
+    the JSON (names, columns, reference levels, the time-varying columns)."""
     import numpy as np
-    import pandas as pd
 
-    from .._panel.buckets import PanelBuckets
     from .._panel.covariates import Covariates
+    from .._panel.csv import covariates_from_dataframe
 
     names = _covariate_columns(columns, df, model)
-    grouped = df.groupby("trajectory_id", sort=False)
-    for name in names:
-        if df[name].isna().any():
-            tid = df["trajectory_id"][df[name].isna()].iloc[0]
-            raise ValueError(
-                f"--covariates: column {name!r} has missing values (trajectory {tid!r})."
-            )
-    varying = [name for name in names if (grouped[name].nunique() > 1).any()]
-    if varying:  # every column per observation, aligned with the observations' slots
-        flat = observations.padded() if isinstance(observations, PanelBuckets) else observations
-        times = np.asarray(flat.times, float)
-        counts = np.asarray(flat.num_observations)
-        R, slots = times.shape
-        real = np.arange(slots)[None, :] < counts[:, None]
-        keys = pd.MultiIndex.from_arrays(
-            [np.repeat(np.asarray(ids, dtype=object), counts), times[real]]
-        )
-        at_visits = df.groupby(["trajectory_id", "time"], sort=False)
-        raw = []
-        for name in names:
-            conflict = at_visits[name].nunique() > 1
-            if conflict.any():
-                tid, t = conflict.index[int(np.argmax(conflict.to_numpy()))]
-                raise ValueError(
-                    f"--covariates: column {name!r} has two values at time {t:g} of trajectory "
-                    f"{tid!r}."
-                )
-            column = np.empty((R, slots), dtype=object)
-            column[real] = at_visits[name].first().reindex(keys).to_numpy()
-            last = column[np.arange(R), counts - 1]
-            column[~real] = np.broadcast_to(last[:, None], (R, slots))[~real]
-            raw.append(column)
-    else:
-        raw = [
-            grouped[name].first().reindex(pd.Index(list(ids))).to_numpy(dtype=object)
-            for name in names
-        ]
-    values, labels, reference = [], [], {}
-    for name, column in zip(names, raw):
-        numeric = np.asarray(pd.to_numeric(pd.Series(column.ravel()), errors="coerce"), float)
-        if not np.isnan(numeric).any():
-            values.append(numeric.reshape(column.shape))
-            labels.append(name)
-            continue
-        text = np.vectorize(str, otypes=[object])(column)
-        levels = sorted(set(text.ravel().tolist()))
-        if len(levels) < 2:
-            raise ValueError(f"--covariates: column {name!r} has a single value.")
-        reference[name] = levels[0]
-        for level in levels[1:]:
-            values.append((text == level).astype(float))
-            labels.append(f"{name}={level}")
+    try:
+        covariates, summary = covariates_from_dataframe(df, names, observations, ids)
+    except ValueError as e:
+        raise ValueError("--covariates: " + str(e).removeprefix("columns: ")) from None
+    labels = covariates.names
     acts_on = None
     if rates is not None:
         acts_on = [np.zeros((len(labels),) + tuple(np.shape(q)), bool) for q in model.cims]
@@ -378,15 +329,13 @@ def _covariates_of(model, df, ids, columns: str, rates: str | None, observations
                     f"0..{k - 1}, not a structural zero)."
                 )
             acts_on[n][:, :, x, y] = True
-    covariates = Covariates(
-        np.stack(values, -1), names=labels, acts_on=acts_on, per_observation=bool(varying)
-    )
-    summary = {
-        "names": labels,
-        "columns": names,
-        "reference_levels": reference,
-        "time_varying": varying,
-    }
+    if acts_on is not None:
+        covariates = Covariates(
+            covariates.values,
+            names=labels,
+            acts_on=acts_on,
+            per_observation=covariates.per_observation,
+        )
     return covariates, summary
 
 

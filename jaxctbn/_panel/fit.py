@@ -817,6 +817,9 @@ class RateFit(eqx.Module):
     - `effects`: with covariates, per node `(C, configs, k, k)`: the log hazard ratio
       $\beta_c$ of one unit of covariate $c$ on each rate (0 where it does not act); `model`
       then holds the rates at the covariates' means `covariate_means` `(C,)`. `None` without.
+    - `num_parameters`: the free rates (those at a bound included) plus the covariate effects
+      fitted: the parameter count of AIC and of
+      [`jaxctbn.panel.likelihood_ratio_test`][].
     """
 
     model: CTBN
@@ -830,6 +833,7 @@ class RateFit(eqx.Module):
     method: str = eqx.field(static=True)
     effects: tuple[Float[Array, "covariates _configs _k _k"], ...] | None = None
     covariate_means: Float[Array, " covariates"] | None = None
+    num_parameters: Int[Array, ""] | None = None
 
 
 # --------------------------------------------------------------------------- entry point
@@ -1110,5 +1114,8 @@ def _fit(
         method=method.name,
         effects=effects,
         covariate_means=problem.covariate_means,
+        num_parameters=jnp.sum(
+            jnp.stack([jnp.sum(m) for m in problem.free + (problem.effect_masks or ())])
+        ),
     )
     return fit, outcome.bad
