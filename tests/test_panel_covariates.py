@@ -239,3 +239,77 @@ def test_fit_with_covariates_from_the_command_line(tmp_path, capsys):
     # with covariates the forecast differs from the one at the covariates' means
     plain = jc.panel.prevalence(jc.CTBN.from_dict(d["network"]), obs, [0.0, 2.0, 5.0])
     assert np.abs(np.asarray(plain.expected) - np.asarray(library.expected)).max() > 0.1
+
+
+def test_shared_effects_reach_scipys_optimum_of_the_tied_likelihood():
+    # each covariate has one effect shared by 0 -> 1 and 1 -> 2 (msm's `constraint`): 4 log
+    # rates and 2 effects, against scipy on the same numpy likelihood with tied parameters
+    Z, paths = _data()
+    obs = jc.panel.PanelObservations(np.broadcast_to(GRID, paths.shape), paths[..., None])
+    shared = np.full((2, 1, 3, 3), -1)
+    for x, y in ACTS_ON:
+        shared[:, 0, x, y] = 0
+    base = _covariates()
+    covariates = jc.panel.Covariates(Z, names=base.names, acts_on=base.acts_on, shared=[shared])
+    start = jc.CTBN(
+        cims=[jnp.array([[[0, 1.0, 1.0], [1.0, 0, 1.0], [0, 0, 0.0]]])], parents=[()], names=("h",)
+    )
+    fit = jc.panel.fit_rates(start, obs, covariates=covariates)
+    uncertainty = jc.panel.rate_uncertainty(
+        fit.model, obs, covariates=covariates, effects=fit.effects
+    )
+    assert int(fit.num_parameters) == 6 and bool(fit.converged)
+
+    def tied(x):
+        return _negative_log_likelihood(np.concatenate([x[:4], x[4:], x[4:]]))
+
+    # (bounds keep the age effect's trial steps from overflowing the exponential)
+    result = scipy.optimize.minimize(
+        tied,
+        np.zeros(6),
+        method="L-BFGS-B",
+        bounds=[(-10, 3)] * 4 + [(-5, 5), (-0.5, 0.5)],
+        options=dict(ftol=1e-14, gtol=1e-9, maxiter=3000),
+    )
+    got = _parameters(fit)
+    np.testing.assert_allclose(got[4:6], got[6:8], rtol=1e-12)  # tied in the fit
+    np.testing.assert_allclose(got[:6], result.x, atol=1e-3)
+    np.testing.assert_allclose(float(fit.log_likelihood), -result.fun, rtol=1e-8)
+    # the shared effects' standard errors: central second differences of the tied likelihood
+    x, n, h = got[:6], 6, 1e-3
+    H = np.zeros((n, n))
+    for i, j in itertools.combinations_with_replacement(range(n), 2):
+        e_i, e_j = h * np.eye(n)[i], h * np.eye(n)[j]
+        H[i, j] = H[j, i] = (
+            tied(x + e_i + e_j) - tied(x + e_i - e_j) - tied(x - e_i + e_j) + tied(x - e_i - e_j)
+        ) / (4 * h * h)
+    expected = np.sqrt(np.diag(np.linalg.inv(H)))
+    se = np.asarray(uncertainty.effect_standard_errors[0])[:, 0]
+    for c in (0, 1):
+        for e in ACTS_ON:
+            np.testing.assert_allclose(se[c][e], expected[4 + c], rtol=1e-3)
+
+
+def test_shared_effects_from_the_command_line_flag(tmp_path):
+    import pandas as pd
+
+    from jaxctbn._cli.fit import _covariates_of
+
+    Z, paths = _data()
+    rows = [[r, t, int(paths[r, i]), Z[r, 1]] for r in range(R) for i, t in enumerate(GRID)]
+    df = pd.DataFrame(rows, columns=["trajectory_id", "time", "h", "age"])
+    model = jc.CTBN(
+        cims=[jnp.array([[[0, 1.0, 1.0], [1.0, 0, 1.0], [0, 0, 0.0]]])], parents=[()], names=("h",)
+    )
+    obs, ids = jc.panel.panel_from_dataframe(df.drop(columns=["age"]), model)
+    covariates, summary = _covariates_of(model, df, ids, "age", None, obs, "h:0-1+h:1-2,h:1-0")
+    labels = np.asarray(covariates.shared[0])[0, 0]
+    assert labels[0, 1] == labels[1, 2] == 0 and labels[1, 0] == 1 and labels[0, 2] == -1
+    assert summary["shared"] == ["h:0-1+h:1-2", "h:1-0"]
+    for text, message in [
+        ("h:0-1+h:0-1", "'h:0-1' is in two groups"),
+        ("h:2-0", "not a free rate"),
+        ("x:0-1", "unknown node 'x'"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            _covariates_of(model, df, ids, "age", None, obs, text)

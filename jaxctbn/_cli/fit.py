@@ -289,7 +289,9 @@ def _covariate_columns(text: str, df, model) -> list[str]:
     return names
 
 
-def _covariates_of(model, df, ids, columns: str, rates: str | None, observations):
+def _covariates_of(
+    model, df, ids, columns: str, rates: str | None, observations, shared: str | None = None
+):
     """`--covariates` / `--covariate-rates`: the `Covariates` of
     [`jaxctbn.panel.covariates_from_dataframe`][] acting on the listed rates, and a summary for
     the JSON (names, columns, reference levels, the time-varying columns)."""
@@ -308,35 +310,51 @@ def _covariates_of(model, df, ids, columns: str, rates: str | None, observations
     if rates is not None:
         acts_on = [np.zeros((len(labels),) + tuple(np.shape(q)), bool) for q in model.cims]
         for item in str(rates).split(","):
-            item = item.strip()
-            try:
-                node, transition = item.split(":")
-                x, y = (int(v) for v in transition.split("-"))
-            except ValueError:
-                raise ValueError(
-                    f"--covariate-rates: expected NODE:FROM-TO,..., got {item!r}."
-                ) from None
-            if node not in model.names:
-                raise ValueError(
-                    f"--covariate-rates: unknown node {node!r}; the nodes are {list(model.names)}."
-                )
-            n = model.names.index(node)
-            q = np.asarray(model.cims[n])
-            k = q.shape[-1]
-            if not (0 <= x < k and 0 <= y < k) or x == y or not np.any(q[:, x, y] > 0):
-                raise ValueError(
-                    f"--covariate-rates: {item!r} is not a free rate of {node!r} (states "
-                    f"0..{k - 1}, not a structural zero)."
-                )
+            n, x, y = _transition(model, item, "--covariate-rates")
             acts_on[n][:, :, x, y] = True
-    if acts_on is not None:
+    shared_labels = None
+    if shared is not None:
+        shared_labels = [np.full((len(labels),) + tuple(np.shape(q)), -1) for q in model.cims]
+        for label, group in enumerate(str(shared).split(",")):
+            for item in group.split("+"):
+                n, x, y = _transition(model, item, "--covariate-shared")
+                if np.any(shared_labels[n][:, :, x, y] >= 0):
+                    raise ValueError(f"--covariate-shared: {item.strip()!r} is in two groups.")
+                shared_labels[n][:, :, x, y] = label
+    if acts_on is not None or shared_labels is not None:
         covariates = Covariates(
             covariates.values,
             names=labels,
             acts_on=acts_on,
+            shared=shared_labels,
             per_observation=covariates.per_observation,
         )
+    if shared is not None:
+        summary["shared"] = [g.strip() for g in str(shared).split(",")]
     return covariates, summary
+
+
+def _transition(model, item: str, flag: str) -> tuple[int, int, int]:
+    """`NODE:FROM-TO` of a command-line flag: the node's index and the free rate's states."""
+    import numpy as np
+
+    item = item.strip()
+    try:
+        node, transition = item.split(":")
+        x, y = (int(v) for v in transition.split("-"))
+    except ValueError:
+        raise ValueError(f"{flag}: expected NODE:FROM-TO,..., got {item!r}.") from None
+    if node not in model.names:
+        raise ValueError(f"{flag}: unknown node {node!r}; the nodes are {list(model.names)}.")
+    n = model.names.index(node)
+    q = np.asarray(model.cims[n])
+    k = q.shape[-1]
+    if not (0 <= x < k and 0 <= y < k) or x == y or not np.any(q[:, x, y] > 0):
+        raise ValueError(
+            f"{flag}: {item!r} is not a free rate of {node!r} (states 0..{k - 1}, not a "
+            "structural zero)."
+        )
+    return n, x, y
 
 
 def _with_periods(observations, covariates, summary: dict | None, cuts):
@@ -416,12 +434,15 @@ def _cmd_fit(args):
         raise ValueError("--covariates: only for panel data (--observation panel) here.")
     if args.covariate_rates is not None and args.covariates is None:
         raise ValueError("--covariate-rates: only with --covariates.")
+    if args.covariate_shared is not None and args.covariates is None:
+        raise ValueError("--covariate-shared: only with --covariates.")
     if not panel and args.pci is not None:
         raise ValueError("--pci: only for panel data (--observation panel).")
     effects = args.covariates is not None or args.pci is not None
     df = read_csv(args.data)
     default = "gradient" if effects else "squarem"
     out: dict = {"method": args.method or default, "observation": args.observation}
+    num_effects = 0  # covariate effect parameters
     if panel:
         entry = _assignment(args.exact_entry, model.names, model.cardinalities, "--exact-entry")
         options = {"tolerance": args.tolerance}
@@ -463,8 +484,9 @@ def _cmd_fit(args):
         covariates = None
         if args.covariates is not None:
             covariates, out["covariates"] = _covariates_of(
-                model, df, ids, args.covariates, args.covariate_rates, observations
-            )
+                model, df, ids, args.covariates, args.covariate_rates, observations,
+                args.covariate_shared,
+            )  # fmt: skip
         if args.pci is not None:
             observations, covariates, out["covariates"] = _with_periods(
                 observations, covariates, out.get("covariates"), args.pci
@@ -477,6 +499,11 @@ def _cmd_fit(args):
         log_rate_se = uncertainty.log_rate_standard_errors
         definite = bool(uncertainty.positive_definite)
         if covariates is not None:
+            free_rates = sum(
+                int(np.sum((np.asarray(q) != 0) & ~np.eye(q.shape[-1], dtype=bool)))
+                for q in model.cims
+            )
+            num_effects = int(fit.num_parameters) - free_rates  # (shared effects once)
             out["covariates"]["means"] = [float(v) for v in np.asarray(fit.covariate_means)]
             out["covariate_effects"] = _effect_table(fitted, covariates, uncertainty)
         out.update(
@@ -509,7 +536,7 @@ def _cmd_fit(args):
             for q in fitted.cims
         )
         + int("strength" in out)
-        + len(out.get("covariate_effects", []))
+        + num_effects
     )
     out["minus2loglik"] = -2 * out["log_likelihood"]
     out["num_parameters"] = num_parameters

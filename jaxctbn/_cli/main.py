@@ -161,6 +161,15 @@ def build_parser() -> argparse.ArgumentParser:
         "states 0-based); default: every free rate",
     )
     p.add_argument(
+        "--covariate-shared",
+        default=None,
+        metavar="NODE:FROM-TO+NODE:FROM-TO,...",
+        help="groups of transitions (joined by +, groups separated by commas) over which each "
+        "covariate has one shared effect, in every parent configuration of the nodes (msm's "
+        "constraint); a group of one transition shares it across that node's parent "
+        "configurations; default: one effect per rate",
+    )
+    p.add_argument(
         "--pci",
         type=_grid_times,
         default=None,

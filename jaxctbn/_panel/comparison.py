@@ -53,13 +53,12 @@ def likelihood_ratio_test(smaller: RateFit, larger: RateFit) -> LikelihoodRatioT
     larger fit stopped short of its optimum) gives the p-value 1; refit it.
     """
     for name, fit in (("smaller", smaller), ("larger", larger)):
-        if not isinstance(fit, RateFit) or fit.num_parameters is None:
+        if not isinstance(fit, RateFit):
             raise ValueError(f"{name}: expected a RateFit of jaxctbn.panel.fit_rates.")
     if smaller.model.names != larger.model.names or (
         smaller.model.cardinalities != larger.model.cardinalities
     ):
         raise ValueError("smaller, larger: the networks have different nodes or state counts.")
-    assert smaller.num_parameters is not None and larger.num_parameters is not None
     test = lr_test(
         (-2 * smaller.log_likelihood, -2 * larger.log_likelihood),
         (smaller.num_parameters, larger.num_parameters),

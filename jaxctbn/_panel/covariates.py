@@ -20,12 +20,13 @@ piecewise-constant baseline rates (msm's `pci`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Bool, Float
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._model.interventions import Intervention, is_concrete
 from .observations import PanelObservations
@@ -44,6 +45,10 @@ class Covariates(eqx.Module):
     - `acts_on` (keyword-only): per node, booleans `(C, configs, k, k)`: which of its rates
       each covariate scales (default: every free rate of every node). Entries off the free
       rates (the diagonal, structural zeros) are ignored.
+    - `shared` (keyword-only): per node, integers `(C, configs, k, k)`: entries of one
+      covariate with the same label $\ge0$ share one effect, across rates, parent
+      configurations and nodes (R msm's `constraint`); `-1` (and the default `None`): an
+      effect of its own. Labels must be concrete.
     - `per_observation` (keyword-only, default `False`): `values` are `(*batch, O, C)`, one
       row per observation of each trajectory (aligned with its observations, padding
       ignored), each holding until the next observation: time-varying covariates. They enter
@@ -56,8 +61,10 @@ class Covariates(eqx.Module):
 
     values: Float[Array, "*batch covariates"]
     acts_on: tuple[Bool[Array, "covariates _configs _k _k"], ...] | None
+    shared: tuple[Int[Array, "covariates _configs _k _k"], ...] | None
     names: tuple[str, ...] = eqx.field(static=True)
     per_observation: bool = eqx.field(static=True)
+    num_labels: int = eqx.field(static=True)
 
     def __init__(
         self,
@@ -65,6 +72,7 @@ class Covariates(eqx.Module):
         *,
         names: Sequence[str] | None = None,
         acts_on: Sequence[ArrayLike] | None = None,
+        shared: Sequence[ArrayLike] | None = None,
         per_observation: bool = False,
     ):
         values = jnp.asarray(values)
@@ -115,6 +123,20 @@ class Covariates(eqx.Module):
                         f"shape {m.shape}."
                     )
             self.acts_on = masks
+        if shared is None:
+            self.shared, self.num_labels = None, 0
+        else:
+            labels = tuple(np.asarray(a) for a in shared)
+            for n, a in enumerate(labels):
+                if a.ndim != 4 or a.shape[0] != C or not np.issubdtype(a.dtype, np.integer):
+                    raise ValueError(
+                        f"shared[{n}]: expected integer labels (covariates={C}, configs, k, k), "
+                        f"got {a.dtype} {a.shape}."
+                    )
+                if np.any(a < -1):
+                    raise ValueError(f"shared[{n}]: labels are -1 (not shared) or >= 0.")
+            self.shared = tuple(jnp.asarray(a, jnp.int32) for a in labels)
+            self.num_labels = int(max((int(a.max(initial=-1)) for a in labels), default=-1)) + 1
 
     @property
     def num_covariates(self) -> int:
@@ -137,6 +159,30 @@ class Covariates(eqx.Module):
                 )
             out.append(m & f[None])
         return tuple(out)
+
+    def effect_groups(self, shapes: Sequence[tuple[int, ...]]) -> tuple[tuple[Array, ...], int]:
+        """Per node of CIM shape `(configs, k, k)` in `shapes`, the index `(C, configs, k, k)`
+        of each entry's effect in one parameter vector, and the vector's length: covariate
+        `c`'s label `l` is parameter `c * num_labels + l`, every unlabelled entry has its
+        own parameter after those."""
+        C, L = self.num_covariates, self.num_labels
+        offset, out = C * L, []
+        for n, shape in enumerate(shapes):
+            size = C * math.prod(shape)
+            own = offset + jnp.arange(size, dtype=jnp.int32).reshape((C,) + tuple(shape))
+            offset += size
+            if self.shared is None:
+                out.append(own)
+                continue
+            labels = self.shared[n]
+            if labels.shape[1:] != tuple(shape):
+                raise ValueError(
+                    f"shared[{n}]: expected shape {(C,) + tuple(shape)} for this node, got "
+                    f"{labels.shape}."
+                )
+            c = jnp.arange(C, dtype=jnp.int32)[:, None, None, None]
+            out.append(jnp.where(labels >= 0, c * L + labels, own))
+        return tuple(out), offset
 
 
 def scales_of(

@@ -105,7 +105,9 @@ class _Problem(eqx.Module):
     effect_masks: tuple[Array, ...] | None = None  # per node (C, configs, k, k)
     effect_bound: Array | None = None  # (C,): |effect| at most this (|effect * z| <= 30)
     covariate_spread: Array | None = None  # (C,): standard deviation of each covariate
+    effect_groups: tuple[Array, ...] | None = None  # per node (C, configs, k, k): parameter index
     per_observation: bool = eqx.field(static=True, default=False)  # time-varying covariates
+    num_effects: int = eqx.field(static=True, default=0)  # length of the effect parameters
 
     def with_rates(self, rates: tuple[Array, ...]) -> CTBN:
         """The model with these off-diagonal rates (diagonals recomputed)."""
@@ -142,16 +144,22 @@ class _Problem(eqx.Module):
             total = total + jnp.where(f, term, 0).sum()
         return jnp.where(self.has_prior, total, 0)
 
-    def with_effects(self, effects: tuple[Array, ...]) -> tuple[PanelObservations, ...]:
-        r"""The buckets with each trajectory's covariate scales $e^{\beta\tilde z_r}$ on the
-        rates they act on (times any rate scales of its intervention)."""
+    def covariate_scales(
+        self, rates: tuple[Array, ...], effects: tuple[Array, ...]
+    ) -> tuple[tuple[Array, ...], ...]:
+        r"""Per bucket, per node, the rate scales $e^{\beta\tilde z}$ of each trajectory
+        `(R_b, configs, k, k)` (or of each observation, `(R_b, O_b, configs, k, k)`), capped so
+        that no scaled rate exceeds the top of the box (where the solver's exponential would
+        no longer be finite; an optimiser's trial point may ask for it, an optimum does not)."""
         assert self.covariates is not None and self.effect_masks is not None
         out = []
-        for bucket, centred in zip(self.observations, self.covariates):
+        for centred in self.covariates:
             scales = scales_of(centred, effects, self.effect_masks)
-            iv = with_scales(bucket.intervention, scales, centred.shape[0])
             out.append(
-                eqx.tree_at(lambda b: b.intervention, bucket, iv, is_leaf=lambda x: x is None)
+                tuple(
+                    jnp.minimum(s, self.upper / jnp.where(q > 0, q, self.upper))
+                    for s, q in zip(scales, rates)
+                )
             )
         return tuple(out)
 
@@ -165,14 +173,20 @@ class _Problem(eqx.Module):
             return _pooled_by_gaps(
                 model, buckets, self.emissions, self.initial_distribution, self.groups, what
             )
-        observations, interval_scales = self.observations, (None,) * len(self.observations)
+        observations = self.observations
+        interval_scales: tuple[tuple[Array, ...] | None, ...] = (None,) * len(observations)
         if effects is not None and self.per_observation:
-            assert self.covariates is not None and self.effect_masks is not None
-            interval_scales = tuple(
-                scales_of(centred, effects, self.effect_masks) for centred in self.covariates
+            interval_scales = self.covariate_scales(rates, effects)
+        elif effects is not None:  # the trajectories' scales, with any of their intervention
+            observations = tuple(
+                eqx.tree_at(
+                    lambda b: b.intervention,
+                    bucket,
+                    with_scales(bucket.intervention, scales, bucket.batch_shape[0]),
+                    is_leaf=lambda x: x is None,
+                )
+                for bucket, scales in zip(observations, self.covariate_scales(rates, effects))
             )
-        elif effects is not None:
-            observations = self.with_effects(effects)
         bads, outs = [], []
         for bucket, p0, scales in zip(observations, self.initial_distribution, interval_scales):
             bad, out = _compute(model, bucket, self.emissions, p0, self.solver, what, None, scales)
@@ -206,18 +220,59 @@ class _Problem(eqx.Module):
     ) -> Array:
         return self.log_likelihood(rates, effects)[0] + self.log_prior(rates)
 
-    def zero_effects(self) -> tuple[Array, ...] | None:
+    def zero_effects(self) -> Array | None:
+        """The effect parameters `(num_effects,)` at 0 (`None` without covariates)."""
         if self.effect_masks is None:
             return None
-        return tuple(jnp.zeros(m.shape, self.tau.dtype) for m in self.effect_masks)
+        return jnp.zeros((self.num_effects,), self.tau.dtype)
 
-    def clip_effects(self, effects: tuple[Array, ...]) -> tuple[Array, ...]:
-        """Effects on the masked rates, within `effect_bound`; 0 elsewhere."""
-        assert self.effect_masks is not None and self.effect_bound is not None
-        bound = self.effect_bound[:, None, None, None]
-        return tuple(
-            jnp.where(m, jnp.clip(b, -bound, bound), 0) for b, m in zip(effects, self.effect_masks)
+    def _per_parameter(self, per_entry: tuple[Array, ...], combine: str, fill) -> Array:
+        """`(num_effects,)`: per node `(C, configs, k, k)` values reduced over the masked entries
+        of each effect parameter (`"add"`, `"max"` or `"min"`; `fill` where it has none)."""
+        assert self.effect_groups is not None and self.effect_masks is not None
+        out = jnp.full((self.num_effects,), fill, jnp.asarray(per_entry[0]).dtype)
+        for g, m, v in zip(self.effect_groups, self.effect_masks, per_entry):
+            index = jnp.where(m, g, self.num_effects).reshape(-1)  # (unmasked: dropped)
+            out = getattr(out.at[index], combine)(jnp.asarray(v).reshape(-1), mode="drop")
+        return out
+
+    def effect_parameters_free(self) -> Array:
+        """`(num_effects,)`: the effect parameters that act on some free rate."""
+        assert self.effect_masks is not None
+        return self._per_parameter(self.effect_masks, "max", False)
+
+    def effect_covariate(self) -> Array:
+        """`(num_effects,)`: the covariate of each effect parameter."""
+        assert self.effect_masks is not None
+        C = self.effect_masks[0].shape[0]
+        c = tuple(
+            jnp.broadcast_to(jnp.arange(C)[:, None, None, None], m.shape) for m in self.effect_masks
         )
+        return self._per_parameter(c, "max", 0)
+
+    def effects_from(self, parameters: Array, fill=0.0) -> tuple[Array, ...]:
+        """Per node `(C, configs, k, k)`: each masked entry's effect parameter (`fill`
+        elsewhere)."""
+        assert self.effect_groups is not None and self.effect_masks is not None
+        return tuple(
+            jnp.where(m, parameters[g], jnp.asarray(fill, parameters.dtype))
+            for g, m in zip(self.effect_groups, self.effect_masks)
+        )
+
+    def parameters_of(self, effects: tuple[Array, ...]) -> Array:
+        """The effect parameters of per-node effects (the mean over each parameter's entries,
+        which a fit makes equal)."""
+        assert self.effect_masks is not None
+        dtype = self.tau.dtype
+        total = self._per_parameter(tuple(jnp.asarray(b, dtype) for b in effects), "add", 0.0)
+        count = self._per_parameter(tuple(m.astype(dtype) for m in self.effect_masks), "add", 0.0)
+        return total / jnp.maximum(count, 1)
+
+    def clip_effects(self, parameters: Array) -> Array:
+        """Effect parameters within `effect_bound` (that of their covariate)."""
+        assert self.effect_bound is not None
+        bound = self.effect_bound[self.effect_covariate()]
+        return jnp.clip(parameters, -bound, bound)
 
     def objective_by_fisher(self, rates: tuple[Array, ...]) -> Array:
         r"""`objective`, reverse-mode differentiable through one forward-backward pass instead
@@ -392,6 +447,9 @@ def _problem(
         upper=upper,
         groups=groups,
         per_observation=covariates is not None and covariates.per_observation,
+        num_effects=0
+        if covariates is None
+        else covariates.effect_groups([c.shape for c in model.cims])[1],
     )
     if covariates is not None:
         values = [jnp.asarray(v, dtype) for v in split_rows(observations, covariates.values)]
@@ -406,6 +464,7 @@ def _problem(
                 p.effect_masks,
                 p.effect_bound,
                 p.covariate_spread,
+                p.effect_groups,
             ),
             problem,
             (
@@ -414,6 +473,7 @@ def _problem(
                 covariates.masks(free),
                 30 / spread,
                 jnp.sqrt(jnp.sum(rows**2, axis=0) / count),
+                covariates.effect_groups([c.shape for c in model.cims])[0],
             ),
             is_leaf=lambda x: x is None,
         )
@@ -580,8 +640,10 @@ class GradientFit(AbstractRateFitMethod):
             # stalled on msm's cav data with donor age and sex)
             if covariates:
                 assert problem.covariate_spread is not None
-                spread = problem.covariate_spread[:, None, None, None]
-                return rates_of(theta[0]), problem.clip_effects(tuple(g / spread for g in theta[1]))
+                spread = problem.covariate_spread[problem.effect_covariate()]
+                free = problem.effect_parameters_free()
+                parameters = jnp.where(free, problem.clip_effects(theta[1] / spread), 0)
+                return rates_of(theta[0]), problem.effects_from(parameters)
             return rates_of(theta), None
 
         def loss(theta):
@@ -830,10 +892,10 @@ class RateFit(eqx.Module):
     trace: Float[Array, " iterations_plus_one"]
     at_lower_bound: tuple[Bool[Array, "_configs _k _k"], ...]
     at_upper_bound: tuple[Bool[Array, "_configs _k _k"], ...]
+    num_parameters: Int[Array, ""]
     method: str = eqx.field(static=True)
     effects: tuple[Float[Array, "covariates _configs _k _k"], ...] | None = None
     covariate_means: Float[Array, " covariates"] | None = None
-    num_parameters: Int[Array, ""] | None = None
 
 
 # --------------------------------------------------------------------------- entry point
@@ -1114,8 +1176,7 @@ def _fit(
         method=method.name,
         effects=effects,
         covariate_means=problem.covariate_means,
-        num_parameters=jnp.sum(
-            jnp.stack([jnp.sum(m) for m in problem.free + (problem.effect_masks or ())])
-        ),
+        num_parameters=jnp.sum(jnp.stack([jnp.sum(f) for f in problem.free]))
+        + (0 if problem.effect_masks is None else jnp.sum(problem.effect_parameters_free())),
     )
     return fit, outcome.bad

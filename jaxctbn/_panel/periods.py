@@ -134,7 +134,7 @@ def with_time_periods(
                 "rates are not identified; drop that cut."
             )
     dummies = np.where(real[..., None], dummies, 0.0)
-    columns, labels, acts_on = dummies, list(names), None
+    columns, labels, acts_on, shared = dummies, list(names), None, None
     if covariates is not None:
         given = np.asarray(covariates.values, float)
         if covariates.per_observation:
@@ -157,6 +157,11 @@ def with_time_periods(
                 np.concatenate([np.asarray(m), np.ones((cuts.size,) + m.shape[1:], bool)])
                 for m in covariates.acts_on
             ]
+        if covariates.shared is not None:  # the periods' effects are their own
+            shared = [
+                np.concatenate([np.asarray(a), np.full((cuts.size,) + a.shape[1:], -1)])
+                for a in covariates.shared
+            ]
     intervention = flat.intervention
     out = PanelObservations(
         new_times,
@@ -168,4 +173,6 @@ def with_time_periods(
     result: PanelObservations | PanelBuckets = out
     if isinstance(observations, PanelBuckets):
         result = PanelBuckets.from_observations(out)
-    return result, Covariates(columns, names=labels, acts_on=acts_on, per_observation=True)
+    return result, Covariates(
+        columns, names=labels, acts_on=acts_on, shared=shared, per_observation=True
+    )

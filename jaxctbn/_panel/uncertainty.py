@@ -3,7 +3,8 @@ r"""Standard errors and intervals for the rates fitted to panel data: the observ
 At the fit $\hat\Lambda$ of [`jaxctbn.panel.fit_rates`][], the objective $\ell$ (the panel
 log-likelihood, plus the Gamma log density with a prior) is differentiated twice in the
 log-rates $\theta=\log\Lambda$ of the free rates, exactly, by automatic differentiation of the
-forward filter (reverse over reverse, `jax.jacrev` of `jax.grad`; no finite differences). The observed
+forward filter (reverse over reverse: the VJP of `jax.grad`, applied to the basis vectors a
+few at a time; no finite differences). The observed
 information is $\mathcal I=-\nabla^2_\theta\ell(\hat\theta)$ and, when it is positive definite,
 the covariance of $\hat\theta$ is $\mathcal I^{-1}$ (asymptotically; with a prior, the Laplace
 approximation of the posterior of $\theta$). Per free rate:
@@ -59,6 +60,8 @@ from .observations import Emissions, PanelObservations
 
 # the smallest eigenvalue of a positive definite information, relative to the largest
 _DEFINITE = 1e-10
+# parameters whose row of the information is computed together (memory grows with it)
+_HESSIAN_CHUNK = 8
 
 
 class RateUncertainty(eqx.Module):
@@ -89,8 +92,9 @@ class RateUncertainty(eqx.Module):
     not estimated: an effect on a rate at a bound is held fixed with it, and so is an effect at
     its own bound $|\beta|\max_r|\tilde z_{rc}|=30$, where the data drive it to $\pm\infty$),
     `hazard_ratio_lower`, `hazard_ratio_upper` ($e^{\hat\beta\mp z\,\mathrm{se}}$) and
-    `effect_estimated`; `information` and `covariance` then continue with every entry of the
-    effects, node by node, after the log-rates."""
+    `effect_estimated`; `information` and `covariance` then continue, after the log-rates,
+    with the effect parameters of [`jaxctbn.panel.Covariates.effect_groups`][] (one per entry
+    of the effects, node by node, unless `shared` ties entries to one parameter)."""
 
     rates: tuple[Float[Array, "_configs _k _k"], ...]
     log_rate_standard_errors: tuple[Float[Array, "_configs _k _k"], ...]
@@ -221,37 +225,27 @@ def _uncertainty(
             start += size
         return tuple(out)
 
-    # the effects (covariates) after the log-rates, every entry of each node's (C, configs, k, k)
+    # the effect parameters (covariates) after the log-rates: one per effect of
+    # `Covariates.effect_groups` (one per entry of each node's (C, configs, k, k) unless shared)
     masks = problem.effect_masks
-    effect_shapes = [] if masks is None else [m.shape for m in masks]
-    effect_sizes = [math.prod(e) for e in effect_shapes]
-
-    def effects_of(vector):
-        out, start = [], 0
-        for shape, size in zip(effect_shapes, effect_sizes):
-            out.append(vector[start : start + size].reshape(shape))
-            start += size
-        return tuple(out)
-
     free = flat(problem.free)
     interior = free & ~flat(lower_flag) & ~flat(upper_flag)
     theta0 = jnp.log(jnp.where(free, flat(rates), 1))
     if masks is not None:
-        assert effects is not None
-        beta0 = jnp.concatenate([jnp.asarray(b, dtype).reshape(-1) for b in effects])
-        effect_free = jnp.concatenate([m.reshape(-1) for m in masks])
+        assert effects is not None and problem.effect_bound is not None
+        beta0 = problem.parameters_of(tuple(jnp.asarray(b, dtype) for b in effects))
+        effect_free = problem.effect_parameters_free()
         # an effect on a rate at a bound is no more identified than the rate, and one at its own
         # bound (|effect| * max |centred covariate| = 30: the data drive it to +-infinity) is
         # not an estimate either: both held fixed
-        assert problem.effect_bound is not None
-        bound = problem.effect_bound[:, None, None, None] * (1 - 1e-9)
+        bound = problem.effect_bound[problem.effect_covariate()] * (1 - 1e-9)
         rate_interior = unflat(interior, False)
-        effect_interior = jnp.concatenate(
-            [
-                (m & r[None] & (jnp.abs(jnp.asarray(b, dtype)) < bound)).reshape(-1)
-                for m, r, b in zip(masks, rate_interior, effects)
-            ]
+        on_bounded = problem._per_parameter(
+            tuple(jnp.broadcast_to(~r[None], m.shape) for m, r in zip(masks, rate_interior)),
+            "max",
+            False,
         )
+        effect_interior = effect_free & ~on_bounded & (jnp.abs(beta0) < bound)
         theta0 = jnp.concatenate([theta0, beta0])
         free = jnp.concatenate([free, effect_free])
         interior = jnp.concatenate([interior, effect_interior])
@@ -259,11 +253,19 @@ def _uncertainty(
     def objective(theta):
         rates = unflat(jnp.exp(theta[:P]), 1)
         rates = tuple(jnp.where(f, q, 0) for q, f in zip(rates, problem.free))
-        return problem.objective(rates, None if masks is None else effects_of(theta[P:]))
+        return problem.objective(rates, None if masks is None else problem.effects_from(theta[P:]))
 
     # reverse over reverse: the filter's custom VJPs (small products, exponentials) have no
     # forward-mode rule
-    information = -jax.jacrev(jax.grad(objective))(theta0)
+    # (`jax.jacrev` would apply the gradient's VJP to all P basis vectors at once, holding P
+    # copies of its per-interval intermediates: 27 GB for 120 parameters on the pbcseq
+    # visits; the VJP is taken once and applied to _HESSIAN_CHUNK of them at a time)
+    _, second = jax.vjp(jax.grad(objective), theta0)
+    basis = jnp.eye(theta0.shape[0], dtype=dtype)
+    information = -jax.lax.map(
+        lambda v: second(v)[0], basis, batch_size=min(_HESSIAN_CHUNK, theta0.shape[0])
+    )
+    information = (information + information.T) / 2
     information = jnp.where(free[:, None] & free[None, :], information, 0)
     information = eqx.error_if(
         information,
@@ -295,16 +297,20 @@ def _uncertainty(
     effect_fields = {}
     if masks is not None:
         ratio = jnp.exp(theta0[P:])
+        per_entry = problem.effects_from
         effect_fields = dict(
-            effects=effects_of(jnp.where(free[P:], theta0[P:], 0)),
-            effect_standard_errors=effects_of(se[P:]),
-            hazard_ratio_lower=effects_of(
-                jnp.where(estimated[P:], ratio / spread[P:], jnp.where(free[P:], 0, 1))
+            effects=per_entry(jnp.where(free[P:], theta0[P:], 0)),
+            effect_standard_errors=per_entry(se[P:]),
+            hazard_ratio_lower=per_entry(
+                jnp.where(estimated[P:], ratio / spread[P:], jnp.where(free[P:], 0, 1)), 1
             ),
-            hazard_ratio_upper=effects_of(
-                jnp.where(estimated[P:], ratio * spread[P:], jnp.where(free[P:], jnp.inf, 1))
+            hazard_ratio_upper=per_entry(
+                jnp.where(estimated[P:], ratio * spread[P:], jnp.where(free[P:], jnp.inf, 1)),
+                1,
             ),
-            effect_estimated=effects_of(estimated[P:]),
+            effect_estimated=tuple(
+                m & (e > 0) for m, e in zip(masks, per_entry(estimated[P:].astype(dtype)))
+            ),
         )
     return RateUncertainty(
         rates=tuple(jnp.where(f, q, 0) for q, f in zip(rates, problem.free)),
