@@ -5,16 +5,17 @@ Trajectory $r$ carries covariates $z_r\in\mathbb R^C$; a rate that covariate $c$
 $$\lambda_{n}(x,x',u;z_r)=\lambda_n(x,x',u)\,\exp\Big(\sum_c\beta_{c,n}(x,x',u)\,
 (z_{rc}-\bar z_c)\Big),$$
 
-with $\bar z$ the mean over the trajectories (msm's `center = TRUE`): $\lambda_n(x,x',u)$ is the
-rate at the covariates' means, and $e^{\beta}$ the hazard ratio of one unit of $z_c$. The
+with $\bar z$ the mean over the observations that start an interval (every observation but each
+trajectory's last: R msm's `center = TRUE`, so a trajectory weighs as its number of intervals):
+$\lambda_n(x,x',u)$ is the rate at the covariates' means, and $e^{\beta}$ the hazard ratio of one unit of $z_c$. The
 effects enter the panel likelihood as per-trajectory rate scales (the imperfect interventions
 of [`jaxctbn.Intervention`][]), so every route of the filter applies unchanged.
 
 **Time-varying covariates** (`per_observation=True`): trajectory $r$ carries $z_{ri}$ at each
 observation time $t_i$, taken as constant until the next observation (msm's convention: the
 value at the start of an interval holds over it), so the rates are piecewise constant and the
-filter propagates interval $(t_i,t_{i+1}]$ with the generator at $z_{ri}$. The means are then
-over the real observations. [`jaxctbn.panel.with_time_periods`][] builds such covariates for
+filter propagates interval $(t_i,t_{i+1}]$ with the generator at $z_{ri}$.
+[`jaxctbn.panel.with_time_periods`][] builds such covariates for
 piecewise-constant baseline rates (msm's `pci`).
 """
 
@@ -224,19 +225,24 @@ def centred_values(
     covariates: Covariates, buckets: tuple[PanelObservations, ...], per_bucket: Sequence[Array]
 ) -> tuple[tuple[Array, ...], Array, Array]:
     r"""`(centred, means, count)`: the covariate values of each flat bucket (`per_bucket`, cut
-    as the buckets are: `(R_b, C)`, or `(R_b, O, C)` per observation) minus their means, over
-    the trajectories, or over the real observations (padding rows then 0, and cut to each
-    bucket's slots); `count` is the number of rows averaged."""
+    as the buckets are: `(R_b, C)`, or `(R_b, O, C)` per observation) minus their means, and
+    the number of values averaged. The means are R msm's: over the observations that start an
+    interval (every observation but each trajectory's last), so a baseline covariate is
+    weighted by its trajectory's number of intervals; per observation, the values of the
+    other rows (the last, and padding) are set to 0 after centring."""
     dtype = per_bucket[0].dtype
     if not covariates.per_observation:
-        means = jnp.concatenate(per_bucket).mean(0)
-        count = jnp.asarray(sum(v.shape[0] for v in per_bucket), dtype)
+        weights = [jnp.maximum(b.num_observations - 1, 0).astype(dtype) for b in buckets]
+        count = jnp.sum(jnp.stack([w.sum() for w in weights]))
+        totals = jnp.stack([(w[:, None] * v).sum(0) for w, v in zip(weights, per_bucket)])
+        means = totals.sum(0) / jnp.maximum(count, 1)
         return tuple(v - means for v in per_bucket), means, count
     values = [v[:, : b.times.shape[-1]] for v, b in zip(per_bucket, buckets)]
-    real = [
-        (jnp.arange(b.times.shape[-1]) < b.num_observations[:, None])[..., None] for b in buckets
+    starts = [
+        (jnp.arange(b.times.shape[-1]) < b.num_observations[:, None] - 1)[..., None]
+        for b in buckets
     ]
-    count = jnp.sum(jnp.stack([r.sum((0, 1)) for r in real]), 0).astype(dtype)
-    totals = jnp.stack([jnp.where(r, v, 0).sum((0, 1)) for v, r in zip(values, real)])
-    means = totals.sum(0) / count
-    return tuple(jnp.where(r, v - means, 0) for v, r in zip(values, real)), means, count
+    count = jnp.sum(jnp.stack([r.sum((0, 1)) for r in starts]), 0).astype(dtype)
+    totals = jnp.stack([jnp.where(r, v, 0).sum((0, 1)) for v, r in zip(values, starts)])
+    means = totals.sum(0) / jnp.maximum(count, 1)
+    return tuple(jnp.where(r, v - means, 0) for v, r in zip(values, starts)), means, count

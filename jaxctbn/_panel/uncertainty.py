@@ -22,6 +22,12 @@ estimate (the data bound it on one side only, and $\hat\theta$ is not a stationa
 direction): it is held fixed, left out of $\mathcal I$, and reported with a standard error of
 $+\infty$ and the interval $[0,\infty)$. The others' intervals are then conditional on it.
 
+**Not identified.** An eigenvalue of $\mathcal I$ (over the estimated parameters) of
+magnitude at most $10^{-10}$ times the largest is a direction the data do not identify (an
+effect driven towards $\pm\infty$ along a flat ridge, with the rate it acts on): the parameter
+with the largest component in it is held fixed like a rate at a bound (standard error
+$+\infty$, the others conditional on it), for up to three rounds.
+
 **Not positive definite.** When $\mathcal I$ restricted to the estimated rates is not positive
 definite (its smallest eigenvalue at most $10^{-10}$ times its largest: the fit is not at a
 maximum, or some combination of rates is not identified by the data), `positive_definite` is
@@ -62,6 +68,8 @@ from .observations import Emissions, PanelObservations
 _DEFINITE = 1e-10
 # parameters whose row of the information is computed together (memory grows with it)
 _HESSIAN_CHUNK = 8
+# rounds of holding fixed the parameters of the information's near-null directions
+_UNIDENTIFIED_ROUNDS = 3
 
 
 class RateUncertainty(eqx.Module):
@@ -273,10 +281,20 @@ def _uncertainty(
         "model: the panel log-likelihood is not twice differentiable to a finite value at "
         "these rates (an observation impossible under them?); pass the fitted model.",
     )
-    both = interior[:, None] & interior[None, :]
     eye = jnp.eye(theta0.shape[0], dtype=dtype)
-    restricted = jnp.where(both, information, eye)  # the held-fixed parameters decoupled
-    restricted = (restricted + restricted.T) / 2
+    # parameters the data do not identify (an effect driven towards +-infinity along a flat
+    # ridge) are held fixed too, rather than leaving the whole information singular: the one
+    # that dominates each near-null direction, for a few rounds (the rest conditional on them)
+    for _ in range(_UNIDENTIFIED_ROUNDS):
+        both = interior[:, None] & interior[None, :]
+        restricted = jnp.where(both, information, eye)  # the held-fixed parameters decoupled
+        eigenvalues, vectors = jnp.linalg.eigh(restricted)
+        null = jnp.abs(eigenvalues) <= _DEFINITE * jnp.maximum(eigenvalues[-1], 0)
+        dominant = jnp.argmax(jnp.abs(vectors) * interior[:, None], axis=0)
+        unidentified = jnp.zeros_like(interior).at[dominant].max(null)
+        interior = interior & ~unidentified
+    both = interior[:, None] & interior[None, :]
+    restricted = jnp.where(both, information, eye)
     eigenvalues = jnp.linalg.eigvalsh(restricted)
     definite = eigenvalues[0] > _DEFINITE * jnp.maximum(eigenvalues[-1], 0)
     definite = definite & jnp.all(jnp.isfinite(restricted))
