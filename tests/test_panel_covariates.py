@@ -313,3 +313,23 @@ def test_shared_effects_from_the_command_line_flag(tmp_path):
     ]:
         with pytest.raises(ValueError, match=message):
             _covariates_of(model, df, ids, "age", None, obs, text)
+
+
+def test_an_effect_the_data_drive_to_infinity_is_flagged_not_estimated():
+    # the men (sex = 1) stay in state 0 at every visit: their 0 -> 1 rate is driven to 0, so
+    # sex's effect on 0 -> 1 reaches its bound (the same shapes as `_fit`: no new program)
+    Z, paths = _data()
+    still = np.where(Z[:, :1] == 1, 0, paths)
+    obs = jc.panel.PanelObservations(np.broadcast_to(GRID, still.shape), still[..., None])
+    start = jc.CTBN(
+        cims=[jnp.array([[[0, 1.0, 1.0], [1.0, 0, 1.0], [0, 0, 0.0]]])], parents=[()], names=("h",)
+    )
+    fit = jc.panel.fit_rates(start, obs, covariates=_covariates())
+    flagged = np.asarray(fit.effects_at_bound[0])[:, 0]
+    assert flagged[0, 0, 1] and np.asarray(fit.effects[0])[0, 0, 0, 1] < 0
+    assert flagged.sum() == 1  # age, and the other transitions, are not at a bound
+    errors = jc.panel.rate_uncertainty(
+        fit.model, obs, covariates=_covariates(), effects=fit.effects
+    )
+    assert not np.asarray(errors.effect_estimated[0])[0, 0, 0, 1]
+    assert np.isinf(np.asarray(errors.effect_standard_errors[0])[0, 0, 0, 1])

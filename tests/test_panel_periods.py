@@ -256,6 +256,7 @@ def test_time_varying_covariates_and_pci_from_the_command_line(tmp_path, capsys)
     assert d["method"] == "gradient" and d["num_parameters"] == 4 + 2 + 4
     assert d["covariates"]["names"] == ["z", "period[2.5,Inf)"]
     assert d["covariates"]["time_varying"] == ["z"] and d["covariates"]["pci"] == [2.5]
+    assert d["effects_at_bound"] == 0
     np.testing.assert_allclose(d["log_likelihood"], float(fit.log_likelihood), rtol=1e-10)
     np.testing.assert_allclose(d["covariates"]["means"], fit.covariate_means, rtol=1e-12)
     assert len(d["covariate_effects"]) == 6

@@ -505,6 +505,8 @@ def _cmd_fit(args):
             )
             num_effects = int(fit.num_parameters) - free_rates  # (shared effects once)
             out["covariates"]["means"] = [float(v) for v in np.asarray(fit.covariate_means)]
+            assert fit.effects_at_bound is not None
+            out["effects_at_bound"] = int(sum(int(np.sum(b)) for b in fit.effects_at_bound))
             out["covariate_effects"] = _effect_table(fitted, covariates, uncertainty)
         out.update(
             log_likelihood=float(fit.log_likelihood),
@@ -561,6 +563,11 @@ def _cmd_fit(args):
         print(
             "warning: the observed information is not positive definite (the fit is not at a "
             "maximum, or some rates are not identified by the data): no standard errors"
+        )
+    if out.get("effects_at_bound"):
+        print(
+            f"warning: {out['effects_at_bound']} covariate effect(s) at their bound (the data "
+            "drive the hazard ratio to 0 or infinity): no interval (see covariate_effects)"
         )
     bounded = [r for r in out["rates"] if not r["estimated"]]
     if bounded and definite:

@@ -106,6 +106,7 @@ class _Problem(eqx.Module):
     effect_bound: Array | None = None  # (C,): |effect| at most this (|effect * z| <= 30)
     covariate_spread: Array | None = None  # (C,): standard deviation of each covariate
     effect_groups: tuple[Array, ...] | None = None  # per node (C, configs, k, k): parameter index
+    covariate_extremes: Array | None = None  # (2, C): the lowest and highest centred values
     per_observation: bool = eqx.field(static=True, default=False)  # time-varying covariates
     num_effects: int = eqx.field(static=True, default=0)  # length of the effect parameters
 
@@ -267,6 +268,31 @@ class _Problem(eqx.Module):
         total = self._per_parameter(tuple(jnp.asarray(b, dtype) for b in effects), "add", 0.0)
         count = self._per_parameter(tuple(m.astype(dtype) for m in self.effect_masks), "add", 0.0)
         return total / jnp.maximum(count, 1)
+
+    def effects_at_bound(
+        self, rates: tuple[Array, ...], effects: tuple[Array, ...]
+    ) -> tuple[Array, ...]:
+        r"""Per node `(C, configs, k, k)`: the effects that drive their rate to a bound for the
+        subjects at the covariate's extreme (the rate flags of `bound_flags`, for
+        $\lambda e^{\beta\tilde z}$ at the lowest and highest centred $\tilde z$), or that
+        are at their own bound: hazard ratios the data push to 0 or $\infty$."""
+        assert self.effect_masks is not None and self.covariate_extremes is not None
+        assert self.effect_bound is not None
+        low, high = (x[:, None, None, None] for x in self.covariate_extremes)
+        bound = self.effect_bound[:, None, None, None] * (1 - 1e-9)
+        out = []
+        for q, b, m in zip(rates, effects, self.effect_masks):
+            smallest = q[None] * jnp.exp(jnp.minimum(b * low, b * high))
+            largest = q[None] * jnp.exp(jnp.maximum(b * low, b * high))
+            out.append(
+                m
+                & (
+                    (smallest * self.tau < _FLAG_LOWER)
+                    | (largest * self.shortest >= _FLAG_UPPER)
+                    | (jnp.abs(b) >= bound)
+                )
+            )
+        return tuple(out)
 
     def clip_effects(self, parameters: Array) -> Array:
         """Effect parameters within `effect_bound` (that of their covariate)."""
@@ -465,6 +491,7 @@ def _problem(
                 p.effect_bound,
                 p.covariate_spread,
                 p.effect_groups,
+                p.covariate_extremes,
             ),
             problem,
             (
@@ -474,6 +501,7 @@ def _problem(
                 30 / spread,
                 jnp.sqrt(jnp.sum(rows**2, axis=0) / count),
                 covariates.effect_groups([c.shape for c in model.cims])[0],
+                jnp.stack([rows.min(0), rows.max(0)]),  # (padding rows are 0: inside)
             ),
             is_leaf=lambda x: x is None,
         )
@@ -882,6 +910,12 @@ class RateFit(eqx.Module):
     - `num_parameters`: the free rates (those at a bound included) plus the covariate effects
       fitted: the parameter count of AIC and of
       [`jaxctbn.panel.likelihood_ratio_test`][].
+    - `effects_at_bound`: with covariates, per node `(C, configs, k, k)`: the effects the data
+      drive to $\pm\infty$ (a hazard ratio of 0 or $\infty$: not an estimate, like a rate at
+      a bound): those whose rate, for the subjects at the covariate's lowest or highest value,
+      meets the rate flags above ($\lambda e^{\beta\tilde z}\tau<10^{-6}$ or
+      $\lambda e^{\beta\tilde z}\tau_{\min}\ge20$), or at their own bound
+      $|\beta|\max_r|\tilde z_{rc}|=30$. `None` without.
     """
 
     model: CTBN
@@ -896,6 +930,7 @@ class RateFit(eqx.Module):
     method: str = eqx.field(static=True)
     effects: tuple[Float[Array, "covariates _configs _k _k"], ...] | None = None
     covariate_means: Float[Array, " covariates"] | None = None
+    effects_at_bound: tuple[Bool[Array, "covariates _configs _k _k"], ...] | None = None
 
 
 # --------------------------------------------------------------------------- entry point
@@ -1164,6 +1199,7 @@ def _fit(
     log_likelihood = jnp.where(accept, pushed_likelihood, log_likelihood)
     log_posterior = jnp.where(accept, pushed_posterior, log_posterior)
     lower, upper = problem.bound_flags(rates)
+    effects_at_bound = None if effects is None else problem.effects_at_bound(rates, effects)
     fit = RateFit(
         model=problem.with_rates(rates),
         log_likelihood=log_likelihood,
@@ -1176,6 +1212,7 @@ def _fit(
         method=method.name,
         effects=effects,
         covariate_means=problem.covariate_means,
+        effects_at_bound=effects_at_bound,
         num_parameters=jnp.sum(jnp.stack([jnp.sum(f) for f in problem.free]))
         + (0 if problem.effect_masks is None else jnp.sum(problem.effect_parameters_free())),
     )

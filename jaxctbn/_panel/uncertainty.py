@@ -97,8 +97,8 @@ class RateUncertainty(eqx.Module):
 
     With covariates, per node `(C, configs, k, k)` (`None` without): `effects` (the log hazard
     ratios $\hat\beta$), `effect_standard_errors` ($\mathrm{se}(\hat\beta)$; $+\infty$ where
-    not estimated: an effect on a rate at a bound is held fixed with it, and so is an effect at
-    its own bound $|\beta|\max_r|\tilde z_{rc}|=30$, where the data drive it to $\pm\infty$),
+    not estimated: an effect on a rate at a bound is held fixed with it, and so is an effect
+    the data drive to $\pm\infty$, [`jaxctbn.panel.RateFit`][]'s `effects_at_bound`),
     `hazard_ratio_lower`, `hazard_ratio_upper` ($e^{\hat\beta\mp z\,\mathrm{se}}$) and
     `effect_estimated`; `information` and `covariance` then continue, after the log-rates,
     with the effect parameters of [`jaxctbn.panel.Covariates.effect_groups`][] (one per entry
@@ -251,14 +251,17 @@ def _uncertainty(
         # an effect on a rate at a bound is no more identified than the rate, and one at its own
         # bound (|effect| * max |centred covariate| = 30: the data drive it to +-infinity) is
         # not an estimate either: both held fixed
-        bound = problem.effect_bound[problem.effect_covariate()] * (1 - 1e-9)
         rate_interior = unflat(interior, False)
+        at_bound = problem.effects_at_bound(rates, problem.effects_from(beta0))
         on_bounded = problem._per_parameter(
-            tuple(jnp.broadcast_to(~r[None], m.shape) for m, r in zip(masks, rate_interior)),
+            tuple(
+                jnp.broadcast_to(~r[None], m.shape) | a
+                for m, r, a in zip(masks, rate_interior, at_bound)
+            ),
             "max",
             False,
         )
-        effect_interior = effect_free & ~on_bounded & (jnp.abs(beta0) < bound)
+        effect_interior = effect_free & ~on_bounded
         theta0 = jnp.concatenate([theta0, beta0])
         free = jnp.concatenate([free, effect_free])
         interior = jnp.concatenate([interior, effect_interior])
