@@ -24,7 +24,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.stats
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._learning.priors import GammaPrior
@@ -189,6 +188,8 @@ def learn_strength_from_panels(
         scaled, ~scaled.any(), "scaled: no trajectory is marked as recorded under the strength."
     )
     dtype = observations.times.dtype
+    import scipy.stats  # (here: importing scipy.stats costs every command half a second)
+
     drop = 0.5 * float(scipy.stats.chi2.ppf(level, 1))
 
     coarse = jnp.linspace(np.log(low), np.log(high), num_points, dtype=dtype)

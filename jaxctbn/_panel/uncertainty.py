@@ -38,6 +38,7 @@ not positive definite", no standard errors).
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from typing import cast
 
@@ -45,7 +46,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.stats
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._learning.priors import GammaPrior
@@ -215,7 +215,7 @@ def _uncertainty(
     covariates,
     effects,
 ) -> RateUncertainty:
-    z = float(scipy.stats.norm.ppf(0.5 + float(level) / 2))  # (level is static)
+    z = statistics.NormalDist().inv_cdf(0.5 + float(level) / 2)  # (level is static)
     problem = _problem(
         model, observations, prior, emissions, initial_distribution, solver, groups, covariates
     )
