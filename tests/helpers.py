@@ -195,3 +195,18 @@ def brute_force_panel_kl(model, other, initial_state, times, intervention=None) 
         if p > 0:
             total += p * np.log(p / q)
     return total
+
+
+def finite_difference_hessian(f, x, h=1e-3):
+    """Central second differences of the scalar function `f` at `x` (error O(h^2)): the
+    independent route the exact observed information is checked against."""
+    import itertools
+
+    n = len(x)
+    H = np.zeros((n, n))
+    for i, j in itertools.combinations_with_replacement(range(n), 2):
+        e_i, e_j = h * np.eye(n)[i], h * np.eye(n)[j]
+        H[i, j] = H[j, i] = (
+            f(x + e_i + e_j) - f(x + e_i - e_j) - f(x - e_i + e_j) + f(x - e_i - e_j)
+        ) / (4 * h * h)
+    return H

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 import scipy.optimize
+from helpers import finite_difference_hessian
 
 import jaxctbn as jc
 
@@ -118,15 +119,7 @@ def test_rates_and_effects_reach_scipys_optimum():
 
 def test_standard_errors_of_rates_and_effects_against_finite_differences():
     _, fit, uncertainty = _fit()
-    x = _parameters(fit)
-    n, h = len(x), 1e-3
-    H = np.zeros((n, n))
-    for i, j in itertools.combinations_with_replacement(range(n), 2):
-        e_i, e_j = h * np.eye(n)[i], h * np.eye(n)[j]
-        f = _negative_log_likelihood
-        H[i, j] = H[j, i] = (
-            f(x + e_i + e_j) - f(x + e_i - e_j) - f(x - e_i + e_j) + f(x - e_i - e_j)
-        ) / (4 * h * h)
+    H = finite_difference_hessian(_negative_log_likelihood, _parameters(fit))
     expected = np.sqrt(np.diag(np.linalg.inv(H)))
     se_rates = np.asarray(uncertainty.log_rate_standard_errors[0][0])
     se_effects = np.asarray(uncertainty.effect_standard_errors[0])[:, 0]
@@ -276,13 +269,7 @@ def test_shared_effects_reach_scipys_optimum_of_the_tied_likelihood():
     np.testing.assert_allclose(got[:6], result.x, atol=1e-3)
     np.testing.assert_allclose(float(fit.log_likelihood), -result.fun, rtol=1e-8)
     # the shared effects' standard errors: central second differences of the tied likelihood
-    x, n, h = got[:6], 6, 1e-3
-    H = np.zeros((n, n))
-    for i, j in itertools.combinations_with_replacement(range(n), 2):
-        e_i, e_j = h * np.eye(n)[i], h * np.eye(n)[j]
-        H[i, j] = H[j, i] = (
-            tied(x + e_i + e_j) - tied(x + e_i - e_j) - tied(x - e_i + e_j) + tied(x - e_i - e_j)
-        ) / (4 * h * h)
+    H = finite_difference_hessian(tied, got[:6])
     expected = np.sqrt(np.diag(np.linalg.inv(H)))
     se = np.asarray(uncertainty.effect_standard_errors[0])[:, 0]
     for c in (0, 1):

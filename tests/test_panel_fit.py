@@ -21,7 +21,7 @@ import pytest
 import scipy.linalg
 import scipy.optimize
 import scipy.special
-from helpers import brute_force_generator
+from helpers import brute_force_generator, finite_difference_hessian
 
 import jaxctbn as jc
 
@@ -361,19 +361,7 @@ def _illness_objective(rates):
     return _hidden_log_likelihood(W, ILLNESS_GRID, _misclassified(), ILLNESS_EMISSIONS)
 
 
-def _finite_difference_hessian(f, x, h=1e-3):
-    """Central second differences of `f` at `x` (error O(h^2))."""
-    n = len(x)
-    H = np.zeros((n, n))
-    for i, j in itertools.combinations_with_replacement(range(n), 2):
-        e_i, e_j = h * np.eye(n)[i], h * np.eye(n)[j]
-        H[i, j] = H[j, i] = (
-            f(x + e_i + e_j) - f(x + e_i - e_j) - f(x - e_i + e_j) + f(x - e_i - e_j)
-        ) / (4 * h * h)
-    return H
-
-
-def test_standard_errors_are_the_inverse_of_a_finite_difference_hessian():
+def test_standard_errors_are_the_inverse_of_afinite_difference_hessian():
     # the exact observed information (autodiff, reverse over reverse through the filter with
     # intervals grouped by length, misclassification and exact entry times) against central
     # second differences of the independent numpy forward algorithm in the log-rates
@@ -383,7 +371,7 @@ def test_standard_errors_are_the_inverse_of_a_finite_difference_hessian():
     uncertainty = jc.panel.rate_uncertainty(fit.model, obs, emissions=emissions)
     q = np.asarray(fit.model.cims[0][0])
     theta = np.log([q[x, y] for x, y in ILLNESS_FREE])
-    H = _finite_difference_hessian(lambda t: _illness_objective(np.exp(t)), theta)
+    H = finite_difference_hessian(lambda t: _illness_objective(np.exp(t)), theta)
     covariance = np.linalg.inv(-H)
     se_log = np.asarray(uncertainty.log_rate_standard_errors[0][0])
     expected = np.sqrt(np.diag(covariance))

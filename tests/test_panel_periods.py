@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 import scipy.stats
+from helpers import finite_difference_hessian
 
 import jaxctbn as jc
 
@@ -135,15 +136,8 @@ def test_fit_is_a_stationary_point_of_the_independent_likelihood():
 def test_standard_errors_against_finite_differences():
     _, _, fit, uncertainty = _fit()
     means = np.asarray(fit.covariate_means)
-    x = _parameters(fit)
-    n, h = len(x), 1e-3
-    H = np.zeros((n, n))
     f = functools.partial(_negative_log_likelihood, means=means)
-    for i, j in itertools.combinations_with_replacement(range(n), 2):
-        e_i, e_j = h * np.eye(n)[i], h * np.eye(n)[j]
-        H[i, j] = H[j, i] = (
-            f(x + e_i + e_j) - f(x + e_i - e_j) - f(x - e_i + e_j) + f(x - e_i - e_j)
-        ) / (4 * h * h)
+    H = finite_difference_hessian(f, _parameters(fit))
     expected = np.sqrt(np.diag(np.linalg.inv(H)))
     se_rates = np.asarray(uncertainty.log_rate_standard_errors[0][0])
     se_effects = np.asarray(uncertainty.effect_standard_errors[0])[:, 0]
