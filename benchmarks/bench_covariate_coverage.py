@@ -22,8 +22,6 @@ Writes `results/covariate_coverage.json` and `.md`.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
 
 import jax
@@ -31,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 import scipy.stats
-from _common import RESULTS
+from _common import write_results
 
 jax.config.update("jax_enable_x64", True)
 
@@ -167,9 +165,6 @@ def main():
         "device": jax.devices()[0].platform,
         "rows": rows,
     }
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "covariate_coverage.json"), "w") as f:
-        json.dump(out, f, indent=1)
     lines = [
         "# Coverage of the 95% intervals of hazard ratios and rates (covariates, periods)",
         "",
@@ -195,10 +190,7 @@ def main():
             f" | {r['not_converged']} | {r['not_positive_definite']} | "
             f"{r['effects_not_estimated']} | {r['seconds_per_data_set']:.3f} |"
         )
-    lines += ["", f"Run on {out['device']}, jax {jax.__version__}, {time.strftime('%Y-%m-%d')}."]
-    with open(os.path.join(RESULTS, "covariate_coverage.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results("covariate_coverage", out, lines)
 
 
 if __name__ == "__main__":

@@ -21,14 +21,12 @@ Writes `results/default_fit.json` and `.md`.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from _common import RESULTS
+from _common import write_results
 
 jax.config.update("jax_enable_x64", True)
 
@@ -91,9 +89,6 @@ def main():
                     "fit_s": later,
                 }
             )
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "default_fit.json"), "w") as f:
-        json.dump({"benchmark": "default_fit", "rows": rows}, f, indent=1)
     lines = [
         "# The default panel fit on boundary optima (1,446 subjects x 7 yearly waves, A <-> B)",
         "",
@@ -107,10 +102,7 @@ def main():
             f"{r['converged']} | {r['iterations']} | {r['at_lower_bound']} / "
             f"{r['at_upper_bound']} | {r['first_call_s']:.1f} s | {r['fit_s']:.2f} s |"
         )
-    lines += ["", f"jax {jax.__version__}, {time.strftime('%Y-%m-%d')}."]
-    with open(os.path.join(RESULTS, "default_fit.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results("default_fit", {"benchmark": "default_fit", "rows": rows}, lines)
 
 
 if __name__ == "__main__":

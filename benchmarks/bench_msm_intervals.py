@@ -33,7 +33,7 @@ import jax
 import numpy as np
 import pandas as pd
 import scipy.stats
-from _common import RESULTS
+from _common import write_results
 
 jax.config.update("jax_enable_x64", True)
 
@@ -233,9 +233,6 @@ def main():
                  "p_value": float(scipy.stats.chi2.sf(max(statistic, 0), df))}
             )  # fmt: skip
     out = {"benchmark": "msm_intervals", "rows": rows, "lr_tests": tests}
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "msm_intervals.json"), "w") as f:
-        json.dump(out, f, indent=1)
     lines = [
         "# Intervals, covariates and LR tests: jaxctbn vs R msm on cav",
         "",
@@ -269,10 +266,7 @@ def main():
             f"| {t['model']} | {t['tool']} | {t['lr_statistic']:.4f} | {t['df']} | "
             f"{t['p_value']:.4g} |"
         )
-    lines += ["", f"jax {jax.__version__}, {time.strftime('%Y-%m-%d')}."]
-    with open(os.path.join(RESULTS, "msm_intervals.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results("msm_intervals", out, lines)
 
 
 if __name__ == "__main__":

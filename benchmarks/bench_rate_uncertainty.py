@@ -18,8 +18,6 @@ Writes `results/rate_uncertainty.json` and `.md`.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
 
 import jax
@@ -27,7 +25,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import scipy.stats
-from _common import RESULTS
+from _common import write_results
 
 jax.config.update("jax_enable_x64", True)
 
@@ -112,9 +110,6 @@ def main():
         "device": jax.devices()[0].platform,
         "rows": rows,
     }
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "rate_uncertainty.json"), "w") as f:
-        json.dump(out, f, indent=1)
     lines = [
         "# Coverage of the 95% intervals of panel rate fits",
         "",
@@ -138,10 +133,7 @@ def main():
             f"{r['not_converged']} | {r['not_positive_definite']} | "
             f"{r['seconds_per_data_set']:.3f} |"
         )
-    lines += ["", f"Run on {out['device']}, jax {jax.__version__}, {time.strftime('%Y-%m-%d')}."]
-    with open(os.path.join(RESULTS, "rate_uncertainty.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results("rate_uncertainty", out, lines)
 
 
 if __name__ == "__main__":

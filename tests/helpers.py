@@ -210,3 +210,15 @@ def finite_difference_hessian(f, x, h=1e-3):
             f(x + e_i + e_j) - f(x + e_i - e_j) - f(x - e_i + e_j) + f(x - e_i - e_j)
         ) / (4 * h * h)
     return H
+
+
+def illness_death_start():
+    """One node `h` with states 0, 1 and absorbing 2, every allowed rate 1 to start (0 -> 1,
+    0 -> 2, 1 -> 0, 1 -> 2): the starting model of the covariate and period fits."""
+    import jax.numpy as jnp
+
+    import jaxctbn as jc
+
+    return jc.CTBN(
+        cims=[jnp.array([[[0, 1.0, 1.0], [1.0, 0, 1.0], [0, 0, 0.0]]])], parents=[()], names=("h",)
+    )

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 import scipy.optimize
-from helpers import finite_difference_hessian
+from helpers import finite_difference_hessian, illness_death_start
 
 import jaxctbn as jc
 
@@ -72,9 +72,7 @@ def _covariates():
 def _fit():
     Z, paths = _data()
     obs = jc.panel.PanelObservations(np.broadcast_to(GRID, paths.shape), paths[..., None])
-    start = jc.CTBN(
-        cims=[jnp.array([[[0, 1.0, 1.0], [1.0, 0, 1.0], [0, 0, 0.0]]])], parents=[()], names=("h",)
-    )
+    start = illness_death_start()
     fit = jc.panel.fit_rates(start, obs, covariates=_covariates())
     uncertainty = jc.panel.rate_uncertainty(
         fit.model, obs, covariates=_covariates(), effects=fit.effects
@@ -173,9 +171,7 @@ def test_fit_with_covariates_from_the_command_line(tmp_path, capsys):
     columns = ["trajectory_id", "time", "h", "sex", "age"]
     pd.DataFrame(rows, columns=columns).to_csv(data, index=False)
     network = tmp_path / "start.json"
-    jc.CTBN(
-        cims=[jnp.array([[[0, 1.0, 1.0], [1.0, 0, 1.0], [0, 0, 0.0]]])], parents=[()], names=("h",)
-    ).to_json(network)
+    illness_death_start().to_json(network)
     out = tmp_path / "fit.json"
     args = ["fit", "--data", str(data), "--network", str(network), "--observation", "panel"]
     covariates = ["--covariates", "sex,age", "--covariate-rates", "h:0-1,h:1-2"]
@@ -244,9 +240,7 @@ def test_shared_effects_reach_scipys_optimum_of_the_tied_likelihood():
         shared[:, 0, x, y] = 0
     base = _covariates()
     covariates = jc.panel.Covariates(Z, names=base.names, acts_on=base.acts_on, shared=[shared])
-    start = jc.CTBN(
-        cims=[jnp.array([[[0, 1.0, 1.0], [1.0, 0, 1.0], [0, 0, 0.0]]])], parents=[()], names=("h",)
-    )
+    start = illness_death_start()
     fit = jc.panel.fit_rates(start, obs, covariates=covariates)
     uncertainty = jc.panel.rate_uncertainty(
         fit.model, obs, covariates=covariates, effects=fit.effects
@@ -285,9 +279,7 @@ def test_shared_effects_from_the_command_line_flag(tmp_path):
     Z, paths = _data()
     rows = [[r, t, int(paths[r, i]), Z[r, 1]] for r in range(R) for i, t in enumerate(GRID)]
     df = pd.DataFrame(rows, columns=["trajectory_id", "time", "h", "age"])
-    model = jc.CTBN(
-        cims=[jnp.array([[[0, 1.0, 1.0], [1.0, 0, 1.0], [0, 0, 0.0]]])], parents=[()], names=("h",)
-    )
+    model = illness_death_start()
     obs, ids = jc.panel.panel_from_dataframe(df.drop(columns=["age"]), model)
     covariates, summary = _covariates_of(model, df, ids, "age", None, obs, "h:0-1+h:1-2,h:1-0")
     labels = np.asarray(covariates.shared[0])[0, 0]
@@ -308,9 +300,7 @@ def test_an_effect_the_data_drive_to_infinity_is_flagged_not_estimated():
     Z, paths = _data()
     still = np.where(Z[:, :1] == 1, 0, paths)
     obs = jc.panel.PanelObservations(np.broadcast_to(GRID, still.shape), still[..., None])
-    start = jc.CTBN(
-        cims=[jnp.array([[[0, 1.0, 1.0], [1.0, 0, 1.0], [0, 0, 0.0]]])], parents=[()], names=("h",)
-    )
+    start = illness_death_start()
     fit = jc.panel.fit_rates(start, obs, covariates=_covariates())
     flagged = np.asarray(fit.effects_at_bound[0])[:, 0]
     assert flagged[0, 0, 1] and np.asarray(fit.effects[0])[0, 0, 0, 1] < 0

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 import scipy.stats
-from helpers import finite_difference_hessian
+from helpers import finite_difference_hessian, illness_death_start
 
 import jaxctbn as jc
 
@@ -91,9 +91,7 @@ def _fit():
         acts_on[0, 0][e] = True
     z = jc.panel.Covariates(Z[..., None], names=("z",), acts_on=[acts_on], per_observation=True)
     periods, covariates = jc.panel.with_time_periods(obs, [CUT], covariates=z)
-    start = jc.CTBN(
-        cims=[jnp.array([[[0, 1.0, 1.0], [1.0, 0, 1.0], [0, 0, 0.0]]])], parents=[()], names=("h",)
-    )
+    start = illness_death_start()
     # a tight tolerance: the gradient at the fit is then below 1e-6 (1 + |l|) by the stopping rule
     method = jc.panel.GradientFit(tolerance=1e-12)
     fit = jc.panel.fit_rates(start, periods, covariates=covariates, method=method)
@@ -238,9 +236,7 @@ def test_time_varying_covariates_and_pci_from_the_command_line(tmp_path, capsys)
     data = tmp_path / "visits.csv"
     pd.DataFrame(rows, columns=["trajectory_id", "time", "h", "z"]).to_csv(data, index=False)
     network = tmp_path / "start.json"
-    jc.CTBN(
-        cims=[jnp.array([[[0, 1.0, 1.0], [1.0, 0, 1.0], [0, 0, 0.0]]])], parents=[()], names=("h",)
-    ).to_json(network)
+    illness_death_start().to_json(network)
     out = tmp_path / "fit.json"
     args = ["fit", "--data", str(data), "--network", str(network), "--observation", "panel"]
     covariates = ["--covariates", "z", "--covariate-rates", "h:0-1,h:1-2", "--pci", "2.5"]
@@ -293,9 +289,7 @@ def test_time_varying_covariates_and_pci_from_the_command_line(tmp_path, capsys)
 
 def test_likelihood_ratio_test_of_the_covariates_and_periods():
     periods, _, fit, _ = _fit()
-    start = jc.CTBN(
-        cims=[jnp.array([[[0, 1.0, 1.0], [1.0, 0, 1.0], [0, 0, 0.0]]])], parents=[()], names=("h",)
-    )
+    start = illness_death_start()
     plain = jc.panel.fit_rates(start, periods)  # (the censored rows change nothing here)
     assert int(plain.num_parameters) == 4 and int(fit.num_parameters) == 4 + 2 + 4
     test = jc.panel.likelihood_ratio_test(plain, fit)
