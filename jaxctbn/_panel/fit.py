@@ -810,22 +810,49 @@ class SquaremFit(AbstractRateFitMethod):
             return jnp.sqrt(sum(jnp.sum(x**2) for x in tree))
 
         def step(rates, stats):
+            # the four E-steps of an iteration (at F(θ0), F(F(θ0)), the extrapolation and its
+            # stabilisation) as one E-step in a loop of four phases: the program holds one
+            # forward-backward pass instead of four (a quarter of the tracing, lowering and
+            # compiled code that a first call pays)
             one = update(rates, stats)
-            _, stats_one, _ = problem.e_step(one)
-            two = update(one, stats_one)
-            objective_two, stats_two, _ = problem.e_step(two)
-            t0, t1, t2 = log_of(rates), log_of(one), log_of(two)
-            r = tuple(b - a for a, b in zip(t0, t1))
-            v = tuple(c - 2 * b + a for a, b, c in zip(t0, t1, t2))
-            norm_r, norm_v = norm(r), norm(v)
-            length = -jnp.maximum(1.0, norm_r / jnp.where(norm_v > 0, norm_v, 1))
-            length = jnp.where(norm_v > 0, length, -1.0)
-            jumped = rates_of(
-                tuple(a - 2 * length * x + length**2 * y for a, x, y in zip(t0, r, v))
+            t0 = log_of(rates)
+
+            def extrapolated(one, two):
+                t1, t2 = log_of(one), log_of(two)
+                r = tuple(b - a for a, b in zip(t0, t1))
+                v = tuple(c - 2 * b + a for a, b, c in zip(t0, t1, t2))
+                norm_r, norm_v = norm(r), norm(v)
+                length = -jnp.maximum(1.0, norm_r / jnp.where(norm_v > 0, norm_v, 1))
+                length = jnp.where(norm_v > 0, length, -1.0)
+                return rates_of(
+                    tuple(a - 2 * length * x + length**2 * y for a, x, y in zip(t0, r, v))
+                )
+
+            def phase(carry, k):
+                point, one, two, objective_two, stats_two = carry
+                objective, stats_at, _ = problem.e_step(point)
+                # k = 0: `point` is F(θ0), next F(F(θ0)); k = 1: `point` is F(F(θ0)), kept,
+                # next the extrapolation; k = 2: next its stabilisation; k = 3: the last
+                stepped = update(point, stats_at)
+                two = jax.tree_util.tree_map(lambda a, b: jnp.where(k == 1, a, b), point, two)
+                objective_two = jnp.where(k == 1, objective, objective_two)
+                stats_two = jax.tree_util.tree_map(
+                    lambda a, b: jnp.where(k == 1, a, b), stats_at, stats_two
+                )
+                jumped = extrapolated(one, two)
+                following = jax.tree_util.tree_map(
+                    lambda a, b: jnp.where(k == 1, a, b), jumped, stepped
+                )
+                return (following, one, two, objective_two, stats_two), (point, objective, stats_at)
+
+            dtype_objective = problem.tau.dtype
+            start = (one, one, one, jnp.zeros((), dtype_objective), stats)
+            (_, _, two, objective_two, stats_two), (points, objectives, all_stats) = jax.lax.scan(
+                phase, start, jnp.arange(4)
             )
-            _, stats_jumped, _ = problem.e_step(jumped)
-            stabilised = update(jumped, stats_jumped)
-            objective_new, stats_new, _ = problem.e_step(stabilised)
+            stabilised = tuple(p[3] for p in points)
+            objective_new = objectives[3]
+            stats_new = jax.tree_util.tree_map(lambda x: x[3], all_stats)
             take = jnp.isfinite(objective_new) & (objective_new >= objective_two)
             pick = lambda new, old: jax.tree_util.tree_map(  # noqa: E731
                 lambda a, b: jnp.where(take, a, b), new, old
