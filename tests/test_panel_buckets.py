@@ -14,7 +14,7 @@ import pytest
 
 import jaxctbn as jc
 from jaxctbn._experiments.pool import pool_membership
-from jaxctbn._panel.buckets import bucket_rows, per_trajectory_on_host
+from jaxctbn._panel.buckets import bucket_rows, per_trajectory_on_host, rounded_size
 from jaxctbn._panel.fit import _problem
 
 jax.config.update("jax_enable_x64", True)
@@ -225,3 +225,52 @@ def test_reader_buckets_a_long_subject_among_short_ones():
         jc.panel.panel_log_likelihood(MODEL, padded, solver=jc.MatrixExponential()),
         rtol=1e-12,
     )
+
+
+def test_rounded_size_is_the_least_of_the_grid_at_least_n():
+    grid = sorted({2**k for k in range(20)} | {3 * 2 ** (k - 1) for k in range(1, 20)})
+    for n in range(1, 5000):
+        assert rounded_size(n) == min(m for m in grid if m >= n), n
+        assert rounded_size(n) < 1.5 * n + 1
+
+
+def test_rounded_shapes_change_no_likelihood_statistic_or_fit(data):
+    # padding trajectories have one observation with nothing observed: a likelihood of 1 with
+    # or without an initial distribution, and no statistics; the given trajectories come first
+    padded, buckets = data
+    R, S = len(LENGTHS), 4
+    rounded = buckets.with_rounded_shapes()
+    shapes = [b.times.shape for b in rounded.buckets]
+    assert shapes == [(12, 16), (2, 32)]  # (10, 12) and (2, 30) rounded up
+    assert rounded.num_trajectories == 14
+    p0 = np.random.default_rng(2).dirichlet(np.ones(S), size=R + 2)
+    for initial in (None, p0):
+        kwargs: dict = dict(solver=DENSE, initial_distribution=initial)
+        expected = jc.panel.panel_log_likelihood(
+            MODEL,
+            padded,
+            **(kwargs | {"initial_distribution": None if initial is None else p0[:R]}),
+        )
+        got = jc.panel.panel_log_likelihood(MODEL, rounded, **kwargs)
+        np.testing.assert_allclose(got[:R], expected, rtol=1e-12)
+        np.testing.assert_array_equal(got[R:], 0.0)
+    stats = jc.panel.panel_expected_statistics(MODEL, rounded, solver=DENSE)
+    np.testing.assert_array_equal(stats.transitions[R:], 0.0)
+    np.testing.assert_array_equal(stats.dwell_times[R:], 0.0)
+    # the fit (intervals grouped by their length, the group count rounded up too): the same
+    start = jc.CTBN(
+        cims=[0.5 * jnp.abs(c) * (1 - 2 * jnp.eye(2)) for c in MODEL.cims],
+        parents=MODEL.parents,
+        names=MODEL.names,
+    )
+    fit, fit_rounded = (jc.panel.fit_rates(start, o) for o in (buckets, rounded))
+    assert fit_rounded.iterations == fit.iterations and fit_rounded.converged == fit.converged
+    np.testing.assert_allclose(fit_rounded.log_likelihood, fit.log_likelihood, rtol=1e-12)
+    for a, b in zip(fit_rounded.model.cims, fit.model.cims):
+        np.testing.assert_allclose(a, b, rtol=1e-9)
+    a = jc.panel.rate_uncertainty(fit.model, buckets)
+    b = jc.panel.rate_uncertainty(fit.model, rounded)
+    for x, y in zip(a.log_rate_standard_errors, b.log_rate_standard_errors):
+        np.testing.assert_allclose(y, x, rtol=1e-9)
+    with pytest.raises(ValueError, match="with_rounded_shapes: needs concrete"):
+        jax.jit(lambda o: o.with_rounded_shapes())(buckets)

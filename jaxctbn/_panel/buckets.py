@@ -190,6 +190,61 @@ class PanelBuckets(eqx.Module):
 
         return self.gather([widen(b) for b in self.buckets])
 
+    def with_rounded_shapes(self) -> "PanelBuckets":
+        r"""The same trajectories with every bucket's shape `(R_b, O_b)` rounded up: `R_b` to
+        the next of $1, 2, 3, 4, 6, 8, 12, 16, \dots$ ($2^k$ and $3\cdot2^{k-1}$; at most
+        half again), `O_b` to the next power of two (the longest trajectory of a bucket varies
+        more between data sets of one design than their sizes do). Data sets of similar size
+        then share their compiled programs (in a process, and across
+        processes through the persistent compilation cache of the CLI). The added trajectories
+        have one observation with no node observed, so they add nothing to a likelihood
+        (conditional on the first observation or not: $\sum_x p(x)=1$) or to the expected
+        statistics; they come after the given trajectories in the order (indices
+        $R, R+1, \dots$), so per-trajectory results of the first $R$ are those of the given
+        trajectories. Host-side (concrete arrays)."""
+        rows = self.bucket_rows()
+        if not all(is_concrete(r) for r in rows):
+            raise ValueError("with_rounded_shapes: needs concrete buckets (outside jit).")
+        R = self.num_trajectories
+        buckets, order, extra = [], [], R
+        for b, given in zip(self.buckets, rows):
+            R_b, O_b = b.batch_shape[0], b.times.shape[-1]
+            R_new, O_new = rounded_size(R_b), 1 << (O_b - 1).bit_length()
+            times = np.asarray(b.times)
+            last = times[np.arange(R_b), np.asarray(b.num_observations) - 1]
+            # padding times repeat the last real time; padding states are -1
+            times = np.concatenate([times, np.repeat(last[:, None], O_new - O_b, 1)], 1)
+            times = np.concatenate([times, np.zeros((R_new - R_b, O_new), times.dtype)])
+            states = np.pad(
+                np.asarray(b.states),
+                ((0, R_new - R_b), (0, O_new - O_b), (0, 0)),
+                constant_values=-1,
+            )
+            entry = np.pad(np.asarray(b.exact_entry), ((0, R_new - R_b), (0, O_new - O_b)))
+            count = np.concatenate(
+                [np.asarray(b.num_observations), np.ones(R_new - R_b, np.int32)]
+            ).astype(np.int32)
+            intervention = b.intervention
+            if intervention is not None:  # the padding under the bucket's first intervention
+                intervention = jax.tree_util.tree_map(
+                    lambda x: np.concatenate(
+                        [np.asarray(x), np.repeat(np.asarray(x)[:1], R_new - R_b, 0)]
+                    ),
+                    intervention,
+                )
+            buckets.append(
+                PanelObservations(
+                    times,
+                    states,
+                    num_observations=count,
+                    exact_entry=entry,
+                    intervention=intervention,
+                )  # fmt: skip
+            )
+            order.append(np.concatenate([np.asarray(given), np.arange(extra, extra + R_new - R_b)]))
+            extra += R_new - R_b
+        return PanelBuckets(buckets, np.concatenate(order).astype(np.int32))
+
     def checked(self, model: AbstractCTBN, emissions: Emissions | None = None) -> "PanelBuckets":
         """Every bucket checked as [`jaxctbn.panel.PanelObservations.checked`][] does, messages
         naming the trajectory by its given index."""
@@ -241,6 +296,15 @@ def _take_rows(x, rows, width: int, num_slots: int):
     if x.ndim >= 2 and x.shape[1] == num_slots:  # an observation axis: cut to the bucket's
         x = x[:, :width]
     return x
+
+
+def rounded_size(n: int) -> int:
+    r"""The least of $1, 2, 3, 4, 6, 8, 12, \dots$ ($2^k$ and $3\cdot2^{k-1}$) that is at least
+    `n` (a shape that a compiled program is shared by)."""
+    if n <= 2:
+        return max(int(n), 1)
+    power = 1 << (int(n) - 1).bit_length()  # the least power of two >= n
+    return power * 3 // 4 if power * 3 // 4 >= n else power
 
 
 def bucket_rows(lengths: Any, *, max_buckets: int = MAX_BUCKETS) -> list[np.ndarray]:

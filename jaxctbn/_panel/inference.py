@@ -63,7 +63,7 @@ from .._master_equation.solvers import (
 from .._model.ctbn import AbstractCTBN, with_diagonal
 from .._model.interventions import is_concrete
 from .._model.layout import max_configs, state_bins_on_sets
-from .buckets import PanelBuckets, as_flat_buckets
+from .buckets import PanelBuckets, as_flat_buckets, rounded_size
 from .observations import Emissions, PanelObservations, _label
 
 
@@ -445,9 +445,13 @@ def gap_groups(observations: PanelObservations | PanelBuckets) -> GapGroups | No
     )
     # numpy arrays: converted when passed to the compiled fit (no eager dispatch here)
     exact_entries = any(bool(np.any(np.asarray(b.exact_entry))) for b in buckets)
+    # the number of groups rounded up (1, 2, 3, 4, 6, 8, 12, ...; the last gap repeated, no
+    # interval points at the copies) so that data sets of similar size share a compiled program
+    gaps = values[keep]
+    gaps = np.concatenate([gaps, np.repeat(gaps[-1:], rounded_size(gaps.size) - gaps.size)])
     return GapGroups(
         index=tuple(i.astype(np.int32) for i in index),
-        gaps=values[keep].astype(dtype),
+        gaps=gaps.astype(dtype),
         exact_entries=exact_entries,
     )
 
