@@ -512,3 +512,118 @@ def _strengths(args, names):
     if not nodes:
         raise ValueError("--strength: give NODE=LOW:HIGH for at least one node.")
     return Strengths(nodes, lows, highs)
+
+
+def _knowledge_arguments(p) -> None:
+    """`--forbid`, `--require`, `--tiers` and the per-node `--max-parents` of structure
+    learning."""
+    p.add_argument(
+        "--forbid", default=None, help="edges never in the graph: A->B,C->D (parent->child)"
+    )
+    p.add_argument("--require", default=None, help="edges always in the graph: A->B,...")
+    p.add_argument(
+        "--tiers",
+        default=None,
+        help="A,B;C;D: tiers separated by ';', every node once; a node's parents come from "
+        "its own tier or earlier ones (a temporal order)",
+    )
+
+
+def _edges(text: str | None, names: list[str], flag: str) -> list[tuple[int, int]]:
+    """`A->B,C->D` as `(parent, child)` index pairs, naming the flag in every error."""
+    if text is None:
+        return []
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        if "->" not in item:
+            raise ValueError(
+                f"{flag}: expected edges PARENT->CHILD separated by commas, got {item!r}."
+            )
+        a, b = (part.strip() for part in item.split("->", 1))
+        for name in (a, b):
+            if name not in names:
+                raise ValueError(f"{flag}: unknown node {name!r} in {item!r}; nodes are {names}.")
+        if a == b:
+            raise ValueError(f"{flag}: {item!r} is a self-loop; a node is not its own parent.")
+        out.append((names.index(a), names.index(b)))
+    return out
+
+
+def _tiers(text: str | None, names: list[str]) -> list[int] | None:
+    """`A,B;C;D` as one tier index per node (every node in exactly one tier)."""
+    if text is None:
+        return None
+    tier: dict[str, int] = {}
+    for t, group in enumerate(text.split(";")):
+        for name in (n.strip() for n in group.split(",")):
+            if name not in names:
+                raise ValueError(f"--tiers: unknown node {name!r}; nodes are {names}.")
+            if name in tier:
+                raise ValueError(f"--tiers: node {name!r} is in more than one tier.")
+            tier[name] = t
+    missing = [n for n in names if n not in tier]
+    if missing:
+        raise ValueError(
+            f"--tiers: node(s) {missing} in no tier; list every node once (tiers separated by ';')."
+        )
+    return [tier[n] for n in names]
+
+
+def _max_parents_per_node(text: str | None, names: list[str]) -> int | list[int]:
+    """`--max-parents K` or `K,NODE=K2,...` (a default and per-node in-degrees; default
+    min(2, N - 1)), each in 0..N-1."""
+    N = len(names)
+    if text is None:
+        return min(2, N - 1)
+    default, per_node = None, {}
+    for item in text.split(","):
+        item = item.strip()
+        name, _, value = item.rpartition("=")
+        try:
+            k = int(value)
+        except ValueError:
+            raise ValueError(
+                f"--max-parents: expected K or K,NODE=K,... with integers, got {item!r}."
+            ) from None
+        if not 0 <= k <= N - 1:
+            raise ValueError(f"--max-parents: must be between 0 and {N - 1} (N - 1), got {item!r}.")
+        if not name:
+            default = k
+        elif name not in names:
+            raise ValueError(f"--max-parents: unknown node {name!r}; nodes are {names}.")
+        else:
+            per_node[name] = k
+    base = min(2, N - 1) if default is None else default
+    if not per_node:
+        return base
+    return [per_node.get(n, base) for n in names]
+
+
+def _prior_knowledge(args, names: list[str]) -> dict:
+    """The keyword arguments of the structure learners for `--max-parents`, `--forbid`,
+    `--require` and `--tiers`, checked against each other with messages that name the nodes."""
+    max_parents = _max_parents_per_node(args.max_parents, names)
+    forbidden = _edges(args.forbid, names, "--forbid")
+    required = _edges(args.require, names, "--require")
+    tiers = _tiers(args.tiers, names)
+    for a, b in required:
+        edge = f"{names[a]}->{names[b]}"
+        if (a, b) in forbidden:
+            raise ValueError(f"--require: {edge} is also in --forbid.")
+        if tiers is not None and tiers[a] > tiers[b]:
+            raise ValueError(
+                f"--require: {edge} goes from a later tier into an earlier one, which --tiers "
+                "forbids."
+            )
+    per_node = [max_parents] * len(names) if isinstance(max_parents, int) else max_parents
+    for b, name in enumerate(names):
+        count = len({a for a, c in required if c == b})
+        if count > per_node[b]:
+            raise ValueError(
+                f"--require: node {name!r} has {count} required parents, more than its "
+                f"--max-parents {per_node[b]}."
+            )
+    return dict(
+        max_parents=max_parents, required_edges=required, forbidden_edges=forbidden, tiers=tiers
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .._files import write_json
-from .arguments import _assignment, _empirical_bayes, _max_parents, _prior, _prior_json
+from .arguments import _assignment, _empirical_bayes, _prior, _prior_json, _prior_knowledge
 from .jax_setup import _jit
 
 
@@ -60,7 +60,8 @@ def _cmd_learn(args):
     nodes = _parse_cardinalities(args.cardinalities, df, missing=panel)
     names, cards = list(nodes), tuple(nodes.values())
     N = len(names)
-    max_parents = _max_parents(args.max_parents, N)
+    knowledge = _prior_knowledge(args, names)
+    max_parents = knowledge["max_parents"]
     extra = {}
     if panel:
         from .._panel.csv import panel_from_dataframe
@@ -73,7 +74,7 @@ def _cmd_learn(args):
             observations,
             names,
             cards,
-            max_parents=max_parents,
+            **knowledge,
             prior=_prior(args, N),
             tolerance=args.tolerance,
             max_iterations=args.max_iterations,
@@ -87,14 +88,22 @@ def _cmd_learn(args):
         # long trajectories come back cut into pieces: ids has one entry per row
         traj, ids = trajectories_from_dataframe(df, nodes)
         num_trajectories = len(dict.fromkeys(ids))
-        post = learn_structure(traj, names, cards, max_parents=max_parents, prior=_prior(args, N))
+        post = learn_structure(traj, names, cards, **knowledge, prior=_prior(args, N))
     eb = _empirical_bayes(args)
     if eb is not None:
         post = _jit(eb.fit)(post)
     post = jax.tree_util.tree_map(np.asarray, post)
     probs, edges, entropy, graph, map_model = _structure_summary(post)
     out = {
-        "prior": {**_prior_json(args, post), "max_parents": max_parents},
+        "prior": {
+            **_prior_json(args, post),
+            "max_parents": max_parents
+            if isinstance(max_parents, int)
+            else dict(zip(names, max_parents)),
+            "forbidden": [[names[a], names[b]] for a, b in knowledge["forbidden_edges"]],
+            "required": [[names[a], names[b]] for a, b in knowledge["required_edges"]],
+            "tiers": None if knowledge["tiers"] is None else dict(zip(names, knowledge["tiers"])),
+        },
         "trajectories": num_trajectories,
         "nodes": {},
         "map_graph": {},

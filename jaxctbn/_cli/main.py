@@ -14,6 +14,7 @@ from .arguments import (
     _grid_times,
     _hyperparameter,
     _interventions_argument,
+    _knowledge_arguments,
     _non_negative_number,
     _observation_arguments,
     _outcome_arguments,
@@ -75,7 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("learn", help="exact Bayesian structure learning from a trajectory CSV")
     p.add_argument("--data", required=True, help="long-format trajectory CSV")
-    p.add_argument("--max-parents", type=_at_least(0), default=None, help="default min(2, N-1)")
+    p.add_argument(
+        "--max-parents",
+        default=None,
+        help="K or K,NODE=K,...: the largest in-degree, and per node (default min(2, N-1))",
+    )
+    _knowledge_arguments(p)
     _prior_arguments(p)
     p.add_argument(
         "--cardinalities",

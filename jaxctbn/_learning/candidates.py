@@ -18,10 +18,11 @@ def enumerate_parent_sets(
     *,
     required: Sequence[int] = (),
     forbidden: Sequence[int] = (),
+    width: int | None = None,
 ) -> np.ndarray:
     """All parent sets of `node` with at most `max_parents` parents that contain every `required`
     parent and no `forbidden` one, ordered by size then lexicographically; shape
-    `(sets, max_parents)`, padded with `-1`."""
+    `(sets, width)` (default `width = max_parents`), padded with `-1`."""
     if not 0 <= max_parents <= num_nodes - 1:
         raise ValueError(
             f"max_parents must be between 0 and {num_nodes - 1} (N - 1), got {max_parents}."
@@ -37,36 +38,92 @@ def enumerate_parent_sets(
         raise ValueError(
             f"node {node} has {len(required_set)} required parents > max_parents={max_parents}."
         )
+    width = max_parents if width is None else width
+    if width < max_parents:
+        raise ValueError(f"width: must be at least max_parents={max_parents}, got {width}.")
     others = [m for m in range(num_nodes) if m != node and m not in forbidden_set]
     sets = []
     for size in range(max_parents + 1):
         for combo in itertools.combinations(others, size):
             if required_set <= set(combo):
-                sets.append(list(combo) + [-1] * (max_parents - size))
-    return np.asarray(sets, dtype=np.int32).reshape(len(sets), max_parents)
+                sets.append(list(combo) + [-1] * (width - size))
+    return np.asarray(sets, dtype=np.int32).reshape(len(sets), width)
 
 
 def candidate_parent_sets(
     num_nodes: int,
-    max_parents: int,
+    max_parents: int | Sequence[int],
     *,
     required_edges: Sequence[tuple[int, int]] = (),
     forbidden_edges: Sequence[tuple[int, int]] = (),
+    tiers: Sequence[int] | None = None,
 ) -> tuple[Int[Array, "_sets max_parents"], ...]:
     """Candidate parent sets of every node (see [`jaxctbn.internal.enumerate_parent_sets`][]); edges are
-    `(parent, child)` index pairs."""
+    `(parent, child)` index pairs. Prior knowledge about the graph, all of it hard (a set that
+    breaks it is not a candidate, so its posterior is 0 and it is never drawn):
+
+    - `max_parents`: the largest in-degree, one for every node or one per node (every node's
+      array is padded to the largest);
+    - `required_edges`, `forbidden_edges`: edges every candidate set has, or none has;
+    - `tiers`: a tier (an integer) per node, e.g. a temporal order; a node's parents come from
+      its own tier or earlier ones (an edge from a later tier into an earlier one is forbidden;
+      a required one is an error)."""
+    per_node = check_max_parents(num_nodes, max_parents)
     for a, b in list(required_edges) + list(forbidden_edges):
         if not (0 <= a < num_nodes and 0 <= b < num_nodes):
             raise ValueError(f"edge ({a}, {b}): node index out of range for {num_nodes} nodes.")
+    forbidden = list(forbidden_edges)
+    if tiers is not None:
+        tier = np.asarray(tiers)
+        if tier.shape != (num_nodes,) or not np.issubdtype(tier.dtype, np.integer):
+            raise ValueError(
+                f"tiers: expected one integer tier per node ({num_nodes}), got {tiers!r}."
+            )
+        for a, b in required_edges:
+            if tier[a] > tier[b]:
+                raise ValueError(
+                    f"required edge ({a}, {b}): node {a} is in a later tier ({tier[a]}) than "
+                    f"node {b} ({tier[b]}), and tiers forbid edges into earlier tiers."
+                )
+        forbidden += [(int(a), int(b)) for a, b in zip(*np.nonzero(tier[:, None] > tier[None, :]))]
+    width = max(per_node)
     return tuple(
         jax.device_put(  # a host array copied as it is (jnp.asarray would compile a program)
             enumerate_parent_sets(
                 num_nodes,
                 n,
-                max_parents,
+                per_node[n],
                 required=[a for a, b in required_edges if b == n],
-                forbidden=[a for a, b in forbidden_edges if b == n],
+                forbidden=[a for a, b in forbidden if b == n],
+                width=width,
             )
         )
         for n in range(num_nodes)
     )
+
+
+def check_max_parents(num_nodes: int, max_parents: int | Sequence[int]) -> list[int]:
+    """`max_parents` as one in-degree per node, each in `0..N-1` (a `ValueError` otherwise)."""
+    if isinstance(max_parents, bool) or not isinstance(
+        max_parents, int | np.integer | Sequence | np.ndarray
+    ):
+        raise ValueError(
+            f"max_parents: expected an integer or one integer per node ({num_nodes}), got "
+            f"{max_parents!r}."
+        )
+    if isinstance(max_parents, int | np.integer):
+        per_node = [int(max_parents)] * num_nodes
+    else:
+        per_node = list(max_parents)
+        if len(per_node) != num_nodes or not all(
+            isinstance(k, int | np.integer) and not isinstance(k, bool) for k in per_node
+        ):
+            raise ValueError(
+                f"max_parents: expected an integer or one integer per node ({num_nodes}), got "
+                f"{max_parents!r}."
+            )
+        per_node = [int(k) for k in per_node]
+    for k in per_node:
+        if not 0 <= k <= num_nodes - 1:
+            raise ValueError(f"max_parents must be between 0 and {num_nodes - 1} (N - 1), got {k}.")
+    return per_node

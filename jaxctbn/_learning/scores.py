@@ -23,16 +23,21 @@ def candidate_sets_within_budget(
     caller: str,
     names: tuple[str, ...],
     cards: tuple[int, ...],
-    max_parents: int,
+    max_parents: int | Sequence[int],
     *,
     required_edges: Sequence[tuple[int, int]],
     forbidden_edges: Sequence[tuple[int, int]],
+    tiers: Sequence[int] | None = None,
     memory_budget: int | float | str | None,
 ) -> tuple[Array, ...]:
     """The candidate parent sets, after checking that the statistics tables they need (no
     trajectory buffers) fit in the memory budget (a `ValueError` from `caller` otherwise)."""
     sets = candidate_parent_sets(
-        len(cards), max_parents, required_edges=required_edges, forbidden_edges=forbidden_edges
+        len(cards),
+        max_parents,
+        required_edges=required_edges,
+        forbidden_edges=forbidden_edges,
+        tiers=tiers,
     )
     parts = _memory_parts(
         cards,

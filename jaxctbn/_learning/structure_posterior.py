@@ -87,11 +87,12 @@ class StructurePosterior(AbstractPosterior):
         names: Sequence[str],
         cardinalities: Sequence[int],
         *,
-        max_parents: int,
+        max_parents: int | Sequence[int],
         prior: AbstractPrior = GammaPrior(),
         edge_prior: Array | None = None,
         required_edges: Sequence[tuple[int, int]] = (),
         forbidden_edges: Sequence[tuple[int, int]] = (),
+        tiers: Sequence[int] | None = None,
         memory_budget: int | float | str | None = None,
     ) -> "StructurePosterior":
         """The posterior before any data (zero statistics), e.g. the start of an active-learning
@@ -109,6 +110,7 @@ class StructurePosterior(AbstractPosterior):
             max_parents,
             required_edges=required_edges,
             forbidden_edges=forbidden_edges,
+            tiers=tiers,
             memory_budget=memory_budget,
         )
         Ms, Ts = [], []
@@ -397,17 +399,25 @@ def learn_structure(
     names: Sequence[str],
     cardinalities: Sequence[int],
     *,
-    max_parents: int,
+    max_parents: int | Sequence[int],
     prior: AbstractPrior = GammaPrior(),
     edge_prior=None,
     required_edges: Sequence[tuple[int, int]] = (),
     forbidden_edges: Sequence[tuple[int, int]] = (),
+    tiers: Sequence[int] | None = None,
     method: str = "auto",
     memory_budget: int | float | str | None = None,
 ) -> StructurePosterior:
     """Exhaustive Bayesian structure learning from trajectories pooled across interventions:
     candidate sets, [`jaxctbn.internal.family_statistics`][] and [`jaxctbn.StructurePosterior`][] in one
     compiled call (arguments other than arrays are static).
+
+    **Prior knowledge** (hard: a set that breaks it is no candidate, its posterior is 0):
+    `max_parents` (one in-degree, or one per node), `required_edges` and `forbidden_edges`
+    (`(parent, child)` index pairs), `tiers` (one integer per node: a node's parents come from
+    its own tier or earlier ones); soft: `edge_prior` (per-edge probabilities, as for
+    [`jaxctbn.internal.structure_log_prior`][]). See
+    [`jaxctbn.internal.candidate_parent_sets`][].
 
     Before compiling: node states in the data must be in `0..k-1` for `cardinalities`
     (`ValueError` naming the node, when the arrays are concrete; inside jit an `eqx.error_if`),
@@ -423,7 +433,11 @@ def learn_structure(
     # concrete data: a state >= k is reported now, naming the node
     check_states_now(trajectories, cards, names)
     sets = candidate_parent_sets(
-        len(cards), max_parents, required_edges=required_edges, forbidden_edges=forbidden_edges
+        len(cards),
+        max_parents,
+        required_edges=required_edges,
+        forbidden_edges=forbidden_edges,
+        tiers=tiers,
     )
     if method in ("auto", "scatter", "matmul", "jumps") and trajectories.jump_times.ndim == 2:
         # checked here too (not only when family_statistics is traced) for the data's states

@@ -178,11 +178,12 @@ def learn_structure_from_panels(
     names: Sequence[str],
     cardinalities: Sequence[int],
     *,
-    max_parents: int,
+    max_parents: int | Sequence[int],
     prior: AbstractPrior = GammaPrior(),
     edge_prior=None,
     required_edges: Sequence[tuple[int, int]] = (),
     forbidden_edges: Sequence[tuple[int, int]] = (),
+    tiers: Sequence[int] | None = None,
     start: AbstractCTBN | None = None,
     tolerance: float = 1e-6,
     max_iterations: int = 50,
@@ -248,6 +249,7 @@ def learn_structure_from_panels(
         max_parents,
         required_edges=required_edges,
         forbidden_edges=forbidden_edges,
+        tiers=tiers,
         memory_budget=memory_budget,
     )
     model = _independent_start(observations, names, cards) if start is None else start
