@@ -156,8 +156,18 @@ def test_cli_learn_with_knowledge(paths, tmp_path, capsys):
                 n, parents, tiers=TIERS, forbidden=FORBIDDEN, required=REQUIRED,
                 max_parents=(1, 2, 2, 3),
             )  # fmt: skip
+    assert res["search"] == "exhaustive"  # (auto: few candidate sets)
+    # the search finds the same MAP graph, with the knowledge
+    climbed = tmp_path / "climbed.json"
+    climb = ["--search", "hill-climbing", "--restarts", "1", "--seed", "3", "--out", str(climbed)]
+    assert main([*learn[:-2], *knowledge, "--max-parents", "2,A=1,D=3", *climb]) == 0
+    found = json.loads(climbed.read_text())
+    assert found["search"] == "hill-climbing" and found["map_graph"] == res["map_graph"]
+    assert found["nodes"]["B"]["edge_marginals"]["C"] == 0.0
     capsys.readouterr()
     for extra, message in [
+        (["--restarts", "2"], "--restarts: only with --search hill-climbing"),
+        (["--search", "bfs"], "argument --search: invalid choice"),
         (["--forbid", "C->Z"], "--forbid: unknown node 'Z' in 'C->Z'"),
         (["--forbid", "C-B"], "--forbid: expected edges PARENT->CHILD"),
         (["--require", "B->B"], "--require: 'B->B' is a self-loop"),

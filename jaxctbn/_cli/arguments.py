@@ -514,6 +514,38 @@ def _strengths(args, names):
     return Strengths(nodes, lows, highs)
 
 
+#: `--search auto` scores every candidate set up to this many in all (N = 50 nodes with in-degree
+#: 2 have 61,300; N = 100 have 495,100), and searches beyond
+EXHAUSTIVE_SETS = 100_000
+
+
+def _search(args, knowledge: dict, num_nodes: int):
+    """The search Module of `--search` (`auto`: by the number of candidate sets, see
+    `EXHAUSTIVE_SETS`), and its name."""
+    import math
+
+    import jax
+
+    from .._learning.candidates import knowledge_arrays
+    from .._learning.search import Exhaustive, HillClimbing
+
+    choice = args.search
+    if choice == "auto":
+        allowed, required, per_node = knowledge_arrays(num_nodes, **knowledge)
+        count = 0
+        for n, k in enumerate(per_node):
+            free = int(allowed[:, n].sum() - required[:, n].sum())
+            room = k - int(required[:, n].sum())
+            count += sum(math.comb(free, j) for j in range(room + 1))
+        choice = "exhaustive" if count <= EXHAUSTIVE_SETS else "hill-climbing"
+    if args.restarts and choice != "hill-climbing":
+        raise ValueError("--restarts: only with --search hill-climbing.")
+    if choice == "exhaustive":
+        return Exhaustive(), choice
+    key = jax.random.key(args.seed) if args.restarts else None
+    return HillClimbing(restarts=args.restarts, key=key), choice
+
+
 def _knowledge_arguments(p) -> None:
     """`--forbid`, `--require`, `--tiers` and the per-node `--max-parents` of structure
     learning."""
@@ -521,6 +553,20 @@ def _knowledge_arguments(p) -> None:
         "--forbid", default=None, help="edges never in the graph: A->B,C->D (parent->child)"
     )
     p.add_argument("--require", default=None, help="edges always in the graph: A->B,...")
+    p.add_argument(
+        "--search",
+        choices=("auto", "exhaustive", "hill-climbing"),
+        default="auto",
+        help="auto (default): exhaustive while every node has at most "
+        f"{EXHAUSTIVE_SETS:,} candidate parent sets in all, hill-climbing beyond",
+    )
+    p.add_argument(
+        "--restarts",
+        type=_at_least(0),
+        default=0,
+        help="hill-climbing: climbs from random starting sets besides the first (default 0)",
+    )
+    p.add_argument("--seed", type=_seed, default=0, help="hill-climbing restarts (default 0)")
     p.add_argument(
         "--tiers",
         default=None,

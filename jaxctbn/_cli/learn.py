@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from .._files import write_json
-from .arguments import _assignment, _empirical_bayes, _prior, _prior_json, _prior_knowledge
+from .arguments import (
+    _assignment,
+    _empirical_bayes,
+    _prior,
+    _prior_json,
+    _prior_knowledge,
+    _search,
+)
 from .jax_setup import _jit
 
 
@@ -50,6 +57,7 @@ def _cmd_learn(args):
     import jax
     import numpy as np
 
+    from .._learning.search import Exhaustive
     from .._learning.structure_posterior import learn_structure
     from .._paths.csv import read_csv, trajectories_from_dataframe
 
@@ -63,6 +71,9 @@ def _cmd_learn(args):
     knowledge = _prior_knowledge(args, names)
     max_parents = knowledge["max_parents"]
     extra = {}
+    if panel and args.search == "hill-climbing":
+        raise ValueError("--search hill-climbing: only for complete paths (--observation paths).")
+    search, search_name = _search(args, knowledge, N) if not panel else (Exhaustive(), "exhaustive")
     if panel:
         from .._panel.csv import panel_from_dataframe
         from .._panel.structure import learn_structure_from_panels
@@ -88,7 +99,9 @@ def _cmd_learn(args):
         # long trajectories come back cut into pieces: ids has one entry per row
         traj, ids = trajectories_from_dataframe(df, nodes)
         num_trajectories = len(dict.fromkeys(ids))
-        post = learn_structure(traj, names, cards, **knowledge, prior=_prior(args, N))
+        post = learn_structure(
+            traj, names, cards, **knowledge, prior=_prior(args, N), search=search
+        )
     eb = _empirical_bayes(args)
     if eb is not None:
         post = _jit(eb.fit)(post)
@@ -104,6 +117,7 @@ def _cmd_learn(args):
             "required": [[names[a], names[b]] for a, b in knowledge["required_edges"]],
             "tiers": None if knowledge["tiers"] is None else dict(zip(names, knowledge["tiers"])),
         },
+        "search": search_name,
         "trajectories": num_trajectories,
         "nodes": {},
         "map_graph": {},

@@ -57,6 +57,7 @@ def candidate_parent_sets(
     required_edges: Sequence[tuple[int, int]] = (),
     forbidden_edges: Sequence[tuple[int, int]] = (),
     tiers: Sequence[int] | None = None,
+    within: np.ndarray | None = None,
 ) -> tuple[Int[Array, "_sets max_parents"], ...]:
     """Candidate parent sets of every node (see [`jaxctbn.internal.enumerate_parent_sets`][]); edges are
     `(parent, child)` index pairs. Prior knowledge about the graph, all of it hard (a set that
@@ -67,12 +68,54 @@ def candidate_parent_sets(
     - `required_edges`, `forbidden_edges`: edges every candidate set has, or none has;
     - `tiers`: a tier (an integer) per node, e.g. a temporal order; a node's parents come from
       its own tier or earlier ones (an edge from a later tier into an earlier one is forbidden;
-      a required one is an error)."""
+      a required one is an error).
+
+    `within` (optional, `(N, N)` booleans, `[parent, child]`): parents outside it are left out
+    too (the pools of a graph search)."""
+    allowed, required, per_node = knowledge_arrays(
+        num_nodes, max_parents, required_edges, forbidden_edges, tiers
+    )
+    if within is not None:
+        allowed = allowed & np.asarray(within, bool)
+    width = max(per_node)
+    others = np.arange(num_nodes)
+    return tuple(
+        jax.device_put(  # a host array copied as it is (jnp.asarray would compile a program)
+            enumerate_parent_sets(
+                num_nodes,
+                n,
+                per_node[n],
+                required=others[required[:, n]].tolist(),
+                forbidden=others[~allowed[:, n] & (others != n)].tolist(),
+                width=width,
+            )
+        )
+        for n in range(num_nodes)
+    )
+
+
+def knowledge_arrays(
+    num_nodes: int,
+    max_parents: int | Sequence[int],
+    required_edges: Sequence[tuple[int, int]] = (),
+    forbidden_edges: Sequence[tuple[int, int]] = (),
+    tiers: Sequence[int] | None = None,
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """The prior knowledge checked, as host arrays: `allowed` `(N, N)` (`[parent, child]`: not
+    forbidden, not into an earlier tier, no self-loop), `required` `(N, N)` and the in-degree
+    of every node (see [`jaxctbn.internal.candidate_parent_sets`][])."""
     per_node = check_max_parents(num_nodes, max_parents)
     for a, b in list(required_edges) + list(forbidden_edges):
         if not (0 <= a < num_nodes and 0 <= b < num_nodes):
             raise ValueError(f"edge ({a}, {b}): node index out of range for {num_nodes} nodes.")
-    forbidden = list(forbidden_edges)
+        if a == b:
+            raise ValueError(f"required/forbidden edges of node {a}: self-loops are not allowed.")
+    allowed = ~np.eye(num_nodes, dtype=bool)
+    required = np.zeros((num_nodes, num_nodes), bool)
+    for a, b in forbidden_edges:
+        allowed[a, b] = False
+    for a, b in required_edges:
+        required[a, b] = True
     if tiers is not None:
         tier = np.asarray(tiers)
         if tier.shape != (num_nodes,) or not np.issubdtype(tier.dtype, np.integer):
@@ -85,21 +128,8 @@ def candidate_parent_sets(
                     f"required edge ({a}, {b}): node {a} is in a later tier ({tier[a]}) than "
                     f"node {b} ({tier[b]}), and tiers forbid edges into earlier tiers."
                 )
-        forbidden += [(int(a), int(b)) for a, b in zip(*np.nonzero(tier[:, None] > tier[None, :]))]
-    width = max(per_node)
-    return tuple(
-        jax.device_put(  # a host array copied as it is (jnp.asarray would compile a program)
-            enumerate_parent_sets(
-                num_nodes,
-                n,
-                per_node[n],
-                required=[a for a, b in required_edges if b == n],
-                forbidden=[a for a, b in forbidden if b == n],
-                width=width,
-            )
-        )
-        for n in range(num_nodes)
-    )
+        allowed &= ~(tier[:, None] > tier[None, :])
+    return allowed, required, per_node
 
 
 def check_max_parents(num_nodes: int, max_parents: int | Sequence[int]) -> list[int]:

@@ -12,6 +12,7 @@ candidate set), which are additive, so adding an experiment never needs the raw 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -22,6 +23,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._model.ctbn import CTBN, PaddedCTBN
+from .._model.interventions import is_concrete
 from .._model.layout import (
     max_configs,
     num_configurations,
@@ -34,6 +36,7 @@ from .memory import _memory_budget, _plan_family_statistics
 from .posterior import AbstractPosterior
 from .priors import AbstractPrior, GammaPrior, check_prior
 from .scores import _check_statistics, _scores, candidate_sets_within_budget
+from .search import AbstractStructureSearch, Exhaustive, HillClimbing, hill_climb, pool_parent_sets
 
 
 class StructurePosterior(AbstractPosterior):
@@ -405,6 +408,7 @@ def learn_structure(
     required_edges: Sequence[tuple[int, int]] = (),
     forbidden_edges: Sequence[tuple[int, int]] = (),
     tiers: Sequence[int] | None = None,
+    search: AbstractStructureSearch = Exhaustive(),
     method: str = "auto",
     memory_budget: int | float | str | None = None,
 ) -> StructurePosterior:
@@ -432,13 +436,25 @@ def learn_structure(
     budget = _memory_budget(memory_budget)
     # concrete data: a state >= k is reported now, naming the node
     check_states_now(trajectories, cards, names)
-    sets = candidate_parent_sets(
-        len(cards),
-        max_parents,
-        required_edges=required_edges,
-        forbidden_edges=forbidden_edges,
-        tiers=tiers,
+    knowledge: dict[str, Any] = dict(
+        required_edges=required_edges, forbidden_edges=forbidden_edges, tiers=tiers
     )
+    if isinstance(search, HillClimbing):
+        if not is_concrete(trajectories.jump_times, trajectories.states):
+            raise ValueError(
+                "search: HillClimbing needs concrete trajectories (outside jit): the parent "
+                "sets it finds give the shapes of the exact posterior."
+            )
+        check_prior(prior, len(cards))
+        found = hill_climb(
+            trajectories, cards, search, prior=prior, max_parents=max_parents,
+            edge_prior=edge_prior, **knowledge,
+        )  # fmt: skip
+        sets = pool_parent_sets(found.pools, max_parents, **knowledge)
+    elif isinstance(search, Exhaustive):
+        sets = candidate_parent_sets(len(cards), max_parents, **knowledge)
+    else:
+        raise ValueError(f"search: expected Exhaustive() or HillClimbing(...), got {search!r}.")
     if method in ("auto", "scatter", "matmul", "jumps") and trajectories.jump_times.ndim == 2:
         # checked here too (not only when family_statistics is traced) for the data's states
         method = _plan_family_statistics(

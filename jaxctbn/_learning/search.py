@@ -1,0 +1,445 @@
+r"""Graph search: which parent sets structure learning scores, for networks too large to score
+every set of at most $K$ parents ($\binom{N-1}{\le K}$ per node: 1.3 million per node at
+$N = 200$, $K = 3$).
+
+A CTBN graph may be cyclic, so the posterior over graphs factorises over the nodes (no
+acyclicity couples them) and a search over graphs is a search over each node's parent set.
+[`jaxctbn.HillClimbing`][] climbs every node's set at once: from the set it holds, every move
+(add a parent, remove one, swap one for another; with the prior knowledge kept) is scored in one
+compiled, vectorised call, and each node takes its best move while it improves the local score
+
+$$s_n(P)=\ln p(X_n\mid X_P)+\sum_{m\in P}\ln\frac{\pi_{mn}}{1-\pi_{mn}}$$
+
+(the family's log marginal likelihood under the rate prior, plus the edge prior's log-odds when
+one is given). The statistics of all moves come from matrix products over the path segments:
+for a base set $B$ (the held set, or the held set less one parent) and every candidate parent
+$m$ at once,
+
+$$T_{B\cup m}(x, u, v)=\sum_s\Delta t_s\,[x_n(s)=x,\ u_B(s)=u]\,[x_m(s)=v],$$
+
+one product of the weighted one-hot of $(x_n, u_B)$ with the one-hot of every node's state, and
+likewise the transitions over the node's jumps. Random restarts start from random sets (the
+best end of each node's climbs is kept; a node's climbs do not interact with another's).
+
+The search then hands over to the exact posterior: each node keeps a **pool** of parents, its
+final set and the parents of its best other moves (`pool_size` in all), and every set of at most
+$K$ parents drawn from the pool (with the prior knowledge) is scored exactly, so
+[`jaxctbn.StructurePosterior`][]'s edge marginals, MAP graph, entropy and the design criteria
+work as after exhaustive scoring, over the sets the search found worth keeping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+from .._model.layout import config_index, num_configurations
+from .._paths.sampling import Trajectories
+from .._paths.sufficient_statistics import check_trajectories
+from .candidates import candidate_parent_sets, knowledge_arrays
+from .family_statistics import _segments, family_statistics
+from .priors import AbstractPrior
+from .scores import score_parent_sets
+
+
+class AbstractStructureSearch(eqx.Module):
+    """Which candidate parent sets [`jaxctbn.learn_structure`][] scores:
+    [`jaxctbn.Exhaustive`][] (every set) or [`jaxctbn.HillClimbing`][] (a search, then the sets
+    of each node's pool)."""
+
+
+class Exhaustive(AbstractStructureSearch):
+    """Every parent set of at most `max_parents` parents that keeps the prior knowledge (the
+    default): exact, for networks up to about 100 nodes with in-degree 2, 30 with in-degree 3."""
+
+
+class HillClimbing(AbstractStructureSearch):
+    r"""Hill climbing over every node's parent set, then the exact posterior over the sets of
+    each node's pool (see the module page).
+
+    **Arguments** (keyword-only):
+
+    - `restarts`: climbs from random starting sets besides the one from the required parents
+      alone (default 0); each node keeps the best end of its climbs.
+    - `key`: the PRNG key of the random starts (needed when `restarts > 0`).
+    - `pool_size`: parents kept per node for the exact posterior (default 6: at most
+      $\sum_{j\le K}\binom{6}{j}$ sets per node, 42 for $K=3$).
+    - `max_steps`: the most moves per climb (default 100).
+    - `chunk`: path segments per matrix product (default 2048; memory
+      $\approx N(K+1)\,k\,k_{\max}^{K-1}\times$ `chunk` floats).
+    """
+
+    restarts: int = eqx.field(static=True)
+    key: PRNGKeyArray | None
+    pool_size: int = eqx.field(static=True)
+    max_steps: int = eqx.field(static=True)
+    chunk: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        *,
+        restarts: int = 0,
+        key: PRNGKeyArray | None = None,
+        pool_size: int = 6,
+        max_steps: int = 100,
+        chunk: int = 2048,
+    ):
+        for name, value, low in (
+            ("restarts", restarts, 0),
+            ("pool_size", pool_size, 1),
+            ("max_steps", max_steps, 1),
+            ("chunk", chunk, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}.")
+        if restarts > 0 and key is None:
+            raise ValueError("key: random restarts need a PRNG key, e.g. jax.random.key(0).")
+        self.restarts, self.key, self.pool_size = restarts, key, pool_size
+        self.max_steps, self.chunk = max_steps, chunk
+
+
+class SearchResult(eqx.Module):
+    """What [`jaxctbn.HillClimbing`][] found: per node, the parent set it ended at (`sets`,
+    `(N, K)` padded with `-1`), its local score (`scores`), the pool of parents kept for the
+    exact posterior (`pools`, `(N, pool_size)` padded with `-1`), and the moves made in the
+    best climb of each node (`steps`)."""
+
+    sets: Int[Array, "nodes width"]
+    scores: Float[Array, " nodes"]
+    pools: Int[Array, "nodes pool"]
+    steps: Int[Array, " nodes"]
+
+
+# ----------------------------------------------------------------------------- move scores
+def _canonical(sets: Array) -> Array:
+    """Parent sets `(..., K)` sorted ascending with the `-1` padding last."""
+    big = jnp.iinfo(jnp.int32).max
+    s = jnp.sort(jnp.where(sets < 0, big, sets), axis=-1)
+    return jnp.where(s == big, -1, s).astype(jnp.int32)
+
+
+def _bases(sets: Array) -> Array:
+    """For held sets `(N, K)`: the base sets `(N, K + 1, K)`, the held set and then the held
+    set less its slot j (the held set again where slot j is empty)."""
+    K = sets.shape[1]
+    drop = jnp.arange(K)[:, None] == jnp.arange(K)[None, :]  # (j, slot)
+    less = jnp.where(drop[None], -1, sets[:, None, :])
+    return jnp.concatenate([sets[:, None, :], less], axis=1)
+
+
+def _one_hot_states(states: Array, cards: tuple[int, ...], dtype) -> Array:
+    """`(rows, N)` states as the concatenated one-hot of every node `(rows, sum k)`."""
+    offsets = jnp.asarray(np.concatenate([[0], np.cumsum(cards)[:-1]]))
+    rows = jnp.arange(states.shape[0])[:, None]
+    out = jnp.zeros((states.shape[0], int(sum(cards))), dtype)
+    return out.at[rows, offsets[None, :] + states].set(1.0)
+
+
+def _move_statistics(data, bases, cards, C: int, chunk: int) -> tuple[Array, Array]:
+    r"""Dwell `(N, B, kmax, C, sum k)` and transitions `(N, B, kmax, kmax, C, sum k)` of every
+    node under every base set `(N, B, K)` (at most $K-1$ parents, so `C` configurations),
+    jointly with every node's state: the sums over the segments (the events) of the weighted
+    one-hot of $(x_n[, x_n'], u_B)$ times the one-hot of all node states, by chunked matrix
+    products."""
+    seg, w_dwell, pre, post, moved = data
+    N = len(cards)
+    kmax = max(cards)
+    dtype = w_dwell.dtype
+    B = bases.shape[1]
+
+    def accumulate(states, weights, targets, jumps: bool):
+        rows = states.shape[0]
+        size = min(chunk, rows)
+        pad = (-rows) % size
+        states = jnp.concatenate([states, jnp.zeros((pad, N), states.dtype)])
+        weights = jnp.concatenate([weights, jnp.zeros((pad, N), dtype)])
+        targets = jnp.concatenate([targets, jnp.zeros((pad, N), targets.dtype)])
+        bins = kmax * kmax * C if jumps else kmax * C
+
+        def step(acc, xs):
+            st, w, tg = xs
+            u = jax.vmap(jax.vmap(lambda b: config_index(st, b, cards)))(bases)  # (N, B, r)
+            x = st.T[:, None, :]
+            index = (x * kmax + tg.T[:, None, :]) * C + u if jumps else x * C + u
+            W = jax.nn.one_hot(index, bins, dtype=dtype) * w.T[:, None, :, None]
+            return acc + jnp.einsum("nbrc,rj->nbcj", W, _one_hot_states(st, cards, dtype)), None
+
+        init = jnp.zeros((N, B, bins, int(sum(cards))), dtype)
+        xs = tuple(a.reshape(-1, size, N) for a in (states, weights, targets))
+        acc, _ = jax.lax.scan(step, init, xs)
+        return acc
+
+    D = accumulate(seg, w_dwell, seg, jumps=False).reshape(N, B, kmax, C, -1)
+    E = accumulate(pre, moved, post, jumps=True).reshape(N, B, kmax, kmax, C, -1)
+    return D, E
+
+
+def move_scores(
+    data, sets, cards, prior, log_odds, allowed, required, in_degree, chunk
+) -> tuple[Array, Array, Array]:
+    r"""The local score $s_n$ of every move from the held sets `(N, K)`:
+
+    - `adds (N, K + 1, N)`: base b plus node m (b = 0: the held set, an addition; b >= 1: the
+      held set less its slot b - 1, a swap);
+    - `removals (N, K + 1)`: base b itself (b >= 1: a removal; b = 0 is no move);
+    - `bases (N, K + 1, K)`;
+
+    `-inf` where a move breaks the prior knowledge (`allowed`, `required` `(N, N)` as
+    `[parent, child]`, `in_degree (N,)`) or is no move."""
+    N, K = sets.shape
+    kmax = max(cards)
+    C = int(kmax ** max(K - 1, 0))
+    bases = _bases(sets)
+    size = (bases >= 0).sum(-1)  # (N, K + 1)
+    # base 0 holding K parents takes no addition (and has more than C configurations)
+    bases = bases.at[:, 0].set(jnp.where((size[:, :1] >= K), -1, bases[:, 0]))
+    D, E = _move_statistics(data, bases, cards, C, chunk)
+    zero = int(sum(cards))  # an extra all-zero column: the states a node does not have
+    offsets = np.concatenate([[0], np.cumsum(cards)[:-1]])
+    column = jnp.asarray(
+        np.where(
+            np.arange(kmax)[None, :] < np.asarray(cards)[:, None],
+            offsets[:, None] + np.arange(kmax)[None, :],
+            zero,
+        )
+    )  # (N, kmax): the column of (node m, state v)
+    D = jnp.concatenate([D, jnp.zeros(D.shape[:-1] + (1,), D.dtype)], axis=-1)
+    E = jnp.concatenate([E, jnp.zeros(E.shape[:-1] + (1,), E.dtype)], axis=-1)
+    base_configs = num_configurations(bases, cards)  # (N, K + 1)
+    card_of = jnp.asarray(cards)
+
+    adds = jnp.full((N, K + 1, N), -jnp.inf, D.dtype)
+    removals = jnp.full((N, K + 1), -jnp.inf, D.dtype)
+    for k in sorted(set(cards)):  # nodes of k states: one vectorised call
+        nodes = np.asarray([n for n, kn in enumerate(cards) if kn == k])
+        Dk, Ek = D[nodes][:, :, :k], E[nodes][:, :, :k, :k]
+
+        def add_one(n, Dnb, Enb, configs, m, k=k):
+            T = Dnb[..., column[m]]  # (k, C, kmax)
+            M = Enb[..., column[m]]  # (k, k, C, kmax)
+            T = jnp.moveaxis(T, 0, -1).reshape(C * kmax, k)
+            M = jnp.moveaxis(M, (0, 1), (-2, -1)).reshape(C * kmax, k, k)
+            return prior.log_marginal_likelihood(n, M, T, configs * card_of[m])
+
+        def base_one(n, Dnb, Enb, configs):
+            T = Dnb[..., column[n]].sum(-1)  # (k, C): only the node's own state counts
+            M = Enb[..., column[n]].sum(-1)  # (k, k, C)
+            return prior.log_marginal_likelihood(n, jnp.moveaxis(M, (0, 1), (-2, -1)), T.T, configs)
+
+        over_m = jax.vmap(add_one, in_axes=(None, None, None, None, 0))
+        over_b = jax.vmap(over_m, in_axes=(None, 0, 0, 0, None))
+        node_index = jnp.asarray(nodes)
+        a = jax.vmap(over_b, in_axes=(0, 0, 0, 0, None))(
+            node_index, Dk, Ek, base_configs[nodes], jnp.arange(N)
+        )
+        r = jax.vmap(jax.vmap(base_one, in_axes=(None, 0, 0, 0)))(
+            node_index, Dk, Ek, base_configs[nodes]
+        )
+        adds = adds.at[nodes].set(a)
+        removals = removals.at[nodes].set(r)
+    # the edge prior's log-odds of each set
+    member = (bases[..., None] == jnp.arange(N)).any(-2)  # (N, B, N): m in base b of n
+    base_odds = jnp.einsum("nbm,mn->nb", member.astype(log_odds.dtype), log_odds)
+    adds = adds + base_odds[..., None] + log_odds.T[:, None, :]
+    removals = removals + base_odds
+    # the moves that keep the knowledge
+    held = (sets[..., None] == jnp.arange(N)).any(-2)  # (N, N): m is held by n
+    dropped = jnp.concatenate([jnp.full((N, 1), -1, sets.dtype), sets], axis=1)  # (N, B)
+    node = jnp.arange(N)[:, None]
+    kept_required = jnp.where(dropped >= 0, ~required[jnp.maximum(dropped, 0), node], False)
+    is_move = kept_required  # b >= 1 with a parent dropped that is not required
+    room = size < in_degree[:, None]
+    can_add = (is_move | (jnp.arange(K + 1) == 0)[None, :]) & room
+    adds = jnp.where(can_add[..., None] & allowed.T[:, None, :] & ~held[:, None, :], adds, -jnp.inf)
+    removals = jnp.where(is_move, removals, -jnp.inf)
+    return adds, removals, bases
+
+
+# ----------------------------------------------------------------------------- the climb
+def _first_free_slot(base: Array) -> Array:
+    return jnp.argmax(base < 0)
+
+
+@eqx.filter_jit
+def _climb(data, sets, scores, cards, prior, log_odds, allowed, required, in_degree, chunk,
+           max_steps):  # fmt: skip
+    """Every node's best move while it improves its score (at most `max_steps` moves)."""
+    N = sets.shape[0]
+    rows = jnp.arange(N)
+
+    def cond(carry):
+        _, _, _, moving, it = carry
+        return moving.any() & (it < max_steps)
+
+    def body(carry):
+        sets, scores, steps, _, it = carry
+        adds, removals, bases = move_scores(
+            data, sets, cards, prior, log_odds, allowed, required, in_degree, chunk
+        )
+        flat = adds.reshape(N, -1)
+        best_add, where_add = flat.max(-1), jnp.argmax(flat, -1)
+        best_removal, where_removal = removals.max(-1), jnp.argmax(removals, -1)
+        b_add, m_add = where_add // N, (where_add % N).astype(sets.dtype)
+        base = bases[rows, b_add]
+        added = base.at[rows, jax.vmap(_first_free_slot)(base)].set(m_add)
+        take_add = best_add >= best_removal
+        best = jnp.maximum(best_add, best_removal)
+        chosen = jnp.where(take_add[:, None], added, bases[rows, where_removal])
+        improve = jnp.isfinite(best) & (best > scores + 1e-9 * (1 + jnp.abs(scores)))
+        sets = jnp.where(improve[:, None], _canonical(chosen), sets)
+        scores = jnp.where(improve, best, scores)
+        return sets, scores, steps + improve, improve.any(), it + 1
+
+    carry = (sets, scores, jnp.zeros(N, jnp.int32), jnp.ones((), bool), jnp.zeros((), jnp.int32))
+    sets, scores, steps, _, _ = jax.lax.while_loop(cond, body, carry)
+    return sets, scores, steps
+
+
+@eqx.filter_jit
+def _pools(data, sets, cards, prior, log_odds, allowed, required, in_degree, chunk, pool_size):
+    """Each node's pool: its held parents, then the parents of its best other moves (by the
+    best score of a move that brings them in), `pool_size` in all or the held set if larger."""
+    N, K = sets.shape
+    adds, _, _ = move_scores(data, sets, cards, prior, log_odds, allowed, required, in_degree,
+                             chunk)  # fmt: skip
+    held = (sets[..., None] == jnp.arange(N)).any(-2)
+    by_parent = jnp.where(held, jnp.inf, adds.max(1))  # (N, N): held parents first
+    width = max(pool_size, K)
+    top, index = jax.lax.top_k(by_parent, min(width, N))
+    count = jnp.maximum(held.sum(-1), pool_size)[:, None]
+    keep = jnp.isfinite(top) | (top == jnp.inf)
+    keep = keep & (jnp.arange(top.shape[1])[None, :] < count) & (top > -jnp.inf)
+    return _canonical(jnp.where(keep, index, -1))
+
+
+def _start_sets(key, allowed, required, in_degree, K: int) -> Array:
+    """Random starting sets: the required parents and a uniform number of random allowed ones
+    (up to the in-degree)."""
+    N = allowed.shape[0]
+    key_order, key_count = jax.random.split(key)
+    u = jax.random.uniform(key_order, (N, N))
+    req = required.T  # (N, N): [n, m]
+    nreq = req.sum(-1)
+    count = nreq + jax.random.randint(key_count, (N,), 0, in_degree - nreq + 1)
+    priority = jnp.where(req, 2.0, jnp.where(allowed.T, u, -1.0))
+    top, index = jax.lax.top_k(priority, K) if K > 0 else (priority[:, :0], priority[:, :0])
+    keep = (top >= 0) & (jnp.arange(K)[None, :] < count[:, None])
+    return _canonical(jnp.where(keep, index, -1).astype(jnp.int32))
+
+
+def _set_scores(trajectories, cards, sets, prior, log_odds, method) -> Array:
+    """The local score of one set per node `(N, K)`, from the family statistics (an independent
+    route from the matrix products of the moves)."""
+    stats = family_statistics(trajectories, cards, [s[None] for s in sets], method=method)
+    scores = jnp.stack([s[0] for s in score_parent_sets(stats, prior=prior)])
+    member = (sets[..., None] == jnp.arange(sets.shape[0])).any(-2)  # (N, N): [n, m]
+    return scores + jnp.einsum("nm,mn->n", member.astype(log_odds.dtype), log_odds)
+
+
+def search_data(trajectories: Trajectories, cards: tuple[int, ...]):
+    """The checked trajectories as the rows the move statistics sum over: segment states and
+    dwell weights `(rows, N)` (node n's weight 0 in the trajectories that hold it), event
+    pre- and post-states and jump weights `(events, N)`."""
+    trajectories = check_trajectories(trajectories, cards)
+    seg, dwell, seg_traj, pre, post, valid, ev_traj = _segments(trajectories)
+    targets = trajectories.intervention_targets
+    w_dwell = dwell[:, None] * ~targets[seg_traj]
+    moved = ((pre != post) & ~targets[ev_traj] & valid[:, None]).astype(dwell.dtype)
+    return seg, w_dwell, pre, post, moved
+
+
+def hill_climb(
+    trajectories: Trajectories,
+    cards: tuple[int, ...],
+    search: HillClimbing,
+    *,
+    prior: AbstractPrior,
+    max_parents: int | Sequence[int],
+    required_edges: Sequence[tuple[int, int]] = (),
+    forbidden_edges: Sequence[tuple[int, int]] = (),
+    tiers: Sequence[int] | None = None,
+    edge_prior=None,
+) -> SearchResult:
+    """Run `search` on complete trajectories (see the module page)."""
+    N = len(cards)
+    allowed, required, per_node = knowledge_arrays(
+        N, max_parents, required_edges, forbidden_edges, tiers
+    )
+    in_degree = np.asarray(per_node, np.int32)
+    K = int(in_degree.max())
+    dtype = trajectories.jump_times.dtype
+    if edge_prior is None:
+        log_odds = jnp.zeros((N, N), dtype)
+    else:
+        pi = jnp.asarray(edge_prior, dtype)
+        log_odds = jnp.where(jnp.eye(N, dtype=bool), 0.0, jnp.log(pi) - jnp.log1p(-pi))
+    data = search_data(trajectories, cards)
+    method = "scatter"
+    # the first climb starts from the required parents alone
+    starts = [_canonical(jnp.asarray(_required_sets(required, K)))]
+    if search.restarts:
+        assert search.key is not None  # (checked at construction)
+        keys = jax.random.split(search.key, search.restarts)
+        starts += [
+            _start_sets(k, jnp.asarray(allowed), jnp.asarray(required), jnp.asarray(in_degree), K)
+            for k in keys
+        ]
+    best: tuple[Array, Array, Array] | None = None
+    args = (jnp.asarray(allowed), jnp.asarray(required), jnp.asarray(in_degree), search.chunk)
+    for start in starts:
+        scores = _set_scores(trajectories, cards, start, prior, log_odds, method)
+        sets, scores, steps = _climb(data, start, scores, cards, prior, log_odds, *args,
+                                     search.max_steps)  # fmt: skip
+        if best is None:
+            best = (sets, scores, steps)
+        else:  # each node keeps its best climb
+            better = scores > best[1]
+            best = (
+                jnp.where(better[:, None], sets, best[0]),
+                jnp.where(better, scores, best[1]),
+                jnp.where(better, steps, best[2]),
+            )
+    assert best is not None
+    best_sets, best_scores, best_steps = best
+    pools = _pools(data, best_sets, cards, prior, log_odds, *args, search.pool_size)
+    return SearchResult(sets=best_sets, scores=best_scores, pools=pools, steps=best_steps)
+
+
+def _required_sets(required: np.ndarray, K: int) -> np.ndarray:
+    """`(N, K)`: each node's required parents, padded with `-1`."""
+    N = required.shape[0]
+    out = np.full((N, K), -1, np.int32)
+    for n in range(N):
+        parents = np.nonzero(required[:, n])[0]
+        out[n, : len(parents)] = parents
+    return out
+
+
+def pool_parent_sets(
+    pools,
+    max_parents: int | Sequence[int],
+    *,
+    required_edges: Sequence[tuple[int, int]] = (),
+    forbidden_edges: Sequence[tuple[int, int]] = (),
+    tiers: Sequence[int] | None = None,
+) -> tuple[Array, ...]:
+    """The candidate sets of every node drawn from its pool `(N, P)` (padded with `-1`), the
+    prior knowledge kept."""
+    pools = np.asarray(pools)
+    N = pools.shape[0]
+    within = np.zeros((N, N), bool)
+    for n in range(N):
+        within[pools[n][pools[n] >= 0], n] = True
+    return candidate_parent_sets(
+        N,
+        max_parents,
+        required_edges=required_edges,
+        forbidden_edges=forbidden_edges,
+        tiers=tiers,
+        within=within,
+    )

@@ -1,0 +1,258 @@
+"""Graph search (`jaxctbn.HillClimbing`): the score of every move against a from-scratch score
+of the moved set (family statistics by the scatter route), the moves that break the prior
+knowledge refused, and the search's exact posterior against exhaustive scoring where both run
+(same MAP graph and score)."""
+
+import itertools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxctbn as jc
+from jaxctbn._learning.candidates import knowledge_arrays
+from jaxctbn._learning.search import move_scores, search_data
+
+move_scores = eqx.filter_jit(move_scores)  # one program per shape (eagerly: many)
+
+jax.config.update("jax_enable_x64", True)
+
+
+def _network(N, cards, seed, max_parents=2):
+    rng = np.random.default_rng(seed)
+    parents = tuple(
+        tuple(
+            sorted(
+                rng.choice(
+                    [m for m in range(N) if m != n],
+                    size=rng.integers(0, max_parents + 1),
+                    replace=False,
+                ).tolist()
+            )
+        )
+        for n in range(N)
+    )
+    return jc.experiments.scaled_softmax_ctbn(parents, cards, rate_fast=2.0)
+
+
+def _paths(model, R, seed, duration=5.0):
+    N = model.num_nodes
+    key_start, key_paths = jax.random.split(jax.random.key(seed))
+    high = jnp.asarray(model.cardinalities)
+    starts = jax.random.randint(key_start, (R, N), 0, high).astype(jnp.int32)
+    traj = jc.sample_trajectories(
+        model, starts, duration, key=key_paths, num_trajectories=R, max_events=256
+    )
+    assert not np.any(traj.truncated)
+    return traj
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    # five nodes of two and three states, some paths under do(X1 = 0) (pooling)
+    cards = (2, 3, 2, 2, 3)
+    model = _network(5, cards, seed=1)
+    traj = _paths(model, 25, seed=2)
+    targets = np.zeros((25, 5), bool)
+    targets[:8, 1] = True
+    clamped = jc.sample_trajectories(
+        model,
+        jnp.zeros((8, 5), jnp.int32),
+        5.0,
+        key=jax.random.key(9),
+        num_trajectories=8,
+        max_events=256,
+        intervention=jc.Intervention(targets=jnp.asarray(targets[0]), states=jnp.zeros(5, int)),
+    )
+    return cards, traj, clamped
+
+
+def _from_scratch(traj, cards, wanted, prior, log_odds):
+    """The local score of each `(node, parents)` in `wanted`, by the scatter route (one call)."""
+    K = 3
+    rows = [[np.full(K, -1, np.int32)] for _ in cards]  # a dummy row per node
+    where = []
+    for n, parents in wanted:
+        row = np.full(K, -1, np.int32)
+        row[: len(parents)] = sorted(parents)
+        where.append((n, len(rows[n])))
+        rows[n].append(row)
+    stats = jc.internal.family_statistics(
+        traj, cards, [np.stack(r) for r in rows], method="scatter"
+    )
+    scores = [np.asarray(s) for s in jc.internal.score_parent_sets(stats, prior=prior)]
+    return [
+        float(scores[n][i]) + sum(float(log_odds[m, n]) for m in parents)
+        for (n, i), (_, parents) in zip(where, wanted)
+    ]
+
+
+@pytest.mark.parametrize("prior", [jc.GammaPrior(1.5, 0.7), jc.NodelmanPrior(2.0, 0.5)])
+def test_every_move_score_equals_the_moved_set_scored_from_scratch(mixed, prior):
+    cards, traj, _ = mixed
+    N, K = 5, 3
+    # knowledge: X4 -> X0 forbidden, X2 -> X3 required, X0 in-degree 1, tiers put X4 last
+    tiers = (0, 0, 0, 0, 1)
+    allowed, required, in_degree = knowledge_arrays(N, (1, 3, 3, 3, 3), [(2, 3)], [(4, 0)], tiers)
+    held = np.asarray([[1, -1, -1], [0, 2, -1], [-1, -1, -1], [2, 4, -1], [0, 1, 3]], np.int32)
+    held[3] = [2, -1, -1]  # X3 holds its required parent; X4 in the last tier
+    pi = np.full((N, N), 0.3)
+    log_odds = np.where(np.eye(N, dtype=bool), 0.0, np.log(pi) - np.log1p(-pi))
+    data = search_data(traj, cards)
+    adds, removals, bases = move_scores(
+        data,
+        jnp.asarray(held),
+        cards,
+        prior,
+        jnp.asarray(log_odds),
+        jnp.asarray(allowed),
+        jnp.asarray(required),
+        jnp.asarray(np.asarray(in_degree, np.int32)),
+        64,  # several chunks
+    )
+    adds, removals = np.asarray(adds), np.asarray(removals)
+    wanted, got = [], []
+    for n in range(N):
+        P = [int(p) for p in held[n] if p >= 0]
+        for b in range(K + 1):
+            if b == 0:
+                base = P
+            elif b - 1 < len(P):
+                base = [p for i, p in enumerate(P) if i != b - 1]
+            else:
+                assert np.all(adds[n, b] == -np.inf) and removals[n, b] == -np.inf
+                continue
+            removal_ok = b > 0 and not required[P[b - 1], n]
+            if removal_ok:
+                wanted.append((n, base))
+                got.append(removals[n, b])
+            else:
+                assert removals[n, b] == -np.inf
+            for m in range(N):
+                ok = (
+                    (b == 0 or removal_ok)
+                    and len(base) < in_degree[n]
+                    and allowed[m, n]
+                    and m not in P
+                )
+                if ok:
+                    wanted.append((n, base + [m]))
+                    got.append(adds[n, b, m])
+                else:
+                    assert adds[n, b, m] == -np.inf, (n, b, m)
+    expected = _from_scratch(traj, cards, wanted, prior, log_odds)
+    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9)
+    checked = len(wanted)
+    assert checked >= 15
+
+
+def test_pooling_leaves_out_the_clamped_node_in_move_scores(mixed):
+    # paths under do(X1 = 0) add nothing to X1's statistics: its move scores with and without
+    # them are equal; another node's change
+    cards, traj, clamped = mixed
+    both = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), traj, clamped)
+    held = jnp.asarray(np.full((5, 3), -1, np.int32))
+    allowed, required, in_degree = knowledge_arrays(5, 3)
+    args = (
+        cards,
+        jc.GammaPrior(),
+        jnp.zeros((5, 5)),
+        jnp.asarray(allowed),
+        jnp.asarray(required),
+        jnp.asarray(np.asarray(in_degree, np.int32)),
+        128,
+    )
+    alone, _, _ = move_scores(search_data(traj, cards), held, *args)
+    pooled, _, _ = move_scores(search_data(both, cards), held, *args)
+    np.testing.assert_allclose(pooled[1], alone[1], rtol=1e-12)
+    assert not np.allclose(pooled[0][0][1:], alone[0][0][1:])
+
+
+@pytest.fixture(scope="module")
+def ten_nodes():
+    model = _network(10, (2,) * 10, seed=4)
+    return model, _paths(model, 40, seed=5)
+
+
+def test_hill_climbing_finds_the_exhaustive_map_graph(ten_nodes):
+    model, traj = ten_nodes
+    names = [f"X{i}" for i in range(10)]
+    exhaustive = jc.learn_structure(traj, names, (2,) * 10, max_parents=2)
+    search = jc.HillClimbing(restarts=2, key=jax.random.key(0))
+    found = jc.learn_structure(traj, names, (2,) * 10, max_parents=2, search=search)
+    assert found.map_graph() == exhaustive.map_graph()
+    # the MAP set's score is the exhaustive one (the same family, scored by the same route)
+    for n in range(10):
+        i = int(found.map_indices()[n])
+        j = int(exhaustive.map_indices()[n])
+        assert float(found.log_marginal_likelihoods[n][i]) == pytest.approx(
+            float(exhaustive.log_marginal_likelihoods[n][j]), rel=1e-12
+        )
+    # the search's sets are a subset of the exhaustive ones, at most 22 per node (pool of 6)
+    for n in range(10):
+        rows = {tuple(r) for r in np.asarray(found.parent_sets[n])}
+        assert rows <= {tuple(r) for r in np.asarray(exhaustive.parent_sets[n])}
+        assert len(rows) <= 1 + 6 + 15
+    # the edges the data support most are in both with similar marginals
+    strong = np.asarray(exhaustive.edge_marginals()) > 0.99
+    assert np.all(np.asarray(found.edge_marginals())[strong] > 0.99)
+    # same key, same result
+    again = jc.learn_structure(traj, names, (2,) * 10, max_parents=2, search=search)
+    for a, b in zip(again.parent_sets, found.parent_sets):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_hill_climbing_keeps_the_prior_knowledge(ten_nodes):
+    model, traj = ten_nodes
+    names = [f"X{i}" for i in range(10)]
+    truth = model.parents
+    child = next(n for n in range(10) if truth[n])
+    parent = truth[child][0]
+    forbidden = [(parent, child)]
+    spare = next(m for m in range(10) if m != child and m not in truth[child])
+    required = [(spare, child)]
+    tiers = [0] * 5 + [1] * 5
+    if tiers[spare] > tiers[child]:
+        tiers = [0] * 10
+    post = jc.learn_structure(
+        traj, names, (2,) * 10, max_parents=3, forbidden_edges=forbidden,
+        required_edges=required, tiers=tiers, search=jc.HillClimbing(),
+    )  # fmt: skip
+    edges = np.asarray(post.edge_marginals())
+    assert edges[parent, child] == 0 and edges[spare, child] == pytest.approx(1.0)
+    tier = np.asarray(tiers)
+    assert np.all(edges[tier[:, None] > tier[None, :]] == 0)
+
+
+def test_hill_climbing_arguments_and_jit(ten_nodes):
+    _, traj = ten_nodes
+    with pytest.raises(ValueError, match="restarts: expected an integer >= 0"):
+        jc.HillClimbing(restarts=-1)
+    with pytest.raises(ValueError, match="key: random restarts need a PRNG key"):
+        jc.HillClimbing(restarts=2)
+    with pytest.raises(ValueError, match="pool_size: expected an integer >= 1"):
+        jc.HillClimbing(pool_size=0)
+    names = [f"X{i}" for i in range(10)]
+    with pytest.raises(ValueError, match="search: HillClimbing needs concrete trajectories"):
+        jax.jit(
+            lambda t: jc.learn_structure(
+                t, names, (2,) * 10, max_parents=2, search=jc.HillClimbing()
+            ).log_evidence()
+        )(traj)
+    with pytest.raises(ValueError, match="search: expected Exhaustive"):
+        jc.learn_structure(traj, names, (2,) * 10, max_parents=2, search="hill")  # type: ignore
+
+
+def test_candidate_sets_from_pools_are_every_subset(ten_nodes):
+    from jaxctbn._learning.search import pool_parent_sets
+
+    pools = np.full((4, 3), -1)
+    pools[0] = [1, 2, 3]
+    pools[1] = [0, -1, -1]
+    sets = pool_parent_sets(pools, 2, forbidden_edges=[(3, 0)])
+    got = {tuple(int(p) for p in r if p >= 0) for r in np.asarray(sets[0])}
+    assert got == {c for k in range(3) for c in itertools.combinations((1, 2), k)}
+    assert {tuple(int(p) for p in r if p >= 0) for r in np.asarray(sets[1])} == {(), (0,)}
+    assert {tuple(int(p) for p in r if p >= 0) for r in np.asarray(sets[2])} == {()}
