@@ -101,17 +101,14 @@ def test_every_move_score_equals_the_moved_set_scored_from_scratch(mixed, prior)
     pi = np.full((N, N), 0.3)
     log_odds = np.where(np.eye(N, dtype=bool), 0.0, np.log(pi) - np.log1p(-pi))
     data = search_data(traj, cards)
-    adds, removals, bases = move_scores(
-        data,
-        jnp.asarray(held),
-        cards,
-        prior,
+    rest = (
         jnp.asarray(log_odds),
         jnp.asarray(allowed),
         jnp.asarray(required),
         jnp.asarray(np.asarray(in_degree, np.int32)),
         64,  # several chunks
     )
+    adds, removals, bases = move_scores(data, jnp.asarray(held), cards, prior, *rest)
     adds, removals = np.asarray(adds), np.asarray(removals)
     wanted, got = [], []
     for n in range(N):
@@ -144,6 +141,11 @@ def test_every_move_score_equals_the_moved_set_scored_from_scratch(mixed, prior)
                     assert adds[n, b, m] == -np.inf, (n, b, m)
     expected = _from_scratch(traj, cards, wanted, prior, log_odds)
     np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9)
+    # without swaps: the additions and removals alone, the same numbers
+    no_swaps, removals_too, _ = move_scores(data, jnp.asarray(held), cards, prior, *rest, False)
+    np.testing.assert_allclose(no_swaps[:, 0], adds[:, 0], rtol=1e-12)
+    assert np.all(np.asarray(no_swaps)[:, 1:] == -np.inf)
+    np.testing.assert_allclose(removals_too, removals, rtol=1e-12)
     checked = len(wanted)
     assert checked >= 15
 

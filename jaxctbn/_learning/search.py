@@ -67,6 +67,8 @@ class HillClimbing(AbstractStructureSearch):
     - `restarts`: climbs from random starting sets besides the one from the required parents
       alone (default 0); each node keeps the best end of its climbs.
     - `key`: the PRNG key of the random starts (needed when `restarts > 0`).
+    - `swaps`: also swap a held parent for another (default `True`); each step then costs
+      $K+1$ matrix products over the segments instead of one.
     - `pool_size`: parents kept per node for the exact posterior (default 6: at most
       $\sum_{j\le K}\binom{6}{j}$ sets per node, 42 for $K=3$).
     - `max_steps`: the most moves per climb (default 100).
@@ -76,6 +78,7 @@ class HillClimbing(AbstractStructureSearch):
 
     restarts: int = eqx.field(static=True)
     key: PRNGKeyArray | None
+    swaps: bool = eqx.field(static=True)
     pool_size: int = eqx.field(static=True)
     max_steps: int = eqx.field(static=True)
     chunk: int = eqx.field(static=True)
@@ -85,6 +88,7 @@ class HillClimbing(AbstractStructureSearch):
         *,
         restarts: int = 0,
         key: PRNGKeyArray | None = None,
+        swaps: bool = True,
         pool_size: int = 6,
         max_steps: int = 100,
         chunk: int = 2048,
@@ -99,7 +103,9 @@ class HillClimbing(AbstractStructureSearch):
                 raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}.")
         if restarts > 0 and key is None:
             raise ValueError("key: random restarts need a PRNG key, e.g. jax.random.key(0).")
-        self.restarts, self.key, self.pool_size = restarts, key, pool_size
+        if not isinstance(swaps, bool):
+            raise ValueError(f"swaps: expected True or False, got {swaps!r}.")
+        self.restarts, self.key, self.swaps, self.pool_size = restarts, key, swaps, pool_size
         self.max_steps, self.chunk = max_steps, chunk
 
 
@@ -140,52 +146,76 @@ def _one_hot_states(states: Array, cards: tuple[int, ...], dtype) -> Array:
     return out.at[rows, offsets[None, :] + states].set(1.0)
 
 
-def _move_statistics(data, bases, cards, C: int, chunk: int) -> tuple[Array, Array]:
-    r"""Dwell `(N, B, kmax, C, sum k)` and transitions `(N, B, kmax, kmax, C, sum k)` of every
-    node under every base set `(N, B, K)` (at most $K-1$ parents, so `C` configurations),
-    jointly with every node's state: the sums over the segments (the events) of the weighted
-    one-hot of $(x_n[, x_n'], u_B)$ times the one-hot of all node states, by chunked matrix
-    products."""
-    seg, w_dwell, pre, post, moved = data
+def _move_statistics(data, bases, cards, C: int, chunk: int, swaps: bool):
+    r"""The statistics of every node `n` under every base set `(N, B, K)` (at most $K-1$
+    parents, so `C` configurations):
+
+    - `D (N, B', kmax, C, sum k)`, `E (N, B', kmax, kmax, C, sum k)`: dwell and transitions
+      jointly with every node's state, for the bases that take additions (`B' = B` with
+      `swaps`, else the held set alone): the sums over the segments (over node n's own
+      jumps) of the weighted one-hot of $(x_n[, x_n'], u_B)$ times the one-hot of all node
+      states, by chunked matrix products;
+    - `D_own (N, B, kmax, C)`, `E_own (N, B, kmax, kmax, C)`: the base sets' own statistics
+      (for removals)."""
+    seg, w_dwell, pre, post, jump_rows, jump_weights = data
     N = len(cards)
     kmax = max(cards)
     dtype = w_dwell.dtype
     B = bases.shape[1]
+    B_add = B if swaps else 1
+    width = int(sum(cards))
+    configs = jax.vmap(lambda b, st: config_index(st, b, cards), in_axes=(0, None))
 
-    def accumulate(states, weights, targets, jumps: bool):
-        rows = states.shape[0]
-        size = min(chunk, rows)
-        pad = (-rows) % size
-        states = jnp.concatenate([states, jnp.zeros((pad, N), states.dtype)])
-        weights = jnp.concatenate([weights, jnp.zeros((pad, N), dtype)])
-        targets = jnp.concatenate([targets, jnp.zeros((pad, N), targets.dtype)])
-        bins = kmax * kmax * C if jumps else kmax * C
+    # dwell: all nodes at once, over chunks of the segments
+    rows = seg.shape[0]
+    size = min(chunk, rows)
+    pad = (-rows) % size
+    seg_p = jnp.concatenate([seg, jnp.zeros((pad, N), seg.dtype)]).reshape(-1, size, N)
+    w_p = jnp.concatenate([w_dwell, jnp.zeros((pad, N), dtype)]).reshape(-1, size, N)
 
-        def step(acc, xs):
-            st, w, tg = xs
-            u = jax.vmap(jax.vmap(lambda b: config_index(st, b, cards)))(bases)  # (N, B, r)
-            x = st.T[:, None, :]
-            index = (x * kmax + tg.T[:, None, :]) * C + u if jumps else x * C + u
-            W = jax.nn.one_hot(index, bins, dtype=dtype) * w.T[:, None, :, None]
-            return acc + jnp.einsum("nbrc,rj->nbcj", W, _one_hot_states(st, cards, dtype)), None
+    def dwell_step(acc, xs):
+        st, w = xs
+        u = jax.vmap(configs, in_axes=(0, None))(bases, st)  # (N, B, r)
+        index = st.T[:, None, :] * C + u
+        W = jax.nn.one_hot(index, kmax * C, dtype=dtype) * w.T[:, None, :, None]
+        joint, own = acc
+        joint = joint + jnp.einsum("nbrc,rj->nbcj", W[:, :B_add], _one_hot_states(st, cards, dtype))
+        return (joint, own + W.sum(2)), None
 
-        init = jnp.zeros((N, B, bins, int(sum(cards))), dtype)
-        xs = tuple(a.reshape(-1, size, N) for a in (states, weights, targets))
-        acc, _ = jax.lax.scan(step, init, xs)
-        return acc
+    init = (
+        jnp.zeros((N, B_add, kmax * C, width), dtype),
+        jnp.zeros((N, B, kmax * C), dtype),
+    )
+    (D, D_own), _ = jax.lax.scan(dwell_step, init, (seg_p, w_p))
 
-    D = accumulate(seg, w_dwell, seg, jumps=False).reshape(N, B, kmax, C, -1)
-    E = accumulate(pre, moved, post, jumps=True).reshape(N, B, kmax, kmax, C, -1)
-    return D, E
+    # transitions: node by node, over its own jumps
+    def node_jumps(args):
+        n, node_bases, rows_n, w_n = args
+        st = pre[rows_n]  # (J, N)
+        u = configs(node_bases, st)  # (B, J)
+        x = jnp.take(st, n, axis=1)
+        y = jnp.take(post[rows_n], n, axis=1)
+        index = (x * kmax + y) * C + u
+        W = jax.nn.one_hot(index, kmax * kmax * C, dtype=dtype) * w_n[None, :, None]
+        joint = jnp.einsum("bjc,jm->bcm", W[:B_add], _one_hot_states(st, cards, dtype))
+        return joint, W.sum(1)
+
+    E, E_own = jax.lax.map(node_jumps, (jnp.arange(N), bases, jump_rows, jump_weights))
+    return (
+        D.reshape(N, B_add, kmax, C, width),
+        E.reshape(N, B_add, kmax, kmax, C, width),
+        D_own.reshape(N, B, kmax, C),
+        E_own.reshape(N, B, kmax, kmax, C),
+    )
 
 
 def move_scores(
-    data, sets, cards, prior, log_odds, allowed, required, in_degree, chunk
+    data, sets, cards, prior, log_odds, allowed, required, in_degree, chunk, swaps=True
 ) -> tuple[Array, Array, Array]:
     r"""The local score $s_n$ of every move from the held sets `(N, K)`:
 
     - `adds (N, K + 1, N)`: base b plus node m (b = 0: the held set, an addition; b >= 1: the
-      held set less its slot b - 1, a swap);
+      held set less its slot b - 1, a swap; `-inf` without `swaps`);
     - `removals (N, K + 1)`: base b itself (b >= 1: a removal; b = 0 is no move);
     - `bases (N, K + 1, K)`;
 
@@ -198,7 +228,8 @@ def move_scores(
     size = (bases >= 0).sum(-1)  # (N, K + 1)
     # base 0 holding K parents takes no addition (and has more than C configurations)
     bases = bases.at[:, 0].set(jnp.where((size[:, :1] >= K), -1, bases[:, 0]))
-    D, E = _move_statistics(data, bases, cards, C, chunk)
+    D, E, D_own, E_own = _move_statistics(data, bases, cards, C, chunk, swaps)
+    B_add = D.shape[1]
     zero = int(sum(cards))  # an extra all-zero column: the states a node does not have
     offsets = np.concatenate([[0], np.cumsum(cards)[:-1]])
     column = jnp.asarray(
@@ -218,6 +249,7 @@ def move_scores(
     for k in sorted(set(cards)):  # nodes of k states: one vectorised call
         nodes = np.asarray([n for n, kn in enumerate(cards) if kn == k])
         Dk, Ek = D[nodes][:, :, :k], E[nodes][:, :, :k, :k]
+        Dk_own, Ek_own = D_own[nodes][:, :, :k], E_own[nodes][:, :, :k, :k]
 
         def add_one(n, Dnb, Enb, configs, m, k=k):
             T = Dnb[..., column[m]]  # (k, C, kmax)
@@ -226,21 +258,19 @@ def move_scores(
             M = jnp.moveaxis(M, (0, 1), (-2, -1)).reshape(C * kmax, k, k)
             return prior.log_marginal_likelihood(n, M, T, configs * card_of[m])
 
-        def base_one(n, Dnb, Enb, configs):
-            T = Dnb[..., column[n]].sum(-1)  # (k, C): only the node's own state counts
-            M = Enb[..., column[n]].sum(-1)  # (k, k, C)
+        def base_one(n, T, M, configs):  # T (k, C), M (k, k, C)
             return prior.log_marginal_likelihood(n, jnp.moveaxis(M, (0, 1), (-2, -1)), T.T, configs)
 
         over_m = jax.vmap(add_one, in_axes=(None, None, None, None, 0))
         over_b = jax.vmap(over_m, in_axes=(None, 0, 0, 0, None))
         node_index = jnp.asarray(nodes)
         a = jax.vmap(over_b, in_axes=(0, 0, 0, 0, None))(
-            node_index, Dk, Ek, base_configs[nodes], jnp.arange(N)
+            node_index, Dk, Ek, base_configs[nodes][:, :B_add], jnp.arange(N)
         )
         r = jax.vmap(jax.vmap(base_one, in_axes=(None, 0, 0, 0)))(
-            node_index, Dk, Ek, base_configs[nodes]
+            node_index, Dk_own, Ek_own, base_configs[nodes]
         )
-        adds = adds.at[nodes].set(a)
+        adds = adds.at[nodes, :B_add].set(a)
         removals = removals.at[nodes].set(r)
     # the edge prior's log-odds of each set
     member = (bases[..., None] == jnp.arange(N)).any(-2)  # (N, B, N): m in base b of n
@@ -267,7 +297,7 @@ def _first_free_slot(base: Array) -> Array:
 
 @eqx.filter_jit
 def _climb(data, sets, scores, cards, prior, log_odds, allowed, required, in_degree, chunk,
-           max_steps):  # fmt: skip
+           swaps, max_steps):  # fmt: skip
     """Every node's best move while it improves its score (at most `max_steps` moves)."""
     N = sets.shape[0]
     rows = jnp.arange(N)
@@ -279,7 +309,7 @@ def _climb(data, sets, scores, cards, prior, log_odds, allowed, required, in_deg
     def body(carry):
         sets, scores, steps, _, it = carry
         adds, removals, bases = move_scores(
-            data, sets, cards, prior, log_odds, allowed, required, in_degree, chunk
+            data, sets, cards, prior, log_odds, allowed, required, in_degree, chunk, swaps
         )
         flat = adds.reshape(N, -1)
         best_add, where_add = flat.max(-1), jnp.argmax(flat, -1)
@@ -301,12 +331,13 @@ def _climb(data, sets, scores, cards, prior, log_odds, allowed, required, in_deg
 
 
 @eqx.filter_jit
-def _pools(data, sets, cards, prior, log_odds, allowed, required, in_degree, chunk, pool_size):
+def _pools(data, sets, cards, prior, log_odds, allowed, required, in_degree, chunk, swaps,
+           pool_size):  # fmt: skip
     """Each node's pool: its held parents, then the parents of its best other moves (by the
     best score of a move that brings them in), `pool_size` in all or the held set if larger."""
     N, K = sets.shape
     adds, _, _ = move_scores(data, sets, cards, prior, log_odds, allowed, required, in_degree,
-                             chunk)  # fmt: skip
+                             chunk, swaps)  # fmt: skip
     held = (sets[..., None] == jnp.arange(N)).any(-2)
     by_parent = jnp.where(held, jnp.inf, adds.max(1))  # (N, N): held parents first
     width = max(pool_size, K)
@@ -342,15 +373,32 @@ def _set_scores(trajectories, cards, sets, prior, log_odds, method) -> Array:
 
 
 def search_data(trajectories: Trajectories, cards: tuple[int, ...]):
-    """The checked trajectories as the rows the move statistics sum over: segment states and
-    dwell weights `(rows, N)` (node n's weight 0 in the trajectories that hold it), event
-    pre- and post-states and jump weights `(events, N)`."""
+    """The checked (concrete) trajectories as the rows the move statistics sum over, on the
+    host: the segments that last (states and dwell weights `(rows, N)`, node n's weight 0 in
+    the trajectories that hold it), the jumps' pre- and post-states `(jumps, N)`, and for
+    every node the rows of its own pooled jumps `(N, J)` with their weights (1; 0 past the
+    node's count)."""
     trajectories = check_trajectories(trajectories, cards)
-    seg, dwell, seg_traj, pre, post, valid, ev_traj = _segments(trajectories)
-    targets = trajectories.intervention_targets
-    w_dwell = dwell[:, None] * ~targets[seg_traj]
-    moved = ((pre != post) & ~targets[ev_traj] & valid[:, None]).astype(dwell.dtype)
-    return seg, w_dwell, pre, post, moved
+    seg, dwell, seg_traj, pre, post, valid, ev_traj = jax.device_get(
+        jax.jit(_segments)(trajectories)
+    )
+    targets = np.asarray(trajectories.intervention_targets)
+    lasting = dwell > 0
+    seg, w_dwell = seg[lasting], dwell[lasting, None] * ~targets[seg_traj[lasting]]
+    moved = (pre != post) & ~targets[ev_traj] & valid[:, None]
+    real = moved.any(1)
+    pre, post, moved = pre[real], post[real], moved[real]
+    counts = moved.sum(0)
+    J = max(int(counts.max(initial=0)), 1)
+    jump_rows = np.zeros((len(cards), J), np.int32)
+    jump_weights = np.zeros((len(cards), J), dwell.dtype)
+    for n in range(len(cards)):
+        rows = np.nonzero(moved[:, n])[0]
+        jump_rows[n, : len(rows)] = rows
+        jump_weights[n, : len(rows)] = 1.0
+    if pre.shape[0] == 0:  # no jump at all: one dummy row (weight 0)
+        pre, post = seg[:1], seg[:1]
+    return tuple(jnp.asarray(x) for x in (seg, w_dwell, pre, post, jump_rows, jump_weights))
 
 
 def hill_climb(
@@ -390,7 +438,13 @@ def hill_climb(
             for k in keys
         ]
     best: tuple[Array, Array, Array] | None = None
-    args = (jnp.asarray(allowed), jnp.asarray(required), jnp.asarray(in_degree), search.chunk)
+    args = (
+        jnp.asarray(allowed),
+        jnp.asarray(required),
+        jnp.asarray(in_degree),
+        search.chunk,
+        search.swaps,
+    )
     for start in starts:
         scores = _set_scores(trajectories, cards, start, prior, log_odds, method)
         sets, scores, steps = _climb(data, start, scores, cards, prior, log_odds, *args,
