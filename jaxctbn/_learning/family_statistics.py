@@ -69,18 +69,43 @@ def _segments(t: Trajectories):
     )
 
 
-def _scatter_route(node, sets, cards, configs, seg, w_dwell, pre, post, w_event):
+def _scatter_route(node, sets, cards, configs, seg, w_dwell, pre, post, w_event, chunk):
+    """Node `node`'s statistics on every candidate set by segment sums, streamed over chunks of
+    `chunk` segments (events): the temporaries are sets x chunk, never sets x segments."""
     k = cards[node]
 
-    def one(parents):
-        c = config_index(seg, parents, cards)
-        T = jax.ops.segment_sum(w_dwell, c * k + seg[:, node], num_segments=configs * k)
-        ce = config_index(pre, parents, cards)
-        bins = (ce * k + pre[:, node]) * k + post[:, node]
-        M = jax.ops.segment_sum(w_event, bins, num_segments=configs * k * k)
-        return M.reshape(configs, k, k), T.reshape(configs, k)
+    def streamed(states, weights, bins_of, num_bins):
+        rows = states[0].shape[0]
+        size = min(chunk, max(rows, 1))
+        pad = (-rows) % size
+        parts = [jnp.concatenate([a, jnp.zeros((pad,) + a.shape[1:], a.dtype)]) for a in states]
+        w = jnp.concatenate([weights, jnp.zeros((pad,), weights.dtype)])
+        xs = (tuple(a.reshape(-1, size, *a.shape[1:]) for a in parts), w.reshape(-1, size))
 
-    return jax.vmap(one)(sets)
+        def step(acc, chunk_rows):
+            arrays, wc = chunk_rows
+
+            def one(parents):
+                return jax.ops.segment_sum(wc, bins_of(parents, *arrays), num_segments=num_bins)
+
+            return acc + jax.vmap(one)(sets), None
+
+        init = jnp.zeros((sets.shape[0], num_bins), weights.dtype)
+        return jax.lax.scan(step, init, xs)[0]
+
+    T = streamed(
+        (seg,),
+        w_dwell,
+        lambda parents, s: config_index(s, parents, cards) * k + s[:, node],
+        configs * k,
+    )
+    M = streamed(
+        (pre, post),
+        w_event,
+        lambda parents, a, b: (config_index(a, parents, cards) * k + a[:, node]) * k + b[:, node],
+        configs * k * k,
+    )
+    return M.reshape(-1, configs, k, k), T.reshape(-1, configs, k)
 
 
 def _one_hot_all(states, cards, dtype):
@@ -404,8 +429,8 @@ def family_statistics(
     one node, checked), or `"auto"` (for in-degree <= 2 the cheaper pairwise route by its count
     of multiply-adds, within the memory budget; `"jumps"` only for concrete float64 data, so an
     outer `jax.jit` gets `"matmul"` unless it asks for `"jumps"`). All routes give the same
-    numbers up to rounding (tested). `chunk` (static): path segments (matmul, default 4096) or
-    jumps (jumps, default 1024) per matrix product.
+    numbers up to rounding (tested). `chunk` (static): path segments (scatter, matmul; default
+    4096) or jumps (jumps, default 1024) per segment sum or matrix product.
 
     **Checks.** The trajectories' node states must be in `0..k-1` for `cardinalities` (a
     `ValueError` naming the node when the arrays are concrete, an `eqx.error_if` inside jit; a
@@ -488,8 +513,9 @@ def family_statistics(
         sets = jnp.asarray(parent_sets[n], jnp.int32)
         configs = max_configs(n, cards, sets.shape[-1])
         M, T = _scatter_route(
-            n, sets, cards, configs, seg, w_dwell[:, n], pre, post, moved[:, n].astype(dwell.dtype)
-        )
+            n, sets, cards, configs, seg, w_dwell[:, n], pre, post,
+            moved[:, n].astype(dwell.dtype), chunk,
+        )  # fmt: skip
         Ms.append(M)
         Ts.append(T)
     return FamilyStatistics(

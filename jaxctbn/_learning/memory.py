@@ -93,12 +93,13 @@ def _memory_parts(
             )
         )
         if method == "scatter":  # per candidate set: config index, bins and weights per row
-            size = 8.0 * sets * (rows + events) * (width + 4)
+            streamed = min(rows + events, 2 * chunk)  # a chunk of segments, then of jumps
+            size = 8.0 * sets * streamed * (width + 4)
             parts.append(
                 (
                     size,
                     f"method='scatter' for {_label(n, names)}: {sets} candidate parent sets x "
-                    f"{rows + events} path segments and jumps",
+                    f"{streamed} path segments and jumps per chunk",
                     "scatter",
                 )
             )

@@ -363,6 +363,7 @@ def _start_sets(key, allowed, required, in_degree, K: int) -> Array:
     return _canonical(jnp.where(keep, index, -1).astype(jnp.int32))
 
 
+@eqx.filter_jit
 def _set_scores(trajectories, cards, sets, prior, log_odds, method) -> Array:
     """The local score of one set per node `(N, K)`, from the family statistics (an independent
     route from the matrix products of the moves)."""
