@@ -69,10 +69,10 @@ def _segments(t: Trajectories):
     )
 
 
-def _scatter_route(node, sets, cards, configs, seg, w_dwell, pre, post, w_event, chunk):
-    """Node `node`'s statistics on every candidate set by segment sums, streamed over chunks of
-    `chunk` segments (events): the temporaries are sets x chunk, never sets x segments."""
-    k = cards[node]
+def _scatter_route(node, k, sets, cards, configs, seg, w_dwell, pre, post, w_event, chunk):
+    """Node `node`'s (`k` states; the index may be traced) statistics on every candidate set
+    by segment sums, streamed over chunks of `chunk` segments (events): the temporaries are
+    sets x chunk, never sets x segments."""
 
     def streamed(states, weights, bins_of, num_bins):
         rows = states[0].shape[0]
@@ -96,13 +96,16 @@ def _scatter_route(node, sets, cards, configs, seg, w_dwell, pre, post, w_event,
     T = streamed(
         (seg,),
         w_dwell,
-        lambda parents, s: config_index(s, parents, cards) * k + s[:, node],
+        lambda parents, s: config_index(s, parents, cards) * k + jnp.take(s, node, axis=1),
         configs * k,
     )
     M = streamed(
         (pre, post),
         w_event,
-        lambda parents, a, b: (config_index(a, parents, cards) * k + a[:, node]) * k + b[:, node],
+        lambda parents, a, b: (
+            (config_index(a, parents, cards) * k + jnp.take(a, node, axis=1)) * k
+            + jnp.take(b, node, axis=1)
+        ),
         configs * k * k,
     )
     return M.reshape(-1, configs, k, k), T.reshape(-1, configs, k)
@@ -508,20 +511,51 @@ def family_statistics(
         ).astype(dtype)
         D_all, E_all = _cooccupancy(cards, seg, w_dwell_cols, pre, w_event_cols, chunk)
         return _pairwise_statistics(cards, parent_sets, D_all, E_all)
-    Ms, Ts = [], []
-    for n in range(len(cards)):
-        sets = jnp.asarray(parent_sets[n], jnp.int32)
-        configs = max_configs(n, cards, sets.shape[-1])
-        M, T = _scatter_route(
-            n, sets, cards, configs, seg, w_dwell[:, n], pre, post,
-            moved[:, n].astype(dwell.dtype), chunk,
-        )  # fmt: skip
-        Ms.append(M)
-        Ts.append(T)
+    return _scatter_statistics(cards, parent_sets, seg, w_dwell, pre, post, moved, chunk)
+
+
+def _scatter_statistics(cards, parent_sets, seg, w_dwell, pre, post, moved, chunk):
+    """The family statistics of every node by the scatter route from flat rows: segment
+    states and dwell weights `(rows, N)` (pooling applied), events' pre- and post-states and
+    jump weights `(events, N)`."""
+    # one compiled body per group of nodes with the same states and set shapes: the sets
+    # padded to the group's largest count with empty sets (cut off after), node by node
+    moved = moved.astype(w_dwell.dtype)
+    sets_of = [jnp.asarray(S, jnp.int32) for S in parent_sets]
+    out: list = [None] * len(cards)
+    keys = [
+        (cards[n], sets_of[n].shape[-1], max_configs(n, cards, sets_of[n].shape[-1]))
+        for n in range(len(cards))
+    ]
+    for key in dict.fromkeys(keys):
+        k, width, configs = key
+        nodes = [n for n in range(len(cards)) if keys[n] == key]
+        count = max(sets_of[n].shape[0] for n in nodes)
+        padded = jnp.stack(
+            [
+                jnp.concatenate(
+                    [sets_of[n], jnp.full((count - sets_of[n].shape[0], width), -1, jnp.int32)]
+                )
+                for n in nodes
+            ]
+        )
+        index = jnp.asarray(nodes)
+
+        def one_node(args, k=k, configs=configs):
+            n, sets, w_n, moved_n = args
+            return _scatter_route(n, k, sets, cards, configs, seg, w_n, pre, post, moved_n, chunk)
+
+        M, T = jax.lax.map(
+            one_node,
+            (index, padded, w_dwell[:, index].T, moved[:, index].T),
+            batch_size=min(len(nodes), 8),
+        )
+        for i, n in enumerate(nodes):
+            out[n] = (M[i, : sets_of[n].shape[0]], T[i, : sets_of[n].shape[0]])
     return FamilyStatistics(
-        transitions=tuple(Ms),
-        dwell_times=tuple(Ts),
-        parent_sets=tuple(jnp.asarray(s, jnp.int32) for s in parent_sets),
+        transitions=tuple(M for M, _ in out),
+        dwell_times=tuple(T for _, T in out),
+        parent_sets=tuple(sets_of),
         cardinalities=cards,
     )
 

@@ -42,7 +42,7 @@ from .._model.layout import config_index, num_configurations
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import check_trajectories
 from .candidates import candidate_parent_sets, knowledge_arrays
-from .family_statistics import _segments, family_statistics
+from .family_statistics import FamilyStatistics, _scatter_statistics, _segments, family_statistics
 from .priors import AbstractPrior
 from .scores import score_parent_sets
 
@@ -157,7 +157,7 @@ def _move_statistics(data, bases, cards, C: int, chunk: int, swaps: bool):
       states, by chunked matrix products;
     - `D_own (N, B, kmax, C)`, `E_own (N, B, kmax, kmax, C)`: the base sets' own statistics
       (for removals)."""
-    seg, w_dwell, pre, post, jump_rows, jump_weights = data
+    seg, w_dwell, pre, post, jump_rows, jump_weights, _ = data
     N = len(cards)
     kmax = max(cards)
     dtype = w_dwell.dtype
@@ -398,8 +398,9 @@ def search_data(trajectories: Trajectories, cards: tuple[int, ...]):
         jump_rows[n, : len(rows)] = rows
         jump_weights[n, : len(rows)] = 1.0
     if pre.shape[0] == 0:  # no jump at all: one dummy row (weight 0)
-        pre, post = seg[:1], seg[:1]
-    return tuple(jnp.asarray(x) for x in (seg, w_dwell, pre, post, jump_rows, jump_weights))
+        pre, post, moved = seg[:1], seg[:1], np.zeros((1, len(cards)), bool)
+    arrays = (seg, w_dwell, pre, post, jump_rows, jump_weights, moved.astype(dwell.dtype))
+    return tuple(jnp.asarray(x) for x in arrays)
 
 
 def hill_climb(
@@ -413,8 +414,10 @@ def hill_climb(
     forbidden_edges: Sequence[tuple[int, int]] = (),
     tiers: Sequence[int] | None = None,
     edge_prior=None,
+    data=None,
 ) -> SearchResult:
-    """Run `search` on complete trajectories (see the module page)."""
+    """Run `search` on complete trajectories (see the module page); `data`: their
+    `search_data` when already made."""
     N = len(cards)
     allowed, required, per_node = knowledge_arrays(
         N, max_parents, required_edges, forbidden_edges, tiers
@@ -427,7 +430,7 @@ def hill_climb(
     else:
         pi = jnp.asarray(edge_prior, dtype)
         log_odds = jnp.where(jnp.eye(N, dtype=bool), 0.0, jnp.log(pi) - jnp.log1p(-pi))
-    data = search_data(trajectories, cards)
+    data = search_data(trajectories, cards) if data is None else data
     method = "scatter"
     # the first climb starts from the required parents alone
     starts = [_canonical(jnp.asarray(_required_sets(required, K)))]
@@ -473,6 +476,14 @@ def _required_sets(required: np.ndarray, K: int) -> np.ndarray:
         parents = np.nonzero(required[:, n])[0]
         out[n, : len(parents)] = parents
     return out
+
+
+@eqx.filter_jit
+def pool_statistics(data, cards: tuple[int, ...], sets, chunk: int) -> FamilyStatistics:
+    """The family statistics of every node's pool sets from the search's rows (the scatter
+    route, streamed)."""
+    seg, w_dwell, pre, post, _, _, moved = data
+    return _scatter_statistics(cards, sets, seg, w_dwell, pre, post, moved, chunk)
 
 
 def pool_parent_sets(

@@ -36,7 +36,15 @@ from .memory import _memory_budget, _plan_family_statistics
 from .posterior import AbstractPosterior
 from .priors import AbstractPrior, GammaPrior, check_prior
 from .scores import _check_statistics, _scores, candidate_sets_within_budget
-from .search import AbstractStructureSearch, Exhaustive, HillClimbing, hill_climb, pool_parent_sets
+from .search import (
+    AbstractStructureSearch,
+    Exhaustive,
+    HillClimbing,
+    hill_climb,
+    pool_parent_sets,
+    pool_statistics,
+    search_data,
+)
 
 
 class StructurePosterior(AbstractPosterior):
@@ -446,11 +454,14 @@ def learn_structure(
                 "sets it finds give the shapes of the exact posterior."
             )
         check_prior(prior, len(cards))
+        data = search_data(trajectories, cards)
         found = hill_climb(
             trajectories, cards, search, prior=prior, max_parents=max_parents,
-            edge_prior=edge_prior, **knowledge,
+            edge_prior=edge_prior, data=data, **knowledge,
         )  # fmt: skip
         sets = pool_parent_sets(found.pools, max_parents, **knowledge)
+        stats = pool_statistics(data, cards, sets, search.chunk)
+        return _from_statistics(stats, names, prior, edge_prior)
     elif isinstance(search, Exhaustive):
         sets = candidate_parent_sets(len(cards), max_parents, **knowledge)
     else:
@@ -494,6 +505,11 @@ def _largest_states(trajectories: Trajectories) -> list[int] | None:
         ]
     )
     return [int(v) for v in seen.max(0)]
+
+
+@eqx.filter_jit
+def _from_statistics(stats: FamilyStatistics, names, prior, edge_prior) -> StructurePosterior:
+    return StructurePosterior.from_statistics(stats, names, prior=prior, edge_prior=edge_prior)
 
 
 @eqx.filter_jit
