@@ -42,7 +42,7 @@ from .._model.layout import config_index, num_configurations
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import check_trajectories
 from .candidates import candidate_parent_sets, knowledge_arrays
-from .family_statistics import FamilyStatistics, _scatter_statistics, _segments, family_statistics
+from .family_statistics import FamilyStatistics, _scatter_statistics
 from .priors import AbstractPrior
 from .scores import score_parent_sets
 
@@ -364,42 +364,64 @@ def _start_sets(key, allowed, required, in_degree, K: int) -> Array:
 
 
 @eqx.filter_jit
-def _set_scores(trajectories, cards, sets, prior, log_odds, method) -> Array:
-    """The local score of one set per node `(N, K)`, from the family statistics (an independent
-    route from the matrix products of the moves)."""
-    stats = family_statistics(trajectories, cards, [s[None] for s in sets], method=method)
+def _set_scores(data, cards, sets, prior, log_odds, chunk) -> Array:
+    """The local score of one set per node `(N, K)`, from the family statistics by the
+    scatter route (an independent route from the matrix products of the moves)."""
+    seg, w_dwell, pre, post, _, _, moved = data
+    stats = _scatter_statistics(cards, [s[None] for s in sets], seg, w_dwell, pre, post, moved,
+                                chunk)  # fmt: skip
     scores = jnp.stack([s[0] for s in score_parent_sets(stats, prior=prior)])
     member = (sets[..., None] == jnp.arange(sets.shape[0])).any(-2)  # (N, N): [n, m]
     return scores + jnp.einsum("nm,mn->n", member.astype(log_odds.dtype), log_odds)
 
 
 def search_data(trajectories: Trajectories, cards: tuple[int, ...]):
-    """The checked (concrete) trajectories as the rows the move statistics sum over, on the
-    host: the segments that last (states and dwell weights `(rows, N)`, node n's weight 0 in
-    the trajectories that hold it), the jumps' pre- and post-states `(jumps, N)`, and for
-    every node the rows of its own pooled jumps `(N, J)` with their weights (1; 0 past the
-    node's count)."""
+    """The checked (concrete) trajectories as the rows the move statistics sum over, built on
+    the host trajectory by trajectory (never the padded `(paths x slots, N)` arrays): the
+    segments that last (states and dwell weights `(rows, N)`, node n's weight 0 in the
+    trajectories that hold it), the jumps' pre- and post-states `(jumps, N)`, for every node the
+    rows of its own pooled jumps `(N, J)` with their weights (1; 0 past the node's count), and
+    the jump weights of every node `(jumps, N)`."""
     trajectories = check_trajectories(trajectories, cards)
-    seg, dwell, seg_traj, pre, post, valid, ev_traj = jax.device_get(
-        jax.jit(_segments)(trajectories)
+    initial, times, states, counts, durations, targets = jax.device_get(
+        (
+            trajectories.initial_states,
+            trajectories.jump_times,
+            trajectories.states,
+            trajectories.num_events,
+            trajectories.durations,
+            trajectories.intervention_targets,
+        )
     )
-    targets = np.asarray(trajectories.intervention_targets)
-    lasting = dwell > 0
-    seg, w_dwell = seg[lasting], dwell[lasting, None] * ~targets[seg_traj[lasting]]
-    moved = (pre != post) & ~targets[ev_traj] & valid[:, None]
-    real = moved.any(1)
-    pre, post, moved = pre[real], post[real], moved[real]
-    counts = moved.sum(0)
-    J = max(int(counts.max(initial=0)), 1)
-    jump_rows = np.zeros((len(cards), J), np.int32)
-    jump_weights = np.zeros((len(cards), J), dwell.dtype)
-    for n in range(len(cards)):
+    N = len(cards)
+    dtype = times.dtype
+    segs, weights, pres, posts, moves = [], [], [], [], []
+    for r in range(initial.shape[0]):
+        J = int(counts[r])
+        path = np.concatenate([initial[r][None], states[r, :J]])  # (J + 1, N)
+        edges = np.concatenate([[0.0], times[r, :J], [durations[r]]]).astype(dtype)
+        dwell = np.diff(edges)
+        lasting = dwell > 0
+        segs.append(path[lasting])
+        weights.append(dwell[lasting, None] * ~targets[r][None, :])
+        moved = (path[:-1] != path[1:]) & ~targets[r][None, :]
+        real = moved.any(1)
+        pres.append(path[:-1][real])
+        posts.append(path[1:][real])
+        moves.append(moved[real])
+    seg, w_dwell = np.concatenate(segs), np.concatenate(weights)
+    pre, post, moved = np.concatenate(pres), np.concatenate(posts), np.concatenate(moves)
+    if pre.shape[0] == 0:  # no jump at all: one dummy row (weight 0)
+        pre, post, moved = seg[:1], seg[:1], np.zeros((1, N), bool)
+    counts_per_node = moved.sum(0)
+    J = max(int(counts_per_node.max(initial=0)), 1)
+    jump_rows = np.zeros((N, J), np.int32)
+    jump_weights = np.zeros((N, J), dtype)
+    for n in range(N):
         rows = np.nonzero(moved[:, n])[0]
         jump_rows[n, : len(rows)] = rows
         jump_weights[n, : len(rows)] = 1.0
-    if pre.shape[0] == 0:  # no jump at all: one dummy row (weight 0)
-        pre, post, moved = seg[:1], seg[:1], np.zeros((1, len(cards)), bool)
-    arrays = (seg, w_dwell, pre, post, jump_rows, jump_weights, moved.astype(dwell.dtype))
+    arrays = (seg, w_dwell, pre, post, jump_rows, jump_weights, moved.astype(dtype))
     return tuple(jnp.asarray(x) for x in arrays)
 
 
@@ -431,7 +453,6 @@ def hill_climb(
         pi = jnp.asarray(edge_prior, dtype)
         log_odds = jnp.where(jnp.eye(N, dtype=bool), 0.0, jnp.log(pi) - jnp.log1p(-pi))
     data = search_data(trajectories, cards) if data is None else data
-    method = "scatter"
     # the first climb starts from the required parents alone
     starts = [_canonical(jnp.asarray(_required_sets(required, K)))]
     if search.restarts:
@@ -450,7 +471,7 @@ def hill_climb(
         search.swaps,
     )
     for start in starts:
-        scores = _set_scores(trajectories, cards, start, prior, log_odds, method)
+        scores = _set_scores(data, cards, start, prior, log_odds, search.chunk)
         sets, scores, steps = _climb(data, start, scores, cards, prior, log_odds, *args,
                                      search.max_steps)  # fmt: skip
         if best is None:
