@@ -26,12 +26,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-def worker(N: int, search: str, K: int, R: int, duration: float) -> dict:
-    import jax
-    import jax.numpy as jnp
+def _network(N: int):
     import numpy as np
 
-    jax.config.update("jax_enable_x64", True)
     import jaxctbn as jc
 
     rng = np.random.default_rng(0)
@@ -45,13 +42,39 @@ def worker(N: int, search: str, K: int, R: int, duration: float) -> dict:
         )
         for n in range(N)
     )
-    truth = jc.experiments.scaled_softmax_ctbn(parents, (2,) * N, rate_fast=2.0)
+    return parents, jc.experiments.scaled_softmax_ctbn(parents, (2,) * N, rate_fast=2.0)
+
+
+def sample(N: int, R: int, duration: float, path: str) -> None:
+    """The data of size N, sampled in its own process (the learner's peak RSS is its own)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    jax.config.update("jax_enable_x64", True)
+    import jaxctbn as jc
+
+    _, truth = _network(N)
     starts = jax.random.bernoulli(jax.random.key(1), 0.5, (R, N)).astype(jnp.int32)
     traj = jc.sample_trajectories(
         truth, starts, duration, key=jax.random.key(2), num_trajectories=R,
         max_events=int(4 * N * duration),
     )  # fmt: skip
     assert not np.any(traj.truncated)
+    np.savez(path, **{f: np.asarray(getattr(traj, f)) for f in traj.__dataclass_fields__})
+
+
+def worker(N: int, search: str, K: int, path: str) -> dict:
+    import jax
+    import numpy as np
+
+    jax.config.update("jax_enable_x64", True)
+    import jaxctbn as jc
+
+    parents, _ = _network(N)
+    with np.load(path) as f:
+        traj = jc.Trajectories(**{k: jax.numpy.asarray(f[k]) for k in f.files})
+    R = traj.num_events.shape[0]
     names = [f"X{i}" for i in range(N)]
     choice = jc.HillClimbing(swaps=False) if search == "hill-climbing" else jc.Exhaustive()
     times = []
@@ -84,7 +107,7 @@ def worker(N: int, search: str, K: int, R: int, duration: float) -> dict:
         "nodes": N,
         "search": search,
         "max_parents": K,
-        "trajectories": R,
+        "trajectories": int(R),
         "events": int(np.asarray(traj.num_events).sum()),
         "true_edges": int(true.sum()),
         "first_s": times[0],
@@ -105,20 +128,30 @@ def main():
     ap.add_argument("--exhaustive-up-to", type=int, default=100, help="largest N for K = 2")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--name", default="graph_search")
-    ap.add_argument("--worker", nargs=3, metavar=("N", "SEARCH", "K"))
+    ap.add_argument("--worker", nargs=4, metavar=("N", "SEARCH", "K", "DATA"))
+    ap.add_argument("--sample", nargs=2, metavar=("N", "DATA"))
     args = ap.parse_args()
     R, duration = (20, 2.0) if args.quick else (50, 3.0)
-    if args.worker:
-        N, search, K = args.worker
-        print(json.dumps(worker(int(N), search, int(K), R, duration)))
+    if args.sample:
+        sample(int(args.sample[0]), R, duration, args.sample[1])
         return
+    if args.worker:
+        N, search, K, data = args.worker
+        print(json.dumps(worker(int(N), search, int(K), data)))
+        return
+    import tempfile
+
+    work = tempfile.mkdtemp(prefix="jaxctbn-bench-graph-search-")
     records = []
     for N in (int(x) for x in args.sizes.split(",")):
+        data = os.path.join(work, f"paths_{N}.npz")
+        cmd = [sys.executable, __file__, "--sample", str(N), data]
+        measure_process(cmd + (["--quick"] if args.quick else []))
         runs = [("hill-climbing", 3)]
         if N <= args.exhaustive_up_to:
             runs.append(("exhaustive", 2))
         for search, K in runs:
-            cmd = [sys.executable, __file__, "--worker", str(N), search, str(K)]
+            cmd = [sys.executable, __file__, "--worker", str(N), search, str(K), data]
             cmd += ["--quick"] if args.quick else []
             rec = measure_process(cmd)
             out = json.loads(rec["stdout"].strip().splitlines()[-1])

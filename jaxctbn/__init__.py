@@ -58,7 +58,6 @@ from ._learning.posterior import RatePosterior as RatePosterior
 from ._learning.posterior import path_log_likelihood as path_log_likelihood
 from ._learning.structure_posterior import StructurePosterior as StructurePosterior
 from ._learning.structure_posterior import learn_structure as learn_structure
-from ._learning.search import AbstractStructureSearch as AbstractStructureSearch
 from ._learning.search import Exhaustive as Exhaustive
 from ._learning.search import HillClimbing as HillClimbing
 from ._learning.empirical_bayes import EmpiricalBayes as EmpiricalBayes

@@ -21,6 +21,7 @@ from ._paths.csv import trajectories_to_dataframe as trajectories_to_dataframe
 from ._paths.csv import infer_cardinalities as infer_cardinalities
 from ._learning.family_statistics import FamilyStatistics as FamilyStatistics
 from ._learning.candidates import candidate_parent_sets as candidate_parent_sets
+from ._learning.search import AbstractStructureSearch as AbstractStructureSearch
 from ._learning.candidates import enumerate_parent_sets as enumerate_parent_sets
 from ._learning.family_statistics import family_statistics as family_statistics
 from ._learning.scores import score_parent_sets as score_parent_sets
