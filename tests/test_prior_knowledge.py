@@ -23,6 +23,7 @@ TIERS = (0, 1, 1, 2)
 FORBIDDEN = [(2, 1)]  # C -> B
 REQUIRED = [(0, 3)]  # A -> D
 MAX_PARENTS = (1, 2, 2, 3)
+KNOWLEDGE = dict(tiers=TIERS, forbidden=FORBIDDEN, required=REQUIRED, max_parents=MAX_PARENTS)
 
 
 def _allowed(n, parents, *, tiers, forbidden, required, max_parents):
@@ -36,7 +37,7 @@ def _allowed(n, parents, *, tiers, forbidden, required, max_parents):
 
 
 def test_candidate_sets_are_the_allowed_subsets():
-    knowledge = dict(tiers=TIERS, forbidden=FORBIDDEN, required=REQUIRED, max_parents=MAX_PARENTS)
+    knowledge = KNOWLEDGE
     sets = jc.internal.candidate_parent_sets(
         4, MAX_PARENTS, required_edges=REQUIRED, forbidden_edges=FORBIDDEN, tiers=TIERS
     )
@@ -87,7 +88,7 @@ def test_constrained_posterior_is_the_renormalised_unconstrained_one(paths):
         forbidden_edges=FORBIDDEN,
         tiers=TIERS,
     )
-    knowledge = dict(tiers=TIERS, forbidden=FORBIDDEN, required=REQUIRED, max_parents=MAX_PARENTS)
+    knowledge = KNOWLEDGE
     edges = np.zeros((4, 4))
     for n in range(4):
         sets = [tuple(int(p) for p in r if p >= 0) for r in np.asarray(free.parent_sets[n])]
@@ -124,7 +125,7 @@ def test_structural_em_on_panels_keeps_the_knowledge(paths):
         tiers=TIERS,
         max_iterations=3,
     )
-    knowledge = dict(tiers=TIERS, forbidden=FORBIDDEN, required=REQUIRED, max_parents=MAX_PARENTS)
+    knowledge = KNOWLEDGE
     for n in range(4):
         for row in np.asarray(fit.posterior.parent_sets[n]):
             assert _allowed(n, tuple(int(p) for p in row if p >= 0), **knowledge)

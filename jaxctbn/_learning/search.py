@@ -343,8 +343,7 @@ def _pools(data, sets, cards, prior, log_odds, allowed, required, in_degree, chu
     width = max(pool_size, K)
     top, index = jax.lax.top_k(by_parent, min(width, N))
     count = jnp.maximum(held.sum(-1), pool_size)[:, None]
-    keep = jnp.isfinite(top) | (top == jnp.inf)
-    keep = keep & (jnp.arange(top.shape[1])[None, :] < count) & (top > -jnp.inf)
+    keep = (top > -jnp.inf) & (jnp.arange(top.shape[1])[None, :] < count)
     return _canonical(jnp.where(keep, index, -1))
 
 
