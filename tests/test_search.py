@@ -206,6 +206,7 @@ def test_hill_climbing_finds_the_exhaustive_map_graph(ten_nodes):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow  # (the command line test runs the search with the same knowledge)
 def test_hill_climbing_keeps_the_prior_knowledge(ten_nodes):
     model, traj = ten_nodes
     names = [f"X{i}" for i in range(10)]
