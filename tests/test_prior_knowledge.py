@@ -24,6 +24,10 @@ FORBIDDEN = [(2, 1)]  # C -> B
 REQUIRED = [(0, 3)]  # A -> D
 MAX_PARENTS = (1, 2, 2, 3)
 KNOWLEDGE = dict(tiers=TIERS, forbidden=FORBIDDEN, required=REQUIRED, max_parents=MAX_PARENTS)
+# the same, as the learners take it
+LEARNER_KNOWLEDGE = dict(
+    max_parents=MAX_PARENTS, required_edges=REQUIRED, forbidden_edges=FORBIDDEN, tiers=TIERS
+)
 
 
 def _allowed(n, parents, *, tiers, forbidden, required, max_parents):
@@ -37,7 +41,6 @@ def _allowed(n, parents, *, tiers, forbidden, required, max_parents):
 
 
 def test_candidate_sets_are_the_allowed_subsets():
-    knowledge = KNOWLEDGE
     sets = jc.internal.candidate_parent_sets(
         4, MAX_PARENTS, required_edges=REQUIRED, forbidden_edges=FORBIDDEN, tiers=TIERS
     )
@@ -49,7 +52,7 @@ def test_candidate_sets_are_the_allowed_subsets():
             c
             for size in range(4)
             for c in itertools.combinations(others, size)
-            if _allowed(n, c, **knowledge)
+            if _allowed(n, c, **KNOWLEDGE)
         }
         assert got == expected, n
     assert {tuple(r[r >= 0]) for r in np.asarray(sets[0])} == {()}  # A: first tier, alone
@@ -79,21 +82,12 @@ def paths():
 def test_constrained_posterior_is_the_renormalised_unconstrained_one(paths):
     _, traj = paths
     free = jc.learn_structure(traj, NAMES, (2,) * 4, max_parents=3)
-    post = jc.learn_structure(
-        traj,
-        NAMES,
-        (2,) * 4,
-        max_parents=MAX_PARENTS,
-        required_edges=REQUIRED,
-        forbidden_edges=FORBIDDEN,
-        tiers=TIERS,
-    )
-    knowledge = KNOWLEDGE
+    post = jc.learn_structure(traj, NAMES, (2,) * 4, **LEARNER_KNOWLEDGE)
     edges = np.zeros((4, 4))
     for n in range(4):
         sets = [tuple(int(p) for p in r if p >= 0) for r in np.asarray(free.parent_sets[n])]
         scores = np.asarray(free.log_posterior()[n])
-        keep = np.asarray([_allowed(n, s, **knowledge) for s in sets])
+        keep = np.asarray([_allowed(n, s, **KNOWLEDGE) for s in sets])
         expected = np.exp(scores[keep] - np.logaddexp.reduce(scores[keep]))
         got_sets = [tuple(int(p) for p in r if p >= 0) for r in np.asarray(post.parent_sets[n])]
         assert got_sets == [s for s, k in zip(sets, keep) if k]
@@ -116,20 +110,12 @@ def test_structural_em_on_panels_keeps_the_knowledge(paths):
     states = np.stack([state_at(traj, t) for t in grid], axis=1)
     panel = jc.panel.PanelObservations(np.broadcast_to(grid, (len(states), len(grid))), states)
     fit = jc.panel.learn_structure_from_panels(
-        panel,
-        NAMES,
-        (2,) * 4,
-        max_parents=MAX_PARENTS,
-        forbidden_edges=FORBIDDEN,
-        required_edges=REQUIRED,
-        tiers=TIERS,
-        max_iterations=3,
+        panel, NAMES, (2,) * 4, **LEARNER_KNOWLEDGE, max_iterations=3
     )
-    knowledge = KNOWLEDGE
     for n in range(4):
         for row in np.asarray(fit.posterior.parent_sets[n]):
-            assert _allowed(n, tuple(int(p) for p in row if p >= 0), **knowledge)
-    assert all(_allowed(n, fit.posterior.map_graph()[n], **knowledge) for n in range(4))
+            assert _allowed(n, tuple(int(p) for p in row if p >= 0), **KNOWLEDGE)
+    assert all(_allowed(n, fit.posterior.map_graph()[n], **KNOWLEDGE) for n in range(4))
 
 
 def test_cli_learn_with_knowledge(paths, tmp_path, capsys):
