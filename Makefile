@@ -24,11 +24,11 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/pyright --pythonpath $(BIN)/python
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
-	$(BIN)/python -m pytest -n 2 -q tests
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q tests
 
 # the tests marked slow (a second, costlier route through code that `make test` also covers)
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -q -m slow tests
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q -m slow tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -108,10 +108,36 @@ def no_runtime_typecheck():
         jaxtyping.config.update("jaxtyping_disable", previous)
 
 
-#: The longest single tests (tests/README.md), started first: with two workers, a long test
-#: that starts late leaves the other worker idle at the end of the run.
-_LONGEST_FIRST = ("test_notebooks.py", "test_readme.py", "test_runtime_types.py")
+#: The files that take longest (measured with `--durations`; tests/README.md), longest first.
+#: `make test` sends each file whole to one worker (`--dist loadfile`: a module's fixtures and
+#: programs are built once, not once per worker), in collection order; the longest files go
+#: first, so that no worker is left with a long file at the end of the run while the other
+#: waits. The rest follow in name order.
+_LONGEST_FIRST = (
+    "test_notebooks.py",
+    "test_batches.py",
+    "test_panel_design.py",
+    "test_cli_panel.py",
+    "test_strengths.py",
+    "test_cli.py",
+    "test_structure_criteria.py",
+    "test_panel_fit.py",
+    "test_panel_posterior.py",
+    "test_priors_in_the_loop.py",
+    "test_panel_covariates.py",
+    "test_panel_structure_design.py",
+    "test_criteria.py",
+    "test_cli_batches.py",
+    "test_panel_strength.py",
+    "test_mean_field.py",
+    "test_master_equation.py",
+    "test_panel_buckets.py",
+    "test_readme.py",
+    "test_runtime_types.py",
+)
+_RANK = {name: i for i, name in enumerate(_LONGEST_FIRST)}
 
 
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: item.path.name not in _LONGEST_FIRST)  # stable: the rest keep order
+    # stable: the tests of a file keep their order, the other files theirs
+    items.sort(key=lambda item: _RANK.get(item.path.name, len(_RANK)))

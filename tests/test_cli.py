@@ -599,13 +599,12 @@ def test_design_parameters_on_a_large_network(ternary_chain, tmp_path):
     assert jc.internal.design_space((2,) * 8).targets.shape[0] == 17
 
 
-@pytest.mark.usefixtures("no_runtime_typecheck")  # passes a bad graph_draws on purpose
+@pytest.mark.slow  # the CLI's structure design: test_design_structure; the defaults: below
 def test_design_structure_on_a_large_network(tmp_path):
     """9 binary nodes, no history: `design --target structure` scores the 19 single-node
     candidates with joint graph draws over each node's 32 most probable parent sets (the
     defaults beyond 8 nodes), the numbers of the library call with the same settings and key
-    (from the prior posterior: the same compiled program); `--graph-draws` and `--max-sets`
-    override them."""
+    (from the prior posterior: the same compiled program)."""
     N = 9
     chain = _chain(N, 2, seed=4)  # (only its nodes matter: no history)
     net = tmp_path / "chain.json"
@@ -628,6 +627,24 @@ def test_design_structure_on_a_large_network(tmp_path):
         criterion=jc.VBHC(graph_draws=jc.criteria.JointGraphDraws(), max_sets=32),
     )
     np.testing.assert_allclose([r["score"] for r in res["scores"]], ref, rtol=1e-9)
+
+
+@pytest.mark.usefixtures("no_runtime_typecheck")  # passes a bad graph_draws on purpose
+def test_graph_draw_defaults_and_their_flags(tmp_path):
+    """The structure criteria's defaults by network size (joint draws over each node's 32 most
+    probable parent sets beyond 8 nodes, stratified below), `--graph-draws` and `--max-sets`
+    overriding them, and their one-line errors."""
+    N = 9
+    args = ["design", "--target", "structure", "--network", "net.json", "--initial-state", "A=0"]
+    args += ["--duration", "1", "--seed", "5", "--out", str(tmp_path / "rank.json")]
+    assert _box_hill_options(build_parser().parse_args(args), N) == {
+        "graph_draws": jc.criteria.JointGraphDraws(),
+        "max_sets": 32,
+    }
+    assert _box_hill_options(build_parser().parse_args(args), 8) == {
+        "graph_draws": jc.criteria.StratifiedGraphDraws(),
+        "max_sets": None,
+    }
     parsed = build_parser().parse_args([*args, "--graph-draws", "stratified", "--max-sets", "4"])
     options = _box_hill_options(parsed, N)
     assert options == {"graph_draws": jc.criteria.StratifiedGraphDraws(), "max_sets": 4}

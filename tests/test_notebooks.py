@@ -1,10 +1,10 @@
 """Execute the notebooks with small settings (as optax does when building its docs).
 
-Each notebook runs end to end in its own kernel and its own working directory. They run one
-after the other in one test, so that every notebook finds the programs that the notebooks
-before it compiled in the run's persistent compilation cache (the structure-learning loops of
-active_structure_learning, for instance, are those of gpu_batch); as separate tests, pytest-xdist
-would run them at the same time on different workers, each compiling them again."""
+Each notebook runs end to end in its own working directory, one after the other in one kernel
+(its namespace cleared before each), so that every notebook finds the programs that the
+notebooks before it compiled (the structure-learning loops of active_structure_learning, for
+instance, are those of gpu_batch); as separate tests, pytest-xdist would run them at the same
+time on different workers, each compiling them again."""
 
 import os
 import pathlib
@@ -12,6 +12,7 @@ import time
 
 import nbformat
 import pytest
+from jupyter_client import KernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
@@ -19,29 +20,20 @@ ROOT = pathlib.Path(__file__).parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
-def _execute(path: pathlib.Path, workdir: pathlib.Path) -> str | None:
-    """Run the notebook at `path` in a fresh kernel in `workdir`; the reason it failed, or
-    None."""
+def _prepared(path: pathlib.Path, workdir: pathlib.Path):
+    """The notebook at `path` with a first cell that clears the shared kernel's namespace
+    (`%reset -f`: nothing a notebook before it defined is visible) and moves it to `workdir`."""
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(
-        nb,
-        timeout=300,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(workdir)}},
-        # The kernel first runs the command line's JAX set-up, as conftest.py does in every
-        # worker: the persistent compilation cache of the run (inherited through
-        # JAXCTBN_CACHE_DIR) then also stores and loads programs with host callbacks (almost
-        # every program of the library; JAX alone would compile them again in each kernel).
-        # It also turns on float64, which every notebook does in its first cell anyway.
-        extra_arguments=[
-            "--IPKernelApp.exec_lines=from jaxctbn._cli.jax_setup import _setup_jax; _setup_jax()"
-        ],
+    reset = nbformat.v4.new_code_cell(
+        f"get_ipython().run_line_magic('reset', '-f')\nimport os\nos.chdir({str(workdir)!r})"
     )
-    try:
-        client.execute()
-    except CellExecutionError as err:  # its message has the failing cell's source and traceback
-        return f"a cell raised\n{err}"
-    code = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+    nb.cells.insert(0, reset)
+    return nb
+
+
+def _failure(nb) -> str | None:
+    """Why the executed notebook `nb` (its reset cell first) failed, or None."""
+    code = [c for c in nb.cells[1:] if c.cell_type == "code" and c.source.strip()]
     if not code:
         return "no code cells"
     not_run = [i for i, c in enumerate(code) if c.get("execution_count") is None]
@@ -79,15 +71,39 @@ def test_notebooks_execute(monkeypatch, tmp_path):
     # the kernel runs in tmp_path: make it import this checkout's package
     pythonpath = [str(ROOT), os.environ.get("PYTHONPATH", "")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, pythonpath)))
+    # One kernel for every notebook: its start and the imports of jax and jaxctbn (~4 s per
+    # notebook) are paid once, and a program a notebook traced is reused by the next in memory.
+    # Each notebook first clears the namespace (`_prepared`), so it sees nothing the ones
+    # before it defined.
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(
+        cwd=str(tmp_path),
+        # The kernel first runs the command line's JAX set-up, as conftest.py does in every
+        # worker: the persistent compilation cache of the run (inherited through
+        # JAXCTBN_CACHE_DIR) then also stores and loads programs with host callbacks (almost
+        # every program of the library; JAX alone would compile them again in the kernel).
+        # It also turns on float64, which every notebook does in its first cell anyway.
+        extra_arguments=[
+            "--IPKernelApp.exec_lines=from jaxctbn._cli.jax_setup import _setup_jax; _setup_jax()"
+        ],
+    )
     failures = {}
-    for path in NOTEBOOKS:  # every notebook, even after a failure
-        workdir = tmp_path / path.stem
-        workdir.mkdir()
-        start = time.perf_counter()
-        failure = _execute(path, workdir)
-        print(f"{path.name}: {time.perf_counter() - start:.1f} s, {failure or 'ran'}")
-        if failure is not None:
-            failures[path.name] = failure
+    try:
+        for path in NOTEBOOKS:  # every notebook, even after a failure
+            workdir = tmp_path / path.stem
+            workdir.mkdir()
+            start = time.perf_counter()
+            nb = _prepared(path, workdir)
+            try:
+                NotebookClient(nb, km=km, timeout=300, kernel_name="python3").execute()
+                failure = _failure(nb)
+            except CellExecutionError as err:  # its message has the failing cell and traceback
+                failure = f"a cell raised\n{err}"
+            print(f"{path.name}: {time.perf_counter() - start:.1f} s, {failure or 'ran'}")
+            if failure is not None:
+                failures[path.name] = failure
+    finally:
+        km.shutdown_kernel(now=True)
     if failures:
         pytest.fail(
             "\n\n".join(f"{name}: {reason}" for name, reason in failures.items()), pytrace=False

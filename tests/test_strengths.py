@@ -148,7 +148,11 @@ def test_strength_errors():
 
 @pytest.mark.parametrize(
     "criterion",
-    [jc.VBHC(graph_draws=jc.criteria.JointGraphDraws()), jc.EIG(num_paths=3)],
+    [
+        jc.VBHC(graph_draws=jc.criteria.JointGraphDraws()),
+        # the same general route (per-problem exposures) under a second criterion
+        pytest.param(jc.EIG(num_paths=3), marks=pytest.mark.slow),
+    ],
     ids=["joint", "eig"],
 )
 def test_structure_scores_with_unit_scales_are_the_perfect_ones(problem, criterion):
