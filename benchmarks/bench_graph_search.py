@@ -10,9 +10,11 @@ process (`--worker`), so its peak RSS is its own; the rates prior is Gamma(1, 1)
 structure prior uniform over the candidate sets (the library's defaults). SHD counts the
 missing and the extra edges of the MAP graph (a CTBN graph may be cyclic: no reversals).
 
-Run: `python benchmarks/bench_graph_search.py [--sizes 20,50,100,200] [--quick]`; writes
-`results/graph_search.{json,md}`. Peers (causal-hub's CTHC and CTPC, pyAgrum's CTPC, CTBN-RLE)
-are not in this table yet.
+Run: `python benchmarks/bench_graph_search.py [--sizes 20,50,100,200] [--quick]
+[--peers-python PY]`; writes `results/graph_search.{json,md}`. With `--peers-python` (an
+environment made by `python3 -m venv peers && peers/bin/pip install causal-hub pyagrum
+"pandas<3"`), causal-hub's CTHC and CTPC and pyAgrum's CTPC run on the same data, side by side
+(`_graph_search_peers.py`).
 """
 
 from __future__ import annotations
@@ -64,59 +66,109 @@ def sample(N: int, R: int, duration: float, path: str) -> None:
     np.savez(path, **{f: np.asarray(getattr(traj, f)) for f in traj.__dataclass_fields__})
 
 
-def worker(N: int, search: str, K: int, path: str) -> dict:
+def _truth(N: int):
+    import numpy as np
+
+    parents, _ = _network(N)
+    true = np.zeros((N, N), bool)
+    for n, ps in enumerate(parents):
+        true[list(ps), n] = True
+    return true
+
+
+def accuracy(true, learned, scores) -> dict:
+    """SHD (missing + extra edges of the learned graph; no reversals: a CTBN graph may be
+    cyclic) and the AUROC of `scores` (edge marginals, or the 0/1 graph of a peer) against the
+    true edges, ties counted half."""
+    import numpy as np
+
+    N = true.shape[0]
+    off = ~np.eye(N, dtype=bool)
+    missing = int((true & ~learned).sum())
+    extra = int((~true & learned & off).sum())
+    pos, neg = scores[true & off], scores[~true & off]
+    values = np.concatenate([pos, neg])
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(order))
+    ranks[order] = np.arange(1, len(order) + 1)
+    for v in np.unique(values):  # average ranks over ties
+        tie = values == v
+        ranks[tie] = ranks[tie].mean()
+    auroc = (ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg))
+    return {
+        "missing": missing,
+        "extra": extra,
+        "shd": missing + extra,
+        "auroc": float(auroc),
+        "true_edges": int(true.sum()),
+    }
+
+
+def worker(N: int, search: str, K: int, path: str, edge_prior: float | None) -> dict:
     import jax
     import numpy as np
 
     jax.config.update("jax_enable_x64", True)
     import jaxctbn as jc
 
-    parents, _ = _network(N)
     with np.load(path) as f:
         traj = jc.Trajectories(**{k: jax.numpy.asarray(f[k]) for k in f.files})
     R = traj.num_events.shape[0]
     names = [f"X{i}" for i in range(N)]
     choice = jc.HillClimbing(swaps=False) if search == "hill-climbing" else jc.Exhaustive()
+    pi = None if edge_prior is None else np.full((N, N), edge_prior)
     times = []
     for _ in range(2):
         t0 = time.perf_counter()
-        post = jc.learn_structure(traj, names, (2,) * N, max_parents=K, search=choice)
+        post = jc.learn_structure(
+            traj, names, (2,) * N, max_parents=K, search=choice, edge_prior=pi
+        )
         edges = np.asarray(post.edge_marginals())
         graph = post.map_graph()
         times.append(time.perf_counter() - t0)
-    true = np.zeros((N, N), bool)
-    for n, ps in enumerate(parents):
-        true[list(ps), n] = True
-    off = ~np.eye(N, dtype=bool)
     learned = np.zeros((N, N), bool)
     for n, ps in enumerate(graph):
         learned[list(ps), n] = True
-    missing = int((true & ~learned).sum())
-    extra = int((~true & learned & off).sum())
-    # AUROC of the edge marginals (ties counted half)
-    pos, neg = edges[true & off], edges[~true & off]
-    order = np.argsort(np.concatenate([pos, neg]), kind="stable")
-    ranks = np.empty(len(order))
-    values = np.concatenate([pos, neg])[order]
-    ranks[order] = np.arange(1, len(order) + 1)
-    for v in np.unique(values):  # average ranks over ties
-        tie = np.concatenate([pos, neg]) == v
-        ranks[tie] = ranks[tie].mean()
-    auroc = (ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg))
     return {
         "nodes": N,
+        "method": f"jaxctbn {search}" + ("" if edge_prior is None else f", pi = {edge_prior:.3g}"),
         "search": search,
+        "edge_prior": edge_prior,
         "max_parents": K,
         "trajectories": int(R),
         "events": int(np.asarray(traj.num_events).sum()),
-        "true_edges": int(true.sum()),
         "first_s": times[0],
         "second_s": times[1],
-        "missing": missing,
-        "extra": extra,
-        "shd": missing + extra,
-        "auroc": float(auroc),
         "candidate_sets": int(sum(s.shape[0] for s in post.parent_sets)),
+        **accuracy(_truth(N), learned, edges),
+    }
+
+
+def peer(name: str, python: str, N: int, K: int, data: str, timeout: float) -> dict:
+    """One peer on the same data, in its own environment and process (`_graph_search_peers`)."""
+    import subprocess
+
+    import numpy as np
+    from _common import measure_process
+
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_graph_search_peers.py")
+    record = {"nodes": N, "method": name, "max_parents": K}
+    try:
+        rec = measure_process([python, script, name, data, str(K)], timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {**record, "timeout_s": timeout}
+    except subprocess.CalledProcessError as err:
+        return {**record, "error": (err.stderr or "").strip().splitlines()[-1:]}
+    out = json.loads(rec["stdout"].strip().splitlines()[-1])
+    learned = np.zeros((N, N), bool)
+    for n, ps in enumerate(out["parents"]):
+        learned[ps, n] = True
+    return {
+        **record,
+        "first_s": out["learn_s"],
+        "process_s": rec["wall_s"],
+        "peak_rss_bytes": rec["peak_rss_bytes"],
+        **accuracy(_truth(N), learned, learned.astype(float)),
     }
 
 
@@ -128,7 +180,15 @@ def main():
     ap.add_argument("--exhaustive-up-to", type=int, default=100, help="largest N for K = 2")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--name", default="graph_search")
-    ap.add_argument("--worker", nargs=4, metavar=("N", "SEARCH", "K", "DATA"))
+    ap.add_argument(
+        "--peers-python",
+        default=None,
+        help="the python of an environment with causal-hub, pyAgrum and pandas < 3 (the peers "
+        "run there, side by side, on the same data); without it, jaxctbn alone",
+    )
+    ap.add_argument("--peers", default="causal-hub-cthc,causal-hub-ctpc,pyagrum-ctpc")
+    ap.add_argument("--peer-timeout", type=float, default=1800.0, help="seconds per peer run")
+    ap.add_argument("--worker", nargs=5, metavar=("N", "SEARCH", "K", "DATA", "EDGE_PRIOR"))
     ap.add_argument("--sample", nargs=2, metavar=("N", "DATA"))
     args = ap.parse_args()
     R, duration = (20, 2.0) if args.quick else (50, 3.0)
@@ -136,8 +196,9 @@ def main():
         sample(int(args.sample[0]), R, duration, args.sample[1])
         return
     if args.worker:
-        N, search, K, data = args.worker
-        print(json.dumps(worker(int(N), search, int(K), data)))
+        N, search, K, data, pi = args.worker
+        edge_prior = None if pi == "none" else float(pi)
+        print(json.dumps(worker(int(N), search, int(K), data, edge_prior)))
         return
     import tempfile
 
@@ -147,11 +208,13 @@ def main():
         data = os.path.join(work, f"paths_{N}.npz")
         cmd = [sys.executable, __file__, "--sample", str(N), data]
         measure_process(cmd + (["--quick"] if args.quick else []))
-        runs = [("hill-climbing", 3)]
+        # hill climbing under the uniform structure prior and under a sparse edge prior
+        # (pi = 1 / N: one expected parent per node), exhaustive scoring where it fits
+        runs = [("hill-climbing", 3, "none"), ("hill-climbing", 3, repr(1.0 / N))]
         if N <= args.exhaustive_up_to:
-            runs.append(("exhaustive", 2))
-        for search, K in runs:
-            cmd = [sys.executable, __file__, "--worker", str(N), search, str(K), data]
+            runs += [("exhaustive", 2, "none"), ("exhaustive", 2, repr(1.0 / N))]
+        for search, K, pi in runs:
+            cmd = [sys.executable, __file__, "--worker", str(N), search, str(K), data, pi]
             cmd += ["--quick"] if args.quick else []
             rec = measure_process(cmd)
             out = json.loads(rec["stdout"].strip().splitlines()[-1])
@@ -159,24 +222,38 @@ def main():
             out["process_s"] = rec["wall_s"]
             records.append(out)
             print(json.dumps(out), flush=True)
+        if args.peers_python:
+            for name in args.peers.split(","):
+                out = peer(name, args.peers_python, N, 3, data, args.peer_timeout)
+                records.append(out)
+                print(json.dumps(out), flush=True)
     lines = [
-        "# Structure learning on large networks: hill climbing and exhaustive scoring",
+        "# Structure learning on large networks: jaxctbn's search and scoring beside the peers",
         "",
         f"Binary nodes, random graphs (0-2 parents per node), {R} trajectories of tau = "
-        f"{duration}; Gamma(1, 1) rates prior, uniform structure prior. Hill climbing: additions "
-        "and removals (`HillClimbing(swaps=False)`), then the exact posterior over each node's "
-        "pool of 6 parents. Times: the first call (with compilation) and a second call; peak "
-        "RSS of the whole process.",
+        f"{duration}, the same data for every method. jaxctbn: Gamma(1, 1) rates prior; the "
+        "structure prior uniform over the candidate sets, or a sparse edge prior pi = 1/N; "
+        "hill climbing: additions and removals (`HillClimbing(swaps=False)`), then the exact "
+        "posterior over each node's pool of 6 parents. Times: the first call (with "
+        "compilation) and a second call; peak RSS of the whole process. Peers (in their own "
+        "environment, K = 3 where they take it): causal-hub's CTHC and CTPC through its "
+        "structural EM on certain evidence (one iteration), pyAgrum's CTPC; their time is the "
+        "learning call alone. AUROC of a peer: of its 0/1 graph.",
         "",
-        "| N | search | K | events | true edges | candidate sets | first call | second call | "
+        "| N | method | K | candidate sets | first call | second call | "
         "SHD (missing + extra) | AUROC | peak RSS |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
+        if "shd" not in r:
+            why = f"timed out ({r['timeout_s']:.0f} s)" if "timeout_s" in r else "failed"
+            lines.append(f"| {r['nodes']} | {r['method']} | {r['max_parents']} | | {why} | | | | |")
+            continue
+        second = f"{r['second_s']:.2f} s" if "second_s" in r else ""
+        sets = f"{r['candidate_sets']:,}" if "candidate_sets" in r else ""
         lines.append(
-            f"| {r['nodes']} | {r['search']} | {r['max_parents']} | {r['events']} | "
-            f"{r['true_edges']} | {r['candidate_sets']} | {r['first_s']:.1f} s | "
-            f"{r['second_s']:.2f} s | {r['shd']} ({r['missing']} + {r['extra']}) | "
+            f"| {r['nodes']} | {r['method']} | {r['max_parents']} | {sets} | "
+            f"{r['first_s']:.2f} s | {second} | {r['shd']} ({r['missing']} + {r['extra']}) | "
             f"{r['auroc']:.3f} | {r['peak_rss_bytes'] / 2**20:.0f} MiB |"
         )
     write_results(args.name, {"environment": environment(), "records": records}, lines)

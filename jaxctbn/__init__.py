@@ -60,6 +60,7 @@ from ._learning.structure_posterior import StructurePosterior as StructurePoster
 from ._learning.structure_posterior import learn_structure as learn_structure
 from ._learning.search import Exhaustive as Exhaustive
 from ._learning.search import HillClimbing as HillClimbing
+from ._learning.independence import CTPC as CTPC
 from ._learning.empirical_bayes import EmpiricalBayes as EmpiricalBayes
 from ._learning.strength import StrengthPosterior as StrengthPosterior
 from ._learning.strength import learn_strength as learn_strength

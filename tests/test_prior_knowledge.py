@@ -128,9 +128,19 @@ def test_cli_learn_with_knowledge(paths, tmp_path, capsys):
     out = tmp_path / "learned.json"
     learn = ["learn", "--data", str(data), "--out", str(out)]
     knowledge = ["--forbid", "C->B", "--require", "A->D", "--tiers", "A;B,C;D"]
+    knowledge += ["--edge-prior", "0.2,B->D=0.7,C->D=0.6"]
     assert main([*learn, *knowledge, "--max-parents", "2,A=1,D=3"]) == 0
     res = json.loads(out.read_text())
     assert res["prior"]["forbidden"] == [["C", "B"]] and res["prior"]["required"] == [["A", "D"]]
+    assert res["prior"]["edge_prior"] == {"default": 0.2, "edges": {"B->D": 0.7, "C->D": 0.6}}
+    # the library's posterior with the same knowledge and edge probabilities
+    pi = np.full((4, 4), 0.2)
+    pi[1, 3], pi[2, 3] = 0.7, 0.6
+    traj, _ = jc.read_trajectories_csv(data, truth)
+    ref = jc.learn_structure(traj, NAMES, (2,) * 4, **LEARNER_KNOWLEDGE, edge_prior=pi)
+    for n, name in enumerate(NAMES):
+        got = [s["posterior"] for s in res["nodes"][name]["parent_sets"]]
+        np.testing.assert_allclose(got, ref.parent_set_probabilities()[n], rtol=1e-9)
     assert res["prior"]["tiers"] == {"A": 0, "B": 1, "C": 1, "D": 2}
     assert res["prior"]["max_parents"] == {"A": 1, "B": 2, "C": 2, "D": 3}
     assert res["nodes"]["B"]["edge_marginals"]["C"] == 0.0
@@ -151,10 +161,19 @@ def test_cli_learn_with_knowledge(paths, tmp_path, capsys):
     found = json.loads(climbed.read_text())
     assert found["search"] == "hill-climbing" and found["map_graph"] == res["map_graph"]
     assert found["nodes"]["B"]["edge_marginals"]["C"] == 0.0
+    # and CTPC's pruning, with the knowledge
+    pruned = tmp_path / "pruned.json"
+    ctpc = ["--search", "ctpc", "--significance", "0.2", "--out", str(pruned)]
+    assert main([*learn[:-2], *knowledge, "--max-parents", "2,A=1,D=3", *ctpc]) == 0
+    found = json.loads(pruned.read_text())
+    assert found["search"] == "ctpc" and found["nodes"]["B"]["edge_marginals"]["C"] == 0.0
+    assert found["nodes"]["D"]["edge_marginals"]["A"] == pytest.approx(1.0)
     capsys.readouterr()
     for extra, message in [
         (["--restarts", "2"], "--restarts: only with --search hill-climbing"),
         (["--search", "bfs"], "argument --search: invalid choice"),
+        (["--significance", "0.1"], "--significance: only with --search ctpc"),
+        (["--search", "ctpc", "--significance", "1"], "--significance: must be in (0, 1)"),
         (["--forbid", "C->Z"], "--forbid: unknown node 'Z' in 'C->Z'"),
         (["--forbid", "C-B"], "--forbid: expected edges PARENT->CHILD"),
         (["--require", "B->B"], "--require: 'B->B' is a self-loop"),
@@ -165,6 +184,11 @@ def test_cli_learn_with_knowledge(paths, tmp_path, capsys):
         (["--max-parents", "1,Q=2"], "--max-parents: unknown node 'Q'"),
         (["--max-parents", "x"], "--max-parents: expected K or K,NODE=K"),
         (["--require", "A->D,B->D", "--max-parents", "1"], "node 'D' has 2 required parents"),
+        (["--edge-prior", "1"], "--edge-prior: P must be a probability in (0, 1), got '1'"),
+        (["--edge-prior", "0.1,A->B=0"], "--edge-prior: A->B must be a probability in (0, 1)"),
+        (["--edge-prior", "0.1,A->B"], "--edge-prior: expected PARENT->CHILD=Q, got 'A->B'"),
+        (["--edge-prior", "0.1,A->Z=0.5"], "--edge-prior: unknown node 'Z'"),
+        (["--edge-prior", "A->B=0.5"], "--edge-prior: expected P or P,PARENT->CHILD=Q"),
     ]:
         assert main([*learn, *extra]) == 2, extra
         lines = capsys.readouterr().err.strip().splitlines()

@@ -61,6 +61,17 @@ def _non_negative_number(text) -> float:
     return value
 
 
+def _probability_open(text) -> float:
+    """argparse type: a probability strictly between 0 and 1 (test levels)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text!r}")
+    return value
+
+
 def _hyperparameter(text) -> float | tuple[float, ...]:
     """argparse type: a prior hyper-parameter, one positive number or one per node in node
     order, comma-separated (`5,0.2,5,0.2`)."""
@@ -527,6 +538,7 @@ def _search(args, knowledge: dict, num_nodes: int):
     import jax
 
     from .._learning.candidates import knowledge_arrays
+    from .._learning.independence import CTPC
     from .._learning.search import Exhaustive, HillClimbing
 
     choice = args.search
@@ -540,8 +552,13 @@ def _search(args, knowledge: dict, num_nodes: int):
         choice = "exhaustive" if count <= EXHAUSTIVE_SETS else "hill-climbing"
     if args.restarts and choice != "hill-climbing":
         raise ValueError("--restarts: only with --search hill-climbing.")
+    if args.significance is not None and choice != "ctpc":
+        raise ValueError("--significance: only with --search ctpc.")
     if choice == "exhaustive":
         return Exhaustive(), choice
+    if choice == "ctpc":
+        level = 0.1 if args.significance is None else args.significance
+        return CTPC(alpha_f=level, alpha_chi2=level), choice
     key = jax.random.key(args.seed) if args.restarts else None
     return HillClimbing(restarts=args.restarts, key=key), choice
 
@@ -555,7 +572,7 @@ def _knowledge_arguments(p) -> None:
     p.add_argument("--require", default=None, help="edges always in the graph: A->B,...")
     p.add_argument(
         "--search",
-        choices=("auto", "exhaustive", "hill-climbing"),
+        choices=("auto", "exhaustive", "hill-climbing", "ctpc"),
         default="auto",
         help="auto (default): exhaustive while every node has at most "
         f"{EXHAUSTIVE_SETS:,} candidate parent sets in all, hill-climbing beyond",
@@ -568,10 +585,22 @@ def _knowledge_arguments(p) -> None:
     )
     p.add_argument("--seed", type=_seed, default=0, help="hill-climbing restarts (default 0)")
     p.add_argument(
+        "--significance",
+        type=_probability_open,
+        default=None,
+        help="ctpc: the level of its independence tests (default 0.1)",
+    )
+    p.add_argument(
         "--tiers",
         default=None,
         help="A,B;C;D: tiers separated by ';', every node once; a node's parents come from "
         "its own tier or earlier ones (a temporal order)",
+    )
+    p.add_argument(
+        "--edge-prior",
+        default=None,
+        help="P or P,A->B=Q,...: the prior probability of every edge (e.g. 1/N for sparse "
+        "graphs), and of single edges; default: no edge prior (uniform over the parent sets)",
     )
 
 
@@ -644,6 +673,41 @@ def _max_parents_per_node(text: str | None, names: list[str]) -> int | list[int]
     if not per_node:
         return base
     return [per_node.get(n, base) for n in names]
+
+
+def _edge_prior(text: str | None, names: list[str]):
+    """`P` or `P,A->B=Q,...` as the (N, N) edge probabilities of `structure_log_prior` (the
+    diagonal unused), or None; every probability in (0, 1)."""
+    import numpy as np
+
+    if text is None:
+        return None
+
+    def probability(value: str, what: str) -> float:
+        try:
+            p = float(value)
+        except ValueError:
+            p = float("nan")
+        if not 0.0 < p < 1.0:
+            raise ValueError(
+                f"--edge-prior: {what} must be a probability in (0, 1), got {value!r}."
+            )
+        return p
+
+    first, *rest = text.split(",")
+    if "=" in first or "->" in first:
+        raise ValueError(
+            f"--edge-prior: expected P or P,PARENT->CHILD=Q,... (P first), got {text!r}."
+        )
+    pi = np.full((len(names), len(names)), probability(first.strip(), "P"))
+    for item in rest:
+        edge, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--edge-prior: expected PARENT->CHILD=Q, got {item.strip()!r}.")
+        ((a, b),) = _edges(edge, names, "--edge-prior")
+        pi[a, b] = probability(value.strip(), edge.strip())
+    np.fill_diagonal(pi, 0.5)
+    return pi
 
 
 def _prior_knowledge(args, names: list[str]) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .._files import write_json
 from .arguments import (
     _assignment,
+    _edge_prior,
     _empirical_bayes,
     _prior,
     _prior_json,
@@ -53,6 +54,23 @@ def _parse_cardinalities(text, df, *, missing: bool = False):
     return out
 
 
+def _edge_prior_json(edge_prior, names):
+    """`{"default": P, "edges": {"A->B": Q, ...}}` for `--edge-prior` (the edges that differ
+    from the most common probability), or None."""
+    if edge_prior is None:
+        return None
+    import numpy as np
+
+    off = ~np.eye(len(names), dtype=bool)
+    values, counts = np.unique(edge_prior[off], return_counts=True)
+    default = float(values[np.argmax(counts)])
+    edges = {
+        f"{names[a]}->{names[b]}": float(edge_prior[a, b])
+        for a, b in zip(*np.nonzero(off & (edge_prior != default)))
+    }
+    return {"default": default, "edges": edges}
+
+
 def _cmd_learn(args):
     import jax
     import numpy as np
@@ -70,9 +88,10 @@ def _cmd_learn(args):
     N = len(names)
     knowledge = _prior_knowledge(args, names)
     max_parents = knowledge["max_parents"]
+    edge_prior = _edge_prior(args.edge_prior, names)
     extra = {}
-    if panel and args.search == "hill-climbing":
-        raise ValueError("--search hill-climbing: only for complete paths (--observation paths).")
+    if panel and args.search in ("hill-climbing", "ctpc"):
+        raise ValueError(f"--search {args.search}: only for complete paths (--observation paths).")
     search, search_name = _search(args, knowledge, N) if not panel else (Exhaustive(), "exhaustive")
     if panel:
         from .._panel.csv import panel_from_dataframe
@@ -87,6 +106,7 @@ def _cmd_learn(args):
             cards,
             **knowledge,
             prior=_prior(args, N),
+            edge_prior=edge_prior,
             tolerance=args.tolerance,
             max_iterations=args.max_iterations,
         )
@@ -100,8 +120,9 @@ def _cmd_learn(args):
         traj, ids = trajectories_from_dataframe(df, nodes)
         num_trajectories = len(dict.fromkeys(ids))
         post = learn_structure(
-            traj, names, cards, **knowledge, prior=_prior(args, N), search=search
-        )
+            traj, names, cards, **knowledge, prior=_prior(args, N), edge_prior=edge_prior,
+            search=search,
+        )  # fmt: skip
     eb = _empirical_bayes(args)
     if eb is not None:
         post = _jit(eb.fit)(post)
@@ -116,6 +137,7 @@ def _cmd_learn(args):
             "forbidden": [[names[a], names[b]] for a, b in knowledge["forbidden_edges"]],
             "required": [[names[a], names[b]] for a, b in knowledge["required_edges"]],
             "tiers": None if knowledge["tiers"] is None else dict(zip(names, knowledge["tiers"])),
+            "edge_prior": _edge_prior_json(edge_prior, names),
         },
         "search": search_name,
         "trajectories": num_trajectories,

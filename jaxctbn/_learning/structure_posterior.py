@@ -32,6 +32,7 @@ from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import check_states_now
 from .candidates import candidate_parent_sets
 from .family_statistics import FamilyStatistics, family_statistics
+from .independence import CTPC, ctpc_pools
 from .memory import _memory_budget, _plan_family_statistics
 from .posterior import AbstractPosterior
 from .priors import AbstractPrior, GammaPrior, check_prior
@@ -447,25 +448,32 @@ def learn_structure(
     knowledge: dict[str, Any] = dict(
         required_edges=required_edges, forbidden_edges=forbidden_edges, tiers=tiers
     )
-    if isinstance(search, HillClimbing):
+    if isinstance(search, (HillClimbing, CTPC)):
         if not is_concrete(trajectories.jump_times, trajectories.states):
             raise ValueError(
-                "search: HillClimbing needs concrete trajectories (outside jit): the parent "
-                "sets it finds give the shapes of the exact posterior."
+                f"search: {type(search).__name__} needs concrete trajectories (outside jit): "
+                "the parent sets it finds give the shapes of the exact posterior."
             )
         check_prior(prior, len(cards))
         data = search_data(trajectories, cards)
-        found = hill_climb(
-            trajectories, cards, search, prior=prior, max_parents=max_parents,
-            edge_prior=edge_prior, data=data, **knowledge,
-        )  # fmt: skip
-        sets = pool_parent_sets(found.pools, max_parents, **knowledge)
+        if isinstance(search, HillClimbing):
+            pools = hill_climb(
+                trajectories, cards, search, prior=prior, max_parents=max_parents,
+                edge_prior=edge_prior, data=data, **knowledge,
+            ).pools  # fmt: skip
+        else:
+            pools, _ = ctpc_pools(
+                trajectories, cards, search, max_parents=max_parents, data=data, **knowledge
+            )
+        sets = pool_parent_sets(pools, max_parents, **knowledge)
         stats = pool_statistics(data, cards, sets, search.chunk)
         return _from_statistics(stats, names, prior, edge_prior)
     elif isinstance(search, Exhaustive):
         sets = candidate_parent_sets(len(cards), max_parents, **knowledge)
     else:
-        raise ValueError(f"search: expected Exhaustive() or HillClimbing(...), got {search!r}.")
+        raise ValueError(
+            f"search: expected Exhaustive(), HillClimbing(...) or CTPC(...), got {search!r}."
+        )
     if method in ("auto", "scatter", "matmul", "jumps") and trajectories.jump_times.ndim == 2:
         # checked here too (not only when family_statistics is traced) for the data's states
         method = _plan_family_statistics(
