@@ -115,7 +115,11 @@ def worker(N: int, search: str, K: int, path: str, edge_prior: float | None) -> 
         traj = jc.Trajectories(**{k: jax.numpy.asarray(f[k]) for k in f.files})
     R = traj.num_events.shape[0]
     names = [f"X{i}" for i in range(N)]
-    choice = jc.HillClimbing(swaps=False) if search == "hill-climbing" else jc.Exhaustive()
+    choice = {
+        "hill-climbing": jc.HillClimbing(swaps=False),
+        "ctpc": jc.CTPC(),
+        "exhaustive": jc.Exhaustive(),
+    }[search]
     pi = None if edge_prior is None else np.full((N, N), edge_prior)
     times = []
     for _ in range(2):
@@ -211,6 +215,7 @@ def main():
         # hill climbing under the uniform structure prior and under a sparse edge prior
         # (pi = 1 / N: one expected parent per node), exhaustive scoring where it fits
         runs = [("hill-climbing", 3, "none"), ("hill-climbing", 3, repr(1.0 / N))]
+        runs += [("ctpc", 3, "none"), ("ctpc", 3, repr(1.0 / N))]
         if N <= args.exhaustive_up_to:
             runs += [("exhaustive", 2, "none"), ("exhaustive", 2, repr(1.0 / N))]
         for search, K, pi in runs:
@@ -234,7 +239,9 @@ def main():
         f"{duration}, the same data for every method. jaxctbn: Gamma(1, 1) rates prior; the "
         "structure prior uniform over the candidate sets, or a sparse edge prior pi = 1/N; "
         "hill climbing: additions and removals (`HillClimbing(swaps=False)`), then the exact "
-        "posterior over each node's pool of 6 parents. Times: the first call (with "
+        "posterior over each node's pool of 6 parents; ctpc: `CTPC()` (tests at level 0.1, "
+        "conditioning sets up to 2), then the exact posterior over each node's 8 strongest "
+        "survivors. Times: the first call (with "
         "compilation) and a second call; peak RSS of the whole process. Peers (in their own "
         "environment, K = 3 where they take it): causal-hub's CTHC and CTPC through its "
         "structural EM on certain evidence (one iteration), pyAgrum's CTPC; their time is the "

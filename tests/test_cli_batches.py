@@ -209,8 +209,17 @@ def test_design_strength_matches_the_library(history, tmp_path):
         json.dumps(e["intervention"]): e["score"] for e in res["scores"] if "rate_scales" not in e
     }
     assert all(e["score"] >= plain[json.dumps(e["intervention"])] - 1e-12 for e in scaled)
+
+
+@pytest.mark.slow  # --batch: test_design_batch_matches_the_library; --strength: the test above
+def test_design_batch_with_strength(history, tmp_path):
     # --batch with --strength: the greedy pair among the perfect and the scaled candidates,
     # each member reported with its scale (its first member is the best single entry)
+    model, hist, base = history
+    out = tmp_path / "strength.json"
+    flags = ["--strength", "B=0.5:4", "--costs", "B*=0.5", "--experiment-cost", "1"]
+    assert main([*base, *flags, "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
     pair = tmp_path / "pair.json"
     assert main([*base, *flags, "--batch", "2", "--out", str(pair)]) == 0
     res2 = json.loads(pair.read_text())

@@ -257,7 +257,15 @@ def test_rounded_shapes_change_no_likelihood_statistic_or_fit(data):
     stats = jc.panel.panel_expected_statistics(MODEL, rounded, solver=DENSE)
     np.testing.assert_array_equal(stats.transitions[R:], 0.0)
     np.testing.assert_array_equal(stats.dwell_times[R:], 0.0)
+    with pytest.raises(ValueError, match="with_rounded_shapes: needs concrete"):
+        jax.jit(lambda o: o.with_rounded_shapes())(buckets)
+
+
+@pytest.mark.slow  # the likelihood and statistics above: the fit is made of them
+def test_rounded_shapes_change_no_fit(data):
     # the fit (intervals grouped by their length, the group count rounded up too): the same
+    _, buckets = data
+    rounded = buckets.with_rounded_shapes()
     start = jc.CTBN(
         cims=[0.5 * jnp.abs(c) * (1 - 2 * jnp.eye(2)) for c in MODEL.cims],
         parents=MODEL.parents,
@@ -268,5 +276,3 @@ def test_rounded_shapes_change_no_likelihood_statistic_or_fit(data):
     np.testing.assert_allclose(fit_rounded.log_likelihood, fit.log_likelihood, rtol=1e-12)
     for a, b in zip(fit_rounded.model.cims, fit.model.cims):
         np.testing.assert_allclose(a, b, rtol=1e-9)
-    with pytest.raises(ValueError, match="with_rounded_shapes: needs concrete"):
-        jax.jit(lambda o: o.with_rounded_shapes())(buckets)

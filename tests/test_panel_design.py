@@ -188,6 +188,7 @@ def _exact_eig_of_symbols(lam, times, emission):
     return np.mean(np.sum(probs * np.log(safe), 1)) - np.sum(marginal * np.log(marginal))
 
 
+@pytest.mark.slow  # the same enumeration check with emissions: the plain one stays fast
 def test_panel_eig_with_misclassified_and_unmeasured_nodes():
     # Panel(emissions=...): the EIG of the recorded symbols, each likelihood by the forward
     # filter, against enumeration of every symbol sequence (numpy, 200,000 rate draws); below

@@ -209,6 +209,7 @@ def test_loop_with_chosen_visit_times_equals_a_replay():
         task.update(task.initial_posterior(), jax.tree_util.tree_map(lambda a: a[0], paths))
 
 
+@pytest.mark.slow  # the loop with panel outcomes: test_loop_with_panel_outcomes_equals_a_replay
 def test_structure_loop_with_panel_outcomes_equals_a_replay():
     # structure learning: the compiled loop observes each experiment at 0, 1 and 3, designs
     # with the panel structure BHC and updates by structural EM from the history; replayed
