@@ -66,6 +66,9 @@ class CTPC(AbstractStructureSearch):
       more states (default 0.1).
     - `max_conditioning`: the largest conditioning set (default `None`: $K - 1$, one less than
       the largest in-degree).
+    - `max_candidates`: candidates per node carried past the tests without conditioning
+      (default 12; the most dependent first): the conditioning sets of size $j$ number
+      $\binom{c-1}{j}$ per candidate, and their statistics are computed for all nodes at once.
     - `pool_size`: survivors kept per node for the exact posterior (default 8; the most
       dependent first).
     - `chunk`: path segments per matrix product (default 2048).
@@ -74,6 +77,7 @@ class CTPC(AbstractStructureSearch):
     alpha_f: float = eqx.field(static=True)
     alpha_chi2: float = eqx.field(static=True)
     max_conditioning: int | None = eqx.field(static=True)
+    max_candidates: int = eqx.field(static=True)
     pool_size: int = eqx.field(static=True)
     chunk: int = eqx.field(static=True)
 
@@ -83,6 +87,7 @@ class CTPC(AbstractStructureSearch):
         alpha_f: float = 0.1,
         alpha_chi2: float = 0.1,
         max_conditioning: int | None = None,
+        max_candidates: int = 12,
         pool_size: int = 8,
         chunk: int = 2048,
     ):
@@ -93,6 +98,7 @@ class CTPC(AbstractStructureSearch):
                 raise ValueError(f"{name}: expected a level in (0, 1), got {value!r}.")
         for name, value, low in (
             ("max_conditioning", max_conditioning, 0),
+            ("max_candidates", max_candidates, 1),
             ("pool_size", pool_size, 1),
             ("chunk", chunk, 1),
         ):
@@ -101,7 +107,8 @@ class CTPC(AbstractStructureSearch):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}.")
         self.alpha_f, self.alpha_chi2 = float(alpha_f), float(alpha_chi2)
-        self.max_conditioning, self.pool_size, self.chunk = max_conditioning, pool_size, chunk
+        self.max_conditioning, self.max_candidates = max_conditioning, max_candidates
+        self.pool_size, self.chunk = pool_size, chunk
 
 
 def f_test_p_values(M_joint, T_joint, M_base, T_base):
@@ -248,6 +255,13 @@ def ctpc_pools(
             strength = np.minimum(p_f[:, 0], p_chi2[:, 0])
         summary["tests"].append(int(tried.sum()))
         candidates = candidates & ~(independent.T & ~required)
+        if size == 0:  # the most dependent `max_candidates` go on (and the required ones)
+            for n in range(N):
+                free = np.nonzero(candidates[:, n] & ~required[:, n])[0]
+                weakest = free[np.argsort(strength[n, free], kind="stable")][
+                    search.max_candidates :
+                ]
+                candidates[weakest, n] = False
         summary["survivors"].append(candidates.sum(0).tolist())
     width = max(search.pool_size, K)
     pools = np.full((N, width), -1, np.int32)
