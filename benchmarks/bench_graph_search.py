@@ -162,7 +162,9 @@ def peer(name: str, python: str, N: int, K: int, data: str, timeout: float) -> d
     except subprocess.TimeoutExpired:
         return {**record, "timeout_s": timeout}
     except subprocess.CalledProcessError as err:
-        return {**record, "error": (err.stderr or "").strip().splitlines()[-1:]}
+        lines = (err.stderr or "").strip().splitlines()
+        reason = [ln.strip() for ln in lines if "Exception" in ln or "Error" in ln][-1:]
+        return {**record, "error": reason or lines[-1:]}
     out = json.loads(rec["stdout"].strip().splitlines()[-1])
     learned = np.zeros((N, N), bool)
     for n, ps in enumerate(out["parents"]):
@@ -191,7 +193,13 @@ def main():
         "run there, side by side, on the same data); without it, jaxctbn alone",
     )
     ap.add_argument("--peers", default="causal-hub-cthc,causal-hub-ctpc,pyagrum-ctpc")
-    ap.add_argument("--peer-timeout", type=float, default=1800.0, help="seconds per peer run")
+    ap.add_argument("--peer-timeout", type=float, default=600.0, help="seconds per peer run")
+    ap.add_argument(
+        "--peer-max-nodes",
+        default="pyagrum-ctpc=50",
+        help="PEER=N,...: the largest network a peer is run on (pyAgrum's CTPC is pure Python: "
+        "64 s at N = 20)",
+    )
     ap.add_argument("--worker", nargs=5, metavar=("N", "SEARCH", "K", "DATA", "EDGE_PRIOR"))
     ap.add_argument("--sample", nargs=2, metavar=("N", "DATA"))
     args = ap.parse_args()
@@ -228,7 +236,12 @@ def main():
             records.append(out)
             print(json.dumps(out), flush=True)
         if args.peers_python:
+            limits = dict(item.split("=") for item in args.peer_max_nodes.split(",") if item)
             for name in args.peers.split(","):
+                if N > int(limits.get(name, N)):
+                    out = {"nodes": N, "method": name, "max_parents": 3, "skipped": True}
+                    records.append(out)
+                    continue
                 out = peer(name, args.peers_python, N, 3, data, args.peer_timeout)
                 records.append(out)
                 print(json.dumps(out), flush=True)
@@ -253,7 +266,13 @@ def main():
     ]
     for r in records:
         if "shd" not in r:
-            why = f"timed out ({r['timeout_s']:.0f} s)" if "timeout_s" in r else "failed"
+            why = (
+                f"timed out ({r['timeout_s']:.0f} s)"
+                if "timeout_s" in r
+                else "not run (--peer-max-nodes)"
+                if r.get("skipped")
+                else "failed: " + " ".join(r.get("error", []))
+            )
             lines.append(f"| {r['nodes']} | {r['method']} | {r['max_parents']} | | {why} | | | | |")
             continue
         second = f"{r['second_s']:.2f} s" if "second_s" in r else ""
