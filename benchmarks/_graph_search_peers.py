@@ -2,7 +2,9 @@
 (numpy, pandas < 3, causal-hub, pyAgrum; no jax): `python _graph_search_peers.py PEER DATA K`
 reads the trajectories that the benchmark sampled (an `.npz` of `jaxctbn.Trajectories`), runs
 one peer's structure learning on them and prints one JSON line: the learned parents of each node
-and the time of the learning call alone (the data conversion excluded).
+and the time of the learning call alone (the data conversion excluded). `python
+_graph_search_peers.py self-check` runs each peer on a network and data of its own instead (so
+that what the table shows is not an artefact of our conversion).
 
 - `causal-hub-cthc`, `causal-hub-ctpc`: causal-hub's continuous-time hill climbing and CTPC.
   Its Python package (0.0.4) learns structure only through structural EM on evidence
@@ -102,7 +104,60 @@ def pyagrum_ctpc(paths, N: int):
     return parents, elapsed
 
 
+def self_check() -> dict:
+    """Each peer on a network and data of its own (not converted by us): causal-hub's EATING
+    CTBN (3 nodes, a cycle) sampled by causal-hub, 100 paths of length 10, through the same
+    structural EM on certain evidence; pyAgrum's CTPC on a random 4-node CTBN of its own
+    generator sampled by its own forward sampler (30 paths of horizon 20)."""
+    import numpy as np
+    import pandas as pd
+
+    out = {}
+    from causal_hub import assets
+    from causal_hub.datasets import CatTrjsEv
+    from causal_hub.estimators import PK, sem
+
+    model = assets.load_eating()
+    truth = model.graph()
+    out["causal-hub truth"] = {v: truth.parents(v) for v in truth.vertices()}
+    data = model.sample(100, max_time=10.0, seed=1)
+    labels, frames = data.labels(), []
+    for path in data.values():
+        df = path.to_pandas()
+        t = df["time"].to_numpy(float)
+        rows = []
+        for label in labels:
+            v = df[label].astype(str).to_numpy()
+            change = np.concatenate([[True], v[1:] != v[:-1]])
+            starts, ends = t[change], np.append(t[change][1:], t[-1])
+            rows += [(label, a, b, c) for a, b, c in zip(v[change], starts, ends) if c > b]
+        frame = pd.DataFrame(rows, columns=["event", "state", "start_time", "end_time"])
+        frames.append(frame.astype({"start_time": float, "end_time": float}))
+    evidence = CatTrjsEv.from_pandas(frames, with_states=data.states())
+    learned = sem(evidence, PK(labels, [], [], []), "cthc", max_iter=1, seed=0)["last_model"]
+    graph = learned.graph()
+    out["causal-hub-cthc"] = {v: graph.parents(v) for v in graph.vertices()}
+
+    import pyagrum.ctbn as ct
+
+    np.random.seed(0)
+    ctbn = ct.randomCTBN((3, 5), 4, 2)
+    out["pyagrum truth"] = sorted((ctbn.name(a), ctbn.name(b)) for a, b in ctbn.arcs())
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".csv") as f:
+        ct.ForwardSamplingInference(ctbn).writeTrajectoryCSV(
+            f.name, n=30, timeHorizon=20, burnIn=10
+        )
+        found = ct.Learner(f.name).learnCTBN(ctbn)
+    out["pyagrum-ctpc"] = sorted((found.name(a), found.name(b)) for a, b in found.arcs())
+    return out
+
+
 def main():
+    if sys.argv[1] == "self-check":
+        print(json.dumps(self_check()))
+        return
     peer, data, K = sys.argv[1], sys.argv[2], int(sys.argv[3])
     paths = _paths(data)
     N = len(paths[0][0])
