@@ -173,12 +173,18 @@ def test_run_batch_and_cost_errors(tmp_path, capsys, flags, message):
     assert not out.exists()
 
 
+STRENGTH_FLAGS = ["--strength", "B=0.5:4", "--costs", "B*=0.5", "--experiment-cost", "1"]
+
+
+def _design_with_strength(base, tmp_path) -> dict:
+    out = tmp_path / "strength.json"
+    assert main([*base, *STRENGTH_FLAGS, "--out", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
 def test_design_strength_matches_the_library(history, tmp_path):
     model, hist, base = history
-    out = tmp_path / "strength.json"
-    flags = ["--strength", "B=0.5:4", "--costs", "B*=0.5", "--experiment-cost", "1"]
-    assert main([*base, *flags, "--out", str(out)]) == 0
-    res = json.loads(out.read_text())
+    res = _design_with_strength(base, tmp_path)
     scaled = [e for e in res["scores"] if "rate_scales" in e]
     assert len(res["scores"]) == 9 + 3  # the 3 candidates leaving B free get a scaled variant
     assert all("B" not in e["intervention"] and set(e["rate_scales"]) == {"B"} for e in scaled)
@@ -215,13 +221,10 @@ def test_design_strength_matches_the_library(history, tmp_path):
 def test_design_batch_with_strength(history, tmp_path):
     # --batch with --strength: the greedy pair among the perfect and the scaled candidates,
     # each member reported with its scale (its first member is the best single entry)
-    model, hist, base = history
-    out = tmp_path / "strength.json"
-    flags = ["--strength", "B=0.5:4", "--costs", "B*=0.5", "--experiment-cost", "1"]
-    assert main([*base, *flags, "--out", str(out)]) == 0
-    res = json.loads(out.read_text())
+    _, _, base = history
+    res = _design_with_strength(base, tmp_path)
     pair = tmp_path / "pair.json"
-    assert main([*base, *flags, "--batch", "2", "--out", str(pair)]) == 0
+    assert main([*base, *STRENGTH_FLAGS, "--batch", "2", "--out", str(pair)]) == 0
     res2 = json.loads(pair.read_text())
     first = res2["batch"][0]
     assert (

@@ -50,7 +50,7 @@ from jax.scipy.special import betainc, gammaincc
 
 from .._paths.sampling import Trajectories
 from .candidates import knowledge_arrays
-from .search import AbstractStructureSearch, _move_statistics, search_data
+from .search import AbstractStructureSearch, _by_parent_state, _move_statistics, search_data
 
 
 class CTPC(AbstractStructureSearch):
@@ -162,17 +162,7 @@ def independence_p_values(data, bases, cards: tuple[int, ...], chunk: int):
     kmax = max(cards)
     C = int(kmax**width)
     D, E, D_own, E_own = _move_statistics(data, bases, cards, C, chunk, swaps=True)
-    offsets = np.concatenate([[0], np.cumsum(cards)[:-1]])
-    zero = int(sum(cards))
-    column = jnp.asarray(
-        np.where(
-            np.arange(kmax)[None, :] < np.asarray(cards)[:, None],
-            offsets[:, None] + np.arange(kmax)[None, :],
-            zero,
-        )
-    )  # (N, kmax): the column of (node m, state v); `zero` for states m does not have
-    D = jnp.concatenate([D, jnp.zeros(D.shape[:-1] + (1,), D.dtype)], axis=-1)
-    E = jnp.concatenate([E, jnp.zeros(E.shape[:-1] + (1,), E.dtype)], axis=-1)
+    column, D, E = _by_parent_state(cards, D, E)
     p_f = jnp.ones((N,) + bases.shape[1:2] + (N,), D.dtype)
     p_chi2 = jnp.ones_like(p_f)
     for k in sorted(set(cards)):

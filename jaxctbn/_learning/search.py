@@ -209,6 +209,22 @@ def _move_statistics(data, bases, cards, C: int, chunk: int, swaps: bool):
     )
 
 
+def _by_parent_state(cards: tuple[int, ...], D: Array, E: Array) -> tuple[Array, Array, Array]:
+    """The column of (node m, state v) in the joint statistics' last axis `(N, kmax)`, and the
+    statistics `D`, `E` with an extra all-zero column, the column of the states a node does not
+    have."""
+    kmax = max(cards)
+    offsets = np.concatenate([[0], np.cumsum(cards)[:-1]])
+    column = np.where(
+        np.arange(kmax)[None, :] < np.asarray(cards)[:, None],
+        offsets[:, None] + np.arange(kmax)[None, :],
+        int(sum(cards)),
+    )
+    D = jnp.concatenate([D, jnp.zeros(D.shape[:-1] + (1,), D.dtype)], axis=-1)
+    E = jnp.concatenate([E, jnp.zeros(E.shape[:-1] + (1,), E.dtype)], axis=-1)
+    return jnp.asarray(column), D, E
+
+
 def move_scores(
     data, sets, cards, prior, log_odds, allowed, required, in_degree, chunk, swaps=True
 ) -> tuple[Array, Array, Array]:
@@ -230,17 +246,7 @@ def move_scores(
     bases = bases.at[:, 0].set(jnp.where((size[:, :1] >= K), -1, bases[:, 0]))
     D, E, D_own, E_own = _move_statistics(data, bases, cards, C, chunk, swaps)
     B_add = D.shape[1]
-    zero = int(sum(cards))  # an extra all-zero column: the states a node does not have
-    offsets = np.concatenate([[0], np.cumsum(cards)[:-1]])
-    column = jnp.asarray(
-        np.where(
-            np.arange(kmax)[None, :] < np.asarray(cards)[:, None],
-            offsets[:, None] + np.arange(kmax)[None, :],
-            zero,
-        )
-    )  # (N, kmax): the column of (node m, state v)
-    D = jnp.concatenate([D, jnp.zeros(D.shape[:-1] + (1,), D.dtype)], axis=-1)
-    E = jnp.concatenate([E, jnp.zeros(E.shape[:-1] + (1,), E.dtype)], axis=-1)
+    column, D, E = _by_parent_state(cards, D, E)
     base_configs = num_configurations(bases, cards)  # (N, K + 1)
     card_of = jnp.asarray(cards)
 
