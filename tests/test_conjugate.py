@@ -85,8 +85,7 @@ def test_gamma_variates_do_not_depend_on_the_redraw_schedule(monkeypatch):
     key = jax.random.key(11)
     reference = gamma_jit(key, shapes)
     # one slot per round: every rejected element waits for its own round, in another order
-    monkeypatch.setattr(gamma_module, "_FIRST_REDRAW", 10**9)
-    monkeypatch.setattr(gamma_module, "_LATER_REDRAW", 10**9)
+    monkeypatch.setattr(gamma_module, "_REDRAW", 10**9)
     monkeypatch.setattr(gamma_module, "_MIN_REDRAW", 1)
     # a new function, traced afresh with the new sizes (the module's program has the old ones)
     one_slot = jax.jit(lambda k, a: gamma_variates(k, a))(key, shapes)

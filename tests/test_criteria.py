@@ -170,6 +170,45 @@ def test_adam_with_new_learning_rate_does_not_recompile(binary):
         assert abs(float(value) - closed) < 1e-4 * abs(closed)
 
 
+def test_adam_start_and_end_losses_from_one_loop_equal_a_plain_optax_loop():
+    # Adam evaluates the start's and the end's loss inside its loop (the loss traced once);
+    # the numbers are those of a plain optax loop and separate evaluations, to the bit
+    import optax
+
+    def loss(p):
+        return jnp.sum((p["a"] - 3.0) ** 4) + jnp.log1p(jnp.exp(p["b"]).sum())
+
+    init = {"a": jnp.arange(3.0), "b": jnp.ones(2)}
+    steps, lr = 37, 0.05
+
+    def plain(init):
+        opt = optax.adam(lr)
+
+        def step(carry, _):
+            p, state = carry
+            updates, state = opt.update(jax.grad(loss)(p), state, p)
+            return (optax.apply_updates(p, updates), state), None
+
+        (p, _), _ = jax.lax.scan(step, (init, opt.init(init)), None, length=steps)
+        return loss(p), loss(init), p
+
+    adam = jc.Adam(learning_rate=lr, steps=steps)
+    routes = {
+        "plain": jax.jit(plain)(init),
+        "adam": jax.jit(lambda i: adam.minimise_from_start(loss, i))(init),
+        # the generic route of the base class (the loss at the start, then `minimise`)
+        "generic": jax.jit(lambda i: jc.AbstractVBHCOptimiser.minimise_from_start(adam, loss, i))(
+            init
+        ),
+    }
+    end, start, p = routes["plain"]
+    assert float(end) < float(start)
+    for name in ("adam", "generic"):
+        assert float(routes[name][0]) == float(end) and float(routes[name][1]) == float(start)
+        for k in init:
+            np.testing.assert_array_equal(routes[name][2][k], p[k])
+
+
 def test_autodiff_gradient_equals_corrected_analytic_gradient(ternary):
     post, stats = ternary.post, ternary.stats[0]
     # an arbitrary point kappa

@@ -158,9 +158,7 @@ def panel_parameter_vbhc_minimum(
             posterior, laws, log_kappa, variational_keys, initial_state, times, intervention
         )
 
-    start = posterior_log_kappa(posterior)
-    bhc = loss(start)
-    value, _ = optimiser.minimise(loss, start)
+    value, bhc, _ = optimiser.minimise_from_start(loss, posterior_log_kappa(posterior))
     return jnp.where(jnp.isfinite(value), jnp.minimum(value, bhc), bhc), bhc
 
 

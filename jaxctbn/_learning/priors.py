@@ -20,7 +20,6 @@ import equinox as eqx
 import jax
 import jax.core
 import jax.numpy as jnp
-import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
@@ -323,7 +322,11 @@ class NodelmanPrior(AbstractPrior):
 
     def sample_rates(self, node, transitions, dwell_times, num_configs, key):
         shape, rate, conc, off = self._posterior(node, transitions, dwell_times, num_configs)
-        k_exit, k_next = jr.split(key)
-        q = gamma_variates(k_exit, shape, dtype=rate.dtype) / rate
-        g = with_zero_diagonal(gamma_variates(k_next, off_diagonal_entries(conc), rate.dtype))
+        # the exit rates' and the next states' Gamma variates from one sampler call (one
+        # rejection loop in the program, not two)
+        entries = off_diagonal_entries(conc)
+        both = jnp.concatenate([shape.reshape(-1), entries.reshape(-1)])
+        variates = gamma_variates(key, both, dtype=rate.dtype)
+        q = variates[: shape.size].reshape(shape.shape) / rate
+        g = with_zero_diagonal(variates[shape.size :].reshape(entries.shape))
         return q[..., None] * g / g.sum(-1, keepdims=True)
