@@ -42,3 +42,6 @@ from ._panel.observations import observe_paths as observe_paths
 from ._panel.rate_posterior import panel_rate_posterior as panel_rate_posterior
 from ._panel.strength import StrengthProfile as StrengthProfile
 from ._panel.strength import learn_strength_from_panels as learn_strength_from_panels
+from ._panel.gibbs import GibbsSampler as GibbsSampler
+from ._panel.gibbs import SampledPaths as SampledPaths
+from ._panel.gibbs import sample_panel_paths as sample_panel_paths

@@ -1,0 +1,494 @@
+r"""Inference under panel evidence by sampling: auxiliary-variable Gibbs sampling of whole CTBN
+paths given panel observations (Rao & Teh 2013, "Fast MCMC sampling for Markov jump processes
+and extensions", §5 for CTBNs), for networks beyond exact forward-backward (whose amalgamated
+state space grows as $\prod_n k_n$).
+
+One Gibbs update redraws the path of one node $n$ on $[t_0,t_{m-1}]$ given the paths of all
+the others and the observations of $n$:
+
+1. **Uniformisation.** With $\Omega_n = 2\max_{x,u}q_n(x\mid u)$ (twice the node's largest exit
+   rate), virtual jump times are drawn from a Poisson process of rate
+   $\Omega_n-q_n(x_n(t)\mid u_n(t))$ along the current path (by thinning a rate-$\Omega_n$
+   process). With the node's own jump times they form the candidate times $W$.
+2. **Forward filtering, backward sampling** over the grid of $W$, the other nodes' jump times
+   and the observation times of $n$, in time order. At a candidate time the node moves by
+   $B = I + Q_n(u_n(t))/\Omega_n$ (its parents' configuration at $t$); between grid points its
+   children $c$ contribute $\exp(-\Delta\sum_c q_c(x_c\mid u_c))$, which depends on $x_n$
+   through $u_c$; at a jump of a child, the child's rate of that jump; at an observation of $n$,
+   the indicator of the observed state. The initial law of $x_n(t_0)$ is uniform (the exact
+   route's default: conditional on the first observation).
+3. The new path keeps the jumps at the candidate times where the sampled state changes
+   (virtual jumps that stay are dropped).
+
+A sweep updates every node once, in order; the chain's stationary law is the posterior over
+complete paths given the observations. The first path jumps half-way between two
+observations of a node that differ.
+
+Everything is padded to static sizes and vectorised over trajectories (and chains) with
+`vmap`: `max_events` jumps per path and `max_virtual` candidate times per update. A path or an
+update that would need more raises (`eqx.error_if`) rather than returning a truncated sample.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+from .._model.ctbn import AbstractCTBN
+from .._paths.sampling import Trajectories
+from .._paths.sufficient_statistics import NodeStatistics, node_statistics
+from .observations import PanelObservations
+
+
+class _Tables(eqx.Module):
+    """The model padded to common shapes, for a traced node index: parents `(N, P)` (-1 =
+    none), children `(N, C)` (-1 = none), off-diagonal rates `(N, U, K, K)` (zero where
+    padded), cardinalities `(N,)` and the uniformisation rates $\\Omega_n$ `(N,)`."""
+
+    parents: Int[Array, "nodes slots"]
+    children: Int[Array, "nodes children"]
+    rates: Float[Array, "nodes configs k k"]
+    cardinalities: Int[Array, " nodes"]
+    omega: Float[Array, " nodes"]
+    static_cards: tuple[int, ...] = eqx.field(static=True)
+
+
+def _tables(model: AbstractCTBN) -> _Tables:
+    cards = model.cardinalities
+    N, K = len(cards), max(cards)
+    parent_lists = [tuple(int(p) for p in model.parent_list(n)) for n in range(N)]
+    P = max(1, max(len(p) for p in parent_lists))
+    children = [[c for c in range(N) if n in parent_lists[c]] for n in range(N)]
+    C = max(1, max(len(c) for c in children))
+    U = max(c.shape[0] for c in model.cims)
+    rates = []
+    for n, cim in enumerate(model.cims):
+        k = cards[n]
+        off = jnp.where(jnp.eye(k, dtype=bool), 0.0, cim)
+        rates.append(jnp.pad(off, ((0, U - cim.shape[0]), (0, K - k), (0, K - k))))
+    rates = jnp.stack(rates)
+    omega = 2 * rates.sum(-1).max(axis=(1, 2))
+    return _Tables(
+        parents=jnp.asarray([list(p) + [-1] * (P - len(p)) for p in parent_lists], jnp.int32),
+        children=jnp.asarray([c + [-1] * (C - len(c)) for c in children], jnp.int32),
+        rates=rates,
+        cardinalities=jnp.asarray(cards, jnp.int32),
+        omega=jnp.where(omega > 0, omega, 1.0),
+        static_cards=tuple(cards),
+    )
+
+
+class _Path(eqx.Module):
+    """One path on $[0, D]$ (times relative to the first observation): the initial state, and
+    its jumps in time order, each one node moving to a new value (slots past `count`: time
+    `inf`, node -1)."""
+
+    initial: Int[Array, " nodes"]
+    times: Float[Array, " events"]
+    nodes: Int[Array, " events"]
+    values: Int[Array, " events"]
+    count: Int[Array, ""]
+
+
+def _states_after(path: _Path) -> Int[Array, "events nodes"]:
+    """The global state after each jump slot (padding slots repeat the last state)."""
+    N, E = path.initial.shape[0], path.times.shape[0]
+    own = path.nodes[:, None] == jnp.arange(N)[None, :]
+    last = jax.lax.cummax(jnp.where(own, jnp.arange(E)[:, None], -1), axis=0)
+    return jnp.where(last >= 0, path.values[jnp.maximum(last, 0)], path.initial[None, :])
+
+
+def _sorted_path(initial, times, nodes, values, max_events: int) -> tuple[_Path, Array]:
+    """A `_Path` from unsorted candidate jumps (time `inf` = none), and whether they overflow
+    `max_events`."""
+    order = jnp.argsort(times, stable=True)
+    times, nodes, values = times[order], nodes[order], values[order]
+    count = jnp.sum(jnp.isfinite(times)).astype(jnp.int32)
+    overflow = count > max_events
+    if times.shape[0] < max_events:
+        pad = max_events - times.shape[0]
+        times = jnp.concatenate([times, jnp.full((pad,), jnp.inf, times.dtype)])
+        nodes = jnp.concatenate([nodes, jnp.full((pad,), -1, nodes.dtype)])
+        values = jnp.concatenate([values, jnp.zeros((pad,), values.dtype)])
+    times, nodes, values = times[:max_events], nodes[:max_events], values[:max_events]
+    valid = jnp.isfinite(times)
+    path = _Path(
+        initial=initial,
+        times=times,
+        nodes=jnp.where(valid, nodes, -1),
+        values=jnp.where(valid, values, 0),
+        count=jnp.minimum(count, max_events),
+    )
+    return path, overflow
+
+
+def _initial_path(obs_times, obs_states, observed, max_events: int) -> tuple[_Path, Array]:
+    """A first path consistent with the observations: each node starts in its first observed
+    state (0 if never observed) and jumps half-way between two of its observations that
+    differ."""
+    num_rows, N = obs_states.shape
+    index = jnp.where(observed, jnp.arange(num_rows)[:, None], -1)
+    latest = jax.lax.cummax(index, axis=0)
+    before = jnp.concatenate([jnp.full((1, N), -1, latest.dtype), latest[:-1]])
+    safe = jnp.maximum(before, 0)
+    previous = jnp.take_along_axis(obs_states, safe, axis=0)
+    jump = observed & (before >= 0) & (obs_states != previous)
+    mid = (obs_times[safe] + obs_times[:, None]) / 2
+    first = jnp.argmax(observed, axis=0)
+    initial = jnp.where(observed.any(0), obs_states[first, jnp.arange(N)], 0)
+    times = jnp.where(jump, mid, jnp.inf).reshape(-1)
+    nodes = jnp.broadcast_to(jnp.arange(N, dtype=jnp.int32), (num_rows, N)).reshape(-1)
+    return _sorted_path(initial, times, nodes, obs_states.reshape(-1), max_events)
+
+
+def _state_at(path: _Path, after: Array, t: Array) -> Array:
+    """The global state at times `t` (after the jumps at or before them)."""
+    j = jnp.searchsorted(path.times, t, side="right") - 1
+    return jnp.where((j >= 0)[..., None], after[jnp.maximum(j, 0)], path.initial)
+
+
+def _config(tables: _Tables, m, state) -> Array:
+    """The parent configuration of node(s) `m` in global state(s) `state` `(..., N)` (`m`
+    broadcasts against the leading axes; first parent the most significant digit, as the CIM
+    rows)."""
+    parents = tables.parents[m]  # (..., P)
+    lead = jnp.broadcast_shapes(parents.shape[:-1], state.shape[:-1])
+    parents = jnp.broadcast_to(parents, lead + parents.shape[-1:])
+    present = parents >= 0
+    safe = jnp.where(present, parents, 0)
+    card = jnp.where(present, tables.cardinalities[safe], 1)
+    strides = jnp.flip(jnp.cumprod(jnp.flip(card, -1), -1), -1) // card
+    value = jnp.take_along_axis(jnp.broadcast_to(state, lead + state.shape[-1:]), safe, -1)
+    return jnp.sum(jnp.where(present, value, 0) * strides, -1)
+
+
+def _exit(tables: _Tables, m, state) -> Array:
+    """Node `m`'s exit rate in the global `state` (any leading axes on `state`)."""
+    u = _config(tables, m, state)
+    return tables.rates[m, u, state[..., m]].sum(-1)
+
+
+def _update_node(tables: _Tables, path: _Path, n, evidence, duration, key, max_virtual: int):
+    """Redraw node `n`'s path given the others' and its observations (module docstring).
+    Returns the new path and whether the virtual-jump buffer overflowed."""
+    obs_times, obs_states, observed = evidence
+    K = tables.rates.shape[-1]
+    E = path.times.shape[0]
+    dtype = path.times.dtype
+    after = _states_after(path)
+    before = jnp.concatenate([path.initial[None], after[:-1]])
+    omega = tables.omega[n]
+    k_n = tables.cardinalities[n]
+    key_count, key_times, key_thin, key_back = jr.split(key, 4)
+
+    # 1. virtual jumps: a rate-Omega Poisson process on [0, D] thinned by 1 - q_n(x(t)) / Omega
+    count = jr.poisson(key_count, omega * duration)
+    overflow = count > max_virtual
+    slot = jnp.arange(max_virtual)
+    u = jr.uniform(key_times, (max_virtual,), dtype) * duration
+    u = jnp.sort(jnp.where(slot < count, u, jnp.inf))  # `count` uniform times, in order
+    at_u = _state_at(path, after, jnp.where(jnp.isfinite(u), u, 0.0))
+    keep = jr.uniform(key_thin, (max_virtual,), dtype) * omega >= _exit(tables, n, at_u)
+    virtual = jnp.where(keep, u, jnp.inf)
+
+    # 2. the grid: every jump slot (own jumps are candidate times, the others' are not), the
+    # virtual times, and the observations of n; in time order
+    kind_event = jnp.where(path.nodes == n, 1, 2)  # 1 candidate, 2 another node's jump
+    node_seen = observed[:, n]
+    grid_t = jnp.concatenate([path.times, virtual, jnp.where(node_seen, obs_times, jnp.inf)])
+    kind = jnp.concatenate(
+        [kind_event, jnp.ones((max_virtual,), jnp.int32), jnp.full(obs_times.shape, 3)]
+    )
+    # the jump slot (for another node's jump) or observation row behind each grid point
+    ref = jnp.concatenate([jnp.arange(E), jnp.zeros((max_virtual,), jnp.int32),
+                           jnp.arange(obs_times.shape[0])])  # fmt: skip
+    order = jnp.argsort(grid_t, stable=True)
+    grid_t, kind, ref = grid_t[order], kind[order], ref[order]
+    valid = jnp.isfinite(grid_t)
+    t = jnp.where(valid, grid_t, duration)
+    kind = jnp.where(valid, kind, 0)  # 0: padding, no action
+    state_after_point = _state_at(path, after, t)  # (G, N): the others' state after the point
+    state_before_point = jnp.where((kind == 2)[:, None], before[ref], state_after_point)
+    previous_state = jnp.concatenate([path.initial[None], state_after_point[:-1]])
+    gaps = jnp.diff(jnp.concatenate([jnp.zeros((1,), dtype), t]))
+    gaps = jnp.maximum(gaps, 0.0)
+
+    xs = jnp.arange(K)
+    possible = xs < k_n
+
+    def with_n(state):  # (..., N) -> (..., K, N): node n set to each of its values
+        return jnp.where(jnp.arange(state.shape[-1]) == n, xs[:, None], state[..., None, :])
+
+    def children_exit(state):  # (..., N) -> (..., K): the children's total exit rate
+        s = with_n(state)
+        total = jnp.zeros(s.shape[:-1], dtype)
+        for i in range(tables.children.shape[1]):
+            c = tables.children[n, i]
+            safe = jnp.maximum(c, 0)
+            total = total + jnp.where(c >= 0, _exit(tables, safe, s), 0.0)
+        return total
+
+    # the interval before each point (others as after the previous point), and the end's
+    interval = jnp.exp(-gaps[:, None] * children_exit(previous_state))
+    last_gap = jnp.maximum(duration - t[-1], 0.0)
+    end_factor = jnp.exp(-last_gap * children_exit(state_after_point[-1]))
+    # a child's jump: its rate, with n at each value
+    mover = jnp.where(kind == 2, path.nodes[ref], 0)
+    is_child = (kind == 2) & jnp.any(tables.children[n][None, :] == mover[:, None], axis=1)
+    s_child = with_n(state_before_point)  # (G, K, N)
+    u_child = _config(tables, mover[:, None], s_child)  # (G, K)
+    source = jnp.take_along_axis(state_before_point, mover[:, None], axis=1)  # (G, 1)
+    child_rate = tables.rates[mover[:, None], u_child, source, path.values[ref][:, None]]
+    point = jnp.where(is_child[:, None], child_rate, 1.0)
+    seen = jnp.where(kind == 3, obs_states[ref, n], -1)
+    point = jnp.where((kind == 3)[:, None], (xs[None, :] == seen[:, None]).astype(dtype), point)
+    point = jnp.where(possible[None, :], point, 0.0)
+    # a candidate time: B = I + Q_n(u_n) / Omega (parents as after the point)
+    u_n = _config(tables, n, state_after_point)
+    off = tables.rates[n, u_n] / omega  # (G, K, K)
+    step = off + jnp.eye(K, dtype=dtype) * (1 - off.sum(-1))[..., None]
+    moves = jnp.where((kind == 1)[:, None, None], step, jnp.eye(K, dtype=dtype))
+
+    # 3. forward filtering
+    prior = possible.astype(dtype) / k_n
+
+    def forward(alpha, inputs):
+        f, m, e = inputs
+        a = ((alpha * f) @ m) * e
+        z = a.sum()
+        return jnp.where(z > 0, a / jnp.where(z > 0, z, 1), alpha), (alpha, z > 0)
+
+    last, (alphas, ok) = jax.lax.scan(forward, prior, (interval, moves, point))
+    final = last * end_factor
+    feasible = jnp.all(ok) & (final.sum() > 0)
+
+    # 4. backward sampling: x after the last point, then each earlier point's state
+    keys = jr.split(key_back, t.shape[0] + 1)
+    x_last = jr.categorical(keys[-1], jnp.log(jnp.where(final > 0, final, 0.0)))
+
+    def backward(x_next, inputs):
+        alpha, f, m, k = inputs
+        w = alpha * f * m[:, x_next]
+        x = jr.categorical(k, jnp.log(jnp.where(w > 0, w, 0.0)))
+        return x, x_next
+
+    x_start, states_after = jax.lax.scan(
+        backward, x_last, (alphas, interval, moves, keys[:-1]), reverse=True
+    )
+    states_before = jnp.concatenate([x_start[None], states_after[:-1]])
+
+    # 5. the new path: the others' jumps and n's jumps where the sampled state changes
+    jumps = (kind == 1) & (states_after != states_before)
+    others = jnp.isfinite(path.times) & (path.nodes != n)
+    new, overflow_events = _sorted_path(
+        path.initial.at[n].set(x_start.astype(path.initial.dtype)),
+        jnp.concatenate([jnp.where(others, path.times, jnp.inf), jnp.where(jumps, t, jnp.inf)]),
+        jnp.concatenate([path.nodes, jnp.full(t.shape, n, path.nodes.dtype)]),
+        jnp.concatenate([path.values, states_after.astype(path.values.dtype)]),
+        E,
+    )
+    # an infeasible update (no path through the grid: it cannot happen from a feasible path,
+    # whose own jumps are candidates) keeps the old path
+    new = jax.tree_util.tree_map(lambda a, b: jnp.where(feasible, a, b), new, path)
+    return new, overflow | (feasible & overflow_events), ~feasible
+
+
+class GibbsSampler(eqx.Module):
+    """Auxiliary-variable Gibbs sampling of complete paths given panel observations (module
+    docstring): `burn_in` sweeps, then `num_samples` samples `thin` sweeps apart (all static);
+    `max_events` jumps per path and `max_virtual` candidate times per node update (static
+    buffer sizes: a path or update that needs more raises)."""
+
+    num_samples: int = eqx.field(default=200, static=True)
+    burn_in: int = eqx.field(default=50, static=True)
+    thin: int = eqx.field(default=1, static=True)
+    max_events: int = eqx.field(default=64, static=True)
+    max_virtual: int = eqx.field(default=64, static=True)
+
+    def __check_init__(self):
+        for name in ("num_samples", "thin", "max_events", "max_virtual"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"GibbsSampler: {name} must be an integer >= 1, got {value!r}.")
+        if not isinstance(self.burn_in, int) or isinstance(self.burn_in, bool) or self.burn_in < 0:
+            raise ValueError(
+                f"GibbsSampler: burn_in must be an integer >= 0, got {self.burn_in!r}."
+            )
+
+
+#: The default sampler of [`sample_panel_paths`][jaxctbn.panel.sample_panel_paths].
+DEFAULT_SAMPLER = GibbsSampler()
+
+
+class SampledPaths(eqx.Module):
+    """Posterior samples of complete paths given panel observations.
+
+    - `trajectories`: a [`jaxctbn.Trajectories`][] batch `(R, num_samples)` (trajectory, then
+      sample), each on $[0, t_{m-1}-t_0]$ (time from its first observation), ready for the
+      complete-data statistics (`jaxctbn.SufficientStatistics.from_trajectories`, structure
+      learning).
+    - `infeasible_updates`: per trajectory, node updates that found no path through their grid
+      and kept the old one (0 for a chain started from a feasible path).
+    - `jumps`: `(R, num_samples, N)` jumps of each node in each sample, the trace whose
+      effective sample size `effective_sample_size` reports.
+    """
+
+    trajectories: Trajectories
+    infeasible_updates: Int[Array, " trajectories"]
+    jumps: Int[Array, "trajectories samples nodes"]
+
+    def effective_sample_size(self) -> Float[Array, "trajectories nodes"]:
+        r"""Per trajectory and node, the effective sample size of the node's jump count over the
+        samples: $S/(1+2\sum_{l\ge1}\hat\rho_l)$, the autocorrelations summed up to the first
+        negative pair (Geyer's initial positive sequence); $S$ for a constant trace."""
+        x = self.jumps.astype(self.trajectories.durations.dtype)
+        S = x.shape[1]
+        centred = x - x.mean(1, keepdims=True)
+        var = (centred**2).mean(1)
+        lags = jnp.arange(1, S)
+
+        def rho(lag):
+            shifted = jnp.roll(centred, -lag, axis=1)
+            mask = (jnp.arange(S) < S - lag)[None, :, None]
+            return jnp.where(mask, centred * shifted, 0).sum(1) / S
+
+        rhos = jax.vmap(rho)(lags) / jnp.where(var > 0, var, 1)  # (S - 1, R, N)
+        pairs = rhos[: (S - 1) // 2 * 2].reshape(-1, 2, *rhos.shape[1:]).sum(1)
+        positive = jnp.cumprod(pairs > 0, axis=0).astype(x.dtype)
+        tau = 1 + 2 * (positive * pairs).sum(0)
+        return jnp.where(var > 0, S / jnp.maximum(tau, 1 / S), float(S))
+
+
+def _to_trajectories(path: _Path, duration, num_nodes: int) -> Trajectories:
+    valid = jnp.isfinite(path.times)
+    return Trajectories(
+        initial_states=path.initial,
+        jump_times=jnp.where(valid, path.times, duration),
+        states=_states_after(path),
+        num_events=path.count,
+        durations=duration,
+        truncated=jnp.asarray(False),
+        intervention_targets=jnp.zeros((num_nodes,), bool),
+        intervention_states=jnp.zeros((num_nodes,), jnp.int32),
+    )
+
+
+def _chain(tables: _Tables, times, states, num_observations, key, sampler: GibbsSampler):
+    """One trajectory's chain: its samples (as `_Path`s with a leading sample axis), the
+    overflow flag and the number of infeasible updates."""
+    num_rows, N = states.shape
+    rows = jnp.arange(num_rows) < num_observations
+    t0 = times[0]
+    duration = times[num_observations - 1] - t0
+    obs_times = jnp.where(rows, times - t0, jnp.inf)
+    observed = rows[:, None] & (states >= 0)
+    evidence = (obs_times, states, observed)
+    path, overflow = _initial_path(
+        jnp.where(rows, obs_times, 0.0), states, observed, sampler.max_events
+    )
+
+    def sweep(carry, key):
+        def one(n, c):
+            path, overflow, infeasible = c
+            new, flag, stuck = _update_node(
+                tables, path, n, evidence, duration, jr.fold_in(key, n), sampler.max_virtual
+            )
+            return new, overflow | flag, infeasible + stuck.astype(jnp.int32)
+
+        return jax.lax.fori_loop(0, N, one, carry)
+
+    def sweeps(carry, keys):
+        carry = jax.lax.fori_loop(0, keys.shape[0], lambda i, c: sweep(c, keys[i]), carry)
+        return carry, carry[0]
+
+    key_burn, key_samples = jr.split(key)
+    carry = (path, overflow, jnp.zeros((), jnp.int32))
+    if sampler.burn_in:
+        carry, _ = sweeps(carry, jr.split(key_burn, sampler.burn_in))
+    keys = jr.split(key_samples, sampler.num_samples * sampler.thin)
+    keys = keys.reshape(sampler.num_samples, sampler.thin, *keys.shape[1:])
+    (_, overflow, infeasible), samples = jax.lax.scan(sweeps, carry, keys)
+    return samples, duration, overflow, infeasible
+
+
+@eqx.filter_jit
+def sample_panel_paths(
+    model: AbstractCTBN,
+    observations: PanelObservations,
+    *,
+    key: PRNGKeyArray,
+    sampler: GibbsSampler = DEFAULT_SAMPLER,
+) -> SampledPaths:
+    r"""Posterior samples of the complete paths of a batch of panel trajectories given their
+    observations, by auxiliary-variable Gibbs sampling (module docstring): one chain per
+    trajectory, all trajectories at once (`vmap`).
+
+    - `model`: the CTBN whose path law is conditioned (its rates; no structural check of the
+      observations beyond the exact route's: an observation the model cannot reach makes every
+      update infeasible, reported in `infeasible_updates`).
+    - `observations`: a batch `(R, O)` of [`jaxctbn.panel.PanelObservations`][] with exact
+      (error-free) states, `-1` = missing; no exact entry times and no intervention (not yet).
+    - `key`; `sampler`: a [`jaxctbn.panel.GibbsSampler`][].
+
+    **Returns:** [`jaxctbn.panel.SampledPaths`][]. Raises when a buffer is too small
+    (`max_events`, `max_virtual`)."""
+    if not isinstance(observations, PanelObservations) or jnp.ndim(observations.times) != 2:
+        raise ValueError(
+            "observations: a batch of trajectories (PanelObservations with shape (R, O))."
+        )
+    if observations.intervention is not None:
+        raise ValueError("observations: intervened trajectories are not supported by sampling yet.")
+    if not isinstance(sampler, GibbsSampler):
+        raise ValueError(f"sampler: expected a jaxctbn.panel.GibbsSampler, got {sampler!r}.")
+    model = model.checked()
+    observations = observations.checked(model, None)
+    observations = eqx.error_if(
+        observations,
+        jnp.any(observations.exact_entry),
+        "observations: exact entry times are not supported by sampling yet.",
+    )
+    tables = _tables(model)
+    R, N = observations.times.shape[0], model.num_nodes
+    keys = jr.split(key, R)
+    samples, durations, overflow, infeasible = jax.vmap(
+        lambda t, s, m, k: _chain(tables, t, s, m, k, sampler)
+    )(observations.times, observations.states, observations.num_observations, keys)
+    trajectories = jax.vmap(jax.vmap(lambda p, d: _to_trajectories(p, d, N), in_axes=(0, None)))(
+        samples, durations
+    )
+    jumps = jax.vmap(jax.vmap(lambda p: jnp.sum(p.nodes[:, None] == jnp.arange(N), axis=0)))(
+        samples
+    )
+    trajectories = eqx.error_if(
+        trajectories,
+        jnp.any(overflow),
+        "sampler: a path or an update needed more than max_events jumps or max_virtual "
+        "candidate times; raise them (GibbsSampler(max_events=..., max_virtual=...)).",
+    )
+    return SampledPaths(trajectories=trajectories, infeasible_updates=infeasible, jumps=jumps)
+
+
+def sampled_node_statistics(
+    trajectories: Trajectories,
+    parents: tuple[tuple[int, ...], ...],
+    cardinalities: tuple[int, ...],
+) -> tuple[NodeStatistics, ...]:
+    """Each node's statistics for the parent sets `parents` from sampled `trajectories` `(R,
+    samples)` (`SampledPaths.trajectories`), averaged over the samples and summed over the
+    trajectories: the Monte Carlo estimate of the expected statistics given the
+    observations (the E-step of EM)."""
+    out = []
+    for n, ps in enumerate(parents):
+        stats = jax.vmap(jax.vmap(lambda t: node_statistics(t, n, tuple(ps), cardinalities)))(
+            trajectories
+        )
+        out.append(
+            NodeStatistics(
+                transitions=stats.transitions.mean(1).sum(0),
+                dwell_times=stats.dwell_times.mean(1).sum(0),
+            )
+        )
+    return tuple(out)

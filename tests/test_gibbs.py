@@ -1,0 +1,130 @@
+"""Inference under panel evidence by Gibbs sampling (`jaxctbn.panel.sample_panel_paths`): the
+sampled expected statistics against exact forward-backward (z-scores with batch-means errors),
+the samples against the observations they are conditioned on, and the argument errors."""
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import jaxctbn as jc
+from jaxctbn._panel.gibbs import sampled_node_statistics
+
+jax.config.update("jax_enable_x64", True)
+
+# A -> B -> C with B ternary; rates of order one over visits about one time unit apart
+MODEL = jc.CTBN(
+    cims=[
+        jnp.array([[[-0.8, 0.8], [0.6, -0.6]]]),
+        jnp.array(
+            [
+                [[-1.0, 0.7, 0.3], [0.4, -0.9, 0.5], [0.2, 0.6, -0.8]],
+                [[-0.3, 0.2, 0.1], [1.2, -1.5, 0.3], [0.9, 0.4, -1.3]],
+            ]
+        ),
+        jnp.array(
+            [[[-0.5, 0.5], [1.0, -1.0]], [[-1.5, 1.5], [0.2, -0.2]], [[-0.7, 0.7], [0.7, -0.7]]]
+        ),
+    ],
+    parents=((), (0,), (1,)),
+    names=("A", "B", "C"),
+)
+VISITS = jnp.array([0.0, 0.7, 1.5, 2.6])
+R = 3
+#: independent chains per trajectory: their spread gives the Monte Carlo standard error
+CHAINS = 8
+SAMPLER = jc.panel.GibbsSampler(num_samples=250, burn_in=40, thin=2, max_events=48)
+
+
+@pytest.fixture(scope="module")
+def data():
+    paths = jc.sample_trajectories(
+        MODEL, jnp.array([0, 1, 0]), 2.6, key=jr.key(4), num_trajectories=R
+    )
+    seen = jc.panel.observe_paths(paths, VISITS)
+    states = np.asarray(seen.states).copy()
+    # some cells missing (never the whole first row of a node in every trajectory)
+    states[0, 1, 2] = states[1, 2, 1] = states[2, 0, 0] = states[2, 3, 1] = -1
+    observations = jc.panel.PanelObservations(seen.times, jnp.asarray(states))
+    # CHAINS copies of the R trajectories, each with its own chain (chain-major order)
+    copies = jc.panel.PanelObservations(
+        jnp.tile(seen.times, (CHAINS, 1)), jnp.tile(jnp.asarray(states), (CHAINS, 1, 1))
+    )
+    samples = jc.panel.sample_panel_paths(MODEL, copies, key=jr.key(7), sampler=SAMPLER)
+    return observations, samples
+
+
+def test_sampled_statistics_match_exact_forward_backward(data):
+    observations, samples = data
+    exact = jc.panel.panel_expected_statistics(MODEL, observations).sum()
+    assert int(samples.infeasible_updates.sum()) == 0
+    per_chain = [
+        sampled_node_statistics(
+            jax.tree_util.tree_map(lambda x, c=c: x[c * R : (c + 1) * R], samples.trajectories),
+            MODEL.parents,
+            MODEL.cardinalities,
+        )
+        for c in range(CHAINS)
+    ]
+    z = []
+    for n, parents in enumerate(MODEL.parents):
+        for field, reference in (
+            ("transitions", exact.node_transitions(n, parents)),
+            ("dwell_times", exact.node_dwell_times(n, parents)),
+        ):
+            chains = np.stack([np.asarray(getattr(p[n], field)) for p in per_chain])
+            estimate, se = chains.mean(0), chains.std(0, ddof=1) / np.sqrt(CHAINS)
+            mask = se > 1e-9
+            # entries no chain moves (the diagonal of the counts) equal the exact ones
+            np.testing.assert_allclose(estimate[~mask], np.asarray(reference)[~mask], atol=1e-8)
+            z.append(((estimate - np.asarray(reference)) / np.where(mask, se, 1))[mask])
+    z = np.concatenate(z)
+    # 34 z-scores (Student t, 7 df: standard deviation 1.18): bias within Monte Carlo error
+    assert np.max(np.abs(z)) < 5.0, np.round(z, 2)
+    assert 0.5 < np.std(z) < 1.8, np.std(z)
+    ess = np.asarray(samples.effective_sample_size())
+    assert ess.shape == (CHAINS * R, 3)
+    assert np.all(ess > 10) and np.all(ess <= SAMPLER.num_samples + 1e-9)
+
+
+def test_samples_agree_with_their_observations(data):
+    observations, samples = data
+    traj = samples.trajectories  # the first chain of each trajectory: rows 0..R-1
+    times = np.asarray(observations.times) - np.asarray(observations.times[:, :1])
+    states = np.asarray(observations.states)
+    for r in range(R):
+        for s in range(0, SAMPLER.num_samples, 41):
+            jt = np.asarray(traj.jump_times[r, s])
+            n_ev = int(traj.num_events[r, s])
+            assert np.all(np.diff(jt[:n_ev]) > 0) and np.all(jt[:n_ev] < times[r, -1])
+            for i, t in enumerate(times[r]):
+                j = np.searchsorted(jt[:n_ev], t, side="right") - 1
+                at = np.asarray(traj.initial_states[r, s] if j < 0 else traj.states[r, s, j])
+                seen = states[r, i] >= 0
+                np.testing.assert_array_equal(at[seen], states[r, i][seen])
+            # one node per jump
+            before = np.concatenate(
+                [np.asarray(traj.initial_states[r, s])[None], np.asarray(traj.states[r, s])]
+            )
+            moved = (before[1 : n_ev + 1] != before[:n_ev]).sum(1)
+            assert np.all(moved == 1)
+
+
+def test_sampler_arguments_are_checked(data):
+    observations, _ = data
+    with pytest.raises(ValueError, match="num_samples must be an integer >= 1"):
+        jc.panel.GibbsSampler(num_samples=0)
+    with pytest.raises(ValueError, match="burn_in must be an integer >= 0"):
+        jc.panel.GibbsSampler(burn_in=-1)
+    with pytest.raises(ValueError, match="a batch of trajectories"):
+        jc.panel.sample_panel_paths(
+            MODEL,
+            jc.panel.PanelObservations(VISITS, jnp.zeros((4, 3), int)),
+            key=jr.key(0),
+        )
+    tiny = jc.panel.GibbsSampler(num_samples=2, burn_in=1, max_events=1)
+    with pytest.raises(Exception, match="max_events"):
+        jax.block_until_ready(
+            jc.panel.sample_panel_paths(MODEL, observations, key=jr.key(0), sampler=tiny)
+        )
