@@ -129,6 +129,7 @@ _LONGEST_FIRST = (
     "test_criteria.py",
     "test_cli_batches.py",
     "test_panel_strength.py",
+    "test_gibbs.py",
     "test_mean_field.py",
     "test_master_equation.py",
     "test_panel_buckets.py",
