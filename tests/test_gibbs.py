@@ -85,7 +85,35 @@ def test_sampled_statistics_match_exact_forward_backward(data):
     assert 0.5 < np.std(z) < 1.8, np.std(z)
     ess = np.asarray(samples.effective_sample_size())
     assert ess.shape == (CHAINS * R, 3)
-    assert np.all(ess > 10) and np.all(ess <= SAMPLER.num_samples + 1e-9)
+    assert np.all(ess > 10) and np.all(ess <= 2 * SAMPLER.num_samples)
+
+
+def test_effective_sample_size_of_autoregressive_traces():
+    # AR(1) traces x_t = phi x_{t-1} + e_t have ESS = S (1 - phi) / (1 + phi)
+    rng = np.random.default_rng(0)
+    S, traces = 3000, 8
+    for phi in (0.0, 0.5, 0.9):
+        x = np.zeros((traces, S, 1))
+        for t in range(1, S):
+            x[:, t] = phi * x[:, t - 1] + rng.normal(size=(traces, 1))
+        paths = jc.panel.SampledPaths(
+            trajectories=jc.Trajectories(
+                initial_states=jnp.zeros((traces, S, 1), int),
+                jump_times=jnp.zeros((traces, S, 1)),
+                states=jnp.zeros((traces, S, 1, 1), int),
+                num_events=jnp.zeros((traces, S), int),
+                durations=jnp.ones((traces, S)),
+                truncated=jnp.zeros((traces, S), bool),
+                intervention_targets=jnp.zeros((traces, S, 1), bool),
+                intervention_states=jnp.zeros((traces, S, 1), int),
+            ),
+            infeasible_updates=jnp.zeros(traces, int),
+            jumps=jnp.asarray(np.round(x * 100).astype(np.int64)),
+        )
+        ess = np.asarray(paths.effective_sample_size())
+        theory = S * (1 - phi) / (1 + phi)
+        assert ess.shape == (traces, 1)
+        assert abs(ess.mean() / theory - 1) < 0.15, (phi, ess.ravel(), theory)
 
 
 def test_samples_agree_with_their_observations(data):

@@ -342,24 +342,20 @@ class SampledPaths(eqx.Module):
 
     def effective_sample_size(self) -> Float[Array, "trajectories nodes"]:
         r"""Per trajectory and node, the effective sample size of the node's jump count over the
-        samples: $S/(1+2\sum_{l\ge1}\hat\rho_l)$, the autocorrelations summed up to the first
-        negative pair (Geyer's initial positive sequence); $S$ for a constant trace."""
+        samples: $S/\tau$, $\tau=-1+2\sum_{k}(\hat\rho_{2k}+\hat\rho_{2k+1})$ over the pairs of
+        autocorrelations before the first pair that is not positive (Geyer's initial positive
+        sequence; the autocorrelations by FFT); $S$ for a constant trace."""
         x = self.jumps.astype(self.trajectories.durations.dtype)
         S = x.shape[1]
         centred = x - x.mean(1, keepdims=True)
-        var = (centred**2).mean(1)
-        lags = jnp.arange(1, S)
-
-        def rho(lag):
-            shifted = jnp.roll(centred, -lag, axis=1)
-            mask = (jnp.arange(S) < S - lag)[None, :, None]
-            return jnp.where(mask, centred * shifted, 0).sum(1) / S
-
-        rhos = jax.vmap(rho)(lags) / jnp.where(var > 0, var, 1)  # (S - 1, R, N)
-        pairs = rhos[: (S - 1) // 2 * 2].reshape(-1, 2, *rhos.shape[1:]).sum(1)
-        positive = jnp.cumprod(pairs > 0, axis=0).astype(x.dtype)
-        tau = 1 + 2 * (positive * pairs).sum(0)
-        return jnp.where(var > 0, S / jnp.maximum(tau, 1 / S), float(S))
+        spectrum = jnp.fft.rfft(centred, n=2 * S, axis=1)
+        autocovariance = jnp.fft.irfft(jnp.abs(spectrum) ** 2, n=2 * S, axis=1)[:, :S] / S
+        variance = autocovariance[:, 0]
+        rho = autocovariance / jnp.where(variance > 0, variance, 1)[:, None]
+        pairs = rho[:, : S // 2 * 2].reshape(rho.shape[0], -1, 2, rho.shape[2]).sum(2)
+        positive = jnp.cumprod(pairs > 0, axis=1).astype(x.dtype)
+        tau = -1 + 2 * (positive * pairs).sum(1)
+        return jnp.where(variance > 0, S / jnp.maximum(tau, 1e-12), float(S))
 
 
 def _to_trajectories(path: _Path, duration, num_nodes: int) -> Trajectories:
