@@ -156,3 +156,52 @@ def test_sampler_arguments_are_checked(data):
         jax.block_until_ready(
             jc.panel.sample_panel_paths(MODEL, observations, key=jr.key(0), sampler=tiny)
         )
+
+
+def test_monte_carlo_em_reaches_the_exact_em_optimum():
+    # A -> B binary, 40 trajectories seen at 6 visits (some cells missing): EM with the sampled
+    # E-step against EM with exact forward-backward, by the panel log-likelihood of the fits
+    truth = jc.CTBN(
+        cims=[
+            jnp.array([[[-0.8, 0.8], [0.6, -0.6]]]),
+            jnp.array([[[-0.5, 0.5], [1.0, -1.0]], [[-1.5, 1.5], [0.2, -0.2]]]),
+        ],
+        parents=((), (0,)),
+        names=("A", "B"),
+    )
+    paths = jc.sample_trajectories(truth, jnp.array([0, 0]), 5.0, key=jr.key(2),
+                                   num_trajectories=40)  # fmt: skip
+    seen = jc.panel.observe_paths(paths, jnp.linspace(0.0, 5.0, 6))
+    states = np.asarray(seen.states).copy()
+    states[::4, 2, 0] = states[1::5, 3, 1] = -1
+    observations = jc.panel.PanelObservations(seen.times, jnp.asarray(states))
+    start = jc.CTBN(
+        cims=[jnp.array([[[-1.0, 1.0], [1.0, -1.0]]]), jnp.tile(jnp.array([[-1.0, 1.0], [1.0, -1.0]]), (2, 1, 1))],
+        parents=truth.parents,
+        names=truth.names,
+    )  # fmt: skip
+    exact = jc.panel.fit_rates(start, observations, method=jc.panel.EMFit(tolerance=1e-10))
+    sampler = jc.panel.GibbsSampler(num_samples=20, burn_in=5, max_events=48)
+    fit = jc.panel.fit_rates_by_sampling(
+        start, observations, key=jr.key(3), iterations=40, sampler=sampler
+    )
+    assert int(fit.infeasible_updates.sum()) == 0
+    assert fit.trace[0].shape == (40, 1, 2, 2)
+
+    def log_likelihood(model):
+        return float(jc.panel.panel_log_likelihood(model, observations).sum())
+
+    best = log_likelihood(exact.model)
+    got = log_likelihood(fit.model)
+    first = log_likelihood(start)
+    # from 10+ nats below to within 0.15 nats of the optimum of EM's exact route
+    assert best - first > 10
+    assert -1e-6 < best - got < 0.15, (best, got, first)
+    # the rates: their Monte Carlo error well inside the exact fit's own standard errors
+    se = jc.panel.rate_uncertainty(exact.model, observations).standard_errors
+    for q, r, e in zip(fit.model.cims, exact.model.cims, se):
+        off = ~np.eye(2, dtype=bool)
+        ratio = np.abs(np.asarray(q) - np.asarray(r))[:, off] / np.asarray(e)[:, off]
+        assert np.all(ratio < 0.5), ratio
+    with pytest.raises(ValueError, match="iterations: an integer >= 2"):
+        jc.panel.fit_rates_by_sampling(start, observations, key=jr.key(0), iterations=1)
