@@ -205,3 +205,25 @@ def test_monte_carlo_em_reaches_the_exact_em_optimum():
         assert np.all(ratio < 0.5), ratio
     with pytest.raises(ValueError, match="iterations: an integer >= 2"):
         jc.panel.fit_rates_by_sampling(start, observations, key=jr.key(0), iterations=1)
+
+
+def test_m_step_is_the_ratio_or_the_conjugate_posterior_mean():
+    from jaxctbn._panel.sampled_em import _m_step
+
+    rng = np.random.default_rng(1)
+    stats = [
+        jc.internal.NodeStatistics(
+            transitions=jnp.asarray(rng.poisson(3.0, size=(u, k, k)) * (1 - np.eye(k)), float),
+            dwell_times=jnp.asarray(rng.uniform(0.5, 2.0, size=(u, k))),
+        )
+        for u, k in ((1, 2), (2, 3), (3, 2))
+    ]
+    for prior in (None, jc.GammaPrior(2.0, 0.5)):
+        got = _m_step(stats, MODEL, prior)
+        for st, q in zip(stats, got.cims):
+            M, T = np.asarray(st.transitions), np.asarray(st.dwell_times)
+            k = M.shape[-1]
+            a, b = (0.0, 0.0) if prior is None else (2.0, 0.5)
+            rates = (M + a) / (T + b)[..., None] * (1 - np.eye(k))
+            expected = rates - np.eye(k) * rates.sum(-1, keepdims=True)
+            np.testing.assert_allclose(np.asarray(q), expected, rtol=1e-12)

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .._learning.posterior import RatePosterior
 from .._learning.priors import GammaPrior
 from .._model.ctbn import CTBN
 from .gibbs import DEFAULT_SAMPLER, GibbsSampler, sample_panel_paths, sampled_node_statistics
@@ -30,18 +31,17 @@ class SampledRateFit(eqx.Module):
     infeasible_updates: Array
 
 
-def _m_step(statistics, model: CTBN, prior: GammaPrior | None):
+def _m_step(statistics, model: CTBN, prior: GammaPrior | None) -> CTBN:
+    """The closed-form M-step: maximum likelihood, or the conjugate update's posterior mean."""
+    if prior is not None:
+        return RatePosterior.for_model(model, prior=prior).update(statistics).mean()
     cims = []
-    for n, (stats, cim) in enumerate(zip(statistics, model.cims)):
+    for stats, cim in zip(statistics, model.cims):
         k = cim.shape[-1]
         off = ~jnp.eye(k, dtype=bool)
         M, T = stats.transitions, stats.dwell_times
-        if prior is None:
-            rates = M / jnp.where(T > 0, T, 1)[..., None]
-            rates = jnp.where((T > 0)[..., None], rates, jnp.where(off, cim, 0))  # unvisited
-        else:
-            a, b = prior.node_parameters(n)
-            rates = (M + a) / (b + T)[..., None]
+        rates = M / jnp.where(T > 0, T, 1)[..., None]
+        rates = jnp.where((T > 0)[..., None], rates, jnp.where(off, cim, 0))  # unvisited: kept
         rates = jnp.where(off, rates, 0)
         cims.append(rates - jnp.eye(k, dtype=rates.dtype) * rates.sum(-1, keepdims=True))
     return CTBN(cims=cims, parents=model.parents, names=model.names)
