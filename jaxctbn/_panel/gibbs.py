@@ -38,6 +38,7 @@ import jax.random as jr
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._model.ctbn import AbstractCTBN
+from .._model.layout import config_index
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import NodeStatistics, node_statistics
 from .observations import PanelObservations
@@ -150,24 +151,9 @@ def _state_at(path: _Path, after: Array, t: Array) -> Array:
     return jnp.where((j >= 0)[..., None], after[jnp.maximum(j, 0)], path.initial)
 
 
-def _config(tables: _Tables, m, state) -> Array:
-    """The parent configuration of node(s) `m` in global state(s) `state` `(..., N)` (`m`
-    broadcasts against the leading axes; first parent the most significant digit, as the CIM
-    rows)."""
-    parents = tables.parents[m]  # (..., P)
-    lead = jnp.broadcast_shapes(parents.shape[:-1], state.shape[:-1])
-    parents = jnp.broadcast_to(parents, lead + parents.shape[-1:])
-    present = parents >= 0
-    safe = jnp.where(present, parents, 0)
-    card = jnp.where(present, tables.cardinalities[safe], 1)
-    strides = jnp.flip(jnp.cumprod(jnp.flip(card, -1), -1), -1) // card
-    value = jnp.take_along_axis(jnp.broadcast_to(state, lead + state.shape[-1:]), safe, -1)
-    return jnp.sum(jnp.where(present, value, 0) * strides, -1)
-
-
 def _exit(tables: _Tables, m, state) -> Array:
     """Node `m`'s exit rate in the global `state` (any leading axes on `state`)."""
-    u = _config(tables, m, state)
+    u = config_index(state, tables.parents[m], tables.static_cards)
     return tables.rates[m, u, state[..., m]].sum(-1)
 
 
@@ -239,7 +225,9 @@ def _update_node(tables: _Tables, path: _Path, n, evidence, duration, key, max_v
     mover = jnp.where(kind == 2, path.nodes[ref], 0)
     is_child = (kind == 2) & jnp.any(tables.children[n][None, :] == mover[:, None], axis=1)
     s_child = with_n(state_before_point)  # (G, K, N)
-    u_child = _config(tables, mover[:, None], s_child)  # (G, K)
+    u_child = jax.vmap(lambda m, s: config_index(s, tables.parents[m], tables.static_cards))(
+        mover, s_child
+    )  # (G, K)
     source = jnp.take_along_axis(state_before_point, mover[:, None], axis=1)  # (G, 1)
     child_rate = tables.rates[mover[:, None], u_child, source, path.values[ref][:, None]]
     point = jnp.where(is_child[:, None], child_rate, 1.0)
@@ -247,7 +235,7 @@ def _update_node(tables: _Tables, path: _Path, n, evidence, duration, key, max_v
     point = jnp.where((kind == 3)[:, None], (xs[None, :] == seen[:, None]).astype(dtype), point)
     point = jnp.where(possible[None, :], point, 0.0)
     # a candidate time: B = I + Q_n(u_n) / Omega (parents as after the point)
-    u_n = _config(tables, n, state_after_point)
+    u_n = config_index(state_after_point, tables.parents[n], tables.static_cards)
     off = tables.rates[n, u_n] / omega  # (G, K, K)
     step = off + jnp.eye(K, dtype=dtype) * (1 - off.sum(-1))[..., None]
     moves = jnp.where((kind == 1)[:, None, None], step, jnp.eye(K, dtype=dtype))
