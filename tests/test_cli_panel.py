@@ -174,7 +174,7 @@ def test_fit_paths_closed_form_is_an_optimum(files, tmp_path):
     assert d["num_parameters"] == len(d["rates"]) and d["hessian_positive_definite"] is True
 
 
-def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path):
+def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path, capsys):
     panel, _, _ = files
     out = tmp_path / "learn.json"
     args = ["learn", "--data", str(panel), "--observation", "panel", "--max-parents", "1"]
@@ -183,6 +183,26 @@ def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path):
     assert {"nodes", "map_graph", "entropy", "rates", "log_likelihood", "em"} <= set(d)
     assert set(d["em"]) == {"iterations", "converged"} and d["em"]["iterations"] >= 1
     assert np.isfinite(d["log_likelihood"]) and d["trajectories"] == 30
+    assert d["inference"] == "exact" and "sampling" not in d
+    # the Gibbs E-step: the exact route's MAP graph, its diagnostics, no log-likelihood
+    sampled = tmp_path / "sampled.json"
+    flags = ["--inference", "sampling", "--samples", "30", "--burn-in", "10", "--seed", "1"]
+    assert main([*args, *flags, "--out", str(sampled)]) == 0
+    s = json.loads(sampled.read_text())
+    assert s["map_graph"] == d["map_graph"] and s["inference"] == "sampling"
+    assert s["log_likelihood"] is None and s["em"]["converged"]
+    assert s["sampling"]["samples"] == 30 and s["sampling"]["seed"] == 1
+    assert s["sampling"]["infeasible_updates"] == 0
+    assert set(s["sampling"]["min_effective_sample_size"]) == {"A", "B"}
+    assert all(v > 0 for v in s["sampling"]["min_effective_sample_size"].values())
+    for extra, message in [
+        (["--inference", "mean-field"], "--inference mean-field: the mean-field equations"),
+        (["--inference", "sampling", "--exact-entry", "A=1"], "--exact-entry: not supported"),
+    ]:
+        assert main([*args, *extra, "--out", str(tmp_path / "bad.json")]) == 2
+        assert not (tmp_path / "bad.json").exists()
+    complete = ["learn", "--data", str(files[1]), "--inference", "sampling"]
+    assert main([*complete, "--out", str(tmp_path / "bad.json")]) == 2
 
 
 @pytest.mark.parametrize(

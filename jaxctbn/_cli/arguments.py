@@ -583,7 +583,9 @@ def _knowledge_arguments(p) -> None:
         default=0,
         help="hill-climbing: climbs from random starting sets besides the first (default 0)",
     )
-    p.add_argument("--seed", type=_seed, default=0, help="hill-climbing restarts (default 0)")
+    p.add_argument(
+        "--seed", type=_seed, default=0, help="hill-climbing restarts; panel sampling (default 0)"
+    )
     p.add_argument(
         "--significance",
         type=_probability_open,

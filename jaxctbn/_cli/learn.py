@@ -82,6 +82,18 @@ def _cmd_learn(args):
     panel = args.observation == "panel"
     if not panel and args.exact_entry:
         raise ValueError("--exact-entry: only for panel data (--observation panel).")
+    if not panel and args.inference != "exact":
+        raise ValueError(
+            f"--inference {args.inference}: only for panel data (--observation panel); complete "
+            "paths need no inference."
+        )
+    if args.inference == "mean-field":
+        raise ValueError(
+            "--inference mean-field: the mean-field equations of this version are evidence-free "
+            "and cannot condition on panel observations; use exact or sampling."
+        )
+    if args.inference == "sampling" and args.exact_entry:
+        raise ValueError("--exact-entry: not supported with --inference sampling.")
     df = read_csv(args.data)
     nodes = _parse_cardinalities(args.cardinalities, df, missing=panel)
     names, cards = list(nodes), tuple(nodes.values())
@@ -100,6 +112,18 @@ def _cmd_learn(args):
         entry = _assignment(args.exact_entry, names, cards, "--exact-entry")
         observations, ids = panel_from_dataframe(df, nodes, exact_entry=entry, bucketed=True)
         num_trajectories = len(ids)
+        sampling = {}
+        if args.inference == "sampling":
+            from .._panel.gibbs import GibbsSampler
+
+            sampler = GibbsSampler(
+                num_samples=args.samples,
+                burn_in=args.burn_in,
+                max_events=args.max_events,
+                max_virtual=args.max_virtual,
+            )
+            sampling = {"sampler": sampler, "key": jax.random.key(args.seed)}
+            sampling["patience"] = args.patience
         fit = learn_structure_from_panels(
             observations,
             names,
@@ -109,12 +133,25 @@ def _cmd_learn(args):
             edge_prior=edge_prior,
             tolerance=args.tolerance,
             max_iterations=args.max_iterations,
+            **sampling,
         )
         post = fit.posterior
         extra = {
-            "log_likelihood": float(fit.log_likelihood),
+            "inference": args.inference,
+            "log_likelihood": None if fit.log_likelihood is None else float(fit.log_likelihood),
             "em": {"iterations": fit.iterations, "converged": fit.converged},
         }
+        if fit.effective_sample_size is not None:
+            extra["sampling"] = {
+                "samples": args.samples,
+                "burn_in": args.burn_in,
+                "seed": args.seed,
+                "patience": args.patience,
+                "min_effective_sample_size": dict(
+                    zip(names, (float(v) for v in np.asarray(fit.effective_sample_size)))
+                ),
+                "infeasible_updates": fit.infeasible_updates,
+            }
     else:
         # long trajectories come back cut into pieces: ids has one entry per row
         traj, ids = trajectories_from_dataframe(df, nodes)

@@ -103,6 +103,39 @@ def build_parser() -> argparse.ArgumentParser:
         default=100,
         help="panel: at most N structural EM iterations (default 100)",
     )
+    p.add_argument(
+        "--inference",
+        choices=["exact", "mean-field", "sampling"],
+        default="exact",
+        help="panel: the E-step's inference under the observations: exact forward-backward "
+        "(default; exponential in the number of nodes) or sampling (auxiliary-variable Gibbs "
+        "sampling of paths; exact observations only); mean-field is evidence-free in this "
+        "version and refused for panels",
+    )
+    p.add_argument(
+        "--samples", type=_at_least(1), default=200, help="sampling: paths per trajectory (200)"
+    )
+    p.add_argument(
+        "--burn-in", type=_at_least(0), default=50, help="sampling: sweeps discarded first (50)"
+    )
+    p.add_argument(
+        "--max-events",
+        type=_at_least(1),
+        default=64,
+        help="sampling: jumps a sampled path may hold (64; raise it when told)",
+    )
+    p.add_argument(
+        "--max-virtual",
+        type=_at_least(1),
+        default=64,
+        help="sampling: candidate times of one node update (64; raise it when told)",
+    )
+    p.add_argument(
+        "--patience",
+        type=_at_least(1),
+        default=3,
+        help="sampling: structural EM stops when the MAP graph is unchanged for P E-steps (3)",
+    )
     p.add_argument("--out", required=True)
     p.set_defaults(func=_cmd_learn)
 

@@ -513,7 +513,9 @@ def run_pool_experiment(
         "full_data_graph": {names[n]: [names[p] for p in ps] for n, ps in enumerate(model.parents)},
         "full_data_iterations": fit.iterations,
         "full_data_converged": fit.converged,
-        "full_data_log_likelihood": float(fit.log_likelihood),
+        "full_data_log_likelihood": (
+            None if fit.log_likelihood is None else float(fit.log_likelihood)
+        ),
     }
     chunk_dir = None
     if out is not None:

@@ -35,9 +35,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._model.ctbn import AbstractCTBN
+from .._model.interventions import is_concrete
 from .._model.layout import config_index
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import NodeStatistics, node_statistics
@@ -57,13 +59,41 @@ class _Tables(eqx.Module):
     static_cards: tuple[int, ...] = eqx.field(static=True)
 
 
-def _tables(model: AbstractCTBN) -> _Tables:
+def _parent_array(model: AbstractCTBN) -> Int[Array, "nodes slots"]:
+    """The model's parent lists as one array `(N, P)` padded with `-1` (static tuples or the
+    padded arrays of a [`jaxctbn.PaddedCTBN`][])."""
+    lists = [
+        jnp.asarray(model.parent_list(n), jnp.int32).reshape(-1) for n in range(model.num_nodes)
+    ]
+    P = max(1, max(int(p.shape[0]) for p in lists))
+    return jnp.stack([jnp.pad(p, (0, P - p.shape[0]), constant_values=-1) for p in lists])
+
+
+def max_children(model: AbstractCTBN) -> int:
+    """A static bound on the number of children of a node: the largest out-degree when the
+    graph is concrete, rounded up to a power of two (graphs that differ little share one
+    compiled sampler), at most $N-1$; $N-1$ when the graph is traced."""
+    N = model.num_nodes
+    lists = [model.parent_list(n) for n in range(N)]
+    if not is_concrete(*lists):
+        return max(1, N - 1)
+    counts = np.zeros(N, int)
+    for p in lists:
+        for q in np.asarray(p, int).reshape(-1):
+            if q >= 0:
+                counts[q] += 1
+    bound = 1 << max(0, int(counts.max()) - 1).bit_length()
+    return max(1, min(bound, N - 1))
+
+
+def _tables(model: AbstractCTBN, num_children: int) -> _Tables:
     cards = model.cardinalities
     N, K = len(cards), max(cards)
-    parent_lists = [tuple(int(p) for p in model.parent_list(n)) for n in range(N)]
-    P = max(1, max(len(p) for p in parent_lists))
-    children = [[c for c in range(N) if n in parent_lists[c]] for n in range(N)]
-    C = max(1, max(len(c) for c in children))
+    parents = _parent_array(model)
+    is_parent = jnp.any(parents[:, :, None] == jnp.arange(N)[None, None, :], axis=1)  # [c, n]
+    # node n's children first (in index order), then -1
+    order = jnp.argsort(~is_parent.T, axis=1, stable=True)[:, :num_children]
+    children = jnp.where(jnp.take_along_axis(is_parent.T, order, axis=1), order, -1)
     U = max(c.shape[0] for c in model.cims)
     rates = []
     for n, cim in enumerate(model.cims):
@@ -73,8 +103,8 @@ def _tables(model: AbstractCTBN) -> _Tables:
     rates = jnp.stack(rates)
     omega = 2 * rates.sum(-1).max(axis=(1, 2))
     return _Tables(
-        parents=jnp.asarray([list(p) + [-1] * (P - len(p)) for p in parent_lists], jnp.int32),
-        children=jnp.asarray([c + [-1] * (C - len(c)) for c in children], jnp.int32),
+        parents=parents,
+        children=children.astype(jnp.int32),
         rates=rates,
         cardinalities=jnp.asarray(cards, jnp.int32),
         omega=jnp.where(omega > 0, omega, 1.0),
@@ -168,14 +198,13 @@ def _update_node(tables: _Tables, path: _Path, n, evidence, duration, key, max_v
     before = jnp.concatenate([path.initial[None], after[:-1]])
     omega = tables.omega[n]
     k_n = tables.cardinalities[n]
-    key_count, key_times, key_thin, key_back = jr.split(key, 4)
+    key_times, key_thin, key_back = jr.split(key, 3)
 
-    # 1. virtual jumps: a rate-Omega Poisson process on [0, D] thinned by 1 - q_n(x(t)) / Omega
-    count = jr.poisson(key_count, omega * duration)
-    overflow = count > max_virtual
-    slot = jnp.arange(max_virtual)
-    u = jr.uniform(key_times, (max_virtual,), dtype) * duration
-    u = jnp.sort(jnp.where(slot < count, u, jnp.inf))  # `count` uniform times, in order
+    # 1. virtual jumps: a rate-Omega Poisson process on [0, D] (exponential gaps, already in
+    # time order) thinned by 1 - q_n(x(t)) / Omega
+    arrivals = jnp.cumsum(jr.exponential(key_times, (max_virtual + 1,), dtype) / omega)
+    overflow = arrivals[-1] <= duration  # more than max_virtual arrivals in [0, D]
+    u = jnp.where(arrivals[:-1] <= duration, arrivals[:-1], jnp.inf)
     at_u = _state_at(path, after, jnp.where(jnp.isfinite(u), u, 0.0))
     keep = jr.uniform(key_thin, (max_virtual,), dtype) * omega >= _exit(tables, n, at_u)
     virtual = jnp.where(keep, u, jnp.inf)
@@ -253,18 +282,23 @@ def _update_node(tables: _Tables, path: _Path, n, evidence, duration, key, max_v
     final = last * end_factor
     feasible = jnp.all(ok) & (final.sum() > 0)
 
-    # 4. backward sampling: x after the last point, then each earlier point's state
-    keys = jr.split(key_back, t.shape[0] + 1)
-    x_last = jr.categorical(keys[-1], jnp.log(jnp.where(final > 0, final, 0.0)))
+    # 4. backward sampling: x after the last point, then each earlier point's state (inverse
+    # CDF draws from one batch of uniforms)
+    uniforms = jr.uniform(key_back, (t.shape[0] + 1,), dtype)
+
+    def draw(w, u):  # a state with probability proportional to the weights w
+        cumulative = jnp.cumsum(w)
+        return jnp.minimum(jnp.sum(cumulative <= u * cumulative[-1]), K - 1)
+
+    x_last = draw(final, uniforms[-1])
 
     def backward(x_next, inputs):
-        alpha, f, m, k = inputs
-        w = alpha * f * m[:, x_next]
-        x = jr.categorical(k, jnp.log(jnp.where(w > 0, w, 0.0)))
+        alpha, f, m, u = inputs
+        x = draw(alpha * f * m[:, x_next], u)
         return x, x_next
 
     x_start, states_after = jax.lax.scan(
-        backward, x_last, (alphas, interval, moves, keys[:-1]), reverse=True
+        backward, x_last, (alphas, interval, moves, uniforms[:-1]), reverse=True
     )
     states_before = jnp.concatenate([x_start[None], states_after[:-1]])
 
@@ -346,7 +380,7 @@ class SampledPaths(eqx.Module):
         return jnp.where(variance > 0, S / jnp.maximum(tau, 1e-12), float(S))
 
 
-def _to_trajectories(path: _Path, duration, num_nodes: int) -> Trajectories:
+def _to_trajectories(path: _Path, duration, targets, clamps) -> Trajectories:
     valid = jnp.isfinite(path.times)
     return Trajectories(
         initial_states=path.initial,
@@ -355,19 +389,26 @@ def _to_trajectories(path: _Path, duration, num_nodes: int) -> Trajectories:
         num_events=path.count,
         durations=duration,
         truncated=jnp.asarray(False),
-        intervention_targets=jnp.zeros((num_nodes,), bool),
-        intervention_states=jnp.zeros((num_nodes,), jnp.int32),
+        intervention_targets=targets,
+        intervention_states=jnp.where(targets, clamps, 0).astype(jnp.int32),
     )
 
 
-def _chain(tables: _Tables, times, states, num_observations, key, sampler: GibbsSampler):
+def _chain(
+    tables: _Tables, times, states, num_observations, targets, clamps, key, sampler: GibbsSampler
+):
     """One trajectory's chain: its samples (as `_Path`s with a leading sample axis), the
-    overflow flag and the number of infeasible updates."""
+    overflow flag, the number of infeasible updates and whether an observation contradicts a
+    clamp. A node clamped by the trajectory's perfect intervention (`targets`, `clamps`; its
+    rates are zero in `tables`) is held at its clamped state: the clamp is its evidence at
+    every observation time."""
     num_rows, N = states.shape
     rows = jnp.arange(num_rows) < num_observations
     t0 = times[0]
     duration = times[num_observations - 1] - t0
     obs_times = jnp.where(rows, times - t0, jnp.inf)
+    contradiction = jnp.any(rows[:, None] & targets & (states >= 0) & (states != clamps))
+    states = jnp.where(rows[:, None] & targets, clamps, states)
     observed = rows[:, None] & (states >= 0)
     evidence = (obs_times, states, observed)
     path, overflow = _initial_path(
@@ -395,10 +436,9 @@ def _chain(tables: _Tables, times, states, num_observations, key, sampler: Gibbs
     keys = jr.split(key_samples, sampler.num_samples * sampler.thin)
     keys = keys.reshape(sampler.num_samples, sampler.thin, *keys.shape[1:])
     (_, overflow, infeasible), samples = jax.lax.scan(sweeps, carry, keys)
-    return samples, duration, overflow, infeasible
+    return samples, duration, overflow, infeasible, contradiction
 
 
-@eqx.filter_jit
 def sample_panel_paths(
     model: AbstractCTBN,
     observations: PanelObservations,
@@ -414,7 +454,10 @@ def sample_panel_paths(
       observations beyond the exact route's: an observation the model cannot reach makes every
       update infeasible, reported in `infeasible_updates`).
     - `observations`: a batch `(R, O)` of [`jaxctbn.panel.PanelObservations`][] with exact
-      (error-free) states, `-1` = missing; no exact entry times and no intervention (not yet).
+      (error-free) states, `-1` = missing; their interventions (perfect and imperfect, one per
+      trajectory or one for all) apply as in the exact route: a clamped node stays at its
+      clamped state (an observation of another state raises) and the samples record the
+      clamps, so that the structure scores pool them; no exact entry times (not yet).
     - `key`; `sampler`: a [`jaxctbn.panel.GibbsSampler`][].
 
     **Returns:** [`jaxctbn.panel.SampledPaths`][]. Raises when a buffer is too small
@@ -423,10 +466,13 @@ def sample_panel_paths(
         raise ValueError(
             "observations: a batch of trajectories (PanelObservations with shape (R, O))."
         )
-    if observations.intervention is not None:
-        raise ValueError("observations: intervened trajectories are not supported by sampling yet.")
     if not isinstance(sampler, GibbsSampler):
         raise ValueError(f"sampler: expected a jaxctbn.panel.GibbsSampler, got {sampler!r}.")
+    return _sample_panel_paths(model, observations, key, sampler, max_children(model))
+
+
+@eqx.filter_jit
+def _sample_panel_paths(model, observations, key, sampler, num_children: int) -> SampledPaths:
     model = model.checked()
     observations = observations.checked(model, None)
     observations = eqx.error_if(
@@ -434,15 +480,36 @@ def sample_panel_paths(
         jnp.any(observations.exact_entry),
         "observations: exact entry times are not supported by sampling yet.",
     )
-    tables = _tables(model)
     R, N = observations.times.shape[0], model.num_nodes
+    intervention = observations.intervention
+    if intervention is None:
+        tables = jax.vmap(lambda _: _tables(model, num_children))(jnp.arange(R))
+        targets, clamps = jnp.zeros((R, N), bool), jnp.zeros((R, N), jnp.int32)
+    else:
+        intervention = intervention.checked(model)
+        per_trajectory = jnp.ndim(intervention.targets) == 2
+        tables = jax.vmap(
+            lambda i: _tables(i.apply(model), num_children),
+            in_axes=0 if per_trajectory else None,
+            axis_size=R,
+        )(intervention)
+        targets = jnp.broadcast_to(intervention.targets, (R, N))
+        clamps = jnp.broadcast_to(intervention.states, (R, N)).astype(jnp.int32)
     keys = jr.split(key, R)
-    samples, durations, overflow, infeasible = jax.vmap(
-        lambda t, s, m, k: _chain(tables, t, s, m, k, sampler)
-    )(observations.times, observations.states, observations.num_observations, keys)
-    trajectories = jax.vmap(jax.vmap(lambda p, d: _to_trajectories(p, d, N), in_axes=(0, None)))(
-        samples, durations
+    samples, durations, overflow, infeasible, contradiction = jax.vmap(
+        lambda tab, t, s, m, tg, c, k: _chain(tab, t, s, m, tg, c, k, sampler)
+    )(
+        tables,
+        observations.times,
+        observations.states,
+        observations.num_observations,
+        targets,
+        clamps,
+        keys,
     )
+    trajectories = jax.vmap(
+        jax.vmap(_to_trajectories, in_axes=(0, None, None, None)), in_axes=(0, 0, 0, 0)
+    )(samples, durations, targets, clamps)
     jumps = jax.vmap(jax.vmap(lambda p: jnp.sum(p.nodes[:, None] == jnp.arange(N), axis=0)))(
         samples
     )
@@ -451,6 +518,11 @@ def sample_panel_paths(
         jnp.any(overflow),
         "sampler: a path or an update needed more than max_events jumps or max_virtual "
         "candidate times; raise them (GibbsSampler(max_events=..., max_virtual=...)).",
+    )
+    trajectories = eqx.error_if(
+        trajectories,
+        jnp.any(contradiction),
+        "observations: a node observed in another state than its intervention's clamp.",
     )
     return SampledPaths(trajectories=trajectories, infeasible_updates=infeasible, jumps=jumps)
 

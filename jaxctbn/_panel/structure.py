@@ -32,9 +32,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from .._learning.family_statistics import FamilyStatistics
+from .._learning.family_statistics import FamilyStatistics, family_statistics
 from .._learning.priors import AbstractPrior, GammaPrior
 from .._learning.scores import candidate_sets_within_budget
 from .._learning.structure_posterior import StructurePosterior
@@ -42,6 +42,7 @@ from .._master_equation.master_equation import AbstractExpectedStatistics
 from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
 from .._model.ctbn import CTBN, AbstractCTBN, PaddedCTBN
 from .buckets import PanelBuckets, as_flat_buckets
+from .gibbs import GibbsSampler, SampledPaths, _sample_panel_paths, max_children
 from .inference import (
     PanelExpectedStatistics,
     _check_possible,
@@ -115,18 +116,26 @@ class PanelStructureFit(eqx.Module):
       the last E-step (what the design criteria and the active-learning loop use).
     - `model`: the network of the last E-step ($m_i$).
     - `log_likelihood`: $\sum_r\ln p(Y_r\mid m_i)$, conditional on each trajectory's first
-      observation.
-    - `trace`: the log-likelihood after each iteration, `(iterations,)`.
+      observation; `None` with a sampled E-step (not computed: exact forward-backward is what
+      sampling avoids).
+    - `trace`: the log-likelihood after each iteration, `(iterations,)` (empty with a sampled
+      E-step).
     - `iterations`, `converged`: the number of E-steps, and whether the graph was unchanged and
-      the log-likelihood had converged before `max_iterations`.
+      the log-likelihood had converged (sampled: the graph unchanged for `patience` E-steps)
+      before `max_iterations`.
+    - `effective_sample_size`: with a sampled E-step, per node, the smallest effective sample
+      size over the trajectories of the jump count's chain in the last E-step (`None` with exact
+      inference); `infeasible_updates`: Gibbs updates that kept their path, over all E-steps.
     """
 
     posterior: StructurePosterior
     model: AbstractCTBN
-    log_likelihood: Float[Array, ""]
+    log_likelihood: Float[Array, ""] | None
     trace: Float[Array, " iterations"]
     iterations: int = eqx.field(static=True)
     converged: bool = eqx.field(static=True)
+    effective_sample_size: Float[Array, " nodes"] | None = None
+    infeasible_updates: int | None = None
 
 
 def _independent_start(observations: PanelObservations | PanelBuckets, names, cards) -> CTBN:
@@ -165,6 +174,34 @@ def _e_step(model, observations, emissions, solver, parent_sets, targets, groups
 
 
 @eqx.filter_jit
+def _sampled_e_step(model, bucket, sampler, parent_sets, key, num_children):
+    """The Monte Carlo E-step of one bucket: the family statistics of the sampled paths (pooled
+    by their interventions), averaged over the samples; the effective sample sizes of the
+    chains (per trajectory and node) and the number of infeasible updates."""
+    paths: SampledPaths = _sample_panel_paths(model, bucket, key, sampler, num_children)
+    family = sampled_family_statistics(paths.trajectories, model.cardinalities, parent_sets)
+    return family, paths.effective_sample_size(), paths.infeasible_updates.sum()
+
+
+def sampled_family_statistics(trajectories, cardinalities, parent_sets) -> FamilyStatistics:
+    """The Monte Carlo estimate of the pooled expected family statistics: the family statistics
+    of sampled paths `(R, samples)` (`SampledPaths.trajectories`; node $n$ pools the paths in
+    which it is not clamped) summed over the trajectories and averaged over the samples."""
+    S = trajectories.num_events.shape[1]
+    flat = jax.tree_util.tree_map(lambda x: jnp.reshape(x, (-1,) + jnp.shape(x)[2:]), trajectories)
+    return _scaled(family_statistics(flat, cardinalities, parent_sets), 1.0 / S)
+
+
+def _scaled(family: FamilyStatistics, factor) -> FamilyStatistics:
+    return FamilyStatistics(
+        transitions=tuple(m * factor for m in family.transitions),
+        dwell_times=tuple(t * factor for t in family.dwell_times),
+        parent_sets=family.parent_sets,
+        cardinalities=family.cardinalities,
+    )
+
+
+@eqx.filter_jit
 def _m_step(family, names, prior, edge_prior):
     posterior = StructurePosterior.from_statistics(
         family, names, prior=prior, edge_prior=edge_prior
@@ -190,6 +227,9 @@ def learn_structure_from_panels(
     emissions: Emissions | None = None,
     solver: AbstractMasterEquationSolver = DENSE_SOLVER,
     memory_budget: int | float | str | None = None,
+    sampler: GibbsSampler | None = None,
+    key: PRNGKeyArray | None = None,
+    patience: int = 3,
 ) -> PanelStructureFit:
     r"""Exhaustive Bayesian structure learning from panel trajectories, by structural EM (see
     the module docstring for the approximation it makes).
@@ -211,6 +251,16 @@ def learn_structure_from_panels(
     - `emissions`, `solver`: as for [`jaxctbn.panel.panel_expected_statistics`][]. The default dense
       [`jaxctbn.MatrixExponential`][] has no limit on the length of a gap; the E-step is
       exponential in the number of nodes whatever the solver (the amalgamated state space).
+
+    **Inference under evidence by sampling** (`sampler`, a [`jaxctbn.panel.GibbsSampler`][],
+    with `key`): for networks beyond exact forward-backward, each E-step draws complete paths
+    given the observations ([`jaxctbn.panel.sample_panel_paths`][]) and averages their family
+    statistics over the samples (Monte Carlo structural EM). The statistics of the E-steps since
+    the MAP graph last changed are averaged (the later half of them: their models differ only
+    in the rates, which settle and then move by sampling noise), and the fit stops when the MAP graph has been the same for `patience`
+    E-steps. The sampler takes exact observations (no `emissions`, no exact entry times); the
+    E-step's cost grows with the number of nodes, not with $\prod_n k_n$. Reports the chains'
+    effective sample sizes; the log-likelihood is not computed.
 
     **Local fixed points.** Like every EM, structural EM can stop at a local fixed point: the
     imputed paths follow the current graph, which then scores well on them. On sparse panels
@@ -242,6 +292,15 @@ def learn_structure_from_panels(
         raise ValueError(f"tolerance: must be a number >= 0, got {tolerance!r}.")
     if not (isinstance(max_iterations, int) and max_iterations >= 1):
         raise ValueError(f"max_iterations: must be an integer >= 1, got {max_iterations!r}.")
+    if sampler is not None:
+        if not isinstance(sampler, GibbsSampler):
+            raise ValueError(f"sampler: expected a jaxctbn.panel.GibbsSampler, got {sampler!r}.")
+        if key is None:
+            raise ValueError("key: a PRNG key is needed to sample (sampler= was given).")
+        if emissions is not None:
+            raise ValueError("emissions: not supported with sampler= (exact observations only).")
+        if not (isinstance(patience, int) and not isinstance(patience, bool) and patience >= 1):
+            raise ValueError(f"patience: must be an integer >= 1, got {patience!r}.")
     sets = candidate_sets_within_budget(
         "learn_structure_from_panels",
         names,
@@ -269,6 +328,12 @@ def learn_structure_from_panels(
     groups = None
     if intervention is None and isinstance(solver, MatrixExponential):
         groups = gap_groups(observations)
+    if sampler is not None:
+        assert key is not None
+        return _sampled_structural_em(
+            model, observations, names, cards, sets, prior, edge_prior, sampler, key,
+            max_iterations, patience,
+        )  # fmt: skip
     trace: list[float] = []
     previous_graph = _graph_of(model)
     converged = False
@@ -299,6 +364,60 @@ def learn_structure_from_panels(
         trace=jnp.asarray(trace),
         iterations=len(trace),
         converged=converged,
+    )
+
+
+def _sampled_structural_em(
+    model, observations, names, cards, sets, prior, edge_prior, sampler, key, max_iterations,
+    patience,
+) -> PanelStructureFit:  # fmt: skip
+    """Structural EM with the Monte Carlo E-step (`learn_structure_from_panels`)."""
+    N = len(cards)
+    buckets = as_flat_buckets(observations)
+    previous_graph = _graph_of(model)
+    window: list[FamilyStatistics] = []  # the E-steps under the current graph
+    infeasible, stable, converged = 0, 0, False
+    posterior, ess = None, None
+    for i in range(max_iterations):
+        bound = max_children(model)
+        family, ess_parts = None, []
+        for b, bucket in enumerate(buckets):
+            part, ess_b, stuck = _sampled_e_step(
+                model, bucket, sampler, sets, jax.random.fold_in(jax.random.fold_in(key, i), b),
+                bound,
+            )  # fmt: skip
+            family = part if family is None else family + part
+            ess_parts.append(ess_b)
+            infeasible += int(stuck)
+        assert family is not None
+        ess = jnp.concatenate(ess_parts).min(0)
+        window.append(family)
+        recent = window[len(window) // 2 :]  # the later half: the rates have settled
+        averaged = _scaled(sum(recent[1:], recent[0]), 1.0 / len(recent))
+        posterior, indices, next_model = _m_step(averaged, names, prior, edge_prior)
+        graph = tuple(
+            tuple(int(p) for p in np.asarray(sets[n][int(indices[n])]) if p >= 0) for n in range(N)
+        )
+        if graph == previous_graph:
+            stable += 1
+        else:
+            stable, window = 0, []
+        if stable >= patience:
+            converged = True
+            break
+        if i + 1 == max_iterations:
+            break
+        model, previous_graph = next_model, graph
+    assert posterior is not None
+    return PanelStructureFit(
+        posterior=posterior,
+        model=model,
+        log_likelihood=None,
+        trace=jnp.zeros((0,)),
+        iterations=i + 1,
+        converged=converged,
+        effective_sample_size=ess,
+        infeasible_updates=infeasible,
     )
 
 
