@@ -134,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--patience",
         type=_at_least(1),
         default=3,
-        help="sampling: structural EM stops when the MAP graph is unchanged for P E-steps (3)",
+        help="sampling: structural EM stops at the P-th E-step, with the MAP graph unchanged, "
+        "whose evidence did not rise (3)",
     )
     p.add_argument("--out", required=True)
     p.set_defaults(func=_cmd_learn)

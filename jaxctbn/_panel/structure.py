@@ -121,7 +121,7 @@ class PanelStructureFit(eqx.Module):
     - `trace`: the log-likelihood after each iteration, `(iterations,)` (empty with a sampled
       E-step).
     - `iterations`, `converged`: the number of E-steps, and whether the graph was unchanged and
-      the log-likelihood had converged (sampled: the graph unchanged for `patience` E-steps)
+      the log-likelihood had converged (sampled: the rule under `sampler` below)
       before `max_iterations`.
     - `effective_sample_size`: with a sampled E-step, per node, the smallest effective sample
       size over the trajectories of the jump count's chain in the last E-step (`None` with exact
@@ -257,8 +257,11 @@ def learn_structure_from_panels(
     given the observations ([`jaxctbn.panel.sample_panel_paths`][]) and averages their family
     statistics over the samples (Monte Carlo structural EM). The statistics of the E-steps since
     the MAP graph last changed are averaged (the later half of them: their models differ only
-    in the rates, which settle and then move by sampling noise), and the fit stops when the MAP graph has been the same for `patience`
-    E-steps. The sampler takes exact observations (no `emissions`, no exact entry times); the
+    in the rates, which settle and then move by sampling noise). The exact route's stopping rule
+    needs the log-likelihood; here the fit stops at the `patience`-th E-step, since the MAP
+    graph last changed, whose evidence $\ln p(\bar M,\bar T)$ (of its own statistics, summed
+    over the candidate sets: it rises while EM converges) is not above the previous E-step's,
+    i.e. once the rates' progress is lost in the sampling noise. The sampler takes exact observations (no `emissions`, no exact entry times); the
     E-step's cost grows with the number of nodes, not with $\prod_n k_n$. Reports the chains'
     effective sample sizes; the log-likelihood is not computed.
 
@@ -377,7 +380,7 @@ def _sampled_structural_em(
     previous_graph = _graph_of(model)
     window: list[FamilyStatistics] = []  # the E-steps under the current graph
     infeasible, stable, converged = 0, 0, False
-    posterior, ess = None, None
+    posterior, ess, previous_evidence = None, None, -np.inf
     for i in range(max_iterations):
         bound = max_children(model)
         family, ess_parts = None, []
@@ -391,6 +394,9 @@ def _sampled_structural_em(
             infeasible += int(stuck)
         assert family is not None
         ess = jnp.concatenate(ess_parts).min(0)
+        # this E-step's evidence (of its own statistics): it rises while EM converges and then
+        # moves by sampling noise alone
+        evidence = float(_m_step(family, names, prior, edge_prior)[0].log_evidence())
         window.append(family)
         recent = window[len(window) // 2 :]  # the later half: the rates have settled
         averaged = _scaled(sum(recent[1:], recent[0]), 1.0 / len(recent))
@@ -398,10 +404,11 @@ def _sampled_structural_em(
         graph = tuple(
             tuple(int(p) for p in np.asarray(sets[n][int(indices[n])]) if p >= 0) for n in range(N)
         )
-        if graph == previous_graph:
-            stable += 1
-        else:
+        if graph != previous_graph:
             stable, window = 0, []
+        elif evidence <= previous_evidence:
+            stable += 1
+        previous_evidence = evidence
         if stable >= patience:
             converged = True
             break
