@@ -259,7 +259,7 @@ def test_monte_carlo_em_reaches_the_exact_em_optimum():
         names=truth.names,
     )  # fmt: skip
     exact = jc.panel.fit_rates(start, observations, method=jc.panel.EMFit(tolerance=1e-10))
-    sampler = jc.panel.GibbsSampler(num_samples=20, burn_in=5, max_events=48, max_virtual=48)
+    sampler = jc.panel.GibbsSampler(num_samples=20, burn_in=5, max_events=32, max_virtual=40)
     fit = jc.panel.fit_rates_by_sampling(
         start, observations, key=jr.key(3), iterations=40, sampler=sampler
     )
@@ -326,7 +326,7 @@ def test_structural_em_with_sampled_paths_reaches_the_exact_routes_graph():
         truth.names,
         (2, 2, 2),
         **common,
-        sampler=jc.panel.GibbsSampler(num_samples=40, burn_in=10, max_events=48, max_virtual=48),
+        sampler=jc.panel.GibbsSampler(num_samples=30, burn_in=10, max_events=40, max_virtual=40),
         key=jr.key(3),
     )
     assert exact.posterior.map_graph() == sampled.posterior.map_graph() == truth.parents
