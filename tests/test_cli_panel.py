@@ -199,10 +199,14 @@ def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path, capsys):
         (["--inference", "mean-field"], "--inference mean-field: the mean-field equations"),
         (["--inference", "sampling", "--exact-entry", "A=1"], "--exact-entry: not supported"),
     ]:
+        capsys.readouterr()
         assert main([*args, *extra, "--out", str(tmp_path / "bad.json")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
         assert not (tmp_path / "bad.json").exists()
     complete = ["learn", "--data", str(files[1]), "--inference", "sampling"]
     assert main([*complete, "--out", str(tmp_path / "bad.json")]) == 2
+    assert "--inference sampling: only for panel data" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
