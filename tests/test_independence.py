@@ -12,7 +12,8 @@ import pytest
 import scipy.stats
 
 import jaxctbn as jc
-from jaxctbn._learning.independence import ctpc_pools, f_test_p_values
+from jaxctbn._learning.independence import ctpc_pools, f_test_p_values, independence_p_values
+from jaxctbn._learning.search import search_data
 
 jax.config.update("jax_enable_x64", True)
 
@@ -143,6 +144,30 @@ def test_pools_equal_a_direct_ctpc_with_scipys_laws(paths):
     assert all(len(g) <= 1 for g in got_1)
     # the true parents survive here (strong effects; false ones are left to the posterior)
     assert all(set(ps) <= set(g) for ps, g in zip(PARENTS, got))
+
+
+def test_tests_restricted_to_candidates_equal_the_tests_over_every_node(paths):
+    """The tests of conditioning size >= 1 span only each node's surviving candidates
+    (`columns`): their p-values equal those of the statistics over every node, in any order of
+    the candidates, with empty slots."""
+    _, traj = paths
+    N = len(CARDS)
+    data = search_data(traj, CARDS)
+    # conditioning sets of one node: node n's bases are (n + 1) % N and (n + 2) % N
+    bases = np.array([[[(n + 1) % N], [(n + 2) % N]] for n in range(N)], np.int32)
+    full = independence_p_values(data, jnp.asarray(bases), CARDS, 256)
+    columns = np.full((N, 4), -1, np.int32)
+    for n in range(N):  # three candidates, in a shuffled order, and an empty slot
+        others = [m for m in range(N) if m != n]
+        columns[n, :3] = np.random.default_rng(n).permutation(others)[:3]
+    restricted = independence_p_values(data, jnp.asarray(bases), CARDS, 256, jnp.asarray(columns))
+    for whole, part in zip(full, restricted):
+        whole, part = np.asarray(whole), np.asarray(part)
+        assert part.shape == (N, 2, 4)
+        for n in range(N):
+            np.testing.assert_allclose(part[n, :, :3], whole[n][:, columns[n, :3]], rtol=1e-10)
+            np.testing.assert_array_equal(part[n, :, 3], 1.0)
+        assert np.any(whole < 0.05)  # some tests reject: the comparison is not all ones
 
 
 def test_f_test_keeps_its_level_under_independence():

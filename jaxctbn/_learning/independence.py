@@ -153,26 +153,37 @@ def chi2_test_p_values(M_joint, M_base):
 
 
 @eqx.filter_jit
-def independence_p_values(data, bases, cards: tuple[int, ...], chunk: int):
+def independence_p_values(data, bases, cards: tuple[int, ...], chunk: int, columns=None):
     """For conditioning sets `bases (N, B, width)` (padded with `-1`): the smallest p-value of
-    the F test and of the $\\chi^2$ test of every node `n` against every candidate parent `m`
+    the F test and of the $\chi^2$ test of every node `n` against every candidate parent `m`
     given base `b`, over the states and configurations `(N, B, N)` each (1 where no test
-    applies)."""
+    applies). With `columns (N, P)` (node indices, `-1` = none) only the candidates
+    `columns[n]` of node n are tested: `(N, B, P)`, and the statistics span only them."""
     N, _, width = bases.shape
     kmax = max(cards)
     C = int(kmax**width)
-    D, E, D_own, E_own = _move_statistics(data, bases, cards, C, chunk, swaps=True)
-    column, D, E = _by_parent_state(cards, D, E)
-    p_f = jnp.ones((N,) + bases.shape[1:2] + (N,), D.dtype)
+    D, E, D_own, E_own = _move_statistics(data, bases, cards, C, chunk, True, columns)
+    if columns is None:
+        column, D, E = _by_parent_state(cards, D, E)
+        column = jnp.broadcast_to(column[None], (N,) + column.shape)  # (N, N, kmax)
+    else:  # slot p, state v: column p * kmax + v (the extra zero column for states not had)
+        P = columns.shape[1]
+        D = jnp.concatenate([D, jnp.zeros(D.shape[:-1] + (1,), D.dtype)], axis=-1)
+        E = jnp.concatenate([E, jnp.zeros(E.shape[:-1] + (1,), E.dtype)], axis=-1)
+        has = (jnp.arange(kmax) < jnp.asarray(cards)[jnp.maximum(columns, 0)][..., None]) & (
+            columns >= 0
+        )[..., None]
+        column = jnp.where(has, jnp.arange(P)[:, None] * kmax + jnp.arange(kmax), P * kmax)
+    p_f = jnp.ones((N,) + bases.shape[1:2] + (column.shape[1],), D.dtype)
     p_chi2 = jnp.ones_like(p_f)
     for k in sorted(set(cards)):
         nodes = np.asarray([n for n, kn in enumerate(cards) if kn == k])
         Dk, Ek = D[nodes][:, :, :k], E[nodes][:, :, :k, :k]  # (n, B, k, C, w), (n, B, k, k, C, w)
         Dk_own, Ek_own = D_own[nodes][:, :, :k], E_own[nodes][:, :, :k, :k]
 
-        def one(Dnb, Enb, D0, E0, m, k=k):
-            T = jnp.moveaxis(Dnb[..., column[m]], 0, -1)  # (C, kmax, k)
-            M = jnp.moveaxis(Enb[..., column[m]], (0, 1), (-2, -1))  # (C, kmax, k, k)
+        def one(Dnb, Enb, D0, E0, col, k=k):
+            T = jnp.moveaxis(Dnb[..., col], 0, -1)  # (C, kmax, k)
+            M = jnp.moveaxis(Enb[..., col], (0, 1), (-2, -1))  # (C, kmax, k, k)
             T0 = jnp.moveaxis(D0, 0, -1)[:, None, :]  # (C, 1, k)
             M0 = jnp.moveaxis(E0, (0, 1), (-2, -1))[:, None]  # (C, 1, k, k)
             pf = f_test_p_values(M, T, M0, T0)
@@ -181,10 +192,20 @@ def independence_p_values(data, bases, cards: tuple[int, ...], chunk: int):
 
         over_m = jax.vmap(one, in_axes=(None, None, None, None, 0))
         over_b = jax.vmap(over_m, in_axes=(0, 0, 0, 0, None))
-        pf, pc = jax.vmap(over_b, in_axes=(0, 0, 0, 0, None))(Dk, Ek, Dk_own, Ek_own, jnp.arange(N))
+        pf, pc = jax.vmap(over_b)(Dk, Ek, Dk_own, Ek_own, column[nodes])
         p_f = p_f.at[nodes].set(pf)
         p_chi2 = p_chi2.at[nodes].set(pc)
     return p_f, p_chi2
+
+
+def _on_every_node(p: np.ndarray, columns: np.ndarray, N: int) -> np.ndarray:
+    """p-values `(N, B, P)` of the candidates `columns (N, P)` as `(N, B, N)`: 1 (no test)
+    for the other nodes."""
+    out = np.ones(p.shape[:2] + (N,), p.dtype)
+    for n in range(N):
+        listed = columns[n] >= 0
+        out[n][:, columns[n][listed]] = p[n][:, listed]
+    return out
 
 
 def _padded_count(count: int) -> int:
@@ -234,9 +255,20 @@ def ctpc_pools(
             for b, s in enumerate(ss):
                 bases[n, b, :size] = s
                 valid[n, b] = True
-        p_f, p_chi2 = jax.device_get(
-            independence_p_values(data, jnp.asarray(bases), cards, search.chunk)
-        )
+        if size == 0:  # every allowed parent: the statistics span every node
+            p_f, p_chi2 = jax.device_get(
+                independence_p_values(data, jnp.asarray(bases), cards, search.chunk)
+            )
+        else:  # only the surviving candidates: the statistics span them alone
+            counts = candidates.sum(0)
+            columns = np.full((N, _padded_count(int(max(counts.max(), 1)))), -1, np.int32)
+            for n in range(N):
+                pool = np.nonzero(candidates[:, n])[0]
+                columns[n, : len(pool)] = pool
+            tested = independence_p_values(
+                data, jnp.asarray(bases), cards, search.chunk, jnp.asarray(columns)
+            )
+            p_f, p_chi2 = (_on_every_node(p, columns, N) for p in jax.device_get(tested))
         dependent = (p_f < search.alpha_f) | (p_chi2 < search.alpha_chi2)  # (N, B, N)
         in_base = (bases[:, :, :, None] == np.arange(N)).any(2)  # (N, B, N)
         tried = valid[:, :, None] & ~in_base & candidates.T[:, None, :]

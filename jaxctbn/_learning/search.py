@@ -146,7 +146,15 @@ def _one_hot_states(states: Array, cards: tuple[int, ...], dtype) -> Array:
     return out.at[rows, offsets[None, :] + states].set(1.0)
 
 
-def _move_statistics(data, bases, cards, C: int, chunk: int, swaps: bool):
+def _one_hot_columns(states: Array, columns: Array, cards: tuple[int, ...], dtype) -> Array:
+    """`(rows, N)` states as the one-hot of the states of the nodes `columns (P,)` (`-1`: an
+    empty slot, all zero), `kmax` entries per slot: `(rows, P * kmax)`."""
+    values = jnp.take(states, jnp.maximum(columns, 0), axis=1)  # (rows, P)
+    hot = jax.nn.one_hot(values, max(cards), dtype=dtype) * (columns >= 0)[None, :, None]
+    return hot.reshape(states.shape[0], -1)
+
+
+def _move_statistics(data, bases, cards, C: int, chunk: int, swaps: bool, columns=None):
     r"""The statistics of every node `n` under every base set `(N, B, K)` (at most $K-1$
     parents, so `C` configurations):
 
@@ -156,14 +164,24 @@ def _move_statistics(data, bases, cards, C: int, chunk: int, swaps: bool):
       jumps) of the weighted one-hot of $(x_n[, x_n'], u_B)$ times the one-hot of all node
       states, by chunked matrix products;
     - `D_own (N, B, kmax, C)`, `E_own (N, B, kmax, kmax, C)`: the base sets' own statistics
-      (for removals)."""
+      (for removals).
+
+    With `columns (N, P)` (node indices, `-1` = none), node n's joint statistics span only the
+    states of the nodes `columns[n]`, `kmax` entries per slot (last axis `P * kmax` instead of
+    `sum k`): the work and memory of the matrix products then grow with P, not with N."""
     seg, w_dwell, pre, post, jump_rows, jump_weights, _ = data
     N = len(cards)
     kmax = max(cards)
     dtype = w_dwell.dtype
     B = bases.shape[1]
     B_add = B if swaps else 1
-    width = int(sum(cards))
+    width = int(sum(cards)) if columns is None else int(columns.shape[1]) * kmax
+
+    def one_hot(st, node_columns):  # the states the joint statistics span
+        if node_columns is None:
+            return _one_hot_states(st, cards, dtype)
+        return _one_hot_columns(st, node_columns, cards, dtype)
+
     configs = jax.vmap(lambda b, st: config_index(st, b, cards), in_axes=(0, None))
 
     # dwell: all nodes at once, over chunks of the segments
@@ -179,7 +197,11 @@ def _move_statistics(data, bases, cards, C: int, chunk: int, swaps: bool):
         index = st.T[:, None, :] * C + u
         W = jax.nn.one_hot(index, kmax * C, dtype=dtype) * w.T[:, None, :, None]
         joint, own = acc
-        joint = joint + jnp.einsum("nbrc,rj->nbcj", W[:, :B_add], _one_hot_states(st, cards, dtype))
+        if columns is None:
+            joint = joint + jnp.einsum("nbrc,rj->nbcj", W[:, :B_add], one_hot(st, None))
+        else:
+            hot = jax.vmap(lambda c: one_hot(st, c))(columns)  # (N, r, P * kmax)
+            joint = joint + jnp.einsum("nbrc,nrj->nbcj", W[:, :B_add], hot)
         return (joint, own + W.sum(2)), None
 
     init = (
@@ -190,17 +212,21 @@ def _move_statistics(data, bases, cards, C: int, chunk: int, swaps: bool):
 
     # transitions: node by node, over its own jumps
     def node_jumps(args):
-        n, node_bases, rows_n, w_n = args
+        n, node_bases, rows_n, w_n, node_columns = args
         st = pre[rows_n]  # (J, N)
         u = configs(node_bases, st)  # (B, J)
         x = jnp.take(st, n, axis=1)
         y = jnp.take(post[rows_n], n, axis=1)
         index = (x * kmax + y) * C + u
         W = jax.nn.one_hot(index, kmax * kmax * C, dtype=dtype) * w_n[None, :, None]
-        joint = jnp.einsum("bjc,jm->bcm", W[:B_add], _one_hot_states(st, cards, dtype))
+        joint = jnp.einsum("bjc,jm->bcm", W[:B_add], one_hot(st, node_columns))
         return joint, W.sum(1)
 
-    E, E_own = jax.lax.map(node_jumps, (jnp.arange(N), bases, jump_rows, jump_weights))
+    per_node = (jnp.arange(N), bases, jump_rows, jump_weights)
+    if columns is None:
+        E, E_own = jax.lax.map(lambda a: node_jumps((*a, None)), per_node)
+    else:
+        E, E_own = jax.lax.map(node_jumps, (*per_node, columns))
     return (
         D.reshape(N, B_add, kmax, C, width),
         E.reshape(N, B_add, kmax, kmax, C, width),
