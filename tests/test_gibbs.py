@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import jaxctbn as jc
+import jaxctbn._panel.structure as structure_module
 from jaxctbn._panel.gibbs import sampled_node_statistics
 from jaxctbn._panel.structure import sampled_family_statistics
 
@@ -307,7 +308,7 @@ def test_m_step_is_the_ratio_or_the_conjugate_posterior_mean():
             np.testing.assert_allclose(np.asarray(q), expected, rtol=1e-12)
 
 
-def test_structural_em_with_sampled_paths_reaches_the_exact_routes_graph():
+def test_structural_em_with_sampled_paths_reaches_the_exact_routes_graph(monkeypatch):
     """Structural EM with the Gibbs E-step against structural EM with exact forward-backward
     on a chain A -> B -> C seen at 9 visits: the same MAP graph (the truth), edge
     probabilities within 0.1, a forbidden edge never present, and its diagnostics."""
@@ -321,12 +322,24 @@ def test_structural_em_with_sampled_paths_reaches_the_exact_routes_graph():
     observations = jc.panel.observe_paths(paths, jnp.linspace(0.0, 4.0, 9))
     common = dict(max_parents=2, forbidden_edges=[(2, 0)])
     exact = jc.panel.learn_structure_from_panels(observations, truth.names, (2, 2, 2), **common)
+    # buffers of 32 are too small for these paths (measured): the E-step doubles them and
+    # redoes the step. (The first try is answered here without sampling, to save a compilation.)
+    real_e_step, tried = structure_module._sampled_e_step, []
+
+    def e_step(model, bucket, sampler, *args):
+        tried.append(sampler.max_events)
+        if sampler.max_events < 64:
+            return None, None, 0, jnp.asarray(True)
+        return real_e_step(model, bucket, sampler, *args)
+
+    monkeypatch.setattr(structure_module, "_sampled_e_step", e_step)
     sampled = jc.panel.learn_structure_from_panels(
         observations,
         truth.names,
         (2, 2, 2),
         **common,
-        sampler=jc.panel.GibbsSampler(num_samples=30, burn_in=10, max_events=40, max_virtual=40),
+        # buffers too small for these paths: the E-step grows them
+        sampler=jc.panel.GibbsSampler(num_samples=30, burn_in=10, max_events=32, max_virtual=32),
         key=jr.key(3),
     )
     assert exact.posterior.map_graph() == sampled.posterior.map_graph() == truth.parents
@@ -336,6 +349,18 @@ def test_structural_em_with_sampled_paths_reaches_the_exact_routes_graph():
     assert edges_sampled[2, 0] == 0.0
     assert sampled.converged and sampled.log_likelihood is None
     assert sampled.infeasible_updates == 0
+    assert tried[:2] == [32, 64] and set(tried[1:]) == {64}
+    assert sampled.sampler is not None and sampled.sampler.max_events == 64
+    assert sampled.sampler.max_virtual == 64
+    # paths that would need more than the largest buffer: one clear error
+    monkeypatch.setattr(
+        structure_module, "_sampled_e_step", lambda *a: (None, None, 0, jnp.asarray(True))
+    )
+    with pytest.raises(ValueError, match="the paths need more than 16384 jumps"):
+        jc.panel.learn_structure_from_panels(
+            observations, truth.names, (2, 2, 2), max_parents=1, sampler=jc.panel.GibbsSampler(),
+            key=jr.key(0),
+        )  # fmt: skip
     ess = np.asarray(sampled.effective_sample_size)
     assert ess.shape == (3,) and np.all(ess > 1)
     with pytest.raises(ValueError, match="key: a PRNG key is needed"):

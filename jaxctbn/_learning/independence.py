@@ -155,7 +155,7 @@ def chi2_test_p_values(M_joint, M_base):
 @eqx.filter_jit
 def independence_p_values(data, bases, cards: tuple[int, ...], chunk: int, columns=None):
     """For conditioning sets `bases (N, B, width)` (padded with `-1`): the smallest p-value of
-    the F test and of the $\chi^2$ test of every node `n` against every candidate parent `m`
+    the F test and of the $\\chi^2$ test of every node `n` against every candidate parent `m`
     given base `b`, over the states and configurations `(N, B, N)` each (1 where no test
     applies). With `columns (N, P)` (node indices, `-1` = none) only the candidates
     `columns[n]` of node n are tested: `(N, B, P)`, and the statistics span only them."""

@@ -473,6 +473,19 @@ def sample_panel_paths(
 
 @eqx.filter_jit
 def _sample_panel_paths(model, observations, key, sampler, num_children: int) -> SampledPaths:
+    paths, overflow = _sample_unguarded(model, observations, key, sampler, num_children)
+    trajectories = eqx.error_if(
+        paths.trajectories,
+        overflow,
+        "sampler: a path or an update needed more than max_events jumps or max_virtual "
+        "candidate times; raise them (GibbsSampler(max_events=..., max_virtual=...)).",
+    )
+    return eqx.tree_at(lambda p: p.trajectories, paths, trajectories)
+
+
+def _sample_unguarded(model, observations, key, sampler, num_children: int):
+    """`_sample_panel_paths` without the buffer guard: the samples and whether a buffer
+    overflowed (then the samples are not valid; a caller that can grow the buffers retries)."""
     model = model.checked()
     observations = observations.checked(model, None)
     observations = eqx.error_if(
@@ -515,16 +528,11 @@ def _sample_panel_paths(model, observations, key, sampler, num_children: int) ->
     )
     trajectories = eqx.error_if(
         trajectories,
-        jnp.any(overflow),
-        "sampler: a path or an update needed more than max_events jumps or max_virtual "
-        "candidate times; raise them (GibbsSampler(max_events=..., max_virtual=...)).",
-    )
-    trajectories = eqx.error_if(
-        trajectories,
         jnp.any(contradiction),
         "observations: a node observed in another state than its intervention's clamp.",
     )
-    return SampledPaths(trajectories=trajectories, infeasible_updates=infeasible, jumps=jumps)
+    paths = SampledPaths(trajectories=trajectories, infeasible_updates=infeasible, jumps=jumps)
+    return paths, jnp.any(overflow)
 
 
 def sampled_node_statistics(

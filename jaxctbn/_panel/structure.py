@@ -25,6 +25,7 @@ maximises the approximate score.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import cast
 
@@ -42,7 +43,7 @@ from .._master_equation.master_equation import AbstractExpectedStatistics
 from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
 from .._model.ctbn import CTBN, AbstractCTBN, PaddedCTBN
 from .buckets import PanelBuckets, as_flat_buckets
-from .gibbs import GibbsSampler, SampledPaths, _sample_panel_paths, max_children
+from .gibbs import GibbsSampler, SampledPaths, _sample_unguarded, max_children
 from .inference import (
     PanelExpectedStatistics,
     _check_possible,
@@ -125,7 +126,8 @@ class PanelStructureFit(eqx.Module):
       before `max_iterations`.
     - `effective_sample_size`: with a sampled E-step, per node, the smallest effective sample
       size over the trajectories of the jump count's chain in the last E-step (`None` with exact
-      inference); `infeasible_updates`: Gibbs updates that kept their path, over all E-steps.
+      inference); `infeasible_updates`: Gibbs updates that kept their path, over all E-steps;
+      `sampler`: the sampler of the last E-step (its buffers as grown).
     """
 
     posterior: StructurePosterior
@@ -136,6 +138,7 @@ class PanelStructureFit(eqx.Module):
     converged: bool = eqx.field(static=True)
     effective_sample_size: Float[Array, " nodes"] | None = None
     infeasible_updates: int | None = None
+    sampler: GibbsSampler | None = None
 
 
 def _independent_start(observations: PanelObservations | PanelBuckets, names, cards) -> CTBN:
@@ -178,9 +181,10 @@ def _sampled_e_step(model, bucket, sampler, parent_sets, key, num_children):
     """The Monte Carlo E-step of one bucket: the family statistics of the sampled paths (pooled
     by their interventions), averaged over the samples; the effective sample sizes of the
     chains (per trajectory and node) and the number of infeasible updates."""
-    paths: SampledPaths = _sample_panel_paths(model, bucket, key, sampler, num_children)
+    paths: SampledPaths
+    paths, overflow = _sample_unguarded(model, bucket, key, sampler, num_children)
     family = sampled_family_statistics(paths.trajectories, model.cardinalities, parent_sets)
-    return family, paths.effective_sample_size(), paths.infeasible_updates.sum()
+    return family, paths.effective_sample_size(), paths.infeasible_updates.sum(), overflow
 
 
 def sampled_family_statistics(trajectories, cardinalities, parent_sets) -> FamilyStatistics:
@@ -262,8 +266,10 @@ def learn_structure_from_panels(
     graph last changed, whose evidence $\ln p(\bar M,\bar T)$ (of its own statistics, summed
     over the candidate sets: it rises while EM converges) is not above the previous E-step's,
     i.e. once the rates' progress is lost in the sampling noise. The sampler takes exact observations (no `emissions`, no exact entry times); the
-    E-step's cost grows with the number of nodes, not with $\prod_n k_n$. Reports the chains'
-    effective sample sizes; the log-likelihood is not computed.
+    E-step's cost grows with the number of nodes, not with $\prod_n k_n$. When a sampled path
+    or update needs more than the sampler's `max_events` / `max_virtual`, both are doubled and
+    the E-step redone (up to 16,384 jumps; then a `ValueError`), so the buffers need no
+    tuning. Reports the chains' effective sample sizes; the log-likelihood is not computed.
 
     **Local fixed points.** Like every EM, structural EM can stop at a local fixed point: the
     imputed paths follow the current graph, which then scores well on them. On sparse panels
@@ -370,6 +376,10 @@ def learn_structure_from_panels(
     )
 
 
+#: the largest buffer (jumps per sampled path) the sampled E-step grows to
+_MAX_BUFFER = 1 << 14
+
+
 def _sampled_structural_em(
     model, observations, names, cards, sets, prior, edge_prior, sampler, key, max_iterations,
     patience,
@@ -385,10 +395,24 @@ def _sampled_structural_em(
         bound = max_children(model)
         family, ess_parts = None, []
         for b, bucket in enumerate(buckets):
-            part, ess_b, stuck = _sampled_e_step(
-                model, bucket, sampler, sets, jax.random.fold_in(jax.random.fold_in(key, i), b),
-                bound,
-            )  # fmt: skip
+            while True:  # a buffer too small for these paths: both doubled, the step redone
+                part, ess_b, stuck, overflow = _sampled_e_step(
+                    model, bucket, sampler, sets,
+                    jax.random.fold_in(jax.random.fold_in(key, i), b), bound,
+                )  # fmt: skip
+                if not bool(overflow):
+                    break
+                if sampler.max_events >= _MAX_BUFFER:
+                    raise ValueError(
+                        f"sampler: the paths need more than {_MAX_BUFFER} jumps or candidate "
+                        "times per update (max_events, max_virtual); the rates are too fast "
+                        "for the time between the observations."
+                    )
+                sampler = dataclasses.replace(
+                    sampler,
+                    max_events=min(2 * sampler.max_events, _MAX_BUFFER),
+                    max_virtual=2 * sampler.max_virtual,
+                )
             family = part if family is None else family + part
             ess_parts.append(ess_b)
             infeasible += int(stuck)
@@ -425,6 +449,7 @@ def _sampled_structural_em(
         converged=converged,
         effective_sample_size=ess,
         infeasible_updates=infeasible,
+        sampler=sampler,
     )
 
 
