@@ -84,7 +84,11 @@ def worker(N: int, inference: str, quick: bool) -> dict:
         **accuracy(_truth(N), learned, edges),
     }
     if fit.effective_sample_size is not None:
-        out["sampler"] = _sampler_settings(N, quick)
+        grown = fit.sampler  # the buffers as the E-steps grew them
+        assert grown is not None
+        out["sampler"] = dict(
+            _sampler_settings(N, quick), max_events=grown.max_events, max_virtual=grown.max_virtual
+        )
         out["min_effective_sample_size"] = float(np.min(np.asarray(fit.effective_sample_size)))
         out["infeasible_updates"] = fit.infeasible_updates
     return out
