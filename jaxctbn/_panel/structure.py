@@ -265,8 +265,9 @@ def learn_structure_from_panels(
     needs the log-likelihood; here the fit stops at the `patience`-th E-step, since the MAP
     graph last changed, whose evidence $\ln p(\bar M,\bar T)$ (of its own statistics, summed
     over the candidate sets: it rises while EM converges) is not above the previous E-step's,
-    i.e. once the rates' progress is lost in the sampling noise. The sampler takes exact observations (no `emissions`, no exact entry times); the
-    E-step's cost grows with the number of nodes, not with $\prod_n k_n$. When a sampled path
+    i.e. once the rates' progress is lost in the sampling noise. The sampler takes exact
+    observations (no `emissions`, no exact entry times); the E-step's cost grows with the
+    number of nodes, not with $\prod_n k_n$. When a sampled path
     or update needs more than the sampler's `max_events` / `max_virtual`, both are doubled and
     the E-step redone (up to 16,384 jumps; then a `ValueError`), so the buffers need no
     tuning. Reports the chains' effective sample sizes; the log-likelihood is not computed.
