@@ -341,8 +341,8 @@ def learn_structure_from_panels(
     if sampler is not None:
         assert key is not None
         return _sampled_structural_em(
-            model, observations, names, cards, sets, prior, edge_prior, sampler, key,
-            max_iterations, patience,
+            model, observations, names, sets, prior, edge_prior, sampler, key, max_iterations,
+            patience,
         )  # fmt: skip
     trace: list[float] = []
     previous_graph = _graph_of(model)
@@ -354,9 +354,7 @@ def learn_structure_from_panels(
         )
         trace.append(float(log_likelihood))
         posterior, indices, next_model = _m_step(family, names, prior, edge_prior)
-        graph = tuple(
-            tuple(int(p) for p in np.asarray(sets[n][int(indices[n])]) if p >= 0) for n in range(N)
-        )
+        graph = _graph_at(sets, indices)
         steady = len(trace) >= 2 and abs(trace[-1] - trace[-2]) <= tolerance * (
             1.0 + abs(trace[-1])
         )
@@ -382,11 +380,9 @@ _MAX_BUFFER = 1 << 14
 
 
 def _sampled_structural_em(
-    model, observations, names, cards, sets, prior, edge_prior, sampler, key, max_iterations,
-    patience,
+    model, observations, names, sets, prior, edge_prior, sampler, key, max_iterations, patience
 ) -> PanelStructureFit:  # fmt: skip
     """Structural EM with the Monte Carlo E-step (`learn_structure_from_panels`)."""
-    N = len(cards)
     buckets = as_flat_buckets(observations)
     previous_graph = _graph_of(model)
     window: list[FamilyStatistics] = []  # the E-steps under the current graph
@@ -426,9 +422,7 @@ def _sampled_structural_em(
         recent = window[len(window) // 2 :]  # the later half: the rates have settled
         averaged = _scaled(sum(recent[1:], recent[0]), 1.0 / len(recent))
         posterior, indices, next_model = _m_step(averaged, names, prior, edge_prior)
-        graph = tuple(
-            tuple(int(p) for p in np.asarray(sets[n][int(indices[n])]) if p >= 0) for n in range(N)
-        )
+        graph = _graph_at(sets, indices)
         if graph != previous_graph:
             stable, window = 0, []
         elif evidence <= previous_evidence:
@@ -451,6 +445,13 @@ def _sampled_structural_em(
         effective_sample_size=ess,
         infeasible_updates=infeasible,
         sampler=sampler,
+    )
+
+
+def _graph_at(sets, indices) -> tuple[tuple[int, ...], ...]:
+    """The graph of the candidate sets `indices[n]` of `sets` (the M-step's MAP graph)."""
+    return tuple(
+        tuple(int(p) for p in np.asarray(s[int(i)]) if p >= 0) for s, i in zip(sets, indices)
     )
 
 
