@@ -122,13 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-events",
         type=_at_least(1),
         default=64,
-        help="sampling: jumps a sampled path may hold (64; raise it when told)",
+        help="sampling: jumps a sampled path holds at first (64; doubled when paths need more)",
     )
     p.add_argument(
         "--max-virtual",
         type=_at_least(1),
         default=64,
-        help="sampling: candidate times of one node update (64; raise it when told)",
+        help="sampling: candidate times of a node update at first (64; doubled with --max-events)",
     )
     p.add_argument(
         "--patience",
