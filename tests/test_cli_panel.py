@@ -193,6 +193,7 @@ def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path, capsys):
     assert s["log_likelihood"] is None and s["em"]["converged"]
     assert s["sampling"]["samples"] == 30 and s["sampling"]["seed"] == 1
     assert s["sampling"]["infeasible_updates"] == 0
+    assert s["sampling"]["buffers"] == {"max_events": 64, "max_node_events": 32, "max_virtual": 64}
     assert set(s["sampling"]["min_effective_sample_size"]) == {"A", "B"}
     assert all(v > 0 for v in s["sampling"]["min_effective_sample_size"].values())
     for extra, message in [

@@ -36,7 +36,9 @@ VISITS = jnp.array([0.0, 0.7, 1.5, 2.6])
 R = 3
 #: independent chains per trajectory: their spread gives the Monte Carlo standard error
 CHAINS = 16
-SAMPLER = jc.panel.GibbsSampler(num_samples=150, burn_in=40, thin=2, max_events=48)
+SAMPLER = jc.panel.GibbsSampler(
+    num_samples=150, burn_in=40, thin=2, max_events=48, max_node_events=16
+)
 
 
 #: per trajectory: none; A clamped to 1; C's rates scaled by 2.5 (imperfect)
@@ -216,11 +218,15 @@ def test_sampler_arguments_are_checked(data):
             jc.panel.PanelObservations(VISITS, jnp.zeros((4, 3), int)),
             key=jr.key(0),
         )
-    tiny = jc.panel.GibbsSampler(num_samples=2, burn_in=1, max_events=1)
-    with pytest.raises(Exception, match="max_events"):
-        jax.block_until_ready(
-            jc.panel.sample_panel_paths(MODEL, observations, key=jr.key(0), sampler=tiny)
-        )
+    # a whole path, then one node's path, longer than its buffer
+    for tiny in (
+        jc.panel.GibbsSampler(num_samples=2, burn_in=1, max_events=1),
+        jc.panel.GibbsSampler(num_samples=2, burn_in=1, max_node_events=1),
+    ):
+        with pytest.raises(Exception, match="max_events jumps .or a node more than max_node_"):
+            jax.block_until_ready(
+                jc.panel.sample_panel_paths(MODEL, observations, key=jr.key(0), sampler=tiny)
+            )
     # trajectory 1 clamps A to 1: an observation of A = 0 contradicts it
     states = np.asarray(observations.states).copy()
     states[1, 2, 0] = 0
@@ -260,7 +266,9 @@ def test_monte_carlo_em_reaches_the_exact_em_optimum():
         names=truth.names,
     )  # fmt: skip
     exact = jc.panel.fit_rates(start, observations, method=jc.panel.EMFit(tolerance=1e-10))
-    sampler = jc.panel.GibbsSampler(num_samples=20, burn_in=5, max_events=32, max_virtual=40)
+    sampler = jc.panel.GibbsSampler(
+        num_samples=20, burn_in=5, max_events=32, max_virtual=40, max_node_events=16
+    )
     fit = jc.panel.fit_rates_by_sampling(
         start, observations, key=jr.key(3), iterations=40, sampler=sampler
     )
@@ -339,7 +347,9 @@ def test_structural_em_with_sampled_paths_reaches_the_exact_routes_graph(monkeyp
         (2, 2, 2),
         **common,
         # buffers too small for these paths: the E-step grows them
-        sampler=jc.panel.GibbsSampler(num_samples=30, burn_in=10, max_events=32, max_virtual=32),
+        sampler=jc.panel.GibbsSampler(
+            num_samples=30, burn_in=10, max_events=32, max_virtual=32, max_node_events=8
+        ),
         key=jr.key(3),
     )
     assert exact.posterior.map_graph() == sampled.posterior.map_graph() == truth.parents
@@ -351,7 +361,7 @@ def test_structural_em_with_sampled_paths_reaches_the_exact_routes_graph(monkeyp
     assert sampled.infeasible_updates == 0
     assert tried[:2] == [32, 64] and set(tried[1:]) == {64}
     assert sampled.sampler is not None and sampled.sampler.max_events == 64
-    assert sampled.sampler.max_virtual == 64
+    assert sampled.sampler.max_virtual == 64 and sampled.sampler.max_node_events == 16
     # paths that would need more than the largest buffer: one clear error
     monkeypatch.setattr(
         structure_module, "_sampled_e_step", lambda *a: (None, None, 0, jnp.asarray(True))

@@ -121,6 +121,7 @@ def _cmd_learn(args):
                 burn_in=args.burn_in,
                 max_events=args.max_events,
                 max_virtual=args.max_virtual,
+                max_node_events=args.max_node_events,
             )
             sampling = {"sampler": sampler, "key": jax.random.key(args.seed)}
             sampling["patience"] = args.patience
@@ -151,6 +152,10 @@ def _cmd_learn(args):
                     zip(names, (float(v) for v in np.asarray(fit.effective_sample_size)))
                 ),
                 "infeasible_updates": fit.infeasible_updates,
+                "buffers": {
+                    name: getattr(fit.sampler, name)
+                    for name in ("max_events", "max_node_events", "max_virtual")
+                },
             }
     else:
         # long trajectories come back cut into pieces: ids has one entry per row

@@ -131,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="sampling: candidate times of a node update at first (64; doubled with --max-events)",
     )
     p.add_argument(
+        "--max-node-events",
+        type=_at_least(1),
+        default=32,
+        help="sampling: jumps one node's path holds at first (32; doubled with --max-events)",
+    )
+    p.add_argument(
         "--patience",
         type=_at_least(1),
         default=3,

@@ -4,13 +4,16 @@ and extensions", §5 for CTBNs), for networks beyond exact forward-backward (who
 state space grows as $\prod_n k_n$).
 
 One Gibbs update redraws the path of one node $n$ on $[t_0,t_{m-1}]$ given the paths of all
-the others and the observations of $n$:
+the others and the observations of $n$. Only $n$'s Markov blanket enters it: its parents
+(its rates), its children (their likelihood) and the children's other parents (the children's
+rates); the update works on those nodes' paths alone, so its cost does not grow with the
+network:
 
 1. **Uniformisation.** With $\Omega_n = 2\max_{x,u}q_n(x\mid u)$ (twice the node's largest exit
    rate), virtual jump times are drawn from a Poisson process of rate
    $\Omega_n-q_n(x_n(t)\mid u_n(t))$ along the current path (by thinning a rate-$\Omega_n$
    process). With the node's own jump times they form the candidate times $W$.
-2. **Forward filtering, backward sampling** over the grid of $W$, the other nodes' jump times
+2. **Forward filtering, backward sampling** over the grid of $W$, the blanket's jump times
    and the observation times of $n$, in time order. At a candidate time the node moves by
    $B = I + Q_n(u_n(t))/\Omega_n$ (its parents' configuration at $t$); between grid points its
    children $c$ contribute $\exp(-\Delta\sum_c q_c(x_c\mid u_c))$, which depends on $x_n$
@@ -24,9 +27,13 @@ A sweep updates every node once, in order; the chain's stationary law is the pos
 complete paths given the observations. The first path jumps half-way between two
 observations of a node that differ.
 
-Everything is padded to static sizes and vectorised over trajectories (and chains) with
-`vmap`: `max_events` jumps per path and `max_virtual` candidate times per update. A path or an
-update that would need more raises (`eqx.error_if`) rather than returning a truncated sample.
+A path is held node by node: each node's jump times and values in a buffer of
+`max_node_events` slots, so that an update gathers its blanket's rows (a grid of
+$(1+|\mathrm{blanket}|)\cdot$`max_node_events` + `max_virtual` + observations points). The
+samples are returned as whole paths of at most `max_events` jumps. Everything is padded to
+static sizes and vectorised over trajectories (and chains) with `vmap`; a path or an update
+that would need more than a buffer raises (`eqx.error_if`) rather than returning a truncated
+sample.
 """
 
 from __future__ import annotations
@@ -40,19 +47,21 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import is_concrete
-from .._model.layout import config_index
+from .._model.layout import slot_strides
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import NodeStatistics, node_statistics
 from .observations import PanelObservations
 
 
 class _Tables(eqx.Module):
-    """The model padded to common shapes, for a traced node index: parents `(N, P)` (-1 =
-    none), children `(N, C)` (-1 = none), off-diagonal rates `(N, U, K, K)` (zero where
+    """The model padded to common shapes, for a traced node index: parents `(N, P)`, children
+    `(N, C)` and the other nodes of each Markov blanket `(N, B)` (parents, children, the
+    children's other parents; `-1` = none), off-diagonal rates `(N, U, K, K)` (zero where
     padded), cardinalities `(N,)` and the uniformisation rates $\\Omega_n$ `(N,)`."""
 
     parents: Int[Array, "nodes slots"]
     children: Int[Array, "nodes children"]
+    blanket: Int[Array, "nodes blanket"]
     rates: Float[Array, "nodes configs k k"]
     cardinalities: Int[Array, " nodes"]
     omega: Float[Array, " nodes"]
@@ -69,31 +78,43 @@ def _parent_array(model: AbstractCTBN) -> Int[Array, "nodes slots"]:
     return jnp.stack([jnp.pad(p, (0, P - p.shape[0]), constant_values=-1) for p in lists])
 
 
-def max_children(model: AbstractCTBN) -> int:
-    """A static bound on the number of children of a node: the largest out-degree when the
-    graph is concrete, rounded up to a power of two (graphs that differ little share one
-    compiled sampler), at most $N-1$; $N-1$ when the graph is traced."""
+def sampler_bounds(model: AbstractCTBN) -> tuple[int, int]:
+    """Static bounds on a node's children and on its Markov blanket (parents, children and
+    the children's other parents): the largest counts when the graph is concrete, each
+    rounded up to a power of two (graphs that differ little share one compiled sampler), at
+    most $N-1$; $N-1$ when the graph is traced."""
     N = model.num_nodes
     lists = [model.parent_list(n) for n in range(N)]
     if not is_concrete(*lists):
-        return max(1, N - 1)
-    counts = np.zeros(N, int)
-    for p in lists:
-        for q in np.asarray(p, int).reshape(-1):
-            if q >= 0:
-                counts[q] += 1
-    bound = 1 << max(0, int(counts.max()) - 1).bit_length()
-    return max(1, min(bound, N - 1))
+        return max(1, N - 1), max(1, N - 1)
+    parents = [{int(q) for q in np.asarray(p, int).reshape(-1) if q >= 0} for p in lists]
+    children = [{c for c in range(N) if n in parents[c]} for n in range(N)]
+    blanket = [
+        (parents[n] | children[n] | {q for c in children[n] for q in parents[c]}) - {n}
+        for n in range(N)
+    ]
+
+    def rounded(count: int) -> int:
+        return max(1, min(1 << max(0, count - 1).bit_length(), N - 1))
+
+    return rounded(max(map(len, children))), rounded(max(map(len, blanket)))
 
 
-def _tables(model: AbstractCTBN, num_children: int) -> _Tables:
+def _first(mask: Array, size: int) -> Array:
+    """Per row of a boolean matrix, the indices of its first `size` true entries in order
+    (`-1` past them)."""
+    order = jnp.argsort(~mask, axis=1, stable=True)[:, :size]
+    return jnp.where(jnp.take_along_axis(mask, order, axis=1), order, -1).astype(jnp.int32)
+
+
+def _tables(model: AbstractCTBN, bounds: tuple[int, int]) -> _Tables:
     cards = model.cardinalities
     N, K = len(cards), max(cards)
     parents = _parent_array(model)
     is_parent = jnp.any(parents[:, :, None] == jnp.arange(N)[None, None, :], axis=1)  # [c, n]
-    # node n's children first (in index order), then -1
-    order = jnp.argsort(~is_parent.T, axis=1, stable=True)[:, :num_children]
-    children = jnp.where(jnp.take_along_axis(is_parent.T, order, axis=1), order, -1)
+    is_child = is_parent.T  # [n, c]: c is a child of n
+    co_parent = (is_child.astype(jnp.int32) @ is_parent.astype(jnp.int32)) > 0
+    in_blanket = (is_parent | is_child | co_parent) & ~jnp.eye(N, dtype=bool)
     U = max(c.shape[0] for c in model.cims)
     rates = []
     for n, cim in enumerate(model.cims):
@@ -104,7 +125,8 @@ def _tables(model: AbstractCTBN, num_children: int) -> _Tables:
     omega = 2 * rates.sum(-1).max(axis=(1, 2))
     return _Tables(
         parents=parents,
-        children=children.astype(jnp.int32),
+        children=_first(is_child, bounds[0]),
+        blanket=_first(in_blanket, bounds[1]),
         rates=rates,
         cardinalities=jnp.asarray(cards, jnp.int32),
         omega=jnp.where(omega > 0, omega, 1.0),
@@ -113,9 +135,18 @@ def _tables(model: AbstractCTBN, num_children: int) -> _Tables:
 
 
 class _Path(eqx.Module):
-    """One path on $[0, D]$ (times relative to the first observation): the initial state, and
-    its jumps in time order, each one node moving to a new value (slots past `count`: time
-    `inf`, node -1)."""
+    """One path on $[0, D]$ (times relative to the first observation) held node by node: the
+    initial state, and each node's jumps in time order, `(N, J)` (slots past a node's last
+    jump: time `inf`), with the node's value after each."""
+
+    initial: Int[Array, " nodes"]
+    times: Float[Array, "nodes slots"]
+    values: Int[Array, "nodes slots"]
+
+
+class _Events(eqx.Module):
+    """One whole path: the initial state, and every jump in time order, each one node moving
+    to a new value (slots past `count`: time `inf`, node -1)."""
 
     initial: Int[Array, " nodes"]
     times: Float[Array, " events"]
@@ -124,7 +155,7 @@ class _Path(eqx.Module):
     count: Int[Array, ""]
 
 
-def _states_after(path: _Path) -> Int[Array, "events nodes"]:
+def _states_after(path: _Events) -> Int[Array, "events nodes"]:
     """The global state after each jump slot (padding slots repeat the last state)."""
     N, E = path.initial.shape[0], path.times.shape[0]
     own = path.nodes[:, None] == jnp.arange(N)[None, :]
@@ -132,31 +163,42 @@ def _states_after(path: _Path) -> Int[Array, "events nodes"]:
     return jnp.where(last >= 0, path.values[jnp.maximum(last, 0)], path.initial[None, :])
 
 
-def _sorted_path(initial, times, nodes, values, max_events: int) -> tuple[_Path, Array]:
-    """A `_Path` from unsorted candidate jumps (time `inf` = none), and whether they overflow
-    `max_events`."""
+def _whole(path: _Path, max_events: int) -> tuple[_Events, Array]:
+    """The node-by-node `path` as one time-ordered list of `max_events` jump slots, and whether
+    its jumps overflow them."""
+    N, J = path.times.shape
+    times = path.times.reshape(-1)
     order = jnp.argsort(times, stable=True)
-    times, nodes, values = times[order], nodes[order], values[order]
+    nodes = jnp.broadcast_to(jnp.arange(N, dtype=jnp.int32)[:, None], (N, J)).reshape(-1)
+    times, nodes, values = times[order], nodes[order], path.values.reshape(-1)[order]
     count = jnp.sum(jnp.isfinite(times)).astype(jnp.int32)
-    overflow = count > max_events
-    if times.shape[0] < max_events:
-        pad = max_events - times.shape[0]
+    if N * J < max_events:
+        pad = max_events - N * J
         times = jnp.concatenate([times, jnp.full((pad,), jnp.inf, times.dtype)])
         nodes = jnp.concatenate([nodes, jnp.full((pad,), -1, nodes.dtype)])
         values = jnp.concatenate([values, jnp.zeros((pad,), values.dtype)])
     times, nodes, values = times[:max_events], nodes[:max_events], values[:max_events]
     valid = jnp.isfinite(times)
-    path = _Path(
-        initial=initial,
+    events = _Events(
+        initial=path.initial,
         times=times,
         nodes=jnp.where(valid, nodes, -1),
         values=jnp.where(valid, values, 0),
         count=jnp.minimum(count, max_events),
     )
-    return path, overflow
+    return events, count > max_events
 
 
-def _initial_path(obs_times, obs_states, observed, max_events: int) -> tuple[_Path, Array]:
+def _compacted(jumps: Array, times: Array, values: Array, size: int) -> tuple[Array, Array, Array]:
+    """The entries of time-ordered `times` and `values` where `jumps` holds, moved to the front
+    of a row of `size` slots (`inf`, `0` after them), and whether there are more than `size`."""
+    slot = jnp.where(jumps, jnp.cumsum(jumps) - 1, size)
+    row_times = jnp.full((size,), jnp.inf, times.dtype).at[slot].set(times, mode="drop")
+    row_values = jnp.zeros((size,), values.dtype).at[slot].set(values, mode="drop")
+    return row_times, row_values, jnp.sum(jumps) > size
+
+
+def _initial_path(obs_times, obs_states, observed, size: int) -> tuple[_Path, Array]:
     """A first path consistent with the observations: each node starts in its first observed
     state (0 if never observed) and jumps half-way between two of its observations that
     differ."""
@@ -170,102 +212,128 @@ def _initial_path(obs_times, obs_states, observed, max_events: int) -> tuple[_Pa
     mid = (obs_times[safe] + obs_times[:, None]) / 2
     first = jnp.argmax(observed, axis=0)
     initial = jnp.where(observed.any(0), obs_states[first, jnp.arange(N)], 0)
-    times = jnp.where(jump, mid, jnp.inf).reshape(-1)
-    nodes = jnp.broadcast_to(jnp.arange(N, dtype=jnp.int32), (num_rows, N)).reshape(-1)
-    return _sorted_path(initial, times, nodes, obs_states.reshape(-1), max_events)
-
-
-def _state_at(path: _Path, after: Array, t: Array) -> Array:
-    """The global state at times `t` (after the jumps at or before them)."""
-    j = jnp.searchsorted(path.times, t, side="right") - 1
-    return jnp.where((j >= 0)[..., None], after[jnp.maximum(j, 0)], path.initial)
-
-
-def _exit(tables: _Tables, m, state) -> Array:
-    """Node `m`'s exit rate in the global `state` (any leading axes on `state`)."""
-    u = config_index(state, tables.parents[m], tables.static_cards)
-    return tables.rates[m, u, state[..., m]].sum(-1)
+    times, values, overflow = jax.vmap(_compacted, in_axes=(1, 1, 1, None))(
+        jump, mid, obs_states, size
+    )
+    return _Path(initial=initial, times=times, values=values), jnp.any(overflow)
 
 
 def _update_node(tables: _Tables, path: _Path, n, evidence, duration, key, max_virtual: int):
-    """Redraw node `n`'s path given the others' and its observations (module docstring).
-    Returns the new path and whether the virtual-jump buffer overflowed."""
+    """Redraw node `n`'s path given its Markov blanket's and its observations (module
+    docstring). Returns the new path, whether a buffer overflowed and whether the update found
+    no path through its grid."""
     obs_times, obs_states, observed = evidence
     K = tables.rates.shape[-1]
-    E = path.times.shape[0]
+    J = path.times.shape[1]
     dtype = path.times.dtype
-    after = _states_after(path)
-    before = jnp.concatenate([path.initial[None], after[:-1]])
     omega = tables.omega[n]
     k_n = tables.cardinalities[n]
+    cards = tables.static_cards
     key_times, key_thin, key_back = jr.split(key, 3)
+
+    # the local nodes: n first, then its blanket (`-1` slots: no path, state 0)
+    blanket = tables.blanket[n]
+    B = blanket.shape[0]
+    local = jnp.concatenate([jnp.asarray(n, jnp.int32)[None], blanket])
+    in_use = local >= 0
+    safe = jnp.maximum(local, 0)
+    l_times = jnp.where(in_use[:, None], path.times[safe], jnp.inf)  # (L, J)
+    l_values = path.values[safe]
+    l_initial = jnp.where(in_use, path.initial[safe], 0)
+
+    def position(nodes):  # local positions of node indices (-1 = none)
+        match = (nodes[..., None] == local) & (nodes >= 0)[..., None]
+        return jnp.where(match.any(-1), jnp.argmax(match, -1), -1)
+
+    def configuration(state, slots, strides):  # parent configuration from local states
+        values = jnp.where(slots >= 0, jnp.take(state, jnp.maximum(slots, 0), axis=-1), 0)
+        return (values * strides).sum(-1)
+
+    slots_n, strides_n = position(tables.parents[n]), slot_strides(tables.parents[n], cards)[3]
+    children = tables.children[n]
+    safe_children = jnp.maximum(children, 0)
+    child_parents = tables.parents[safe_children]  # (C, P)
+    slots_c = position(child_parents)
+    strides_c = jax.vmap(lambda p: slot_strides(p, cards)[3])(child_parents)
+    child_position = position(children)  # (C,)
+
+    def local_state_at(t):  # (T,) -> (T, L): the local states after the jumps at or before t
+        j = jax.vmap(lambda row: jnp.searchsorted(row, t, side="right"))(l_times)
+        values = jnp.take_along_axis(l_values, jnp.maximum(j - 1, 0), axis=1)
+        return jnp.where(j > 0, values, l_initial[:, None]).T
 
     # 1. virtual jumps: a rate-Omega Poisson process on [0, D] (exponential gaps, already in
     # time order) thinned by 1 - q_n(x(t)) / Omega
     arrivals = jnp.cumsum(jr.exponential(key_times, (max_virtual + 1,), dtype) / omega)
     overflow = arrivals[-1] <= duration  # more than max_virtual arrivals in [0, D]
     u = jnp.where(arrivals[:-1] <= duration, arrivals[:-1], jnp.inf)
-    at_u = _state_at(path, after, jnp.where(jnp.isfinite(u), u, 0.0))
-    keep = jr.uniform(key_thin, (max_virtual,), dtype) * omega >= _exit(tables, n, at_u)
+    at_u = local_state_at(jnp.where(jnp.isfinite(u), u, 0.0))
+    exit_u = tables.rates[n, configuration(at_u, slots_n, strides_n), at_u[:, 0]].sum(-1)
+    keep = jr.uniform(key_thin, (max_virtual,), dtype) * omega >= exit_u
     virtual = jnp.where(keep, u, jnp.inf)
 
-    # 2. the grid: every jump slot (own jumps are candidate times, the others' are not), the
-    # virtual times, and the observations of n; in time order
-    kind_event = jnp.where(path.nodes == n, 1, 2)  # 1 candidate, 2 another node's jump
-    node_seen = observed[:, n]
-    grid_t = jnp.concatenate([path.times, virtual, jnp.where(node_seen, obs_times, jnp.inf)])
-    kind = jnp.concatenate(
-        [kind_event, jnp.ones((max_virtual,), jnp.int32), jnp.full(obs_times.shape, 3)]
+    # 2. the grid: n's jumps and the virtual times (candidates), the blanket's jumps, and the
+    # observations of n; in time order
+    M = obs_times.shape[0]
+    grid_t = jnp.concatenate(
+        [
+            l_times[0],
+            virtual,
+            l_times[1:].reshape(-1),
+            jnp.where(observed[:, n], obs_times, jnp.inf),
+        ]
     )
-    # the jump slot (for another node's jump) or observation row behind each grid point
-    ref = jnp.concatenate([jnp.arange(E), jnp.zeros((max_virtual,), jnp.int32),
-                           jnp.arange(obs_times.shape[0])])  # fmt: skip
+    kind = jnp.concatenate(
+        [jnp.ones((J + max_virtual,), jnp.int32), jnp.full((B * J,), 2), jnp.full((M,), 3)]
+    )  # 1 candidate, 2 a blanket node's jump, 3 an observation of n
+    mover = jnp.concatenate(
+        [jnp.full((J + max_virtual,), -1), jnp.repeat(jnp.arange(1, B + 1), J), jnp.full((M,), -1)]
+    )  # the local position of the node jumping at a point of kind 2
+    value = jnp.concatenate(
+        [jnp.zeros((J + max_virtual,), l_values.dtype), l_values[1:].reshape(-1),
+         jnp.zeros((M,), l_values.dtype)]
+    )  # fmt: skip
+    row = jnp.concatenate([jnp.zeros((J + max_virtual + B * J,), jnp.int32), jnp.arange(M)])
     order = jnp.argsort(grid_t, stable=True)
-    grid_t, kind, ref = grid_t[order], kind[order], ref[order]
+    grid_t, kind, mover, value, row = (a[order] for a in (grid_t, kind, mover, value, row))
+    G = grid_t.shape[0]
     valid = jnp.isfinite(grid_t)
     t = jnp.where(valid, grid_t, duration)
     kind = jnp.where(valid, kind, 0)  # 0: padding, no action
-    state_after_point = _state_at(path, after, t)  # (G, N): the others' state after the point
-    state_before_point = jnp.where((kind == 2)[:, None], before[ref], state_after_point)
-    previous_state = jnp.concatenate([path.initial[None], state_after_point[:-1]])
-    gaps = jnp.diff(jnp.concatenate([jnp.zeros((1,), dtype), t]))
-    gaps = jnp.maximum(gaps, 0.0)
+    mover = jnp.where(kind == 2, mover, -1)
+    # the local states after each point (n's own entry unused), and before it
+    own = mover[:, None] == jnp.arange(B + 1)[None, :]
+    last = jax.lax.cummax(jnp.where(own, jnp.arange(G)[:, None], -1), axis=0)
+    after = jnp.where(last >= 0, value[jnp.maximum(last, 0)], l_initial[None, :])  # (G, L)
+    previous = jnp.concatenate([l_initial[None], after[:-1]])
+    gaps = jnp.maximum(jnp.diff(jnp.concatenate([jnp.zeros((1,), dtype), t])), 0.0)
 
     xs = jnp.arange(K)
     possible = xs < k_n
 
-    def with_n(state):  # (..., N) -> (..., K, N): node n set to each of its values
-        return jnp.where(jnp.arange(state.shape[-1]) == n, xs[:, None], state[..., None, :])
+    def children_rates(state):  # (..., L) -> (..., K, C, K): each child's rates, n at each value
+        s = jnp.where(jnp.arange(B + 1) == 0, xs[:, None], state[..., None, :])  # (..., K, L)
+        u_c = jax.vmap(configuration, in_axes=(None, 0, 0), out_axes=-1)(s, slots_c, strides_c)
+        x_c = jnp.take(s, jnp.maximum(child_position, 0), axis=-1)  # (..., K, C)
+        q = tables.rates[safe_children, u_c, x_c]  # (..., K, C, K)
+        return jnp.where((children >= 0)[:, None], q, 0.0)
 
-    def children_exit(state):  # (..., N) -> (..., K): the children's total exit rate
-        s = with_n(state)
-        total = jnp.zeros(s.shape[:-1], dtype)
-        for i in range(tables.children.shape[1]):
-            c = tables.children[n, i]
-            safe = jnp.maximum(c, 0)
-            total = total + jnp.where(c >= 0, _exit(tables, safe, s), 0.0)
-        return total
-
-    # the interval before each point (others as after the previous point), and the end's
-    interval = jnp.exp(-gaps[:, None] * children_exit(previous_state))
+    # the interval before each point (states as after the previous point), and the end's
+    rates_before = children_rates(previous)  # (G, K, C, K)
+    interval = jnp.exp(-gaps[:, None] * rates_before.sum((-2, -1)))
     last_gap = jnp.maximum(duration - t[-1], 0.0)
-    end_factor = jnp.exp(-last_gap * children_exit(state_after_point[-1]))
+    end_factor = jnp.exp(-last_gap * children_rates(after[-1]).sum((-2, -1)))
     # a child's jump: its rate, with n at each value
-    mover = jnp.where(kind == 2, path.nodes[ref], 0)
-    is_child = (kind == 2) & jnp.any(tables.children[n][None, :] == mover[:, None], axis=1)
-    s_child = with_n(state_before_point)  # (G, K, N)
-    u_child = jax.vmap(lambda m, s: config_index(s, tables.parents[m], tables.static_cards))(
-        mover, s_child
-    )  # (G, K)
-    source = jnp.take_along_axis(state_before_point, mover[:, None], axis=1)  # (G, 1)
-    child_rate = tables.rates[mover[:, None], u_child, source, path.values[ref][:, None]]
-    point = jnp.where(is_child[:, None], child_rate, 1.0)
-    seen = jnp.where(kind == 3, obs_states[ref, n], -1)
+    is_mover = (child_position[None, :] == mover[:, None]) & (child_position >= 0)[None, :]
+    slot = jnp.argmax(is_mover, axis=1)
+    jump_rates = jnp.take_along_axis(rates_before, slot[:, None, None, None], axis=2)[:, :, 0]
+    child_rate = jnp.take_along_axis(jump_rates, value[:, None, None], axis=2)[..., 0]  # (G, K)
+    point = jnp.where(is_mover.any(1)[:, None], child_rate, 1.0)
+    seen = jnp.where(kind == 3, obs_states[row, n], -1)
     point = jnp.where((kind == 3)[:, None], (xs[None, :] == seen[:, None]).astype(dtype), point)
     point = jnp.where(possible[None, :], point, 0.0)
     # a candidate time: B = I + Q_n(u_n) / Omega (parents as after the point)
-    u_n = config_index(state_after_point, tables.parents[n], tables.static_cards)
-    off = tables.rates[n, u_n] / omega  # (G, K, K)
+    off = tables.rates[n, configuration(after, slots_n, strides_n)] / omega  # (G, K, K)
     step = off + jnp.eye(K, dtype=dtype) * (1 - off.sum(-1))[..., None]
     moves = jnp.where((kind == 1)[:, None, None], step, jnp.eye(K, dtype=dtype))
 
@@ -278,13 +346,13 @@ def _update_node(tables: _Tables, path: _Path, n, evidence, duration, key, max_v
         z = a.sum()
         return jnp.where(z > 0, a / jnp.where(z > 0, z, 1), alpha), (alpha, z > 0)
 
-    last, (alphas, ok) = jax.lax.scan(forward, prior, (interval, moves, point))
-    final = last * end_factor
+    last_alpha, (alphas, ok) = jax.lax.scan(forward, prior, (interval, moves, point))
+    final = last_alpha * end_factor
     feasible = jnp.all(ok) & (final.sum() > 0)
 
     # 4. backward sampling: x after the last point, then each earlier point's state (inverse
     # CDF draws from one batch of uniforms)
-    uniforms = jr.uniform(key_back, (t.shape[0] + 1,), dtype)
+    uniforms = jr.uniform(key_back, (G + 1,), dtype)
 
     def draw(w, u):  # a state with probability proportional to the weights w
         cumulative = jnp.cumsum(w)
@@ -302,36 +370,39 @@ def _update_node(tables: _Tables, path: _Path, n, evidence, duration, key, max_v
     )
     states_before = jnp.concatenate([x_start[None], states_after[:-1]])
 
-    # 5. the new path: the others' jumps and n's jumps where the sampled state changes
+    # 5. n's new row: its jumps at the candidate times where the sampled state changes
     jumps = (kind == 1) & (states_after != states_before)
-    others = jnp.isfinite(path.times) & (path.nodes != n)
-    new, overflow_events = _sorted_path(
-        path.initial.at[n].set(x_start.astype(path.initial.dtype)),
-        jnp.concatenate([jnp.where(others, path.times, jnp.inf), jnp.where(jumps, t, jnp.inf)]),
-        jnp.concatenate([path.nodes, jnp.full(t.shape, n, path.nodes.dtype)]),
-        jnp.concatenate([path.values, states_after.astype(path.values.dtype)]),
-        E,
+    times_n, values_n, overflow_row = _compacted(
+        jumps, t, states_after.astype(path.values.dtype), J
+    )
+    new = _Path(
+        initial=path.initial.at[n].set(x_start.astype(path.initial.dtype)),
+        times=path.times.at[n].set(times_n),
+        values=path.values.at[n].set(values_n),
     )
     # an infeasible update (no path through the grid: it cannot happen from a feasible path,
     # whose own jumps are candidates) keeps the old path
     new = jax.tree_util.tree_map(lambda a, b: jnp.where(feasible, a, b), new, path)
-    return new, overflow | (feasible & overflow_events), ~feasible
+    return new, overflow | (feasible & overflow_row), ~feasible
 
 
 class GibbsSampler(eqx.Module):
     """Auxiliary-variable Gibbs sampling of complete paths given panel observations (module
-    docstring): `burn_in` sweeps, then `num_samples` samples `thin` sweeps apart (all static);
-    `max_events` jumps per path and `max_virtual` candidate times per node update (static
-    buffer sizes: a path or update that needs more raises)."""
+    docstring): `burn_in` sweeps, then `num_samples` samples `thin` sweeps apart (all static).
+    Static buffer sizes: `max_events` jumps per sampled path, `max_node_events` jumps per
+    node of a path, `max_virtual` virtual jump times per node update; a path or update that
+    needs more raises. A node update costs about
+    $(1+b)\\cdot$`max_node_events` + `max_virtual` steps, $b$ the largest Markov blanket."""
 
     num_samples: int = eqx.field(default=200, static=True)
     burn_in: int = eqx.field(default=50, static=True)
     thin: int = eqx.field(default=1, static=True)
     max_events: int = eqx.field(default=64, static=True)
     max_virtual: int = eqx.field(default=64, static=True)
+    max_node_events: int = eqx.field(default=32, static=True)
 
     def __check_init__(self):
-        for name in ("num_samples", "thin", "max_events", "max_virtual"):
+        for name in ("num_samples", "thin", "max_events", "max_virtual", "max_node_events"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"GibbsSampler: {name} must be an integer >= 1, got {value!r}.")
@@ -380,7 +451,7 @@ class SampledPaths(eqx.Module):
         return jnp.where(variance > 0, S / jnp.maximum(tau, 1e-12), float(S))
 
 
-def _to_trajectories(path: _Path, duration, targets, clamps) -> Trajectories:
+def _to_trajectories(path: _Events, duration, targets, clamps) -> Trajectories:
     valid = jnp.isfinite(path.times)
     return Trajectories(
         initial_states=path.initial,
@@ -412,7 +483,7 @@ def _chain(
     observed = rows[:, None] & (states >= 0)
     evidence = (obs_times, states, observed)
     path, overflow = _initial_path(
-        jnp.where(rows, obs_times, 0.0), states, observed, sampler.max_events
+        jnp.where(rows, obs_times, 0.0), states, observed, sampler.max_node_events
     )
 
     def sweep(carry, key):
@@ -461,29 +532,30 @@ def sample_panel_paths(
     - `key`; `sampler`: a [`jaxctbn.panel.GibbsSampler`][].
 
     **Returns:** [`jaxctbn.panel.SampledPaths`][]. Raises when a buffer is too small
-    (`max_events`, `max_virtual`)."""
+    (`max_events`, `max_node_events`, `max_virtual`)."""
     if not isinstance(observations, PanelObservations) or jnp.ndim(observations.times) != 2:
         raise ValueError(
             "observations: a batch of trajectories (PanelObservations with shape (R, O))."
         )
     if not isinstance(sampler, GibbsSampler):
         raise ValueError(f"sampler: expected a jaxctbn.panel.GibbsSampler, got {sampler!r}.")
-    return _sample_panel_paths(model, observations, key, sampler, max_children(model))
+    return _sample_panel_paths(model, observations, key, sampler, sampler_bounds(model))
 
 
 @eqx.filter_jit
-def _sample_panel_paths(model, observations, key, sampler, num_children: int) -> SampledPaths:
-    paths, overflow = _sample_unguarded(model, observations, key, sampler, num_children)
+def _sample_panel_paths(model, observations, key, sampler, bounds: tuple[int, int]) -> SampledPaths:
+    paths, overflow = _sample_unguarded(model, observations, key, sampler, bounds)
     trajectories = eqx.error_if(
         paths.trajectories,
         overflow,
-        "sampler: a path or an update needed more than max_events jumps or max_virtual "
-        "candidate times; raise them (GibbsSampler(max_events=..., max_virtual=...)).",
+        "sampler: a path needed more than max_events jumps (or a node more than "
+        "max_node_events), or an update more than max_virtual virtual times; raise them "
+        "(GibbsSampler(max_events=..., max_node_events=..., max_virtual=...)).",
     )
     return eqx.tree_at(lambda p: p.trajectories, paths, trajectories)
 
 
-def _sample_unguarded(model, observations, key, sampler, num_children: int):
+def _sample_unguarded(model, observations, key, sampler, bounds: tuple[int, int]):
     """`_sample_panel_paths` without the buffer guard: the samples and whether a buffer
     overflowed (then the samples are not valid; a caller that can grow the buffers retries)."""
     model = model.checked()
@@ -496,13 +568,13 @@ def _sample_unguarded(model, observations, key, sampler, num_children: int):
     R, N = observations.times.shape[0], model.num_nodes
     intervention = observations.intervention
     if intervention is None:
-        tables = jax.vmap(lambda _: _tables(model, num_children))(jnp.arange(R))
+        tables = jax.vmap(lambda _: _tables(model, bounds))(jnp.arange(R))
         targets, clamps = jnp.zeros((R, N), bool), jnp.zeros((R, N), jnp.int32)
     else:
         intervention = intervention.checked(model)
         per_trajectory = jnp.ndim(intervention.targets) == 2
         tables = jax.vmap(
-            lambda i: _tables(i.apply(model), num_children),
+            lambda i: _tables(i.apply(model), bounds),
             in_axes=0 if per_trajectory else None,
             axis_size=R,
         )(intervention)
@@ -520,19 +592,18 @@ def _sample_unguarded(model, observations, key, sampler, num_children: int):
         clamps,
         keys,
     )
+    events, too_long = jax.vmap(jax.vmap(lambda p: _whole(p, sampler.max_events)))(samples)
     trajectories = jax.vmap(
         jax.vmap(_to_trajectories, in_axes=(0, None, None, None)), in_axes=(0, 0, 0, 0)
-    )(samples, durations, targets, clamps)
-    jumps = jax.vmap(jax.vmap(lambda p: jnp.sum(p.nodes[:, None] == jnp.arange(N), axis=0)))(
-        samples
-    )
+    )(events, durations, targets, clamps)
+    jumps = jnp.isfinite(samples.times).sum(-1).astype(jnp.int32)  # (R, samples, N)
     trajectories = eqx.error_if(
         trajectories,
         jnp.any(contradiction),
         "observations: a node observed in another state than its intervention's clamp.",
     )
     paths = SampledPaths(trajectories=trajectories, infeasible_updates=infeasible, jumps=jumps)
-    return paths, jnp.any(overflow)
+    return paths, jnp.any(overflow) | jnp.any(too_long)
 
 
 def sampled_node_statistics(

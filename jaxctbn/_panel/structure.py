@@ -43,7 +43,7 @@ from .._master_equation.master_equation import AbstractExpectedStatistics
 from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
 from .._model.ctbn import CTBN, AbstractCTBN, PaddedCTBN
 from .buckets import PanelBuckets, as_flat_buckets
-from .gibbs import GibbsSampler, SampledPaths, _sample_unguarded, max_children
+from .gibbs import GibbsSampler, SampledPaths, _sample_unguarded, sampler_bounds
 from .inference import (
     PanelExpectedStatistics,
     _check_possible,
@@ -177,12 +177,12 @@ def _e_step(model, observations, emissions, solver, parent_sets, targets, groups
 
 
 @eqx.filter_jit
-def _sampled_e_step(model, bucket, sampler, parent_sets, key, num_children):
+def _sampled_e_step(model, bucket, sampler, parent_sets, key, bounds):
     """The Monte Carlo E-step of one bucket: the family statistics of the sampled paths (pooled
     by their interventions), averaged over the samples; the effective sample sizes of the
     chains (per trajectory and node) and the number of infeasible updates."""
     paths: SampledPaths
-    paths, overflow = _sample_unguarded(model, bucket, key, sampler, num_children)
+    paths, overflow = _sample_unguarded(model, bucket, key, sampler, bounds)
     family = sampled_family_statistics(paths.trajectories, model.cardinalities, parent_sets)
     return family, paths.effective_sample_size(), paths.infeasible_updates.sum(), overflow
 
@@ -267,10 +267,10 @@ def learn_structure_from_panels(
     over the candidate sets: it rises while EM converges) is not above the previous E-step's,
     i.e. once the rates' progress is lost in the sampling noise. The sampler takes exact
     observations (no `emissions`, no exact entry times); the E-step's cost grows with the
-    number of nodes, not with $\prod_n k_n$. When a sampled path
-    or update needs more than the sampler's `max_events` / `max_virtual`, both are doubled and
-    the E-step redone (up to 16,384 jumps; then a `ValueError`), so the buffers need no
-    tuning. Reports the chains' effective sample sizes; the log-likelihood is not computed.
+    number of nodes (a node update works on the node's Markov blanket), not with
+    $\prod_n k_n$. When a sampled path or update needs more than the sampler's `max_events` /
+    `max_node_events` / `max_virtual`, all three are doubled and the E-step redone (up to
+    16,384 jumps; then a `ValueError`), so the buffers need no tuning. Reports the chains' effective sample sizes; the log-likelihood is not computed.
 
     **Local fixed points.** Like every EM, structural EM can stop at a local fixed point: the
     imputed paths follow the current graph, which then scores well on them. On sparse panels
@@ -389,25 +389,26 @@ def _sampled_structural_em(
     infeasible, stable, converged = 0, 0, False
     posterior, ess, previous_evidence = None, None, -np.inf
     for i in range(max_iterations):
-        bound = max_children(model)
+        bounds = sampler_bounds(model)
         family, ess_parts = None, []
         for b, bucket in enumerate(buckets):
-            while True:  # a buffer too small for these paths: both doubled, the step redone
+            while True:  # a buffer too small for these paths: all doubled, the step redone
                 part, ess_b, stuck, overflow = _sampled_e_step(
                     model, bucket, sampler, sets,
-                    jax.random.fold_in(jax.random.fold_in(key, i), b), bound,
+                    jax.random.fold_in(jax.random.fold_in(key, i), b), bounds,
                 )  # fmt: skip
                 if not bool(overflow):
                     break
-                if sampler.max_events >= _MAX_BUFFER:
+                if max(sampler.max_events, sampler.max_node_events) >= _MAX_BUFFER:
                     raise ValueError(
-                        f"sampler: the paths need more than {_MAX_BUFFER} jumps or candidate "
-                        "times per update (max_events, max_virtual); the rates are too fast "
-                        "for the time between the observations."
+                        f"sampler: the paths need more than {_MAX_BUFFER} jumps or virtual "
+                        "times per update (max_events, max_node_events, max_virtual); the "
+                        "rates are too fast for the time between the observations."
                     )
                 sampler = dataclasses.replace(
                     sampler,
                     max_events=min(2 * sampler.max_events, _MAX_BUFFER),
+                    max_node_events=min(2 * sampler.max_node_events, _MAX_BUFFER),
                     max_virtual=2 * sampler.max_virtual,
                 )
             family = part if family is None else family + part
