@@ -10,6 +10,7 @@ import pytest
 
 import jaxctbn as jc
 import jaxctbn._panel.structure as structure_module
+from jaxctbn._learning.family_statistics import family_statistics
 from jaxctbn._panel.gibbs import sampled_node_statistics
 from jaxctbn._panel.structure import sampled_family_statistics
 
@@ -153,6 +154,14 @@ def test_sampled_family_statistics_pool_like_the_exact_ones(data):
     assert z.size > 100
     assert np.max(np.abs(z)) < 5.0, np.round(z, 2)
     assert 0.4 < np.std(z) < 1.8, np.std(z)
+    # one sample at a time, by parts over the jumps, equals one flat batch by segment sums
+    few = jax.tree_util.tree_map(lambda x: x[:, :6], samples.trajectories)
+    flat = jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), few)
+    by_sample = sampled_family_statistics(few, MODEL.cardinalities, sets)
+    direct = family_statistics(flat, MODEL.cardinalities, sets, method="scatter")
+    for a, b in zip(by_sample.transitions + by_sample.dwell_times,
+                    direct.transitions + direct.dwell_times):  # fmt: skip
+        np.testing.assert_allclose(6 * np.asarray(a), b, rtol=1e-10, atol=1e-12)
 
 
 def test_effective_sample_size_of_autoregressive_traces():

@@ -38,6 +38,20 @@ SPACE = jc.internal.design_space((2, 2))  # the candidates `jaxctbn run` passes 
 ONE_DEVICE = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("members",))
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _shardy():
+    """The partitioner users get by default (Shardy), here and in this module's subprocesses;
+    conftest.py lowers the rest of the suite with GSPMD, which compiles faster. The setting is
+    part of JAX's compilation key, so no program is shared across the switch."""
+    previous = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", True)
+    env = pytest.MonkeyPatch()
+    env.setenv("JAX_USE_SHARDY_PARTITIONER", "1")
+    yield
+    env.undo()
+    jax.config.update("jax_use_shardy_partitioner", previous)
+
+
 def test_eight_devices():
     assert jc.Sharded().num_devices == 8, "tests/conftest.py gives every worker 8 CPU devices"
     assert jc.Sharded(mesh=ONE_DEVICE).num_devices == 1

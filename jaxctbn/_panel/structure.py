@@ -190,10 +190,27 @@ def _sampled_e_step(model, bucket, sampler, parent_sets, key, bounds):
 def sampled_family_statistics(trajectories, cardinalities, parent_sets) -> FamilyStatistics:
     """The Monte Carlo estimate of the pooled expected family statistics: the family statistics
     of sampled paths `(R, samples)` (`SampledPaths.trajectories`; node $n$ pools the paths in
-    which it is not clamped) summed over the trajectories and averaged over the samples."""
+    which it is not clamped) summed over the trajectories and averaged over the samples.
+
+    One sample of every trajectory at a time (a scan over the samples), so that memory holds
+    $R$ paths, not $R\times$samples; by parts over the jumps (`method="jumps"`: work in jumps
+    x nodes$^2$; every sampled jump moves one node) for float64 paths and in-degree <= 2."""
     S = trajectories.num_events.shape[1]
-    flat = jax.tree_util.tree_map(lambda x: jnp.reshape(x, (-1,) + jnp.shape(x)[2:]), trajectories)
-    return _scaled(family_statistics(flat, cardinalities, parent_sets), 1.0 / S)
+    max_k = max(jnp.shape(p)[-1] for p in parent_sets)
+    by_jumps = max_k <= 2 and jnp.dtype(trajectories.jump_times.dtype) == jnp.float64
+    method = "jumps" if by_jumps else "auto"
+    per_sample = jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), trajectories)
+
+    def statistics(paths):
+        return family_statistics(paths, cardinalities, parent_sets, method=method)
+
+    def add(total, paths):  # `new + total` keeps the new statistics' parent sets
+        return statistics(paths) + total, None
+
+    shapes = jax.eval_shape(statistics, jax.tree_util.tree_map(lambda x: x[0], per_sample))
+    zero = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+    total, _ = jax.lax.scan(add, zero, per_sample)
+    return _scaled(total, 1.0 / S)
 
 
 def _scaled(family: FamilyStatistics, factor) -> FamilyStatistics:
