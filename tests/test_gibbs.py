@@ -339,14 +339,15 @@ def test_structural_em_with_sampled_paths_reaches_the_exact_routes_graph(monkeyp
     observations = jc.panel.observe_paths(paths, jnp.linspace(0.0, 4.0, 9))
     common = dict(max_parents=2, forbidden_edges=[(2, 0)])
     exact = jc.panel.learn_structure_from_panels(observations, truth.names, (2, 2, 2), **common)
-    # buffers of 32 are too small for these paths (measured): the E-step doubles them and
-    # redoes the step. (The first try is answered here without sampling, to save a compilation.)
+    # a path buffer and virtual times of 32 are too small for these paths (measured): the
+    # E-step doubles those two (not the node buffer) and redoes the step. (The first try is
+    # answered here without sampling, to save a compilation.)
     real_e_step, tried = structure_module._sampled_e_step, []
 
     def e_step(model, bucket, sampler, *args):
         tried.append(sampler.max_events)
         if sampler.max_events < 64:
-            return None, None, 0, jnp.asarray(True)
+            return None, None, 0, jnp.array([True, False, True])
         return real_e_step(model, bucket, sampler, *args)
 
     monkeypatch.setattr(structure_module, "_sampled_e_step", e_step)
@@ -357,7 +358,7 @@ def test_structural_em_with_sampled_paths_reaches_the_exact_routes_graph(monkeyp
         **common,
         # buffers too small for these paths: the E-step grows them
         sampler=jc.panel.GibbsSampler(
-            num_samples=30, burn_in=10, max_events=32, max_virtual=32, max_node_events=8
+            num_samples=30, burn_in=10, max_events=32, max_virtual=32, max_node_events=16
         ),
         key=jr.key(3),
     )
@@ -373,7 +374,7 @@ def test_structural_em_with_sampled_paths_reaches_the_exact_routes_graph(monkeyp
     assert sampled.sampler.max_virtual == 64 and sampled.sampler.max_node_events == 16
     # paths that would need more than the largest buffer: one clear error
     monkeypatch.setattr(
-        structure_module, "_sampled_e_step", lambda *a: (None, None, 0, jnp.asarray(True))
+        structure_module, "_sampled_e_step", lambda *a: (None, None, 0, jnp.ones(3, bool))
     )
     with pytest.raises(ValueError, match="the paths need more than 16384 jumps"):
         jc.panel.learn_structure_from_panels(

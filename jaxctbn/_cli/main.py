@@ -128,13 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-virtual",
         type=_at_least(1),
         default=64,
-        help="sampling: candidate times of a node update at first (64; doubled with --max-events)",
+        help="sampling: virtual times of a node update at first (64; doubled when one needs more)",
     )
     p.add_argument(
         "--max-node-events",
         type=_at_least(1),
         default=32,
-        help="sampling: jumps one node's path holds at first (32; doubled with --max-events)",
+        help="sampling: jumps one node's path holds at first (32; doubled when one needs more)",
     )
     p.add_argument(
         "--patience",

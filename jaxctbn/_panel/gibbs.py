@@ -220,7 +220,8 @@ def _initial_path(obs_times, obs_states, observed, size: int) -> tuple[_Path, Ar
 
 def _update_node(tables: _Tables, path: _Path, n, evidence, duration, key, max_virtual: int):
     """Redraw node `n`'s path given its Markov blanket's and its observations (module
-    docstring). Returns the new path, whether a buffer overflowed and whether the update found
+    docstring). Returns the new path, whether the node's jump buffer and the virtual times
+    overflowed (`(2,)`) and whether the update found
     no path through its grid."""
     obs_times, obs_states, observed = evidence
     K = tables.rates.shape[-1]
@@ -383,7 +384,7 @@ def _update_node(tables: _Tables, path: _Path, n, evidence, duration, key, max_v
     # an infeasible update (no path through the grid: it cannot happen from a feasible path,
     # whose own jumps are candidates) keeps the old path
     new = jax.tree_util.tree_map(lambda a, b: jnp.where(feasible, a, b), new, path)
-    return new, overflow | (feasible & overflow_row), ~feasible
+    return new, jnp.stack([feasible & overflow_row, overflow]), ~feasible
 
 
 class GibbsSampler(eqx.Module):
@@ -469,7 +470,7 @@ def _chain(
     tables: _Tables, times, states, num_observations, targets, clamps, key, sampler: GibbsSampler
 ):
     """One trajectory's chain: its samples (as `_Path`s with a leading sample axis), the
-    overflow flag, the number of infeasible updates and whether an observation contradicts a
+    overflow flags (a node's jumps, the virtual times), the number of infeasible updates and whether an observation contradicts a
     clamp. A node clamped by the trajectory's perfect intervention (`targets`, `clamps`; its
     rates are zero in `tables`) is held at its clamped state: the clamp is its evidence at
     every observation time."""
@@ -482,9 +483,10 @@ def _chain(
     states = jnp.where(rows[:, None] & targets, clamps, states)
     observed = rows[:, None] & (states >= 0)
     evidence = (obs_times, states, observed)
-    path, overflow = _initial_path(
+    path, too_many = _initial_path(
         jnp.where(rows, obs_times, 0.0), states, observed, sampler.max_node_events
     )
+    overflow = jnp.stack([too_many, jnp.asarray(False)])  # a node's jumps, the virtual times
 
     def sweep(carry, key):
         def one(n, c):
@@ -547,7 +549,7 @@ def _sample_panel_paths(model, observations, key, sampler, bounds: tuple[int, in
     paths, overflow = _sample_unguarded(model, observations, key, sampler, bounds)
     trajectories = eqx.error_if(
         paths.trajectories,
-        overflow,
+        jnp.any(overflow),
         "sampler: a path needed more than max_events jumps (or a node more than "
         "max_node_events), or an update more than max_virtual virtual times; raise them "
         "(GibbsSampler(max_events=..., max_node_events=..., max_virtual=...)).",
@@ -556,8 +558,9 @@ def _sample_panel_paths(model, observations, key, sampler, bounds: tuple[int, in
 
 
 def _sample_unguarded(model, observations, key, sampler, bounds: tuple[int, int]):
-    """`_sample_panel_paths` without the buffer guard: the samples and whether a buffer
-    overflowed (then the samples are not valid; a caller that can grow the buffers retries)."""
+    """`_sample_panel_paths` without the buffer guard: the samples and which buffers
+    overflowed, `(3,)`: `max_events`, `max_node_events`, `max_virtual` (then the samples are
+    not valid; a caller that can grow the buffers retries)."""
     model = model.checked()
     observations = observations.checked(model, None)
     observations = eqx.error_if(
@@ -603,7 +606,7 @@ def _sample_unguarded(model, observations, key, sampler, bounds: tuple[int, int]
         "observations: a node observed in another state than its intervention's clamp.",
     )
     paths = SampledPaths(trajectories=trajectories, infeasible_updates=infeasible, jumps=jumps)
-    return paths, jnp.any(overflow) | jnp.any(too_long)
+    return paths, jnp.concatenate([jnp.any(too_long)[None], jnp.any(overflow, axis=0)])
 
 
 def sampled_node_statistics(

@@ -286,8 +286,8 @@ def learn_structure_from_panels(
     observations (no `emissions`, no exact entry times); the E-step's cost grows with the
     number of nodes (a node update works on the node's Markov blanket), not with
     $\prod_n k_n$. When a sampled path or update needs more than the sampler's `max_events` /
-    `max_node_events` / `max_virtual`, all three are doubled and the E-step redone (up to
-    16,384 jumps; then a `ValueError`), so the buffers need no tuning. Reports the chains' effective sample sizes; the log-likelihood is not computed.
+    `max_node_events` / `max_virtual`, the buffers that overflowed are doubled and the E-step
+    redone (each up to 16,384; then a `ValueError`), so the buffers need no tuning. Reports the chains' effective sample sizes; the log-likelihood is not computed.
 
     **Local fixed points.** Like every EM, structural EM can stop at a local fixed point: the
     imputed paths follow the current graph, which then scores well on them. On sparse panels
@@ -393,6 +393,8 @@ def learn_structure_from_panels(
 
 
 #: the largest buffer (jumps per sampled path) the sampled E-step grows to
+#: the sampler's buffers, in the order of its overflow flags
+_BUFFERS = ("max_events", "max_node_events", "max_virtual")
 _MAX_BUFFER = 1 << 14
 
 
@@ -409,24 +411,22 @@ def _sampled_structural_em(
         bounds = sampler_bounds(model)
         family, ess_parts = None, []
         for b, bucket in enumerate(buckets):
-            while True:  # a buffer too small for these paths: all doubled, the step redone
+            while True:  # a buffer too small for these paths: doubled, the step redone
                 part, ess_b, stuck, overflow = _sampled_e_step(
                     model, bucket, sampler, sets,
                     jax.random.fold_in(jax.random.fold_in(key, i), b), bounds,
                 )  # fmt: skip
-                if not bool(overflow):
+                grow = [name for name, flag in zip(_BUFFERS, np.asarray(overflow)) if flag]
+                if not grow:
                     break
-                if max(sampler.max_events, sampler.max_node_events) >= _MAX_BUFFER:
+                if any(getattr(sampler, name) >= _MAX_BUFFER for name in grow):
                     raise ValueError(
                         f"sampler: the paths need more than {_MAX_BUFFER} jumps or virtual "
-                        "times per update (max_events, max_node_events, max_virtual); the "
-                        "rates are too fast for the time between the observations."
+                        f"times per update ({', '.join(grow)}); the rates are too fast for the "
+                        "time between the observations."
                     )
                 sampler = dataclasses.replace(
-                    sampler,
-                    max_events=min(2 * sampler.max_events, _MAX_BUFFER),
-                    max_node_events=min(2 * sampler.max_node_events, _MAX_BUFFER),
-                    max_virtual=2 * sampler.max_virtual,
+                    sampler, **{name: min(2 * getattr(sampler, name), _MAX_BUFFER) for name in grow}
                 )
             family = part if family is None else family + part
             ess_parts.append(ess_b)
