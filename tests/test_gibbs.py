@@ -358,7 +358,7 @@ def test_structural_em_with_sampled_paths_reaches_the_exact_routes_graph(monkeyp
         **common,
         # buffers too small for these paths: the E-step grows them
         sampler=jc.panel.GibbsSampler(
-            num_samples=30, burn_in=10, max_events=32, max_virtual=32, max_node_events=16
+            num_samples=20, burn_in=5, max_events=32, max_virtual=32, max_node_events=16
         ),
         key=jr.key(3),
     )
