@@ -287,7 +287,8 @@ def learn_structure_from_panels(
     number of nodes (a node update works on the node's Markov blanket), not with
     $\prod_n k_n$. When a sampled path or update needs more than the sampler's `max_events` /
     `max_node_events` / `max_virtual`, the buffers that overflowed are doubled and the E-step
-    redone (each up to 16,384; then a `ValueError`), so the buffers need no tuning. Reports the chains' effective sample sizes; the log-likelihood is not computed.
+    redone (each up to 16,384; then a `ValueError`), so the buffers need no tuning. Reports
+    the chains' effective sample sizes; the log-likelihood is not computed.
 
     **Local fixed points.** Like every EM, structural EM can stop at a local fixed point: the
     imputed paths follow the current graph, which then scores well on them. On sparse panels
@@ -392,9 +393,9 @@ def learn_structure_from_panels(
     )
 
 
-#: the largest buffer (jumps per sampled path) the sampled E-step grows to
 #: the sampler's buffers, in the order of its overflow flags
 _BUFFERS = ("max_events", "max_node_events", "max_virtual")
+#: the largest size the sampled E-step grows each of them to
 _MAX_BUFFER = 1 << 14
 
 
