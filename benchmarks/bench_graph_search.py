@@ -10,7 +10,7 @@ process (`--worker`), so its peak RSS is its own; the rates prior is Gamma(1, 1)
 structure prior uniform over the candidate sets (the library's defaults). SHD counts the
 missing and the extra edges of the MAP graph (a CTBN graph may be cyclic: no reversals).
 
-Run: `python benchmarks/bench_graph_search.py [--sizes 20,50,100,200] [--quick]
+Run: `python benchmarks/bench_graph_search.py [--sizes 20,50,100,200] [--quick] [--methods M,...]
 [--peers-python PY]`; writes `results/graph_search.{json,md}`. With `--peers-python` (an
 environment made by `python3 -m venv peers && peers/bin/pip install causal-hub pyagrum
 "pandas<3"`), causal-hub's CTHC and CTPC and pyAgrum's CTPC run on the same data, side by side
@@ -104,6 +104,10 @@ def accuracy(true, learned, scores) -> dict:
     }
 
 
+#: candidate parents per node of `hill-climbing-sparse` (`HillClimbing(candidates=...)`)
+CANDIDATES = 16
+
+
 def worker(N: int, search: str, K: int, path: str, edge_prior: float | None) -> dict:
     import jax
     import numpy as np
@@ -117,6 +121,7 @@ def worker(N: int, search: str, K: int, path: str, edge_prior: float | None) -> 
     names = [f"X{i}" for i in range(N)]
     choice = {
         "hill-climbing": jc.HillClimbing(swaps=False),
+        "hill-climbing-sparse": jc.HillClimbing(swaps=False, candidates=CANDIDATES),
         "ctpc": jc.CTPC(),
         "exhaustive": jc.Exhaustive(),
     }[search]
@@ -185,6 +190,13 @@ def main():
     ap.add_argument("--sizes", default="20,50,100,200")
     ap.add_argument("--exhaustive-up-to", type=int, default=100, help="largest N for K = 2")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--methods",
+        default="hill-climbing,ctpc,exhaustive",
+        help="jaxctbn's methods, comma-separated: hill-climbing, hill-climbing-sparse (the "
+        f"sparse candidates, {CANDIDATES} per node), ctpc, exhaustive (K = 2, up to "
+        "--exhaustive-up-to nodes)",
+    )
     ap.add_argument("--name", default="graph_search")
     ap.add_argument(
         "--peers-python",
@@ -222,10 +234,12 @@ def main():
         measure_process(cmd + (["--quick"] if args.quick else []))
         # hill climbing under the uniform structure prior and under a sparse edge prior
         # (pi = 1 / N: one expected parent per node), exhaustive scoring where it fits
-        runs = [("hill-climbing", 3, "none"), ("hill-climbing", 3, repr(1.0 / N))]
-        runs += [("ctpc", 3, "none"), ("ctpc", 3, repr(1.0 / N))]
-        if N <= args.exhaustive_up_to:
-            runs += [("exhaustive", 2, "none"), ("exhaustive", 2, repr(1.0 / N))]
+        runs = []
+        for method in args.methods.split(","):
+            if method == "exhaustive" and N > args.exhaustive_up_to:
+                continue
+            K = 2 if method == "exhaustive" else 3
+            runs += [(method, K, "none"), (method, K, repr(1.0 / N))]
         for search, K, pi in runs:
             cmd = [sys.executable, __file__, "--worker", str(N), search, str(K), data, pi]
             cmd += ["--quick"] if args.quick else []
@@ -252,7 +266,8 @@ def main():
         f"{duration}, the same data for every method. jaxctbn: Gamma(1, 1) rates prior; the "
         "structure prior uniform over the candidate sets, or a sparse edge prior pi = 1/N; "
         "hill climbing: additions and removals (`HillClimbing(swaps=False)`), then the exact "
-        "posterior over each node's pool of 6 parents; ctpc: `CTPC()` (tests at level 0.1, "
+        "posterior over each node's pool of 6 parents; hill-climbing-sparse: the same among "
+        f"each node's {CANDIDATES} best single parents (`candidates={CANDIDATES}`); ctpc: `CTPC()` (tests at level 0.1, "
         "conditioning sets up to 2), then the exact posterior over each node's 8 strongest "
         "survivors. Times: the first call (with "
         "compilation) and a second call; peak RSS of the whole process. Peers (in their own "

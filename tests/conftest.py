@@ -151,6 +151,25 @@ _LONGEST_FIRST = (
 _RANK = {name: i for i, name in enumerate(_LONGEST_FIRST)}
 
 
+#: The files that tests/test_runtime_types.py runs again with the run-time type checks on: in a
+#: run without those checks, they are collected only when named on the command line (the
+#: checked run covers them, so `make test` runs them once).
+RUNTIME_TYPED = (
+    "test_model.py",
+    "test_value_checks.py",
+    "test_metrics_ties.py",
+    "test_panel_io.py",
+    "test_csv_errors.py",
+)
+
+
+def pytest_ignore_collect(collection_path, config):
+    if collection_path.name not in RUNTIME_TYPED or config.getoption("jaxtyping_packages", None):
+        return None
+    named = {os.path.realpath(arg.split("::")[0]) for arg in config.args}
+    return None if os.path.realpath(collection_path) in named else True
+
+
 def pytest_collection_modifyitems(config, items):
     # stable: the tests of a file keep their order, the other files theirs
     items.sort(key=lambda item: _RANK.get(item.path.name, len(_RANK)))

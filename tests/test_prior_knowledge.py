@@ -156,7 +156,8 @@ def test_cli_learn_with_knowledge(paths, tmp_path, capsys):
     assert res["search"] == "exhaustive"  # (auto: few candidate sets)
     # the search finds the same MAP graph, with the knowledge
     climbed = tmp_path / "climbed.json"
-    climb = ["--search", "hill-climbing", "--restarts", "1", "--seed", "3", "--out", str(climbed)]
+    climb = ["--search", "hill-climbing", "--restarts", "1", "--seed", "3", "--candidates", "2"]
+    climb += ["--out", str(climbed)]
     assert main([*learn[:-2], *knowledge, "--max-parents", "2,A=1,D=3", *climb]) == 0
     found = json.loads(climbed.read_text())
     assert found["search"] == "hill-climbing" and found["map_graph"] == res["map_graph"]
@@ -171,6 +172,8 @@ def test_cli_learn_with_knowledge(paths, tmp_path, capsys):
     capsys.readouterr()
     for extra, message in [
         (["--restarts", "2"], "--restarts: only with --search hill-climbing"),
+        (["--candidates", "2"], "--candidates: only with --search hill-climbing"),
+        (["--search", "hill-climbing", "--candidates", "0"], "--candidates: must be"),
         (["--search", "bfs"], "argument --search: invalid choice"),
         (["--significance", "0.1"], "--significance: only with --search ctpc"),
         (["--search", "ctpc", "--significance", "1"], "--significance: must be in (0, 1)"),

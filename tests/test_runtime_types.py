@@ -1,22 +1,19 @@
 """Run-time type checks of the annotations (jaxtyping shapes and dtypes, beartype) in one
 dedicated job: the fast files that exercise the public surface most widely run again, in a
 fresh process, with `--jaxtyping-packages=jaxctbn,beartype.beartype`, which checks every call
-of every function of the package against its annotations. (For the whole suite that hook cost
-about 15% of its time and 9 s of import per worker; the annotations are also checked
-statically by pyright in `make test`.)"""
+of every function of the package against its annotations. (Those files run only here:
+conftest.py leaves them out of a run without the checks unless they are named. For the whole
+suite that hook cost about 15% of its time and 9 s of import per worker; the annotations are
+also checked statically by pyright in `make test`.)"""
 
 import os
 import subprocess
 import sys
 
+from conftest import RUNTIME_TYPED
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FILES = (
-    "test_model.py",
-    "test_value_checks.py",
-    "test_metrics_ties.py",
-    "test_panel_io.py",
-    "test_csv_errors.py",
-)
+FILES = RUNTIME_TYPED
 
 
 def test_annotations_hold_at_run_time():

@@ -148,6 +148,18 @@ def test_every_move_score_equals_the_moved_set_scored_from_scratch(mixed, prior)
     np.testing.assert_allclose(removals_too, removals, rtol=1e-12)
     checked = len(wanted)
     assert checked >= 15
+    # with candidates (statistics spanning them alone): the same scores of their additions,
+    # -inf for every other node
+    columns = np.asarray([[1, 3, -1], [4, 0, 2], [-1, -1, -1], [0, 1, 4], [2, -1, -1]], np.int32)
+    few, removals_few, _ = move_scores(
+        data, jnp.asarray(held), cards, prior, *rest, True, jnp.asarray(columns)
+    )
+    few = np.asarray(few)
+    for n in range(N):
+        listed = np.isin(np.arange(N), columns[n])
+        np.testing.assert_allclose(few[n][:, listed], adds[n][:, listed], rtol=1e-12)
+        assert np.all(few[n][:, ~listed] == -np.inf)
+    np.testing.assert_allclose(removals_few, removals, rtol=1e-12)
 
 
 def test_pooling_leaves_out_the_clamped_node_in_move_scores(mixed):
@@ -204,6 +216,16 @@ def test_hill_climbing_finds_the_exhaustive_map_graph(ten_nodes):
     again = jc.learn_structure(traj, names, (2,) * 10, max_parents=2, search=search)
     for a, b in zip(again.parent_sets, found.parent_sets):
         np.testing.assert_array_equal(a, b)
+    # the sparse candidates (4 per node, screened by one step of additions): the same MAP
+    # graph, and every set scored within each node's 4 best single additions
+    sparse = jc.HillClimbing(candidates=4)
+    few = jc.learn_structure(traj, names, (2,) * 10, max_parents=2, search=sparse)
+    assert few.map_graph() == exhaustive.map_graph()
+    single = np.asarray(exhaustive.log_marginal_likelihoods[0])  # node 0's sets, scored
+    sets0 = np.asarray(exhaustive.parent_sets[0])
+    alone = {int(r[0]): single[i] for i, r in enumerate(sets0) if (r >= 0).sum() == 1}
+    best4 = sorted(alone, key=lambda m: -alone[m])[:4]
+    assert {int(p) for r in np.asarray(few.parent_sets[0]) for p in r if p >= 0} <= set(best4)
 
 
 @pytest.mark.slow  # (the command line test runs the search with the same knowledge)
@@ -237,6 +259,8 @@ def test_hill_climbing_arguments_and_jit(ten_nodes):
         jc.HillClimbing(restarts=2)
     with pytest.raises(ValueError, match="pool_size: expected an integer >= 1"):
         jc.HillClimbing(pool_size=0)
+    with pytest.raises(ValueError, match="candidates: expected an integer >= 1"):
+        jc.HillClimbing(candidates=0)
     names = [f"X{i}" for i in range(10)]
     with pytest.raises(ValueError, match="search: HillClimbing needs concrete trajectories"):
         jax.jit(

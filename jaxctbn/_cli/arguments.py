@@ -552,6 +552,8 @@ def _search(args, knowledge: dict, num_nodes: int):
         choice = "exhaustive" if count <= EXHAUSTIVE_SETS else "hill-climbing"
     if args.restarts and choice != "hill-climbing":
         raise ValueError("--restarts: only with --search hill-climbing.")
+    if args.candidates is not None and choice != "hill-climbing":
+        raise ValueError("--candidates: only with --search hill-climbing.")
     if args.significance is not None and choice != "ctpc":
         raise ValueError("--significance: only with --search ctpc.")
     if choice == "exhaustive":
@@ -560,7 +562,7 @@ def _search(args, knowledge: dict, num_nodes: int):
         level = 0.1 if args.significance is None else args.significance
         return CTPC(alpha_f=level, alpha_chi2=level), choice
     key = jax.random.key(args.seed) if args.restarts else None
-    return HillClimbing(restarts=args.restarts, key=key), choice
+    return HillClimbing(restarts=args.restarts, key=key, candidates=args.candidates), choice
 
 
 def _knowledge_arguments(p) -> None:
@@ -582,6 +584,13 @@ def _knowledge_arguments(p) -> None:
         type=_at_least(0),
         default=0,
         help="hill-climbing: climbs from random starting sets besides the first (default 0)",
+    )
+    p.add_argument(
+        "--candidates",
+        type=_at_least(1),
+        default=None,
+        help="hill-climbing: climb among each node's P best single parents only (screened by "
+        "one step of additions; for hundreds of nodes); default: every allowed parent",
     )
     p.add_argument(
         "--seed", type=_seed, default=0, help="hill-climbing restarts; panel sampling (default 0)"

@@ -50,7 +50,13 @@ from jax.scipy.special import betainc, gammaincc
 
 from .._paths.sampling import Trajectories
 from .candidates import knowledge_arrays
-from .search import AbstractStructureSearch, _by_parent_state, _move_statistics, search_data
+from .search import (
+    AbstractStructureSearch,
+    _by_column_state,
+    _by_parent_state,
+    _move_statistics,
+    search_data,
+)
 
 
 class CTPC(AbstractStructureSearch):
@@ -167,13 +173,7 @@ def independence_p_values(data, bases, cards: tuple[int, ...], chunk: int, colum
         column, D, E = _by_parent_state(cards, D, E)
         column = jnp.broadcast_to(column[None], (N,) + column.shape)  # (N, N, kmax)
     else:  # slot p, state v: column p * kmax + v (the extra zero column for states not had)
-        P = columns.shape[1]
-        D = jnp.concatenate([D, jnp.zeros(D.shape[:-1] + (1,), D.dtype)], axis=-1)
-        E = jnp.concatenate([E, jnp.zeros(E.shape[:-1] + (1,), E.dtype)], axis=-1)
-        has = (jnp.arange(kmax) < jnp.asarray(cards)[jnp.maximum(columns, 0)][..., None]) & (
-            columns >= 0
-        )[..., None]
-        column = jnp.where(has, jnp.arange(P)[:, None] * kmax + jnp.arange(kmax), P * kmax)
+        column, D, E = _by_column_state(cards, columns, D, E)
     p_f = jnp.ones((N,) + bases.shape[1:2] + (column.shape[1],), D.dtype)
     p_chi2 = jnp.ones_like(p_f)
     for k in sorted(set(cards)):

@@ -74,6 +74,11 @@ class HillClimbing(AbstractStructureSearch):
     - `max_steps`: the most moves per climb (default 100).
     - `chunk`: path segments per matrix product (default 2048; memory
       $\approx N(K+1)\,k\,k_{\max}^{K-1}\times$ `chunk` floats).
+    - `candidates`: screen each node's candidate parents first (the *sparse candidate*
+      restriction, for hundreds of nodes): every allowed parent is scored once as the single
+      addition to the node's required parents, and the climbs, restarts and pool then use only
+      the `candidates` best (besides the required ones). Each step's matrix products then span
+      `candidates` nodes instead of all $N$. Default `None`: every allowed parent.
     """
 
     restarts: int = eqx.field(static=True)
@@ -82,6 +87,7 @@ class HillClimbing(AbstractStructureSearch):
     pool_size: int = eqx.field(static=True)
     max_steps: int = eqx.field(static=True)
     chunk: int = eqx.field(static=True)
+    candidates: int | None = eqx.field(static=True)
 
     def __init__(
         self,
@@ -92,12 +98,14 @@ class HillClimbing(AbstractStructureSearch):
         pool_size: int = 6,
         max_steps: int = 100,
         chunk: int = 2048,
+        candidates: int | None = None,
     ):
         for name, value, low in (
             ("restarts", restarts, 0),
             ("pool_size", pool_size, 1),
             ("max_steps", max_steps, 1),
             ("chunk", chunk, 1),
+            ("candidates", 1 if candidates is None else candidates, 1),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}.")
@@ -106,7 +114,7 @@ class HillClimbing(AbstractStructureSearch):
         if not isinstance(swaps, bool):
             raise ValueError(f"swaps: expected True or False, got {swaps!r}.")
         self.restarts, self.key, self.swaps, self.pool_size = restarts, key, swaps, pool_size
-        self.max_steps, self.chunk = max_steps, chunk
+        self.max_steps, self.chunk, self.candidates = max_steps, chunk, candidates
 
 
 class SearchResult(eqx.Module):
@@ -251,9 +259,27 @@ def _by_parent_state(cards: tuple[int, ...], D: Array, E: Array) -> tuple[Array,
     return jnp.asarray(column), D, E
 
 
-def move_scores(
-    data, sets, cards, prior, log_odds, allowed, required, in_degree, chunk, swaps=True
+def _by_column_state(
+    cards: tuple[int, ...], columns: Array, D: Array, E: Array
 ) -> tuple[Array, Array, Array]:
+    """As [`_by_parent_state`][] for joint statistics that span only the nodes `columns (N, P)`
+    (`-1`: an empty slot; `kmax` entries per slot): the column of (slot p, state v) of node n
+    `(N, P, kmax)`, `p * kmax + v`, or the extra all-zero column for the states a node does not
+    have and for the empty slots."""
+    kmax = max(cards)
+    P = columns.shape[1]
+    D = jnp.concatenate([D, jnp.zeros(D.shape[:-1] + (1,), D.dtype)], axis=-1)
+    E = jnp.concatenate([E, jnp.zeros(E.shape[:-1] + (1,), E.dtype)], axis=-1)
+    states = jnp.asarray(cards)[jnp.maximum(columns, 0)]  # (N, P)
+    has = (jnp.arange(kmax) < states[..., None]) & (columns >= 0)[..., None]
+    column = jnp.where(has, jnp.arange(P)[:, None] * kmax + jnp.arange(kmax), P * kmax)
+    return column, D, E
+
+
+def move_scores(
+    data, sets, cards, prior, log_odds, allowed, required, in_degree, chunk, swaps=True,
+    columns=None,
+) -> tuple[Array, Array, Array]:  # fmt: skip
     r"""The local score $s_n$ of every move from the held sets `(N, K)`:
 
     - `adds (N, K + 1, N)`: base b plus node m (b = 0: the held set, an addition; b >= 1: the
@@ -262,7 +288,9 @@ def move_scores(
     - `bases (N, K + 1, K)`;
 
     `-inf` where a move breaks the prior knowledge (`allowed`, `required` `(N, N)` as
-    `[parent, child]`, `in_degree (N,)`) or is no move."""
+    `[parent, child]`, `in_degree (N,)`) or is no move. With `columns (N, P)` (node indices,
+    `-1` = none) only the additions of node n's candidates `columns[n]` are scored (the others
+    are `-inf`), and the statistics span only them."""
     N, K = sets.shape
     kmax = max(cards)
     C = int(kmax ** max(K - 1, 0))
@@ -270,11 +298,17 @@ def move_scores(
     size = (bases >= 0).sum(-1)  # (N, K + 1)
     # base 0 holding K parents takes no addition (and has more than C configurations)
     bases = bases.at[:, 0].set(jnp.where((size[:, :1] >= K), -1, bases[:, 0]))
-    D, E, D_own, E_own = _move_statistics(data, bases, cards, C, chunk, swaps)
+    D, E, D_own, E_own = _move_statistics(data, bases, cards, C, chunk, swaps, columns)
     B_add = D.shape[1]
-    column, D, E = _by_parent_state(cards, D, E)
+    if columns is None:  # every node a candidate of every node
+        column, D, E = _by_parent_state(cards, D, E)
+        column = jnp.broadcast_to(column[None], (N,) + column.shape)  # (N, N, kmax)
+        targets = jnp.broadcast_to(jnp.arange(N), (N, N))
+    else:
+        column, D, E = _by_column_state(cards, columns, D, E)
+        targets = columns
     base_configs = num_configurations(bases, cards)  # (N, K + 1)
-    card_of = jnp.asarray(cards)
+    states_of = jnp.asarray(cards)[jnp.maximum(targets, 0)]  # (N, P)
 
     adds = jnp.full((N, K + 1, N), -jnp.inf, D.dtype)
     removals = jnp.full((N, K + 1), -jnp.inf, D.dtype)
@@ -283,26 +317,28 @@ def move_scores(
         Dk, Ek = D[nodes][:, :, :k], E[nodes][:, :, :k, :k]
         Dk_own, Ek_own = D_own[nodes][:, :, :k], E_own[nodes][:, :, :k, :k]
 
-        def add_one(n, Dnb, Enb, configs, m, k=k):
-            T = Dnb[..., column[m]]  # (k, C, kmax)
-            M = Enb[..., column[m]]  # (k, k, C, kmax)
+        def add_one(n, Dnb, Enb, configs, col, states, k=k):  # col (kmax,): m's columns
+            T = Dnb[..., col]  # (k, C, kmax)
+            M = Enb[..., col]  # (k, k, C, kmax)
             T = jnp.moveaxis(T, 0, -1).reshape(C * kmax, k)
             M = jnp.moveaxis(M, (0, 1), (-2, -1)).reshape(C * kmax, k, k)
-            return prior.log_marginal_likelihood(n, M, T, configs * card_of[m])
+            return prior.log_marginal_likelihood(n, M, T, configs * states)
 
         def base_one(n, T, M, configs):  # T (k, C), M (k, k, C)
             return prior.log_marginal_likelihood(n, jnp.moveaxis(M, (0, 1), (-2, -1)), T.T, configs)
 
-        over_m = jax.vmap(add_one, in_axes=(None, None, None, None, 0))
-        over_b = jax.vmap(over_m, in_axes=(None, 0, 0, 0, None))
+        over_m = jax.vmap(add_one, in_axes=(None, None, None, None, 0, 0))
+        over_b = jax.vmap(over_m, in_axes=(None, 0, 0, 0, None, None))
         node_index = jnp.asarray(nodes)
-        a = jax.vmap(over_b, in_axes=(0, 0, 0, 0, None))(
-            node_index, Dk, Ek, base_configs[nodes][:, :B_add], jnp.arange(N)
-        )
+        a = jax.vmap(over_b)(
+            node_index, Dk, Ek, base_configs[nodes][:, :B_add], column[nodes], states_of[nodes]
+        )  # (nodes, B_add, P)
         r = jax.vmap(jax.vmap(base_one, in_axes=(None, 0, 0, 0)))(
             node_index, Dk_own, Ek_own, base_configs[nodes]
         )
-        adds = adds.at[nodes, :B_add].set(a)
+        target = targets[nodes][:, None, :]  # the node each score adds (N: an empty slot)
+        adds = adds.at[node_index[:, None, None], jnp.arange(B_add)[None, :, None],
+                       jnp.where(target >= 0, target, N)].set(a, mode="drop")  # fmt: skip
         removals = removals.at[nodes].set(r)
     # the edge prior's log-odds of each set
     member = (bases[..., None] == jnp.arange(N)).any(-2)  # (N, B, N): m in base b of n
@@ -329,8 +365,9 @@ def _first_free_slot(base: Array) -> Array:
 
 @eqx.filter_jit
 def _climb(data, sets, scores, cards, prior, log_odds, allowed, required, in_degree, chunk,
-           swaps, max_steps):  # fmt: skip
-    """Every node's best move while it improves its score (at most `max_steps` moves)."""
+           swaps, max_steps, columns=None):  # fmt: skip
+    """Every node's best move while it improves its score (at most `max_steps` moves; with
+    `columns`, among each node's candidates alone, as in [`move_scores`][])."""
     N = sets.shape[0]
     rows = jnp.arange(N)
 
@@ -341,8 +378,9 @@ def _climb(data, sets, scores, cards, prior, log_odds, allowed, required, in_deg
     def body(carry):
         sets, scores, steps, _, it = carry
         adds, removals, bases = move_scores(
-            data, sets, cards, prior, log_odds, allowed, required, in_degree, chunk, swaps
-        )
+            data, sets, cards, prior, log_odds, allowed, required, in_degree, chunk, swaps,
+            columns,
+        )  # fmt: skip
         flat = adds.reshape(N, -1)
         best_add, where_add = flat.max(-1), jnp.argmax(flat, -1)
         best_removal, where_removal = removals.max(-1), jnp.argmax(removals, -1)
@@ -364,12 +402,12 @@ def _climb(data, sets, scores, cards, prior, log_odds, allowed, required, in_deg
 
 @eqx.filter_jit
 def _pools(data, sets, cards, prior, log_odds, allowed, required, in_degree, chunk, swaps,
-           pool_size):  # fmt: skip
+           pool_size, columns=None):  # fmt: skip
     """Each node's pool: its held parents, then the parents of its best other moves (by the
     best score of a move that brings them in), `pool_size` in all or the held set if larger."""
     N, K = sets.shape
     adds, _, _ = move_scores(data, sets, cards, prior, log_odds, allowed, required, in_degree,
-                             chunk, swaps)  # fmt: skip
+                             chunk, swaps, columns)  # fmt: skip
     held = (sets[..., None] == jnp.arange(N)).any(-2)
     by_parent = jnp.where(held, jnp.inf, adds.max(1))  # (N, N): held parents first
     width = max(pool_size, K)
@@ -377,6 +415,20 @@ def _pools(data, sets, cards, prior, log_odds, allowed, required, in_degree, chu
     count = jnp.maximum(held.sum(-1), pool_size)[:, None]
     keep = (top > -jnp.inf) & (jnp.arange(top.shape[1])[None, :] < count)
     return _canonical(jnp.where(keep, index, -1))
+
+
+@eqx.filter_jit
+def _screened_candidates(data, sets, cards, prior, log_odds, allowed, required, in_degree,
+                         chunk, width: int):  # fmt: skip
+    """Each node's `width` candidate parents `(N, width)` (padded with `-1`; ascending): its
+    required parents, then the allowed parents whose addition alone to the required set
+    `sets (N, K)` scores best (one step of additions over every node)."""
+    N = sets.shape[0]
+    adds, _, _ = move_scores(data, sets, cards, prior, log_odds, allowed, required, in_degree,
+                             chunk, False)  # fmt: skip
+    priority = jnp.where(required.T, jnp.inf, adds[:, 0, :])  # (N, N): [n, m]
+    top, index = jax.lax.top_k(priority, min(width, N))
+    return _canonical(jnp.where(top > -jnp.inf, index, -1).astype(jnp.int32))
 
 
 def _start_sets(key, allowed, required, in_degree, K: int) -> Array:
@@ -484,6 +536,19 @@ def hill_climb(
         pi = jnp.asarray(edge_prior, dtype)
         log_odds = jnp.where(jnp.eye(N, dtype=bool), 0.0, jnp.log(pi) - jnp.log1p(-pi))
     data = search_data(trajectories, cards) if data is None else data
+    columns = None
+    if search.candidates is not None:  # the sparse candidates: one step of additions
+        held = int(required.sum(0).max(initial=0))
+        screen_from = jnp.asarray(_required_sets(required, held + 1))
+        columns = _screened_candidates(
+            data, screen_from, cards, prior, log_odds, jnp.asarray(allowed),
+            jnp.asarray(required), jnp.asarray(in_degree), search.chunk,
+            search.candidates + held,
+        )  # fmt: skip
+        within = np.zeros((N, N), bool)  # [m, n]: m is a candidate of n
+        for n, row in enumerate(np.asarray(columns)):
+            within[row[row >= 0], n] = True
+        allowed = allowed & within
     # the first climb starts from the required parents alone
     starts = [_canonical(jnp.asarray(_required_sets(required, K)))]
     if search.restarts:
@@ -504,7 +569,7 @@ def hill_climb(
     for start in starts:
         scores = _set_scores(data, cards, start, prior, log_odds, search.chunk)
         sets, scores, steps = _climb(data, start, scores, cards, prior, log_odds, *args,
-                                     search.max_steps)  # fmt: skip
+                                     search.max_steps, columns)  # fmt: skip
         if best is None:
             best = (sets, scores, steps)
         else:  # each node keeps its best climb
@@ -516,7 +581,7 @@ def hill_climb(
             )
     assert best is not None
     best_sets, best_scores, best_steps = best
-    pools = _pools(data, best_sets, cards, prior, log_odds, *args, search.pool_size)
+    pools = _pools(data, best_sets, cards, prior, log_odds, *args, search.pool_size, columns)
     return SearchResult(sets=best_sets, scores=best_scores, pools=pools, steps=best_steps)
 
 
