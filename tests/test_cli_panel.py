@@ -196,6 +196,13 @@ def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path, capsys):
     assert s["sampling"]["buffers"] == {"max_events": 64, "max_node_events": 32, "max_virtual": 64}
     assert set(s["sampling"]["min_effective_sample_size"]) == {"A", "B"}
     assert all(v > 0 for v in s["sampling"]["min_effective_sample_size"].values())
+    for name in ("A", "B"):
+        assert (
+            s["sampling"]["median_effective_sample_size"][name]
+            >= (s["sampling"]["min_effective_sample_size"][name])
+        )
+        r_hat = s["sampling"]["max_split_r_hat"][name]
+        assert r_hat is None or r_hat >= 1.0 - 1e-12
     for extra, message in [
         (["--inference", "mean-field"], "--inference mean-field: the mean-field equations"),
         (["--inference", "sampling", "--exact-entry", "A=1"], "--exact-entry: not supported"),

@@ -2,6 +2,7 @@
 sampled expected statistics against exact forward-backward (z-scores with batch-means errors),
 the samples against the observations they are conditioned on, and the argument errors."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -190,6 +191,27 @@ def test_effective_sample_size_of_autoregressive_traces():
         theory = S * (1 - phi) / (1 + phi)
         assert ess.shape == (traces, 1)
         assert abs(ess.mean() / theory - 1) < 0.15, (phi, ess.ravel(), theory)
+        # split-R-hat: stationary traces agree with themselves (near 1); a trace whose second
+        # half is shifted by 3 stationary deviations does not; both equal the formula by hand
+        shifted = x.copy()
+        shifted[:, S // 2 :] += 3 * np.sqrt(1 / (1 - phi**2))
+        for trace, stationary in ((x, True), (shifted, False)):
+            jumps = np.round(trace * 100).astype(np.int64)
+            r_hat = np.asarray(
+                eqx.tree_at(lambda p: p.jumps, paths, jnp.asarray(jumps)).split_r_hat()
+            )
+            half = jumps.astype(float).reshape(traces, 2, S // 2)
+            w = half.var(2, ddof=1).mean(1)
+            b_n = half.mean(2).var(1, ddof=1)
+            by_hand = np.sqrt(((S // 2 - 1) / (S // 2) * w + b_n) / w)
+            np.testing.assert_allclose(r_hat[:, 0], by_hand, rtol=1e-10)
+            assert np.all(r_hat < 1.01) if stationary else np.all(r_hat > 1.1), (phi, r_hat)
+    # constant traces: 1; two constant halves that differ: infinite (never NaN)
+    flat = eqx.tree_at(lambda p: p.jumps, paths, jnp.full((traces, S, 1), 3))
+    assert np.all(np.asarray(flat.split_r_hat()) == 1.0)
+    step = np.concatenate([np.zeros((traces, S // 2, 1)), np.ones((traces, S - S // 2, 1))], 1)
+    stuck = eqx.tree_at(lambda p: p.jumps, paths, jnp.asarray(step.astype(np.int64)))
+    assert np.all(np.isposinf(np.asarray(stuck.split_r_hat())))
 
 
 def test_samples_agree_with_their_observations(data):
@@ -383,6 +405,9 @@ def test_structural_em_with_sampled_paths_reaches_the_exact_routes_graph(monkeyp
         )  # fmt: skip
     ess = np.asarray(sampled.effective_sample_size)
     assert ess.shape == (3,) and np.all(ess > 1)
+    assert np.all(np.asarray(sampled.median_effective_sample_size) >= ess)
+    r_hat = np.asarray(sampled.split_r_hat)
+    assert r_hat.shape == (3,) and np.all(r_hat >= 1.0 - 1e-12)
     with pytest.raises(ValueError, match="key: a PRNG key is needed"):
         jc.panel.learn_structure_from_panels(
             observations, truth.names, (2, 2, 2), max_parents=1, sampler=jc.panel.GibbsSampler()

@@ -151,6 +151,17 @@ def _cmd_learn(args):
                 "min_effective_sample_size": dict(
                     zip(names, (float(v) for v in np.asarray(fit.effective_sample_size)))
                 ),
+                "median_effective_sample_size": dict(
+                    zip(names, (float(v) for v in np.asarray(fit.median_effective_sample_size)))
+                ),
+                # null: the largest split-R-hat is infinite (a chain's halves were constant
+                # and differed), or fewer than 4 samples
+                "max_split_r_hat": dict.fromkeys(names)
+                if fit.split_r_hat is None
+                else {
+                    name: float(v) if np.isfinite(v) else None
+                    for name, v in zip(names, np.asarray(fit.split_r_hat))
+                },
                 "infeasible_updates": fit.infeasible_updates,
                 "buffers": {
                     name: getattr(fit.sampler, name)

@@ -427,7 +427,7 @@ class SampledPaths(eqx.Module):
     - `infeasible_updates`: per trajectory, node updates that found no path through their grid
       and kept the old one (0 for a chain started from a feasible path).
     - `jumps`: `(R, num_samples, N)` jumps of each node in each sample, the trace whose
-      effective sample size `effective_sample_size` reports.
+      effective sample size `effective_sample_size` and split R-hat `split_r_hat` report.
     """
 
     trajectories: Trajectories
@@ -450,6 +450,26 @@ class SampledPaths(eqx.Module):
         positive = jnp.cumprod(pairs > 0, axis=1).astype(x.dtype)
         tau = -1 + 2 * (positive * pairs).sum(1)
         return jnp.where(variance > 0, S / jnp.maximum(tau, 1e-12), float(S))
+
+    def split_r_hat(self) -> Float[Array, "trajectories nodes"]:
+        r"""Per trajectory and node, the split-$\hat R$ of the node's jump count (Gelman et
+        al., *Bayesian Data Analysis*, 3rd ed., §11.4): the chain's first $2n$ samples cut into
+        two halves of $n$, $W$ the mean of their variances, $B/n$ the variance of their means,
+        $\hat R=\sqrt{\bigl(\tfrac{n-1}{n}W+B/n\bigr)/W}$. Near 1 when the halves agree; above
+        ~1.01-1.1 the chain has not mixed (it drifts, or is stuck in one region). 1 for a
+        constant trace, $+\infty$ for two constant halves that differ; NaN-free. Needs
+        `num_samples >= 4`."""
+        x = self.jumps.astype(self.trajectories.durations.dtype)
+        n = x.shape[1] // 2
+        if n < 2:
+            raise ValueError(f"split_r_hat: needs at least 4 samples, got {x.shape[1]}.")
+        halves = jnp.stack([x[:, :n], x[:, n : 2 * n]])  # (2, R, n, N)
+        within = halves.var(2, ddof=1).mean(0)  # W
+        between_n = halves.mean(2).var(0, ddof=1)  # B / n
+        pooled = (n - 1) / n * within + between_n
+        safe = jnp.where(within > 0, within, 1.0)
+        ratio = jnp.where(within > 0, pooled / safe, jnp.where(between_n > 0, jnp.inf, 1.0))
+        return jnp.sqrt(ratio)
 
 
 def _to_trajectories(path: _Events, duration, targets, clamps) -> Trajectories:

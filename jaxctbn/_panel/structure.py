@@ -126,7 +126,10 @@ class PanelStructureFit(eqx.Module):
       before `max_iterations`.
     - `effective_sample_size`: with a sampled E-step, per node, the smallest effective sample
       size over the trajectories of the jump count's chain in the last E-step (`None` with exact
-      inference); `infeasible_updates`: Gibbs updates that kept their path, over all E-steps;
+      inference); `median_effective_sample_size`: the median over the trajectories;
+      `split_r_hat`: the largest split-$\hat R$ over the trajectories
+      ([`jaxctbn.panel.SampledPaths.split_r_hat`][]; `None` with fewer than 4 samples);
+      `infeasible_updates`: Gibbs updates that kept their path, over all E-steps;
       `sampler`: the sampler of the last E-step (its buffers as grown).
     """
 
@@ -139,6 +142,8 @@ class PanelStructureFit(eqx.Module):
     effective_sample_size: Float[Array, " nodes"] | None = None
     infeasible_updates: int | None = None
     sampler: GibbsSampler | None = None
+    median_effective_sample_size: Float[Array, " nodes"] | None = None
+    split_r_hat: Float[Array, " nodes"] | None = None
 
 
 def _independent_start(observations: PanelObservations | PanelBuckets, names, cards) -> CTBN:
@@ -179,12 +184,15 @@ def _e_step(model, observations, emissions, solver, parent_sets, targets, groups
 @eqx.filter_jit
 def _sampled_e_step(model, bucket, sampler, parent_sets, key, bounds):
     """The Monte Carlo E-step of one bucket: the family statistics of the sampled paths (pooled
-    by their interventions), averaged over the samples; the effective sample sizes of the
-    chains (per trajectory and node) and the number of infeasible updates."""
+    by their interventions), averaged over the samples; the chains' diagnostics (effective
+    sample sizes and split-R-hat, per trajectory and node) and the number of infeasible
+    updates."""
     paths: SampledPaths
     paths, overflow = _sample_unguarded(model, bucket, key, sampler, bounds)
     family = sampled_family_statistics(paths.trajectories, model.cardinalities, parent_sets)
-    return family, paths.effective_sample_size(), paths.infeasible_updates.sum(), overflow
+    r_hat = paths.split_r_hat() if sampler.num_samples >= 4 else None
+    diagnostics = (paths.effective_sample_size(), r_hat)
+    return family, diagnostics, paths.infeasible_updates.sum(), overflow
 
 
 def sampled_family_statistics(trajectories, cardinalities, parent_sets) -> FamilyStatistics:
@@ -407,13 +415,13 @@ def _sampled_structural_em(
     previous_graph = _graph_of(model)
     window: list[FamilyStatistics] = []  # the E-steps under the current graph
     infeasible, stable, converged = 0, 0, False
-    posterior, ess, previous_evidence = None, None, -np.inf
+    posterior, diagnostics, previous_evidence = None, [], -np.inf
     for i in range(max_iterations):
         bounds = sampler_bounds(model)
-        family, ess_parts = None, []
+        family, diagnostics = None, []
         for b, bucket in enumerate(buckets):
             while True:  # a buffer too small for these paths: doubled, the step redone
-                part, ess_b, stuck, overflow = _sampled_e_step(
+                part, chains, stuck, overflow = _sampled_e_step(
                     model, bucket, sampler, sets,
                     jax.random.fold_in(jax.random.fold_in(key, i), b), bounds,
                 )  # fmt: skip
@@ -430,10 +438,9 @@ def _sampled_structural_em(
                     sampler, **{name: min(2 * getattr(sampler, name), _MAX_BUFFER) for name in grow}
                 )
             family = part if family is None else family + part
-            ess_parts.append(ess_b)
+            diagnostics.append(chains)
             infeasible += int(stuck)
         assert family is not None
-        ess = jnp.concatenate(ess_parts).min(0)
         # this E-step's evidence (of its own statistics): it rises while EM converges and then
         # moves by sampling noise alone
         evidence = float(_m_step(family, names, prior, edge_prior)[0].log_evidence())
@@ -454,6 +461,10 @@ def _sampled_structural_em(
             break
         model, previous_graph = next_model, graph
     assert posterior is not None
+    ess = jnp.concatenate([d[0] for d in diagnostics])  # (trajectories, nodes)
+    r_hat = None
+    if diagnostics[0][1] is not None:
+        r_hat = jnp.concatenate([d[1] for d in diagnostics]).max(0)
     return PanelStructureFit(
         posterior=posterior,
         model=model,
@@ -461,9 +472,11 @@ def _sampled_structural_em(
         trace=jnp.zeros((0,)),
         iterations=i + 1,
         converged=converged,
-        effective_sample_size=ess,
+        effective_sample_size=ess.min(0),
         infeasible_updates=infeasible,
         sampler=sampler,
+        median_effective_sample_size=jnp.median(ess, axis=0),
+        split_r_hat=r_hat,
     )
 
 
