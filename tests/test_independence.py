@@ -146,10 +146,10 @@ def test_pools_equal_a_direct_ctpc_with_scipys_laws(paths):
     assert all(set(ps) <= set(g) for ps, g in zip(PARENTS, got))
 
 
-def test_tests_restricted_to_candidates_equal_the_tests_over_every_node(paths):
+def test_tests_restricted_to_candidates_equal_the_tests_over_every_node(paths, monkeypatch):
     """The tests of conditioning size >= 1 span only each node's surviving candidates
     (`columns`): their p-values equal those of the statistics over every node, in any order of
-    the candidates, with empty slots."""
+    the candidates, with empty slots; and with chunks cut short by the memory cap."""
     _, traj = paths
     N = len(CARDS)
     data = search_data(traj, CARDS)
@@ -168,6 +168,16 @@ def test_tests_restricted_to_candidates_equal_the_tests_over_every_node(paths):
             np.testing.assert_allclose(part[n, :, :3], whole[n][:, columns[n, :3]], rtol=1e-10)
             np.testing.assert_array_equal(part[n, :, 3], 1.0)
         assert np.any(whole < 0.05)  # some tests reject: the comparison is not all ones
+    # a cap of 37 segments per chunk (not a divisor of the segments: a padded last chunk)
+    import jaxctbn._learning.search as search_module
+
+    per_row = N * (2 * 3 * 3 + 4 * 3)  # N x (sets x kmax x configurations + columns x kmax)
+    monkeypatch.setattr(search_module, "_CHUNK_FLOATS", 37 * per_row)
+    # (another chunk argument: a new trace, which reads the cap)
+    capped = independence_p_values(data, jnp.asarray(bases), CARDS, 255, jnp.asarray(columns))
+    assert data[0].shape[0] % 37 != 0 and data[0].shape[0] > 2 * 37
+    for a, b in zip(restricted, capped):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-10)
 
 
 def test_f_test_keeps_its_level_under_independence():

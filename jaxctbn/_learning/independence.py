@@ -77,7 +77,9 @@ class CTPC(AbstractStructureSearch):
       $\binom{c-1}{j}$ per candidate, and their statistics are computed for all nodes at once.
     - `pool_size`: survivors kept per node for the exact posterior (default 8; the most
       dependent first).
-    - `chunk`: path segments per matrix product (default 2048).
+    - `chunk`: path segments per matrix product (default 2048; fewer when the product's
+      operands, N x conditioning sets x configurations per segment, would pass $2^{25}$
+      floats).
     """
 
     alpha_f: float = eqx.field(static=True)

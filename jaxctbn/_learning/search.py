@@ -73,7 +73,8 @@ class HillClimbing(AbstractStructureSearch):
       $\sum_{j\le K}\binom{6}{j}$ sets per node, 42 for $K=3$).
     - `max_steps`: the most moves per climb (default 100).
     - `chunk`: path segments per matrix product (default 2048; memory
-      $\approx N(K+1)\,k\,k_{\max}^{K-1}\times$ `chunk` floats).
+      $\approx N(K+1)\,k\,k_{\max}^{K-1}\times$ `chunk` floats; fewer segments when that
+      would pass $2^{25}$ floats).
     - `candidates`: screen each node's candidate parents first (the *sparse candidate*
       restriction, for hundreds of nodes): every allowed parent is scored once as the single
       addition to the node's required parents, and the climbs, restarts and pool then use only
@@ -162,6 +163,11 @@ def _one_hot_columns(states: Array, columns: Array, cards: tuple[int, ...], dtyp
     return hot.reshape(states.shape[0], -1)
 
 
+#: the most floats of one chunk's one-hot operands in the move statistics (256 MiB in float64):
+#: CTPC's tests of conditioning sets of size 2 hold N x 64 sets x 8 entries per segment
+_CHUNK_FLOATS = 1 << 25
+
+
 def _move_statistics(data, bases, cards, C: int, chunk: int, swaps: bool, columns=None):
     r"""The statistics of every node `n` under every base set `(N, B, K)` (at most $K-1$
     parents, so `C` configurations):
@@ -192,9 +198,11 @@ def _move_statistics(data, bases, cards, C: int, chunk: int, swaps: bool, column
 
     configs = jax.vmap(lambda b, st: config_index(st, b, cards), in_axes=(0, None))
 
-    # dwell: all nodes at once, over chunks of the segments
+    # dwell: all nodes at once, over chunks of the segments (fewer segments per chunk when
+    # its one-hot operands would pass _CHUNK_FLOATS)
     rows = seg.shape[0]
-    size = min(chunk, rows)
+    per_row = N * (B * kmax * C + (0 if columns is None else int(columns.shape[1]) * kmax))
+    size = max(1, min(chunk, rows, _CHUNK_FLOATS // per_row))
     pad = (-rows) % size
     seg_p = jnp.concatenate([seg, jnp.zeros((pad, N), seg.dtype)]).reshape(-1, size, N)
     w_p = jnp.concatenate([w_dwell, jnp.zeros((pad, N), dtype)]).reshape(-1, size, N)
