@@ -13,7 +13,7 @@ import pytest
 
 import jaxctbn as jc
 from jaxctbn._learning.candidates import knowledge_arrays
-from jaxctbn._learning.search import move_scores, search_data
+from jaxctbn._learning.search import _set_scores, move_scores, search_data
 
 move_scores = eqx.filter_jit(move_scores)  # one program per shape (eagerly: many)
 
@@ -139,6 +139,10 @@ def test_every_move_score_equals_the_moved_set_scored_from_scratch(mixed, prior)
                     got.append(adds[n, b, m])
                 else:
                     assert adds[n, b, m] == -np.inf, (n, b, m)
+    # the held sets' own scores (where each climb starts from)
+    for n in range(N):
+        wanted.append((n, [int(p) for p in held[n] if p >= 0]))
+    got += list(np.asarray(_set_scores(data, cards, jnp.asarray(held), prior, rest[0], 64)))
     expected = _from_scratch(traj, cards, wanted, prior, log_odds)
     np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9)
     # without swaps: the additions and removals alone, the same numbers
@@ -146,7 +150,7 @@ def test_every_move_score_equals_the_moved_set_scored_from_scratch(mixed, prior)
     np.testing.assert_allclose(no_swaps[:, 0], adds[:, 0], rtol=1e-12)
     assert np.all(np.asarray(no_swaps)[:, 1:] == -np.inf)
     np.testing.assert_allclose(removals_too, removals, rtol=1e-12)
-    checked = len(wanted)
+    checked = len(wanted) - N
     assert checked >= 15
     # with candidates (statistics spanning them alone): the same scores of their additions,
     # -inf for every other node
@@ -182,6 +186,23 @@ def test_pooling_leaves_out_the_clamped_node_in_move_scores(mixed):
     pooled, _, _ = move_scores(search_data(both, cards), held, *args)
     np.testing.assert_allclose(pooled[1], alone[1], rtol=1e-12)
     assert not np.allclose(pooled[0][0][1:], alone[0][0][1:])
+
+
+def test_pool_statistics_by_tables_equal_the_scatter_route(mixed):
+    """The pool sets' statistics from each node's contingency table over its pool equal the
+    scatter route's on the same sets (mixed numbers of states; paths with a clamped node)."""
+    from jaxctbn._learning.search import pool_parent_sets, pool_statistics
+
+    cards, traj, clamped = mixed
+    both = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), traj, clamped)
+    pools = np.asarray([[1, 2, 4], [0, 3, -1], [0, 1, 3], [4, -1, -1], [0, 2, 3]], np.int32)
+    sets = pool_parent_sets(pools, 2, forbidden_edges=[(4, 0)])
+    tables = pool_statistics(search_data(both, cards), cards, jnp.asarray(pools), sets)
+    scatter = jc.internal.family_statistics(both, cards, list(sets), method="scatter")
+    for n in range(5):
+        np.testing.assert_allclose(tables.dwell_times[n], scatter.dwell_times[n], rtol=1e-12)
+        np.testing.assert_allclose(tables.transitions[n], scatter.transitions[n], rtol=1e-12)
+    assert sum(int(np.asarray(m).sum()) for m in tables.transitions) > 50  # not all empty
 
 
 @pytest.fixture(scope="module")

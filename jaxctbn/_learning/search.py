@@ -38,13 +38,12 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .._model.layout import config_index, num_configurations
+from .._model.layout import config_index, max_configs, num_configurations
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import check_trajectories
 from .candidates import candidate_parent_sets, knowledge_arrays
-from .family_statistics import FamilyStatistics, _scatter_statistics
+from .family_statistics import FamilyStatistics
 from .priors import AbstractPrior
-from .scores import score_parent_sets
 
 
 class AbstractStructureSearch(eqx.Module):
@@ -284,6 +283,24 @@ def _by_column_state(
     return column, D, E
 
 
+def _own_scores(prior, cards: tuple[int, ...], D_own: Array, E_own: Array, configs: Array):
+    """The log marginal likelihood of every node under each of its base sets `(N, B)`, from the
+    bases' own statistics `D_own (N, B, kmax, C)`, `E_own (N, B, kmax, kmax, C)` and their
+    numbers of configurations `configs (N, B)`."""
+    scores = jnp.zeros(D_own.shape[:2], D_own.dtype)
+    for k in sorted(set(cards)):  # nodes of k states: one vectorised call
+        nodes = np.asarray([n for n, kn in enumerate(cards) if kn == k])
+
+        def one(n, T, M, c):  # T (k, C), M (k, k, C)
+            return prior.log_marginal_likelihood(n, jnp.moveaxis(M, (0, 1), (-2, -1)), T.T, c)
+
+        r = jax.vmap(jax.vmap(one, in_axes=(None, 0, 0, 0)))(
+            jnp.asarray(nodes), D_own[nodes][:, :, :k], E_own[nodes][:, :, :k, :k], configs[nodes]
+        )
+        scores = scores.at[nodes].set(r)
+    return scores
+
+
 def move_scores(
     data, sets, cards, prior, log_odds, allowed, required, in_degree, chunk, swaps=True,
     columns=None,
@@ -319,11 +336,9 @@ def move_scores(
     states_of = jnp.asarray(cards)[jnp.maximum(targets, 0)]  # (N, P)
 
     adds = jnp.full((N, K + 1, N), -jnp.inf, D.dtype)
-    removals = jnp.full((N, K + 1), -jnp.inf, D.dtype)
     for k in sorted(set(cards)):  # nodes of k states: one vectorised call
         nodes = np.asarray([n for n, kn in enumerate(cards) if kn == k])
         Dk, Ek = D[nodes][:, :, :k], E[nodes][:, :, :k, :k]
-        Dk_own, Ek_own = D_own[nodes][:, :, :k], E_own[nodes][:, :, :k, :k]
 
         def add_one(n, Dnb, Enb, configs, col, states, k=k):  # col (kmax,): m's columns
             T = Dnb[..., col]  # (k, C, kmax)
@@ -332,22 +347,16 @@ def move_scores(
             M = jnp.moveaxis(M, (0, 1), (-2, -1)).reshape(C * kmax, k, k)
             return prior.log_marginal_likelihood(n, M, T, configs * states)
 
-        def base_one(n, T, M, configs):  # T (k, C), M (k, k, C)
-            return prior.log_marginal_likelihood(n, jnp.moveaxis(M, (0, 1), (-2, -1)), T.T, configs)
-
         over_m = jax.vmap(add_one, in_axes=(None, None, None, None, 0, 0))
         over_b = jax.vmap(over_m, in_axes=(None, 0, 0, 0, None, None))
         node_index = jnp.asarray(nodes)
         a = jax.vmap(over_b)(
             node_index, Dk, Ek, base_configs[nodes][:, :B_add], column[nodes], states_of[nodes]
         )  # (nodes, B_add, P)
-        r = jax.vmap(jax.vmap(base_one, in_axes=(None, 0, 0, 0)))(
-            node_index, Dk_own, Ek_own, base_configs[nodes]
-        )
         target = targets[nodes][:, None, :]  # the node each score adds (N: an empty slot)
         adds = adds.at[node_index[:, None, None], jnp.arange(B_add)[None, :, None],
                        jnp.where(target >= 0, target, N)].set(a, mode="drop")  # fmt: skip
-        removals = removals.at[nodes].set(r)
+    removals = _own_scores(prior, cards, D_own, E_own, base_configs)
     # the edge prior's log-odds of each set
     member = (bases[..., None] == jnp.arange(N)).any(-2)  # (N, B, N): m in base b of n
     base_odds = jnp.einsum("nbm,mn->nb", member.astype(log_odds.dtype), log_odds)
@@ -456,13 +465,17 @@ def _start_sets(key, allowed, required, in_degree, K: int) -> Array:
 
 @eqx.filter_jit
 def _set_scores(data, cards, sets, prior, log_odds, chunk) -> Array:
-    """The local score of one set per node `(N, K)`, from the family statistics by the
-    scatter route (an independent route from the matrix products of the moves)."""
-    seg, w_dwell, pre, post, _, _, moved = data
-    stats = _scatter_statistics(cards, [s[None] for s in sets], seg, w_dwell, pre, post, moved,
-                                chunk)  # fmt: skip
-    scores = jnp.stack([s[0] for s in score_parent_sets(stats, prior=prior)])
-    member = (sets[..., None] == jnp.arange(sets.shape[0])).any(-2)  # (N, N): [n, m]
+    """The local score of one set per node `(N, K)`, from its own statistics by the matrix
+    products of the moves (a program whose size does not grow with N; the moves' scores
+    are compared with it)."""
+    N, K = sets.shape
+    none = jnp.full((N, 1), -1, jnp.int32)  # no joint statistics: no candidate columns
+    kmax = max(cards)
+    _, _, D_own, E_own = _move_statistics(data, sets[:, None, :], cards, kmax**K, chunk, False,
+                                          none)  # fmt: skip
+    configs = num_configurations(sets[:, None, :], cards)
+    scores = _own_scores(prior, cards, D_own, E_own, configs)[:, 0]
+    member = (sets[..., None] == jnp.arange(N)).any(-2)  # (N, N): [n, m]
     return scores + jnp.einsum("nm,mn->n", member.astype(log_odds.dtype), log_odds)
 
 
@@ -603,12 +616,89 @@ def _required_sets(required: np.ndarray, K: int) -> np.ndarray:
     return out
 
 
+def _strides(cards_of_slots: Array) -> Array:
+    """The mixed-radix strides of slots `(..., P)` with the given numbers of states (the first
+    slot the most significant digit, as `config_index`)."""
+    later = jnp.cumprod(cards_of_slots[..., ::-1], axis=-1)[..., ::-1]
+    return jnp.concatenate([later[..., 1:], jnp.ones_like(later[..., :1])], axis=-1)
+
+
 @eqx.filter_jit
-def pool_statistics(data, cards: tuple[int, ...], sets, chunk: int) -> FamilyStatistics:
-    """The family statistics of every node's pool sets from the search's rows (the scatter
-    route, streamed)."""
-    seg, w_dwell, pre, post, _, _, moved = data
-    return _scatter_statistics(cards, sets, seg, w_dwell, pre, post, moved, chunk)
+def pool_statistics(data, cards: tuple[int, ...], pools, sets) -> FamilyStatistics:
+    r"""The family statistics of every node's candidate sets `sets[n] (S_n, K)`, each drawn
+    from the node's pool `pools (N, P)` (padded with `-1`), by contingency tables: node n's
+    dwell times over the joint states $(u, x)$ of its pool and itself,
+    $T_n(u, x) = \sum_s \Delta t_s [x_{\mathrm{pool}}(s) = u, x_n(s) = x]$ (one segment sum
+    over the segments, $k_{\max}^P k$ bins), and its transitions likewise over its own jumps;
+    every set's statistics are then sums of table entries, over the pool states that give
+    each of its configurations. The work over the segments is one pass per node, whatever the
+    number of sets."""
+    seg, w_dwell, pre, post, jump_rows, jump_weights, _ = data
+    N, P = pools.shape
+    kmax = max(cards)
+    U = kmax**P
+    card_of = jnp.asarray(cards)
+    sets_of = [jnp.asarray(S, jnp.int32) for S in sets]
+    out: list = [None] * N
+    keys = [(cards[n], sets_of[n].shape[-1], max_configs(n, cards, sets_of[n].shape[-1]))
+            for n in range(N)]  # fmt: skip
+    for key in dict.fromkeys(keys):  # one program per group of nodes of the same shapes
+        k, width, configs = key
+        nodes = [n for n in range(N) if keys[n] == key]
+        count = max(sets_of[n].shape[0] for n in nodes)
+        padded = jnp.stack([
+            jnp.concatenate([sets_of[n], jnp.full((count - sets_of[n].shape[0], width), -1,
+                                                  jnp.int32)])
+            for n in nodes
+        ])  # fmt: skip
+
+        def one_node(args, k=k, configs=configs):
+            n, pool, node_sets, w_n, rows_n, weights_n = args
+            present = pool >= 0
+            pool_cards = jnp.where(present, card_of[jnp.maximum(pool, 0)], 1)
+            pool_strides = _strides(pool_cards)
+
+            def pool_state(states):  # (rows, N) -> the pool's joint state (rows,)
+                digits = jnp.where(present, jnp.take(states, jnp.maximum(pool, 0), axis=1), 0)
+                return (digits * pool_strides).sum(-1)
+
+            dwell = jax.ops.segment_sum(
+                w_n, pool_state(seg) * k + jnp.take(seg, n, axis=1), num_segments=U * k
+            ).reshape(U, k)
+            a, b = pre[rows_n], post[rows_n]
+            index = (pool_state(a) * k + jnp.take(a, n, axis=1)) * k + jnp.take(b, n, axis=1)
+            jumps = jax.ops.segment_sum(weights_n, index, num_segments=U * k * k).reshape(U, k, k)
+            u = jnp.arange(U)
+            digits = (u[:, None] // pool_strides[None, :]) % pool_cards[None, :]  # (U, P)
+
+            def one_set(parents):  # parents (K,) from the pool, padded with -1
+                slot = jnp.argmax(pool[None, :] == parents[:, None], axis=1)  # (K,)
+                held = parents >= 0
+                set_cards = jnp.where(held, card_of[jnp.maximum(parents, 0)], 1)
+                config = (jnp.where(held[None, :], digits[:, slot], 0) * _strides(set_cards)).sum(
+                    -1
+                )  # (U,): the set's configuration in each pool state
+                T = jax.ops.segment_sum(dwell, config, num_segments=configs)
+                M = jax.ops.segment_sum(jumps, config, num_segments=configs)
+                return M, T
+
+            return jax.vmap(one_set)(node_sets)
+
+        index = jnp.asarray(nodes)
+        M, T = jax.lax.map(
+            one_node,
+            (index, pools[index], padded, w_dwell[:, index].T, jump_rows[index],
+             jump_weights[index]),
+            batch_size=min(len(nodes), 8),
+        )  # fmt: skip
+        for i, n in enumerate(nodes):
+            out[n] = (M[i, : sets_of[n].shape[0]], T[i, : sets_of[n].shape[0]])
+    return FamilyStatistics(
+        transitions=tuple(M for M, _ in out),
+        dwell_times=tuple(T for _, T in out),
+        parent_sets=tuple(sets_of),
+        cardinalities=cards,
+    )
 
 
 def pool_parent_sets(
