@@ -183,6 +183,49 @@ def peer(name: str, python: str, N: int, K: int, data: str, timeout: float) -> d
     }
 
 
+def table(records: list, R: int, duration: float) -> list[str]:
+    """The markdown lines of the results."""
+    lines = [
+        "# Structure learning on large networks: jaxctbn's search and scoring beside the peers",
+        "",
+        f"Binary nodes, random graphs (0-2 parents per node), {R} trajectories of tau = "
+        f"{duration}, the same data for every method. jaxctbn: Gamma(1, 1) rates prior; the "
+        "structure prior uniform over the candidate sets, or a sparse edge prior pi = 1/N; "
+        "hill climbing: additions and removals (`HillClimbing(swaps=False)`), then the exact "
+        "posterior over each node's pool of 6 parents; hill-climbing-sparse: the same among "
+        f"each node's {CANDIDATES} best single parents (`candidates={CANDIDATES}`); ctpc: `CTPC()` (tests at level 0.1, "
+        "conditioning sets up to 2), then the exact posterior over each node's 8 strongest "
+        "survivors. Times: the first call (with "
+        "compilation) and a second call; peak RSS of the whole process. Peers (in their own "
+        "environment, K = 3 where they take it): causal-hub's CTHC and CTPC through its "
+        "structural EM on certain evidence (one iteration), pyAgrum's CTPC; their time is the "
+        "learning call alone. AUROC of a peer: of its 0/1 graph.",
+        "",
+        "| N | method | K | candidate sets | first call | second call | "
+        "SHD (missing + extra) | AUROC | peak RSS |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        if "shd" not in r:
+            why = (
+                f"timed out ({r['timeout_s']:.0f} s)"
+                if "timeout_s" in r
+                else "not run (--peer-max-nodes)"
+                if r.get("skipped")
+                else "failed: " + " ".join(r.get("error", []))
+            )
+            lines.append(f"| {r['nodes']} | {r['method']} | {r['max_parents']} | | {why} | | | | |")
+            continue
+        second = f"{r['second_s']:.2f} s" if "second_s" in r else ""
+        sets = f"{r['candidate_sets']:,}" if "candidate_sets" in r else ""
+        lines.append(
+            f"| {r['nodes']} | {r['method']} | {r['max_parents']} | {sets} | "
+            f"{r['first_s']:.2f} s | {second} | {r['shd']} ({r['missing']} + {r['extra']}) | "
+            f"{r['auroc']:.3f} | {r['peak_rss_bytes'] / 2**20:.0f} MiB |"
+        )
+    return lines
+
+
 def main():
     from _common import environment, measure_process, write_results
 
@@ -259,44 +302,7 @@ def main():
                 out = peer(name, args.peers_python, N, 3, data, args.peer_timeout)
                 records.append(out)
                 print(json.dumps(out), flush=True)
-    lines = [
-        "# Structure learning on large networks: jaxctbn's search and scoring beside the peers",
-        "",
-        f"Binary nodes, random graphs (0-2 parents per node), {R} trajectories of tau = "
-        f"{duration}, the same data for every method. jaxctbn: Gamma(1, 1) rates prior; the "
-        "structure prior uniform over the candidate sets, or a sparse edge prior pi = 1/N; "
-        "hill climbing: additions and removals (`HillClimbing(swaps=False)`), then the exact "
-        "posterior over each node's pool of 6 parents; hill-climbing-sparse: the same among "
-        f"each node's {CANDIDATES} best single parents (`candidates={CANDIDATES}`); ctpc: `CTPC()` (tests at level 0.1, "
-        "conditioning sets up to 2), then the exact posterior over each node's 8 strongest "
-        "survivors. Times: the first call (with "
-        "compilation) and a second call; peak RSS of the whole process. Peers (in their own "
-        "environment, K = 3 where they take it): causal-hub's CTHC and CTPC through its "
-        "structural EM on certain evidence (one iteration), pyAgrum's CTPC; their time is the "
-        "learning call alone. AUROC of a peer: of its 0/1 graph.",
-        "",
-        "| N | method | K | candidate sets | first call | second call | "
-        "SHD (missing + extra) | AUROC | peak RSS |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in records:
-        if "shd" not in r:
-            why = (
-                f"timed out ({r['timeout_s']:.0f} s)"
-                if "timeout_s" in r
-                else "not run (--peer-max-nodes)"
-                if r.get("skipped")
-                else "failed: " + " ".join(r.get("error", []))
-            )
-            lines.append(f"| {r['nodes']} | {r['method']} | {r['max_parents']} | | {why} | | | | |")
-            continue
-        second = f"{r['second_s']:.2f} s" if "second_s" in r else ""
-        sets = f"{r['candidate_sets']:,}" if "candidate_sets" in r else ""
-        lines.append(
-            f"| {r['nodes']} | {r['method']} | {r['max_parents']} | {sets} | "
-            f"{r['first_s']:.2f} s | {second} | {r['shd']} ({r['missing']} + {r['extra']}) | "
-            f"{r['auroc']:.3f} | {r['peak_rss_bytes'] / 2**20:.0f} MiB |"
-        )
+    lines = table(records, R, duration)
     write_results(args.name, {"environment": environment(), "records": records}, lines)
 
 

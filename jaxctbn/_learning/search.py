@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .._model.layout import config_index, max_configs, num_configurations
+from .._model.layout import config_index, max_configs, num_configurations, slot_strides
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import check_trajectories
 from .candidates import candidate_parent_sets, knowledge_arrays
@@ -616,13 +616,6 @@ def _required_sets(required: np.ndarray, K: int) -> np.ndarray:
     return out
 
 
-def _strides(cards_of_slots: Array) -> Array:
-    """The mixed-radix strides of slots `(..., P)` with the given numbers of states (the first
-    slot the most significant digit, as `config_index`)."""
-    later = jnp.cumprod(cards_of_slots[..., ::-1], axis=-1)[..., ::-1]
-    return jnp.concatenate([later[..., 1:], jnp.ones_like(later[..., :1])], axis=-1)
-
-
 @eqx.filter_jit
 def pool_statistics(data, cards: tuple[int, ...], pools, sets) -> FamilyStatistics:
     r"""The family statistics of every node's candidate sets `sets[n] (S_n, K)`, each drawn
@@ -637,7 +630,6 @@ def pool_statistics(data, cards: tuple[int, ...], pools, sets) -> FamilyStatisti
     N, P = pools.shape
     kmax = max(cards)
     U = kmax**P
-    card_of = jnp.asarray(cards)
     sets_of = [jnp.asarray(S, jnp.int32) for S in sets]
     out: list = [None] * N
     keys = [(cards[n], sets_of[n].shape[-1], max_configs(n, cards, sets_of[n].shape[-1]))
@@ -654,12 +646,10 @@ def pool_statistics(data, cards: tuple[int, ...], pools, sets) -> FamilyStatisti
 
         def one_node(args, k=k, configs=configs):
             n, pool, node_sets, w_n, rows_n, weights_n = args
-            present = pool >= 0
-            pool_cards = jnp.where(present, card_of[jnp.maximum(pool, 0)], 1)
-            pool_strides = _strides(pool_cards)
+            present, safe, pool_cards, pool_strides = slot_strides(pool, cards)
 
             def pool_state(states):  # (rows, N) -> the pool's joint state (rows,)
-                digits = jnp.where(present, jnp.take(states, jnp.maximum(pool, 0), axis=1), 0)
+                digits = jnp.where(present, jnp.take(states, safe, axis=1), 0)
                 return (digits * pool_strides).sum(-1)
 
             dwell = jax.ops.segment_sum(
@@ -673,11 +663,9 @@ def pool_statistics(data, cards: tuple[int, ...], pools, sets) -> FamilyStatisti
 
             def one_set(parents):  # parents (K,) from the pool, padded with -1
                 slot = jnp.argmax(pool[None, :] == parents[:, None], axis=1)  # (K,)
-                held = parents >= 0
-                set_cards = jnp.where(held, card_of[jnp.maximum(parents, 0)], 1)
-                config = (jnp.where(held[None, :], digits[:, slot], 0) * _strides(set_cards)).sum(
-                    -1
-                )  # (U,): the set's configuration in each pool state
+                held, _, _, set_strides = slot_strides(parents, cards)
+                # (U,): the set's configuration in each pool state
+                config = (jnp.where(held[None, :], digits[:, slot], 0) * set_strides).sum(-1)
                 T = jax.ops.segment_sum(dwell, config, num_segments=configs)
                 M = jax.ops.segment_sum(jumps, config, num_segments=configs)
                 return M, T
