@@ -274,6 +274,7 @@ def test_sampler_arguments_are_checked(data):
         )
 
 
+@pytest.mark.slow  # (the sampled structural EM test runs the same sampler and E-step in a loop)
 def test_monte_carlo_em_reaches_the_exact_em_optimum():
     # A -> B binary, 40 trajectories seen at 6 visits (some cells missing): EM with the sampled
     # E-step against EM with exact forward-backward, by the panel log-likelihood of the fits

@@ -188,7 +188,7 @@ def test_pooling_leaves_out_the_clamped_node_in_move_scores(mixed):
     assert not np.allclose(pooled[0][0][1:], alone[0][0][1:])
 
 
-def test_pool_statistics_by_tables_equal_the_scatter_route(mixed):
+def test_pool_statistics_by_tables_equal_the_scatter_route(mixed, monkeypatch):
     """The pool sets' statistics from each node's contingency table over its pool equal the
     scatter route's on the same sets (mixed numbers of states; paths with a clamped node)."""
     from jaxctbn._learning.search import pool_parent_sets, pool_statistics
@@ -197,12 +197,22 @@ def test_pool_statistics_by_tables_equal_the_scatter_route(mixed):
     both = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), traj, clamped)
     pools = np.asarray([[1, 2, 4], [0, 3, -1], [0, 1, 3], [4, -1, -1], [0, 2, 3]], np.int32)
     sets = pool_parent_sets(pools, 2, forbidden_edges=[(4, 0)])
-    tables = pool_statistics(search_data(both, cards), cards, jnp.asarray(pools), sets)
+    data = search_data(both, cards)
+    tables = pool_statistics(data, cards, jnp.asarray(pools), sets, 128)
     scatter = jc.internal.family_statistics(both, cards, list(sets), method="scatter")
     for n in range(5):
         np.testing.assert_allclose(tables.dwell_times[n], scatter.dwell_times[n], rtol=1e-12)
         np.testing.assert_allclose(tables.transitions[n], scatter.transitions[n], rtol=1e-12)
     assert sum(int(np.asarray(m).sum()) for m in tables.transitions) > 50  # not all empty
+    # tables too large (a cap of 100 entries): the search's scatter route, the same numbers
+    import jaxctbn._learning.search as search_module
+
+    monkeypatch.setattr(search_module, "_TABLE_ENTRIES", 100)
+    by_sets = pool_statistics(data, cards, jnp.asarray(pools), sets, 127)  # (a new trace)
+    for a, b in zip(
+        by_sets.transitions + by_sets.dwell_times, tables.transitions + tables.dwell_times
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ from .._model.layout import config_index, max_configs, num_configurations, slot_
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import check_trajectories
 from .candidates import candidate_parent_sets, knowledge_arrays
-from .family_statistics import FamilyStatistics
+from .family_statistics import FamilyStatistics, _scatter_statistics
 from .priors import AbstractPrior
 
 
@@ -616,8 +616,12 @@ def _required_sets(required: np.ndarray, K: int) -> np.ndarray:
     return out
 
 
+#: the most entries of one node's transition table over its pool (x 8 nodes at a time)
+_TABLE_ENTRIES = 1 << 20
+
+
 @eqx.filter_jit
-def pool_statistics(data, cards: tuple[int, ...], pools, sets) -> FamilyStatistics:
+def pool_statistics(data, cards: tuple[int, ...], pools, sets, chunk: int) -> FamilyStatistics:
     r"""The family statistics of every node's candidate sets `sets[n] (S_n, K)`, each drawn
     from the node's pool `pools (N, P)` (padded with `-1`), by contingency tables: node n's
     dwell times over the joint states $(u, x)$ of its pool and itself,
@@ -625,11 +629,14 @@ def pool_statistics(data, cards: tuple[int, ...], pools, sets) -> FamilyStatisti
     over the segments, $k_{\max}^P k$ bins), and its transitions likewise over its own jumps;
     every set's statistics are then sums of table entries, over the pool states that give
     each of its configurations. The work over the segments is one pass per node, whatever the
-    number of sets."""
-    seg, w_dwell, pre, post, jump_rows, jump_weights, _ = data
+    number of sets. (Nodes of many states with a wide pool, whose tables would pass
+    `_TABLE_ENTRIES`: the scatter route over every set, `chunk` segments at a time.)"""
+    seg, w_dwell, pre, post, jump_rows, jump_weights, moved = data
     N, P = pools.shape
     kmax = max(cards)
     U = kmax**P
+    if U * kmax * kmax > _TABLE_ENTRIES:
+        return _scatter_statistics(cards, sets, seg, w_dwell, pre, post, moved, chunk)
     sets_of = [jnp.asarray(S, jnp.int32) for S in sets]
     out: list = [None] * N
     keys = [(cards[n], sets_of[n].shape[-1], max_configs(n, cards, sets_of[n].shape[-1]))

@@ -466,7 +466,7 @@ def learn_structure(
                 trajectories, cards, search, max_parents=max_parents, data=data, **knowledge
             )
         sets = pool_parent_sets(pools, max_parents, **knowledge)
-        stats = pool_statistics(data, cards, jnp.asarray(pools), sets)
+        stats = pool_statistics(data, cards, jnp.asarray(pools), sets, search.chunk)
         return _from_statistics(stats, names, prior, edge_prior)
     elif isinstance(search, Exhaustive):
         sets = candidate_parent_sets(len(cards), max_parents, **knowledge)
