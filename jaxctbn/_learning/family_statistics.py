@@ -514,13 +514,12 @@ def family_statistics(
     return _scatter_statistics(cards, parent_sets, seg, w_dwell, pre, post, moved, chunk)
 
 
-def _scatter_statistics(cards, parent_sets, seg, w_dwell, pre, post, moved, chunk):
-    """The family statistics of every node by the scatter route from flat rows: segment
-    states and dwell weights `(rows, N)` (pooling applied), events' pre- and post-states and
-    jump weights `(events, N)`."""
-    # one compiled body per group of nodes with the same states and set shapes: the sets
-    # padded to the group's largest count with empty sets (cut off after), node by node
-    moved = moved.astype(w_dwell.dtype)
+def grouped_family_statistics(cards, parent_sets, node_statistics, node_arrays) -> FamilyStatistics:
+    """The family statistics of every node from `node_statistics(k, configs, n, sets, *arrays)`,
+    node n's `(M, T)` (k states, `configs` configurations) on its candidate sets padded with
+    empty sets; one compiled body per group of nodes with the same states and set shapes, run
+    by `lax.map` over the group's nodes (8 at a time) with `node_arrays(index)`, the arrays of
+    the nodes `index` (leading axis the node). The padding is cut off after."""
     sets_of = [jnp.asarray(S, jnp.int32) for S in parent_sets]
     out: list = [None] * len(cards)
     keys = [
@@ -540,14 +539,9 @@ def _scatter_statistics(cards, parent_sets, seg, w_dwell, pre, post, moved, chun
             ]
         )
         index = jnp.asarray(nodes)
-
-        def one_node(args, k=k, configs=configs):
-            n, sets, w_n, moved_n = args
-            return _scatter_route(n, k, sets, cards, configs, seg, w_n, pre, post, moved_n, chunk)
-
         M, T = jax.lax.map(
-            one_node,
-            (index, padded, w_dwell[:, index].T, moved[:, index].T),
+            lambda args, k=k, configs=configs: node_statistics(k, configs, *args),
+            (index, padded, *node_arrays(index)),
             batch_size=min(len(nodes), 8),
         )
         for i, n in enumerate(nodes):
@@ -557,6 +551,20 @@ def _scatter_statistics(cards, parent_sets, seg, w_dwell, pre, post, moved, chun
         dwell_times=tuple(T for _, T in out),
         parent_sets=tuple(sets_of),
         cardinalities=cards,
+    )
+
+
+def _scatter_statistics(cards, parent_sets, seg, w_dwell, pre, post, moved, chunk):
+    """The family statistics of every node by the scatter route from flat rows: segment
+    states and dwell weights `(rows, N)` (pooling applied), events' pre- and post-states and
+    jump weights `(events, N)`."""
+    moved = moved.astype(w_dwell.dtype)
+
+    def one_node(k, configs, n, sets, w_n, moved_n):
+        return _scatter_route(n, k, sets, cards, configs, seg, w_n, pre, post, moved_n, chunk)
+
+    return grouped_family_statistics(
+        cards, parent_sets, one_node, lambda index: (w_dwell[:, index].T, moved[:, index].T)
     )
 
 

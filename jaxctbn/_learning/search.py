@@ -38,11 +38,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .._model.layout import config_index, max_configs, num_configurations, slot_strides
+from .._model.layout import config_index, num_configurations, slot_strides
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import check_trajectories
 from .candidates import candidate_parent_sets, knowledge_arrays
-from .family_statistics import FamilyStatistics, _scatter_statistics
+from .family_statistics import FamilyStatistics, _scatter_statistics, grouped_family_statistics
 from .priors import AbstractPrior
 
 
@@ -632,67 +632,44 @@ def pool_statistics(data, cards: tuple[int, ...], pools, sets, chunk: int) -> Fa
     number of sets. (Nodes of many states with a wide pool, whose tables would pass
     `_TABLE_ENTRIES`: the scatter route over every set, `chunk` segments at a time.)"""
     seg, w_dwell, pre, post, jump_rows, jump_weights, moved = data
-    N, P = pools.shape
+    P = pools.shape[1]
     kmax = max(cards)
     U = kmax**P
     if U * kmax * kmax > _TABLE_ENTRIES:
         return _scatter_statistics(cards, sets, seg, w_dwell, pre, post, moved, chunk)
-    sets_of = [jnp.asarray(S, jnp.int32) for S in sets]
-    out: list = [None] * N
-    keys = [(cards[n], sets_of[n].shape[-1], max_configs(n, cards, sets_of[n].shape[-1]))
-            for n in range(N)]  # fmt: skip
-    for key in dict.fromkeys(keys):  # one program per group of nodes of the same shapes
-        k, width, configs = key
-        nodes = [n for n in range(N) if keys[n] == key]
-        count = max(sets_of[n].shape[0] for n in nodes)
-        padded = jnp.stack([
-            jnp.concatenate([sets_of[n], jnp.full((count - sets_of[n].shape[0], width), -1,
-                                                  jnp.int32)])
-            for n in nodes
-        ])  # fmt: skip
 
-        def one_node(args, k=k, configs=configs):
-            n, pool, node_sets, w_n, rows_n, weights_n = args
-            present, safe, pool_cards, pool_strides = slot_strides(pool, cards)
+    def one_node(k, configs, n, node_sets, pool, w_n, rows_n, weights_n):
+        present, safe, pool_cards, pool_strides = slot_strides(pool, cards)
 
-            def pool_state(states):  # (rows, N) -> the pool's joint state (rows,)
-                digits = jnp.where(present, jnp.take(states, safe, axis=1), 0)
-                return (digits * pool_strides).sum(-1)
+        def pool_state(states):  # (rows, N) -> the pool's joint state (rows,)
+            digits = jnp.where(present, jnp.take(states, safe, axis=1), 0)
+            return (digits * pool_strides).sum(-1)
 
-            dwell = jax.ops.segment_sum(
-                w_n, pool_state(seg) * k + jnp.take(seg, n, axis=1), num_segments=U * k
-            ).reshape(U, k)
-            a, b = pre[rows_n], post[rows_n]
-            index = (pool_state(a) * k + jnp.take(a, n, axis=1)) * k + jnp.take(b, n, axis=1)
-            jumps = jax.ops.segment_sum(weights_n, index, num_segments=U * k * k).reshape(U, k, k)
-            u = jnp.arange(U)
-            digits = (u[:, None] // pool_strides[None, :]) % pool_cards[None, :]  # (U, P)
+        dwell = jax.ops.segment_sum(
+            w_n, pool_state(seg) * k + jnp.take(seg, n, axis=1), num_segments=U * k
+        ).reshape(U, k)
+        a, b = pre[rows_n], post[rows_n]
+        index = (pool_state(a) * k + jnp.take(a, n, axis=1)) * k + jnp.take(b, n, axis=1)
+        jumps = jax.ops.segment_sum(weights_n, index, num_segments=U * k * k).reshape(U, k, k)
+        u = jnp.arange(U)
+        digits = (u[:, None] // pool_strides[None, :]) % pool_cards[None, :]  # (U, P)
 
-            def one_set(parents):  # parents (K,) from the pool, padded with -1
-                slot = jnp.argmax(pool[None, :] == parents[:, None], axis=1)  # (K,)
-                held, _, _, set_strides = slot_strides(parents, cards)
-                # (U,): the set's configuration in each pool state
-                config = (jnp.where(held[None, :], digits[:, slot], 0) * set_strides).sum(-1)
-                T = jax.ops.segment_sum(dwell, config, num_segments=configs)
-                M = jax.ops.segment_sum(jumps, config, num_segments=configs)
-                return M, T
+        def one_set(parents):  # parents (K,) from the pool, padded with -1
+            slot = jnp.argmax(pool[None, :] == parents[:, None], axis=1)  # (K,)
+            held, _, _, set_strides = slot_strides(parents, cards)
+            # (U,): the set's configuration in each pool state
+            config = (jnp.where(held[None, :], digits[:, slot], 0) * set_strides).sum(-1)
+            T = jax.ops.segment_sum(dwell, config, num_segments=configs)
+            M = jax.ops.segment_sum(jumps, config, num_segments=configs)
+            return M, T
 
-            return jax.vmap(one_set)(node_sets)
+        return jax.vmap(one_set)(node_sets)
 
-        index = jnp.asarray(nodes)
-        M, T = jax.lax.map(
-            one_node,
-            (index, pools[index], padded, w_dwell[:, index].T, jump_rows[index],
-             jump_weights[index]),
-            batch_size=min(len(nodes), 8),
-        )  # fmt: skip
-        for i, n in enumerate(nodes):
-            out[n] = (M[i, : sets_of[n].shape[0]], T[i, : sets_of[n].shape[0]])
-    return FamilyStatistics(
-        transitions=tuple(M for M, _ in out),
-        dwell_times=tuple(T for _, T in out),
-        parent_sets=tuple(sets_of),
-        cardinalities=cards,
+    return grouped_family_statistics(
+        cards,
+        sets,
+        one_node,
+        lambda index: (pools[index], w_dwell[:, index].T, jump_rows[index], jump_weights[index]),
     )
 
 
