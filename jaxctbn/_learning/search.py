@@ -485,7 +485,7 @@ def search_data(trajectories: Trajectories, cards: tuple[int, ...]):
     segments that last (states and dwell weights `(rows, N)`, node n's weight 0 in the
     trajectories that hold it), the jumps' pre- and post-states `(jumps, N)`, for every node the
     rows of its own pooled jumps `(N, J)` with their weights (1; 0 past the node's count), and
-    the jump weights of every node `(jumps, N)`."""
+    which nodes each jump moved `(jumps, N)` (boolean: an eighth of float64's memory)."""
     trajectories = check_trajectories(trajectories, cards)
     initial, times, states, counts, durations, targets = jax.device_get(
         (
@@ -525,7 +525,7 @@ def search_data(trajectories: Trajectories, cards: tuple[int, ...]):
         rows = np.nonzero(moved[:, n])[0]
         jump_rows[n, : len(rows)] = rows
         jump_weights[n, : len(rows)] = 1.0
-    arrays = (seg, w_dwell, pre, post, jump_rows, jump_weights, moved.astype(dtype))
+    arrays = (seg, w_dwell, pre, post, jump_rows, jump_weights, moved)
     return tuple(jnp.asarray(x) for x in arrays)
 
 
