@@ -566,10 +566,7 @@ def hill_climb(
             jnp.asarray(required), jnp.asarray(in_degree), search.chunk,
             search.candidates + held,
         )  # fmt: skip
-        within = np.zeros((N, N), bool)  # [m, n]: m is a candidate of n
-        for n, row in enumerate(np.asarray(columns)):
-            within[row[row >= 0], n] = True
-        allowed = allowed & within
+        allowed = allowed & _listed(columns)  # [m, n]: m is a candidate of n
     # the first climb starts from the required parents alone
     starts = [_canonical(jnp.asarray(_required_sets(required, K)))]
     if search.restarts:
@@ -673,6 +670,16 @@ def pool_statistics(data, cards: tuple[int, ...], pools, sets, chunk: int) -> Fa
     )
 
 
+def _listed(lists) -> np.ndarray:
+    """Each node's list of nodes `(N, P)` (padded with `-1`) as `[m, n]`: m is in n's list."""
+    lists = np.asarray(lists)
+    N = lists.shape[0]
+    out = np.zeros((N, N), bool)
+    child = np.broadcast_to(np.arange(N)[:, None], lists.shape)
+    out[lists[lists >= 0], child[lists >= 0]] = True
+    return out
+
+
 def pool_parent_sets(
     pools,
     max_parents: int | Sequence[int],
@@ -683,13 +690,9 @@ def pool_parent_sets(
 ) -> tuple[Array, ...]:
     """The candidate sets of every node drawn from its pool `(N, P)` (padded with `-1`), the
     prior knowledge kept."""
-    pools = np.asarray(pools)
-    N = pools.shape[0]
-    within = np.zeros((N, N), bool)
-    for n in range(N):
-        within[pools[n][pools[n] >= 0], n] = True
+    within = _listed(pools)
     return candidate_parent_sets(
-        N,
+        within.shape[0],
         max_parents,
         required_edges=required_edges,
         forbidden_edges=forbidden_edges,
