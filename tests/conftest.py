@@ -79,11 +79,14 @@ def _release_compiled_programs():
     the kernel's limit. XLA's CPU executables each hold memory mappings, and a worker that
     keeps a few hundred modules' programs reaches `vm.max_map_count` (65530 by default;
     measured ~5000 for tests/test_panel.py alone), after which LLVM's next allocation fails and
-    the worker dies (a crash, not a test failure). Below that the programs are kept, so later
-    modules that compile the same programs reuse them."""
+    the worker dies (a crash, not a test failure). Below half the limit the programs are kept,
+    so later modules that compile the same programs reuse them: a release costs ~5 s (freeing
+    ~21,000 mappings) plus the tracing of every program used again, and happened four times a
+    run at a third of the limit; half still leaves ~32,000 mappings, over four times what the
+    largest module adds (~7,000 for test_master_equation and test_panel together)."""
     yield
     regions = _mapped_regions()
-    if regions is None or regions > _max_mapped_regions() // 3:
+    if regions is None or regions > _max_mapped_regions() // 2:
         jax.clear_caches()
         gc.collect()
 

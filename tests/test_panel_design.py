@@ -14,8 +14,9 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
+import scipy.linalg
 import scipy.optimize
-from helpers import brute_force_panel_kl, network_dict
+from helpers import brute_force_generator, brute_force_panel_kl, network_dict
 
 import jaxctbn as jc
 from jaxctbn._criteria.panel_parameter import (
@@ -284,14 +285,15 @@ def test_visit_time_moves_where_a_grid_search_says(rate, interior):
     )
     draws, q_draws = _criterion_draws(post, key, N)
 
+    # the BHC on a grid by scipy's expm of the draws' dense generators (built once: one visit
+    # from state 0, KL of the two rows of the exponentials)
+    W = [brute_force_generator(_unbatch(draws, s)) for s in range(N)]
+    V = [brute_force_generator(_unbatch(q_draws, j)) for j in range(N)]
+
     def bhc(t):
-        return np.mean(
-            [
-                brute_force_panel_kl(_unbatch(draws, s), _unbatch(q_draws, j), [0], [t])
-                for s in range(N)
-                for j in range(N)
-            ]
-        )
+        p = [scipy.linalg.expm(t * w)[0] for w in W]
+        q = [scipy.linalg.expm(t * v)[0] for v in V]
+        return np.mean([np.sum(a * np.log(a / b)) for a in p for b in q])
 
     grid = np.linspace(0.02, HORIZON, 60)  # spacing 1.7% of the horizon
     values = np.array([bhc(t) for t in grid])
@@ -299,6 +301,12 @@ def test_visit_time_moves_where_a_grid_search_says(rate, interior):
     chosen = float(design.times[0, 0])
     assert np.all(np.asarray(design.scores) >= np.asarray(design.equally_spaced_scores))
     np.testing.assert_allclose(design.scores[1:], 0.0, atol=1e-12)  # a clamped node: nothing
+    at_chosen = [
+        brute_force_panel_kl(_unbatch(draws, s), _unbatch(q_draws, j), [0], [chosen])
+        for s in range(N)
+        for j in range(N)
+    ]  # the shared enumeration helper, at the chosen time
+    np.testing.assert_allclose(bhc(chosen), np.mean(at_chosen), rtol=1e-12)
     np.testing.assert_allclose(float(design.scores[0]), bhc(chosen), rtol=1e-8)
     if interior:
         assert best < 0.5 * HORIZON
