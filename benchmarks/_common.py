@@ -102,13 +102,14 @@ def fmt(t):
 TIME = "/usr/bin/time"  # GNU time (Debian package `time`)
 
 
-def measure_process(cmd, *, timeout=None):
+def measure_process(cmd, *, timeout=None, env=None):
     """Run `cmd` as its own process; returns `stdout`, `stderr`, `wall_s`, `peak_rss_bytes` (the
     process's maximum resident set) and `rss_source`. Under GNU `time -v` when it exists ("time
     -v": exact up to the ~2 MB of `time` itself); otherwise ("wait4") `ru_maxrss` of the child,
     an upper bound only (Linux carries the spawning Python process's RSS across the exec).
     Raises `subprocess.CalledProcessError` on failure, `subprocess.TimeoutExpired` after
-    `timeout` seconds (the whole process group is killed)."""
+    `timeout` seconds (the whole process group is killed). `env`: the command's environment
+    (default: this process's)."""
     import re
     import signal
     import subprocess
@@ -120,7 +121,7 @@ def measure_process(cmd, *, timeout=None):
     # timeout kills the command too, not only `time`
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(full, stdout=out, stderr=err, start_new_session=True)
+        proc = subprocess.Popen(full, stdout=out, stderr=err, start_new_session=True, env=env)
         deadline = None if timeout is None else t0 + timeout
         while True:
             pid, status, usage = os.wait4(proc.pid, 0 if deadline is None else os.WNOHANG)

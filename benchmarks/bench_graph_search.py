@@ -15,6 +15,12 @@ Run: `python benchmarks/bench_graph_search.py [--sizes 20,50,100,200] [--quick] 
 environment made by `python3 -m venv peers && peers/bin/pip install causal-hub pyagrum
 "pandas<3"`), causal-hub's CTHC and CTPC and pyAgrum's CTPC run on the same data, side by side
 (`_graph_search_peers.py`).
+
+`--memory` (with `--sizes`, `--methods`, `--name`): per N, the floor (a process holding JAX,
+jaxctbn and the data alone) and each method's peak RSS under pi = 1/N in a cold process (every
+program compiled) and a warm one (loaded from the persistent cache the cold one filled);
+`results/graph_search_memory.{json,md}` is `--memory --sizes 20,50,100 --methods
+hill-climbing,hill-climbing-sparse,exhaustive --name graph_search_memory`.
 """
 
 from __future__ import annotations
@@ -108,11 +114,31 @@ def accuracy(true, learned, scores) -> dict:
 CANDIDATES = 16
 
 
+def floor(path: str) -> dict:
+    """The memory floor of structure learning on the data at `path`: a process that imports
+    JAX and jaxctbn and holds the trajectories on the device, and nothing else (its peak RSS is
+    measured from outside)."""
+    import jax
+    import numpy as np
+
+    jax.config.update("jax_enable_x64", True)
+    import jaxctbn as jc
+
+    with np.load(path) as f:
+        traj = jc.Trajectories(**{k: jax.numpy.asarray(f[k]) for k in f.files})
+    jax.block_until_ready(traj)
+    return {"data_bytes": int(sum(x.nbytes for x in jax.tree_util.tree_leaves(traj)))}
+
+
 def worker(N: int, search: str, K: int, path: str, edge_prior: float | None) -> dict:
     import jax
     import numpy as np
 
     jax.config.update("jax_enable_x64", True)
+    if os.environ.get("JAXCTBN_CACHE_DIR"):  # --memory: the command line's persistent cache
+        from jaxctbn._cli.jax_setup import _setup_jax
+
+        _setup_jax()
     import jaxctbn as jc
 
     with np.load(path) as f:
@@ -182,6 +208,79 @@ def peer(name: str, python: str, N: int, K: int, data: str, timeout: float) -> d
         "peer_output": {k: v for k, v in out.items() if k not in ("parents", "learn_s")},
         **accuracy(_truth(N), learned, learned.astype(float)),
     }
+
+
+def memory(sizes: list[int], methods: list[str], R: int, duration: float, quick: bool) -> list:
+    """`--memory`: per N, the floor (`floor`) and, per method under the sparse edge prior, the
+    peak RSS of a cold process (every program compiled, and stored in a fresh persistent cache)
+    and of a warm one (the same programs loaded from that cache: the peak of the learning
+    itself, without the compiler's)."""
+    import shutil
+    import tempfile
+
+    from _common import measure_process
+
+    work = tempfile.mkdtemp(prefix="jaxctbn-bench-graph-memory-")
+    flag = ["--quick"] if quick else []
+    records = []
+    for N in sizes:
+        data = os.path.join(work, f"paths_{N}.npz")
+        measure_process([sys.executable, __file__, "--sample", str(N), data, *flag])
+        rec = measure_process([sys.executable, __file__, "--floor", data, *flag])
+        base = {"nodes": N, "floor_rss_bytes": rec["peak_rss_bytes"]}
+        base |= json.loads(rec["stdout"].strip().splitlines()[-1])
+        for method in methods:
+            K = 2 if method == "exhaustive" else 3
+            cache = tempfile.mkdtemp(dir=work)
+            cmd = [sys.executable, __file__, "--worker", str(N), method, str(K), data]
+            cmd += [repr(1.0 / N), *flag]
+            env = {**os.environ, "JAXCTBN_CACHE_DIR": cache}
+            peaks, outs = [], []
+            for _ in ("cold", "warm"):
+                rec = measure_process(cmd, env=env)
+                peaks.append(rec["peak_rss_bytes"])
+                outs.append(json.loads(rec["stdout"].strip().splitlines()[-1]))
+            shutil.rmtree(cache, ignore_errors=True)
+            out = {
+                **base,
+                "method": outs[0]["method"],
+                "max_parents": K,
+                "cold_peak_rss_bytes": peaks[0],
+                "warm_peak_rss_bytes": peaks[1],
+                "warm_first_s": outs[1]["first_s"],
+                "shd": outs[1]["shd"],
+            }
+            records.append(out)
+            print(json.dumps(out), flush=True)
+    return records
+
+
+def memory_table(records: list, R: int, duration: float) -> list[str]:
+    """The markdown lines of `--memory`."""
+    lines = [
+        "# Structure learning's peak memory against the floor",
+        "",
+        f"The data of `graph_search.md` ({R} trajectories of tau = {duration}), the sparse edge "
+        "prior pi = 1/N. Floor: the peak RSS of a process that imports JAX and jaxctbn and "
+        "holds the trajectories on the device (the issue's 'idle JAX process + the data "
+        "arrays'). Cold: a whole process that compiles every program (and stores it in a fresh "
+        "persistent cache) and learns twice; warm: the same process again, its programs "
+        "loaded from that cache (the learning's own peak, without the compiler's). Peak RSS "
+        "from GNU time.",
+        "",
+        "| N | method | K | data | floor | cold peak | warm peak | cold / floor | "
+        "warm / floor | first call (warm) | SHD |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        f, c, w = r["floor_rss_bytes"], r["cold_peak_rss_bytes"], r["warm_peak_rss_bytes"]
+        lines.append(
+            f"| {r['nodes']} | {r['method']} | {r['max_parents']} | "
+            f"{r['data_bytes'] / 2**20:.1f} MiB | {f / 2**20:.0f} MiB | {c / 2**20:.0f} MiB | "
+            f"{w / 2**20:.0f} MiB | {c / f:.2f} | {w / f:.2f} | {r['warm_first_s']:.2f} s | "
+            f"{r['shd']} |"
+        )
+    return lines
 
 
 def _powers_of_two(text: str) -> str:
@@ -274,10 +373,27 @@ def main():
     )
     ap.add_argument("--worker", nargs=5, metavar=("N", "SEARCH", "K", "DATA", "EDGE_PRIOR"))
     ap.add_argument("--sample", nargs=2, metavar=("N", "DATA"))
+    ap.add_argument("--floor", metavar="DATA")
+    ap.add_argument(
+        "--memory",
+        action="store_true",
+        help="peak RSS against the floor (cold and warm cache) instead of the search table, for "
+        "--sizes and --methods under pi = 1/N; writes results/<--name>.{json,md}",
+    )
     args = ap.parse_args()
     R, duration = (20, 2.0) if args.quick else (50, 3.0)
     if args.sample:
         sample(int(args.sample[0]), R, duration, args.sample[1])
+        return
+    if args.floor:
+        print(json.dumps(floor(args.floor)))
+        return
+    if args.memory:
+        sizes = [int(x) for x in args.sizes.split(",")]
+        methods = args.methods.split(",")
+        records = memory(sizes, methods, R, duration, args.quick)
+        lines = memory_table(records, R, duration)
+        write_results(args.name, {"environment": environment(), "records": records}, lines)
         return
     if args.worker:
         N, search, K, data, pi = args.worker
