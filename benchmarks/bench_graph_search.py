@@ -114,19 +114,25 @@ def accuracy(true, learned, scores) -> dict:
 CANDIDATES = 16
 
 
+def _load(path: str):
+    """The sampled trajectories at `path` (`sample`'s `.npz`) on the device."""
+    import jax
+    import numpy as np
+
+    import jaxctbn as jc
+
+    with np.load(path) as f:
+        return jc.Trajectories(**{k: jax.numpy.asarray(f[k]) for k in f.files})
+
+
 def floor(path: str) -> dict:
     """The memory floor of structure learning on the data at `path`: a process that imports
     JAX and jaxctbn and holds the trajectories on the device, and nothing else (its peak RSS is
     measured from outside)."""
     import jax
-    import numpy as np
 
     jax.config.update("jax_enable_x64", True)
-    import jaxctbn as jc
-
-    with np.load(path) as f:
-        traj = jc.Trajectories(**{k: jax.numpy.asarray(f[k]) for k in f.files})
-    jax.block_until_ready(traj)
+    traj = jax.block_until_ready(_load(path))
     return {"data_bytes": int(sum(x.nbytes for x in jax.tree_util.tree_leaves(traj)))}
 
 
@@ -141,8 +147,7 @@ def worker(N: int, search: str, K: int, path: str, edge_prior: float | None) -> 
         _setup_jax()
     import jaxctbn as jc
 
-    with np.load(path) as f:
-        traj = jc.Trajectories(**{k: jax.numpy.asarray(f[k]) for k in f.files})
+    traj = _load(path)
     R = traj.num_events.shape[0]
     names = [f"X{i}" for i in range(N)]
     choice = {
@@ -283,18 +288,6 @@ def memory_table(records: list, R: int, duration: float) -> list[str]:
     return lines
 
 
-def _powers_of_two(text: str) -> str:
-    """`text` with every integer of 7 or more digits that is a power of two written 2^k (a
-    peer's message may spell out 2^N)."""
-    import re
-
-    def short(m):
-        v = int(m.group(0))
-        return f"2^{v.bit_length() - 1}" if v & (v - 1) == 0 else m.group(0)
-
-    return re.sub(r"\d{7,}", short, text)
-
-
 def table(records: list, R: int, duration: float) -> list[str]:
     """The markdown lines of the results."""
     lines = [
@@ -328,7 +321,7 @@ def table(records: list, R: int, duration: float) -> list[str]:
                 if "timeout_s" in r
                 else "not run (--peer-max-nodes)"
                 if r.get("skipped")
-                else "failed: " + _powers_of_two(" ".join(r.get("error", [])))
+                else "failed: " + " ".join(r.get("error", []))
             )
             lines.append(f"| {r['nodes']} | {r['method']} | {r['max_parents']} | | {why} | | | | |")
             continue
