@@ -157,6 +157,7 @@ def test_cli_learn_with_knowledge(paths, tmp_path, capsys):
     # the search finds the same MAP graph, with the knowledge
     climbed = tmp_path / "climbed.json"
     climb = ["--search", "hill-climbing", "--restarts", "1", "--seed", "3", "--candidates", "2"]
+    climb += ["--tabu", "2"]
     climb += ["--out", str(climbed)]
     assert main([*learn[:-2], *knowledge, "--max-parents", "2,A=1,D=3", *climb]) == 0
     found = json.loads(climbed.read_text())
@@ -173,6 +174,8 @@ def test_cli_learn_with_knowledge(paths, tmp_path, capsys):
     for extra, message in [
         (["--restarts", "2"], "--restarts: only with --search hill-climbing"),
         (["--candidates", "2"], "--candidates: only with --search hill-climbing"),
+        (["--tabu", "2"], "--tabu: only with --search hill-climbing"),
+        (["--search", "hill-climbing", "--tabu", "-1"], "--tabu: must be"),
         (["--search", "hill-climbing", "--candidates", "0"], "--candidates: must be"),
         (["--search", "bfs"], "argument --search: invalid choice"),
         (["--significance", "0.1"], "--significance: only with --search ctpc"),

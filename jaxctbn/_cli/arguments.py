@@ -554,6 +554,8 @@ def _search(args, knowledge: dict, num_nodes: int):
         raise ValueError("--restarts: only with --search hill-climbing.")
     if args.candidates is not None and choice != "hill-climbing":
         raise ValueError("--candidates: only with --search hill-climbing.")
+    if args.tabu and choice != "hill-climbing":
+        raise ValueError("--tabu: only with --search hill-climbing.")
     if args.significance is not None and choice != "ctpc":
         raise ValueError("--significance: only with --search ctpc.")
     if choice == "exhaustive":
@@ -562,7 +564,10 @@ def _search(args, knowledge: dict, num_nodes: int):
         level = 0.1 if args.significance is None else args.significance
         return CTPC(alpha_f=level, alpha_chi2=level), choice
     key = jax.random.key(args.seed) if args.restarts else None
-    return HillClimbing(restarts=args.restarts, key=key, candidates=args.candidates), choice
+    search = HillClimbing(
+        restarts=args.restarts, key=key, candidates=args.candidates, tabu=args.tabu
+    )
+    return search, choice
 
 
 def _knowledge_arguments(p) -> None:
@@ -591,6 +596,13 @@ def _knowledge_arguments(p) -> None:
         default=None,
         help="hill-climbing: climb among each node's P best single parents only (screened by "
         "one step of additions; for hundreds of nodes); default: every allowed parent",
+    )
+    p.add_argument(
+        "--tabu",
+        type=_at_least(0),
+        default=0,
+        help="hill-climbing: tabu search with tenure L (each node goes on past its local "
+        "maximum without undoing its last L moves, keeping the best set seen); default 0",
     )
     p.add_argument(
         "--seed", type=_seed, default=0, help="hill-climbing restarts; panel sampling (default 0)"

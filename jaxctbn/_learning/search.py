@@ -79,6 +79,11 @@ class HillClimbing(AbstractStructureSearch):
       addition to the node's required parents, and the climbs, restarts and pool then use only
       the `candidates` best (besides the required ones). Each step's matrix products then span
       `candidates` nodes instead of all $N$. Default `None`: every allowed parent.
+    - `tabu`: the tabu tenure $L$ (default 0: plain hill climbing). With $L > 0$ each node's
+      climb goes on past its local maximum (tabu search): it takes its best move that touches
+      no parent it added or dropped in its last $L$ moves (a tabu move only where it beats the
+      best set seen), until $L$ moves in a row find no better set, and keeps the best set seen
+      (never worse than plain hill climbing from the same start).
     """
 
     restarts: int = eqx.field(static=True)
@@ -88,6 +93,7 @@ class HillClimbing(AbstractStructureSearch):
     max_steps: int = eqx.field(static=True)
     chunk: int = eqx.field(static=True)
     candidates: int | None = eqx.field(static=True)
+    tabu: int = eqx.field(static=True)
 
     def __init__(
         self,
@@ -99,9 +105,11 @@ class HillClimbing(AbstractStructureSearch):
         max_steps: int = 100,
         chunk: int = 2048,
         candidates: int | None = None,
+        tabu: int = 0,
     ):
         for name, value, low in (
             ("restarts", restarts, 0),
+            ("tabu", tabu, 0),
             ("pool_size", pool_size, 1),
             ("max_steps", max_steps, 1),
             ("chunk", chunk, 1),
@@ -115,6 +123,7 @@ class HillClimbing(AbstractStructureSearch):
             raise ValueError(f"swaps: expected True or False, got {swaps!r}.")
         self.restarts, self.key, self.swaps, self.pool_size = restarts, key, swaps, pool_size
         self.max_steps, self.chunk, self.candidates = max_steps, chunk, candidates
+        self.tabu = tabu
 
 
 class SearchResult(eqx.Module):
@@ -380,24 +389,44 @@ def _first_free_slot(base: Array) -> Array:
     return jnp.argmax(base < 0)
 
 
+def _above(value: Array, reference: Array) -> Array:
+    """`value` beats `reference` by more than rounding (relative 1e-9)."""
+    return value > reference + 1e-9 * (1 + jnp.abs(reference))
+
+
 @eqx.filter_jit
 def _climb(data, sets, scores, cards, prior, log_odds, allowed, required, in_degree, chunk,
-           swaps, max_steps, columns=None):  # fmt: skip
+           swaps, max_steps, columns=None, tabu: int = 0):  # fmt: skip
     """Every node's best move while it improves its score (at most `max_steps` moves; with
-    `columns`, among each node's candidates alone, as in [`move_scores`][])."""
+    `columns`, among each node's candidates alone, as in [`move_scores`][]). With `tabu` $= L
+    > 0$ (tabu search), a node past its local maximum goes on with its best move that touches
+    no parent it added or dropped in its last $L$ moves (unless that move beats the best set
+    it has seen), until $L$ moves bring no new best; the best set seen is returned."""
     N = sets.shape[0]
     rows = jnp.arange(N)
+    # the parent each base drops (b = 0: none), as in `move_scores`
+    dropped_of = lambda sets: jnp.concatenate(  # noqa: E731
+        [jnp.full((N, 1), -1, sets.dtype), sets], axis=1
+    )
 
     def cond(carry):
-        _, _, _, moving, it = carry
-        return moving.any() & (it < max_steps)
+        return carry[3].any() & (carry[4] < max_steps)
 
     def body(carry):
-        sets, scores, steps, _, it = carry
+        sets, scores, steps, _, it, best_sets, best_scores, tabu_until, since = carry
         adds, removals, bases = move_scores(
             data, sets, cards, prior, log_odds, allowed, required, in_degree, chunk, swaps,
             columns,
         )  # fmt: skip
+        dropped = dropped_of(sets)  # (N, K + 1)
+        if tabu:  # a move touching a tabu parent only where it beats the best set seen
+            blocked = tabu_until > it  # (N, N): [n, m]
+            drop_blocked = jnp.where(dropped >= 0, blocked[rows[:, None], dropped], False)
+            add_blocked = blocked[:, None, :] | drop_blocked[:, :, None]
+            adds = jnp.where(add_blocked & ~_above(adds, best_scores[:, None, None]), -jnp.inf,
+                             adds)  # fmt: skip
+            removals = jnp.where(drop_blocked & ~_above(removals, best_scores[:, None]),
+                                 -jnp.inf, removals)  # fmt: skip
         flat = adds.reshape(N, -1)
         best_add, where_add = flat.max(-1), jnp.argmax(flat, -1)
         best_removal, where_removal = removals.max(-1), jnp.argmax(removals, -1)
@@ -407,14 +436,29 @@ def _climb(data, sets, scores, cards, prior, log_odds, allowed, required, in_deg
         take_add = best_add >= best_removal
         best = jnp.maximum(best_add, best_removal)
         chosen = jnp.where(take_add[:, None], added, bases[rows, where_removal])
-        improve = jnp.isfinite(best) & (best > scores + 1e-9 * (1 + jnp.abs(scores)))
-        sets = jnp.where(improve[:, None], _canonical(chosen), sets)
-        scores = jnp.where(improve, best, scores)
-        return sets, scores, steps + improve, improve.any(), it + 1
+        move = jnp.isfinite(best) & _above(best, scores)
+        if tabu:  # past the local maximum too, while the last `tabu` moves found a new best
+            move = jnp.isfinite(best) & (move | (since < tabu))
+            touched_drop = dropped[rows, jnp.where(take_add, b_add, where_removal)]
+            touched_add = jnp.where(take_add, m_add, -1)
+            for touched in (touched_drop, touched_add):
+                tabu_until = tabu_until.at[rows, jnp.where(move & (touched >= 0), touched, N)].set(
+                    it + 1 + tabu, mode="drop"
+                )
+        sets = jnp.where(move[:, None], _canonical(chosen), sets)
+        scores = jnp.where(move, best, scores)
+        new_best = move & _above(scores, best_scores)
+        best_sets = jnp.where(new_best[:, None], sets, best_sets)
+        best_scores = jnp.where(new_best, scores, best_scores)
+        since = jnp.where(new_best, 0, since + move)
+        return sets, scores, steps + move, move, it + 1, best_sets, best_scores, tabu_until, since
 
-    carry = (sets, scores, jnp.zeros(N, jnp.int32), jnp.ones((), bool), jnp.zeros((), jnp.int32))
-    sets, scores, steps, _, _ = jax.lax.while_loop(cond, body, carry)
-    return sets, scores, steps
+    zeros = jnp.zeros(N, jnp.int32)
+    carry = (sets, scores, zeros, jnp.ones(N, bool), jnp.zeros((), jnp.int32), sets, scores,
+             jnp.zeros((N, N), jnp.int32) if tabu else jnp.zeros((), jnp.int32), zeros)  # fmt: skip
+    out = jax.lax.while_loop(cond, body, carry)
+    steps, best_sets, best_scores = out[2], out[5], out[6]
+    return best_sets, best_scores, steps
 
 
 @eqx.filter_jit
@@ -587,7 +631,7 @@ def hill_climb(
     for start in starts:
         scores = _set_scores(data, cards, start, prior, log_odds, search.chunk)
         sets, scores, steps = _climb(data, start, scores, cards, prior, log_odds, *args,
-                                     search.max_steps, columns)  # fmt: skip
+                                     search.max_steps, columns, search.tabu)  # fmt: skip
         if best is None:
             best = (sets, scores, steps)
         else:  # each node keeps its best climb
