@@ -327,8 +327,9 @@ def table(records: list, R: int, duration: float) -> list[str]:
             continue
         second = f"{r['second_s']:.2f} s" if "second_s" in r else ""
         sets = f"{r['candidate_sets']:,}" if "candidate_sets" in r else ""
+        method = r["method"] + (f" ({r['note']})" if "note" in r else "")
         lines.append(
-            f"| {r['nodes']} | {r['method']} | {r['max_parents']} | {sets} | "
+            f"| {r['nodes']} | {method} | {r['max_parents']} | {sets} | "
             f"{r['first_s']:.2f} s | {second} | {r['shd']} ({r['missing']} + {r['extra']}) | "
             f"{r['auroc']:.3f} | {r['peak_rss_bytes'] / 2**20:.0f} MiB |"
         )
@@ -361,8 +362,8 @@ def main():
     ap.add_argument(
         "--peer-max-nodes",
         default="pyagrum-ctpc=20",
-        help="PEER=N,...: the largest network a peer is run on (pyAgrum's CTPC: 83 s at "
-        "N = 20, ~11x per doubling of N)",
+        help="PEER=N,...: the largest network a peer is run on (pyAgrum's CTPC: 68 s at "
+        "N = 20, 922 s at N = 50)",
     )
     ap.add_argument("--worker", nargs=5, metavar=("N", "SEARCH", "K", "DATA", "EDGE_PRIOR"))
     ap.add_argument("--sample", nargs=2, metavar=("N", "DATA"))
