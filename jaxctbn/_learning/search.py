@@ -310,6 +310,12 @@ def _own_scores(prior, cards: tuple[int, ...], D_own: Array, E_own: Array, confi
     return scores
 
 
+def _dropped_parents(sets: Array) -> Array:
+    """`(N, K + 1)`: the parent each base of [`move_scores`][] drops from the held sets `(N, K)`
+    (base 0, the held set itself: none, `-1`; base b >= 1: slot b - 1)."""
+    return jnp.concatenate([jnp.full((sets.shape[0], 1), -1, sets.dtype), sets], axis=1)
+
+
 def move_scores(
     data, sets, cards, prior, log_odds, allowed, required, in_degree, chunk, swaps=True,
     columns=None,
@@ -373,7 +379,7 @@ def move_scores(
     removals = removals + base_odds
     # the moves that keep the knowledge
     held = (sets[..., None] == jnp.arange(N)).any(-2)  # (N, N): m is held by n
-    dropped = jnp.concatenate([jnp.full((N, 1), -1, sets.dtype), sets], axis=1)  # (N, B)
+    dropped = _dropped_parents(sets)
     node = jnp.arange(N)[:, None]
     kept_required = jnp.where(dropped >= 0, ~required[jnp.maximum(dropped, 0), node], False)
     is_move = kept_required  # b >= 1 with a parent dropped that is not required
@@ -404,10 +410,6 @@ def _climb(data, sets, scores, cards, prior, log_odds, allowed, required, in_deg
     it has seen), until $L$ moves bring no new best; the best set seen is returned."""
     N = sets.shape[0]
     rows = jnp.arange(N)
-    # the parent each base drops (b = 0: none), as in `move_scores`
-    dropped_of = lambda sets: jnp.concatenate(  # noqa: E731
-        [jnp.full((N, 1), -1, sets.dtype), sets], axis=1
-    )
 
     def cond(carry):
         return carry[3].any() & (carry[4] < max_steps)
@@ -418,7 +420,7 @@ def _climb(data, sets, scores, cards, prior, log_odds, allowed, required, in_deg
             data, sets, cards, prior, log_odds, allowed, required, in_degree, chunk, swaps,
             columns,
         )  # fmt: skip
-        dropped = dropped_of(sets)  # (N, K + 1)
+        dropped = _dropped_parents(sets)
         if tabu:  # a move touching a tabu parent only where it beats the best set seen
             blocked = tabu_until > it  # (N, N): [n, m]
             drop_blocked = jnp.where(dropped >= 0, blocked[rows[:, None], dropped], False)
