@@ -70,6 +70,8 @@ def worker(N: int, inference: str, quick: bool) -> dict:
         options = dict(
             sampler=jc.panel.GibbsSampler(**_sampler_settings(N, quick)), key=jax.random.key(3)
         )
+    elif inference == "mean-field":
+        options = dict(mean_field=jc.panel.PanelMeanField())
     t0 = time.perf_counter()
     fit = jc.panel.learn_structure_from_panels(
         observations, names, (2,) * N, max_parents=2, edge_prior=np.full((N, N), 1.0 / N),
@@ -88,6 +90,10 @@ def worker(N: int, inference: str, quick: bool) -> dict:
         "seconds": seconds,
         "e_steps": fit.iterations,
         "converged": fit.converged,
+        "evidence_lower_bound": None
+        if fit.evidence_lower_bound is None
+        else float(fit.evidence_lower_bound),
+        "log_likelihood": None if fit.log_likelihood is None else float(fit.log_likelihood),
         **accuracy(_truth(N), learned, edges),
     }
     if fit.effective_sample_size is not None:

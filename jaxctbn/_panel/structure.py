@@ -51,6 +51,8 @@ from .inference import (
     gap_groups,
     panel_expected_statistics,
 )
+from .mean_field import PanelMeanField, PanelMeanFieldStatistics
+from .mean_field import _statistics as _mean_field_statistics
 from .observations import Emissions, PanelObservations
 from .rate_posterior import checked_panel_update
 
@@ -117,10 +119,12 @@ class PanelStructureFit(eqx.Module):
       the last E-step (what the design criteria and the active-learning loop use).
     - `model`: the network of the last E-step ($m_i$).
     - `log_likelihood`: $\sum_r\ln p(Y_r\mid m_i)$, conditional on each trajectory's first
-      observation; `None` with a sampled E-step (not computed: exact forward-backward is what
-      sampling avoids).
-    - `trace`: the log-likelihood after each iteration, `(iterations,)` (empty with a sampled
-      E-step).
+      observation; `None` with a sampled or mean-field E-step (not computed: exact
+      forward-backward is what they avoid).
+    - `evidence_lower_bound`: with a mean-field E-step, its bound $\mathcal F\le\sum_r\ln
+      p(Y_r\mid m_i)$ ([`jaxctbn.panel.panel_mean_field_statistics`][]); else `None`.
+    - `trace`: the log-likelihood (mean-field: the bound) after each iteration,
+      `(iterations,)` (empty with a sampled E-step).
     - `iterations`, `converged`: the number of E-steps, and whether the graph was unchanged and
       the log-likelihood had converged (sampled: the rule under `sampler` below)
       before `max_iterations`.
@@ -144,6 +148,7 @@ class PanelStructureFit(eqx.Module):
     sampler: GibbsSampler | None = None
     median_effective_sample_size: Float[Array, " nodes"] | None = None
     split_r_hat: Float[Array, " nodes"] | None = None
+    evidence_lower_bound: Float[Array, ""] | None = None
 
 
 def _independent_start(observations: PanelObservations | PanelBuckets, names, cards) -> CTBN:
@@ -193,6 +198,22 @@ def _sampled_e_step(model, bucket, sampler, parent_sets, key, bounds):
     r_hat = paths.split_r_hat() if sampler.num_samples >= 4 else None
     diagnostics = (paths.effective_sample_size(), r_hat)
     return family, diagnostics, paths.infeasible_updates.sum(), overflow
+
+
+@eqx.filter_jit
+def _mean_field_e_step(model, bucket, approximation, parent_sets):
+    """The mean-field E-step of one bucket: the pooled family statistics (node $n$ pools the
+    trajectories in which it is not clamped), the summed bound and the most sweeps taken."""
+    stats: PanelMeanFieldStatistics = _mean_field_statistics(model, bucket, approximation)
+    R, N = bucket.times.shape[0], model.num_nodes
+    if bucket.intervention is None:
+        targets = jnp.zeros((R, N), bool)
+    else:
+        targets = jnp.broadcast_to(bucket.intervention.targets, (R, N))
+    family = _project_families(
+        lambda n: stats.sum(where=~targets[:, n]), parent_sets, model.cardinalities
+    )
+    return family, stats.evidence_lower_bound.sum(), stats.sweeps.max()
 
 
 def sampled_family_statistics(trajectories, cardinalities, parent_sets) -> FamilyStatistics:
@@ -259,6 +280,7 @@ def learn_structure_from_panels(
     sampler: GibbsSampler | None = None,
     key: PRNGKeyArray | None = None,
     patience: int = 3,
+    mean_field: PanelMeanField | None = None,
 ) -> PanelStructureFit:
     r"""Exhaustive Bayesian structure learning from panel trajectories, by structural EM (see
     the module docstring for the approximation it makes).
@@ -305,6 +327,17 @@ def learn_structure_from_panels(
     times both reached the truth. Compare fits from several `start`s by their `log_likelihood`
     and their posteriors before trusting an edge.
 
+    **Mean-field inference under evidence** (`mean_field`, a [`jaxctbn.panel.PanelMeanField`][]):
+    each E-step approximates the posterior of the paths by a product of node processes fitted
+    to the observations ([`jaxctbn.panel.panel_mean_field_statistics`][]); deterministic, its
+    cost grows with the number of nodes, not with $\prod_n k_n$. The stopping rule is the exact
+    route's with the evidence lower bound in place of the log-likelihood (reported as
+    `evidence_lower_bound`). Exact observations only (no `emissions`, no exact entry times).
+    The projections onto the candidate sets use the product law, so a dependence between a
+    node and a candidate parent that the product cannot carry is scored from the rates'
+    effect alone (compared with sampling and exact inference in
+    `benchmarks/bench_panel_sampling.py`).
+
     Runs on the host (a Python loop over iterations, each compiled once: the E-step model is a
     [`jaxctbn.PaddedCTBN`][] of fixed shapes after the first step).
     """
@@ -328,6 +361,15 @@ def learn_structure_from_panels(
         raise ValueError(f"tolerance: must be a number >= 0, got {tolerance!r}.")
     if not (isinstance(max_iterations, int) and max_iterations >= 1):
         raise ValueError(f"max_iterations: must be an integer >= 1, got {max_iterations!r}.")
+    if sampler is not None and mean_field is not None:
+        raise ValueError("mean_field: give either sampler= or mean_field=, not both.")
+    if mean_field is not None:
+        if not isinstance(mean_field, PanelMeanField):
+            raise ValueError(
+                f"mean_field: expected a jaxctbn.panel.PanelMeanField, got {mean_field!r}."
+            )
+        if emissions is not None:
+            raise ValueError("emissions: not supported with mean_field= (exact observations only).")
     if sampler is not None:
         if not isinstance(sampler, GibbsSampler):
             raise ValueError(f"sampler: expected a jaxctbn.panel.GibbsSampler, got {sampler!r}.")
@@ -374,10 +416,18 @@ def learn_structure_from_panels(
     previous_graph = _graph_of(model)
     converged = False
     posterior = None
+    buckets = as_flat_buckets(observations) if mean_field is not None else []
     for _ in range(max_iterations):
-        family, log_likelihood = _e_step(
-            model, observations, emissions, solver, sets, targets, groups
-        )
+        if mean_field is not None:
+            parts = [_mean_field_e_step(model, b, mean_field, sets) for b in buckets]
+            family = parts[0][0]
+            for part in parts[1:]:
+                family = family + part[0]
+            log_likelihood = sum(float(part[1]) for part in parts)
+        else:
+            family, log_likelihood = _e_step(
+                model, observations, emissions, solver, sets, targets, groups
+            )
         trace.append(float(log_likelihood))
         posterior, indices, next_model = _m_step(family, names, prior, edge_prior)
         graph = _graph_at(sets, indices)
@@ -391,13 +441,15 @@ def learn_structure_from_panels(
             break
         model, previous_graph = next_model, graph
     assert posterior is not None
+    value = jnp.asarray(trace[-1])
     return PanelStructureFit(
         posterior=posterior,
         model=model,
-        log_likelihood=jnp.asarray(trace[-1]),
+        log_likelihood=None if mean_field is not None else value,
         trace=jnp.asarray(trace),
         iterations=len(trace),
         converged=converged,
+        evidence_lower_bound=value if mean_field is not None else None,
     )
 
 

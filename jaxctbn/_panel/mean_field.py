@@ -1,0 +1,419 @@
+r"""Mean-field inference under panel evidence (Cohn, El-Hay, Friedman and Kupferman, 2010).
+
+The posterior law of the paths given the observations $Y$ is approximated by a product of
+independent node processes, $Q=\prod_n Q_n$, each $Q_n$ a Markov chain with time-varying rates,
+chosen to maximise the evidence lower bound
+
+$$\mathcal F(Q)=\mathsf E_Q\big[\ln p(X, Y)\big]+H(Q)\;\le\;\ln p(Y)$$
+
+one node at a time (coordinate ascent, so $\mathcal F$ never falls). Given the other nodes'
+marginals, node $n$'s optimal process is the posterior of a single chain with the
+"effective" matrix
+
+$$A_n(t)=\operatorname{diag}\big(\bar q_n(x,x;t)+\psi_n(x;t)\big)+\tilde q_n(x,y;t),\qquad
+\tilde q_n(x,y;t)=\exp\mathsf E_{\mu_{\mathrm{pa}(n)}}[\ln\Lambda_n(x,y\mid u)],$$
+
+$\bar q_n(x,x;t)=\mathsf E[\Lambda_n(x,x\mid u)]$ (parents under their marginals), and $\psi_n$
+collecting what $n$'s state does to its children's terms,
+
+$$\psi_n(x;t)=\sum_{c:\,n\in\mathrm{pa}(c)}\sum_{x_c}\Big(\mu_c(x_c)\,
+\mathsf E[\Lambda_c(x_c,x_c\mid u_c)\mid x_n=x]+\sum_{y_c\ne x_c}\gamma_c(x_c,y_c)\,
+\mathsf E[\ln\Lambda_c(x_c,y_c\mid u_c)\mid x_n=x]\Big),$$
+
+($\mu_c$ the child's marginal, $\gamma_c$ its expected transition rates, the expectation over
+the child's other parents). The chain's posterior is a forward-backward pass: backwards
+$\rho_n(t)=e^{A_n(s-t)}\rho_n(s)$, multiplied by the indicator of the observed state at every
+observation; then forwards the Doob transform, rates $\tilde q_n(x,y)\rho_n(y)/\rho_n(x)$.
+
+**Discretisation.** Each gap between observations is cut into `steps_per_gap` equal steps on
+which the other nodes enter through their step averages (their dwell time in the step divided
+by its length), so $A_n$ is constant on a step; within a step node $n$'s chain is solved
+exactly (matrix exponentials, the dwell times and jump counts by the Van Loan block
+integral). The bound $\mathcal F$ is that of this discretised problem (the couplings on a
+step use the step averages); with no edges nothing is discretised and the statistics and the
+bound are the exact forward-backward's. Its cost grows with the number of nodes and steps,
+not with $\prod_n k_n$.
+
+The expected statistics of node $n$ on any parent set $P$ are, as for the evidence-free
+[`jaxctbn.MeanField`][], the product-law projections, here summed over the steps:
+$\mathsf E[\hat T_n(x,u)]\approx\sum_s T_n(x;s)\prod_{p\in P}\bar\mu_p(u_p;s)$ and
+$\mathsf E[\hat M_n(x,x',u)]\approx\sum_s M_n(x,x';s)\prod_{p\in P}\bar\mu_p(u_p;s)$.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax.scipy.linalg import expm
+from jaxtyping import Array, Bool, Float, Int
+
+from .._master_equation.master_equation import AbstractExpectedStatistics, projection_parents
+from .._master_equation.mean_field import _digits, _node_tables, _padded_parents
+from .._model.ctbn import AbstractCTBN
+from .observations import PanelObservations
+
+
+class PanelMeanField(eqx.Module):
+    r"""Mean-field inference under panel evidence (module docstring): the choice passed to
+    [`jaxctbn.panel.panel_mean_field_statistics`][] and, as `mean_field=`, to
+    [`jaxctbn.panel.learn_structure_from_panels`][].
+
+    **Arguments (keyword-only):**
+
+    - `steps_per_gap`: steps each gap between observations is cut into (the couplings between
+      nodes are constant on a step; default 8).
+    - `max_sweeps`: the most sweeps over the nodes (default 100).
+    - `tolerance`: stop when a sweep raises the bound by at most `tolerance` $\times(1+|\mathcal
+      F|)$ (default 1e-8).
+    """
+
+    steps_per_gap: int = eqx.field(default=8, static=True, kw_only=True)
+    max_sweeps: int = eqx.field(default=100, kw_only=True)
+    tolerance: float = eqx.field(default=1e-8, kw_only=True)
+
+    def __check_init__(self):
+        # (the sweeps and the tolerance are data: changing them does not compile again)
+        for name in ("steps_per_gap", "max_sweeps"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+                raise ValueError(f"PanelMeanField: {name} must be an integer >= 1, got {value!r}.")
+        if not (isinstance(self.tolerance, (int, float)) and self.tolerance >= 0):
+            raise ValueError(
+                f"PanelMeanField: tolerance must be a number >= 0, got {self.tolerance!r}."
+            )
+
+
+class PanelMeanFieldStatistics(AbstractExpectedStatistics):
+    r"""Mean-field expected statistics of panel trajectories (module docstring), per step.
+
+    - `dwell_times`: $T_n(x;s)$, `(*batch, steps, N, k_max)` (states past $k_n$ are 0).
+    - `transitions`: $M_n(x,x';s)$, `(*batch, steps, N, k_max, k_max)`.
+    - `step_marginals`: $\bar\mu_n(x;s)$, the step averages, `(*batch, steps, N, k_max)`.
+    - `evidence_lower_bound`: $\mathcal F\le\ln p(Y)$ per trajectory, conditional on the first
+      observation as [`jaxctbn.panel.panel_log_likelihood`][] (`(*batch,)`; after `sum`, the
+      total).
+    - `sweeps`: the sweeps over the nodes each trajectory took.
+    - `model`: the model (not intervened).
+
+    `sum` pools trajectories (optionally only where `where`); the projections
+    (`node_statistics_on_sets` and friends) sum over the steps (and the pooled trajectories).
+    """
+
+    dwell_times: Float[Array, "*batch steps nodes kmax"]
+    transitions: Float[Array, "*batch steps nodes kmax kmax"]
+    step_marginals: Float[Array, "*batch steps nodes kmax"]
+    evidence_lower_bound: Float[Array, "*batch"]
+    sweeps: Int[Array, "*batch"]
+    model: AbstractCTBN
+
+    def sum(self, where: Bool[Array, " batch"] | None = None) -> "PanelMeanFieldStatistics":
+        """The trajectories pooled (optionally only where `where` is `True`, e.g. those in
+        which a node was not intervened on): their steps concatenated, each trajectory's
+        statistics weighted by `where`."""
+        if self.evidence_lower_bound.ndim != 1:
+            raise ValueError("sum: expected statistics with one trajectory axis.")
+        R = self.evidence_lower_bound.shape[0]
+        w = jnp.ones((R,), bool) if where is None else jnp.asarray(where)
+        w = w.astype(self.dwell_times.dtype)
+
+        def rows(x):
+            return x.reshape((-1,) + x.shape[2:])
+
+        return PanelMeanFieldStatistics(
+            dwell_times=rows(self.dwell_times * w[:, None, None, None]),
+            transitions=rows(self.transitions * w[:, None, None, None, None]),
+            step_marginals=rows(self.step_marginals),
+            evidence_lower_bound=(self.evidence_lower_bound * w).sum(),
+            sweeps=self.sweeps.max(),
+            model=self.model,
+        )
+
+    def _project(self, node: int, parents: Array, configs: int):
+        mu = self.step_marginals  # (*batch, steps, N, kmax)
+        k = self.model.cardinalities[node]
+        present, safe, digits, valid = _digits(parents, self.model.cardinalities, configs)
+        picked = mu[..., safe[:, None], digits]  # (*batch, steps, slots, configs)
+        picked = jnp.where(present[:, None], picked, 1.0)
+        weights = jnp.prod(picked, axis=-2) * valid  # (*batch, steps, configs)
+        T = jnp.einsum("...su,...sx->...ux", weights, self.dwell_times[..., node, :k])
+        M = jnp.einsum("...su,...sxy->...uxy", weights, self.transitions[..., node, :k, :k])
+        return M, T
+
+    def _resolve(self, node, parents):
+        node = self.model.node_index(node)
+        parents, configs = projection_parents(self.model, node, parents)
+        return node, _padded_parents(parents), configs
+
+    def node_dwell_times(self, node: int | str, parents=None) -> Float[Array, "*batch configs k"]:
+        return self._project(*self._resolve(node, parents))[1]
+
+    def node_transitions(self, node: int | str, parents=None) -> Float[Array, "*batch configs k k"]:
+        return self._project(*self._resolve(node, parents))[0]
+
+    def node_statistics_on_sets(self, node: int, parent_sets: Int[Array, "sets max_parents"]):
+        _, configs = projection_parents(self.model, node, parent_sets)
+        return jax.vmap(
+            lambda P: self._project(node, P, configs), out_axes=self.evidence_lower_bound.ndim
+        )(jnp.asarray(parent_sets, jnp.int32))
+
+
+# --------------------------------------------------------------------------- one trajectory
+def _van_loan(A: Array, left: Array, right: Array, dt: Array) -> Array:
+    r"""$\int_0^{dt}(\mathrm{left}^	op e^{A	au})_x\,(e^{A(dt-	au)}\mathrm{right})_y\,d	au$
+    `(k, k)`: the upper-right block of $\expig([[A^	op,\ \mathrm{left}\,
+    \mathrm{right}^	op],[0,\ A^	op]]\,dtig)$."""
+    k = A.shape[-1]
+    top = jnp.concatenate([A.T, jnp.outer(left, right)], axis=1)
+    bottom = jnp.concatenate([jnp.zeros_like(A), A.T], axis=1)
+    return expm(jnp.concatenate([top, bottom], axis=0) * dt)[:k, k:]
+
+
+def _trajectory(tables, times, states, num_observations, targets, clamps, cards, approximation):
+    """Mean-field statistics of one trajectory: `(dwell, transitions, marginals, bound,
+    sweeps, impossible)`."""
+    present, safe, digits, valid, off = tables  # (N,q) (N,q) (N,q,C) (N,C) (N,C,K,K)
+    N, q, C = digits.shape
+    K = off.shape[-1]
+    G = approximation.steps_per_gap
+    num_slots = times.shape[-1]
+    dtype = off.dtype
+    gaps = max(num_slots - 1, 1)
+    S = gaps * G
+    card = jnp.asarray(cards, jnp.int32)
+    in_range = jnp.arange(K)[None, :] < card[:, None]  # (N, K)
+    off_mask = in_range[:, :, None] & in_range[:, None, :] & ~jnp.eye(K, dtype=bool)  # (N,K,K)
+    exits = off.sum(-1)  # (N, C, K)
+    log_rates = jnp.where(off > 0, jnp.log(jnp.where(off > 0, off, 1.0)), 0.0)
+    zero_rates = (off <= 0) & off_mask[:, None]  # (N, C, K, K)
+
+    # evidence: which states each observation allows, and at which step ends it applies
+    o = jnp.arange(num_slots)
+    real = o < num_observations
+    observed = (states[..., None] == jnp.arange(K)) | (states[..., None] < 0) | ~real[:, None, None]
+    clamp_ok = ~targets[:, None] | (jnp.arange(K)[None, :] == clamps[:, None])  # (N, K)
+    allowed = observed & in_range[None] & clamp_ok[None]  # (num_slots, N, K)
+    impossible = jnp.any(~jnp.any(allowed, -1))
+    allowed = allowed.astype(dtype)
+    gap_dt = (
+        jnp.where(o[1:] < num_observations, jnp.diff(times), 0.0) / G
+        if num_slots > 1
+        else (jnp.zeros((1,), dtype))
+    )
+    dt = jnp.repeat(gap_dt.astype(dtype), G)  # (S,)
+    s = jnp.arange(S)
+    boundary = (s + 1) % G == 0
+    ev_end = jnp.where(
+        boundary[:, None, None], allowed[jnp.minimum((s + 1) // G, num_slots - 1)], in_range[None]
+    ).astype(dtype)  # (S, N, K)
+    uniform = allowed / allowed.sum(-1, keepdims=True).clip(1e-300)  # (num_slots, N, K)
+    p0 = uniform[0]
+
+    def safe_div(a, b):
+        return jnp.where(b > 0, a / jnp.where(b > 0, b, 1.0), 0.0)
+
+    # start: each step at the mean of the allowed states at its gap's two ends
+    gap = jnp.minimum(s // G, num_slots - 1)
+    mbar0 = 0.5 * (uniform[gap] + uniform[jnp.minimum(gap + 1, num_slots - 1)])  # (S, N, K)
+    start = (mbar0 * dt[:, None, None], jnp.zeros((S, N, K, K), dtype), jnp.zeros((N,), dtype))
+
+    def averages(dwell, transitions):
+        return safe_div(dwell, dt[:, None, None]), safe_div(transitions, dt[:, None, None, None])
+
+    def parent_weights(mbar):
+        """Per node and step, the product law of its parents' configurations `(S, N, C)`."""
+        picked = mbar[:, safe[..., None], digits]  # (S, N, q, C)
+        picked = jnp.where(present[None, :, :, None], picked, 1.0)
+        return picked, jnp.prod(picked, axis=2) * valid[None]
+
+    def node_terms(weights):
+        """`E[q(x,x|u)]` `(S, N, K)`, `E[ln q(x,y|u)]` and whether a zero rate has weight."""
+        diag = -jnp.einsum("snc,ncx->snx", weights, exits)
+        log_mean = jnp.einsum("snc,ncxy->snxy", weights, log_rates)
+        has_zero = jnp.einsum("snc,ncxy->snxy", weights, zero_rates.astype(dtype)) > 0
+        return diag, log_mean, has_zero
+
+    def update(n, state):
+        dwell, transitions, entropy = state
+        mbar, gbar = averages(dwell, transitions)
+        picked, weights = parent_weights(mbar)
+        diag, log_mean, has_zero = node_terms(weights)
+        diag_n, log_n, zero_n = diag[:, n], log_mean[:, n], has_zero[:, n]
+        tilde = jnp.where(off_mask[n] & ~zero_n, jnp.exp(log_n), 0.0)  # (S, K, K)
+        # psi: what n's state does to its children's terms
+        h = -jnp.einsum("snx,ncx->snc", mbar, exits) + jnp.einsum(
+            "snxy,ncxy->snc", gbar, log_rates
+        )  # (S, N, C)
+        others = jnp.where(
+            jnp.eye(q, dtype=bool)[None, None, :, :, None], 1.0, picked[:, :, None, :, :]
+        ).prod(3)  # (S, N, q_j, C): the other slots' product, slot j free
+        given = others * (valid[None, :, None, :] * h[:, :, None, :])
+        is_n = present & (safe == n)  # (N, q)
+        onehot = (digits[..., None] == jnp.arange(K)).astype(dtype)  # (N, q, C, K)
+        psi = jnp.einsum("sncu,ncux,nc->sx", given, onehot, is_n.astype(dtype))
+        A = jnp.where(
+            jnp.eye(K, dtype=bool), jnp.where(in_range[n], diag_n + psi, 0.0)[:, :, None], tilde
+        )  # (S, K, K)
+        E = expm(A * dt[:, None, None])
+
+        def backward(carry, x):
+            rho, log_scale = carry
+            E_s, ev = x
+            end = rho * ev
+            c = end.max()
+            c = jnp.where(c > 0, c, 1.0)
+            end = end / c
+            begin = E_s @ end
+            return (begin, log_scale + jnp.log(c)), (end, begin)
+
+        (rho0, log_scale), (ends, begins) = jax.lax.scan(
+            backward, (in_range[n].astype(dtype), jnp.zeros((), dtype)), (E, ev_end[:, n]),
+            reverse=True,
+        )  # fmt: skip
+        rho0 = rho0 * allowed[0, n]
+        Z = p0[n] @ rho0
+        log_Z = jnp.log(jnp.where(Z > 0, Z, 0.0)) + log_scale
+        mu0 = safe_div(p0[n] * rho0, Z)
+
+        def forward(mu, x):
+            E_s, begin, end = x
+            alpha = safe_div(mu, begin)
+            nxt = (alpha @ E_s) * end
+            return nxt / jnp.where(nxt.sum() > 0, nxt.sum(), 1.0), alpha
+
+        _, alphas = jax.lax.scan(forward, mu0, (E, begins, ends))
+        integral = jax.vmap(_van_loan)(A, alphas, ends, dt)  # (S, K, K)
+        dwell_n = jnp.clip(jnp.diagonal(integral, axis1=-2, axis2=-1), 0.0)
+        transitions_n = jnp.clip(tilde * integral, 0.0)
+        # F = sum_n (energy_n + E ln p0_n + H(Q_n)); Q_n maximises E_Q[Phi_n] + H(Q_n) = log Z_n
+        # with Phi_n = ln p0_n + the A-terms below, so E ln p0_n + H(Q_n) = log Z_n - A-terms
+        a_terms = (dwell_n * (diag_n + psi)).sum() + jnp.where(
+            transitions_n > 0, transitions_n * log_n, 0.0
+        ).sum()
+        new_entropy = log_Z - a_terms
+        keep = targets[n]
+        dwell = dwell.at[:, n].set(jnp.where(keep, dwell[:, n], dwell_n))
+        transitions = transitions.at[:, n].set(jnp.where(keep, transitions[:, n], transitions_n))
+        entropy = entropy.at[n].set(jnp.where(keep, 0.0, new_entropy))
+        return dwell, transitions, entropy
+
+    def bound(state):
+        dwell, transitions, entropy = state
+        mbar, _ = averages(dwell, transitions)
+        _, weights = parent_weights(mbar)
+        diag, log_mean, _ = node_terms(weights)
+        energy = (dwell * diag).sum() + jnp.where(
+            transitions > 0, transitions * log_mean, 0.0
+        ).sum()
+        return energy + entropy.sum()
+
+    def sweep(state):
+        return jax.lax.fori_loop(0, N, update, state)
+
+    def not_done(carry):
+        i, previous, current, _ = carry
+        change = jnp.abs(current - previous)
+        moving = (change > approximation.tolerance * (1.0 + jnp.abs(current))) & jnp.isfinite(
+            current
+        )
+        return (i < approximation.max_sweeps) & ((i < 2) | moving)
+
+    def body(carry):
+        i, _, current, state = carry
+        state = sweep(state)
+        return i + 1, current, bound(state), state
+
+    inf = jnp.asarray(jnp.inf, dtype)
+    sweeps, _, value, (dwell, transitions, _) = jax.lax.while_loop(
+        not_done, body, (jnp.zeros((), jnp.int32), -inf, -inf / 2, start)
+    )
+    mbar, _ = averages(dwell, transitions)
+    return dwell, transitions, mbar, value, sweeps, impossible | ~jnp.isfinite(value)
+
+
+# --------------------------------------------------------------------------- entry point
+DEFAULT_MEAN_FIELD = PanelMeanField()
+
+
+def panel_mean_field_statistics(
+    model: AbstractCTBN,
+    observations: PanelObservations,
+    *,
+    approximation: PanelMeanField = DEFAULT_MEAN_FIELD,
+) -> PanelMeanFieldStatistics:
+    r"""Mean-field expected statistics of a batch of panel trajectories (module docstring): one
+    product of node processes per trajectory, fitted to its observations by coordinate ascent
+    on the evidence lower bound, all trajectories at once (`vmap`).
+
+    - `model`: a [`jaxctbn.CTBN`][] or [`jaxctbn.PaddedCTBN`][] (rates only; no global state
+      space is built).
+    - `observations`: a batch `(R, O)` of [`jaxctbn.panel.PanelObservations`][] with exact
+      (error-free) states, `-1` = missing; their interventions (perfect and imperfect) apply
+      per trajectory; no exact entry times. A node missing at the first observation starts
+      uniform over its states (clamped nodes at their clamp), as in the exact route.
+    - `approximation`: a [`jaxctbn.panel.PanelMeanField`][].
+
+    **Returns:** [`jaxctbn.panel.PanelMeanFieldStatistics`][] with the batch axis; its
+    `evidence_lower_bound` is $\le$ [`jaxctbn.panel.panel_log_likelihood`][] (up to the
+    discretisation of the couplings), and equal to it, with equal statistics, for a network
+    without edges. Raises (inside jit, `eqx.error_if`) when an observation is impossible under
+    the model."""
+    if not isinstance(observations, PanelObservations) or jnp.ndim(observations.times) != 2:
+        raise ValueError(
+            "observations: a batch of trajectories (PanelObservations with shape (R, O))."
+        )
+    if not isinstance(approximation, PanelMeanField):
+        raise ValueError(
+            f"approximation: expected a jaxctbn.panel.PanelMeanField, got {approximation!r}."
+        )
+    # the sweeps and the tolerance as arrays: data to the compiled program, not constants
+    return _statistics(model, observations, jax.tree_util.tree_map(jnp.asarray, approximation))
+
+
+@eqx.filter_jit
+def _statistics(model, observations, approximation) -> PanelMeanFieldStatistics:
+    model = model.checked()
+    observations = observations.checked(model, None)
+    observations = eqx.error_if(
+        observations,
+        jnp.any(observations.exact_entry),
+        "observations: exact entry times are not supported by mean-field inference.",
+    )
+    R, N = observations.times.shape[0], model.num_nodes
+    kmax = max(model.cardinalities)
+    intervention = observations.intervention
+    if intervention is None:
+        tables = jax.vmap(lambda _: _node_tables(model, kmax))(jnp.arange(R))
+        targets, clamps = jnp.zeros((R, N), bool), jnp.zeros((R, N), jnp.int32)
+    else:
+        intervention = intervention.checked(model)
+        per_trajectory = jnp.ndim(intervention.targets) == 2
+        tables = jax.vmap(
+            lambda i: _node_tables(i.apply(model), kmax),
+            in_axes=0 if per_trajectory else None,
+            axis_size=R,
+        )(intervention)
+        targets = jnp.broadcast_to(intervention.targets, (R, N))
+        clamps = jnp.broadcast_to(intervention.states, (R, N)).astype(jnp.int32)
+    dtype = jnp.result_type(*model.cims)
+    dwell, transitions, mbar, bound, sweeps, impossible = jax.vmap(
+        lambda tab, t, s, m, tg, c: _trajectory(
+            tab, t.astype(dtype), s, m, tg, c, model.cardinalities, approximation
+        )
+    )(tables, observations.times, observations.states, observations.num_observations, targets,
+      clamps)  # fmt: skip
+    bound = eqx.error_if(
+        bound,
+        jnp.any(impossible),
+        "observations: a trajectory is impossible under the model (a structural zero rate, or "
+        "a perfect intervention clamping an observed node to another state), or the mean-field "
+        "bound is not finite.",
+    )
+    return PanelMeanFieldStatistics(
+        dwell_times=dwell,
+        transitions=transitions,
+        step_marginals=mbar,
+        evidence_lower_bound=bound,
+        sweeps=sweeps,
+        model=model,
+    )
