@@ -203,9 +203,17 @@ def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path, capsys):
         )
         r_hat = s["sampling"]["max_split_r_hat"][name]
         assert r_hat is None or r_hat >= 1.0 - 1e-12
+    mean_field = tmp_path / "mean_field.json"
+    assert main([*args, "--inference", "mean-field", "--out", str(mean_field)]) == 0
+    m = json.loads(mean_field.read_text())
+    assert m["map_graph"] == d["map_graph"] and m["inference"] == "mean-field"
+    assert m["log_likelihood"] is None and m["em"]["converged"]
+    assert m["mean_field"]["steps_per_gap"] == 8
+    assert m["mean_field"]["evidence_lower_bound"] < d["log_likelihood"]
     for extra, message in [
-        (["--inference", "mean-field"], "--inference mean-field: the mean-field equations"),
+        (["--inference", "mean-field", "--exact-entry", "A=1"], "--exact-entry: not supported"),
         (["--inference", "sampling", "--exact-entry", "A=1"], "--exact-entry: not supported"),
+        (["--steps-per-gap", "4"], "--steps-per-gap: only with --inference mean-field"),
     ]:
         capsys.readouterr()
         assert main([*args, *extra, "--out", str(tmp_path / "bad.json")]) == 2

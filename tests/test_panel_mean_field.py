@@ -22,9 +22,14 @@ B = jnp.array(
     ]
 )
 C = jnp.array([[[-0.5, 0.5], [1.0, -1.0]], [[-1.5, 1.5], [0.2, -0.2]], [[-0.7, 0.7], [0.7, -0.7]]])
-#: A -> B -> C (B ternary), and the same nodes without edges (each node's first CIM row)
-COUPLED = jc.CTBN(cims=[A, B, C], parents=((), (0,), (1,)), names=("A", "B", "C"))
-EDGELESS = jc.CTBN(cims=[A, B[:1], C[:1]], parents=((), (), ()), names=("A", "B", "C"))
+#: A -> B -> C (B ternary), and the same nodes without edges (each node's first CIM row), both
+#: padded to one parent per node: the graph is data, so the two share compiled programs
+COUPLED = jc.PaddedCTBN.from_ctbn(
+    jc.CTBN(cims=[A, B, C], parents=((), (0,), (1,)), names=("A", "B", "C")), max_parents=1
+)
+EDGELESS = jc.PaddedCTBN.from_ctbn(
+    jc.CTBN(cims=[A, B[:1], C[:1]], parents=((), (), ()), names=("A", "B", "C")), max_parents=1
+)
 VISITS = jnp.array([0.0, 0.7, 1.5, 2.6])
 R = 3
 #: per trajectory: none; A clamped to 1; C's rates scaled by 2.5 (imperfect)
@@ -60,7 +65,7 @@ def test_without_edges_the_statistics_and_the_bound_are_exact():
     exact = jc.panel.panel_expected_statistics(EDGELESS, observations, solver=EXACT)
     log_likelihood = jc.panel.panel_log_likelihood(EDGELESS, observations, solver=EXACT)
     errors = []
-    for steps in (8, 32):
+    for steps in (8, 32):  # (the coupled network's test uses these step sizes too)
         mf = jc.panel.panel_mean_field_statistics(
             EDGELESS, observations, approximation=jc.panel.PanelMeanField(steps_per_gap=steps)
         )

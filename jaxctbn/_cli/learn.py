@@ -87,13 +87,11 @@ def _cmd_learn(args):
             f"--inference {args.inference}: only for panel data (--observation panel); complete "
             "paths need no inference."
         )
-    if args.inference == "mean-field":
-        raise ValueError(
-            "--inference mean-field: the mean-field equations of this version are evidence-free "
-            "and cannot condition on panel observations; use exact or sampling."
-        )
-    if args.inference == "sampling" and args.exact_entry:
-        raise ValueError("--exact-entry: not supported with --inference sampling.")
+    if args.steps_per_gap is not None and args.inference != "mean-field":
+        raise ValueError("--steps-per-gap: only with --inference mean-field.")
+    steps_per_gap = 8 if args.steps_per_gap is None else args.steps_per_gap
+    if args.inference != "exact" and args.exact_entry:
+        raise ValueError(f"--exact-entry: not supported with --inference {args.inference}.")
     df = read_csv(args.data)
     nodes = _parse_cardinalities(args.cardinalities, df, missing=panel)
     names, cards = list(nodes), tuple(nodes.values())
@@ -125,6 +123,10 @@ def _cmd_learn(args):
             )
             sampling = {"sampler": sampler, "key": jax.random.key(args.seed)}
             sampling["patience"] = args.patience
+        elif args.inference == "mean-field":
+            from .._panel.mean_field import PanelMeanField
+
+            sampling = {"mean_field": PanelMeanField(steps_per_gap=steps_per_gap)}
         fit = learn_structure_from_panels(
             observations,
             names,
@@ -142,6 +144,11 @@ def _cmd_learn(args):
             "log_likelihood": None if fit.log_likelihood is None else float(fit.log_likelihood),
             "em": {"iterations": fit.iterations, "converged": fit.converged},
         }
+        if fit.evidence_lower_bound is not None:
+            extra["mean_field"] = {
+                "steps_per_gap": steps_per_gap,
+                "evidence_lower_bound": float(fit.evidence_lower_bound),
+            }
         if fit.effective_sample_size is not None:
             extra["sampling"] = {
                 "samples": args.samples,

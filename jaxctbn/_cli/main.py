@@ -108,9 +108,15 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["exact", "mean-field", "sampling"],
         default="exact",
         help="panel: the E-step's inference under the observations: exact forward-backward "
-        "(default; exponential in the number of nodes) or sampling (auxiliary-variable Gibbs "
-        "sampling of paths; exact observations only); mean-field is evidence-free in this "
-        "version and refused for panels",
+        "(default; exponential in the number of nodes), mean-field (a product of node "
+        "processes fitted to the observations; deterministic; exact observations only) or "
+        "sampling (auxiliary-variable Gibbs sampling of paths; exact observations only)",
+    )
+    p.add_argument(
+        "--steps-per-gap",
+        type=_at_least(1),
+        default=None,
+        help="mean-field: steps each gap between observations is cut into (8)",
     )
     p.add_argument(
         "--samples", type=_at_least(1), default=200, help="sampling: paths per trajectory (200)"

@@ -45,9 +45,9 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jax.scipy.linalg import expm
 from jaxtyping import Array, Bool, Float, Int
 
+from .._master_equation.dense_linalg import expm, expm_batched
 from .._master_equation.master_equation import AbstractExpectedStatistics, projection_parents
 from .._master_equation.mean_field import _digits, _node_tables, _padded_parents
 from .._model.ctbn import AbstractCTBN
@@ -254,7 +254,7 @@ def _trajectory(tables, times, states, num_observations, targets, clamps, cards,
         A = jnp.where(
             jnp.eye(K, dtype=bool), jnp.where(in_range[n], diag_n + psi, 0.0)[:, :, None], tilde
         )  # (S, K, K)
-        E = expm(A * dt[:, None, None])
+        E = expm_batched(A * dt[:, None, None])
 
         def backward(carry, x):
             rho, log_scale = carry
