@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._files import write_json
 from .arguments import (
     _assignment,
@@ -110,7 +112,7 @@ def _cmd_learn(args):
         entry = _assignment(args.exact_entry, names, cards, "--exact-entry")
         observations, ids = panel_from_dataframe(df, nodes, exact_entry=entry, bucketed=True)
         num_trajectories = len(ids)
-        sampling = {}
+        sampling: dict[str, Any] = {}
         if args.inference == "sampling":
             from .._panel.gibbs import GibbsSampler
 
