@@ -348,10 +348,13 @@ def test_m_step_is_the_ratio_or_the_conjugate_posterior_mean():
             np.testing.assert_allclose(np.asarray(q), expected, rtol=1e-12)
 
 
-def test_structural_em_with_sampled_paths_reaches_the_exact_routes_graph(monkeypatch):
-    """Structural EM with the Gibbs E-step against structural EM with exact forward-backward
-    on a chain A -> B -> C seen at 9 visits: the same MAP graph (the truth), edge
-    probabilities within 0.1, a forbidden edge never present, and its diagnostics."""
+def test_structural_em_with_sampled_paths_and_mean_field_reaches_the_exact_routes_graph(
+    monkeypatch,
+):
+    """Structural EM with the Gibbs E-step and with the mean-field E-step against structural
+    EM with exact forward-backward on a chain A -> B -> C seen at 9 visits: the same MAP graph
+    (the truth), edge probabilities within 0.1, a forbidden edge never present, the sampler's
+    diagnostics, and a mean-field bound below the exact log-likelihood of its model."""
     truth = jc.experiments.scaled_softmax_ctbn(
         ((), (0,), (1,)), (2, 2, 2), rate_fast=2.0, names=("A", "B", "C")
     )
@@ -362,6 +365,27 @@ def test_structural_em_with_sampled_paths_reaches_the_exact_routes_graph(monkeyp
     observations = jc.panel.observe_paths(paths, jnp.linspace(0.0, 4.0, 9))
     common = dict(max_parents=2, forbidden_edges=[(2, 0)])
     exact = jc.panel.learn_structure_from_panels(observations, truth.names, (2, 2, 2), **common)
+    mf = jc.panel.learn_structure_from_panels(
+        observations, truth.names, (2, 2, 2), **common, mean_field=jc.panel.PanelMeanField()
+    )
+    assert mf.posterior.map_graph() == exact.posterior.map_graph() == truth.parents
+    edges_mf = np.asarray(mf.posterior.edge_marginals())
+    assert np.max(np.abs(np.asarray(exact.posterior.edge_marginals()) - edges_mf)) < 0.1
+    assert edges_mf[2, 0] == 0.0
+    assert mf.converged and mf.log_likelihood is None and exact.evidence_lower_bound is None
+    assert mf.evidence_lower_bound is not None and exact.log_likelihood is not None
+    assert float(mf.evidence_lower_bound) == float(mf.trace[-1])
+    exact_ll = jc.panel.panel_log_likelihood(mf.model, observations, solver=jc.MatrixExponential())
+    assert float(mf.evidence_lower_bound) < float(exact_ll.sum())
+    with pytest.raises(ValueError, match="either sampler= or mean_field="):
+        jc.panel.learn_structure_from_panels(
+            observations, truth.names, (2, 2, 2), max_parents=1,
+            sampler=jc.panel.GibbsSampler(), key=jr.key(0), mean_field=jc.panel.PanelMeanField(),
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="mean_field: expected a jaxctbn.panel.PanelMeanField"):
+        jc.panel.learn_structure_from_panels(
+            observations, truth.names, (2, 2, 2), max_parents=1, mean_field="fast"
+        )
     # a path buffer and virtual times of 32 are too small for these paths (measured): the
     # E-step doubles those two (not the node buffer) and redoes the step. (The first try is
     # answered here without sampling, to save a compilation.)

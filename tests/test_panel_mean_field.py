@@ -1,8 +1,9 @@
 """Mean-field inference under panel evidence (`jaxctbn.panel.panel_mean_field_statistics`)
 against exact forward-backward: equal statistics and bound for a network without edges (with
 interventions and missing cells), a lower bound that rises sweep by sweep and converges with
-the step size on a coupled network, structural EM reaching the exact route's graph, and the
-argument errors."""
+the step size on a coupled network, and the argument errors (structural EM with the
+mean-field E-step is checked against the exact route in test_gibbs.py, beside the sampled
+E-step, on the same data)."""
 
 import jax
 import jax.numpy as jnp
@@ -121,45 +122,6 @@ def test_coupled_network_a_rising_lower_bound_that_converges_with_the_step():
     for n in range(3):  # within 10% of the total time (5.5% measured)
         T, T_exact = mf.node_dwell_times(n), exact.node_dwell_times(n)
         assert float(jnp.abs(T - T_exact).sum()) < 0.1 * float(T_exact.sum())
-
-
-def test_structural_em_with_mean_field_reaches_the_exact_routes_graph():
-    """Structural EM with the mean-field E-step against exact forward-backward on a chain
-    A -> B -> C seen at 9 visits: the same MAP graph (the truth), close edge probabilities, a
-    forbidden edge never present, a bound below the exact log-likelihood."""
-    truth = jc.experiments.scaled_softmax_ctbn(
-        ((), (0,), (1,)), (2, 2, 2), rate_fast=2.0, names=("A", "B", "C")
-    )
-    R = 60
-    paths = jc.sample_trajectories(
-        truth, jr.randint(jr.key(1), (R, 3), 0, 2), 4.0, key=jr.key(2), num_trajectories=R
-    )
-    observations = jc.panel.observe_paths(paths, jnp.linspace(0.0, 4.0, 9))
-    common = dict(max_parents=2, forbidden_edges=[(2, 0)])
-    exact = jc.panel.learn_structure_from_panels(observations, truth.names, (2, 2, 2), **common)
-    mf = jc.panel.learn_structure_from_panels(
-        observations, truth.names, (2, 2, 2), **common, mean_field=jc.panel.PanelMeanField()
-    )
-    assert exact.posterior.map_graph() == mf.posterior.map_graph() == truth.parents
-    edges_exact = np.asarray(exact.posterior.edge_marginals())
-    edges_mf = np.asarray(mf.posterior.edge_marginals())
-    assert np.max(np.abs(edges_exact - edges_mf)) < 0.1, (edges_exact, edges_mf)
-    assert edges_mf[2, 0] == 0.0
-    assert mf.converged and mf.log_likelihood is None and exact.evidence_lower_bound is None
-    assert mf.evidence_lower_bound is not None and exact.log_likelihood is not None
-    assert float(mf.evidence_lower_bound) == float(mf.trace[-1])
-    # the bound of the last model is below that model's exact log-likelihood
-    exact_ll = jc.panel.panel_log_likelihood(mf.model, observations, solver=EXACT).sum()
-    assert float(mf.evidence_lower_bound) < float(exact_ll)
-    with pytest.raises(ValueError, match="either sampler= or mean_field="):
-        jc.panel.learn_structure_from_panels(
-            observations, truth.names, (2, 2, 2), max_parents=1,
-            sampler=jc.panel.GibbsSampler(), key=jr.key(0), mean_field=jc.panel.PanelMeanField(),
-        )  # fmt: skip
-    with pytest.raises(ValueError, match="mean_field: expected a jaxctbn.panel.PanelMeanField"):
-        jc.panel.learn_structure_from_panels(
-            observations, truth.names, (2, 2, 2), max_parents=1, mean_field="fast"
-        )
 
 
 def test_arguments_and_impossible_observations_are_reported():

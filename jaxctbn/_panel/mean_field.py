@@ -152,10 +152,22 @@ class PanelMeanFieldStatistics(AbstractExpectedStatistics):
         return self._project(*self._resolve(node, parents))[0]
 
     def node_statistics_on_sets(self, node: int, parent_sets: Int[Array, "sets max_parents"]):
+        """The projections onto every set in `parent_sets`, `_SETS_PER_PASS` sets at a time
+        (sequentially), so that the product weights held at once are `(_SETS_PER_PASS, steps,
+        configs)`, not one per set: at 50 nodes all sets at once held 6.7 GB."""
         _, configs = projection_parents(self.model, node, parent_sets)
-        return jax.vmap(
-            lambda P: self._project(node, P, configs), out_axes=self.evidence_lower_bound.ndim
-        )(jnp.asarray(parent_sets, jnp.int32))
+        sets = jnp.asarray(parent_sets, jnp.int32)
+        out = jax.lax.map(
+            lambda P: self._project(node, P, configs),
+            sets,
+            batch_size=min(_SETS_PER_PASS, sets.shape[0]),
+        )
+        ndim = self.evidence_lower_bound.ndim
+        return jax.tree_util.tree_map(lambda x: jnp.moveaxis(x, 0, ndim), out)
+
+
+#: candidate sets projected at once by `PanelMeanFieldStatistics.node_statistics_on_sets`
+_SETS_PER_PASS = 64
 
 
 # --------------------------------------------------------------------------- one trajectory
