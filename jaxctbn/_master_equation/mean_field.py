@@ -49,7 +49,7 @@ from .solvers import AbstractApproximateSolver
 
 
 # --------------------------------------------------------------------------- parent layouts
-def _padded_parents(parents, width: int | None = None) -> Int[Array, " slots"]:
+def padded_parents(parents, width: int | None = None) -> Int[Array, " slots"]:
     """A static tuple of indices or a padded array as an int32 array (`-1` = empty slot),
     padded with `-1` to `width` slots."""
     if isinstance(parents, tuple | list):
@@ -61,7 +61,7 @@ def _padded_parents(parents, width: int | None = None) -> Int[Array, " slots"]:
     return parents
 
 
-def _digits(
+def configuration_digits(
     parents: Int[Array, " slots"], cardinalities: tuple[int, ...], configs: int
 ) -> tuple[Array, Array, Array, Array]:
     """For a padded parent array: `(present, safe, digits, valid)`: which slots hold a parent,
@@ -96,11 +96,11 @@ class MeanFieldStatistics(AbstractExpectedStatistics):
         """`(node index, padded parent array, configs)` of a projection."""
         node = self.model.node_index(node)
         parents, configs = projection_parents(self.model, node, parents)
-        return node, _padded_parents(parents), configs
+        return node, padded_parents(parents), configs
 
     def _project(self, node: int, parents: Array, configs: int):
         """`(M, T)` of `node` on one padded parent array with `configs` configuration rows."""
-        true = _padded_parents(self.model.parent_list(node))
+        true = padded_parents(self.model.parent_list(node))
         return self._project_node(node, self.model.cims[node], true, parents, configs)
 
     def _project_node(self, node, cim, true, parents: Array, configs: int):
@@ -115,13 +115,13 @@ class MeanFieldStatistics(AbstractExpectedStatistics):
         k = cim.shape[-1]
         mu = jnp.moveaxis(self.node_marginals, 0, -1)  # (N, kmax, t)
         cards = self.model.cardinalities
-        present, safe, digits, valid = _digits(parents, cards, configs)
+        present, safe, digits, valid = configuration_digits(parents, cards, configs)
         picked = jnp.where(present[:, None, None], mu[safe[:, None], digits, :], 1.0)
         occupancy = jnp.prod(picked, axis=0) * (valid[:, None] * self.quadrature_weights)  # (u, t)
         weighted = occupancy[:, None, :] * mu[node, :k, :][None]  # (u, x, t)
         T = weighted.sum(-1)
         # the true parents: fixed by u where they are in P, averaged under their marginals if not
-        t_present, t_safe, t_digits, t_valid = _digits(true, cards, cim.shape[0])
+        t_present, t_safe, t_digits, t_valid = configuration_digits(true, cards, cim.shape[0])
         same = (true[:, None] == parents[None, :]) & t_present[:, None] & present[None, :]
         in_P = same.any(1)  # (q,)
         fixed = (same[:, :, None] * digits[None]).sum(1)  # (q, u): P's digit of parent i
@@ -159,7 +159,7 @@ class MeanFieldStatistics(AbstractExpectedStatistics):
         }
         if len({cards[n] for n in nodes}) > 1 or len(configs) > 1:
             return super().nodes_statistics_on_sets(nodes, parent_sets)
-        width = max(_padded_parents(self.model.parent_list(n)).shape[-1] for n in nodes)
+        width = max(padded_parents(self.model.parent_list(n)).shape[-1] for n in nodes)
         rows = max(self.model.cims[n].shape[0] for n in nodes)
         cims = jnp.stack(
             [
@@ -169,7 +169,7 @@ class MeanFieldStatistics(AbstractExpectedStatistics):
                 for n in nodes
             ]
         )
-        true = jnp.stack([_padded_parents(self.model.parent_list(n), width) for n in nodes])
+        true = jnp.stack([padded_parents(self.model.parent_list(n), width) for n in nodes])
         (configs,) = configs
 
         def one(node, cim, parents, sets):
@@ -181,7 +181,7 @@ class MeanFieldStatistics(AbstractExpectedStatistics):
 
 
 # --------------------------------------------------------------------------- the solver
-def _node_tables(model: AbstractCTBN, kmax: int):
+def node_tables(model: AbstractCTBN, kmax: int):
     """Every node's parents padded to a common width `(N, q)`, their configuration digits
     `(N, q, C)` and validity `(N, C)`, and the off-diagonal rates `(N, C, kmax, kmax)`."""
     cards = model.cardinalities
@@ -192,8 +192,8 @@ def _node_tables(model: AbstractCTBN, kmax: int):
     rows = max(c.shape[0] for c in model.cims)
     presents, safes, digits, valids, rates = [], [], [], [], []
     for n, cim in enumerate(model.cims):
-        padded = _padded_parents(model.parent_list(n), width)
-        present, safe, d, valid = _digits(padded, cards, rows)
+        padded = padded_parents(model.parent_list(n), width)
+        present, safe, d, valid = configuration_digits(padded, cards, rows)
         k = cards[n]
         off = jnp.where(jnp.eye(k, dtype=bool), 0.0, cim)
         off = jnp.pad(off, ((0, rows - cim.shape[0]), (0, kmax - k), (0, kmax - k)))
@@ -283,7 +283,7 @@ class MeanField(AbstractApproximateSolver):
 
         model, intervention = prepare_model(model, intervention)
         mu0 = self.initial_marginals(model, initial_state, intervention)
-        present, safe, digits, valid, rates = _node_tables(model, mu0.shape[-1])
+        present, safe, digits, valid, rates = node_tables(model, mu0.shape[-1])
         dtype = mu0.dtype
         horizon = jnp.asarray(horizon, dtype)
 

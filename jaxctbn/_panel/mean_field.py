@@ -49,7 +49,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from .._master_equation.dense_linalg import expm, expm_batched
 from .._master_equation.master_equation import AbstractExpectedStatistics, projection_parents
-from .._master_equation.mean_field import _digits, _node_tables, _padded_parents
+from .._master_equation.mean_field import configuration_digits, node_tables, padded_parents
 from .._model.ctbn import AbstractCTBN
 from .observations import PanelObservations
 
@@ -132,7 +132,9 @@ class PanelMeanFieldStatistics(AbstractExpectedStatistics):
     def _project(self, node: int, parents: Array, configs: int):
         mu = self.step_marginals  # (*batch, steps, N, kmax)
         k = self.model.cardinalities[node]
-        present, safe, digits, valid = _digits(parents, self.model.cardinalities, configs)
+        present, safe, digits, valid = configuration_digits(
+            parents, self.model.cardinalities, configs
+        )
         picked = mu[..., safe[:, None], digits]  # (*batch, steps, slots, configs)
         picked = jnp.where(present[:, None], picked, 1.0)
         weights = jnp.prod(picked, axis=-2) * valid  # (*batch, steps, configs)
@@ -143,7 +145,7 @@ class PanelMeanFieldStatistics(AbstractExpectedStatistics):
     def _resolve(self, node, parents):
         node = self.model.node_index(node)
         parents, configs = projection_parents(self.model, node, parents)
-        return node, _padded_parents(parents), configs
+        return node, padded_parents(parents), configs
 
     def node_dwell_times(self, node: int | str, parents=None) -> Float[Array, "*batch configs k"]:
         return self._project(*self._resolve(node, parents))[1]
@@ -395,13 +397,13 @@ def _statistics(model, observations, approximation) -> PanelMeanFieldStatistics:
     kmax = max(model.cardinalities)
     intervention = observations.intervention
     if intervention is None:
-        tables = jax.vmap(lambda _: _node_tables(model, kmax))(jnp.arange(R))
+        tables = jax.vmap(lambda _: node_tables(model, kmax))(jnp.arange(R))
         targets, clamps = jnp.zeros((R, N), bool), jnp.zeros((R, N), jnp.int32)
     else:
         intervention = intervention.checked(model)
         per_trajectory = jnp.ndim(intervention.targets) == 2
         tables = jax.vmap(
-            lambda i: _node_tables(i.apply(model), kmax),
+            lambda i: node_tables(i.apply(model), kmax),
             in_axes=0 if per_trajectory else None,
             axis_size=R,
         )(intervention)
