@@ -118,7 +118,18 @@ def test_coupled_network_a_rising_lower_bound_that_converges_with_the_step():
         assert np.all(bound > log_likelihood - 1.0)
     assert np.all(np.abs(by_steps[2] - by_steps[1]) < np.abs(by_steps[1] - by_steps[0]))
     exact = jc.panel.panel_expected_statistics(COUPLED, observations, solver=EXACT).sum()
-    mf = jc.panel.panel_mean_field_statistics(COUPLED, observations).sum()
+    fitted = jc.panel.panel_mean_field_statistics(COUPLED, observations)
+    # started from its own fixed point, a fit stops after the two sweeps it always takes
+    again = jc.panel.panel_mean_field_statistics(COUPLED, observations, initial=fitted)
+    assert np.all(np.asarray(again.sweeps) == 2) and np.all(np.asarray(fitted.sweeps) > 2)
+    np.testing.assert_allclose(again.evidence_lower_bound, fitted.evidence_lower_bound, rtol=1e-8)
+    np.testing.assert_allclose(again.dwell_times, fitted.dwell_times, atol=1e-5)
+    with pytest.raises(ValueError, match="initial: statistics of shape"):
+        jc.panel.panel_mean_field_statistics(
+            COUPLED, observations, initial=fitted,
+            approximation=jc.panel.PanelMeanField(steps_per_gap=4),
+        )  # fmt: skip
+    mf = fitted.sum()
     for n in range(3):  # within 10% of the total time (5.5% measured)
         T, T_exact = mf.node_dwell_times(n), exact.node_dwell_times(n)
         assert float(jnp.abs(T - T_exact).sum()) < 0.1 * float(T_exact.sum())

@@ -174,18 +174,21 @@ _SETS_PER_PASS = 64
 
 # --------------------------------------------------------------------------- one trajectory
 def _van_loan(A: Array, left: Array, right: Array, dt: Array) -> Array:
-    r"""$\int_0^{dt}(\mathrm{left}^	op e^{A	au})_x\,(e^{A(dt-	au)}\mathrm{right})_y\,d	au$
-    `(k, k)`: the upper-right block of $\expig([[A^	op,\ \mathrm{left}\,
-    \mathrm{right}^	op],[0,\ A^	op]]\,dtig)$."""
+    r"""$\int_0^{dt}(\mathrm{left}^\top e^{A\tau})_x\,(e^{A(dt-\tau)}\mathrm{right})_y\,d\tau$
+    `(k, k)`: the upper-right block of $\exp\big([[A^\top,\ \mathrm{left}\,
+    \mathrm{right}^\top],[0,\ A^\top]]\,dt\big)$."""
     k = A.shape[-1]
     top = jnp.concatenate([A.T, jnp.outer(left, right)], axis=1)
     bottom = jnp.concatenate([jnp.zeros_like(A), A.T], axis=1)
     return expm(jnp.concatenate([top, bottom], axis=0) * dt)[:k, k:]
 
 
-def _trajectory(tables, times, states, num_observations, targets, clamps, cards, approximation):
+def _trajectory(
+    tables, times, states, num_observations, targets, clamps, initial, cards, approximation
+):
     """Mean-field statistics of one trajectory: `(dwell, transitions, marginals, bound,
-    sweeps, impossible)`."""
+    sweeps, impossible)`; `initial`: `(dwell, transitions, given)`, the fit to start from where
+    `given`."""
     present, safe, digits, valid, off = tables  # (N,q) (N,q) (N,q,C) (N,C) (N,C,K,K)
     N, q, C = digits.shape
     K = off.shape[-1]
@@ -230,6 +233,13 @@ def _trajectory(tables, times, states, num_observations, targets, clamps, cards,
     gap = jnp.minimum(s // G, num_slots - 1)
     mbar0 = 0.5 * (uniform[gap] + uniform[jnp.minimum(gap + 1, num_slots - 1)])  # (S, N, K)
     start = (mbar0 * dt[:, None, None], jnp.zeros((S, N, K, K), dtype), jnp.zeros((N,), dtype))
+    # or the given start (an earlier fit; `initial[2]` says whether there is one: data, so one
+    # program serves both); the entropies are all set by the first sweep
+    start = (
+        jnp.where(initial[2], initial[0].astype(dtype), start[0]),
+        jnp.where(initial[2], initial[1].astype(dtype), start[1]),
+        start[2],
+    )
 
     def averages(dwell, transitions):
         return safe_div(dwell, dt[:, None, None]), safe_div(transitions, dt[:, None, None, None])
@@ -250,9 +260,11 @@ def _trajectory(tables, times, states, num_observations, targets, clamps, cards,
     def update(n, state):
         dwell, transitions, entropy = state
         mbar, gbar = averages(dwell, transitions)
-        picked, weights = parent_weights(mbar)
-        diag, log_mean, has_zero = node_terms(weights)
-        diag_n, log_n, zero_n = diag[:, n], log_mean[:, n], has_zero[:, n]
+        picked, _ = parent_weights(mbar)
+        weights_n = jnp.prod(picked[:, n], axis=1) * valid[n]  # (S, C): n's parents only
+        diag_n = -jnp.einsum("sc,cx->sx", weights_n, exits[n])
+        log_n = jnp.einsum("sc,cxy->sxy", weights_n, log_rates[n])
+        zero_n = jnp.einsum("sc,cxy->sxy", weights_n, zero_rates[n].astype(dtype)) > 0
         tilde = jnp.where(off_mask[n] & ~zero_n, jnp.exp(log_n), 0.0)  # (S, K, K)
         # psi: what n's state does to its children's terms
         h = -jnp.einsum("snx,ncx->snc", mbar, exits) + jnp.einsum(
@@ -354,6 +366,7 @@ def panel_mean_field_statistics(
     observations: PanelObservations,
     *,
     approximation: PanelMeanField = DEFAULT_MEAN_FIELD,
+    initial: PanelMeanFieldStatistics | None = None,
 ) -> PanelMeanFieldStatistics:
     r"""Mean-field expected statistics of a batch of panel trajectories (module docstring): one
     product of node processes per trajectory, fitted to its observations by coordinate ascent
@@ -366,6 +379,9 @@ def panel_mean_field_statistics(
       per trajectory; no exact entry times. A node missing at the first observation starts
       uniform over its states (clamped nodes at their clamp), as in the exact route.
     - `approximation`: a [`jaxctbn.panel.PanelMeanField`][].
+    - `initial`: `None` (each step starts at the mean of the states allowed at its gap's two
+      ends), or an earlier result for the same observations and `steps_per_gap` to start the
+      sweeps from (structural EM starts each E-step from the previous one's: fewer sweeps).
 
     **Returns:** [`jaxctbn.panel.PanelMeanFieldStatistics`][] with the batch axis; its
     `evidence_lower_bound` is $\le$ [`jaxctbn.panel.panel_log_likelihood`][] (up to the
@@ -380,12 +396,40 @@ def panel_mean_field_statistics(
         raise ValueError(
             f"approximation: expected a jaxctbn.panel.PanelMeanField, got {approximation!r}."
         )
+    if initial is not None:
+        if not isinstance(initial, PanelMeanFieldStatistics):
+            raise ValueError(
+                f"initial: expected a PanelMeanFieldStatistics or None, got {type(initial)}."
+            )
+        R, num_slots = observations.times.shape
+        steps = max(num_slots - 1, 1) * approximation.steps_per_gap
+        expected = (R, steps, observations.num_nodes, max(model.cardinalities))
+        if initial.dwell_times.shape != expected:
+            raise ValueError(
+                f"initial: statistics of shape {initial.dwell_times.shape}, expected {expected} "
+                "(a result for the same observations and steps_per_gap)."
+            )
+        initial = (initial.dwell_times, initial.transitions)
+    initial = _as_start(model, observations, approximation, initial)
     # the sweeps and the tolerance as arrays: data to the compiled program, not constants
-    return _statistics(model, observations, jax.tree_util.tree_map(jnp.asarray, approximation))
+    approximation = jax.tree_util.tree_map(jnp.asarray, approximation)
+    return _statistics(model, observations, approximation, initial)
+
+
+def _as_start(model, observations, approximation, initial):
+    """`(dwell, transitions, given)` for `_statistics`: the given `(dwell, transitions)`, or
+    zeros with `given = False` (the default start)."""
+    if initial is not None:
+        return (*initial, jnp.asarray(True))
+    R, num_slots = observations.times.shape
+    K = max(model.cardinalities)
+    shape = (R, max(num_slots - 1, 1) * approximation.steps_per_gap, model.num_nodes, K)
+    dtype = jnp.result_type(*model.cims)
+    return jnp.zeros(shape, dtype), jnp.zeros(shape + (K,), dtype), jnp.asarray(False)
 
 
 @eqx.filter_jit
-def _statistics(model, observations, approximation) -> PanelMeanFieldStatistics:
+def _statistics(model, observations, approximation, initial) -> PanelMeanFieldStatistics:
     model = model.checked()
     observations = observations.checked(model, None)
     observations = eqx.error_if(
@@ -411,11 +455,11 @@ def _statistics(model, observations, approximation) -> PanelMeanFieldStatistics:
         clamps = jnp.broadcast_to(intervention.states, (R, N)).astype(jnp.int32)
     dtype = jnp.result_type(*model.cims)
     dwell, transitions, mbar, bound, sweeps, impossible = jax.vmap(
-        lambda tab, t, s, m, tg, c: _trajectory(
-            tab, t.astype(dtype), s, m, tg, c, model.cardinalities, approximation
+        lambda tab, t, s, m, tg, c, i: _trajectory(
+            tab, t.astype(dtype), s, m, tg, c, i, model.cardinalities, approximation
         )
     )(tables, observations.times, observations.states, observations.num_observations, targets,
-      clamps)  # fmt: skip
+      clamps, (initial[0], initial[1], jnp.broadcast_to(initial[2], (R,))))  # fmt: skip
     bound = eqx.error_if(
         bound,
         jnp.any(impossible),

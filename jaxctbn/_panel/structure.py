@@ -52,6 +52,7 @@ from .inference import (
     panel_expected_statistics,
 )
 from .mean_field import PanelMeanField, PanelMeanFieldStatistics
+from .mean_field import _as_start as _mean_field_start
 from .mean_field import _statistics as _mean_field_statistics
 from .observations import Emissions, PanelObservations
 from .rate_posterior import checked_panel_update
@@ -201,10 +202,12 @@ def _sampled_e_step(model, bucket, sampler, parent_sets, key, bounds):
 
 
 @eqx.filter_jit
-def _mean_field_e_step(model, bucket, approximation, parent_sets):
+def _mean_field_e_step(model, bucket, approximation, parent_sets, initial):
     """The mean-field E-step of one bucket: the pooled family statistics (node $n$ pools the
-    trajectories in which it is not clamped), the summed bound and the most sweeps taken."""
-    stats: PanelMeanFieldStatistics = _mean_field_statistics(model, bucket, approximation)
+    trajectories in which it is not clamped), the summed bound, the most sweeps taken, and the
+    fitted `(dwell, transitions)` (the next E-step starts from them; `initial`: `None` or the
+    previous E-step's, `(dwell, transitions, given)`)."""
+    stats: PanelMeanFieldStatistics = _mean_field_statistics(model, bucket, approximation, initial)
     R, N = bucket.times.shape[0], model.num_nodes
     if bucket.intervention is None:
         targets = jnp.zeros((R, N), bool)
@@ -213,7 +216,8 @@ def _mean_field_e_step(model, bucket, approximation, parent_sets):
     family = _project_families(
         lambda n: stats.sum(where=~targets[:, n]), parent_sets, model.cardinalities
     )
-    return family, stats.evidence_lower_bound.sum(), stats.sweeps.max()
+    fitted = (stats.dwell_times, stats.transitions)
+    return family, stats.evidence_lower_bound.sum(), stats.sweeps.max(), fitted
 
 
 def sampled_family_statistics(trajectories, cardinalities, parent_sets) -> FamilyStatistics:
@@ -417,9 +421,16 @@ def learn_structure_from_panels(
     converged = False
     posterior = None
     buckets = as_flat_buckets(observations) if mean_field is not None else []
+    if mean_field is not None:  # the sweeps and tolerance as data, and the default start
+        mean_field = jax.tree_util.tree_map(jnp.asarray, mean_field)
+    # each bucket's last mean-field fit: the next one's start (one program for all E-steps)
+    fitted = [_mean_field_start(model, b, mean_field, None) for b in buckets]
     for _ in range(max_iterations):
         if mean_field is not None:
-            parts = [_mean_field_e_step(model, b, mean_field, sets) for b in buckets]
+            parts = [
+                _mean_field_e_step(model, b, mean_field, sets, f) for b, f in zip(buckets, fitted)
+            ]
+            fitted = [(*part[3], jnp.asarray(True)) for part in parts]
             family = parts[0][0]
             for part in parts[1:]:
                 family = family + part[0]
