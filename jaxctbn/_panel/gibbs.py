@@ -50,7 +50,7 @@ from .._model.interventions import is_concrete
 from .._model.layout import slot_strides
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import NodeStatistics, node_statistics
-from .observations import PanelObservations
+from .observations import PanelObservations, per_trajectory_tables
 
 
 class _Tables(eqx.Module):
@@ -588,21 +588,10 @@ def _sample_unguarded(model, observations, key, sampler, bounds: tuple[int, int]
         jnp.any(observations.exact_entry),
         "observations: exact entry times are not supported by sampling yet.",
     )
-    R, N = observations.times.shape[0], model.num_nodes
-    intervention = observations.intervention
-    if intervention is None:
-        tables = jax.vmap(lambda _: _tables(model, bounds))(jnp.arange(R))
-        targets, clamps = jnp.zeros((R, N), bool), jnp.zeros((R, N), jnp.int32)
-    else:
-        intervention = intervention.checked(model)
-        per_trajectory = jnp.ndim(intervention.targets) == 2
-        tables = jax.vmap(
-            lambda i: _tables(i.apply(model), bounds),
-            in_axes=0 if per_trajectory else None,
-            axis_size=R,
-        )(intervention)
-        targets = jnp.broadcast_to(intervention.targets, (R, N))
-        clamps = jnp.broadcast_to(intervention.states, (R, N)).astype(jnp.int32)
+    R = observations.times.shape[0]
+    tables, targets, clamps = per_trajectory_tables(
+        model, observations, lambda m: _tables(m, bounds)
+    )
     keys = jr.split(key, R)
     samples, durations, overflow, infeasible, contradiction = jax.vmap(
         lambda tab, t, s, m, tg, c, k: _chain(tab, t, s, m, tg, c, k, sampler)

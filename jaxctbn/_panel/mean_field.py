@@ -51,7 +51,7 @@ from .._master_equation.dense_linalg import expm, expm_batched
 from .._master_equation.master_equation import AbstractExpectedStatistics, projection_parents
 from .._master_equation.mean_field import configuration_digits, node_tables, padded_parents
 from .._model.ctbn import AbstractCTBN
-from .observations import PanelObservations
+from .observations import PanelObservations, per_trajectory_tables
 
 
 class PanelMeanField(eqx.Module):
@@ -437,22 +437,11 @@ def _statistics(model, observations, approximation, initial) -> PanelMeanFieldSt
         jnp.any(observations.exact_entry),
         "observations: exact entry times are not supported by mean-field inference.",
     )
-    R, N = observations.times.shape[0], model.num_nodes
+    R = observations.times.shape[0]
     kmax = max(model.cardinalities)
-    intervention = observations.intervention
-    if intervention is None:
-        tables = jax.vmap(lambda _: node_tables(model, kmax))(jnp.arange(R))
-        targets, clamps = jnp.zeros((R, N), bool), jnp.zeros((R, N), jnp.int32)
-    else:
-        intervention = intervention.checked(model)
-        per_trajectory = jnp.ndim(intervention.targets) == 2
-        tables = jax.vmap(
-            lambda i: node_tables(i.apply(model), kmax),
-            in_axes=0 if per_trajectory else None,
-            axis_size=R,
-        )(intervention)
-        targets = jnp.broadcast_to(intervention.targets, (R, N))
-        clamps = jnp.broadcast_to(intervention.states, (R, N)).astype(jnp.int32)
+    tables, targets, clamps = per_trajectory_tables(
+        model, observations, lambda m: node_tables(m, kmax)
+    )
     dtype = jnp.result_type(*model.cims)
     dwell, transitions, mbar, bound, sweeps, impossible = jax.vmap(
         lambda tab, t, s, m, tg, c, i: _trajectory(

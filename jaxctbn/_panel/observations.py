@@ -159,6 +159,26 @@ class PanelObservations(eqx.Module):
         return _checked(self, model, emissions)
 
 
+def per_trajectory_tables(model: AbstractCTBN, observations: "PanelObservations", build):
+    """For a batch `(R, O)` of observations: `build(m)` of each trajectory's intervened model
+    `m` (stacked on a leading axis of length R; one `build(model)` per trajectory without
+    interventions), the clamped nodes `(R, N)` and their clamped states `(R, N)`. The
+    per-trajectory set-up of the samplers and approximations that vmap over trajectories."""
+    R, N = observations.times.shape[0], model.num_nodes
+    intervention = observations.intervention
+    if intervention is None:
+        tables = jax.vmap(lambda _: build(model))(jnp.arange(R))
+        return tables, jnp.zeros((R, N), bool), jnp.zeros((R, N), jnp.int32)
+    intervention = intervention.checked(model)
+    per_trajectory = jnp.ndim(intervention.targets) == 2
+    tables = jax.vmap(
+        lambda i: build(i.apply(model)), in_axes=0 if per_trajectory else None, axis_size=R
+    )(intervention)
+    targets = jnp.broadcast_to(intervention.targets, (R, N))
+    clamps = jnp.broadcast_to(intervention.states, (R, N)).astype(jnp.int32)
+    return tables, targets, clamps
+
+
 def check_sequences(times, states, exact_entry) -> None:
     """One array of times, of states and (optionally) of exact-entry flags per trajectory."""
     if len(times) != len(states) or not times:
