@@ -396,6 +396,7 @@ def panel_mean_field_statistics(
         raise ValueError(
             f"approximation: expected a jaxctbn.panel.PanelMeanField, got {approximation!r}."
         )
+    given = None
     if initial is not None:
         if not isinstance(initial, PanelMeanFieldStatistics):
             raise ValueError(
@@ -409,11 +410,11 @@ def panel_mean_field_statistics(
                 f"initial: statistics of shape {initial.dwell_times.shape}, expected {expected} "
                 "(a result for the same observations and steps_per_gap)."
             )
-        initial = (initial.dwell_times, initial.transitions)
-    initial = _as_start(model, observations, approximation, initial)
+        given = (initial.dwell_times, initial.transitions)
+    start = _as_start(model, observations, approximation, given)
     # the sweeps and the tolerance as arrays: data to the compiled program, not constants
     approximation = jax.tree_util.tree_map(jnp.asarray, approximation)
-    return _statistics(model, observations, approximation, initial)
+    return _statistics(model, observations, approximation, start)
 
 
 def _as_start(model, observations, approximation, initial):
