@@ -156,3 +156,12 @@ def test_arguments_and_impossible_observations_are_reported():
         jc.panel.panel_mean_field_statistics(
             EDGELESS, clash
         ).evidence_lower_bound.block_until_ready()
+    entry = np.zeros(observations.times.shape, bool)
+    entry[0, 2] = True
+    timed = jc.panel.PanelObservations(
+        observations.times, observations.states, exact_entry=entry, intervention=INTERVENTION
+    )
+    with pytest.raises(Exception, match="exact entry times are not supported by mean-field"):
+        jc.panel.panel_mean_field_statistics(
+            EDGELESS, timed
+        ).evidence_lower_bound.block_until_ready()

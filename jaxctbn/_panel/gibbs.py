@@ -581,17 +581,10 @@ def _sample_unguarded(model, observations, key, sampler, bounds: tuple[int, int]
     """`_sample_panel_paths` without the buffer guard: the samples and which buffers
     overflowed, `(3,)`: `max_events`, `max_node_events`, `max_virtual` (then the samples are
     not valid; a caller that can grow the buffers retries)."""
-    model = model.checked()
-    observations = observations.checked(model, None)
-    observations = eqx.error_if(
-        observations,
-        jnp.any(observations.exact_entry),
-        "observations: exact entry times are not supported by sampling yet.",
+    model, observations, tables, targets, clamps = per_trajectory_tables(
+        model, observations, lambda m: _tables(m, bounds), "sampling yet"
     )
     R = observations.times.shape[0]
-    tables, targets, clamps = per_trajectory_tables(
-        model, observations, lambda m: _tables(m, bounds)
-    )
     keys = jr.split(key, R)
     samples, durations, overflow, infeasible, contradiction = jax.vmap(
         lambda tab, t, s, m, tg, c, k: _chain(tab, t, s, m, tg, c, k, sampler)

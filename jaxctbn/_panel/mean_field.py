@@ -431,18 +431,11 @@ def _as_start(model, observations, approximation, initial):
 
 @eqx.filter_jit
 def _statistics(model, observations, approximation, initial) -> PanelMeanFieldStatistics:
-    model = model.checked()
-    observations = observations.checked(model, None)
-    observations = eqx.error_if(
-        observations,
-        jnp.any(observations.exact_entry),
-        "observations: exact entry times are not supported by mean-field inference.",
+    kmax = max(model.cardinalities)
+    model, observations, tables, targets, clamps = per_trajectory_tables(
+        model, observations, lambda m: node_tables(m, kmax), "mean-field inference"
     )
     R = observations.times.shape[0]
-    kmax = max(model.cardinalities)
-    tables, targets, clamps = per_trajectory_tables(
-        model, observations, lambda m: node_tables(m, kmax)
-    )
     dtype = jnp.result_type(*model.cims)
     dwell, transitions, mbar, bound, sweeps, impossible = jax.vmap(
         lambda tab, t, s, m, tg, c, i: _trajectory(

@@ -159,16 +159,25 @@ class PanelObservations(eqx.Module):
         return _checked(self, model, emissions)
 
 
-def per_trajectory_tables(model: AbstractCTBN, observations: "PanelObservations", build):
-    """For a batch `(R, O)` of observations: `build(m)` of each trajectory's intervened model
-    `m` (stacked on a leading axis of length R; one `build(model)` per trajectory without
-    interventions), the clamped nodes `(R, N)` and their clamped states `(R, N)`. The
-    per-trajectory set-up of the samplers and approximations that vmap over trajectories."""
+def per_trajectory_tables(model: AbstractCTBN, observations: "PanelObservations", build, route):
+    """For a batch `(R, O)` of exact observations (no emissions, no exact entry times: an
+    `eqx.error_if` naming `route`): the checked model and observations, `build(m)` of each
+    trajectory's intervened model `m` (stacked on a leading axis of length R; one
+    `build(model)` per trajectory without interventions), the clamped nodes `(R, N)` and their
+    clamped states `(R, N)`. The per-trajectory set-up of the samplers and approximations that
+    vmap over trajectories."""
+    model = model.checked()
+    observations = observations.checked(model, None)
+    observations = eqx.error_if(
+        observations,
+        jnp.any(observations.exact_entry),
+        f"observations: exact entry times are not supported by {route}.",
+    )
     R, N = observations.times.shape[0], model.num_nodes
     intervention = observations.intervention
     if intervention is None:
         tables = jax.vmap(lambda _: build(model))(jnp.arange(R))
-        return tables, jnp.zeros((R, N), bool), jnp.zeros((R, N), jnp.int32)
+        return model, observations, tables, jnp.zeros((R, N), bool), jnp.zeros((R, N), jnp.int32)
     intervention = intervention.checked(model)
     per_trajectory = jnp.ndim(intervention.targets) == 2
     tables = jax.vmap(
@@ -176,7 +185,7 @@ def per_trajectory_tables(model: AbstractCTBN, observations: "PanelObservations"
     )(intervention)
     targets = jnp.broadcast_to(intervention.targets, (R, N))
     clamps = jnp.broadcast_to(intervention.states, (R, N)).astype(jnp.int32)
-    return tables, targets, clamps
+    return model, observations, tables, targets, clamps
 
 
 def check_sequences(times, states, exact_entry) -> None:
