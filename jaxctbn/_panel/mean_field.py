@@ -45,6 +45,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from .._master_equation.dense_linalg import expm, expm_batched
@@ -184,11 +185,12 @@ def _van_loan(A: Array, left: Array, right: Array, dt: Array) -> Array:
 
 
 def _trajectory(
-    tables, times, states, num_observations, targets, clamps, initial, cards, approximation
-):
+    tables, times, states, num_observations, targets, clamps, initial, cards, approximation,
+    max_children,
+):  # fmt: skip
     """Mean-field statistics of one trajectory: `(dwell, transitions, marginals, bound,
     sweeps, impossible)`; `initial`: `(dwell, transitions, given)`, the fit to start from where
-    `given`."""
+    `given`; `max_children`: at least the most children a node has."""
     present, safe, digits, valid, off = tables  # (N,q) (N,q) (N,q,C) (N,C) (N,C,K,K)
     N, q, C = digits.shape
     K = off.shape[-1]
@@ -257,26 +259,42 @@ def _trajectory(
         has_zero = jnp.einsum("snc,ncxy->snxy", weights, zero_rates.astype(dtype)) > 0
         return diag, log_mean, has_zero
 
+    # each node's children: `(N, M)` flat (child, slot) indices `c * q + j`, -1 = none
+    flat_parent = jnp.where(present, safe, N).reshape(-1)
+    order = jnp.argsort(flat_parent, stable=True)
+    counts = jnp.bincount(flat_parent, length=N + 1)[:N]
+    first = jnp.cumsum(counts) - counts
+    m = jnp.arange(max_children)
+    children = jnp.where(
+        m[None] < counts[:, None], order[jnp.minimum(first[:, None] + m[None], N * q - 1)], -1
+    )
+
+    def picked_of(mbar, nodes):
+        """The parents' marginals of `nodes` in each configuration `(S, len, q, C)`."""
+        picked = mbar[:, safe[nodes][..., None], digits[nodes]]
+        return jnp.where(present[nodes][None, :, :, None], picked, 1.0)
+
     def update(n, state):
         dwell, transitions, entropy = state
         mbar, gbar = averages(dwell, transitions)
-        picked, _ = parent_weights(mbar)
-        weights_n = jnp.prod(picked[:, n], axis=1) * valid[n]  # (S, C): n's parents only
+        own = picked_of(mbar, n[None])[:, 0]  # (S, q, C)
+        weights_n = jnp.prod(own, axis=1) * valid[n]  # (S, C): n's parents only
         diag_n = -jnp.einsum("sc,cx->sx", weights_n, exits[n])
         log_n = jnp.einsum("sc,cxy->sxy", weights_n, log_rates[n])
         zero_n = jnp.einsum("sc,cxy->sxy", weights_n, zero_rates[n].astype(dtype)) > 0
         tilde = jnp.where(off_mask[n] & ~zero_n, jnp.exp(log_n), 0.0)  # (S, K, K)
-        # psi: what n's state does to its children's terms
-        h = -jnp.einsum("snx,ncx->snc", mbar, exits) + jnp.einsum(
-            "snxy,ncxy->snc", gbar, log_rates
-        )  # (S, N, C)
+        # psi: what n's state does to its children's terms (child c with n in its slot j)
+        idx = children[n]
+        has = (idx >= 0).astype(dtype)
+        c, j = jnp.maximum(idx, 0) // q, jnp.maximum(idx, 0) % q  # (M,)
         others = jnp.where(
-            jnp.eye(q, dtype=bool)[None, None, :, :, None], 1.0, picked[:, :, None, :, :]
-        ).prod(3)  # (S, N, q_j, C): the other slots' product, slot j free
-        given = others * (valid[None, :, None, :] * h[:, :, None, :])
-        is_n = present & (safe == n)  # (N, q)
-        onehot = (digits[..., None] == jnp.arange(K)).astype(dtype)  # (N, q, C, K)
-        psi = jnp.einsum("sncu,ncux,nc->sx", given, onehot, is_n.astype(dtype))
+            jnp.arange(q)[None, None, :, None] == j[None, :, None, None], 1.0, picked_of(mbar, c)
+        ).prod(2)  # (S, M, C): the child's other slots' product
+        h = -jnp.einsum("smx,mcx->smc", mbar[:, c], exits[c]) + jnp.einsum(
+            "smxy,mcxy->smc", gbar[:, c], log_rates[c]
+        )  # (S, M, C)
+        onehot = (digits[c, j][..., None] == jnp.arange(K)).astype(dtype)  # (M, C, K)
+        psi = jnp.einsum("smu,mux,m->sx", others * valid[c][None] * h, onehot, has)
         A = jnp.where(
             jnp.eye(K, dtype=bool), jnp.where(in_range[n], diag_n + psi, 0.0)[:, :, None], tilde
         )  # (S, K, K)
@@ -414,7 +432,20 @@ def panel_mean_field_statistics(
     start = _as_start(model, observations, approximation, given)
     # the sweeps and the tolerance as arrays: data to the compiled program, not constants
     approximation = jax.tree_util.tree_map(jnp.asarray, approximation)
-    return _statistics(model, observations, approximation, start)
+    return _statistics(model, observations, approximation, start, children_bound(model))
+
+
+def children_bound(model: AbstractCTBN) -> int | None:
+    """A static bound on the children of any node of `model` (a power of two, at least 8) when
+    its parents are concrete, else `None` (every (node, parent slot) pair): the size of the
+    children table of a node update, whose cost it sets."""
+    try:
+        parents = [np.asarray(model.parent_list(n)).reshape(-1) for n in range(model.num_nodes)]
+    except jax.errors.ConcretizationTypeError:
+        return None
+    flat = np.concatenate([p[p >= 0] for p in parents] + [np.zeros(0, int)]).astype(int)
+    most = int(np.bincount(flat, minlength=model.num_nodes).max(initial=0))
+    return max(8, 1 << max(most - 1, 0).bit_length())
 
 
 def _as_start(model, observations, approximation, initial):
@@ -430,16 +461,27 @@ def _as_start(model, observations, approximation, initial):
 
 
 @eqx.filter_jit
-def _statistics(model, observations, approximation, initial) -> PanelMeanFieldStatistics:
+def _statistics(
+    model, observations, approximation, initial, max_children=None
+) -> PanelMeanFieldStatistics:
+    """The fit (`panel_mean_field_statistics`); `max_children`: a static bound on any node's
+    children (default: every (node, parent slot) pair; see `children_bound`)."""
     kmax = max(model.cardinalities)
     model, observations, tables, targets, clamps = per_trajectory_tables(
         model, observations, lambda m: node_tables(m, kmax), "mean-field inference"
     )
     R = observations.times.shape[0]
+    present, safe = tables[0][0], tables[1][0]  # (the parents are those of the model)
+    N, q = present.shape
+    bound_c = N * q if max_children is None else min(max_children, N * q)
+    most = jnp.bincount(jnp.where(present, safe, N).reshape(-1), length=N + 1)[:N].max()
+    tables = eqx.error_if(
+        tables, most > bound_c, "max_children: a node has more children than the bound."
+    )
     dtype = jnp.result_type(*model.cims)
     dwell, transitions, mbar, bound, sweeps, impossible = jax.vmap(
         lambda tab, t, s, m, tg, c, i: _trajectory(
-            tab, t.astype(dtype), s, m, tg, c, i, model.cardinalities, approximation
+            tab, t.astype(dtype), s, m, tg, c, i, model.cardinalities, approximation, bound_c
         )
     )(tables, observations.times, observations.states, observations.num_observations, targets,
       clamps, (initial[0], initial[1], jnp.broadcast_to(initial[2], (R,))))  # fmt: skip

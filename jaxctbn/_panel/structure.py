@@ -51,7 +51,7 @@ from .inference import (
     gap_groups,
     panel_expected_statistics,
 )
-from .mean_field import PanelMeanField, PanelMeanFieldStatistics
+from .mean_field import PanelMeanField, PanelMeanFieldStatistics, children_bound
 from .mean_field import _as_start as _mean_field_start
 from .mean_field import _statistics as _mean_field_statistics
 from .observations import Emissions, PanelObservations
@@ -202,12 +202,14 @@ def _sampled_e_step(model, bucket, sampler, parent_sets, key, bounds):
 
 
 @eqx.filter_jit
-def _mean_field_e_step(model, bucket, approximation, parent_sets, initial):
+def _mean_field_e_step(model, bucket, approximation, parent_sets, initial, max_children):
     """The mean-field E-step of one bucket: the pooled family statistics (node $n$ pools the
     trajectories in which it is not clamped), the summed bound, the most sweeps taken, and the
     fitted `(dwell, transitions)` (the next E-step starts from them; `initial`: `None` or the
     previous E-step's, `(dwell, transitions, given)`)."""
-    stats: PanelMeanFieldStatistics = _mean_field_statistics(model, bucket, approximation, initial)
+    stats: PanelMeanFieldStatistics = _mean_field_statistics(
+        model, bucket, approximation, initial, max_children
+    )
     R, N = bucket.times.shape[0], model.num_nodes
     if bucket.intervention is None:
         targets = jnp.zeros((R, N), bool)
@@ -427,8 +429,10 @@ def learn_structure_from_panels(
     fitted = [_mean_field_start(model, b, mean_field, None) for b in buckets]
     for _ in range(max_iterations):
         if mean_field is not None:
+            bound = children_bound(model)  # (static: a power of two, one program mostly)
             parts = [
-                _mean_field_e_step(model, b, mean_field, sets, f) for b, f in zip(buckets, fitted)
+                _mean_field_e_step(model, b, mean_field, sets, f, bound)
+                for b, f in zip(buckets, fitted)
             ]
             fitted = [(*part[3], jnp.asarray(True)) for part in parts]
             family = parts[0][0]
