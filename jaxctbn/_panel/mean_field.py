@@ -246,11 +246,10 @@ def _trajectory(
     def averages(dwell, transitions):
         return safe_div(dwell, dt[:, None, None]), safe_div(transitions, dt[:, None, None, None])
 
-    def parent_weights(mbar):
-        """Per node and step, the product law of its parents' configurations `(S, N, C)`."""
-        picked = mbar[:, safe[..., None], digits]  # (S, N, q, C)
-        picked = jnp.where(present[None, :, :, None], picked, 1.0)
-        return picked, jnp.prod(picked, axis=2) * valid[None]
+    def picked_of(mbar, nodes):
+        """The parents' marginals of `nodes` in each configuration `(S, len, q, C)`."""
+        picked = mbar[:, safe[nodes][..., None], digits[nodes]]
+        return jnp.where(present[nodes][None, :, :, None], picked, 1.0)
 
     def node_terms(weights):
         """`E[q(x,x|u)]` `(S, N, K)`, `E[ln q(x,y|u)]` and whether a zero rate has weight."""
@@ -268,11 +267,6 @@ def _trajectory(
     children = jnp.where(
         m[None] < counts[:, None], order[jnp.minimum(first[:, None] + m[None], N * q - 1)], -1
     )
-
-    def picked_of(mbar, nodes):
-        """The parents' marginals of `nodes` in each configuration `(S, len, q, C)`."""
-        picked = mbar[:, safe[nodes][..., None], digits[nodes]]
-        return jnp.where(present[nodes][None, :, :, None], picked, 1.0)
 
     def update(n, state):
         dwell, transitions, entropy = state
@@ -344,7 +338,8 @@ def _trajectory(
     def bound(state):
         dwell, transitions, entropy = state
         mbar, _ = averages(dwell, transitions)
-        _, weights = parent_weights(mbar)
+        # every node's parents' product law `(S, N, C)`
+        weights = jnp.prod(picked_of(mbar, jnp.arange(N)), axis=2) * valid[None]
         diag, log_mean, _ = node_terms(weights)
         energy = (dwell * diag).sum() + jnp.where(
             transitions > 0, transitions * log_mean, 0.0
