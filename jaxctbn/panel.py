@@ -45,6 +45,11 @@ from ._panel.strength import learn_strength_from_panels as learn_strength_from_p
 from ._panel.gibbs import GibbsSampler as GibbsSampler
 from ._panel.gibbs import SampledPaths as SampledPaths
 from ._panel.gibbs import sample_panel_paths as sample_panel_paths
+from ._panel.importance import PanelImportanceSampler as PanelImportanceSampler
+from ._panel.importance import WeightedPaths as WeightedPaths
+from ._panel.importance import (
+    sample_panel_paths_by_importance as sample_panel_paths_by_importance,
+)
 from ._panel.mean_field import PanelMeanField as PanelMeanField
 from ._panel.mean_field import PanelMeanFieldStatistics as PanelMeanFieldStatistics
 from ._panel.mean_field import panel_mean_field_statistics as panel_mean_field_statistics

@@ -42,6 +42,8 @@ $\mathsf E[\hat M_n(x,x',u)]\approx\sum_s M_n(x,x';s)\prod_{p\in P}\bar\mu_p(u_p
 
 from __future__ import annotations
 
+from typing import cast
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -184,13 +186,39 @@ def _van_loan(A: Array, left: Array, right: Array, dt: Array) -> Array:
     return expm(jnp.concatenate([top, bottom], axis=0) * dt)[:k, k:]
 
 
+class NodeProcesses(eqx.Module):
+    r"""The fitted product law $Q=\prod_n Q_n$ of one trajectory, each node's process the
+    posterior of a chain whose matrix is constant on each step (the proposal of importance
+    sampling), for every node `(N, ...)`:
+
+    - `matrices`: $A_n$ on each step `(N, S, K, K)` (off-diagonal: the rates $\tilde q_n$;
+      diagonal: $\bar q_n(x,x)+\psi_n(x)$); `exponentials`: $e^{A_n\Delta_s}$ `(N, S, K, K)`;
+    - `ends`: the backward vector $\rho_n$ at each step's end, times the indicator of the
+      states an observation there allows, `(N, S, K)` (scaled per step);
+    - `first`: the law of $x_n(0)$ under $Q_n$ `(N, K)`;
+    - `log_normalisers`: $\ln Z_n$ `(N,)`, $Z_n=\sum p_{0,n}(x_n(0))\,e^{\int A_n(x_n,x_n)}
+      \prod_{\mathrm{jumps}}A_n(x^-,x^+)$ over the node's paths that meet its observations;
+    - `steps`: the step lengths $\Delta_s$ `(S,)`.
+
+    $Q_n$ has the density $p_{0,n}(x(0))\,e^{\int A_n(x,x)}\prod A_n(x^-,x^+)/Z_n$ on the
+    paths that meet the observations."""
+
+    matrices: Float[Array, "nodes steps kmax kmax"]
+    exponentials: Float[Array, "nodes steps kmax kmax"]
+    ends: Float[Array, "nodes steps kmax"]
+    first: Float[Array, "nodes kmax"]
+    log_normalisers: Float[Array, " nodes"]
+    steps: Float[Array, " steps"]
+
+
 def _trajectory(
     tables, times, states, num_observations, targets, clamps, initial, cards, approximation,
-    max_children,
+    max_children, processes=False,
 ):  # fmt: skip
     """Mean-field statistics of one trajectory: `(dwell, transitions, marginals, bound,
-    sweeps, impossible)`; `initial`: `(dwell, transitions, given)`, the fit to start from where
-    `given`; `max_children`: at least the most children a node has."""
+    sweeps, impossible)`, and with `processes` (static) the fitted [`NodeProcesses`][]
+    last; `initial`: `(dwell, transitions, given)`, the fit to start from where `given`;
+    `max_children`: at least the most children a node has."""
     present, safe, digits, valid, off = tables  # (N,q) (N,q) (N,q,C) (N,C) (N,C,K,K)
     N, q, C = digits.shape
     K = off.shape[-1]
@@ -268,8 +296,12 @@ def _trajectory(
         m[None] < counts[:, None], order[jnp.minimum(first[:, None] + m[None], N * q - 1)], -1
     )
 
-    def update(n, state):
-        dwell, transitions, entropy = state
+    def process(n, state):
+        """Node `n`'s optimal process given the other nodes in `state`: its matrix `A` `(S, K,
+        K)`, the diagonal `diag + psi` `(S, K)`, the off-diagonal rates `tilde` and their
+        logarithms `(S, K, K)`, the step exponentials, the backward vectors at each step's end
+        and begin, `log Z` and the law of the first state."""
+        dwell, transitions, _ = state
         mbar, gbar = averages(dwell, transitions)
         own = picked_of(mbar, n[None])[:, 0]  # (S, q, C)
         weights_n = jnp.prod(own, axis=1) * valid[n]  # (S, C): n's parents only
@@ -289,9 +321,8 @@ def _trajectory(
         )  # (S, M, C)
         onehot = (digits[c, j][..., None] == jnp.arange(K)).astype(dtype)  # (M, C, K)
         psi = jnp.einsum("smu,mux,m->sx", others * valid[c][None] * h, onehot, has)
-        A = jnp.where(
-            jnp.eye(K, dtype=bool), jnp.where(in_range[n], diag_n + psi, 0.0)[:, :, None], tilde
-        )  # (S, K, K)
+        a_diag = jnp.where(in_range[n], diag_n + psi, 0.0)  # (S, K)
+        A = jnp.where(jnp.eye(K, dtype=bool), a_diag[:, :, None], tilde)  # (S, K, K)
         E = expm_batched(A * dt[:, None, None])
 
         def backward(carry, x):
@@ -312,6 +343,11 @@ def _trajectory(
         Z = p0[n] @ rho0
         log_Z = jnp.log(jnp.where(Z > 0, Z, 0.0)) + log_scale
         mu0 = safe_div(p0[n] * rho0, Z)
+        return A, a_diag, tilde, log_n, E, ends, begins, log_Z, mu0
+
+    def update(n, state):
+        dwell, transitions, entropy = state
+        A, a_diag, tilde, log_n, E, ends, begins, log_Z, mu0 = process(n, state)
 
         def forward(mu, x):
             E_s, begin, end = x
@@ -325,7 +361,7 @@ def _trajectory(
         transitions_n = jnp.clip(tilde * integral, 0.0)
         # F = sum_n (energy_n + E ln p0_n + H(Q_n)); Q_n maximises E_Q[Phi_n] + H(Q_n) = log Z_n
         # with Phi_n = ln p0_n + the A-terms below, so E ln p0_n + H(Q_n) = log Z_n - A-terms
-        a_terms = (dwell_n * (diag_n + psi)).sum() + jnp.where(
+        a_terms = (dwell_n * a_diag).sum() + jnp.where(
             transitions_n > 0, transitions_n * log_n, 0.0
         ).sum()
         new_entropy = log_Z - a_terms
@@ -367,7 +403,16 @@ def _trajectory(
         not_done, body, (jnp.zeros((), jnp.int32), -inf, -inf / 2, start)
     )
     mbar, _ = averages(dwell, transitions)
-    return dwell, transitions, mbar, value, sweeps, impossible | ~jnp.isfinite(value)
+    out = (dwell, transitions, mbar, value, sweeps, impossible | ~jnp.isfinite(value))
+    if not processes:
+        return out
+    # every node's process given the others at the fit: the product law of the fit
+    final = (dwell, transitions, jnp.zeros((N,), dtype))
+    A, _, _, _, E, ends, _, log_Z, mu0 = jax.vmap(lambda n: process(n, final))(jnp.arange(N))
+    fitted = NodeProcesses(
+        matrices=A, exponentials=E, ends=ends, first=mu0, log_normalisers=log_Z, steps=dt
+    )
+    return out + (fitted,)
 
 
 # --------------------------------------------------------------------------- entry point
@@ -461,6 +506,14 @@ def _statistics(
 ) -> PanelMeanFieldStatistics:
     """The fit (`panel_mean_field_statistics`); `max_children`: a static bound on any node's
     children (default: every (node, parent slot) pair; see `children_bound`)."""
+    return fitted_product_law(model, observations, approximation, initial, max_children)[0]
+
+
+def fitted_product_law(model, observations, approximation, initial, max_children, processes=False):
+    """The fit of `_statistics` (not compiled on its own), and with `processes` (static) also
+    every trajectory's fitted [`NodeProcesses`][] (a leading trajectory axis) and the
+    per-trajectory set-up of `per_trajectory_tables`: `(statistics, processes, (tables,
+    targets, clamps, observations))`; without, `(statistics, None, None)`."""
     kmax = max(model.cardinalities)
     model, observations, tables, targets, clamps = per_trajectory_tables(
         model, observations, lambda m: node_tables(m, kmax), "mean-field inference"
@@ -474,12 +527,14 @@ def _statistics(
         tables, most > bound_c, "max_children: a node has more children than the bound."
     )
     dtype = jnp.result_type(*model.cims)
-    dwell, transitions, mbar, bound, sweeps, impossible = jax.vmap(
+    out = jax.vmap(
         lambda tab, t, s, m, tg, c, i: _trajectory(
-            tab, t.astype(dtype), s, m, tg, c, i, model.cardinalities, approximation, bound_c
+            tab, t.astype(dtype), s, m, tg, c, i, model.cardinalities, approximation, bound_c,
+            processes,
         )
     )(tables, observations.times, observations.states, observations.num_observations, targets,
       clamps, (initial[0], initial[1], jnp.broadcast_to(initial[2], (R,))))  # fmt: skip
+    dwell, transitions, mbar, bound, sweeps, impossible = out[:6]
     bound = eqx.error_if(
         bound,
         jnp.any(impossible),
@@ -487,7 +542,7 @@ def _statistics(
         "a perfect intervention clamping an observed node to another state), or the mean-field "
         "bound is not finite.",
     )
-    return PanelMeanFieldStatistics(
+    statistics = PanelMeanFieldStatistics(
         dwell_times=dwell,
         transitions=transitions,
         step_marginals=mbar,
@@ -495,3 +550,7 @@ def _statistics(
         sweeps=sweeps,
         model=model,
     )
+    if not processes:
+        return statistics, None, None
+    fitted = cast(NodeProcesses, out[-1])
+    return statistics, fitted, (tables, targets, clamps, observations)

@@ -1,0 +1,359 @@
+r"""Inference under panel evidence by importance sampling, with the mean-field posterior as the
+proposal.
+
+Likelihood weighting (forward simulation, weighted by the observations' likelihood) gives
+weight zero to almost every path once many nodes are seen without error at every visit. Here
+the proposal already meets every observation: it is the product of node processes
+$Q=\prod_n Q_n$ fitted by [`jaxctbn.panel.panel_mean_field_statistics`][], each $Q_n$ a chain
+whose matrix $A_n$ is constant on each step of the mean-field grid, conditioned on the node's
+own observations. A path $x$ drawn from $Q$ gets the weight
+
+$$w(x)=\frac{p(x, Y)}{Q(x)}=\frac{p_0(x(0))\,\prod_n e^{\int q_n(x_n,x_n\mid u_n)\,dt}
+\prod_{\mathrm{jumps}}q_n(x_n^-,x_n^+\mid u_n)}{\prod_n p_{0,n}(x_n(0))\,
+e^{\int A_n(x_n,x_n)\,dt}\prod_{\mathrm{jumps}}A_n(x_n^-,x_n^+)/Z_n}$$
+
+(the initial laws are the same product and cancel), so that $\mathsf E_Q[w]=p(Y)$, the
+likelihood of [`jaxctbn.panel.panel_log_likelihood`][] (conditional on the first
+observation), and the self-normalised averages $\sum_s\bar w_s f(x_s)$ of any path statistic
+converge to its posterior expectation, correcting the mean-field approximation. With no edges
+the proposal is the posterior and every weight equals $p(Y)$.
+
+**Drawing from $Q_n$ exactly** (uniformisation): candidate times from a Poisson process of rate
+$\Omega_n\ge\max(-A_n(x,x))$ on $[0,t_{m-1}-t_0]$, merged with the step ends; forward
+filtering over them (at a candidate the node moves by $B_s=I+A_{n,s}/\Omega_n$, at a step end
+that closes a gap only the observed states stay), then backward sampling; the node jumps at
+the candidates where its sampled state changes. Every node of every sample is drawn at once
+(`vmap`); a path or node with more jumps than its buffer, or more candidate times, raises
+(`eqx.error_if`) rather than returning a truncated sample.
+
+**Diagnostics.** The effective sample size $(\sum_s w_s)^2/\sum_s w_s^2$ of each trajectory
+(it falls as the network's couplings grow: the proposal ignores the dependence between
+nodes), and $\ln\frac1S\sum_s w_s$, an estimate of $\ln p(Y)$ whose expectation lies between
+the mean-field bound and $\ln p(Y)$.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from .._model.ctbn import AbstractCTBN
+from .._model.layout import slot_strides
+from .._paths.sampling import Trajectories
+from .._paths.sufficient_statistics import segments
+from .gibbs import _compacted, _Path, _to_trajectories, _whole
+from .mean_field import (
+    DEFAULT_MEAN_FIELD,
+    NodeProcesses,
+    PanelMeanField,
+    _as_start,
+    children_bound,
+    fitted_product_law,
+)
+from .observations import PanelObservations
+
+
+class PanelImportanceSampler(eqx.Module):
+    """Importance sampling of complete paths given panel observations, the mean-field
+    posterior as the proposal (module docstring). Keyword-only:
+
+    - `num_samples` (static): paths drawn per trajectory (default 256).
+    - `proposal`: the [`jaxctbn.panel.PanelMeanField`][] fit that gives the proposal.
+    - `max_events` (static): jumps per sampled path (default 64); `max_node_events` (static):
+      jumps per node of a path (default 32); `max_candidates` (static): uniformisation
+      candidate times per node and step (default 16). A path that needs more raises."""
+
+    num_samples: int = eqx.field(default=256, static=True, kw_only=True)
+    proposal: PanelMeanField = eqx.field(default=DEFAULT_MEAN_FIELD, kw_only=True)
+    max_events: int = eqx.field(default=64, static=True, kw_only=True)
+    max_node_events: int = eqx.field(default=32, static=True, kw_only=True)
+    max_candidates: int = eqx.field(default=16, static=True, kw_only=True)
+
+    def __check_init__(self):
+        for name in ("num_samples", "max_events", "max_node_events", "max_candidates"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(
+                    f"PanelImportanceSampler: {name} must be an integer >= 1, got {value!r}."
+                )
+        if not isinstance(self.proposal, PanelMeanField):
+            raise ValueError(
+                "PanelImportanceSampler: proposal must be a jaxctbn.panel.PanelMeanField, got "
+                f"{self.proposal!r}."
+            )
+
+
+#: The default sampler of [`sample_panel_paths_by_importance`][jaxctbn.panel.sample_panel_paths_by_importance].
+DEFAULT_IMPORTANCE_SAMPLER = PanelImportanceSampler()
+
+
+class WeightedPaths(eqx.Module):
+    r"""Complete paths drawn from the mean-field proposal, with their importance weights.
+
+    - `trajectories`: a [`jaxctbn.Trajectories`][] batch `(R, num_samples)` on $[0,
+      t_{m-1}-t_0]$ (time from each trajectory's first observation), recording the clamps.
+    - `log_weights`: $\ln w$ `(R, num_samples)` (module docstring).
+    - `evidence_lower_bound`: the proposal's mean-field bound per trajectory `(R,)`.
+    """
+
+    trajectories: Trajectories
+    log_weights: Float[Array, "trajectories samples"]
+    evidence_lower_bound: Float[Array, " trajectories"]
+
+    def normalised_weights(self) -> Float[Array, "trajectories samples"]:
+        r"""$\bar w_s=w_s/\sum_{s'}w_{s'}$ per trajectory."""
+        return jax.nn.softmax(self.log_weights, axis=-1)
+
+    def effective_sample_size(self) -> Float[Array, " trajectories"]:
+        r"""$1/\sum_s\bar w_s^2$ per trajectory: from 1 (one path carries all the weight) to
+        `num_samples` (equal weights)."""
+        return 1.0 / (self.normalised_weights() ** 2).sum(-1)
+
+    def log_likelihood(self) -> Float[Array, " trajectories"]:
+        r"""$\ln\frac1S\sum_s w_s$ per trajectory: $\frac1S\sum_s w_s$ is an unbiased estimate
+        of $p(Y)$ (conditional on the first observation)."""
+        S = self.log_weights.shape[-1]
+        return jax.nn.logsumexp(self.log_weights, axis=-1) - jnp.log(S)
+
+    def resampled(self, key: PRNGKeyArray) -> Trajectories:
+        """`num_samples` paths per trajectory drawn from the weighted ones by systematic
+        resampling (each path kept about `num_samples` x its normalised weight times): equally
+        weighted paths for the complete-data routes."""
+        weights = self.normalised_weights()
+        R, S = weights.shape
+        offsets = jr.uniform(key, (R, 1), dtype=weights.dtype)
+        positions = (offsets + jnp.arange(S, dtype=weights.dtype)) / S
+        cumulative = jnp.cumsum(weights, axis=-1)
+        picked = jax.vmap(lambda c, p: jnp.searchsorted(c, p, side="right"))(cumulative, positions)
+        picked = jnp.minimum(picked, S - 1)
+        return jax.tree_util.tree_map(
+            lambda x: (
+                jnp.take_along_axis(x, picked.reshape((R, S) + (1,) * (x.ndim - 2)), 1)
+                if x.ndim >= 2
+                else x
+            ),
+            self.trajectories,
+        )
+
+
+# --------------------------------------------------------------------------- one node's path
+def _draw(weights: Array, u: Array) -> Array:
+    """The first state whose cumulative weight exceeds `u` times the total."""
+    cumulative = jnp.cumsum(weights)
+    return jnp.argmax(cumulative > u * cumulative[-1]).astype(jnp.int32)
+
+
+def _bridge(A, E, dt, start, a, b, key, max_candidates: int):
+    """A path of the chain with matrix `A` on `[start, start + dt]` from state `a` to state `b`
+    (uniformisation, Hobolth and Stone 2009): `(times, states after, jumped, log density
+    without the normaliser, overflow)`, each of `max_candidates` slots (`inf` past the
+    candidates)."""
+    K = A.shape[-1]
+    dtype = A.dtype
+    diag = jnp.diagonal(A)
+    omega = jnp.max(-diag)
+    omega = jnp.where(omega > 0, omega, 1.0)
+    B = jnp.eye(K, dtype=dtype) + A / omega  # nonnegative: the rates, and 1 + A(x,x)/omega
+    key_count, key_times, key_states = jr.split(key, 3)
+    # the number of candidate times: Poisson(omega dt) weighted by B^n(a, b), over e^{A dt}(a, b)
+    n = jnp.arange(max_candidates + 1)
+    mean = omega * dt
+    log_poisson = jnp.where(
+        mean > 0,
+        -mean + n * jnp.log(jnp.where(mean > 0, mean, 1.0)) - jax.lax.lgamma(n + 1.0),
+        jnp.where(n == 0, 0.0, -jnp.inf),
+    )
+    _, rows = jax.lax.scan(lambda v, _: (v @ B, v), jax.nn.one_hot(a, K, dtype=dtype), None,
+                           length=max_candidates + 1)  # fmt: skip  # rows[n] = e_a B^n
+    through = E[a, b]
+    probability = jnp.exp(log_poisson) * rows[:, b] / jnp.where(through > 0, through, 1.0)
+    cumulative = jnp.cumsum(probability)
+    u = jr.uniform(key_count, (), dtype)
+    overflow = cumulative[-1] <= u * (1.0 - 1e-12)
+    count = jnp.minimum(jnp.argmax(cumulative > u), max_candidates)
+    count = jnp.where(overflow, max_candidates, count)
+    slot = jnp.arange(1, max_candidates + 1)
+    used = slot <= count
+    times = jnp.sort(jnp.where(used, start + dt * jr.uniform(key_times, (max_candidates,), dtype),
+                               jnp.inf))  # fmt: skip
+    # the states: after candidate i, y with weight B(x, y) B^{count - i}(y, b)
+    _, columns = jax.lax.scan(lambda c, _: (B @ c, c), jax.nn.one_hot(b, K, dtype=dtype), None,
+                              length=max_candidates + 1)  # fmt: skip  # columns[m] = B^m e_b
+
+    def move(x, inputs):
+        i, v = inputs
+        y = _draw(B[x] * columns[jnp.clip(count - i, 0, max_candidates)], v)
+        y = jnp.where(i <= count, y, x)
+        return y, y
+
+    uniforms = jr.uniform(key_states, (max_candidates,), dtype)
+    _, states = jax.lax.scan(move, a, (slot, uniforms))
+    before = jnp.concatenate([a[None], states[:-1]])
+    jumped = used & (states != before)
+    # the log density: the diagonal over the intervals, the rates at the jumps
+    clipped = jnp.minimum(times, start + dt)
+    edges = jnp.concatenate([start[None], clipped, (start + dt)[None]])
+    held = jnp.concatenate([a[None], states])
+    integral = (jnp.diff(edges) * diag[held]).sum()
+    rates = A[before, states]
+    log_rates = jnp.where(jumped, jnp.log(jnp.where(jumped, rates, 1.0)), 0.0).sum()
+    return times, states, jumped, integral + log_rates, overflow
+
+
+def _node_path(A, E, ends, first, log_normaliser, steps, key, sizes):
+    """One path of one node's process `Q_n` (module docstring): its state at each step's end
+    drawn forwards from the backward vectors (`P(y | x) = e^{A dt}(x, y) rho(y) / rho(x)`),
+    then a bridge on each step. `(initial state, jump times (J,), values (J,), log density
+    without the initial law's factor, flags (3,): too many jumps, too many candidates, no
+    path)`."""
+    max_candidates, max_jumps = sizes
+    S = A.shape[0]
+    dtype = A.dtype
+    key_first, key_ends, key_bridges = jr.split(key, 3)
+    x0 = _draw(first, jr.uniform(key_first, (), dtype))
+
+    def forwards(x, inputs):
+        E_s, end, v = inputs
+        w = E_s[x] * end
+        return _draw(w, v), (_draw(w, v), w.sum() > 0)
+
+    _, (at_ends, possible) = jax.lax.scan(
+        forwards, x0, (E, ends, jr.uniform(key_ends, (S,), dtype))
+    )
+    at_starts = jnp.concatenate([x0[None], at_ends[:-1]])
+    starts = jnp.concatenate([jnp.zeros((1,), dtype), jnp.cumsum(steps)[:-1]])
+    times, states, jumped, log_q, overflow = jax.vmap(
+        lambda A_s, E_s, dt, t, a, b, k: _bridge(A_s, E_s, dt, t, a, b, k, max_candidates)
+    )(A, E, steps, starts, at_starts, at_ends, jr.split(key_bridges, S))
+    jump_times, jump_values, too_many = _compacted(
+        jumped.reshape(-1), times.reshape(-1), states.reshape(-1), max_jumps
+    )
+    flags = jnp.stack([too_many, jnp.any(overflow), ~jnp.all(possible)])
+    return x0, jump_times, jump_values, log_q.sum() - log_normaliser, flags
+
+
+def _target_log_density(tables, trajectory: Trajectories, moved_nodes, cards) -> Array:
+    r"""$\ln p(x)$ of one whole path without its initial law:
+    $\sum_n\int q_n(x_n,x_n\mid u_n)\,dt+\sum_{\mathrm{jumps}}\ln q_n(x^-,x^+\mid u)$ under the
+    (intervened) node tables `(present, safe, digits, valid, off)`; `moved_nodes`: the node
+    of each jump slot (`-1` = none)."""
+    present, safe, _, _, off = tables
+    N = present.shape[0]
+    padded = jnp.where(present, safe, -1)
+    strides = jax.vmap(lambda p: slot_strides(p, cards)[3])(padded)  # (N, q)
+    states, dwell, real = segments(trajectory)  # (E + 1, N), (E + 1,), (E,)
+    config = jnp.where(present[None], states[:, safe] * strides[None], 0).sum(-1)  # (E + 1, N)
+    exits = off.sum(-1)  # (N, C, K)
+    nodes = jnp.arange(N)
+    held = exits[nodes[None], config, states]  # (E + 1, N)
+    m = jnp.maximum(moved_nodes, 0)
+    E = moved_nodes.shape[0]
+    e = jnp.arange(E)
+    rate = off[m, config[e, m], states[e, m], states[e + 1, m]]
+    jump = real & (moved_nodes >= 0)
+    log_rates = jnp.where(jump, jnp.log(jnp.where(jump, rate, 1.0)), 0.0)
+    return -(dwell[:, None] * held).sum() + log_rates.sum()
+
+
+# --------------------------------------------------------------------------- entry point
+def sample_panel_paths_by_importance(
+    model: AbstractCTBN,
+    observations: PanelObservations,
+    *,
+    key: PRNGKeyArray,
+    sampler: PanelImportanceSampler = DEFAULT_IMPORTANCE_SAMPLER,
+) -> WeightedPaths:
+    r"""Complete paths of a batch of panel trajectories drawn from the mean-field posterior and
+    weighted towards the exact posterior (module docstring), all trajectories, samples and
+    nodes at once.
+
+    - `model`: a [`jaxctbn.CTBN`][] or [`jaxctbn.PaddedCTBN`][] (rates only; no global state
+      space is built).
+    - `observations`: a batch `(R, O)` of [`jaxctbn.panel.PanelObservations`][] with exact
+      (error-free) states, `-1` = missing; their interventions (perfect and imperfect) apply
+      per trajectory, the samples record the clamps; no exact entry times.
+    - `key`; `sampler`: a [`jaxctbn.panel.PanelImportanceSampler`][].
+
+    **Returns:** [`jaxctbn.panel.WeightedPaths`][]: the paths, their log-weights, the
+    proposal's bound; `effective_sample_size()`, `log_likelihood()`, `resampled(key)`. Raises
+    (inside jit) when an observation is impossible under the model or a buffer is too small
+    (`max_events`, `max_node_events`, `max_candidates`)."""
+    if not isinstance(observations, PanelObservations) or jnp.ndim(observations.times) != 2:
+        raise ValueError(
+            "observations: a batch of trajectories (PanelObservations with shape (R, O))."
+        )
+    if not isinstance(sampler, PanelImportanceSampler):
+        raise ValueError(
+            f"sampler: expected a jaxctbn.panel.PanelImportanceSampler, got {sampler!r}."
+        )
+    start = _as_start(model, observations, sampler.proposal, None)
+    # the sweeps and the tolerance as arrays: data to the compiled program, not constants
+    sampler = eqx.tree_at(
+        lambda s: s.proposal, sampler, jax.tree_util.tree_map(jnp.asarray, sampler.proposal)
+    )
+    return _weighted_paths(model, observations, key, sampler, start, children_bound(model))
+
+
+@eqx.filter_jit
+def _weighted_paths(model, observations, key, sampler, start, max_children) -> WeightedPaths:
+    statistics, processes, setup = fitted_product_law(
+        model, observations, sampler.proposal, start, max_children, processes=True
+    )
+    assert processes is not None and setup is not None
+    tables, targets, clamps, observations = setup
+    cards = model.cardinalities
+    R, N, S = observations.times.shape[0], model.num_nodes, sampler.num_samples
+    t = observations.times
+    durations = t[jnp.arange(R), observations.num_observations - 1] - t[:, 0]
+    sizes = (sampler.max_candidates, sampler.max_node_events)
+
+    def one_trajectory(inputs):
+        process, table, duration, target, clamp, key = inputs
+        process: NodeProcesses
+
+        def one_path(key):
+            x0, times, values, log_q, flags = jax.vmap(
+                lambda A, E, rho, first, z, k: _node_path(
+                    A, E, rho, first, z, process.steps, k, sizes
+                )
+            )(process.matrices, process.exponentials, process.ends, process.first,
+              process.log_normalisers, jr.split(key, N))  # fmt: skip
+            events, too_long = _whole(_Path(initial=x0, times=times, values=values),
+                                      sampler.max_events)  # fmt: skip
+            path = _to_trajectories(events, duration, target, clamp)
+            log_p = _target_log_density(table, path, events.nodes, cards)
+            flags = jnp.concatenate([too_long[None], flags.any(0)])
+            return path, log_p - log_q.sum(), flags
+
+        return jax.vmap(one_path)(jr.split(key, S))
+
+    paths, log_weights, flags = jax.lax.map(
+        one_trajectory, (processes, tables, durations, targets, clamps, jr.split(key, R))
+    )
+    flags = flags.any((0, 1))
+    log_weights = eqx.error_if(
+        log_weights,
+        flags[0] | flags[1],
+        "sampler: a path needed more than max_events jumps (or a node more than "
+        "max_node_events); raise them (PanelImportanceSampler(max_events=..., "
+        "max_node_events=...)).",
+    )
+    log_weights = eqx.error_if(
+        log_weights,
+        flags[2],
+        "sampler: a node's path needed more than max_candidates uniformisation times; raise "
+        "it (PanelImportanceSampler(max_candidates=...)).",
+    )
+    log_weights = eqx.error_if(
+        log_weights,
+        flags[3] | ~jnp.all(jnp.isfinite(log_weights)),
+        "observations: a trajectory is impossible under the model, or a weight is not finite.",
+    )
+    return WeightedPaths(
+        trajectories=paths,
+        log_weights=log_weights,
+        evidence_lower_bound=statistics.evidence_lower_bound,
+    )
