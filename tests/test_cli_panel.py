@@ -210,7 +210,27 @@ def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path, capsys):
     assert m["log_likelihood"] is None and m["em"]["converged"]
     assert m["mean_field"]["steps_per_gap"] == 8
     assert m["mean_field"]["evidence_lower_bound"] < d["log_likelihood"]
+    # importance sampling with the mean-field proposal: the same graph, its estimate
+    weighted = tmp_path / "importance.json"
+    flags = ["--inference", "sampling", "--sampler", "importance", "--samples", "32"]
+    assert main([*args, *flags, "--out", str(weighted)]) == 0
+    w = json.loads(weighted.read_text())
+    assert w["map_graph"] == d["map_graph"] and w["sampling"]["sampler"] == "importance"
+    assert w["sampling"]["buffers"] == {
+        "max_events": 64,
+        "max_node_events": 32,
+        "max_candidates": 8,
+    }
+    assert w["sampling"]["burn_in"] is None and w["sampling"]["infeasible_updates"] is None
+    assert all(1 <= v <= 32 for v in w["sampling"]["min_effective_sample_size"].values())
+    estimate = w["sampling"]["log_likelihood_estimate"]
+    # (another model's, from 32 weighted paths per subject: within Monte Carlo error)
+    assert m["mean_field"]["evidence_lower_bound"] < estimate
+    assert abs(estimate - d["log_likelihood"]) < 3.0, (estimate, d["log_likelihood"])
+    assert s["sampling"]["sampler"] == "gibbs" and s["sampling"]["log_likelihood_estimate"] is None
     for extra, message in [
+        (["--sampler", "importance"], "--sampler: only with --inference sampling"),
+        (["--inference", "sampling", "--max-candidates", "4"], "--max-candidates: only with"),
         (["--inference", "mean-field", "--exact-entry", "A=1"], "--exact-entry: not supported"),
         (["--inference", "sampling", "--exact-entry", "A=1"], "--exact-entry: not supported"),
         (["--steps-per-gap", "4"], "--steps-per-gap: only with --inference mean-field"),

@@ -92,6 +92,11 @@ def _cmd_learn(args):
     if args.steps_per_gap is not None and args.inference != "mean-field":
         raise ValueError("--steps-per-gap: only with --inference mean-field.")
     steps_per_gap = 8 if args.steps_per_gap is None else args.steps_per_gap
+    if args.sampler is not None and args.inference != "sampling":
+        raise ValueError("--sampler: only with --inference sampling.")
+    importance = args.sampler == "importance"
+    if args.max_candidates is not None and not importance:
+        raise ValueError("--max-candidates: only with --inference sampling --sampler importance.")
     if args.inference != "exact" and args.exact_entry:
         raise ValueError(f"--exact-entry: not supported with --inference {args.inference}.")
     df = read_csv(args.data)
@@ -115,13 +120,23 @@ def _cmd_learn(args):
         sampling: dict[str, Any] = {}
         if args.inference == "sampling":
             from .._panel.gibbs import GibbsSampler
+            from .._panel.importance import PanelImportanceSampler
 
-            sampler = GibbsSampler(
-                num_samples=args.samples,
-                burn_in=args.burn_in,
-                max_events=args.max_events,
-                max_virtual=args.max_virtual,
-                max_node_events=args.max_node_events,
+            sampler = (
+                PanelImportanceSampler(
+                    num_samples=args.samples,
+                    max_events=args.max_events,
+                    max_node_events=args.max_node_events,
+                    max_candidates=8 if args.max_candidates is None else args.max_candidates,
+                )
+                if importance
+                else GibbsSampler(
+                    num_samples=args.samples,
+                    burn_in=args.burn_in,
+                    max_events=args.max_events,
+                    max_virtual=args.max_virtual,
+                    max_node_events=args.max_node_events,
+                )
             )
             sampling = {"sampler": sampler, "key": jax.random.key(args.seed)}
             sampling["patience"] = args.patience
@@ -152,9 +167,12 @@ def _cmd_learn(args):
                 "evidence_lower_bound": float(fit.evidence_lower_bound),
             }
         if fit.effective_sample_size is not None:
+            buffers = ("max_events", "max_node_events")
+            buffers += ("max_candidates",) if importance else ("max_virtual",)
             extra["sampling"] = {
+                "sampler": "importance" if importance else "gibbs",
                 "samples": args.samples,
-                "burn_in": args.burn_in,
+                "burn_in": None if importance else args.burn_in,
                 "seed": args.seed,
                 "patience": args.patience,
                 "min_effective_sample_size": dict(
@@ -172,10 +190,11 @@ def _cmd_learn(args):
                     for name, v in zip(names, np.asarray(fit.split_r_hat))
                 },
                 "infeasible_updates": fit.infeasible_updates,
-                "buffers": {
-                    name: getattr(fit.sampler, name)
-                    for name in ("max_events", "max_node_events", "max_virtual")
-                },
+                "buffers": {name: getattr(fit.sampler, name) for name in buffers},
+                # importance: the last E-step's estimate of the log-likelihood
+                "log_likelihood_estimate": None
+                if fit.log_likelihood_estimate is None
+                else float(fit.log_likelihood_estimate),
             }
     else:
         # long trajectories come back cut into pieces: ids has one entry per row

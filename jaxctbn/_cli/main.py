@@ -110,13 +110,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="panel: the E-step's inference under the observations: exact forward-backward "
         "(default; exponential in the number of nodes), mean-field (a product of node "
         "processes fitted to the observations; deterministic; exact observations only) or "
-        "sampling (auxiliary-variable Gibbs sampling of paths; exact observations only)",
+        "sampling (Gibbs or importance sampling of paths, see --sampler; exact observations "
+        "only)",
     )
     p.add_argument(
         "--steps-per-gap",
         type=_at_least(1),
         default=None,
         help="mean-field: steps each gap between observations is cut into (8)",
+    )
+    p.add_argument(
+        "--sampler",
+        choices=["gibbs", "importance"],
+        default=None,
+        help="sampling: gibbs (auxiliary-variable Gibbs sampling; the default) or importance "
+        "(paths drawn from the mean-field posterior, weighted towards the exact one and "
+        "resampled; its effective sample size falls as the network grows)",
     )
     p.add_argument(
         "--samples", type=_at_least(1), default=200, help="sampling: paths per trajectory (200)"
@@ -141,6 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_at_least(1),
         default=32,
         help="sampling: jumps one node's path holds at first (32; doubled when one needs more)",
+    )
+    p.add_argument(
+        "--max-candidates",
+        type=_at_least(1),
+        default=None,
+        help="importance: uniformisation times of a node's bridge on one step at first (8; "
+        "doubled when one needs more)",
     )
     p.add_argument(
         "--patience",

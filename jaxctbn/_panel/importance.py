@@ -64,13 +64,13 @@ class PanelImportanceSampler(eqx.Module):
     - `proposal`: the [`jaxctbn.panel.PanelMeanField`][] fit that gives the proposal.
     - `max_events` (static): jumps per sampled path (default 64); `max_node_events` (static):
       jumps per node of a path (default 32); `max_candidates` (static): uniformisation
-      candidate times per node and step (default 16). A path that needs more raises."""
+      candidate times per node and step (default 8). A path that needs more raises."""
 
     num_samples: int = eqx.field(default=256, static=True, kw_only=True)
     proposal: PanelMeanField = eqx.field(default=DEFAULT_MEAN_FIELD, kw_only=True)
     max_events: int = eqx.field(default=64, static=True, kw_only=True)
     max_node_events: int = eqx.field(default=32, static=True, kw_only=True)
-    max_candidates: int = eqx.field(default=16, static=True, kw_only=True)
+    max_candidates: int = eqx.field(default=8, static=True, kw_only=True)
 
     def __check_init__(self):
         for name in ("num_samples", "max_events", "max_node_events", "max_candidates"):
@@ -146,17 +146,29 @@ def _draw(weights: Array, u: Array) -> Array:
     return jnp.argmax(cumulative > u * cumulative[-1]).astype(jnp.int32)
 
 
-def _bridge(A, E, dt, start, a, b, key, max_candidates: int):
-    """A path of the chain with matrix `A` on `[start, start + dt]` from state `a` to state `b`
-    (uniformisation, Hobolth and Stone 2009): `(times, states after, jumped, log density
-    without the normaliser, overflow)`, each of `max_candidates` slots (`inf` past the
-    candidates)."""
+def _uniformised(A: Array, max_candidates: int) -> tuple[Array, Array, Array]:
+    r"""For a matrix `A` with nonnegative off-diagonal entries: $\Omega=\max_x(-A(x,x))$ (1 if
+    none is positive), $B=I+A/\Omega$ (nonnegative) and its powers $B^0..B^{c}$ `(c + 1, K,
+    K)`, `c = max_candidates`, so that $e^{A t}=\sum_n e^{-\Omega t}(\Omega t)^n/n!\,B^n$."""
     K = A.shape[-1]
+    omega = jnp.max(-jnp.diagonal(A))
+    omega = jnp.where(omega > 0, omega, 1.0)
+    B = jnp.eye(K, dtype=A.dtype) + A / omega
+    _, powers = jax.lax.scan(
+        lambda P, _: (P @ B, P), jnp.eye(K, dtype=A.dtype), None, length=max_candidates + 1
+    )
+    return omega, B, powers
+
+
+def _bridge(A, uniformised, E, dt, start, a, b, key):
+    """A path of the chain with matrix `A` on `[start, start + dt]` from state `a` to state `b`
+    (uniformisation, Hobolth and Stone 2009; `uniformised`: `_uniformised(A)`): `(times,
+    states after, jumped, log density without the normaliser, overflow)`, each of
+    `max_candidates` slots (`inf` past the candidates)."""
+    omega, B, powers = uniformised
+    max_candidates = powers.shape[0] - 1
     dtype = A.dtype
     diag = jnp.diagonal(A)
-    omega = jnp.max(-diag)
-    omega = jnp.where(omega > 0, omega, 1.0)
-    B = jnp.eye(K, dtype=dtype) + A / omega  # nonnegative: the rates, and 1 + A(x,x)/omega
     key_count, key_times, key_states = jr.split(key, 3)
     # the number of candidate times: Poisson(omega dt) weighted by B^n(a, b), over e^{A dt}(a, b)
     n = jnp.arange(max_candidates + 1)
@@ -166,22 +178,19 @@ def _bridge(A, E, dt, start, a, b, key, max_candidates: int):
         -mean + n * jnp.log(jnp.where(mean > 0, mean, 1.0)) - jax.lax.lgamma(n + 1.0),
         jnp.where(n == 0, 0.0, -jnp.inf),
     )
-    _, rows = jax.lax.scan(lambda v, _: (v @ B, v), jax.nn.one_hot(a, K, dtype=dtype), None,
-                           length=max_candidates + 1)  # fmt: skip  # rows[n] = e_a B^n
     through = E[a, b]
-    probability = jnp.exp(log_poisson) * rows[:, b] / jnp.where(through > 0, through, 1.0)
+    probability = jnp.exp(log_poisson) * powers[:, a, b] / jnp.where(through > 0, through, 1.0)
     cumulative = jnp.cumsum(probability)
     u = jr.uniform(key_count, (), dtype)
     overflow = cumulative[-1] <= u * (1.0 - 1e-12)
-    count = jnp.minimum(jnp.argmax(cumulative > u), max_candidates)
-    count = jnp.where(overflow, max_candidates, count)
+    count = jnp.where(overflow, max_candidates, jnp.argmax(cumulative > u))
     slot = jnp.arange(1, max_candidates + 1)
     used = slot <= count
-    times = jnp.sort(jnp.where(used, start + dt * jr.uniform(key_times, (max_candidates,), dtype),
-                               jnp.inf))  # fmt: skip
+    times = jnp.sort(
+        jnp.where(used, start + dt * jr.uniform(key_times, (max_candidates,), dtype), jnp.inf)
+    )
     # the states: after candidate i, y with weight B(x, y) B^{count - i}(y, b)
-    _, columns = jax.lax.scan(lambda c, _: (B @ c, c), jax.nn.one_hot(b, K, dtype=dtype), None,
-                              length=max_candidates + 1)  # fmt: skip  # columns[m] = B^m e_b
+    columns = powers[:, :, b]  # (c + 1, K): B^m e_b
 
     def move(x, inputs):
         i, v = inputs
@@ -203,13 +212,12 @@ def _bridge(A, E, dt, start, a, b, key, max_candidates: int):
     return times, states, jumped, integral + log_rates, overflow
 
 
-def _node_path(A, E, ends, first, log_normaliser, steps, key, sizes):
+def _node_path(A, uniformised, E, ends, first, log_normaliser, steps, key, max_jumps: int):
     """One path of one node's process `Q_n` (module docstring): its state at each step's end
     drawn forwards from the backward vectors (`P(y | x) = e^{A dt}(x, y) rho(y) / rho(x)`),
-    then a bridge on each step. `(initial state, jump times (J,), values (J,), log density
-    without the initial law's factor, flags (3,): too many jumps, too many candidates, no
-    path)`."""
-    max_candidates, max_jumps = sizes
+    then a bridge on each step (`uniformised`: `_uniformised` of each step's matrix). Returns
+    `(initial state, jump times (J,), values (J,), log density without the initial law's
+    factor, flags (3,): too many jumps, too many candidates, no path)`."""
     S = A.shape[0]
     dtype = A.dtype
     key_first, key_ends, key_bridges = jr.split(key, 3)
@@ -225,9 +233,9 @@ def _node_path(A, E, ends, first, log_normaliser, steps, key, sizes):
     )
     at_starts = jnp.concatenate([x0[None], at_ends[:-1]])
     starts = jnp.concatenate([jnp.zeros((1,), dtype), jnp.cumsum(steps)[:-1]])
-    times, states, jumped, log_q, overflow = jax.vmap(
-        lambda A_s, E_s, dt, t, a, b, k: _bridge(A_s, E_s, dt, t, a, b, k, max_candidates)
-    )(A, E, steps, starts, at_starts, at_ends, jr.split(key_bridges, S))
+    times, states, jumped, log_q, overflow = jax.vmap(_bridge)(
+        A, uniformised, E, steps, starts, at_starts, at_ends, jr.split(key_bridges, S)
+    )
     jump_times, jump_values, too_many = _compacted(
         jumped.reshape(-1), times.reshape(-1), states.reshape(-1), max_jumps
     )
@@ -299,6 +307,27 @@ def sample_panel_paths_by_importance(
 
 @eqx.filter_jit
 def _weighted_paths(model, observations, key, sampler, start, max_children) -> WeightedPaths:
+    paths, overflow = weighted_unguarded(model, observations, key, sampler, start, max_children)
+    log_weights = eqx.error_if(
+        paths.log_weights,
+        overflow[0] | overflow[1],
+        "sampler: a path needed more than max_events jumps (or a node more than "
+        "max_node_events); raise them (PanelImportanceSampler(max_events=..., "
+        "max_node_events=...)).",
+    )
+    log_weights = eqx.error_if(
+        log_weights,
+        overflow[2],
+        "sampler: a node's path needed more than max_candidates uniformisation times on a "
+        "step; raise it (PanelImportanceSampler(max_candidates=...)).",
+    )
+    return eqx.tree_at(lambda p: p.log_weights, paths, log_weights)
+
+
+def weighted_unguarded(model, observations, key, sampler, start, max_children):
+    """`_weighted_paths` without the buffer guards: the paths and which buffers overflowed,
+    `(3,)`: `max_events`, `max_node_events`, `max_candidates` (then the paths are not valid;
+    a caller that can grow the buffers retries). An impossible observation still raises."""
     statistics, processes, setup = fitted_product_law(
         model, observations, sampler.proposal, start, max_children, processes=True
     )
@@ -308,18 +337,21 @@ def _weighted_paths(model, observations, key, sampler, start, max_children) -> W
     R, N, S = observations.times.shape[0], model.num_nodes, sampler.num_samples
     t = observations.times
     durations = t[jnp.arange(R), observations.num_observations - 1] - t[:, 0]
-    sizes = (sampler.max_candidates, sampler.max_node_events)
 
     def one_trajectory(inputs):
         process, table, duration, target, clamp, key = inputs
         process: NodeProcesses
+        # each node's and step's uniformisation, shared by the samples
+        uniformised = jax.vmap(jax.vmap(lambda A: _uniformised(A, sampler.max_candidates)))(
+            process.matrices
+        )
 
         def one_path(key):
             x0, times, values, log_q, flags = jax.vmap(
-                lambda A, E, rho, first, z, k: _node_path(
-                    A, E, rho, first, z, process.steps, k, sizes
+                lambda A, U, E, rho, first, z, k: _node_path(
+                    A, U, E, rho, first, z, process.steps, k, sampler.max_node_events
                 )
-            )(process.matrices, process.exponentials, process.ends, process.first,
+            )(process.matrices, uniformised, process.exponentials, process.ends, process.first,
               process.log_normalisers, jr.split(key, N))  # fmt: skip
             events, too_long = _whole(_Path(initial=x0, times=times, values=values),
                                       sampler.max_events)  # fmt: skip
@@ -336,24 +368,12 @@ def _weighted_paths(model, observations, key, sampler, start, max_children) -> W
     flags = flags.any((0, 1))
     log_weights = eqx.error_if(
         log_weights,
-        flags[0] | flags[1],
-        "sampler: a path needed more than max_events jumps (or a node more than "
-        "max_node_events); raise them (PanelImportanceSampler(max_events=..., "
-        "max_node_events=...)).",
-    )
-    log_weights = eqx.error_if(
-        log_weights,
-        flags[2],
-        "sampler: a node's path needed more than max_candidates uniformisation times; raise "
-        "it (PanelImportanceSampler(max_candidates=...)).",
-    )
-    log_weights = eqx.error_if(
-        log_weights,
-        flags[3] | ~jnp.all(jnp.isfinite(log_weights)),
+        ~flags[:3].any() & (flags[3] | ~jnp.all(jnp.isfinite(log_weights))),
         "observations: a trajectory is impossible under the model, or a weight is not finite.",
     )
-    return WeightedPaths(
+    weighted = WeightedPaths(
         trajectories=paths,
         log_weights=log_weights,
         evidence_lower_bound=statistics.evidence_lower_bound,
     )
+    return weighted, flags[:3]

@@ -44,6 +44,7 @@ from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExpon
 from .._model.ctbn import CTBN, AbstractCTBN, PaddedCTBN
 from .buckets import PanelBuckets, as_flat_buckets
 from .gibbs import GibbsSampler, SampledPaths, _sample_unguarded, sampler_bounds
+from .importance import PanelImportanceSampler, WeightedPaths, weighted_unguarded
 from .inference import (
     PanelExpectedStatistics,
     _check_possible,
@@ -135,7 +136,13 @@ class PanelStructureFit(eqx.Module):
       `split_r_hat`: the largest split-$\hat R$ over the trajectories
       ([`jaxctbn.panel.SampledPaths.split_r_hat`][]; `None` with fewer than 4 samples);
       `infeasible_updates`: Gibbs updates that kept their path, over all E-steps;
-      `sampler`: the sampler of the last E-step (its buffers as grown).
+      `sampler`: the sampler of the last E-step (its buffers as grown). With importance
+      sampling: the effective sample sizes are the weights'
+      ([`jaxctbn.panel.WeightedPaths.effective_sample_size`][], the same for every node),
+      `split_r_hat` and
+      `infeasible_updates` are `None`, and `log_likelihood_estimate` is the last E-step's
+      $\sum_r\ln\frac1S\sum_s w_{rs}$, an estimate of $\sum_r\ln p(Y_r\mid m_i)$ (biased
+      low by about half the relative variance of the weights; `None` otherwise).
     """
 
     posterior: StructurePosterior
@@ -146,7 +153,8 @@ class PanelStructureFit(eqx.Module):
     converged: bool = eqx.field(static=True)
     effective_sample_size: Float[Array, " nodes"] | None = None
     infeasible_updates: int | None = None
-    sampler: GibbsSampler | None = None
+    sampler: GibbsSampler | PanelImportanceSampler | None = None
+    log_likelihood_estimate: Float[Array, ""] | None = None
     median_effective_sample_size: Float[Array, " nodes"] | None = None
     split_r_hat: Float[Array, " nodes"] | None = None
     evidence_lower_bound: Float[Array, ""] | None = None
@@ -199,6 +207,22 @@ def _sampled_e_step(model, bucket, sampler, parent_sets, key, bounds):
     r_hat = paths.split_r_hat() if sampler.num_samples >= 4 else None
     diagnostics = (paths.effective_sample_size(), r_hat)
     return family, diagnostics, paths.infeasible_updates.sum(), overflow
+
+
+@eqx.filter_jit
+def _importance_e_step(model, bucket, sampler, parent_sets, key, max_children):
+    """The importance-sampling E-step of one bucket: the family statistics of the weighted
+    paths resampled to equal weights (systematic resampling), averaged over the samples; the
+    weights' effective sample size per trajectory, the summed likelihood estimate, and which
+    buffers overflowed."""
+    key_draw, key_resample = jax.random.split(key)
+    start = _mean_field_start(model, bucket, sampler.proposal, None)
+    paths: WeightedPaths
+    paths, overflow = weighted_unguarded(model, bucket, key_draw, sampler, start, max_children)
+    resampled = paths.resampled(key_resample)
+    family = sampled_family_statistics(resampled, model.cardinalities, parent_sets)
+    diagnostics = (paths.effective_sample_size(), paths.log_likelihood().sum())
+    return family, diagnostics, overflow
 
 
 @eqx.filter_jit
@@ -283,7 +307,7 @@ def learn_structure_from_panels(
     emissions: Emissions | None = None,
     solver: AbstractMasterEquationSolver = DENSE_SOLVER,
     memory_budget: int | float | str | None = None,
-    sampler: GibbsSampler | None = None,
+    sampler: GibbsSampler | PanelImportanceSampler | None = None,
     key: PRNGKeyArray | None = None,
     patience: int = 3,
     mean_field: PanelMeanField | None = None,
@@ -325,6 +349,17 @@ def learn_structure_from_panels(
     `max_node_events` / `max_virtual`, the buffers that overflowed are doubled and the E-step
     redone (each up to 16,384; then a `ValueError`), so the buffers need no tuning. Reports
     the chains' effective sample sizes; the log-likelihood is not computed.
+
+    **Importance sampling** (`sampler`, a [`jaxctbn.panel.PanelImportanceSampler`][], with
+    `key`): each E-step fits the mean-field product law to the observations, draws paths from
+    it, weighs them towards the exact posterior
+    ([`jaxctbn.panel.sample_panel_paths_by_importance`][]) and resamples them to equal weights
+    (systematic resampling) for the family statistics; the rest (averaging, stopping, buffer
+    growth: `max_events`, `max_node_events`, `max_candidates`) is as for the Gibbs sampler. It
+    corrects the mean field's bias where the weights' effective sample size is not small; the
+    effective sample size falls as the network grows (about 90 of 256 at 6 nodes, 16 at 20,
+    4 at 50 nodes in `benchmarks/bench_panel_sampling.py`'s data), so beyond ~20 coupled nodes
+    Gibbs sampling or the mean field serve better.
 
     **Local fixed points.** Like every EM, structural EM can stop at a local fixed point: the
     imputed paths follow the current graph, which then scores well on them. On sparse panels
@@ -377,8 +412,11 @@ def learn_structure_from_panels(
         if emissions is not None:
             raise ValueError("emissions: not supported with mean_field= (exact observations only).")
     if sampler is not None:
-        if not isinstance(sampler, GibbsSampler):
-            raise ValueError(f"sampler: expected a jaxctbn.panel.GibbsSampler, got {sampler!r}.")
+        if not isinstance(sampler, GibbsSampler | PanelImportanceSampler):
+            raise ValueError(
+                "sampler: expected a jaxctbn.panel.GibbsSampler or PanelImportanceSampler, got "
+                f"{sampler!r}."
+            )
         if key is None:
             raise ValueError("key: a PRNG key is needed to sample (sampler= was given).")
         if emissions is not None:
@@ -468,8 +506,9 @@ def learn_structure_from_panels(
     )
 
 
-#: the sampler's buffers, in the order of its overflow flags
+#: the samplers' buffers, in the order of their overflow flags
 _BUFFERS = ("max_events", "max_node_events", "max_virtual")
+_IMPORTANCE_BUFFERS = ("max_events", "max_node_events", "max_candidates")
 #: the largest size the sampled E-step grows each of them to
 _MAX_BUFFER = 1 << 14
 
@@ -483,16 +522,28 @@ def _sampled_structural_em(
     window: list[FamilyStatistics] = []  # the E-steps under the current graph
     infeasible, stable, converged = 0, 0, False
     posterior, diagnostics, previous_evidence = None, [], -np.inf
+    importance = isinstance(sampler, PanelImportanceSampler)
+    if importance:  # the proposal's sweeps and tolerance as data (one program)
+        sampler = eqx.tree_at(
+            lambda s: s.proposal, sampler, jax.tree_util.tree_map(jnp.asarray, sampler.proposal)
+        )
     for i in range(max_iterations):
-        bounds = sampler_bounds(model)
+        bounds = children_bound(model) if importance else sampler_bounds(model)
         family, diagnostics = None, []
         for b, bucket in enumerate(buckets):
             while True:  # a buffer too small for these paths: doubled, the step redone
-                part, chains, stuck, overflow = _sampled_e_step(
-                    model, bucket, sampler, sets,
-                    jax.random.fold_in(jax.random.fold_in(key, i), b), bounds,
-                )  # fmt: skip
-                grow = [name for name, flag in zip(_BUFFERS, np.asarray(overflow)) if flag]
+                step_key = jax.random.fold_in(jax.random.fold_in(key, i), b)
+                if importance:
+                    part, chains, overflow = _importance_e_step(
+                        model, bucket, sampler, sets, step_key, bounds
+                    )
+                    stuck, names_ = 0, _IMPORTANCE_BUFFERS
+                else:
+                    part, chains, stuck, overflow = _sampled_e_step(
+                        model, bucket, sampler, sets, step_key, bounds
+                    )
+                    names_ = _BUFFERS
+                grow = [name for name, flag in zip(names_, np.asarray(overflow)) if flag]
                 if not grow:
                     break
                 if any(getattr(sampler, name) >= _MAX_BUFFER for name in grow):
@@ -528,10 +579,15 @@ def _sampled_structural_em(
             break
         model, previous_graph = next_model, graph
     assert posterior is not None
-    ess = jnp.concatenate([d[0] for d in diagnostics])  # (trajectories, nodes)
-    r_hat = None
-    if diagnostics[0][1] is not None:
-        r_hat = jnp.concatenate([d[1] for d in diagnostics]).max(0)
+    r_hat, estimate = None, None
+    if importance:  # the weights' effective sample sizes (the same for every node)
+        ess = jnp.concatenate([d[0] for d in diagnostics])[:, None]
+        ess = jnp.broadcast_to(ess, (ess.shape[0], model.num_nodes))
+        estimate = jnp.asarray(sum(float(d[1]) for d in diagnostics))
+    else:
+        ess = jnp.concatenate([d[0] for d in diagnostics])  # (trajectories, nodes)
+        if diagnostics[0][1] is not None:
+            r_hat = jnp.concatenate([d[1] for d in diagnostics]).max(0)
     return PanelStructureFit(
         posterior=posterior,
         model=model,
@@ -540,10 +596,11 @@ def _sampled_structural_em(
         iterations=i + 1,
         converged=converged,
         effective_sample_size=ess.min(0),
-        infeasible_updates=infeasible,
+        infeasible_updates=None if importance else infeasible,
         sampler=sampler,
         median_effective_sample_size=jnp.median(ess, axis=0),
         split_r_hat=r_hat,
+        log_likelihood_estimate=estimate,
     )
 
 
