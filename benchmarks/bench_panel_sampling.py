@@ -50,7 +50,13 @@ def _sampler_settings(N: int, quick: bool) -> dict:
 
 
 def _importance_settings(N: int, quick: bool) -> dict:
-    return dict(num_samples=32 if quick else 64, max_events=max(64, 8 * N), max_node_events=16)
+    # (8 uniformisation times per bridge at first: structural EM doubles them when needed)
+    return dict(
+        num_samples=32 if quick else 64,
+        max_events=max(64, 8 * N),
+        max_node_events=16,
+        max_candidates=8,
+    )
 
 
 def worker(N: int, inference: str, quick: bool) -> dict:

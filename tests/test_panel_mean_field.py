@@ -279,7 +279,7 @@ def test_importance_sampling_arguments_and_small_buffers_are_reported():
             COUPLED, observations, key=jr.key(0), sampler=jc.panel.GibbsSampler()
         )
     # rates 60 times faster (the same shapes, so the same program): the bridges of a step
-    # need more than its 8 candidate times, the paths more than 64 jumps
+    # need more than its 16 candidate times, the paths more than 64 jumps
     fast = jc.PaddedCTBN.from_ctbn(
         jc.CTBN(cims=[60 * A, 60 * B, 60 * C], parents=((), (0,), (1,)), names=("A", "B", "C")),
         max_parents=1,

@@ -64,13 +64,13 @@ class PanelImportanceSampler(eqx.Module):
     - `proposal`: the [`jaxctbn.panel.PanelMeanField`][] fit that gives the proposal.
     - `max_events` (static): jumps per sampled path (default 64); `max_node_events` (static):
       jumps per node of a path (default 32); `max_candidates` (static): uniformisation
-      candidate times per node and step (default 8). A path that needs more raises."""
+      candidate times per node and step (default 16). A path that needs more raises."""
 
     num_samples: int = eqx.field(default=256, static=True, kw_only=True)
     proposal: PanelMeanField = eqx.field(default=DEFAULT_MEAN_FIELD, kw_only=True)
     max_events: int = eqx.field(default=64, static=True, kw_only=True)
     max_node_events: int = eqx.field(default=32, static=True, kw_only=True)
-    max_candidates: int = eqx.field(default=8, static=True, kw_only=True)
+    max_candidates: int = eqx.field(default=16, static=True, kw_only=True)
 
     def __check_init__(self):
         for name in ("num_samples", "max_events", "max_node_events", "max_candidates"):
