@@ -382,16 +382,16 @@ def test_structural_em_with_sampled_paths_and_mean_field_reaches_the_exact_route
     # estimate between the bound and (up to Monte Carlo error) the exact optimum
     weighted = jc.panel.learn_structure_from_panels(
         observations, truth.names, (2, 2, 2), **common, key=jr.key(4),
-        sampler=jc.panel.PanelImportanceSampler(num_samples=64),
+        sampler=jc.panel.PanelImportanceSampler(num_samples=32),
     )  # fmt: skip
     assert weighted.posterior.map_graph() == truth.parents
     edges_weighted = np.asarray(weighted.posterior.edge_marginals())
     assert np.max(np.abs(np.asarray(exact.posterior.edge_marginals()) - edges_weighted)) < 0.1
     assert edges_weighted[2, 0] == 0.0 and weighted.log_likelihood is None
-    estimate = float(weighted.log_likelihood_estimate)  # -713.1 measured, bound -734.6
+    estimate = float(weighted.log_likelihood_estimate)  # -714.5 measured, bound -734.6
     assert float(mf.evidence_lower_bound) < estimate < float(exact.log_likelihood) + 1.0
     ess = np.asarray(weighted.effective_sample_size)
-    assert ess.shape == (3,) and np.all(ess >= 1) and np.all(ess <= 64)
+    assert ess.shape == (3,) and np.all(ess >= 1) and np.all(ess <= 32)
     assert np.all(np.asarray(weighted.median_effective_sample_size) >= ess)
     assert weighted.split_r_hat is None and weighted.infeasible_updates is None
     with pytest.raises(ValueError, match="either sampler= or mean_field="):
