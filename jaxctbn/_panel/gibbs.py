@@ -50,7 +50,7 @@ from .._model.interventions import is_concrete
 from .._model.layout import slot_strides
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import NodeStatistics, node_statistics
-from .observations import PanelObservations, per_trajectory_tables
+from .observations import PanelObservations, per_trajectory_tables, require_batch
 
 
 class _Tables(eqx.Module):
@@ -555,10 +555,7 @@ def sample_panel_paths(
 
     **Returns:** [`jaxctbn.panel.SampledPaths`][]. Raises when a buffer is too small
     (`max_events`, `max_node_events`, `max_virtual`)."""
-    if not isinstance(observations, PanelObservations) or jnp.ndim(observations.times) != 2:
-        raise ValueError(
-            "observations: a batch of trajectories (PanelObservations with shape (R, O))."
-        )
+    require_batch(observations)
     if not isinstance(sampler, GibbsSampler):
         raise ValueError(f"sampler: expected a jaxctbn.panel.GibbsSampler, got {sampler!r}.")
     return _sample_panel_paths(model, observations, key, sampler, sampler_bounds(model))

@@ -50,10 +50,11 @@ from .mean_field import (
     NodeProcesses,
     PanelMeanField,
     _as_start,
+    as_data,
     children_bound,
     fitted_product_law,
 )
-from .observations import PanelObservations
+from .observations import PanelObservations, require_batch
 
 
 class PanelImportanceSampler(eqx.Module):
@@ -289,19 +290,13 @@ def sample_panel_paths_by_importance(
     proposal's bound; `effective_sample_size()`, `log_likelihood()`, `resampled(key)`. Raises
     (inside jit) when an observation is impossible under the model or a buffer is too small
     (`max_events`, `max_node_events`, `max_candidates`)."""
-    if not isinstance(observations, PanelObservations) or jnp.ndim(observations.times) != 2:
-        raise ValueError(
-            "observations: a batch of trajectories (PanelObservations with shape (R, O))."
-        )
+    require_batch(observations)
     if not isinstance(sampler, PanelImportanceSampler):
         raise ValueError(
             f"sampler: expected a jaxctbn.panel.PanelImportanceSampler, got {sampler!r}."
         )
     start = _as_start(model, observations, sampler.proposal, None)
-    # the sweeps and the tolerance as arrays: data to the compiled program, not constants
-    sampler = eqx.tree_at(
-        lambda s: s.proposal, sampler, jax.tree_util.tree_map(jnp.asarray, sampler.proposal)
-    )
+    sampler = eqx.tree_at(lambda s: s.proposal, sampler, as_data(sampler.proposal))
     return _weighted_paths(model, observations, key, sampler, start, children_bound(model))
 
 

@@ -54,7 +54,7 @@ from .._master_equation.dense_linalg import expm, expm_batched
 from .._master_equation.master_equation import AbstractExpectedStatistics, projection_parents
 from .._master_equation.mean_field import configuration_digits, node_tables, padded_parents
 from .._model.ctbn import AbstractCTBN
-from .observations import PanelObservations, per_trajectory_tables
+from .observations import PanelObservations, per_trajectory_tables, require_batch
 
 
 class PanelMeanField(eqx.Module):
@@ -446,10 +446,7 @@ def panel_mean_field_statistics(
     discretisation of the couplings), and equal to it, with equal statistics, for a network
     without edges. Raises (inside jit, `eqx.error_if`) when an observation is impossible under
     the model."""
-    if not isinstance(observations, PanelObservations) or jnp.ndim(observations.times) != 2:
-        raise ValueError(
-            "observations: a batch of trajectories (PanelObservations with shape (R, O))."
-        )
+    require_batch(observations)
     if not isinstance(approximation, PanelMeanField):
         raise ValueError(
             f"approximation: expected a jaxctbn.panel.PanelMeanField, got {approximation!r}."
@@ -470,9 +467,14 @@ def panel_mean_field_statistics(
             )
         given = (initial.dwell_times, initial.transitions)
     start = _as_start(model, observations, approximation, given)
-    # the sweeps and the tolerance as arrays: data to the compiled program, not constants
-    approximation = jax.tree_util.tree_map(jnp.asarray, approximation)
+    approximation = as_data(approximation)
     return _statistics(model, observations, approximation, start, children_bound(model))
+
+
+def as_data(approximation: PanelMeanField) -> PanelMeanField:
+    """`approximation` with its sweeps and tolerance as arrays: data to a compiled program, not
+    constants, so that changing them does not compile again."""
+    return jax.tree_util.tree_map(jnp.asarray, approximation)
 
 
 def children_bound(model: AbstractCTBN) -> int | None:

@@ -159,6 +159,15 @@ class PanelObservations(eqx.Module):
         return _checked(self, model, emissions)
 
 
+def require_batch(observations) -> None:
+    """A one-line error unless `observations` is a batch `(R, O)` of `PanelObservations` (the
+    routes that vmap over trajectories)."""
+    if not isinstance(observations, PanelObservations) or jnp.ndim(observations.times) != 2:
+        raise ValueError(
+            "observations: a batch of trajectories (PanelObservations with shape (R, O))."
+        )
+
+
 def per_trajectory_tables(model: AbstractCTBN, observations: "PanelObservations", build, route):
     """For a batch `(R, O)` of exact observations (no emissions, no exact entry times: an
     `eqx.error_if` naming `route`): the checked model and observations, `build(m)` of each

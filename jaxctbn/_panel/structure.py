@@ -52,7 +52,7 @@ from .inference import (
     gap_groups,
     panel_expected_statistics,
 )
-from .mean_field import PanelMeanField, PanelMeanFieldStatistics, children_bound
+from .mean_field import PanelMeanField, PanelMeanFieldStatistics, as_data, children_bound
 from .mean_field import _as_start as _mean_field_start
 from .mean_field import _statistics as _mean_field_statistics
 from .observations import Emissions, PanelObservations
@@ -462,7 +462,7 @@ def learn_structure_from_panels(
     posterior = None
     buckets = as_flat_buckets(observations) if mean_field is not None else []
     if mean_field is not None:  # the sweeps and tolerance as data, and the default start
-        mean_field = jax.tree_util.tree_map(jnp.asarray, mean_field)
+        mean_field = as_data(mean_field)
     # each bucket's last mean-field fit: the next one's start (one program for all E-steps)
     fitted = [_mean_field_start(model, b, mean_field, None) for b in buckets]
     for _ in range(max_iterations):
@@ -524,9 +524,7 @@ def _sampled_structural_em(
     posterior, diagnostics, previous_evidence = None, [], -np.inf
     importance = isinstance(sampler, PanelImportanceSampler)
     if importance:  # the proposal's sweeps and tolerance as data (one program)
-        sampler = eqx.tree_at(
-            lambda s: s.proposal, sampler, jax.tree_util.tree_map(jnp.asarray, sampler.proposal)
-        )
+        sampler = eqx.tree_at(lambda s: s.proposal, sampler, as_data(sampler.proposal))
     for i in range(max_iterations):
         bounds = children_bound(model) if importance else sampler_bounds(model)
         family, diagnostics = None, []
