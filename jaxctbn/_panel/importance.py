@@ -302,7 +302,7 @@ def sample_panel_paths_by_importance(
 
 @eqx.filter_jit
 def _weighted_paths(model, observations, key, sampler, start, max_children) -> WeightedPaths:
-    paths, overflow = weighted_unguarded(model, observations, key, sampler, start, max_children)
+    paths, overflow, _ = weighted_unguarded(model, observations, key, sampler, start, max_children)
     log_weights = eqx.error_if(
         paths.log_weights,
         overflow[0] | overflow[1],
@@ -320,9 +320,11 @@ def _weighted_paths(model, observations, key, sampler, start, max_children) -> W
 
 
 def weighted_unguarded(model, observations, key, sampler, start, max_children):
-    """`_weighted_paths` without the buffer guards: the paths and which buffers overflowed,
-    `(3,)`: `max_events`, `max_node_events`, `max_candidates` (then the paths are not valid;
-    a caller that can grow the buffers retries). An impossible observation still raises."""
+    """`_weighted_paths` without the buffer guards: the paths, which buffers overflowed, `(3,)`:
+    `max_events`, `max_node_events`, `max_candidates` (then the paths are not valid; a caller
+    that can grow the buffers retries), and the proposal's fitted `(dwell, transitions)` (a
+    later call on the same observations may start its mean-field sweeps there: `start`). An
+    impossible observation still raises."""
     statistics, processes, setup = fitted_product_law(
         model, observations, sampler.proposal, start, max_children, processes=True
     )
@@ -371,4 +373,4 @@ def weighted_unguarded(model, observations, key, sampler, start, max_children):
         log_weights=log_weights,
         evidence_lower_bound=statistics.evidence_lower_bound,
     )
-    return weighted, flags[:3]
+    return weighted, flags[:3], (statistics.dwell_times, statistics.transitions)

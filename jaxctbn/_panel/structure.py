@@ -210,19 +210,21 @@ def _sampled_e_step(model, bucket, sampler, parent_sets, key, bounds):
 
 
 @eqx.filter_jit
-def _importance_e_step(model, bucket, sampler, parent_sets, key, max_children):
+def _importance_e_step(model, bucket, sampler, parent_sets, key, start, max_children):
     """The importance-sampling E-step of one bucket: the family statistics of the weighted
     paths resampled to equal weights (systematic resampling), averaged over the samples; the
-    weights' effective sample size per trajectory, the summed likelihood estimate, and which
-    buffers overflowed."""
+    weights' effective sample size per trajectory, the summed likelihood estimate, which
+    buffers overflowed, and the proposal's fit `(dwell, transitions, given)` (the next E-step
+    starts its mean-field sweeps there; `start`: the same from the previous E-step)."""
     key_draw, key_resample = jax.random.split(key)
-    start = _mean_field_start(model, bucket, sampler.proposal, None)
     paths: WeightedPaths
-    paths, overflow = weighted_unguarded(model, bucket, key_draw, sampler, start, max_children)
+    paths, overflow, fitted = weighted_unguarded(
+        model, bucket, key_draw, sampler, start, max_children
+    )
     resampled = paths.resampled(key_resample)
     family = sampled_family_statistics(resampled, model.cardinalities, parent_sets)
     diagnostics = (paths.effective_sample_size(), paths.log_likelihood().sum())
-    return family, diagnostics, overflow
+    return family, diagnostics, overflow, (*fitted, jnp.asarray(True))
 
 
 @eqx.filter_jit
@@ -523,8 +525,10 @@ def _sampled_structural_em(
     infeasible, stable, converged = 0, 0, False
     posterior, diagnostics, previous_evidence = None, [], -np.inf
     importance = isinstance(sampler, PanelImportanceSampler)
+    starts = []  # importance: each bucket's last mean-field fit, the next proposal's start
     if importance:  # the proposal's sweeps and tolerance as data (one program)
         sampler = eqx.tree_at(lambda s: s.proposal, sampler, as_data(sampler.proposal))
+        starts = [_mean_field_start(model, b, sampler.proposal, None) for b in buckets]
     for i in range(max_iterations):
         bounds = children_bound(model) if importance else sampler_bounds(model)
         family, diagnostics = None, []
@@ -532,10 +536,12 @@ def _sampled_structural_em(
             while True:  # a buffer too small for these paths: doubled, the step redone
                 step_key = jax.random.fold_in(jax.random.fold_in(key, i), b)
                 if importance:
-                    part, chains, overflow = _importance_e_step(
-                        model, bucket, sampler, sets, step_key, bounds
+                    part, chains, overflow, fitted = _importance_e_step(
+                        model, bucket, sampler, sets, step_key, starts[b], bounds
                     )
                     stuck, names_ = 0, _IMPORTANCE_BUFFERS
+                    if not np.any(np.asarray(overflow)):
+                        starts[b] = fitted
                 else:
                     part, chains, stuck, overflow = _sampled_e_step(
                         model, bucket, sampler, sets, step_key, bounds
