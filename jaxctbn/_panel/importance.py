@@ -18,18 +18,21 @@ observation), and the self-normalised averages $\sum_s\bar w_s f(x_s)$ of any pa
 converge to its posterior expectation, correcting the mean-field approximation. With no edges
 the proposal is the posterior and every weight equals $p(Y)$.
 
-**Drawing from $Q_n$ exactly** (uniformisation): candidate times from a Poisson process of rate
-$\Omega_n\ge\max(-A_n(x,x))$ on $[0,t_{m-1}-t_0]$, merged with the step ends; forward
-filtering over them (at a candidate the node moves by $B_s=I+A_{n,s}/\Omega_n$, at a step end
-that closes a gap only the observed states stay), then backward sampling; the node jumps at
-the candidates where its sampled state changes. Every node of every sample is drawn at once
-(`vmap`); a path or node with more jumps than its buffer, or more candidate times, raises
-(`eqx.error_if`) rather than returning a truncated sample.
+**Drawing from $Q_n$ exactly.** The node's state at each step end is drawn forwards from the
+fit's backward vectors $\rho$ (which carry the observations), $P(y\mid x)=e^{A_{n,s}\Delta_s}
+(x,y)\rho(y)/\rho(x)$; then on each step a bridge between the drawn states (uniformisation,
+Hobolth and Stone 2009): with $\Omega\ge\max_x(-A_{n,s}(x,x))$ and $B=I+A_{n,s}/\Omega$, the
+number of candidate times $c$ has probability $e^{-\Omega\Delta}(\Omega\Delta)^c/c!\,B^c(a,b)
+/e^{A_{n,s}\Delta}(a,b)$, the times are uniform on the step, and the states through them a
+chain with weights $B(x,y)B^{c-i}(y,b)$; the node jumps where its state changes. Every node of
+every sample is drawn at once (`vmap`); a path or node with more jumps than its buffer, or a
+bridge with more candidate times than `max_candidates`, raises (`eqx.error_if`) rather than
+returning a truncated sample.
 
 **Diagnostics.** The effective sample size $(\sum_s w_s)^2/\sum_s w_s^2$ of each trajectory
 (it falls as the network's couplings grow: the proposal ignores the dependence between
 nodes), and $\ln\frac1S\sum_s w_s$, an estimate of $\ln p(Y)$ whose expectation lies between
-the mean-field bound and $\ln p(Y)$.
+$\mathsf E_Q[\ln w]$ (the proposal's evidence lower bound) and $\ln p(Y)$.
 """
 
 from __future__ import annotations
