@@ -216,7 +216,7 @@ def _trajectory(
     max_children, processes=False,
 ):  # fmt: skip
     """Mean-field statistics of one trajectory: `(dwell, transitions, marginals, bound,
-    sweeps, impossible)`, and with `processes` (static) the fitted [`NodeProcesses`][]
+    sweeps, impossible)`, and with `processes` (static) the fitted `NodeProcesses`
     last; `initial`: `(dwell, transitions, given)`, the fit to start from where `given`;
     `max_children`: at least the most children a node has."""
     present, safe, digits, valid, off = tables  # (N,q) (N,q) (N,q,C) (N,C) (N,C,K,K)
@@ -513,7 +513,7 @@ def _statistics(
 
 def fitted_product_law(model, observations, approximation, initial, max_children, processes=False):
     """The fit of `_statistics` (not compiled on its own), and with `processes` (static) also
-    every trajectory's fitted [`NodeProcesses`][] (a leading trajectory axis) and the
+    every trajectory's fitted `NodeProcesses` (a leading trajectory axis) and the
     per-trajectory set-up of `per_trajectory_tables`: `(statistics, processes, (tables,
     targets, clamps, observations))`; without, `(statistics, None, None)`."""
     kmax = max(model.cardinalities)
