@@ -139,10 +139,10 @@ class PanelStructureFit(eqx.Module):
       `sampler`: the sampler of the last E-step (its buffers as grown). With importance
       sampling: the effective sample sizes are the weights'
       ([`jaxctbn.panel.WeightedPaths.effective_sample_size`][], the same for every node),
-      `split_r_hat` and
-      `infeasible_updates` are `None`, and `log_likelihood_estimate` is the last E-step's
-      $\sum_r\ln\frac1S\sum_s w_{rs}$, an estimate of $\sum_r\ln p(Y_r\mid m_i)$ (biased
-      low by about half the relative variance of the weights; `None` otherwise).
+      `split_r_hat` and `infeasible_updates` are `None`, and `log_likelihood_estimate` is the
+      last E-step's $\sum_r\ln\frac1S\sum_s w_{rs}$, an estimate of $\sum_r\ln p(Y_r\mid
+      m_i)$ (biased low by about half the relative variance of the weights; `None`
+      otherwise).
     """
 
     posterior: StructurePosterior
