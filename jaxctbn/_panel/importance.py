@@ -44,7 +44,7 @@ import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._model.ctbn import AbstractCTBN
-from .._model.layout import slot_strides
+from .._model.layout import config_index
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import segments
 from .gibbs import _compacted, _Path, _to_trajectories, _whole
@@ -230,7 +230,8 @@ def _node_path(A, uniformised, E, ends, first, log_normaliser, steps, key, max_j
     def forwards(x, inputs):
         E_s, end, v = inputs
         w = E_s[x] * end
-        return _draw(w, v), (_draw(w, v), w.sum() > 0)
+        y = _draw(w, v)
+        return y, (y, w.sum() > 0)
 
     _, (at_ends, possible) = jax.lax.scan(
         forwards, x0, (E, ends, jr.uniform(key_ends, (S,), dtype))
@@ -254,10 +255,10 @@ def _target_log_density(tables, trajectory: Trajectories, moved_nodes, cards) ->
     of each jump slot (`-1` = none)."""
     present, safe, _, _, off = tables
     N = present.shape[0]
-    padded = jnp.where(present, safe, -1)
-    strides = jax.vmap(lambda p: slot_strides(p, cards)[3])(padded)  # (N, q)
     states, dwell, real = segments(trajectory)  # (E + 1, N), (E + 1,), (E,)
-    config = jnp.where(present[None], states[:, safe] * strides[None], 0).sum(-1)  # (E + 1, N)
+    config = jax.vmap(lambda p: config_index(states, p, cards), out_axes=1)(
+        jnp.where(present, safe, -1)
+    )  # (E + 1, N): each node's parent configuration on each segment
     exits = off.sum(-1)  # (N, C, K)
     nodes = jnp.arange(N)
     held = exits[nodes[None], config, states]  # (E + 1, N)
