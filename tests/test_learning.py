@@ -259,6 +259,47 @@ def _brute_force_graph_posterior(post):
     return edges, entropy, tuple(tuple(sorted(b)) for b in best)
 
 
+@pytest.mark.parametrize(
+    "prior",
+    [
+        jc.GammaPrior(jnp.array([0.5, 2.0, 1.5, 3.0]), 1.2),
+        jc.NodelmanPrior(2.0, jnp.arange(1.0, 5.0)),
+    ],
+)
+def test_scores_and_log_prior_grouped_over_nodes_equal_node_by_node(prior, getkey):
+    """The posterior's scores and structure log prior are computed per group of nodes with
+    equal shapes (their sets concatenated, the node index traced): against each node's own
+    definition, node by node with a static index, per-node prior parameters, mixed
+    cardinalities (nodes 0 and 2 share a group, their set counts differ) and an edge prior."""
+    cards = (2, 3, 2, 2)
+    model = random_model(getkey(), cards, ((3,), (0,), (1, 0), ()))
+    traj = sample(model, [0, 0, 1, 1], 2.0, key=getkey(), num_trajectories=30)
+    pi = np.asarray(jax.random.uniform(getkey(), (4, 4), minval=0.05, maxval=0.95))
+    post = jc.learn_structure(
+        traj,
+        model.names,
+        cards,
+        max_parents=2,
+        prior=prior,
+        edge_prior=pi,
+        forbidden_edges=[(1, 0), (3, 0)],  # node 0: fewer sets than node 2
+    )
+    stats = post.statistics
+    assert len(post.parent_sets[0]) < len(post.parent_sets[2])
+    for n in range(4):
+        for i, parents in enumerate(np.asarray(stats.parent_sets[n])):
+            held = tuple(int(p) for p in parents if p >= 0)
+            U = int(np.prod([cards[p] for p in held]))
+            score = prior.log_marginal_likelihood(
+                n, stats.transitions[n][i], stats.dwell_times[n][i], U
+            )
+            np.testing.assert_allclose(post.log_marginal_likelihoods[n][i], score, rtol=1e-13)
+            log_prior = sum(
+                np.log(pi[m, n]) if m in held else np.log1p(-pi[m, n]) for m in range(4) if m != n
+            )
+            np.testing.assert_allclose(post.log_prior[n][i], log_prior, rtol=1e-13)
+
+
 @pytest.mark.parametrize("prior", [jc.GammaPrior(2.0, 1.0), jc.NodelmanPrior(2.0, 1.0)])
 def test_factorised_posterior_matches_graph_enumeration(prior, getkey):
     cards = CARDS3

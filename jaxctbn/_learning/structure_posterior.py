@@ -36,7 +36,12 @@ from .independence import CTPC, ctpc_pools
 from .memory import _memory_budget, _plan_family_statistics
 from .posterior import AbstractPosterior
 from .priors import AbstractPrior, GammaPrior, check_prior
-from .scores import _check_statistics, _scores, candidate_sets_within_budget
+from .scores import (
+    _check_statistics,
+    _scores,
+    candidate_sets_within_budget,
+    over_candidate_sets,
+)
 from .search import (
     AbstractStructureSearch,
     Exhaustive,
@@ -398,12 +403,14 @@ def structure_log_prior(parent_sets, edge_prior=None) -> tuple[Array, ...]:
         ~jnp.all((pi[off] > 0) & (pi[off] < 1)),
         "edge_prior: off-diagonal edge probabilities must be in (0, 1).",
     )
-    out = []
-    for n, sets in enumerate(parent_sets):
-        member = (sets[:, :, None] == jnp.arange(N)).any(1)  # (sets, N)
+
+    def log_prior(n, parents):
+        member = (parents[:, None] == jnp.arange(N)).any(0)  # (N,)
         logp = jnp.where(member, jnp.log(pi[:, n]), jnp.log1p(-pi[:, n]))
-        out.append(jnp.where(jnp.arange(N) == n, 0.0, logp).sum(-1))
-    return tuple(out)
+        return jnp.where(jnp.arange(N) == n, 0.0, logp).sum()
+
+    # per set, so grouped over nodes: one small program for hundreds of nodes
+    return over_candidate_sets(log_prior, (1,) * N, parent_sets)
 
 
 def learn_structure(
