@@ -25,6 +25,12 @@ tree. The exact commands used (2 cores: -j1 and nice; ~6 minutes in all)::
     cp /work/shared/peers/ctbnrle/build.sh . && nice -n 10 bash ./build.sh
     # -> $B/drivers/ctbnrle_driver  (set CTBNRLE_DRIVER to use another path)
     # peak RSS is read from GNU time: apt-get install time  (provides /usr/bin/time)
+    # 4. the `greedy` mode (GraphEditSearch): our patch to the driver, then the same build
+    #    (the copy from step 3 is read-only; the binary keeps its other modes)
+    REPO=/work/main   # this repository's checkout
+    cd $B && chmod u+w drivers/ctbnrle_driver.cc
+    patch drivers/ctbnrle_driver.cc < $REPO/benchmarks/ctbnrle_greedy.diff
+    nice -n 10 bash ./build.sh
 
 Driver mode used here: ``ctbnrle_driver learn DATA.csv ALPHA TAU MAXPAR [NODE]``, i.e.
 `BruteStructureSearch` (exhaustive, in-degree <= MAXPAR, single-threaded) with
@@ -36,6 +42,19 @@ structure prior the learned graph is `learn_structure(..., prior=NodelmanPrior(A
 events of the node and its candidate parents (single-threaded; ~30-50 ms of CPU per score with
 300 paths of length 100 of binary random networks: 189 s of CPU at N = 20 and 3,263 s at N = 50
 for in-degree 2, peak RSS 62 MiB and 144 MiB; N = 100 would take ~7 h).
+
+Driver mode ``ctbnrle_driver greedy DATA.csv ALPHA TAU MAXPAR [NODE]`` (step 4; `learn(...,
+search="greedy")`, `bench_graph_search.py`'s peer `ctbnrle-greedy`): CTBN-RLE's
+`GraphEditSearch(context, &famscore, false)` on the same `CTBNFamScore(ALPHA, TAU)`, the same
+CSV and the same report. From the empty graph it scores every single-edge move (add a parent,
+remove one, or reverse an edge: remove `j` from `i`'s parents and add `i` to `j`'s) as the
+change of the family scores involved, keeps them in a priority queue, applies the best while
+its gain is positive, and rescores only the changed nodes' moves; cycles are allowed (the
+`false`). The library has no in-degree bound for it; the driver imposes MAXPAR (>= 0) with a
+family score that gives families of more than MAXPAR parents -1e300 (never scored, so never
+chosen); MAXPAR < 0 runs the library's search unbounded. The report's first line also carries
+`search=greedy maxpar=.. family_scores=.. total_score=..` (families scored during the search;
+the learned graph's summed family score, computed after the timing).
 
 Driver modes used for sampling (`bench_sampling.py`): ``ctbnrle_driver samplebench SPEC NTRAJ
 TEND SEED`` (`Markov::Sample` of NTRAJ paths over [0, TEND], initial states uniform per node,
@@ -90,12 +109,16 @@ def write_long_csv(trajectories, path, model=None) -> None:
     if t.targets.any():
         raise ValueError("write_long_csv: the CTBN-RLE driver does not support interventions.")
     N = t.initial_states.shape[-1]
+    # padding slots past num_events hold the last state, so a plain max is exact
+    seen = np.maximum(t.initial_states.reshape(-1, N).max(0), t.states.reshape(-1, N).max(0))
     if model is None:
-        # the writer only reads `.names` from the model
-        model = types.SimpleNamespace(names=tuple(f"X{n}" for n in range(N)))
+        # the writer reads `.names` and `.cardinalities` (for its state codes) from the model:
+        # the cardinalities the driver will infer
+        model = types.SimpleNamespace(
+            names=tuple(f"X{n}" for n in range(N)),
+            cardinalities=tuple(int(k) + 1 for k in seen),
+        )
     else:
-        # padding slots past num_events hold the last state, so a plain max is exact
-        seen = np.maximum(t.initial_states.reshape(-1, N).max(0), t.states.reshape(-1, N).max(0))
         short = [
             f"{model.names[n]} (max state {int(seen[n])}, k={k})"
             for n, k in enumerate(model.cardinalities)
@@ -127,8 +150,12 @@ def learn(
     node: int | None = None,
     *,
     timeout: float | None = None,
+    search: str = "exhaustive",
 ) -> dict:
-    """Run ``driver learn csv_path alpha tau max_parents [node]`` and parse its report.
+    """Run ``driver learn csv_path alpha tau max_parents [node]`` and parse its report; with
+    `search="greedy"`, ``driver greedy ...`` (GraphEditSearch; `max_parents` < 0: no in-degree
+    bound), whose result also has `family_scores` (the families scored) and `total_score` (the
+    learned graph's summed family score).
 
     Returns a dict with
     - `parents`: tuple over nodes of the learned parent tuple (sorted);
@@ -146,9 +173,11 @@ def learn(
     - `command`, `stdout`.
     Raises `subprocess.CalledProcessError` if the driver fails, `subprocess.TimeoutExpired`
     after `timeout` seconds (the driver is killed)."""
+    if search not in ("exhaustive", "greedy"):
+        raise ValueError(f"search must be 'exhaustive' or 'greedy', not {search!r}")
     cmd = [
         str(driver),
-        "learn",
+        "learn" if search == "exhaustive" else "greedy",
         str(csv_path),
         repr(float(alpha)),
         repr(float(tau)),
@@ -174,6 +203,9 @@ def learn(
         "command": cmd,
         "stdout": stdout,
     }
+    if search == "greedy":
+        result["family_scores"] = int(fields["family_scores"])
+        result["total_score"] = float(fields["total_score"])
     if node is not None:
         result["scores"] = {_ints(m.group(2)): float(m.group(3)) for m in _SCORE.finditer(stdout)}
     return result
