@@ -14,7 +14,10 @@ Run: `python benchmarks/bench_graph_search.py [--sizes 20,50,100,200] [--quick] 
 [--peers-python PY]`; writes `results/graph_search.{json,md}`. With `--peers-python` (an
 environment made by `python3 -m venv peers && peers/bin/pip install causal-hub pyagrum
 "pandas<3"`), causal-hub's CTHC and CTPC and pyAgrum's CTPC run on the same data, side by side
-(`_graph_search_peers.py`).
+(`_graph_search_peers.py`). `--peers ctbnrle-greedy` (no `--peers-python` needed) adds
+CTBN-RLE's greedy `GraphEditSearch` (C++, its driver's `greedy` mode built as in `_ctbnrle.py`)
+on the same data written as its CSV, with `CTBNFamScore(1, 1)` and in-degree <= 3 imposed by the
+driver, under the same `--peer-timeout`.
 
 `--memory` (with `--sizes`, `--methods`, `--name`): per N, the floor (a process holding JAX,
 jaxctbn and the data alone) and each method's peak RSS under pi = 1/N in a cold process (every
@@ -185,7 +188,8 @@ def worker(N: int, search: str, K: int, path: str, edge_prior: float | None) -> 
 
 
 def peer(name: str, python: str, N: int, K: int, data: str, timeout: float) -> dict:
-    """One peer on the same data, in its own environment and process (`_graph_search_peers`)."""
+    """One peer on the same data, in its own environment and process (`_graph_search_peers`);
+    `ctbnrle-greedy` is CTBN-RLE's C++ driver instead (`_ctbnrle.py`, no `python` needed)."""
     import subprocess
 
     import numpy as np
@@ -193,6 +197,52 @@ def peer(name: str, python: str, N: int, K: int, data: str, timeout: float) -> d
 
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_graph_search_peers.py")
     record = {"nodes": N, "method": name, "max_parents": K}
+    if name == "ctbnrle-greedy":
+        # GraphEditSearch on CTBNFamScore(alpha, tau) with bench_structure_large's ALPHA =
+        # TAU_PRIOR = 1; the library has no in-degree bound: the driver imposes K
+        import types
+
+        import _ctbnrle
+
+        import jaxctbn as jc
+
+        alpha, tau = 1.0, 1.0
+        record["note"] = (
+            f"CTBN-RLE GraphEditSearch, CTBNFamScore({alpha:g}, {tau:g}), in-degree <= {K} "
+            "imposed by the driver"
+        )
+        driver = _ctbnrle.find_driver()
+        if driver is None:
+            return {**record, "error": [_ctbnrle.SKIP_MESSAGE]}
+        csv = os.path.splitext(data)[0] + ".csv"
+        model = types.SimpleNamespace(names=[f"X{n}" for n in range(N)], cardinalities=(2,) * N)
+        try:
+            with np.load(data) as f:
+                _ctbnrle.write_long_csv(jc.Trajectories(**{k: f[k] for k in f.files}), csv, model)
+            rec = _ctbnrle.learn(driver, csv, alpha, tau, K, timeout=timeout, search="greedy")
+        except subprocess.TimeoutExpired:
+            return {**record, "timeout_s": timeout}
+        except (subprocess.CalledProcessError, RuntimeError, ValueError) as err:
+            lines = (getattr(err, "stderr", None) or str(err)).strip().splitlines()
+            return {**record, "error": lines[-1:]}
+        learned = np.zeros((N, N), bool)
+        for n, ps in enumerate(rec["parents"]):
+            learned[list(ps), n] = True
+        keys = ("read_s", "family_scores", "total_score", "user_s", "sys_s", "rss_source")
+        return {
+            **record,
+            "first_s": rec["learn_s"],
+            "process_s": rec["wall_s"],
+            "peak_rss_bytes": rec["peak_rss_bytes"],
+            "peer_output": {
+                "alpha": alpha,
+                "tau": tau,
+                "max_in_degree": int(learned.sum(0).max()),
+                **{k: rec[k] for k in keys if k in rec},
+                "command": rec["command"],
+            },
+            **accuracy(_truth(N), learned, learned.astype(float)),
+        }
     try:
         rec = measure_process([python, script, name, data, str(K)], timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -419,9 +469,11 @@ def main():
             out["process_s"] = rec["wall_s"]
             records.append(out)
             print(json.dumps(out), flush=True)
-        if args.peers_python:
+        # the Python peers run with --peers-python only; CTBN-RLE's driver needs none
+        names = [p for p in args.peers.split(",") if args.peers_python or p == "ctbnrle-greedy"]
+        if names:
             limits = dict(item.split("=") for item in args.peer_max_nodes.split(",") if item)
-            for name in args.peers.split(","):
+            for name in names:
                 if N > int(limits.get(name, N)):
                     out = {"nodes": N, "method": name, "max_parents": 3, "skipped": True}
                     records.append(out)
