@@ -338,6 +338,27 @@ def test_hill_climbing_arguments_and_jit(ten_nodes):
         )(traj)
     with pytest.raises(ValueError, match="search: expected Exhaustive"):
         jc.learn_structure(traj, names, (2,) * 10, max_parents=2, search="hill")  # type: ignore
+    # the searches read the data on the host: bad paths are one-line ValueErrors, before any
+    # statistic (a state out of range names the node; a cut path; jump times out of order)
+    jumps = np.asarray(traj.jump_times).copy()
+    jumps[3, :2] = jumps[3, 1::-1]
+    states = np.asarray(traj.states).copy()
+    states[0, 0, 4] = 2
+    bad = {
+        "states of node 'X4' must be in 0..1|X4' has states 0..2": eqx.tree_at(
+            lambda t: t.states, traj, jnp.asarray(states)
+        ),
+        "a path was truncated": eqx.tree_at(
+            lambda t: t.truncated, traj, traj.truncated.at[1].set(True)
+        ),
+        "jump times of real events must be finite, non-decreasing": eqx.tree_at(
+            lambda t: t.jump_times, traj, jnp.asarray(jumps)
+        ),
+    }
+    for search in (jc.HillClimbing(), jc.CTPC()):
+        for message, paths in bad.items():
+            with pytest.raises(ValueError, match=message):
+                jc.learn_structure(paths, names, (2,) * 10, max_parents=2, search=search)
 
 
 def test_candidate_sets_from_pools_are_every_subset(ten_nodes):

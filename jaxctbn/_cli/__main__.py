@@ -1,7 +1,5 @@
 """`python -m jaxctbn._cli`."""
 
-import sys
+from . import console
 
-from .main import main
-
-sys.exit(main())
+console()

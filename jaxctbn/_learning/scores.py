@@ -63,23 +63,31 @@ def over_candidate_sets(fn, cardinalities: Sequence[int], *per_node) -> tuple:
     node's candidate sets (their numbers may differ). The same numbers as node by node; a
     program's size no longer grows with the number of nodes (a 100-node posterior was one
     100 MiB program)."""
-    groups: dict[tuple, list[int]] = {}
-    for n, k in enumerate(cardinalities):
-        shape = (int(k), *(tuple(np.shape(a[n])[1:]) for a in per_node))
-        groups.setdefault(shape, []).append(n)
     out: list = [None] * len(cardinalities)
-    for group in groups.values():
-        sizes = [int(np.shape(per_node[0][n])[0]) for n in group]
-        rows = [jnp.concatenate([jnp.asarray(a[n]) for n in group]) for a in per_node]
-        # the node of each row, from the group's few offsets (not a constant of every row)
-        ends = jnp.asarray(np.cumsum(sizes))
-        owner = jnp.searchsorted(ends, jnp.arange(sum(sizes)), side="right")
-        values = jax.vmap(fn)(jnp.asarray(group, jnp.int32)[owner], *rows)
+    for group, sizes, values in _grouped_rows(fn, cardinalities, *per_node):
         start = 0
         for n, size in zip(group, sizes):
             out[n] = jax.tree_util.tree_map(lambda v, a=start, b=start + size: v[a:b], values)
             start += size
     return tuple(out)
+
+
+def _grouped_rows(fn, cardinalities: Sequence[int], *per_node) -> list:
+    """`(group, sizes, values)` per group of nodes of `over_candidate_sets`: the group's nodes,
+    their numbers of sets and `fn`'s values over the group's concatenated sets (not split)."""
+    groups: dict[tuple, list[int]] = {}
+    for n, k in enumerate(cardinalities):
+        shape = (int(k), *(tuple(np.shape(a[n])[1:]) for a in per_node))
+        groups.setdefault(shape, []).append(n)
+    out = []
+    for group in groups.values():
+        sizes = [int(np.shape(per_node[0][n])[0]) for n in group]
+        rows = [jnp.concatenate([jnp.asarray(a[n]) for n in group]) for a in per_node]
+        # the node of each row, from the group's few offsets (not a constant of every row)
+        ends = jnp.asarray(np.cumsum(sizes))
+        owner = jnp.searchsorted(ends, jax.lax.iota(jnp.int32, sum(sizes)), side="right")
+        out.append((group, sizes, jax.vmap(fn)(jnp.asarray(group, jnp.int32)[owner], *rows)))
+    return out
 
 
 def _check_statistics(statistics: FamilyStatistics) -> FamilyStatistics:
@@ -89,13 +97,13 @@ def _check_statistics(statistics: FamilyStatistics) -> FamilyStatistics:
     def bad(array):
         return jnp.any(~(array >= 0) | ~jnp.isfinite(array))
 
-    flags = over_candidate_sets(
+    groups = _grouped_rows(
         lambda n, T, M: jnp.stack([bad(T), bad(M)]),
         statistics.cardinalities,
         statistics.dwell_times,
         statistics.transitions,
     )
-    preds = jnp.concatenate(flags).any(0)
+    preds = jnp.concatenate([flags for _, _, flags in groups]).any(0)
     return eqx.branched_error_if(
         statistics,
         preds.any(),

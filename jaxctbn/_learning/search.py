@@ -40,7 +40,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._model.layout import config_index, num_configurations, slot_strides
 from .._paths.sampling import Trajectories
-from .._paths.sufficient_statistics import check_trajectories
+from .._paths.sufficient_statistics import check_trajectories_now
 from .candidates import candidate_parent_sets, knowledge_arrays
 from .family_statistics import FamilyStatistics, _scatter_statistics, grouped_family_statistics
 from .priors import AbstractPrior
@@ -171,9 +171,12 @@ def _one_hot_columns(states: Array, columns: Array, cards: tuple[int, ...], dtyp
     return hot.reshape(states.shape[0], -1)
 
 
-#: the most floats of one chunk's one-hot operands in the move statistics (256 MiB in float64):
-#: CTPC's tests of conditioning sets of size 2 hold N x 64 sets x 8 entries per segment
-_CHUNK_FLOATS = 1 << 25
+#: the most floats of one chunk's one-hot operands in the move statistics (8 MiB in float64;
+#: CTPC's tests of conditioning sets of size 2 hold N x 64 sets x 8 entries per segment). The
+#: products stay large enough to run at full speed (hill climbing at N = 100-200 and CTPC at
+#: N = 50-100 took the same time at 2^25), and a step's temporary memory stays near the data's
+#: (hill climbing at N = 100: 92 MiB -> 28 MiB)
+_CHUNK_FLOATS = 1 << 20
 
 
 def _move_statistics(data, bases, cards, C: int, chunk: int, swaps: bool, columns=None):
@@ -211,12 +214,14 @@ def _move_statistics(data, bases, cards, C: int, chunk: int, swaps: bool, column
     rows = seg.shape[0]
     per_row = N * (B * kmax * C + (0 if columns is None else int(columns.shape[1]) * kmax))
     size = max(1, min(chunk, rows, _CHUNK_FLOATS // per_row))
-    pad = (-rows) % size
-    seg_p = jnp.concatenate([seg, jnp.zeros((pad, N), seg.dtype)]).reshape(-1, size, N)
-    w_p = jnp.concatenate([w_dwell, jnp.zeros((pad, N), dtype)]).reshape(-1, size, N)
 
-    def dwell_step(acc, xs):
-        st, w = xs
+    def dwell_step(acc, i):
+        # chunk i: rows [i size, (i + 1) size), the last one shifted back to end at the last
+        # row with the rows of the chunk before it weighted 0 (no padded copy of the data)
+        start = jnp.minimum(i * size, rows - size)
+        st = jax.lax.dynamic_slice_in_dim(seg, start, size)
+        fresh = start + jnp.arange(size) >= i * size
+        w = jax.lax.dynamic_slice_in_dim(w_dwell, start, size) * fresh[:, None]
         u = jax.vmap(configs, in_axes=(0, None))(bases, st)  # (N, B, r)
         index = st.T[:, None, :] * C + u
         W = jax.nn.one_hot(index, kmax * C, dtype=dtype) * w.T[:, None, :, None]
@@ -232,7 +237,7 @@ def _move_statistics(data, bases, cards, C: int, chunk: int, swaps: bool, column
         jnp.zeros((N, B_add, kmax * C, width), dtype),
         jnp.zeros((N, B, kmax * C), dtype),
     )
-    (D, D_own), _ = jax.lax.scan(dwell_step, init, (seg_p, w_p))
+    (D, D_own), _ = jax.lax.scan(dwell_step, init, jnp.arange(-(-rows // size)))
 
     # transitions: node by node, over its own jumps
     def node_jumps(args):
@@ -532,9 +537,10 @@ def search_data(trajectories: Trajectories, cards: tuple[int, ...]):
     trajectories that hold it), the jumps' pre- and post-states `(jumps, N)`, for every node the
     rows of its own pooled jumps `(N, J)` with their weights (1; 0 past the node's count), and
     which nodes each jump moved `(jumps, N)` (boolean: an eighth of float64's memory)."""
-    trajectories = check_trajectories(trajectories, cards)
-    initial, times, states, counts, durations, targets = jax.device_get(
-        (
+    check_trajectories_now(trajectories, cards)  # no guarded copy of the data
+    initial, times, states, counts, durations, targets = (
+        np.asarray(x)
+        for x in (
             trajectories.initial_states,
             trajectories.jump_times,
             trajectories.states,
@@ -545,34 +551,48 @@ def search_data(trajectories: Trajectories, cards: tuple[int, ...]):
     )
     N = len(cards)
     dtype = times.dtype
-    segs, weights, pres, posts, moves = [], [], [], [], []
-    for r in range(initial.shape[0]):
+
+    def path_of(r):  # trajectory r: its states, dwell times, lasting segments, real jumps
         J = int(counts[r])
         path = np.concatenate([initial[r][None], states[r, :J]])  # (J + 1, N)
         edges = np.concatenate([[0.0], times[r, :J], [durations[r]]]).astype(dtype)
         dwell = np.diff(edges)
-        lasting = dwell > 0
-        segs.append(path[lasting])
-        weights.append(dwell[lasting, None] * ~targets[r][None, :])
         moved = (path[:-1] != path[1:]) & ~targets[r][None, :]
-        real = moved.any(1)
-        pres.append(path[:-1][real])
-        posts.append(path[1:][real])
-        moves.append(moved[real])
-    seg, w_dwell = np.concatenate(segs), np.concatenate(weights)
-    pre, post, moved = np.concatenate(pres), np.concatenate(posts), np.concatenate(moves)
-    if pre.shape[0] == 0:  # no jump at all: one dummy row (weight 0)
+        return path, dwell, dwell > 0, moved, moved.any(1)
+
+    # two passes over the trajectories: the numbers of rows, then the rows written in place
+    # (no per-trajectory lists concatenated: the host holds the rows once)
+    sizes = np.array([[p[2].sum(), p[4].sum()] for p in map(path_of, range(len(counts)))])
+    rows, jumps = (int(x) for x in sizes.sum(0)) if len(sizes) else (0, 0)
+    seg = np.zeros((rows, N), states.dtype)
+    w_dwell = np.zeros((rows, N), dtype)
+    pre, post = np.zeros((jumps, N), states.dtype), np.zeros((jumps, N), states.dtype)
+    moved = np.zeros((jumps, N), bool)
+    at_row = at_jump = 0
+    for r in range(len(counts)):
+        path, dwell, lasting, moved_r, real = path_of(r)
+        a, b = at_row, at_row + int(lasting.sum())
+        seg[a:b] = path[lasting]
+        w_dwell[a:b] = dwell[lasting, None] * ~targets[r][None, :]
+        c, d = at_jump, at_jump + int(real.sum())
+        pre[c:d], post[c:d], moved[c:d] = path[:-1][real], path[1:][real], moved_r[real]
+        at_row, at_jump = b, d
+    if jumps == 0:  # no jump at all: one dummy row (weight 0)
         pre, post, moved = seg[:1], seg[:1], np.zeros((1, N), bool)
     counts_per_node = moved.sum(0)
     J = max(int(counts_per_node.max(initial=0)), 1)
     jump_rows = np.zeros((N, J), np.int32)
     jump_weights = np.zeros((N, J), dtype)
     for n in range(N):
-        rows = np.nonzero(moved[:, n])[0]
-        jump_rows[n, : len(rows)] = rows
-        jump_weights[n, : len(rows)] = 1.0
-    arrays = (seg, w_dwell, pre, post, jump_rows, jump_weights, moved)
-    return tuple(jnp.asarray(x) for x in arrays)
+        rows_n = np.nonzero(moved[:, n])[0]
+        jump_rows[n, : len(rows_n)] = rows_n
+        jump_weights[n, : len(rows_n)] = 1.0
+    arrays = [seg, w_dwell, pre, post, jump_rows, jump_weights, moved]
+    del seg, w_dwell, pre, post, jump_rows, jump_weights, moved
+    out = []
+    while arrays:  # each host array released once it is on the device
+        out.append(jnp.asarray(arrays.pop(0)))
+    return tuple(out)
 
 
 def hill_climb(

@@ -400,7 +400,7 @@ def structure_log_prior(parent_sets, edge_prior=None) -> tuple[Array, ...]:
     off = ~np.eye(N, dtype=bool)
     pi = eqx.error_if(
         pi,
-        ~jnp.all((pi[off] > 0) & (pi[off] < 1)),
+        ~jnp.all(jnp.where(off, (pi > 0) & (pi < 1), True)),
         "edge_prior: off-diagonal edge probabilities must be in (0, 1).",
     )
 

@@ -72,9 +72,36 @@ def _guard_trajectories(
     t: Trajectories, cards: tuple[int, ...], names: tuple[str, ...] | None
 ) -> Trajectories:
     """The value checks of `check_trajectories`, attached to every field of `t`."""
+    preds = _problems(t, cards)
+    msgs = _problem_messages(cards, names, _check_shapes(t, cards)[1])
+    return eqx.branched_error_if(t, jnp.any(preds), jnp.argmax(preds), msgs)
+
+
+def check_trajectories_now(
+    trajectories: Trajectories,
+    cardinalities: Sequence[int],
+    names: Sequence[str] | None = None,
+) -> None:
+    """The checks of `check_trajectories` on concrete trajectories, as a one-line `ValueError`
+    now, with no guarded copy of the data (for code that reads the arrays on the host)."""
+    cards = tuple(int(k) for k in cardinalities)
+    check_states_now(trajectories, cards, names)  # also checks the shapes
+    preds = np.asarray(_problem_flags(trajectories, cards))
+    if preds.any():
+        E = _check_shapes(trajectories, cards)[1]
+        names = None if names is None else tuple(names)
+        raise ValueError(_problem_messages(cards, names, E)[int(np.argmax(preds))])
+
+
+@eqx.filter_jit
+def _problem_flags(t: Trajectories, cards: tuple[int, ...]) -> Array:
+    return _problems(t, cards)
+
+
+def _problems(t: Trajectories, cards: tuple[int, ...]) -> Array:
+    """Which of `_problem_messages` hold (a boolean per message)."""
     N = len(cards)
-    batch, E = _check_shapes(t, cards)
-    labels = [_node_label(n, names) for n in range(N)]
+    _, E = _check_shapes(t, cards)
     valid = jnp.arange(E) < jnp.asarray(t.num_events)[..., None]  # (..., E): real jumps
     card_arr = jnp.asarray(cards)
 
@@ -88,7 +115,7 @@ def _guard_trajectories(
     previous = jnp.concatenate([jnp.zeros_like(jt[..., :1]), jt[..., :-1]], axis=-1)
     durations = jnp.asarray(t.durations)
     bad_time = valid & (~jnp.isfinite(jt) | (jt < previous) | (jt > durations[..., None]))
-    preds = jnp.concatenate(
+    return jnp.concatenate(
         [
             bad_state,
             jnp.stack(
@@ -101,7 +128,12 @@ def _guard_trajectories(
             ),
         ]
     )
-    msgs = [
+
+
+def _problem_messages(cards: tuple[int, ...], names: tuple[str, ...] | None, E: int) -> list[str]:
+    """The messages of the trajectory checks: one per node (its states), then the paths'."""
+    labels = [_node_label(n, names) for n in range(len(cards))]
+    return [
         f"trajectories: states of {label} must be in 0..{k - 1} (cardinality {k}); a larger "
         "state means a wrong cardinality or a mistyped state."
         for label, k in zip(labels, cards)
@@ -113,7 +145,6 @@ def _guard_trajectories(
         "trajectories: the jump times of real events must be finite, non-decreasing and in "
         "[0, duration].",
     ]
-    return eqx.branched_error_if(t, jnp.any(preds), jnp.argmax(preds), msgs)
 
 
 def _check_shapes(t: Trajectories, cards: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
@@ -149,12 +180,18 @@ def check_states_now(
         return
     N = len(cards)
     labels = [_node_label(n, names) for n in range(N)]
-    states = np.asarray(t.states)
-    valid = np.arange(states.shape[-2]) < np.asarray(t.num_events)[..., None]
-    seen = np.concatenate([np.asarray(t.initial_states).reshape(-1, N), states[valid]])
-    if seen.size == 0:
+    states = np.asarray(t.states).reshape(-1, *np.shape(t.states)[-2:])  # (paths, E, N)
+    counts = np.asarray(t.num_events).reshape(-1)
+    initial = np.asarray(t.initial_states).reshape(-1, N)
+    if initial.shape[0] == 0:
         return
-    lo, hi = seen.min(0), seen.max(0)
+    lo, hi = initial.min(0), initial.max(0)
+    for r in range(0, states.shape[0], 64):  # blocks of paths: no copy of the whole data
+        block = states[r : r + 64]
+        valid = (np.arange(block.shape[1]) < counts[r : r + 64, None])[..., None]
+        if valid.any():
+            lo = np.minimum(lo, np.where(valid, block, lo).min((0, 1)))
+            hi = np.maximum(hi, np.where(valid, block, hi).max((0, 1)))
     for n, k in enumerate(cards):
         if lo[n] < 0 or hi[n] >= k:
             raise ValueError(
