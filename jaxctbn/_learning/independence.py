@@ -78,7 +78,7 @@ class CTPC(AbstractStructureSearch):
     - `pool_size`: survivors kept per node for the exact posterior (default 8; the most
       dependent first).
     - `chunk`: path segments per matrix product (default 2048; fewer when the product's
-      operands, N x conditioning sets x configurations per segment, would pass $2^{25}$
+      operands, N x conditioning sets x configurations per segment, would pass $2^{20}$
       floats).
     """
 

@@ -73,7 +73,7 @@ class HillClimbing(AbstractStructureSearch):
     - `max_steps`: the most moves per climb (default 100).
     - `chunk`: path segments per matrix product (default 2048; memory
       $\approx N(K+1)\,k\,k_{\max}^{K-1}\times$ `chunk` floats; fewer segments when that
-      would pass $2^{25}$ floats).
+      would pass $2^{20}$ floats).
     - `candidates`: screen each node's candidate parents first (the *sparse candidate*
       restriction, for hundreds of nodes): every allowed parent is scored once as the single
       addition to the node's required parents, and the climbs, restarts and pool then use only

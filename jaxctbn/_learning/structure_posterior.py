@@ -403,13 +403,15 @@ def structure_log_prior(parent_sets, edge_prior=None) -> tuple[Array, ...]:
         ~jnp.all(jnp.where(off, (pi > 0) & (pi < 1), True)),
         "edge_prior: off-diagonal edge probabilities must be in (0, 1).",
     )
+    # ln p(P) = sum_{m != n} ln(1 - pi_mn) + sum_{m in P} logit(pi_mn): O(|P|) per set (not
+    # O(N): 495,000 sets x 100 nodes was a 400 MB temporary), grouped over nodes
+    absent = jnp.where(jnp.eye(N, dtype=bool), 0.0, jnp.log1p(-pi)).sum(0)  # (N,) per child
+    odds = jnp.log(pi) - jnp.log1p(-pi)
 
     def log_prior(n, parents):
-        member = (parents[:, None] == jnp.arange(N)).any(0)  # (N,)
-        logp = jnp.where(member, jnp.log(pi[:, n]), jnp.log1p(-pi[:, n]))
-        return jnp.where(jnp.arange(N) == n, 0.0, logp).sum()
+        held = parents >= 0
+        return absent[n] + jnp.where(held, odds[jnp.maximum(parents, 0), n], 0.0).sum()
 
-    # per set, so grouped over nodes: one small program for hundreds of nodes
     return over_candidate_sets(log_prior, (1,) * N, parent_sets)
 
 
