@@ -382,7 +382,7 @@ def test_structural_em_with_sampled_paths_and_mean_field_reaches_the_exact_route
     # estimate between the bound and (up to Monte Carlo error) the exact optimum
     weighted = jc.panel.learn_structure_from_panels(
         observations, truth.names, (2, 2, 2), **common, key=jr.key(4),
-        sampler=jc.panel.PanelImportanceSampler(num_samples=32),
+        sampler=jc.panel.PanelImportanceSampler(num_samples=32, max_candidates=8),
     )  # fmt: skip
     assert weighted.posterior.map_graph() == truth.parents
     edges_weighted = np.asarray(weighted.posterior.edge_marginals())
