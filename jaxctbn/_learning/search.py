@@ -577,6 +577,8 @@ def search_data(trajectories: Trajectories, cards: tuple[int, ...]):
         c, d = at_jump, at_jump + int(real.sum())
         pre[c:d], post[c:d], moved[c:d] = path[:-1][real], path[1:][real], moved_r[real]
         at_row, at_jump = b, d
+    if rows == 0:  # no time at all: one dummy segment (weight 0)
+        seg, w_dwell = np.zeros((1, N), states.dtype), np.zeros((1, N), dtype)
     if jumps == 0:  # no jump at all: one dummy row (weight 0)
         pre, post, moved = seg[:1], seg[:1], np.zeros((1, N), bool)
     counts_per_node = moved.sum(0)
