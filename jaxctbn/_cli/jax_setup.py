@@ -32,8 +32,9 @@ def fix_malloc_mmap_threshold(threshold: int = 128 * 1024) -> bool:
     a freed block of at least that size then goes back to the system at once. Left alone, glibc
     raises the threshold to the size of each large block freed (up to 32 MiB), after which
     such blocks come from heaps it seldom returns; a structure search over a hundred nodes then
-    holds ~150 MiB of freed memory more after each call (peak 595 MiB instead of 502 MiB at
-    N = 100, `benchmarks/bench_graph_search.py --memory`) at no measurable speed difference.
+    holds freed memory from call to call (peak 545 MiB instead of 468 MiB at N = 100, against
+    a floor of 249 MiB: `benchmarks/results/graph_search_memory.md`) at no measurable speed
+    difference (docs/formats.md, "The allocator setting").
     Only the `jaxctbn` command does this (for its own process; a user's
     `MALLOC_MMAP_THRESHOLD_` is kept); importing the library changes no allocator setting.
     Returns whether it was set (False off glibc)."""
