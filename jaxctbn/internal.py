@@ -20,6 +20,11 @@ from ._paths.csv import trajectories_from_dataframe as trajectories_from_datafra
 from ._paths.csv import trajectories_to_dataframe as trajectories_to_dataframe
 from ._paths.csv import infer_cardinalities as infer_cardinalities
 from ._learning.family_statistics import FamilyStatistics as FamilyStatistics
+from ._learning.gamma_mixture import ChainDiagnostics as ChainDiagnostics
+from ._learning.chain_diagnostics import split_r_hat as split_r_hat
+from ._learning.chain_diagnostics import effective_sample_size as effective_sample_size
+from ._panel.bridges import bridge as bridge
+from ._panel.path_statistics import sample_path_statistics as sample_path_statistics
 from ._learning.candidates import candidate_parent_sets as candidate_parent_sets
 from ._learning.search import AbstractStructureSearch as AbstractStructureSearch
 from ._learning.candidates import enumerate_parent_sets as enumerate_parent_sets

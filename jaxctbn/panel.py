@@ -40,6 +40,9 @@ from ._panel.outcome_law import sample_panel_outcome as sample_panel_outcome
 from ._panel.outcome_law import panel_outcome_log_likelihood as panel_outcome_log_likelihood
 from ._panel.observations import observe_paths as observe_paths
 from ._panel.rate_posterior import panel_rate_posterior as panel_rate_posterior
+from ._panel.rate_posterior import AbstractPanelRateFamily as AbstractPanelRateFamily
+from ._panel.rate_posterior import SampledGammaMixture as SampledGammaMixture
+from ._panel.rate_posterior import MomentMatchedGamma as MomentMatchedGamma
 from ._panel.strength import StrengthProfile as StrengthProfile
 from ._panel.strength import learn_strength_from_panels as learn_strength_from_panels
 from ._panel.gibbs import GibbsSampler as GibbsSampler

@@ -462,8 +462,8 @@ def test_design_from_a_panel_history(files, tmp_path, capsys):
     out = tmp_path / "p.json"
     assert main([*base, "--target", "parameters", "--criterion", "bhc", "--out", str(out)]) == 0
     observations, _ = jc.panel.read_panel_csv(panel, TRUTH, bucketed=True)
-    posterior = eqx.filter_jit(jc.panel.panel_rate_posterior)(
-        jc.RatePosterior.for_model(TRUTH), observations
+    posterior = jc.panel.panel_rate_posterior(
+        jc.RatePosterior.for_model(TRUTH), observations, family=jc.panel.MomentMatchedGamma()
     )
     ref = jc.score_interventions(
         posterior,

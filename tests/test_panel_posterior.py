@@ -10,7 +10,7 @@ import pytest
 from helpers import sample_trajectories_jit, state_at
 
 import jaxctbn as jc
-from jaxctbn._panel.rate_posterior import panel_rate_posterior
+from jaxctbn._panel.rate_posterior import MomentMatchedGamma, panel_rate_posterior
 
 jax.config.update("jax_enable_x64", True)
 
@@ -61,7 +61,7 @@ def test_panel_posterior_against_importance_sampling(subjects, visits):
     grid = np.linspace(0.0, horizon, visits)
     observations = _panel(paths, grid)
     prior = jc.RatePosterior.for_model(TRUTH, prior=jc.GammaPrior(2.0, 1.0))
-    approx = jax.jit(panel_rate_posterior)(prior, observations)
+    approx = panel_rate_posterior(prior, observations, family=MomentMatchedGamma())
     a = np.asarray(approx.alpha[0])[0, [0, 1], [1, 0]]
     b = np.asarray(approx.beta[0])[0]
     mean, sd = a / b, np.sqrt(a) / b
@@ -82,7 +82,7 @@ def test_dense_visits_give_the_complete_path_posterior():
     )
     grid = np.linspace(0.0, horizon, 301)
     prior = jc.RatePosterior.for_model(TRUTH, prior=jc.GammaPrior(2.0, 1.0))
-    approx = jax.jit(panel_rate_posterior)(prior, _panel(paths, grid))
+    approx = panel_rate_posterior(prior, _panel(paths, grid), family=MomentMatchedGamma())
     exact = prior.update_with(
         jc.SufficientStatistics.from_trajectories(paths, TRUTH.cardinalities, TRUTH.parents)
     )
@@ -126,7 +126,7 @@ def test_loop_with_panel_outcomes_equals_a_replay():
     grid = np.array([0.0, 1.0, 3.0])
     for e in range(2):
         observations = _panel_of_experiment(paths, e, grid)
-        posterior = panel_rate_posterior(posterior, observations, iterations=4)
+        posterior = panel_rate_posterior(posterior, observations, family=MomentMatchedGamma(4))
     for a, b in zip(result.posterior.alpha, posterior.alpha):
         np.testing.assert_allclose(a, b, rtol=1e-10)
     np.testing.assert_allclose(result.metrics["mse"][-1], posterior.mse(truth), rtol=1e-10)
@@ -189,7 +189,7 @@ def test_loop_with_chosen_visit_times_equals_a_replay():
     posterior = task.initial_posterior()
     for e in range(2):
         observations = _panel_of_experiment(paths, e, np.concatenate([[0.0], times[e]]))
-        posterior = panel_rate_posterior(posterior, observations, iterations=4)
+        posterior = panel_rate_posterior(posterior, observations, family=MomentMatchedGamma(4))
     for a, b in zip(result.posterior.alpha, posterior.alpha):
         np.testing.assert_allclose(a, b, rtol=1e-10)
     space = jc.intervention_space(truth.cardinalities)

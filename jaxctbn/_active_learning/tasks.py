@@ -21,7 +21,7 @@ from .._learning.structure_posterior import StructurePosterior
 from .._model.ctbn import CTBN
 from .._panel.observations import observe_paths
 from .._panel.outcome_law import checked_observation_times
-from .._panel.rate_posterior import panel_rate_posterior
+from .._panel.rate_posterior import MomentMatchedGamma, panel_rate_posterior
 from .._panel.structure import panel_structure_posterior
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import SufficientStatistics
@@ -233,7 +233,9 @@ class ParameterLearningTask(AbstractLearningTask):
             observations = _observed_panel(
                 self.outcome, path, posterior.beta[0].dtype, observation_times
             )
-            return panel_rate_posterior(posterior, observations, iterations=self.panel_iterations)
+            return panel_rate_posterior(
+                posterior, observations, family=MomentMatchedGamma(self.panel_iterations)
+            )
         stats = SufficientStatistics.from_trajectories(
             _as_batch(path), posterior.cardinalities, posterior.parents
         )

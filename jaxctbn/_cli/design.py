@@ -53,10 +53,12 @@ def _cmd_design(args):
     posterior = _jit(RatePosterior.for_model)(model, prior=_prior(args, model.num_nodes))
     if args.data is not None and args.observation == "panel":
         from .._panel.csv import panel_from_dataframe
-        from .._panel.rate_posterior import panel_rate_posterior
+        from .._panel.rate_posterior import MomentMatchedGamma, panel_rate_posterior
 
         observations, _ = panel_from_dataframe(read_csv(args.data), model, bucketed=True)
-        posterior = _jit(panel_rate_posterior)(posterior, observations)
+        # the criteria score Gamma posteriors: the moment-matched family until they take the
+        # sampled mixture
+        posterior = panel_rate_posterior(posterior, observations, family=MomentMatchedGamma())
     elif args.data is not None:
         df = read_csv(args.data)
         traj, _ = trajectories_from_dataframe(df, model)

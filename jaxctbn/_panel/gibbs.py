@@ -45,6 +45,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from .._learning.chain_diagnostics import autocovariance
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import is_concrete
 from .._model.layout import slot_strides
@@ -441,11 +442,9 @@ class SampledPaths(eqx.Module):
         sequence; the autocorrelations by FFT); $S$ for a constant trace."""
         x = self.jumps.astype(self.trajectories.durations.dtype)
         S = x.shape[1]
-        centred = x - x.mean(1, keepdims=True)
-        spectrum = jnp.fft.rfft(centred, n=2 * S, axis=1)
-        autocovariance = jnp.fft.irfft(jnp.abs(spectrum) ** 2, n=2 * S, axis=1)[:, :S] / S
-        variance = autocovariance[:, 0]
-        rho = autocovariance / jnp.where(variance > 0, variance, 1)[:, None]
+        covariances = autocovariance(x)
+        variance = covariances[:, 0]
+        rho = covariances / jnp.where(variance > 0, variance, 1)[:, None]
         pairs = rho[:, : S // 2 * 2].reshape(rho.shape[0], -1, 2, rho.shape[2]).sum(2)
         positive = jnp.cumprod(pairs > 0, axis=1).astype(x.dtype)
         tau = -1 + 2 * (positive * pairs).sum(1)

@@ -47,6 +47,7 @@ from .._model.ctbn import AbstractCTBN
 from .._model.layout import config_index
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import segments
+from .bridges import bridge, draw_index, uniformised_powers
 from .gibbs import _compacted, _Path, _to_trajectories, _whole
 from .mean_field import (
     DEFAULT_MEAN_FIELD,
@@ -144,73 +145,18 @@ class WeightedPaths(eqx.Module):
 
 
 # --------------------------------------------------------------------------- one node's path
-def _draw(weights: Array, u: Array) -> Array:
-    """The first state whose cumulative weight exceeds `u` times the total."""
-    cumulative = jnp.cumsum(weights)
-    return jnp.argmax(cumulative > u * cumulative[-1]).astype(jnp.int32)
-
-
-def _uniformised(A: Array, max_candidates: int) -> tuple[Array, Array, Array]:
-    r"""For a matrix `A` with nonnegative off-diagonal entries: $\Omega=\max_x(-A(x,x))$ (1 if
-    none is positive), $B=I+A/\Omega$ (nonnegative) and its powers $B^0..B^{c}$ `(c + 1, K,
-    K)`, `c = max_candidates`, so that $e^{A t}=\sum_n e^{-\Omega t}(\Omega t)^n/n!\,B^n$."""
-    K = A.shape[-1]
-    omega = jnp.max(-jnp.diagonal(A))
-    omega = jnp.where(omega > 0, omega, 1.0)
-    B = jnp.eye(K, dtype=A.dtype) + A / omega
-    _, powers = jax.lax.scan(
-        lambda P, _: (P @ B, P), jnp.eye(K, dtype=A.dtype), None, length=max_candidates + 1
-    )
-    return omega, B, powers
-
-
 def _bridge(A, uniformised, E, dt, start, a, b, key):
     """A path of the chain with matrix `A` on `[start, start + dt]` from state `a` to state `b`
-    (uniformisation, Hobolth and Stone 2009; `uniformised`: `_uniformised(A)`): `(times,
-    states after, jumped, log density without the normaliser, overflow)`, each of
-    `max_candidates` slots (`inf` past the candidates)."""
+    (`uniformised`: `uniformised_powers(A)`): `(times, states after, jumped, log density without the
+    normaliser, overflow)`, each of `max_candidates` slots (`inf` past the candidates)."""
     omega, B, powers = uniformised
-    max_candidates = powers.shape[0] - 1
-    dtype = A.dtype
-    diag = jnp.diagonal(A)
-    key_count, key_times, key_states = jr.split(key, 3)
-    # the number of candidate times: Poisson(omega dt) weighted by B^n(a, b), over e^{A dt}(a, b)
-    n = jnp.arange(max_candidates + 1)
-    mean = omega * dt
-    log_poisson = jnp.where(
-        mean > 0,
-        -mean + n * jnp.log(jnp.where(mean > 0, mean, 1.0)) - jax.lax.lgamma(n + 1.0),
-        jnp.where(n == 0, 0.0, -jnp.inf),
-    )
-    through = E[a, b]
-    probability = jnp.exp(log_poisson) * powers[:, a, b] / jnp.where(through > 0, through, 1.0)
-    cumulative = jnp.cumsum(probability)
-    u = jr.uniform(key_count, (), dtype)
-    overflow = cumulative[-1] <= u * (1.0 - 1e-12)
-    count = jnp.where(overflow, max_candidates, jnp.argmax(cumulative > u))
-    slot = jnp.arange(1, max_candidates + 1)
-    used = slot <= count
-    times = jnp.sort(
-        jnp.where(used, start + dt * jr.uniform(key_times, (max_candidates,), dtype), jnp.inf)
-    )
-    # the states: after candidate i, y with weight B(x, y) B^{count - i}(y, b)
-    columns = powers[:, :, b]  # (c + 1, K): B^m e_b
-
-    def move(x, inputs):
-        i, v = inputs
-        y = _draw(B[x] * columns[jnp.clip(count - i, 0, max_candidates)], v)
-        y = jnp.where(i <= count, y, x)
-        return y, y
-
-    uniforms = jr.uniform(key_states, (max_candidates,), dtype)
-    _, states = jax.lax.scan(move, a, (slot, uniforms))
-    before = jnp.concatenate([a[None], states[:-1]])
-    jumped = used & (states != before)
+    times, states, jumped, overflow = bridge(B, powers[:, :, b], E[a, b], omega, dt, start, a, key)
     # the log density: the diagonal over the intervals, the rates at the jumps
+    before = jnp.concatenate([a[None], states[:-1]])
     clipped = jnp.minimum(times, start + dt)
     edges = jnp.concatenate([start[None], clipped, (start + dt)[None]])
     held = jnp.concatenate([a[None], states])
-    integral = (jnp.diff(edges) * diag[held]).sum()
+    integral = (jnp.diff(edges) * jnp.diagonal(A)[held]).sum()
     rates = A[before, states]
     log_rates = jnp.where(jumped, jnp.log(jnp.where(jumped, rates, 1.0)), 0.0).sum()
     return times, states, jumped, integral + log_rates, overflow
@@ -219,18 +165,18 @@ def _bridge(A, uniformised, E, dt, start, a, b, key):
 def _node_path(A, uniformised, E, ends, first, log_normaliser, steps, key, max_jumps: int):
     """One path of one node's process `Q_n` (module docstring): its state at each step's end
     drawn forwards from the backward vectors (`P(y | x) = e^{A dt}(x, y) rho(y) / rho(x)`),
-    then a bridge on each step (`uniformised`: `_uniformised` of each step's matrix). Returns
+    then a bridge on each step (`uniformised`: `uniformised_powers` of each step's matrix). Returns
     `(initial state, jump times (J,), values (J,), log density without the initial law's
     factor, flags (3,): too many jumps, too many candidates, no path)`."""
     S = A.shape[0]
     dtype = A.dtype
     key_first, key_ends, key_bridges = jr.split(key, 3)
-    x0 = _draw(first, jr.uniform(key_first, (), dtype))
+    x0 = draw_index(first, jr.uniform(key_first, (), dtype))
 
     def forwards(x, inputs):
         E_s, end, v = inputs
         w = E_s[x] * end
-        y = _draw(w, v)
+        y = draw_index(w, v)
         return y, (y, w.sum() > 0)
 
     _, (at_ends, possible) = jax.lax.scan(
@@ -343,7 +289,7 @@ def weighted_unguarded(model, observations, key, sampler, start, max_children):
         process, table, duration, target, clamp, key = inputs
         process: NodeProcesses
         # each node's and step's uniformisation, shared by the samples
-        uniformised = jax.vmap(jax.vmap(lambda A: _uniformised(A, sampler.max_candidates)))(
+        uniformised = jax.vmap(jax.vmap(lambda A: uniformised_powers(A, sampler.max_candidates)))(
             process.matrices
         )
 

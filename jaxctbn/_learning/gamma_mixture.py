@@ -1,0 +1,237 @@
+r"""A rate posterior that is a weighted mixture of Gamma posteriors: what is believed about the
+rates of a known graph after data whose paths are not seen whole (panels).
+
+With complete paths the posterior is one Gamma per rate ([`jaxctbn.RatePosterior`][]). When
+the paths are hidden, $p(\Lambda\mid Y)=\int p(\Lambda\mid S)\,p(S\mid Y)\,dS$, and every
+$p(\Lambda\mid S)$ is such a Gamma, so posterior draws of the hidden paths $S_c$ give the
+Rao-Blackwellised estimate
+
+$$p(\Lambda\mid Y)\approx\sum_cw_c\prod_{n,u,x,x'}\mathrm{Gam}\bigl(\Lambda_n(x,x',u)\mid
+\alpha_c,\ \beta_c\bigr),\qquad \alpha_c=\alpha+M(S_c),\ \beta_c=\beta+T(S_c),$$
+
+exact as the number of components grows (the components are dependent across rates only
+through their common path). New complete-path statistics update each component conjugately
+and reweight it by its marginal likelihood, so the mixture stays a mixture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jax.scipy.special import gammainc
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from .._model.ctbn import CTBN
+from .._paths.sufficient_statistics import NodeStatistics
+from .chain_diagnostics import effective_sample_size, split_r_hat
+from .conjugate import gamma_poisson_log_marginal, off_diagonal
+from .posterior import RatePosterior
+
+
+class ChainDiagnostics(eqx.Module):
+    r"""Convergence of the Markov chains behind a sampled posterior: per rate (the layout of
+    `alpha`, diagonal entries 1 and the draws' total), the split-$\hat R$ and the effective
+    sample size of the log-rate draws over all chains
+    ([`jaxctbn.internal.split_r_hat`][], [`jaxctbn.internal.effective_sample_size`][])."""
+
+    split_r_hat: tuple[Float[Array, "_configs _k _k"], ...]
+    effective_sample_size: tuple[Float[Array, "_configs _k _k"], ...]
+
+    @classmethod
+    def from_draws(cls, draws: Sequence[Float[Array, "chains draws _configs _k _k"]]):
+        """From each node's rate draws `(chains, draws, configs, k, k)`."""
+        r_hats, sizes = [], []
+        for d in draws:
+            k = d.shape[-1]
+            off = off_diagonal(k)
+            logs = jnp.log(jnp.where(off, d, 1.0))
+            r_hats.append(jnp.where(off, split_r_hat(logs), 1.0))
+            sizes.append(effective_sample_size(logs))
+        return cls(split_r_hat=tuple(r_hats), effective_sample_size=tuple(sizes))
+
+    def max_split_r_hat(self) -> Float[Array, ""]:
+        """The largest split-$\\hat R$ over all rates."""
+        return jnp.max(jnp.stack([r.max() for r in self.split_r_hat]))
+
+    def min_effective_sample_size(self) -> Float[Array, ""]:
+        """The smallest effective sample size over all rates."""
+        return jnp.min(jnp.stack([e.min() for e in self.effective_sample_size]))
+
+
+class GammaMixturePosterior(eqx.Module):
+    r"""A posterior over the rates of a CTBN with a known graph that is a weighted mixture of
+    independent-Gamma components (the module page above).
+
+    - `alpha[n]`: $\alpha_c(x,x',u)$ per component, shape `(components, configs, k, k)`
+      (diagonal unused).
+    - `beta[n]`: $\beta_c(x,u)$, shape `(components, configs, k)`, shared over $x'$.
+    - `log_weights`: $\ln w_c$, shape `(components,)`, normalised ($\sum_cw_c=1$).
+    - `diagnostics`: the [`jaxctbn.internal.ChainDiagnostics`][] of the chains that produced
+      the components, or `None`.
+
+    A [`jaxctbn.RatePosterior`][] is the mixture of one component
+    ([`jaxctbn.GammaMixturePosterior.from_gamma`][]). Pure; works under `jit` and `vmap`.
+    """
+
+    alpha: tuple[Float[Array, "_components _configs _k _k"], ...]
+    beta: tuple[Float[Array, "_components _configs _k"], ...]
+    log_weights: Float[Array, " _components"]
+    names: tuple[str, ...] = eqx.field(static=True)
+    cardinalities: tuple[int, ...] = eqx.field(static=True)
+    parents: tuple[tuple[int, ...], ...] = eqx.field(static=True)
+    diagnostics: ChainDiagnostics | None = None
+
+    def __check_init__(self):
+        if not (len(self.alpha) == len(self.beta) == len(self.names) == len(self.parents)):
+            raise ValueError("alpha, beta, names and parents need one entry per node.")
+        C = self.log_weights.shape[0]
+        for n, (a, b) in enumerate(zip(self.alpha, self.beta)):
+            if a.ndim != 4 or b.ndim != 3 or a.shape[0] != C or b.shape != a.shape[:-1]:
+                raise ValueError(
+                    f"alpha[{n}], beta[{n}]: expected shapes (components, configs, k, k) and "
+                    f"(components, configs, k) with {C} components, got {a.shape} and {b.shape}."
+                )
+
+    @classmethod
+    def from_gamma(cls, posterior: RatePosterior) -> "GammaMixturePosterior":
+        """The mixture of one component: `posterior` itself."""
+        if not isinstance(posterior, RatePosterior):
+            raise ValueError(
+                f"posterior: expected a RatePosterior, got {type(posterior).__name__}."
+            )
+        return cls(
+            alpha=tuple(a[None] for a in posterior.alpha),
+            beta=tuple(b[None] for b in posterior.beta),
+            log_weights=jnp.zeros((1,), posterior.alpha[0].dtype),
+            names=posterior.names,
+            cardinalities=posterior.cardinalities,
+            parents=posterior.parents,
+        )
+
+    @property
+    def num_components(self) -> int:
+        return self.log_weights.shape[0]
+
+    def weights(self) -> Float[Array, " _components"]:
+        return jax.nn.softmax(self.log_weights)
+
+    def component(self, c) -> RatePosterior:
+        """Component `c` as a [`jaxctbn.RatePosterior`][] (`c` may be traced)."""
+        return RatePosterior(
+            alpha=tuple(a[c] for a in self.alpha),
+            beta=tuple(b[c] for b in self.beta),
+            names=self.names,
+            cardinalities=self.cardinalities,
+            parents=self.parents,
+        )
+
+    def rate_means(self) -> tuple[Float[Array, "_configs _k _k"], ...]:
+        r"""$\mathsf E[\Lambda]=\sum_cw_c\alpha_c/\beta_c$ per rate (zero diagonal)."""
+        w = self.weights()
+        return tuple(
+            jnp.where(
+                off_diagonal(a.shape[-1]), jnp.einsum("c,c...->...", w, a / b[..., None]), 0.0
+            )
+            for a, b in zip(self.alpha, self.beta)
+        )
+
+    def rate_sds(self) -> tuple[Float[Array, "_configs _k _k"], ...]:
+        r"""The posterior standard deviation per rate:
+        $\mathrm{Var}=\sum_cw_c(\alpha_c/\beta_c^2+\alpha_c^2/\beta_c^2)-\mathsf E[\Lambda]^2$."""
+        w = self.weights()
+        out = []
+        for a, b, mean in zip(self.alpha, self.beta, self.rate_means()):
+            second = jnp.einsum("c,c...->...", w, a * (a + 1) / b[..., None] ** 2)
+            out.append(
+                jnp.where(
+                    off_diagonal(a.shape[-1]), jnp.sqrt(jnp.maximum(second - mean**2, 0)), 0.0
+                )
+            )
+        return tuple(out)
+
+    def rate_quantiles(
+        self, probabilities: Float[Array, " q"], *, bisections: int = 80
+    ) -> tuple[Float[Array, "q _configs _k _k"], ...]:
+        r"""Quantiles of each rate's marginal posterior, the mixture's CDF
+        $\sum_cw_cP(\alpha_c,\beta_cx)$ ($P$ the regularised lower incomplete Gamma function)
+        inverted by `bisections` steps of bisection on $\ln x$ (relative error about
+        $2^{-\text{bisections}}$ of the bracket's log-width). Diagonal entries 0."""
+        p = jnp.asarray(probabilities)
+        w = self.weights()
+        out = []
+        for a, b in zip(self.alpha, self.beta):
+            k = a.shape[-1]
+            a1 = jnp.where(off_diagonal(k), a, 1.0)
+            b1 = jnp.broadcast_to(b[..., None], a.shape)
+            # a bracket holding every component's bulk: means / 1e6 .. means * 1e3 + 50 sds
+            means, sds = a1 / b1, jnp.sqrt(a1) / b1
+            lo = jnp.log(jnp.min(means, 0) * 1e-6 + 1e-300)
+            hi = jnp.log(jnp.max(means + 50 * sds, 0) * 1e3)
+
+            def cdf(x, a1=a1, b1=b1):
+                return jnp.einsum("c,c...->...", w, gammainc(a1, b1 * x))
+
+            def one(q, lo=lo, hi=hi, cdf=cdf):
+                def step(bounds, _):
+                    low, high = bounds
+                    mid = 0.5 * (low + high)
+                    below = cdf(jnp.exp(mid)) < q
+                    return (jnp.where(below, mid, low), jnp.where(below, high, mid)), None
+
+                (low, high), _ = jax.lax.scan(step, (lo, hi), None, length=bisections)
+                return jnp.exp(0.5 * (low + high))
+
+            out.append(jnp.where(off_diagonal(k), jax.vmap(one)(p), 0.0))
+        return tuple(out)
+
+    def mean(self) -> CTBN:
+        r"""The CTBN with posterior-mean rates $\mathsf E[\Lambda]$."""
+        return CTBN(cims=list(self.rate_means()), parents=self.parents, names=self.names)
+
+    def sample(self, key: PRNGKeyArray) -> CTBN:
+        """One posterior draw of all rates: a component by its weight, then its Gammas
+        (`jax.vmap` over keys for many)."""
+        key_component, key_rates = jr.split(key)
+        c = jr.categorical(key_component, self.log_weights)
+        return self.component(c).sample(key_rates)
+
+    def update(self, pooled: Sequence[NodeStatistics]) -> "GammaMixturePosterior":
+        r"""Add pooled complete-path statistics (one [`jaxctbn.internal.NodeStatistics`][] per
+        node): each component $\alpha_c\mathrel{+}=M$, $\beta_c\mathrel{+}=T$, reweighted by its
+        marginal likelihood of the statistics, $w_c\propto w_c\,p(M,T\mid\alpha_c,\beta_c)$."""
+        marginals = jax.vmap(
+            lambda c: sum(
+                gamma_poisson_log_marginal(a, b, st.transitions, st.dwell_times)
+                for a, b, st in zip(
+                    self.component(c).alpha, self.component(c).beta, pooled, strict=True
+                )
+            )
+        )(jnp.arange(self.num_components))
+        updated = jax.vmap(lambda c: self.component(c).update(pooled))(
+            jnp.arange(self.num_components)
+        )
+        log_weights = self.log_weights + marginals
+        return GammaMixturePosterior(
+            alpha=updated.alpha,
+            beta=updated.beta,
+            log_weights=log_weights - jax.nn.logsumexp(log_weights),
+            names=self.names,
+            cardinalities=self.cardinalities,
+            parents=self.parents,
+        )
+
+    def mse(self, truth: CTBN) -> Float[Array, ""]:
+        r"""Posterior-averaged squared error $\mathsf E[(\Lambda-\Lambda^*)^2]$, averaged over all
+        off-diagonal rates: $\mathrm{Var}+(\mathsf E\Lambda-\Lambda^*)^2$."""
+        if truth.parents != self.parents or truth.cardinalities != self.cardinalities:
+            raise ValueError("truth: must have the posterior's graph and cardinalities.")
+        total, count = jnp.asarray(0.0), 0
+        for mean, sd, q in zip(self.rate_means(), self.rate_sds(), truth.cims):
+            k = mean.shape[-1]
+            total = total + jnp.where(off_diagonal(k), sd**2 + (mean - q) ** 2, 0.0).sum()
+            count += mean.shape[0] * k * (k - 1)
+        return total / count
