@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 from jax.scipy.special import gammainc
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._model.ctbn import CTBN
 from .._paths.sufficient_statistics import NodeStatistics
@@ -35,15 +35,20 @@ from .posterior import RatePosterior
 class ChainDiagnostics(eqx.Module):
     r"""Convergence of the Markov chains behind a sampled posterior: per rate (the layout of
     `alpha`, diagonal entries 1 and the draws' total), the split-$\hat R$ and the effective
-    sample size of the log-rate draws over all chains
+    sample size of the log-rate draws over all chains, and the number of divergent transitions
+    (Hamiltonian samplers)
     ([`jaxctbn.internal.split_r_hat`][], [`jaxctbn.internal.effective_sample_size`][])."""
 
     split_r_hat: tuple[Float[Array, "_configs _k _k"], ...]
     effective_sample_size: tuple[Float[Array, "_configs _k _k"], ...]
+    divergent_transitions: Int[Array, ""]
 
     @classmethod
-    def from_draws(cls, draws: Sequence[Float[Array, "chains draws _configs _k _k"]]):
-        """From each node's rate draws `(chains, draws, configs, k, k)`."""
+    def from_draws(
+        cls, draws: Sequence[Float[Array, "chains draws _configs _k _k"]], divergent_transitions
+    ):
+        """From each node's rate draws `(chains, draws, configs, k, k)` and the number of
+        divergent transitions (0 for a sampler without)."""
         r_hats, sizes = [], []
         for d in draws:
             k = d.shape[-1]
@@ -51,7 +56,11 @@ class ChainDiagnostics(eqx.Module):
             logs = jnp.log(jnp.where(off, d, 1.0))
             r_hats.append(jnp.where(off, split_r_hat(logs), 1.0))
             sizes.append(effective_sample_size(logs))
-        return cls(split_r_hat=tuple(r_hats), effective_sample_size=tuple(sizes))
+        return cls(
+            split_r_hat=tuple(r_hats),
+            effective_sample_size=tuple(sizes),
+            divergent_transitions=jnp.asarray(divergent_transitions),
+        )
 
     def max_split_r_hat(self) -> Float[Array, ""]:
         """The largest split-$\\hat R$ over all rates."""

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jaxtyping import Array, PRNGKeyArray
+from jaxtyping import PRNGKeyArray
 
 from .._master_equation.generator import shift_indices
 from .._master_equation.solvers import AbstractMasterEquationSolver
@@ -107,9 +107,9 @@ def _trajectory_statistics(
         x = jnp.where(ok, a, x_next)
         return (x, dwell, transitions, overflow | (cut & ok)), None
 
-    O = obs.times.shape[-1]
+    num_slots = obs.times.shape[-1]
     init = (last, jnp.zeros((S,), dtype), jnp.zeros((J, S), dtype), jnp.asarray(False))
-    steps = (jnp.arange(O - 1), jr.split(key_steps, O - 1))
+    steps = (jnp.arange(num_slots - 1), jr.split(key_steps, num_slots - 1))
     (_, dwell, transitions, overflow), _ = jax.lax.scan(step, init, steps, reverse=True)
     return bad, log_likelihood, dwell, transitions, overflow
 
