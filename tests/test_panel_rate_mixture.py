@@ -64,7 +64,7 @@ def test_sampled_posterior_matches_the_exact_posterior(sparse_panel):
     mixture = jc.panel.panel_rate_posterior(
         prior, observations, family=FAMILY, key=jax.random.key(1)
     )
-    assert mixture.num_components == 1600
+    assert mixture.num_components == 1600 and mixture.diagnostics is not None
     means, sds, (lam, marginal_a, marginal_b) = _exact_by_quadrature(states[..., 0], grid)
     got_means = np.asarray(mixture.rate_means()[0])[0, [0, 1], [1, 0]]
     got_sds = np.asarray(mixture.rate_sds()[0])[0, [0, 1], [1, 0]]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import abc
 import math
 import warnings
+from typing import cast, overload
 
 import equinox as eqx
 import jax
@@ -243,12 +244,14 @@ class SampledGammaMixture(AbstractPanelRateFamily):
         def chain(position, key):
             key_warm, key_draws = jr.split(key)
             warmup = blackjax.window_adaptation(blackjax.nuts, log_density)
-            (state, parameters), _ = warmup.run(key_warm, position, num_steps=self.burn_in)
+            run = warmup.run  # typed by blackjax without its num_steps argument
+            (state, parameters), _ = run(key_warm, position, self.burn_in)  # pyright: ignore
             kernel = blackjax.nuts(log_density, **parameters)
 
             def step(state, key):
                 state, info = kernel.step(key, state)
-                return state, (state.position, info.is_divergent)
+                # blackjax's generic State and Info types do not name their fields
+                return state, (state.position, info.is_divergent)  # pyright: ignore
 
             _, out = jax.lax.scan(step, state, jr.split(key_draws, self.num_draws))
             return out
@@ -298,7 +301,7 @@ def _log_likelihood_or_minus_infinity(model, observations, emissions, solver) ->
     total, impossible = jnp.asarray(0.0), jnp.asarray(False)
     for bucket in as_flat_buckets(observations):
         bad, log_likelihood = _compute(model, bucket, emissions, None, solver, "likelihood", None)
-        total = total + log_likelihood.sum()
+        total = total + cast(Array, log_likelihood).sum()
         impossible = impossible | jnp.any(bad)
     impossible = impossible | ~jnp.isfinite(total)
     return jnp.where(impossible, -jnp.inf, jnp.where(impossible, 0.0, total))
@@ -358,6 +361,28 @@ def _sampled_statistics(model, observations, emissions, key, solver, max_candida
 
 
 DEFAULT_FAMILY = SampledGammaMixture()
+
+
+@overload
+def panel_rate_posterior(
+    posterior: RatePosterior | GammaMixturePosterior,
+    observations: PanelObservations | PanelBuckets,
+    *,
+    family: MomentMatchedGamma,
+    key: PRNGKeyArray | None = None,
+    emissions: Emissions | None = None,
+) -> RatePosterior: ...
+
+
+@overload
+def panel_rate_posterior(
+    posterior: RatePosterior | GammaMixturePosterior,
+    observations: PanelObservations | PanelBuckets,
+    *,
+    family: SampledGammaMixture = ...,
+    key: PRNGKeyArray | None = None,
+    emissions: Emissions | None = None,
+) -> GammaMixturePosterior: ...
 
 
 def panel_rate_posterior(
