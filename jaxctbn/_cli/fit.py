@@ -410,6 +410,184 @@ def _effect_table(model, covariates, uncertainty) -> list[dict]:
     return out
 
 
+def _check_posterior_arguments(args, prior_name: str) -> None:
+    """One-line errors for the posterior flags, before anything is computed or written."""
+    flags = [("--draws", args.draws), ("--chains", args.chains), ("--seed", args.seed)]
+    flags.append(("--draws-out", args.draws_out))
+    if not args.posterior:
+        for flag, value in flags:
+            if value is not None:
+                raise ValueError(f"{flag}: only with --posterior.")
+        return
+    if prior_name != "gamma":
+        raise ValueError(
+            "--posterior: needs a proper prior; give --prior gamma [--alpha A --beta B] (the "
+            "default with --posterior), not --prior none."
+        )
+    for flag, value in (
+        ("--covariates", args.covariates),
+        ("--pci", args.pci),
+        ("--learn-strength", args.learn_strength),
+    ):
+        if value is not None:
+            raise ValueError(f"--posterior: not yet with {flag} (rates of a model without it).")
+    if args.draws_out is not None:
+        if args.observation != "panel":
+            raise ValueError(
+                "--draws-out: for panel data (with complete paths the posterior is one Gamma "
+                "per rate, with nothing to diagnose)."
+            )
+        if not str(args.draws_out).endswith((".csv", ".nc")):
+            raise ValueError(f"--draws-out: expected a .csv or .nc path, got {args.draws_out!r}.")
+        if str(args.draws_out).endswith(".nc"):
+            import importlib.util
+
+            if importlib.util.find_spec("arviz") is None:
+                raise ValueError(
+                    "--draws-out: writing .nc needs arviz (pip install arviz); or give a .csv path."
+                )
+
+
+def _posterior_rates(model, mixture, diagnostics=None) -> list[dict]:
+    """One entry per free rate of `mixture` (a GammaMixturePosterior): the keys of `"rates"`
+    and the posterior mean, s.d. and central 95% interval (and, sampled, split R-hat and
+    ESS)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    means, sds = mixture.rate_means(), mixture.rate_sds()
+    quantiles = mixture.rate_quantiles(jnp.array([0.025, 0.975]))
+    out = []
+    for n, name in enumerate(model.names):
+        configs = _parent_states(model, n)
+        free = np.asarray(mixture.free_rates()[n])
+        for u, x, y in zip(*np.nonzero(free)):
+            entry = {
+                "node": name,
+                "parent_states": configs[int(u)],
+                "from": int(x),
+                "to": int(y),
+                "mean": float(means[n][u, x, y]),
+                "sd": float(sds[n][u, x, y]),
+                "ci95": [float(quantiles[n][0, u, x, y]), float(quantiles[n][1, u, x, y])],
+            }
+            if diagnostics is not None:
+                entry["split_r_hat"] = float(diagnostics.split_r_hat[n][u, x, y])
+                entry["ess"] = float(diagnostics.effective_sample_size[n][u, x, y])
+            out.append(entry)
+    return out
+
+
+def _free_rates(model):
+    """The network's free rates: its nonzero off-diagonal entries (zeros stay zero)."""
+    import numpy as np
+
+    return [(np.asarray(q) != 0) & ~np.eye(q.shape[-1], dtype=bool) for q in model.cims]
+
+
+def _panel_posterior(args, model, observations, prior):
+    """The sampled posterior of the rates under `prior` (structural zeros from the network):
+    the JSON's `"posterior"` and the chains' rate draws."""
+    import warnings
+
+    import jax
+
+    from .._learning.gamma_mixture import GammaMixturePosterior
+    from .._learning.posterior import RatePosterior
+    from .._panel.rate_posterior import SampledGammaMixture, panel_rate_posterior
+
+    family = SampledGammaMixture(num_draws=args.draws or 1000, num_chains=args.chains or 4)
+    start = GammaMixturePosterior.from_gamma(
+        RatePosterior.for_model(model, prior=prior), free=_free_rates(model)
+    )
+    seed = 0 if args.seed is None else args.seed
+    with warnings.catch_warnings():  # reported in the JSON and on stdout instead
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mixture = panel_rate_posterior(start, observations, family=family, key=jax.random.key(seed))
+    d = mixture.diagnostics
+    assert d is not None
+    r_hat, ess = float(d.max_split_r_hat()), float(d.min_effective_sample_size())
+    divergent = int(d.divergent_transitions)
+    summary = {
+        "method": "sampled-gamma-mixture",
+        "description": "NUTS on the log-rates with the exact panel likelihood; each draw "
+        "Rao-Blackwellised by an exact draw of the hidden paths into a mixture of Gammas",
+        "seed": seed,
+        "rates": _posterior_rates(model, mixture, d),
+        "diagnostics": {
+            "max_split_r_hat": r_hat,
+            "min_ess": ess,
+            "divergent_transitions": divergent,
+            "chains": family.num_chains,
+            "draws": family.num_draws,
+            "burn_in": family.burn_in,
+            "converged": r_hat <= family.max_r_hat and ess >= family.min_ess and divergent == 0,
+        },
+    }
+    return summary, d.rate_draws
+
+
+def _path_posterior(model, df, alpha, beta) -> dict:
+    """The exact conjugate posterior from complete paths (one Gamma per rate)."""
+    from .._learning.gamma_mixture import GammaMixturePosterior
+    from .._learning.posterior import RatePosterior
+    from .._learning.priors import GammaPrior
+    from .._paths.csv import trajectories_from_dataframe
+    from .._paths.sufficient_statistics import SufficientStatistics
+
+    traj, _ = trajectories_from_dataframe(df, model)
+    stats = SufficientStatistics.from_trajectories(traj, model.cardinalities, model.parents)
+    posterior = RatePosterior.for_model(model, prior=GammaPrior(alpha, beta)).update_with(stats)
+    mixture = GammaMixturePosterior.from_gamma(posterior, free=_free_rates(model))
+    return {
+        "method": "conjugate",
+        "description": "complete paths: Gam(alpha + M, beta + T) per rate, exact",
+        "rates": _posterior_rates(model, mixture),
+        "diagnostics": None,
+    }
+
+
+def _draw_columns(model) -> list[tuple[int, int, int, int, str]]:
+    """`(node, configuration, from, to, column name)` of every free rate: `NODE:X->Y`, with
+    `|PARENT=STATE,...` before the colon for a node with parents."""
+    import numpy as np
+
+    out = []
+    for n, name in enumerate(model.names):
+        configs = _parent_states(model, n)
+        for u, x, y in zip(*np.nonzero(_free_rates(model)[n])):
+            given = ",".join(f"{p}={v}" for p, v in configs[int(u)].items())
+            label = f"{name}|{given}" if given else name
+            out.append((n, int(u), int(x), int(y), f"{label}:{x}->{y}"))
+    return out
+
+
+def _write_draws(path, model, draws) -> None:
+    """The chains' rate draws (per node `(chains, draws, configs, k, k)`) as a CSV (columns
+    `chain`, `draw`, one per free rate) or, for `.nc`, an ArviZ InferenceData's posterior
+    group (one variable per free rate, dimensions chain and draw)."""
+    import numpy as np
+
+    columns = _draw_columns(model)
+    values = {name: np.asarray(draws[n])[:, :, u, x, y] for n, u, x, y, name in columns}
+    chains, num = next(iter(values.values())).shape
+    if str(path).endswith(".nc"):
+        import arviz
+
+        arviz.from_dict(posterior=values).to_netcdf(str(path))
+        return
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {
+            "chain": np.repeat(np.arange(chains), num),
+            "draw": np.tile(np.arange(num), chains),
+            **{name: v.reshape(-1) for name, v in values.items()},
+        }
+    )
+    frame.to_csv(path, index=False)
+
+
 def _cmd_fit(args):
     import numpy as np
 
@@ -425,10 +603,12 @@ def _cmd_fit(args):
     for flag, value in (("--alpha", args.alpha), ("--beta", args.beta)):
         if isinstance(value, tuple) and len(value) != N:
             raise ValueError(f"{flag}: give one value or one per node ({N}), got {len(value)}.")
-    if args.prior == "none" and (args.alpha is not None or args.beta is not None):
+    prior_name = args.prior or ("gamma" if args.posterior else "none")
+    if prior_name == "none" and (args.alpha is not None or args.beta is not None):
         raise ValueError("--alpha/--beta: only with --prior gamma.")
-    alpha = None if args.prior == "none" else np.asarray(args.alpha or 1.0, float)
-    beta = None if args.prior == "none" else np.asarray(args.beta or 1.0, float)
+    _check_posterior_arguments(args, prior_name)
+    alpha = None if prior_name == "none" else np.asarray(args.alpha or 1.0, float)
+    beta = None if prior_name == "none" else np.asarray(args.beta or 1.0, float)
     panel = args.observation == "panel"
     if not panel and args.exact_entry:
         raise ValueError("--exact-entry: only for panel data (--observation panel).")
@@ -445,6 +625,7 @@ def _cmd_fit(args):
     default = "gradient" if effects else "squarem"
     out: dict = {"method": args.method or default, "observation": args.observation}
     num_effects = 0  # covariate effect parameters
+    draws = None  # the posterior chains' rate draws (panel data)
     if panel:
         entry = _assignment(args.exact_entry, model.names, model.cardinalities, "--exact-entry")
         options = {"tolerance": args.tolerance}
@@ -498,6 +679,9 @@ def _cmd_fit(args):
             # data set of similar size finds its programs in the persistent compilation cache
             observations = observations.with_rounded_shapes()
         fit = fit_rates(model, observations, method=method, prior=prior, covariates=covariates)
+        if args.posterior:
+            assert prior is not None
+            out["posterior"], draws = _panel_posterior(args, model, observations, prior)
         fitted = fit.model
         uncertainty = rate_uncertainty(
             fitted, observations, prior=prior, covariates=covariates, effects=fit.effects
@@ -531,6 +715,8 @@ def _cmd_fit(args):
                 model, df, alpha, beta, args.learn_strength
             )
         fitted, ll, num_trajectories, log_rate_se = _fit_paths(model, df, alpha, beta, strength)
+        if args.posterior:
+            out["posterior"] = _path_posterior(model, df, alpha, beta)
         definite = True  # diagonal: (alpha - 1 + M) > 0 for every estimated rate
         out.update(
             log_likelihood=ll, converged=True, iterations=1, at_lower_bound=[], at_upper_bound=[]
@@ -551,6 +737,8 @@ def _cmd_fit(args):
     out["aic"] = out["minus2loglik"] + 2 * num_parameters
     out["hessian_positive_definite"] = definite
     out["data"] = {"path": str(args.data), "sha256": _file_digest(args.data)}
+    if args.draws_out is not None and draws is not None:
+        _write_draws(args.draws_out, model, draws)
     out["prior"] = (
         {"convention": "none"}
         if alpha is None
@@ -581,6 +769,18 @@ def _cmd_fit(args):
             f"warning: {len(bounded)} rate(s) at a bound (0 or infinity) or without "
             "information: no standard error (see at_lower_bound / at_upper_bound)"
         )
+    if "posterior" in out and out["posterior"]["diagnostics"] is not None:
+        d = out["posterior"]["diagnostics"]
+        print(
+            f"posterior: {d['chains']} chains x {d['draws']} draws, largest split R-hat "
+            f"{d['max_split_r_hat']:.3f}, smallest ESS {d['min_ess']:.0f}, "
+            f"{d['divergent_transitions']} divergent transitions"
+        )
+        if not d["converged"]:
+            print(
+                "warning: the posterior's chains may not have converged (split R-hat > 1.01, "
+                "ESS < 100 or divergences): raise --draws"
+            )
     state = "converged" if out["converged"] else "did NOT converge"
     print(
         f"fitted {out['method']} on {num_trajectories} {args.observation} trajectories: "

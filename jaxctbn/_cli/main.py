@@ -187,11 +187,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--prior",
         choices=["none", "gamma"],
-        default="none",
-        help="none: maximum likelihood; gamma: MAP under Gam(alpha, beta) on every free rate",
+        default=None,
+        help="none: maximum likelihood (the default); gamma: MAP under Gam(alpha, beta) on every "
+        "free rate (the default with --posterior)",
     )
     p.add_argument("--alpha", type=_hyperparameter, default=None, help="gamma: one or one per node")
     p.add_argument("--beta", type=_hyperparameter, default=None, help="gamma: one or one per node")
+    p.add_argument(
+        "--posterior",
+        action="store_true",
+        help="also the Bayesian posterior of the rates under the Gamma prior: panel data by "
+        "NUTS on the exact likelihood, Rao-Blackwellised over exact path draws (a mixture of "
+        "Gammas, exact as the draws grow); complete paths: the conjugate Gamma",
+    )
+    p.add_argument(
+        "--draws",
+        type=_at_least(4),
+        default=None,
+        help="--posterior: retained draws per chain (default 1000)",
+    )
+    p.add_argument(
+        "--chains", type=_at_least(1), default=None, help="--posterior: chains (default 4)"
+    )
+    p.add_argument("--seed", type=_seed, default=None, help="--posterior: random seed (default 0)")
+    p.add_argument(
+        "--draws-out",
+        default=None,
+        metavar="PATH",
+        help="--posterior: the chains' rate draws for ArviZ, as .csv (columns chain, draw, one "
+        "per free rate) or .nc (netCDF through arviz)",
+    )
     p.add_argument(
         "--tolerance",
         type=_non_negative_number,

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 from jax.scipy.special import gammainc
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from .._model.ctbn import CTBN
 from .._paths.sufficient_statistics import NodeStatistics
@@ -33,30 +33,42 @@ from .posterior import RatePosterior
 
 
 class ChainDiagnostics(eqx.Module):
-    r"""Convergence of the Markov chains behind a sampled posterior: per rate (the layout of
-    `alpha`, diagonal entries 1 and the draws' total), the split-$\hat R$ and the effective
-    sample size of the log-rate draws over all chains, and the number of divergent transitions
-    (Hamiltonian samplers)
-    ([`jaxctbn.internal.split_r_hat`][], [`jaxctbn.internal.effective_sample_size`][])."""
+    r"""The Markov chains behind a sampled posterior and their convergence, per rate (the
+    layout of `alpha`; diagonal entries and structural zeros: $\hat R$ 1, ESS the draws'
+    total):
 
+    - `rate_draws[n]`: the chains' retained draws of node $n$'s rates, `(chains, draws,
+      configs, k, k)` (e.g. for ArviZ);
+    - `split_r_hat[n]`, `effective_sample_size[n]`: of the log-rate draws over all chains
+      ([`jaxctbn.internal.split_r_hat`][], [`jaxctbn.internal.effective_sample_size`][]);
+    - `divergent_transitions`: the number of divergent transitions (Hamiltonian samplers).
+    """
+
+    rate_draws: tuple[Float[Array, "chains draws _configs _k _k"], ...]
     split_r_hat: tuple[Float[Array, "_configs _k _k"], ...]
     effective_sample_size: tuple[Float[Array, "_configs _k _k"], ...]
     divergent_transitions: Int[Array, ""]
 
     @classmethod
     def from_draws(
-        cls, draws: Sequence[Float[Array, "chains draws _configs _k _k"]], divergent_transitions
+        cls,
+        draws: Sequence[Float[Array, "chains draws _configs _k _k"]],
+        divergent_transitions,
+        free: Sequence[Bool[Array, "_configs _k _k"]] | None = None,
     ):
-        """From each node's rate draws `(chains, draws, configs, k, k)` and the number of
-        divergent transitions (0 for a sampler without)."""
+        """From each node's rate draws `(chains, draws, configs, k, k)`, the number of
+        divergent transitions (0 for a sampler without) and the free rates (`None`: every
+        off-diagonal rate)."""
         r_hats, sizes = [], []
-        for d in draws:
+        for n, d in enumerate(draws):
             k = d.shape[-1]
-            off = off_diagonal(k)
-            logs = jnp.log(jnp.where(off, d, 1.0))
-            r_hats.append(jnp.where(off, split_r_hat(logs), 1.0))
-            sizes.append(effective_sample_size(logs))
+            keep = off_diagonal(k) if free is None else free[n] & off_diagonal(k)
+            logs = jnp.log(jnp.where(keep, d, 1.0))
+            r_hats.append(jnp.where(keep, split_r_hat(logs), 1.0))
+            total = float(d.shape[0] * (d.shape[1] // 2 * 2))
+            sizes.append(jnp.where(keep, effective_sample_size(logs), total))
         return cls(
+            rate_draws=tuple(draws),
             split_r_hat=tuple(r_hats),
             effective_sample_size=tuple(sizes),
             divergent_transitions=jnp.asarray(divergent_transitions),
@@ -79,6 +91,9 @@ class GammaMixturePosterior(eqx.Module):
       (diagonal unused).
     - `beta[n]`: $\beta_c(x,u)$, shape `(components, configs, k)`, shared over $x'$.
     - `log_weights`: $\ln w_c$, shape `(components,)`, normalised ($\sum_cw_c=1$).
+    - `free`: per node, which rates are free `(configs, k, k)`; the others are structural
+      zeros (exactly 0 under the posterior: mean, s.d., quantiles and draws). `None`: every
+      off-diagonal rate is free.
     - `diagnostics`: the [`jaxctbn.internal.ChainDiagnostics`][] of the chains that produced
       the components, or `None`.
 
@@ -92,6 +107,7 @@ class GammaMixturePosterior(eqx.Module):
     names: tuple[str, ...] = eqx.field(static=True)
     cardinalities: tuple[int, ...] = eqx.field(static=True)
     parents: tuple[tuple[int, ...], ...] = eqx.field(static=True)
+    free: tuple[Bool[Array, "_configs _k _k"], ...] | None = None
     diagnostics: ChainDiagnostics | None = None
 
     def __check_init__(self):
@@ -106,8 +122,15 @@ class GammaMixturePosterior(eqx.Module):
                 )
 
     @classmethod
-    def from_gamma(cls, posterior: RatePosterior) -> "GammaMixturePosterior":
-        """The mixture of one component: `posterior` itself."""
+    def from_gamma(
+        cls,
+        posterior: RatePosterior,
+        *,
+        free: Sequence[Bool[Array, "_configs _k _k"]] | None = None,
+    ) -> "GammaMixturePosterior":
+        """The mixture of one component: `posterior` itself, with structural zeros where
+        `free` (one boolean table per node) is false (e.g. `free=[q != 0 for q in
+        model.cims]` keeps a model's zero rates at zero)."""
         if not isinstance(posterior, RatePosterior):
             raise ValueError(
                 f"posterior: expected a RatePosterior, got {type(posterior).__name__}."
@@ -119,6 +142,15 @@ class GammaMixturePosterior(eqx.Module):
             names=posterior.names,
             cardinalities=posterior.cardinalities,
             parents=posterior.parents,
+            free=None if free is None else tuple(jnp.asarray(f, bool) for f in free),
+        )
+
+    def free_rates(self) -> tuple[Bool[Array, "_configs _k _k"], ...]:
+        """Per node, the free off-diagonal rates (structural zeros and the diagonal false)."""
+        return tuple(
+            (off_diagonal(a.shape[-1]) if self.free is None else self.free[n])
+            & off_diagonal(a.shape[-1])
+            for n, a in enumerate(self.alpha)
         )
 
     @property
@@ -142,10 +174,8 @@ class GammaMixturePosterior(eqx.Module):
         r"""$\mathsf E[\Lambda]=\sum_cw_c\alpha_c/\beta_c$ per rate (zero diagonal)."""
         w = self.weights()
         return tuple(
-            jnp.where(
-                off_diagonal(a.shape[-1]), jnp.einsum("c,c...->...", w, a / b[..., None]), 0.0
-            )
-            for a, b in zip(self.alpha, self.beta)
+            jnp.where(keep, jnp.einsum("c,c...->...", w, a / b[..., None]), 0.0)
+            for a, b, keep in zip(self.alpha, self.beta, self.free_rates())
         )
 
     def rate_sds(self) -> tuple[Float[Array, "_configs _k _k"], ...]:
@@ -153,13 +183,9 @@ class GammaMixturePosterior(eqx.Module):
         $\mathrm{Var}=\sum_cw_c(\alpha_c/\beta_c^2+\alpha_c^2/\beta_c^2)-\mathsf E[\Lambda]^2$."""
         w = self.weights()
         out = []
-        for a, b, mean in zip(self.alpha, self.beta, self.rate_means()):
+        for a, b, mean, keep in zip(self.alpha, self.beta, self.rate_means(), self.free_rates()):
             second = jnp.einsum("c,c...->...", w, a * (a + 1) / b[..., None] ** 2)
-            out.append(
-                jnp.where(
-                    off_diagonal(a.shape[-1]), jnp.sqrt(jnp.maximum(second - mean**2, 0)), 0.0
-                )
-            )
+            out.append(jnp.where(keep, jnp.sqrt(jnp.maximum(second - mean**2, 0)), 0.0))
         return tuple(out)
 
     def rate_quantiles(
@@ -172,9 +198,8 @@ class GammaMixturePosterior(eqx.Module):
         p = jnp.asarray(probabilities)
         w = self.weights()
         out = []
-        for a, b in zip(self.alpha, self.beta):
-            k = a.shape[-1]
-            a1 = jnp.where(off_diagonal(k), a, 1.0)
+        for a, b, keep in zip(self.alpha, self.beta, self.free_rates()):
+            a1 = jnp.where(keep, a, 1.0)
             b1 = jnp.broadcast_to(b[..., None], a.shape)
             # a bracket holding every component's bulk: means / 1e6 .. means * 1e3 + 50 sds
             means, sds = a1 / b1, jnp.sqrt(a1) / b1
@@ -194,7 +219,7 @@ class GammaMixturePosterior(eqx.Module):
                 (low, high), _ = jax.lax.scan(step, (lo, hi), None, length=bisections)
                 return jnp.exp(0.5 * (low + high))
 
-            out.append(jnp.where(off_diagonal(k), jax.vmap(one)(p), 0.0))
+            out.append(jnp.where(keep, jax.vmap(one)(p), 0.0))
         return tuple(out)
 
     def mean(self) -> CTBN:
@@ -206,20 +231,31 @@ class GammaMixturePosterior(eqx.Module):
         (`jax.vmap` over keys for many)."""
         key_component, key_rates = jr.split(key)
         c = jr.categorical(key_component, self.log_weights)
-        return self.component(c).sample(key_rates)
+        draw = self.component(c).sample(key_rates)
+        if self.free is None:
+            return draw
+        cims = [jnp.where(keep, q, 0.0) for q, keep in zip(draw.cims, self.free_rates())]
+        return CTBN(cims=cims, parents=self.parents, names=self.names)
 
     def update(self, pooled: Sequence[NodeStatistics]) -> "GammaMixturePosterior":
         r"""Add pooled complete-path statistics (one [`jaxctbn.internal.NodeStatistics`][] per
         node): each component $\alpha_c\mathrel{+}=M$, $\beta_c\mathrel{+}=T$, reweighted by its
         marginal likelihood of the statistics, $w_c\propto w_c\,p(M,T\mid\alpha_c,\beta_c)$."""
-        marginals = jax.vmap(
-            lambda c: sum(
-                gamma_poisson_log_marginal(a, b, st.transitions, st.dwell_times)
-                for a, b, st in zip(
-                    self.component(c).alpha, self.component(c).beta, pooled, strict=True
+        free = self.free_rates()
+
+        def log_marginal(c):
+            total = jnp.asarray(0.0)
+            for a, b, st, keep in zip(self.alpha, self.beta, pooled, free, strict=True):
+                total = total + gamma_poisson_log_marginal(
+                    a[c], b[c], st.transitions, st.dwell_times
                 )
-            )
-        )(jnp.arange(self.num_components))
+                # a structural zero (M = 0) adds alpha (ln b - ln(b + T)) there: taken out
+                fixed = ~keep & off_diagonal(keep.shape[-1])
+                ratio = jnp.log(b[c]) - jnp.log(b[c] + st.dwell_times)
+                total = total - jnp.where(fixed, a[c] * ratio[..., None], 0.0).sum()
+            return total
+
+        marginals = jax.vmap(log_marginal)(jnp.arange(self.num_components))
         updated = jax.vmap(lambda c: self.component(c).update(pooled))(
             jnp.arange(self.num_components)
         )
@@ -231,6 +267,7 @@ class GammaMixturePosterior(eqx.Module):
             names=self.names,
             cardinalities=self.cardinalities,
             parents=self.parents,
+            free=self.free,
         )
 
     def mse(self, truth: CTBN) -> Float[Array, ""]:
@@ -239,8 +276,9 @@ class GammaMixturePosterior(eqx.Module):
         if truth.parents != self.parents or truth.cardinalities != self.cardinalities:
             raise ValueError("truth: must have the posterior's graph and cardinalities.")
         total, count = jnp.asarray(0.0), 0
-        for mean, sd, q in zip(self.rate_means(), self.rate_sds(), truth.cims):
-            k = mean.shape[-1]
-            total = total + jnp.where(off_diagonal(k), sd**2 + (mean - q) ** 2, 0.0).sum()
-            count += mean.shape[0] * k * (k - 1)
+        for mean, sd, q, keep in zip(
+            self.rate_means(), self.rate_sds(), truth.cims, self.free_rates()
+        ):
+            total = total + jnp.where(keep, sd**2 + (mean - q) ** 2, 0.0).sum()
+            count = count + keep.sum()
         return total / count

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jaxtyping import PRNGKeyArray
+from jaxtyping import Array, PRNGKeyArray
 
 from .._master_equation.generator import shift_indices
 from .._master_equation.solvers import AbstractMasterEquationSolver
@@ -58,10 +58,12 @@ def _shift_of(cardinalities: tuple[int, ...]) -> np.ndarray:
 
 
 def _trajectory_statistics(
-    model, obs, matrices, solver, key, shift_of: np.ndarray, max_candidates: int
+    model, obs, matrices, solver, key, shift_of: np.ndarray, max_candidates: int, propagators
 ):
-    """One trajectory: `(bad, log-likelihood, dwell (S,), transitions (J, S), overflow)`."""
-    gen, filtered = _filter(model, obs, matrices, None, solver)
+    """One trajectory: `(bad, log-likelihood, dwell (S,), transitions (J, S), overflow)`.
+    `propagators`: `None`, or `(table, index)` as in the filter (interval `i`'s $e^{\Delta W}$
+    is `table[index[i]]`)."""
+    gen, filtered = _filter(model, obs, matrices, None, solver, propagators)
     bad, log_likelihood = _filtered_log_likelihood(filtered, None)
     W = gen.dense()
     dtype = W.dtype
@@ -84,7 +86,11 @@ def _trajectory_statistics(
         source = filtered.predicted[i + 1] * W[:, x_next] * (1 - filtered.inside[i + 1])
         entered = draw_index(source, jr.uniform(key_entry, (), dtype))
         b = jnp.where(exact[i + 1], entered, x_next)
-        column = solver.propagate_backward(gen, jax.nn.one_hot(b, S, dtype=dtype), dt)
+        if propagators is None:
+            column = solver.propagate_backward(gen, jax.nn.one_hot(b, S, dtype=dtype), dt)
+        else:
+            table, index = propagators
+            column = table[index[i]][:, b]
         a = draw_index(filtered.alphas[i] * column, jr.uniform(key_start, (), dtype))
         _, columns = jax.lax.scan(
             lambda v, _: (B @ v, v),
@@ -122,23 +128,35 @@ def sample_path_statistics(
     solver: AbstractMasterEquationSolver,
     emissions: Emissions | None = None,
     max_candidates: int = 64,
+    propagators: tuple[Array, Array] | None = None,
 ) -> PanelExpectedStatistics:
     r"""One exact posterior draw of each trajectory's complete-path statistics given the rates
     of `model` (module page): a [`jaxctbn.panel.PanelExpectedStatistics`][] with the batch axis
     of `observations` (a flat batch), whose `dwell_times` and `transitions` are those of the
     sampled paths and whose `log_likelihood` is each trajectory's panel log-likelihood
     (conditional on its first observation). Raises inside jit when an observation is impossible
-    or a bridge needs more than `max_candidates` candidate times."""
+    or a bridge needs more than `max_candidates` candidate times. `propagators`: optionally
+    `(table (G, S, S), index (R, O - 1))`, the transition matrices of the distinct gaps and each
+    interval's gap (observations without interventions; `solver` is then not used)."""
     model, observations, matrices, _ = _setup(model, observations, emissions, None)
     if len(observations.batch_shape) != 1:
         raise ValueError("observations: expected a flat batch with one leading axis.")
     shift_of = _shift_of(model.cardinalities)
     R = observations.batch_shape[0]
-    bad, log_likelihood, dwell, transitions, overflow = jax.vmap(
-        lambda obs, k: _trajectory_statistics(
-            model, obs, matrices, solver, k, shift_of, max_candidates
-        )
-    )(observations, jr.split(key, R))
+    if propagators is None:
+        per_trajectory = jax.vmap(
+            lambda obs, k: _trajectory_statistics(
+                model, obs, matrices, solver, k, shift_of, max_candidates, None
+            )
+        )(observations, jr.split(key, R))
+    else:
+        table, index = propagators
+        per_trajectory = jax.vmap(
+            lambda obs, k, i: _trajectory_statistics(
+                model, obs, matrices, solver, k, shift_of, max_candidates, (table, i)
+            )
+        )(observations, jr.split(key, R), jnp.asarray(index))
+    bad, log_likelihood, dwell, transitions, overflow = per_trajectory
     dwell = eqx.error_if(
         dwell,
         jnp.any(overflow),

@@ -37,14 +37,19 @@ from jaxtyping import Array, Bool, PRNGKeyArray
 from .._learning.conjugate import off_diagonal_entries, with_zero_diagonal
 from .._learning.gamma_mixture import ChainDiagnostics, GammaMixturePosterior
 from .._learning.posterior import RatePosterior
+from .._master_equation.dense_linalg import transition_matrices
+from .._master_equation.generator import amalgamate
 from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
 from .._model.ctbn import CTBN
 from .._model.interventions import exposure_scale, is_concrete
 from .._paths.sufficient_statistics import NodeStatistics
 from .buckets import PanelBuckets, as_flat_buckets
 from .inference import (
+    GapGroups,
     PanelExpectedStatistics,
     _compute,
+    _pooled_by_gaps,
+    gap_groups,
     panel_expected_statistics,
 )
 from .observations import Emissions, PanelObservations
@@ -116,8 +121,11 @@ class AbstractPanelRateFamily(eqx.Module):
         observations: PanelObservations | PanelBuckets,
         emissions: Emissions | None,
         key: PRNGKeyArray | None,
+        gaps: GapGroups | None = None,
     ) -> RatePosterior | GammaMixturePosterior:
-        """`prior` updated with `observations` (checked by the verb)."""
+        """`prior` updated with `observations` (checked by the verb). `gaps`: the intervals
+        grouped by length (observations without interventions, computed on the host), so that
+        one transition matrix serves every interval of a length; `None` otherwise."""
 
 
 class MomentMatchedGamma(AbstractPanelRateFamily):
@@ -140,7 +148,7 @@ class MomentMatchedGamma(AbstractPanelRateFamily):
         ):
             raise ValueError(f"iterations: expected an integer >= 1, got {self.iterations!r}.")
 
-    def posterior(self, prior, observations, emissions, key):
+    def posterior(self, prior, observations, emissions, key, gaps=None):
         if not isinstance(prior, RatePosterior):
             raise ValueError(
                 f"posterior: MomentMatchedGamma updates a RatePosterior, got "
@@ -210,7 +218,7 @@ class SampledGammaMixture(AbstractPanelRateFamily):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"{name}: expected an integer >= {least}, got {value!r}.")
 
-    def posterior(self, prior, observations, emissions, key):
+    def posterior(self, prior, observations, emissions, key, gaps=None):
         import blackjax  # on demand: importing it runs JAX operations (backend set-up first)
 
         if key is None:
@@ -225,7 +233,8 @@ class SampledGammaMixture(AbstractPanelRateFamily):
             mixture.component(jnp.argmax(mixture.log_weights)), observations, emissions, None
         )
         key_start, key_chains, key_paths = jr.split(key, 3)
-        starts = jax.vmap(lambda k: _log_rates(start.sample(k)))(
+        free = tuple(off_diagonal_entries(f) for f in mixture.free_rates())
+        starts = jax.vmap(lambda k: _log_rates(start.sample(k), free))(
             jr.split(key_start, self.num_chains)
         )
 
@@ -236,7 +245,7 @@ class SampledGammaMixture(AbstractPanelRateFamily):
                 lambda t: jnp.where(jnp.abs(t) <= _LOG_RATE_BOUND, t, 0.0), theta
             )
             likelihood = _log_likelihood_or_minus_infinity(
-                _model(mixture, theta), observations, emissions, self.solver
+                _model(mixture, theta), observations, emissions, self.solver, gaps
             )
             value = likelihood + jax.nn.logsumexp(_log_prior(mixture, theta))
             return jnp.where(outside, -jnp.inf, value)
@@ -271,14 +280,18 @@ class SampledGammaMixture(AbstractPanelRateFamily):
                 key_path,
                 self.solver,
                 self.max_candidates,
+                gaps,
             )
+
             updated = mixture.component(j).update(
                 pooled_node_statistics(stats, mixture.parents, observations)
             )
             return updated.alpha, updated.beta
 
         alphas, betas = jax.lax.map(component, (flat, jr.split(key_paths, total)), batch_size=64)
-        rates = tuple(with_zero_diagonal(jnp.exp(t)) for t in positions)
+        rates = tuple(
+            with_zero_diagonal(jnp.where(f, jnp.exp(t), 0.0)) for t, f in zip(positions, free)
+        )
         return GammaMixturePosterior(
             alpha=alphas,
             beta=betas,
@@ -286,7 +299,8 @@ class SampledGammaMixture(AbstractPanelRateFamily):
             names=mixture.names,
             cardinalities=mixture.cardinalities,
             parents=mixture.parents,
-            diagnostics=ChainDiagnostics.from_draws(rates, divergent.sum()),
+            free=mixture.free,
+            diagnostics=ChainDiagnostics.from_draws(rates, divergent.sum(), mixture.free),
         )
 
 
@@ -294,61 +308,90 @@ class SampledGammaMixture(AbstractPanelRateFamily):
 _LOG_RATE_BOUND = 30.0
 
 
-def _log_likelihood_or_minus_infinity(model, observations, emissions, solver) -> Array:
-    r"""The panel log-likelihood of all trajectories (as `panel_log_likelihood`), $-\infty$
-    where an observation is impossible or the filter not finite: a proposal the sampler
-    rejects, not an error (the data were checked possible at the start)."""
-    total, impossible = jnp.asarray(0.0), jnp.asarray(False)
-    for bucket in as_flat_buckets(observations):
-        bad, log_likelihood = _compute(model, bucket, emissions, None, solver, "likelihood", None)
-        total = total + cast(Array, log_likelihood).sum()
-        impossible = impossible | jnp.any(bad)
+def _log_likelihood_or_minus_infinity(model, observations, emissions, solver, gaps) -> Array:
+    """The panel log-likelihood of all trajectories (as `panel_log_likelihood`; with `gaps`,
+    one transition matrix per distinct gap), $-\\infty$ where an observation is impossible or
+    the filter not finite: a proposal the sampler rejects, not an error (the data were checked
+    possible at the start)."""
+    if gaps is not None:
+        bads, log_likelihood = _pooled_by_gaps(
+            model, observations, emissions, None, gaps, "likelihood"
+        )
+        total = cast(Array, log_likelihood).sum()
+        impossible = jnp.any(jnp.stack([jnp.any(b) for b in bads]))
+    else:
+        total, impossible = jnp.asarray(0.0), jnp.asarray(False)
+        for bucket in as_flat_buckets(observations):
+            bad, log_likelihood = _compute(
+                model, bucket, emissions, None, solver, "likelihood", None
+            )
+            total = total + cast(Array, log_likelihood).sum()
+            impossible = impossible | jnp.any(bad)
     impossible = impossible | ~jnp.isfinite(total)
     return jnp.where(impossible, -jnp.inf, jnp.where(impossible, 0.0, total))
 
 
-def _log_rates(model) -> tuple[Array, ...]:
-    """The off-diagonal log-rates of `model`, per node `(configs, k - 1, k)`."""
-    return tuple(jnp.log(off_diagonal_entries(c)) for c in model.cims)
+def _log_rates(model, free: tuple[Array, ...]) -> tuple[Array, ...]:
+    """The off-diagonal log-rates of `model`, per node `(configs, k - 1, k)` (0 at the
+    coordinates of structural zeros, which carry a standard normal and no rate)."""
+    return tuple(
+        jnp.where(f, jnp.log(jnp.where(f, off_diagonal_entries(c), 1.0)), 0.0)
+        for c, f in zip(model.cims, free)
+    )
 
 
 def _model(mixture: GammaMixturePosterior, theta: tuple[Array, ...]) -> CTBN:
-    """The CTBN whose off-diagonal rates are $e^\\theta$."""
-    cims = [with_zero_diagonal(jnp.exp(t)) for t in theta]
+    """The CTBN whose free off-diagonal rates are $e^\\theta$ (structural zeros 0)."""
+    cims = [
+        with_zero_diagonal(jnp.where(off_diagonal_entries(f), jnp.exp(t), 0.0))
+        for t, f in zip(theta, mixture.free_rates())
+    ]
     return CTBN(cims=cims, parents=mixture.parents, names=mixture.names)
 
 
 def _log_prior(mixture: GammaMixturePosterior, theta: tuple[Array, ...]) -> Array:
-    r"""Per component $j$, $\ln w_j+\sum\ln\mathrm{Gam}(e^\theta\mid\alpha_j,\beta_j)+\sum\theta$:
-    the log density of the log-rates under the component (logsumexp for the mixture's)."""
+    r"""Per component $j$, $\ln w_j+\sum\ln\mathrm{Gam}(e^\theta\mid\alpha_j,\beta_j)+\sum\theta$
+    over the free rates: the log density of the log-rates under the component (logsumexp for
+    the mixture's). The coordinates of structural zeros get a standard normal (a proper
+    density that moves nothing: their rates are 0)."""
     total = mixture.log_weights
-    for a, b, t in zip(mixture.alpha, mixture.beta, theta):
+    for a, b, t, f in zip(mixture.alpha, mixture.beta, theta, mixture.free_rates()):
         k = a.shape[-1]
-        a = off_diagonal_entries(a)
-        b = off_diagonal_entries(jnp.broadcast_to(b[..., None], b.shape + (k,)))
+        keep = off_diagonal_entries(f)
+        a = jnp.where(keep, off_diagonal_entries(a), 1.0)
+        b = jnp.where(
+            keep, off_diagonal_entries(jnp.broadcast_to(b[..., None], b.shape + (k,))), 1.0
+        )
         terms = a * jnp.log(b) - gammaln(a) + a * t[None] - b * jnp.exp(t)[None]
+        terms = jnp.where(keep, terms, -0.5 * t[None] ** 2)
         total = total + terms.reshape(terms.shape[0], -1).sum(1)
     return total
 
 
-def _sampled_statistics(model, observations, emissions, key, solver, max_candidates):
+def _sampled_statistics(model, observations, emissions, key, solver, max_candidates, gaps):
     """`sample_path_statistics` of a flat batch or of every bucket (gathered in the given
-    order)."""
-    if isinstance(observations, PanelObservations):
-        return sample_path_statistics(
+    order); with `gaps`, each interval's transition matrix from its gap's."""
+    table = None
+    if gaps is not None:
+        W = amalgamate(model.checked()).dense()
+        table = MatrixExponential._checked(
+            (transition_matrices(jnp.asarray(gaps.gaps, W.dtype)[:, None, None] * W),)
+        )[0]
+    buckets = as_flat_buckets(observations)
+    parts = [
+        sample_path_statistics(
             model,
-            observations,
-            key=key,
+            bucket,
+            key=k,
             solver=solver,
             emissions=emissions,
             max_candidates=max_candidates,
+            propagators=None if gaps is None else (table, gaps.index[b]),
         )
-    parts = [
-        sample_path_statistics(
-            model, b, key=k, solver=solver, emissions=emissions, max_candidates=max_candidates
-        )
-        for b, k in zip(observations.buckets, jr.split(key, len(observations.buckets)))
+        for b, (bucket, k) in enumerate(zip(buckets, jr.split(key, len(buckets))))
     ]
+    if isinstance(observations, PanelObservations):
+        return parts[0]
     dwell, transitions, log_likelihood = observations.gather(
         [(p.dwell_times, p.transitions, p.log_likelihood) for p in parts]
     )
@@ -426,15 +469,18 @@ def panel_rate_posterior(
             f"{type(family).__name__}."
         )
     checked_panel_update(observations, 1, len(posterior.alpha))
-    out = _posterior(family, posterior, observations, emissions, key)
+    # equal gaps share one transition matrix (host-side grouping; not with interventions,
+    # whose generators differ per trajectory, nor for traced observations)
+    gaps = gap_groups(observations) if observations.intervention is None else None
+    out = _posterior(family, posterior, observations, emissions, key, gaps)
     if isinstance(out, GammaMixturePosterior) and isinstance(family, SampledGammaMixture):
         warn_unconverged(out.diagnostics, family)
     return out
 
 
 @eqx.filter_jit
-def _posterior(family, posterior, observations, emissions, key):
-    return family.posterior(posterior, observations, emissions, key)
+def _posterior(family, posterior, observations, emissions, key, gaps):
+    return family.posterior(posterior, observations, emissions, key, gaps)
 
 
 def warn_unconverged(diagnostics: ChainDiagnostics | None, family: SampledGammaMixture) -> None:
