@@ -572,7 +572,7 @@ def _write_draws(path, model, draws) -> None:
     values = {name: np.asarray(draws[n])[:, :, u, x, y] for n, u, x, y, name in columns}
     chains, num = next(iter(values.values())).shape
     if str(path).endswith(".nc"):
-        import arviz
+        import arviz  # pyright: ignore[reportMissingImports]  (optional: jaxctbn[arviz])
 
         arviz.from_dict(posterior=values).to_netcdf(str(path))
         return

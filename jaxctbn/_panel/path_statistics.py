@@ -60,7 +60,7 @@ def _shift_of(cardinalities: tuple[int, ...]) -> np.ndarray:
 def _trajectory_statistics(
     model, obs, matrices, solver, key, shift_of: np.ndarray, max_candidates: int, propagators
 ):
-    """One trajectory: `(bad, log-likelihood, dwell (S,), transitions (J, S), overflow)`.
+    r"""One trajectory: `(bad, log-likelihood, dwell (S,), transitions (J, S), overflow)`.
     `propagators`: `None`, or `(table, index)` as in the filter (interval `i`'s $e^{\Delta W}$
     is `table[index[i]]`)."""
     gen, filtered = _filter(model, obs, matrices, None, solver, propagators)

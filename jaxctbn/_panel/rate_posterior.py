@@ -371,12 +371,13 @@ def _log_prior(mixture: GammaMixturePosterior, theta: tuple[Array, ...]) -> Arra
 def _sampled_statistics(model, observations, emissions, key, solver, max_candidates, gaps):
     """`sample_path_statistics` of a flat batch or of every bucket (gathered in the given
     order); with `gaps`, each interval's transition matrix from its gap's."""
-    table = None
+    propagators: list[tuple[Array, Array] | None] = [None] * len(as_flat_buckets(observations))
     if gaps is not None:
         W = amalgamate(model.checked()).dense()
         table = MatrixExponential._checked(
             (transition_matrices(jnp.asarray(gaps.gaps, W.dtype)[:, None, None] * W),)
         )[0]
+        propagators = [(table, jnp.asarray(index)) for index in gaps.index]
     buckets = as_flat_buckets(observations)
     parts = [
         sample_path_statistics(
@@ -386,9 +387,9 @@ def _sampled_statistics(model, observations, emissions, key, solver, max_candida
             solver=solver,
             emissions=emissions,
             max_candidates=max_candidates,
-            propagators=None if gaps is None else (table, gaps.index[b]),
+            propagators=p,
         )
-        for b, (bucket, k) in enumerate(zip(buckets, jr.split(key, len(buckets))))
+        for bucket, k, p in zip(buckets, jr.split(key, len(buckets)), propagators)
     ]
     if isinstance(observations, PanelObservations):
         return parts[0]
