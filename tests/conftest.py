@@ -125,6 +125,7 @@ def no_runtime_typecheck():
 _LONGEST_FIRST = (
     "test_gibbs.py",
     "test_notebooks.py",
+    "test_panel_rate_mixture.py",
     "test_cli_panel.py",
     "test_batches.py",
     "test_panel_fit.py",

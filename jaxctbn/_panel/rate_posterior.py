@@ -78,8 +78,15 @@ def pooled_node_statistics(
         if intervention is not None:
             keep = jnp.broadcast_to(~jnp.asarray(intervention.targets)[..., n], (R,)).astype(dtype)
         exposure = keep * jnp.broadcast_to(exposure_scale(intervention, n, dtype), (R,))
-        M = jnp.einsum("r,r...->...", keep, statistics.node_transitions(n, parents[n]))
-        T = jnp.einsum("r,r...->...", exposure, statistics.node_dwell_times(n, parents[n]))
+        # summed over the trajectories on the global states first, then projected once
+        pooled = PanelExpectedStatistics(
+            dwell_times=jnp.einsum("r,rs->s", exposure, statistics.dwell_times),
+            transitions=jnp.einsum("r,rjs->js", keep, statistics.transitions),
+            log_likelihood=jnp.zeros((), dtype),
+            model=statistics.model,
+        )
+        M = pooled.node_transitions(n, parents[n])
+        T = pooled.node_dwell_times(n, parents[n])
         k = M.shape[-1]
         out.append(
             NodeStatistics(transitions=jnp.where(jnp.eye(k, dtype=bool), 0.0, M), dwell_times=T)
