@@ -41,7 +41,11 @@ def posterior_after(truth, h):
     starts = jax.random.bernoulli(key, 0.5, (h, truth.num_nodes)).astype(jnp.int32)
     paths = jc.sample_trajectories(truth, starts, TAU, key=jax.random.key(8), num_trajectories=h)
     grid = jnp.array([0.0, 1.0, 2.0, 3.0])
-    return jax.jit(jc.panel.panel_rate_posterior)(posterior, jc.panel.observe_paths(paths, grid))
+    # the criteria score Gamma posteriors: the moment-matched family
+    family = jc.panel.MomentMatchedGamma()
+    return jax.jit(lambda p, o: jc.panel.panel_rate_posterior(p, o, family=family))(
+        posterior, jc.panel.observe_paths(paths, grid)
+    )
 
 
 def main():
