@@ -143,19 +143,20 @@ def sample_path_statistics(
         raise ValueError("observations: expected a flat batch with one leading axis.")
     shift_of = _shift_of(model.cardinalities)
     R = observations.batch_shape[0]
-    if propagators is None:
-        per_trajectory = jax.vmap(
-            lambda obs, k: _trajectory_statistics(
-                model, obs, matrices, solver, k, shift_of, max_candidates, None
-            )
-        )(observations, jr.split(key, R))
-    else:
-        table, index = propagators
-        per_trajectory = jax.vmap(
-            lambda obs, k, i: _trajectory_statistics(
-                model, obs, matrices, solver, k, shift_of, max_candidates, (table, i)
-            )
-        )(observations, jr.split(key, R), jnp.asarray(index))
+    # the gap table is shared; each trajectory has its own row of gap indices
+    table, index = (None, None) if propagators is None else propagators
+    per_trajectory = jax.vmap(
+        lambda obs, k, i: _trajectory_statistics(
+            model,
+            obs,
+            matrices,
+            solver,
+            k,
+            shift_of,
+            max_candidates,
+            None if table is None else (table, i),
+        )
+    )(observations, jr.split(key, R), None if index is None else jnp.asarray(index))
     bad, log_likelihood, dwell, transitions, overflow = per_trajectory
     dwell = eqx.error_if(
         dwell,

@@ -336,7 +336,7 @@ def _log_likelihood_or_minus_infinity(model, observations, emissions, solver, ga
             total = total + cast(Array, log_likelihood).sum()
             impossible = impossible | jnp.any(bad)
     impossible = impossible | ~jnp.isfinite(total)
-    return jnp.where(impossible, -jnp.inf, jnp.where(impossible, 0.0, total))
+    return jnp.where(impossible, -jnp.inf, total)
 
 
 def _log_rates(model, free: tuple[Array, ...]) -> tuple[Array, ...]:
