@@ -34,9 +34,9 @@ def main():
     starts = jax.random.bernoulli(jax.random.key(7), 0.5, (3, N)).astype(jnp.int32)
     paths = jc.sample_trajectories(truth, starts, 3.0, key=jax.random.key(8), num_trajectories=3)
     grid = jnp.array([0.0, 1.5, 3.0])
-    posterior = jax.jit(jc.panel.panel_structure_posterior)(
-        prior, jc.panel.observe_paths(paths, grid)
-    )
+    posterior = jax.jit(
+        lambda p, o: jc.panel.panel_structure_posterior(p, o, family=jc.panel.StructuralEM())
+    )(prior, jc.panel.observe_paths(paths, grid))
     panel = jc.criteria.Panel(jnp.array([1.5, 3.0]))
 
     def scores(criterion, outcome, num_samples):

@@ -59,6 +59,7 @@ from ._learning.gamma_mixture import GammaMixturePosterior as GammaMixturePoster
 from ._learning.posterior import path_log_likelihood as path_log_likelihood
 from ._learning.structure_posterior import StructurePosterior as StructurePosterior
 from ._learning.structure_posterior import learn_structure as learn_structure
+from ._learning.structure_mixture import StructureMixturePosterior as StructureMixturePosterior
 from ._learning.search import Exhaustive as Exhaustive
 from ._learning.search import HillClimbing as HillClimbing
 from ._learning.independence import CTPC as CTPC

@@ -31,5 +31,6 @@ from ._learning.candidates import enumerate_parent_sets as enumerate_parent_sets
 from ._learning.family_statistics import family_statistics as family_statistics
 from ._learning.scores import score_parent_sets as score_parent_sets
 from ._learning.structure_posterior import structure_log_prior as structure_log_prior
+from ._learning.structure_mixture import StructureChainDiagnostics as StructureChainDiagnostics
 from ._cli.threefry_lowering import use_unrolled_threefry_on_cpu as use_unrolled_threefry_on_cpu
 from ._errors import error_message as error_message

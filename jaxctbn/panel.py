@@ -34,7 +34,10 @@ from ._panel.structure import PanelStructureFit as PanelStructureFit
 from ._panel.structure import expected_family_statistics as expected_family_statistics
 from ._panel.structure import learn_structure_from_panels as learn_structure_from_panels
 from ._panel.structure import panel_family_statistics as panel_family_statistics
-from ._panel.structure import panel_structure_posterior as panel_structure_posterior
+from ._panel.structure_posterior import panel_structure_posterior as panel_structure_posterior
+from ._panel.structure_posterior import AbstractPanelStructureFamily as AbstractPanelStructureFamily
+from ._panel.structure_posterior import SampledStructure as SampledStructure
+from ._panel.structure_posterior import StructuralEM as StructuralEM
 from ._panel.outcome_law import panel_kl_divergence as panel_kl_divergence
 from ._panel.outcome_law import sample_panel_outcome as sample_panel_outcome
 from ._panel.outcome_law import panel_outcome_log_likelihood as panel_outcome_log_likelihood

@@ -184,6 +184,26 @@ def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path, capsys):
     assert set(d["em"]) == {"iterations", "converged"} and d["em"]["iterations"] >= 1
     assert np.isfinite(d["log_likelihood"]) and d["trajectories"] == 30
     assert d["inference"] == "exact" and "sampling" not in d
+    # by default the graph summary is the sampled structure posterior's (exact in the limit),
+    # with its chains' diagnostics; --panel-posterior moment reports structural EM's
+    pp = d["panel_posterior"]
+    assert pp["method"] == "sampled-structure" and pp["seed"] == 0
+    assert set(pp["diagnostics"]) == {
+        "max_split_r_hat", "min_ess", "chains", "sweeps", "burn_in", "converged"
+    }  # fmt: skip
+    assert pp["diagnostics"]["chains"] == 4 and pp["diagnostics"]["sweeps"] == 500
+    moment = tmp_path / "moment.json"
+    assert main([*args, "--panel-posterior", "moment", "--out", str(moment)]) == 0
+    mo = json.loads(moment.read_text())
+    assert mo["panel_posterior"]["method"] == "structural-em"
+    assert mo["log_likelihood"] == d["log_likelihood"] and mo["em"] == d["em"]
+    for name in ("A", "B"):
+        total = sum(p["posterior"] for p in d["nodes"][name]["parent_sets"])
+        np.testing.assert_allclose(total, 1.0, rtol=1e-9)
+        (other,) = set(d["nodes"][name]["edge_marginals"])
+        # the edge marginal is the mass of the parent sets holding the edge
+        held = sum(p["posterior"] for p in d["nodes"][name]["parent_sets"] if other in p["parents"])
+        np.testing.assert_allclose(d["nodes"][name]["edge_marginals"][other], held, rtol=1e-9)
     # the Gibbs E-step: the exact route's MAP graph, its diagnostics, no log-likelihood
     sampled = tmp_path / "sampled.json"
     flags = ["--inference", "sampling", "--samples", "30", "--burn-in", "10", "--seed", "1"]
@@ -234,6 +254,12 @@ def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path, capsys):
         (["--inference", "mean-field", "--exact-entry", "A=1"], "--exact-entry: not supported"),
         (["--inference", "sampling", "--exact-entry", "A=1"], "--exact-entry: not supported"),
         (["--steps-per-gap", "4"], "--steps-per-gap: only with --inference mean-field"),
+        (
+            ["--inference", "mean-field", "--panel-posterior", "sampled"],
+            "--panel-posterior sampled: only with --inference exact",
+        ),
+        (["--panel-posterior", "moment", "--sweeps", "10"], "--sweeps: only with --panel-po"),
+        (["--empirical-bayes"], "--empirical-bayes: not with --panel-posterior sampled"),
     ]:
         capsys.readouterr()
         assert main([*args, *extra, "--out", str(tmp_path / "bad.json")]) == 2
@@ -243,6 +269,9 @@ def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path, capsys):
     complete = ["learn", "--data", str(files[1]), "--inference", "sampling"]
     assert main([*complete, "--out", str(tmp_path / "bad.json")]) == 2
     assert "--inference sampling: only for panel data" in capsys.readouterr().err
+    complete = ["learn", "--data", str(files[1]), "--chains", "2"]
+    assert main([*complete, "--out", str(tmp_path / "bad.json")]) == 2
+    assert "--chains: only for panel data" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

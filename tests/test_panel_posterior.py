@@ -229,7 +229,9 @@ def test_structure_loop_with_panel_outcomes_equals_a_replay():
     grid = np.array([0.0, 1.0, 3.0])
     for e in range(2):
         observations = _panel_of_experiment(paths, e, grid)
-        posterior = jc.panel.panel_structure_posterior(posterior, observations, iterations=3)
+        posterior = jc.panel.panel_structure_posterior(
+            posterior, observations, family=jc.panel.StructuralEM(3)
+        )
     for a, b in zip(result.posterior.log_posterior(), posterior.log_posterior()):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
     # each node learns from the experiments that leave it free: 3 time units of each

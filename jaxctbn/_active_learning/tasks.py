@@ -22,7 +22,7 @@ from .._model.ctbn import CTBN
 from .._panel.observations import observe_paths
 from .._panel.outcome_law import checked_observation_times
 from .._panel.rate_posterior import MomentMatchedGamma, panel_rate_posterior
-from .._panel.structure import panel_structure_posterior
+from .._panel.structure_posterior import StructuralEM, panel_structure_posterior
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import SufficientStatistics
 from .metrics import adjacency_from_parents, edge_aupr, edge_auroc, structural_hamming_distance
@@ -168,7 +168,7 @@ class StructureLearningTask(AbstractLearningTask):
             posterior = panel_structure_posterior(
                 posterior,
                 _observed_panel(self.outcome, path, dtype, observation_times),
-                iterations=self.panel_iterations,
+                family=StructuralEM(self.panel_iterations),
             )
         else:
             new = family_statistics(_as_batch(path), posterior.cardinalities, posterior.parent_sets)

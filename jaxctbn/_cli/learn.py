@@ -19,12 +19,17 @@ from .jax_setup import _jit
 
 def _structure_summary(post):
     """`parent_set_probabilities()`, `edge_marginals()`, `entropy()`, `map_graph()` and
-    `map_model()` of a structure posterior, the array parts compiled as one program."""
+    `map_model()` of a structure posterior (of a mixture: the sum of the nodes' marginal
+    entropies), the array parts compiled as one program."""
     import jax
 
-    probs, edges, entropy = jax.device_get(
-        _jit(lambda p: (p.parent_set_probabilities(), p.edge_marginals(), p.entropy()))(post)
-    )  # host arrays: indexing them compiles nothing
+    from .._learning.structure_mixture import StructureMixturePosterior
+
+    def summary(p):
+        entropy = p.marginal_entropy() if isinstance(p, StructureMixturePosterior) else p.entropy()
+        return p.parent_set_probabilities(), p.edge_marginals(), entropy
+
+    probs, edges, entropy = jax.device_get(_jit(summary)(post))  # host arrays
     map_model = post.map_model()
     return probs, edges, entropy, map_model.parents, map_model
 
@@ -73,6 +78,90 @@ def _edge_prior_json(edge_prior, names):
     return {"default": default, "edges": edges}
 
 
+def _panel_posterior_method(args, panel: bool) -> str | None:
+    """`--panel-posterior` resolved (`None` for complete paths), its flags checked."""
+    if not panel:
+        for flag, value in (
+            ("--panel-posterior", args.panel_posterior),
+            ("--sweeps", args.sweeps),
+            ("--chains", args.chains),
+        ):
+            if value is not None:
+                raise ValueError(f"{flag}: only for panel data (--observation panel).")
+        return None
+    if args.panel_posterior == "sampled" and args.inference != "exact":
+        raise ValueError(
+            f"--panel-posterior sampled: only with --inference exact (its path draws are exact "
+            f"forward-backward); with --inference {args.inference} use --panel-posterior moment."
+        )
+    method = args.panel_posterior or ("sampled" if args.inference == "exact" else "moment")
+    if method == "moment":
+        for flag, value in (("--sweeps", args.sweeps), ("--chains", args.chains)):
+            if value is not None:
+                raise ValueError(f"{flag}: only with --panel-posterior sampled.")
+    if method == "sampled" and args.empirical_bayes:
+        raise ValueError(
+            "--empirical-bayes: not with --panel-posterior sampled (the hyper-parameters are "
+            "fitted to one posterior's statistics); add --panel-posterior moment."
+        )
+    return method
+
+
+def _sampled_structure(args, method, observations, names, cards, knowledge, edge_prior):
+    """The JSON's `"panel_posterior"` and, for `sampled`, the sampled structure posterior
+    (else `None`: the structural-EM posterior is reported)."""
+    if method == "moment":
+        return {
+            "method": "structural-em",
+            "description": "expected statistics under the structural-EM model scored as if "
+            "observed: overconfident where the visits are sparse",
+        }, None
+    import warnings
+
+    import jax
+
+    from .._learning.structure_posterior import StructurePosterior
+    from .._panel.structure_posterior import SampledStructure, panel_structure_posterior
+
+    family = SampledStructure(
+        num_sweeps=args.sweeps or 500,
+        num_chains=args.chains or 4,
+        burn_in=100 if args.burn_in is None else args.burn_in,
+    )
+    prior = StructurePosterior.from_prior(
+        names, cards, **knowledge, prior=_prior(args, len(names)), edge_prior=edge_prior
+    )
+    with warnings.catch_warnings():  # reported in the JSON and on stdout instead
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mixture = panel_structure_posterior(
+            prior, observations, family=family, key=jax.random.key(args.seed)
+        )
+    d = mixture.diagnostics
+    assert d is not None
+    r_hat, ess = float(d.max_split_r_hat()), float(d.min_effective_sample_size())
+    converged = r_hat <= family.max_r_hat and ess >= family.min_ess
+    if not converged:
+        print(
+            f"warning: the structure sampler's chains may not have converged (largest split "
+            f"R-hat {r_hat:.3f}, smallest ESS {ess:.0f}); raise --sweeps (and --burn-in)."
+        )
+    return {
+        "method": "sampled-structure",
+        "description": "Gibbs sampling of graph, rates and hidden paths (exact path draws), "
+        "Rao-Blackwellised into a mixture of exact complete-data structure posteriors; "
+        "entropy: the sum of the nodes' marginal entropies",
+        "seed": args.seed,
+        "diagnostics": {
+            "max_split_r_hat": r_hat,
+            "min_ess": ess,
+            "chains": family.num_chains,
+            "sweeps": family.num_sweeps,
+            "burn_in": family.burn_in,
+            "converged": converged,
+        },
+    }, mixture
+
+
 def _cmd_learn(args):
     import jax
     import numpy as np
@@ -97,6 +186,7 @@ def _cmd_learn(args):
     importance = args.sampler == "importance"
     if args.max_candidates is not None and not importance:
         raise ValueError("--max-candidates: only with --inference sampling --sampler importance.")
+    method = _panel_posterior_method(args, panel)
     if args.inference != "exact" and args.exact_entry:
         raise ValueError(f"--exact-entry: not supported with --inference {args.inference}.")
     df = read_csv(args.data)
@@ -106,7 +196,8 @@ def _cmd_learn(args):
     knowledge = _prior_knowledge(args, names)
     max_parents = knowledge["max_parents"]
     edge_prior = _edge_prior(args.edge_prior, names)
-    extra = {}
+    extra: dict[str, Any] = {}
+    mixture = None
     if panel and args.search in ("hill-climbing", "ctpc"):
         raise ValueError(f"--search {args.search}: only for complete paths (--observation paths).")
     search, search_name = _search(args, knowledge, N) if not panel else (Exhaustive(), "exhaustive")
@@ -132,7 +223,7 @@ def _cmd_learn(args):
                 if importance
                 else GibbsSampler(
                     num_samples=args.samples,
-                    burn_in=args.burn_in,
+                    burn_in=50 if args.burn_in is None else args.burn_in,
                     max_events=args.max_events,
                     max_virtual=args.max_virtual,
                     max_node_events=args.max_node_events,
@@ -172,7 +263,7 @@ def _cmd_learn(args):
             extra["sampling"] = {
                 "sampler": "importance" if importance else "gibbs",
                 "samples": args.samples,
-                "burn_in": None if importance else args.burn_in,
+                "burn_in": None if importance else (50 if args.burn_in is None else args.burn_in),
                 "seed": args.seed,
                 "patience": args.patience,
                 "min_effective_sample_size": dict(
@@ -196,6 +287,9 @@ def _cmd_learn(args):
                 if fit.log_likelihood_estimate is None
                 else float(fit.log_likelihood_estimate),
             }
+        extra["panel_posterior"], mixture = _sampled_structure(
+            args, method, observations, names, cards, knowledge, edge_prior
+        )
     else:
         # long trajectories come back cut into pieces: ids has one entry per row
         traj, ids = trajectories_from_dataframe(df, nodes)
@@ -208,7 +302,9 @@ def _cmd_learn(args):
     if eb is not None:
         post = _jit(eb.fit)(post)
     post = jax.tree_util.tree_map(np.asarray, post)
-    probs, edges, entropy, graph, map_model = _structure_summary(post)
+    probs, edges, entropy, graph, map_model = _structure_summary(
+        post if mixture is None else mixture
+    )
     out = {
         "prior": {
             **_prior_json(args, post),

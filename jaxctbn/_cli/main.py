@@ -128,10 +128,35 @@ def build_parser() -> argparse.ArgumentParser:
         "resampled; its effective sample size falls as the network grows)",
     )
     p.add_argument(
+        "--panel-posterior",
+        choices=["sampled", "moment"],
+        default=None,
+        help="panel: what the edge marginals, parent-set posteriors and entropy are computed "
+        "from: sampled (the default with --inference exact: a Gibbs sampler over graph, rates "
+        "and hidden paths, Rao-Blackwellised; exact as --sweeps grow) or moment (structural "
+        "EM's expected statistics scored as if observed: fast, overconfident where visits are "
+        "sparse; the only choice with --inference mean-field or sampling)",
+    )
+    p.add_argument(
+        "--sweeps",
+        type=_at_least(4),
+        default=None,
+        help="--panel-posterior sampled: retained sweeps per chain (500)",
+    )
+    p.add_argument(
+        "--chains",
+        type=_at_least(1),
+        default=None,
+        help="--panel-posterior sampled: chains (4)",
+    )
+    p.add_argument(
         "--samples", type=_at_least(1), default=200, help="sampling: paths per trajectory (200)"
     )
     p.add_argument(
-        "--burn-in", type=_at_least(0), default=50, help="sampling: sweeps discarded first (50)"
+        "--burn-in",
+        type=_at_least(0),
+        default=None,
+        help="sampling: sweeps discarded first (50); --panel-posterior sampled: per chain (100)",
     )
     p.add_argument(
         "--max-events",

@@ -5,12 +5,12 @@ moment-matched Gamma.
 With complete paths the Gamma posterior is exact: $\bar\alpha=\alpha+M$, $\bar\beta=\beta+T$.
 A panel gives no counts, and $p(\Lambda\mid Y)\propto p(\Lambda)\,p(Y\mid\Lambda)$ is not a Gamma.
 
-- [`jaxctbn.panel.SampledGammaMixture`][] (the default): data-augmentation Gibbs sampling of
-  the hidden paths and the rates (paths | rates, $Y$ exactly by forward filtering, backward
-  sampling and bridges; rates | paths conjugately), Rao-Blackwellised into a mixture of
-  Gammas, one $\mathrm{Gam}(\alpha+M(S_c),\beta+T(S_c))$ per retained sweep
-  ([`jaxctbn.GammaMixturePosterior`][]). Exact as the sweeps grow; its chains' split-$\hat R$
-  and effective sample sizes are reported with it.
+- [`jaxctbn.panel.SampledGammaMixture`][] (the default): the No-U-Turn sampler on the
+  log-rates with the exact panel likelihood, each retained draw $\Lambda_c$ Rao-Blackwellised by
+  an exact draw of the hidden paths $S_c\sim p(S\mid Y,\Lambda_c)$ (forward filtering, backward
+  sampling, bridges) into a mixture of Gammas, one $\mathrm{Gam}(\alpha+M(S_c),\beta+T(S_c))$
+  per draw ([`jaxctbn.GammaMixturePosterior`][]). Exact as the draws grow; its chains'
+  split-$\hat R$ and effective sample sizes are reported with it.
 - [`jaxctbn.panel.MomentMatchedGamma`][]: the Gamma whose counts are the smoothed expectations
   $\bar M=\mathsf E[M\mid Y,\hat\Lambda]$, $\bar T=\mathsf E[T\mid Y,\hat\Lambda]$ at its own
   mean $\hat\Lambda=\bar\alpha/\bar\beta$, iterated to a fixed point (the paper's appendix C.2;

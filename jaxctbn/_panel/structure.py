@@ -56,7 +56,6 @@ from .mean_field import PanelMeanField, PanelMeanFieldStatistics, as_data, child
 from .mean_field import _as_start as _mean_field_start
 from .mean_field import _statistics as _mean_field_statistics
 from .observations import Emissions, PanelObservations
-from .rate_posterior import checked_panel_update
 
 # panel gaps are long relative to the rates: the dense exponential has no limit on a gap's length
 DENSE_SOLVER = MatrixExponential()
@@ -620,36 +619,3 @@ def _graph_of(model: AbstractCTBN) -> tuple[tuple[int, ...], ...]:
         tuple(int(p) for p in np.asarray(model.parent_list(n)).reshape(-1) if p >= 0)
         for n in range(model.num_nodes)
     )
-
-
-def panel_structure_posterior(
-    posterior: StructurePosterior,
-    observations: PanelObservations | PanelBuckets,
-    *,
-    iterations: int = 10,
-    emissions: Emissions | None = None,
-    solver: AbstractMasterEquationSolver = DENSE_SOLVER,
-) -> StructurePosterior:
-    r"""`posterior` updated with panel trajectories (a flat batch, or buckets) by structural EM
-    from the history (the module page): `iterations` times, the expected family statistics of
-    the trajectories under the current posterior's MAP graph with posterior-mean rates are
-    added to the history's statistics and every parent set rescored. The statistics of the
-    history itself are kept as they are (an assumed-density filter: in the active-learning
-    loop each experiment is imputed once, under what was known after it). Node $n$ learns only
-    from the trajectories in which it is not perfectly intervened on. An approximation (maths
-    §7), measured in the tests against the exact $p(G\mid\mathcal H,Y)$ on a small network.
-    Pure; works under `jit` (`iterations` is static)."""
-    if not isinstance(posterior, StructurePosterior):
-        raise ValueError(
-            f"posterior: expected a StructurePosterior, got {type(posterior).__name__}."
-        )
-    targets = checked_panel_update(observations, iterations, len(posterior.names))
-
-    def step(current: StructurePosterior, _):
-        model = current.mean_rates_given(current.map_indices())
-        stats = panel_expected_statistics(model, observations, emissions=emissions, solver=solver)
-        family = panel_family_statistics(stats, posterior.parent_sets, intervention_targets=targets)
-        return posterior.update(family), None
-
-    out, _ = jax.lax.scan(step, posterior, None, length=iterations)
-    return out

@@ -1,0 +1,235 @@
+r"""A structure posterior that is a weighted mixture of exact complete-data structure
+posteriors: what is believed about a CTBN's graph after data whose paths are not seen whole
+(panels).
+
+With complete paths $S$ the posterior over graphs factorises over nodes and is exact
+([`jaxctbn.StructurePosterior`][]). When the paths are hidden,
+$p(G\mid Y)=\int p(G\mid S)\,p(S\mid Y)\,dS$, so posterior draws $S_c$ of the hidden paths give
+the Rao-Blackwellised estimate
+
+$$p(G\mid Y)\approx\sum_c w_c\prod_n p\bigl(\mathrm{par}(n)\mid S_c\bigr),$$
+
+exact as the number of components grows. Each component keeps its statistics, so rates can be
+drawn given a graph, and new complete-path statistics update every component conjugately and
+reweight it by its marginal likelihood $p(\text{new}\mid S_c)$.
+
+The mixture is no longer a product over nodes: its node marginals
+([`parent_set_probabilities`][jaxctbn.StructureMixturePosterior.parent_set_probabilities])
+and edge marginals are weighted averages of the components', and its MAP graph is taken node
+by node from those marginals (the mode of each node's marginal; the joint mode of a mixture
+has no closed form).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+from .._model.ctbn import CTBN, PaddedCTBN
+from .._model.layout import num_configurations
+from .chain_diagnostics import effective_sample_size, split_r_hat
+from .family_statistics import FamilyStatistics
+from .structure_posterior import StructurePosterior
+
+
+class StructureChainDiagnostics(eqx.Module):
+    r"""The Markov chains behind a sampled structure posterior and their convergence, per edge
+    `[m, n]` ($m\to n$):
+
+    - `edge_draws`: the chains' retained graphs as 0/1 adjacency matrices, `(chains, sweeps,
+      N, N)`;
+    - `edge_marginal_draws`: per retained sweep, the Rao-Blackwellised edge marginals
+      $p(m\to n\mid S_c)$, `(chains, sweeps, N, N)`;
+    - `split_r_hat`, `effective_sample_size`: of the Rao-Blackwellised edge marginals over all
+      chains ([`jaxctbn.internal.split_r_hat`][], [`jaxctbn.internal.effective_sample_size`][];
+      an edge that is certain in every sweep, e.g. the diagonal: $\hat R$ 1, ESS the draws'
+      total).
+    """
+
+    edge_draws: Float[Array, "chains sweeps nodes nodes"]
+    edge_marginal_draws: Float[Array, "chains sweeps nodes nodes"]
+    split_r_hat: Float[Array, "nodes nodes"]
+    effective_sample_size: Float[Array, "nodes nodes"]
+
+    @classmethod
+    def from_draws(cls, edge_draws, edge_marginal_draws) -> "StructureChainDiagnostics":
+        return cls(
+            edge_draws=edge_draws,
+            edge_marginal_draws=edge_marginal_draws,
+            split_r_hat=split_r_hat(edge_marginal_draws),
+            effective_sample_size=effective_sample_size(edge_marginal_draws),
+        )
+
+    def max_split_r_hat(self) -> Float[Array, ""]:
+        """The largest split-$\\hat R$ over all edges."""
+        return jnp.max(self.split_r_hat)
+
+    def min_effective_sample_size(self) -> Float[Array, ""]:
+        """The smallest effective sample size over all edges."""
+        return jnp.min(self.effective_sample_size)
+
+
+class StructureMixturePosterior(eqx.Module):
+    r"""A posterior over CTBN graphs that is a weighted mixture of
+    [`jaxctbn.StructurePosterior`][]s (the module page above).
+
+    - `components`: one [`jaxctbn.StructurePosterior`][] per component, every array with a
+      leading axis `(components, ...)`;
+    - `log_weights`: $\ln w_c$, `(components,)`, normalised;
+    - `diagnostics`: the chains' [`jaxctbn.internal.StructureChainDiagnostics`][] when the
+      mixture came from a sampler, else `None`.
+    """
+
+    components: StructurePosterior
+    log_weights: Float[Array, " components"]
+    diagnostics: StructureChainDiagnostics | None = None
+
+    def __check_init__(self):
+        if not isinstance(self.components, StructurePosterior):
+            raise ValueError(
+                f"components: expected a StructurePosterior with a leading components axis, "
+                f"got {type(self.components).__name__}."
+            )
+        if jnp.ndim(self.log_weights) != 1:
+            raise ValueError("log_weights: expected one axis (components,).")
+        if self.components.log_prior[0].shape[:1] != jnp.shape(self.log_weights):
+            raise ValueError(
+                f"components: expected the leading axis {jnp.shape(self.log_weights)} of "
+                f"log_weights on every array, got {self.components.log_prior[0].shape[:1]}."
+            )
+
+    @classmethod
+    def from_components(
+        cls, components: StructurePosterior, diagnostics: StructureChainDiagnostics | None = None
+    ) -> "StructureMixturePosterior":
+        """Equal weights over stacked `components`."""
+        C = components.log_prior[0].shape[0]
+        dtype = components.log_prior[0].dtype
+        return cls(components, jnp.full((C,), -jnp.log(C), dtype), diagnostics)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.components.names
+
+    @property
+    def cardinalities(self) -> tuple[int, ...]:
+        return self.components.cardinalities
+
+    @property
+    def num_components(self) -> int:
+        return int(self.log_weights.shape[0])
+
+    @property
+    def parent_sets(self) -> tuple[Int[Array, "_sets max_parents"], ...]:
+        """Each node's candidate sets (the components share them)."""
+        return tuple(s[0] for s in self.components.parent_sets)
+
+    def weights(self) -> Float[Array, " components"]:
+        return jnp.exp(self.log_weights)
+
+    def component(self, c) -> StructurePosterior:
+        """Component `c` as a [`jaxctbn.StructurePosterior`][]."""
+        return jax.tree_util.tree_map(lambda x: x[c], self.components)
+
+    def parent_set_probabilities(self) -> tuple[Float[Array, " _sets"], ...]:
+        r"""$p(\mathrm{par}(n)=P)=\sum_cw_c\,p_c(\mathrm{par}(n)=P)$ for every candidate set of
+        every node."""
+        per_component = jax.vmap(lambda p: p.parent_set_probabilities())(self.components)
+        return tuple(self.weights() @ p for p in per_component)
+
+    def log_posterior(self) -> tuple[Float[Array, " _sets"], ...]:
+        r"""$\ln p(\mathrm{par}(n)=P)$ of the node marginals (the mixture's, in logs)."""
+        per_component = jax.vmap(lambda p: p.log_posterior())(self.components)
+        return tuple(
+            jax.nn.logsumexp(lp + self.log_weights[:, None], axis=0) for lp in per_component
+        )
+
+    def edge_marginals(self) -> Float[Array, "nodes nodes"]:
+        """`[m, n]` = $p(m\\to n)$ (zero diagonal), the weighted average of the components'."""
+        per_component = jax.vmap(lambda p: p.edge_marginals())(self.components)
+        return jnp.tensordot(self.weights(), per_component, axes=1)
+
+    def map_indices(self) -> Int[Array, " nodes"]:
+        """Per node, the index of the most probable parent set under its marginal."""
+        return jnp.stack([jnp.argmax(lp) for lp in self.log_posterior()])
+
+    def map_adjacency(self) -> Array:
+        """[`map_indices`][jaxctbn.StructureMixturePosterior.map_indices] as an `(N, N)` 0/1
+        adjacency matrix, `[m, n] = 1` for $m\\to n$."""
+        N = len(self.names)
+        index = self.map_indices()
+        rows = [(self.parent_sets[n][index[n]][:, None] == jnp.arange(N)).any(0) for n in range(N)]
+        return jnp.stack(rows, axis=1).astype(jnp.int32)
+
+    def map_graph(self) -> tuple[tuple[int, ...], ...]:
+        """[`map_indices`][jaxctbn.StructureMixturePosterior.map_indices] as static parent
+        tuples (host-side)."""
+        index = jax.device_get(self.map_indices())
+        return tuple(
+            tuple(int(p) for p in jax.device_get(self.parent_sets[n][int(index[n])]) if p >= 0)
+            for n in range(len(self.names))
+        )
+
+    def mean_rates_given(self, indices: Int[Array, " nodes"]) -> PaddedCTBN:
+        r"""Posterior-mean rates given the parent-set `indices`: per node $n$ with set $P$,
+        $\mathsf E[\Lambda_n\mid\mathrm{par}(n)=P]=\sum_cw_cp_c(P)\,\mathsf E_c[\Lambda_n\mid P]
+        /\sum_cw_cp_c(P)$ (within a component the nodes are independent given the paths)."""
+        means = jax.vmap(lambda p: p.mean_rates_given(indices))(self.components)
+        log_post = jax.vmap(lambda p: p.log_posterior())(self.components)
+        cims = []
+        for n, lp in enumerate(log_post):
+            w = jax.nn.softmax(self.log_weights + lp[:, indices[n]])
+            cims.append(jnp.tensordot(w, means.cims[n], axes=1))
+        return PaddedCTBN(
+            cims=tuple(cims),
+            parent_index=tuple(s[indices[n]] for n, s in enumerate(self.parent_sets)),
+            names=self.names,
+            cardinalities=self.cardinalities,
+        )
+
+    def map_model(self) -> CTBN:
+        """The graph of [`map_indices`][jaxctbn.StructureMixturePosterior.map_indices] with
+        [`mean_rates_given`][jaxctbn.StructureMixturePosterior.mean_rates_given] as a
+        [`jaxctbn.CTBN`][] (host-side)."""
+        indices, padded = jax.device_get(_map_indices_and_rates(self))
+        graph = self.map_graph()
+        cims = [
+            padded.cims[n][: num_configurations(graph[n], self.cardinalities)]
+            for n in range(len(self.names))
+        ]
+        return CTBN(cims=cims, parents=graph, names=self.names)
+
+    def marginal_entropy(self) -> Float[Array, ""]:
+        r"""$\sum_nH[p(\mathrm{par}(n))]$ of the node marginals (nats): the graph entropy when the
+        nodes are independent a posteriori, an upper bound on it otherwise (the joint entropy
+        of a mixture has no closed form)."""
+        total = jnp.asarray(0.0)
+        for lp in self.log_posterior():
+            total = total - jnp.sum(jnp.where(jnp.isfinite(lp), jnp.exp(lp) * lp, 0.0))
+        return total
+
+    def sample_parent_sets(self, key: PRNGKeyArray) -> Int[Array, " nodes"]:
+        """One draw of a whole graph: a component by its weight, then each node's parent set
+        from it (jittable)."""
+        key_component, key_graph = jr.split(key)
+        c = jr.categorical(key_component, self.log_weights)
+        return self.component(c).sample_parent_sets(key_graph)
+
+    def update(self, new: FamilyStatistics) -> "StructureMixturePosterior":
+        r"""Add complete-data statistics: every component updated conjugately, reweighted by
+        $p(\text{new}\mid S_c)$ (the ratio of its evidences after and before)."""
+        updated = jax.vmap(lambda p: p.update(new))(self.components)
+        before = jax.vmap(lambda p: p.log_evidence())(self.components)
+        after = jax.vmap(lambda p: p.log_evidence())(updated)
+        return StructureMixturePosterior(
+            updated, jax.nn.log_softmax(self.log_weights + after - before), self.diagnostics
+        )
+
+
+@eqx.filter_jit
+def _map_indices_and_rates(posterior: StructureMixturePosterior):
+    indices = posterior.map_indices()
+    return indices, posterior.mean_rates_given(indices)
