@@ -191,7 +191,7 @@ def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path, capsys):
     assert set(pp["diagnostics"]) == {
         "max_split_r_hat", "min_ess", "chains", "sweeps", "burn_in", "converged"
     }  # fmt: skip
-    assert pp["diagnostics"]["chains"] == 4 and pp["diagnostics"]["sweeps"] == 500
+    assert pp["diagnostics"]["chains"] == 4 and pp["diagnostics"]["sweeps"] == 1000
     moment = tmp_path / "moment.json"
     assert main([*args, "--panel-posterior", "moment", "--out", str(moment)]) == 0
     mo = json.loads(moment.read_text())

@@ -65,7 +65,9 @@ def test_sampled_posterior_matches_the_exact_posterior(sparse_panel):
     mixture = jc.panel.panel_rate_posterior(
         prior, observations, family=FAMILY, key=jax.random.key(1)
     )
-    assert mixture.num_components == 1600 and mixture.diagnostics is not None
+    # the path draws thinned to the family's max_components (1,000), the diagnostics of all
+    assert mixture.num_components == 1000 and mixture.diagnostics is not None
+    assert mixture.diagnostics.rate_draws[0].shape[:2] == (4, 400)
     means, sds, (lam, marginal_a, marginal_b) = _exact_by_quadrature(states[..., 0], grid)
     got_means = np.asarray(mixture.rate_means()[0])[0, [0, 1], [1, 0]]
     got_sds = np.asarray(mixture.rate_sds()[0])[0, [0, 1], [1, 0]]
@@ -96,8 +98,8 @@ def test_sampled_posterior_matches_the_exact_posterior(sparse_panel):
         np.broadcast_to(grid, (R, len(grid))), states, num_observations=np.ones(R, int)
     )
     nothing = jc.panel.panel_rate_posterior(prior, unseen, family=FAMILY, key=jax.random.key(2))
-    np.testing.assert_allclose(np.asarray(nothing.alpha[0]), 2.0 * np.ones((1600, 1, 2, 2)))
-    np.testing.assert_allclose(np.asarray(nothing.beta[0]), np.ones((1600, 1, 2)))
+    np.testing.assert_allclose(np.asarray(nothing.alpha[0]), 2.0 * np.ones((1000, 1, 2, 2)))
+    np.testing.assert_allclose(np.asarray(nothing.beta[0]), np.ones((1000, 1, 2)))
 
 
 def test_mixture_moments_quantiles_and_update():

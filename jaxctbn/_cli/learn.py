@@ -124,7 +124,7 @@ def _sampled_structure(args, method, observations, names, cards, knowledge, edge
     from .._panel.structure_posterior import SampledStructure, panel_structure_posterior
 
     family = SampledStructure(
-        num_sweeps=args.sweeps or 500,
+        num_sweeps=args.sweeps or 1000,
         num_chains=args.chains or 4,
         burn_in=100 if args.burn_in is None else args.burn_in,
     )

@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--sweeps",
         type=_at_least(4),
         default=None,
-        help="--panel-posterior sampled: retained sweeps per chain (500)",
+        help="--panel-posterior sampled: retained sweeps per chain (1000)",
     )
     p.add_argument(
         "--chains",

@@ -31,7 +31,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jax.scipy.special import gammaln
+import numpy as np
+from jax.scipy.special import digamma, gammaln, polygamma
 from jaxtyping import Array, Bool, PRNGKeyArray
 
 from .._learning.conjugate import off_diagonal_entries, with_zero_diagonal
@@ -189,9 +190,12 @@ class SampledGammaMixture(AbstractPanelRateFamily):
        $\mathrm{Gam}(\alpha_j+M(S_c),\beta_j+T(S_c))$. Since $(\Lambda_c,S_c)$ are draws of the
        joint posterior, $\frac1C\sum_c p(\Lambda\mid S_c,Y)$ converges to $p(\Lambda\mid Y)$.
 
-    The result is a [`jaxctbn.GammaMixturePosterior`][] of `num_chains * num_draws`
-    equal-weight components whose `diagnostics` hold the split-$\hat R$ and effective sample
-    size of the log-rate draws and the number of divergent transitions. (A data-augmentation
+    The result is a [`jaxctbn.GammaMixturePosterior`][] of equal-weight components, one per
+    retained draw, each chain's draws thinned evenly so that there are at most
+    `max_components` (a path draw costs a forward-backward pass over every trajectory, so on
+    large data they dominate; the mixture stays exact in the limit), whose `diagnostics` hold the
+    split-$\hat R$ and effective sample size of all the log-rate draws and the number of
+    divergent transitions. (A data-augmentation
     Gibbs sampler, alternating paths | rates and rates | paths, has the same stationary law but
     mixes slowly where the visits are sparse: effective sample size 71 of 4,000 draws with
     visits at 2.3 mixing times, where NUTS on the marginal gave ~800 of 4,000 on the same
@@ -210,6 +214,7 @@ class SampledGammaMixture(AbstractPanelRateFamily):
     burn_in: int = eqx.field(default=300, static=True)
     start_iterations: int = eqx.field(default=10, static=True)
     max_candidates: int = eqx.field(default=64, static=True)
+    max_components: int = eqx.field(default=1000, static=True)
     max_r_hat: float = eqx.field(default=1.01, static=True)
     min_ess: float = eqx.field(default=100.0, static=True)
     solver: AbstractMasterEquationSolver = DENSE_SOLVER
@@ -218,6 +223,7 @@ class SampledGammaMixture(AbstractPanelRateFamily):
         for name, least in (
             ("num_draws", 4),
             ("num_chains", 1),
+            ("max_components", 1),
             ("burn_in", 1),
             ("start_iterations", 1),
             ("max_candidates", 1),
@@ -242,16 +248,30 @@ class SampledGammaMixture(AbstractPanelRateFamily):
         )
         key_start, key_chains, key_paths = jr.split(key, 3)
         free = tuple(off_diagonal_entries(f) for f in mixture.free_rates())
-        starts = jax.vmap(lambda k: _log_rates(start.sample(k), free))(
-            jr.split(key_start, self.num_chains)
-        )
-
-        def log_density(theta):
-            # a trial step far out (rates beyond e^{+-30}) is rejected, never computed with
-            outside = jnp.any(jnp.stack([jnp.any(~(jnp.abs(t) <= _LOG_RATE_BOUND)) for t in theta]))
-            theta = jax.tree_util.tree_map(
-                lambda t: jnp.where(jnp.abs(t) <= _LOG_RATE_BOUND, t, 0.0), theta
+        # the chains run on z = (theta - centre) / scale, centre and scale the log-rates' mean
+        # and (twice the) s.d. under the moment-matched Gamma: a linear change of variables
+        # (constant Jacobian, the same posterior) under which the sampler's unit starting mass
+        # matrix and step size already fit, so the adaptation starts close
+        centre, scale = _log_rate_moments(start, free)
+        starts = jax.vmap(
+            lambda k: jax.tree_util.tree_map(
+                lambda t, c, s: (t - c) / s, _log_rates(start.sample(k), free), centre, scale
             )
+        )(jr.split(key_start, self.num_chains))
+
+        log_span = jnp.log(_time_span(observations))
+
+        def log_density(z):
+            theta = jax.tree_util.tree_map(lambda z, c, s: c + s * z, z, centre, scale)
+            # a trial step far out (rates beyond e^{+-30}, or a rate whose product with the
+            # data's time span exceeds 1e9, where the transition matrices are not finite) is
+            # rejected, never computed with
+            largest = jnp.max(
+                jnp.stack([jnp.max(jnp.where(jnp.isnan(t), jnp.inf, t)) for t in theta])
+            )
+            outside = jnp.any(jnp.stack([jnp.any(~(jnp.abs(t) <= _LOG_RATE_BOUND)) for t in theta]))
+            outside = outside | ~(largest + log_span <= _LOG_RATE_TIMES_SPAN_BOUND)
+            theta = jax.tree_util.tree_map(lambda t: jnp.where(outside, 0.0, t), theta)
             likelihood = _log_likelihood_or_minus_infinity(
                 _model(mixture, theta), observations, emissions, self.solver, gaps
             )
@@ -274,8 +294,12 @@ class SampledGammaMixture(AbstractPanelRateFamily):
             return out
 
         positions, divergent = jax.vmap(chain)(starts, jr.split(key_chains, self.num_chains))
-        total = self.num_chains * self.num_draws
-        flat = jax.tree_util.tree_map(lambda x: x.reshape(total, *x.shape[2:]), positions)
+        positions = jax.tree_util.tree_map(lambda z, c, s: c + s * z, positions, centre, scale)
+        # every chain's draws, thinned evenly to at most `max_components` for the path draws
+        per_chain = min(self.num_draws, max(1, self.max_components // self.num_chains))
+        kept = np.linspace(0, self.num_draws - 1, per_chain).round().astype(np.int32)
+        total = self.num_chains * per_chain
+        flat = jax.tree_util.tree_map(lambda x: x[:, kept].reshape(total, *x.shape[2:]), positions)
 
         def component(inputs):
             theta, key = inputs
@@ -314,6 +338,19 @@ class SampledGammaMixture(AbstractPanelRateFamily):
 
 #: log-rates beyond this bound are outside the sampler's support (rates e^{+-30})
 _LOG_RATE_BOUND = 30.0
+#: and so are rates whose product with the data's time span exceeds 1e9 (the chain equilibrates
+#: in a billionth of the span: no posterior mass under any proper prior the data leave alone)
+_LOG_RATE_TIMES_SPAN_BOUND = math.log(1e9)
+
+
+def _time_span(observations: PanelObservations | PanelBuckets) -> Array:
+    """An upper bound on every gap between two observations: the largest observation time
+    minus the smallest (padding slots repeat a trajectory's times or are 0; at least 1e-300)."""
+    buckets = as_flat_buckets(observations)
+    times = [jnp.where(jnp.isfinite(b.times), b.times, 0.0) for b in buckets]
+    top = jnp.max(jnp.stack([t.max() for t in times]))
+    bottom = jnp.min(jnp.stack([jnp.minimum(t.min(), 0.0) for t in times]))
+    return jnp.maximum(top - bottom, 1e-300)
 
 
 def _log_likelihood_or_minus_infinity(model, observations, emissions, solver, gaps) -> Array:
@@ -346,6 +383,22 @@ def _log_rates(model, free: tuple[Array, ...]) -> tuple[Array, ...]:
         jnp.where(f, jnp.log(jnp.where(f, off_diagonal_entries(c), 1.0)), 0.0)
         for c, f in zip(model.cims, free)
     )
+
+
+def _log_rate_moments(
+    posterior: RatePosterior, free: tuple[Array, ...]
+) -> tuple[tuple[Array, ...], tuple[Array, ...]]:
+    r"""Per node `(configs, k - 1, k)`: the mean $\psi(\alpha)-\ln\beta$ and twice the s.d.
+    $\sqrt{\psi_1(\alpha)}$ of the log-rates under the Gammas of `posterior` (0 and 1 at
+    structural zeros)."""
+    centres, scales = [], []
+    for a, b, f in zip(posterior.alpha, posterior.beta, free):
+        k = a.shape[-1]
+        a = jnp.where(f, off_diagonal_entries(a), 1.0)
+        b = jnp.where(f, off_diagonal_entries(jnp.broadcast_to(b[..., None], b.shape + (k,))), 1.0)
+        centres.append(jnp.where(f, digamma(a) - jnp.log(b), 0.0))
+        scales.append(jnp.where(f, 2.0 * jnp.sqrt(polygamma(1, a)), 1.0))
+    return tuple(centres), tuple(scales)
 
 
 def _model(mixture: GammaMixturePosterior, theta: tuple[Array, ...]) -> CTBN:

@@ -126,7 +126,7 @@ class SampledStructure(AbstractPanelStructureFamily):
     marginals exceeds `max_r_hat` or their smallest effective sample size falls below
     `min_ess`, naming the setting to raise."""
 
-    num_sweeps: int = eqx.field(default=500, static=True)
+    num_sweeps: int = eqx.field(default=1000, static=True)
     num_chains: int = eqx.field(default=4, static=True)
     burn_in: int = eqx.field(default=100, static=True)
     start_iterations: int = eqx.field(default=5, static=True)
