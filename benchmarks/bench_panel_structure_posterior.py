@@ -2,18 +2,19 @@
 (`SampledStructure`, the default) and structural EM (`StructuralEM`) beside the exact
 $p(G\\mid Y)$ by enumeration, side by side in one run.
 
-Two binary nodes, truth A -> B (A flips at rate 1; B follows A at rate 2 and leaves it at 0.2),
-Gamma(1, 1) rate priors, uniform structure prior over each node's two candidate sets. Panels of
-`subjects` subjects from (0, 0), seen at `visits` equal spacings of 0.1 to 1.0 time units (A's
-mixing time is 0.5). The exact posterior: $p(G\\mid Y)\\propto p(G)\\,p(Y\\mid G)$ over the four
-graphs, each $p(Y\\mid G)=\\mathsf E_{\\Lambda\\sim p(\\Lambda\\mid G)}[p(Y\\mid G,\\Lambda)]$ by
-numpy Monte Carlo over prior draws of the rates (transition matrices by numpy's batched
-eigendecomposition of the 4-state generator; no jaxctbn code), with the importance weights'
-effective sample size reported. Per case: each method's edge marginals p(A->B), p(B->A), the
-largest absolute error against exact, the sampler's diagnostics and each method's wall time
-(with its compilation).
+Binary nodes, truth A -> B (A flips at rate 1; B follows A at rate 2 and leaves it at 0.2) and
+a three-node chain A -> B -> C (C follows B the same way), at most one parent per node, Gamma(1,
+1) rate priors, uniform structure prior over each node's candidate sets. Panels of `subjects`
+subjects from the all-zero state, seen at 4 equal spacings of 0.1 to 1.0 time units (A's mixing
+time is 0.5). The exact posterior: $p(G\\mid Y)\\propto p(G)\\,p(Y\\mid G)$ over all the
+graphs (4, or 27), each $p(Y\\mid G)=\\mathsf E_{\\Lambda\\sim p(\\Lambda\\mid G)}[p(Y\\mid
+G,\\Lambda)]$ by numpy Monte Carlo over prior draws of the rates (transition matrices by numpy's
+batched eigendecomposition of the generator; no jaxctbn code), with the importance weights'
+effective sample size reported. Per case: each method's edge marginals, the largest absolute
+error against exact, the sampler's diagnostics and each method's wall time (with its
+compilation).
 
-    python benchmarks/bench_panel_structure_posterior.py [--draws 400000] [--sweeps 500]
+    python benchmarks/bench_panel_structure_posterior.py [--draws 400000] [--sweeps 1000]
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import jaxctbn as jc
 
 jax.config.update("jax_enable_x64", True)
 
-NAMES, CARDS = ("A", "B"), (2, 2)
+NAMES = ("A", "B")
 ALPHA, BETA = 1.0, 1.0
 TRUTH = jc.CTBN(
     cims=[
@@ -45,23 +46,28 @@ TRUTH = jc.CTBN(
 
 
 def generators(graph, rng, num_draws):
-    """`(num_draws, 4, 4)` generators of prior rate draws for `graph` (per node: parent or
-    none); global state s = 2 a + b."""
-    W = np.zeros((num_draws, 4, 4))
+    """`(num_draws, 2^N, 2^N)` generators of prior rate draws for `graph` (per node: its parent
+    or None) of N binary nodes; global state s = sum_n x_n 2^(N-1-n)."""
+    N = len(graph)
+    S = 2**N
+    W = np.zeros((num_draws, S, S))
     for n, parent in enumerate(graph):
         configs = 2 if parent is not None else 1
         up = rng.gamma(ALPHA, 1 / BETA, size=(num_draws, configs))
         down = rng.gamma(ALPHA, 1 / BETA, size=(num_draws, configs))
-        for a, b in itertools.product(range(2), range(2)):
-            x = (a, b)
+        for x in itertools.product(range(2), repeat=N):
             u = x[parent] if parent is not None else 0
             rate = (up if x[n] == 0 else down)[:, u]
             y = list(x)
             y[n] = 1 - x[n]
-            s, t = 2 * a + b, 2 * y[0] + y[1]
+            s, t = _index(x), _index(y)
             W[:, s, t] += rate
             W[:, s, s] -= rate
     return W
+
+
+def _index(x) -> int:
+    return int(sum(v << (len(x) - 1 - i) for i, v in enumerate(x)))
 
 
 def log_evidence(graph, states, gap, rng, num_draws, chunk=50_000):
@@ -82,10 +88,12 @@ def log_evidence(graph, states, gap, rng, num_draws, chunk=50_000):
     return top + np.log(w.mean()), float(w.sum() ** 2 / (w**2).sum())
 
 
-def exact_edges(states, gap, num_draws, seed):
-    """Exact p(A->B), p(B->A) (and the smallest ESS over the graphs)."""
+def exact_edges(N, states, gap, num_draws, seed):
+    """Exact edge marginals `(N, N)` over every graph of at most one parent per node (and the
+    smallest importance ESS over the graphs)."""
     rng = np.random.default_rng(seed)
-    graphs = list(itertools.product((None, 1), (None, 0)))  # (A's parent, B's parent)
+    options = [[None] + [m for m in range(N) if m != n] for n in range(N)]
+    graphs = list(itertools.product(*options))
     evidence, sizes = [], []
     for graph in graphs:
         value, ess = log_evidence(graph, states, gap, rng, num_draws)
@@ -93,58 +101,79 @@ def exact_edges(states, gap, num_draws, seed):
         sizes.append(ess)
     post = np.exp(np.array(evidence) - max(evidence))
     post /= post.sum()
-    a_to_b = sum(p for g, p in zip(graphs, post) if g[1] == 0)
-    b_to_a = sum(p for g, p in zip(graphs, post) if g[0] == 1)
-    return np.array([a_to_b, b_to_a]), min(sizes)
+    edges = np.zeros((N, N))
+    for graph, p in zip(graphs, post):
+        for n, parent in enumerate(graph):
+            if parent is not None:
+                edges[parent, n] += p
+    return edges, min(sizes)
+
+
+TRUTH3 = jc.CTBN(
+    cims=[
+        jnp.array([[[-1.0, 1.0], [1.0, -1.0]]]),
+        jnp.array([[[-0.2, 0.2], [2.0, -2.0]], [[-2.0, 2.0], [0.2, -0.2]]]),
+        jnp.array([[[-0.2, 0.2], [2.0, -2.0]], [[-2.0, 2.0], [0.2, -0.2]]]),
+    ],
+    parents=((), (0,), (1,)),
+    names=("A", "B", "C"),
+)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--draws", type=int, default=400_000, help="prior draws per graph (exact)")
-    ap.add_argument("--sweeps", type=int, default=500, help="SampledStructure sweeps per chain")
+    ap.add_argument("--sweeps", type=int, default=1000, help="SampledStructure sweeps per chain")
     ap.add_argument("--name", default="panel_structure_posterior")
     args = ap.parse_args()
-    prior = jc.StructurePosterior.from_prior(
-        NAMES, CARDS, max_parents=1, prior=jc.GammaPrior(ALPHA, BETA)
-    )
     family = jc.panel.SampledStructure(num_sweeps=args.sweeps)
+    cases = [(TRUTH, subjects, gap) for subjects in (8, 16) for gap in (0.1, 0.25, 0.5, 1.0)]
+    cases += [(TRUTH3, 12, gap) for gap in (0.25, 0.5, 1.0)]
     records = []
-    for subjects, visits, gap in itertools.product((8, 16), (4,), (0.1, 0.25, 0.5, 1.0)):
+    visits = 4
+    for truth, subjects, gap in cases:
+        N = truth.num_nodes
+        prior = jc.StructurePosterior.from_prior(
+            truth.names, truth.cardinalities, max_parents=1, prior=jc.GammaPrior(ALPHA, BETA)
+        )
         key = jr.key(int(1000 * gap) + subjects)
         grid = jnp.arange(visits + 1) * gap
-        start = jnp.zeros(2, jnp.int32)
         paths = jc.sample_trajectories(
-            TRUTH, start, float(grid[-1]), key=key, num_trajectories=subjects
+            truth, jnp.zeros(N, jnp.int32), float(grid[-1]), key=key, num_trajectories=subjects
         )
         observations = jc.panel.observe_paths(paths, grid)
-        states = np.asarray(observations.states) @ np.array([2, 1])
+        states = np.asarray(observations.states) @ (2 ** np.arange(N - 1, -1, -1))
+        off = ~np.eye(N, dtype=bool)
         t = time.perf_counter()
-        exact, ess = exact_edges(states, gap, args.draws, seed=subjects)
+        exact, ess = exact_edges(N, states, gap, args.draws, seed=subjects)
         t_exact = time.perf_counter() - t
         t = time.perf_counter()
         em = jc.panel.panel_structure_posterior(
             prior, observations, family=jc.panel.StructuralEM()
         ).edge_marginals()
-        em = np.asarray(em)[[0, 1], [1, 0]]
+        em = np.asarray(em)
         t_em = time.perf_counter() - t
         t = time.perf_counter()
         mixture = jc.panel.panel_structure_posterior(
             prior, observations, family=family, key=jr.fold_in(key, 1)
         )
-        sampled = np.asarray(mixture.edge_marginals())[[0, 1], [1, 0]]
+        sampled = np.asarray(mixture.edge_marginals())
         t_sampled = time.perf_counter() - t
         d = mixture.diagnostics
         assert d is not None
+        edges = [f"{truth.names[m]}->{truth.names[n]}" for m, n in zip(*np.nonzero(off))]
         rec = {
+            "nodes": N,
             "subjects": subjects,
             "visits": visits,
             "gap": gap,
-            "exact": exact.tolist(),
+            "edges": edges,
+            "exact": exact[off].tolist(),
             "exact_min_importance_ess": ess,
-            "sampled": sampled.tolist(),
-            "structural_em": em.tolist(),
-            "sampled_max_error": float(np.abs(sampled - exact).max()),
-            "structural_em_max_error": float(np.abs(em - exact).max()),
+            "sampled": sampled[off].tolist(),
+            "structural_em": em[off].tolist(),
+            "sampled_max_error": float(np.abs(sampled - exact)[off].max()),
+            "structural_em_max_error": float(np.abs(em - exact)[off].max()),
             "max_split_r_hat": float(d.max_split_r_hat()),
             "min_ess": float(d.min_effective_sample_size()),
             "seconds": {"exact": t_exact, "structural_em": t_em, "sampled": t_sampled},
@@ -154,25 +183,32 @@ def main():
     lines = [
         "# Panel structure posteriors against the exact graph posterior",
         "",
-        "Two binary nodes, truth A -> B; Gamma(1, 1) rate priors; each case's exact p(G | Y) by "
-        f"enumeration of the 4 graphs with numpy Monte Carlo evidences ({args.draws:,} prior "
-        "draws per graph; `ESS` the smallest importance ESS). `SampledStructure`: 4 chains, "
-        f"100 burn-in + {args.sweeps} sweeps. Edge marginals as p(A->B) / p(B->A); `error` the "
-        "largest absolute error against exact (target 0.05). Times include compilation.",
+        "Binary nodes, truth A -> B (and A -> B -> C), at most one parent per node, Gamma(1, 1) "
+        "rate priors, uniform structure prior; `subjects` panels from the all-zero state seen "
+        f"at {visits} equal gaps. Each case's exact p(G | Y) by enumeration of the graphs (4, "
+        f"or 27) with numpy Monte Carlo evidences ({args.draws:,} prior draws per graph, "
+        "transition matrices by numpy's eigendecomposition; `ESS` the smallest importance ESS "
+        f"over the graphs). `SampledStructure`: 4 chains, 100 burn-in + {args.sweeps} sweeps. "
+        "Edge marginals in the order of the `edges` column; `error` the largest absolute error "
+        "over the edges against exact (target 0.05). Times include compilation (the first "
+        "case of each network compiles).",
         "",
-        "| subjects | gap | exact | ESS | sampled | error | R-hat | ESS (chains) "
+        "| nodes | subjects | gap | edges | exact | ESS | sampled | error | R-hat | ESS (chains) "
         "| structural EM | error | time sampled | time EM |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def row(values):
+        return " ".join(f"{v:.3f}" for v in values)
+
     for r in records:
         lines.append(
-            f"| {r['subjects']} | {r['gap']} | {r['exact'][0]:.3f} / {r['exact'][1]:.3f} "
-            f"| {r['exact_min_importance_ess']:.0f} "
-            f"| {r['sampled'][0]:.3f} / {r['sampled'][1]:.3f} | {r['sampled_max_error']:.3f} "
+            f"| {r['nodes']} | {r['subjects']} | {r['gap']} | {' '.join(r['edges'])} "
+            f"| {row(r['exact'])} | {r['exact_min_importance_ess']:.0f} "
+            f"| {row(r['sampled'])} | {r['sampled_max_error']:.3f} "
             f"| {r['max_split_r_hat']:.3f} | {r['min_ess']:.0f} "
-            f"| {r['structural_em'][0]:.3f} / {r['structural_em'][1]:.3f} "
-            f"| {r['structural_em_max_error']:.3f} | {r['seconds']['sampled']:.1f} s "
-            f"| {r['seconds']['structural_em']:.1f} s |"
+            f"| {row(r['structural_em'])} | {r['structural_em_max_error']:.3f} "
+            f"| {r['seconds']['sampled']:.1f} s | {r['seconds']['structural_em']:.1f} s |"
         )
     worst_sampled = max(r["sampled_max_error"] for r in records)
     worst_em = max(r["structural_em_max_error"] for r in records)

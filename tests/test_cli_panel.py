@@ -178,7 +178,9 @@ def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path, capsys):
     panel, _, _ = files
     out = tmp_path / "learn.json"
     args = ["learn", "--data", str(panel), "--observation", "panel", "--max-parents", "1"]
-    assert main([*args, "--out", str(out)]) == 0
+    # the sampled structure posterior (the default here), with short chains to keep it quick
+    short = ["--sweeps", "40", "--chains", "2", "--burn-in", "10"]
+    assert main([*args, *short, "--out", str(out)]) == 0
     d = json.loads(out.read_text())
     assert {"nodes", "map_graph", "entropy", "rates", "log_likelihood", "em"} <= set(d)
     assert set(d["em"]) == {"iterations", "converged"} and d["em"]["iterations"] >= 1
@@ -191,7 +193,12 @@ def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path, capsys):
     assert set(pp["diagnostics"]) == {
         "max_split_r_hat", "min_ess", "chains", "sweeps", "burn_in", "converged"
     }  # fmt: skip
-    assert pp["diagnostics"]["chains"] == 4 and pp["diagnostics"]["sweeps"] == 1000
+    assert (pp["diagnostics"]["chains"], pp["diagnostics"]["sweeps"]) == (2, 40)
+    assert pp["diagnostics"]["burn_in"] == 10
+    assert (jc.panel.SampledStructure().num_chains, jc.panel.SampledStructure().num_sweeps) == (
+        4,
+        1000,
+    )
     moment = tmp_path / "moment.json"
     assert main([*args, "--panel-posterior", "moment", "--out", str(moment)]) == 0
     mo = json.loads(moment.read_text())
@@ -209,7 +216,7 @@ def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path, capsys):
     flags = ["--inference", "sampling", "--samples", "30", "--burn-in", "10", "--seed", "1"]
     assert main([*args, *flags, "--out", str(sampled)]) == 0
     s = json.loads(sampled.read_text())
-    assert s["map_graph"] == d["map_graph"] and s["inference"] == "sampling"
+    assert s["map_graph"] == mo["map_graph"] and s["inference"] == "sampling"
     assert s["log_likelihood"] is None and s["em"]["converged"]
     assert s["sampling"]["samples"] == 30 and s["sampling"]["seed"] == 1
     assert s["sampling"]["infeasible_updates"] == 0
@@ -226,7 +233,7 @@ def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path, capsys):
     mean_field = tmp_path / "mean_field.json"
     assert main([*args, "--inference", "mean-field", "--out", str(mean_field)]) == 0
     m = json.loads(mean_field.read_text())
-    assert m["map_graph"] == d["map_graph"] and m["inference"] == "mean-field"
+    assert m["map_graph"] == mo["map_graph"] and m["inference"] == "mean-field"
     assert m["log_likelihood"] is None and m["em"]["converged"]
     assert m["mean_field"]["steps_per_gap"] == 8
     assert m["mean_field"]["evidence_lower_bound"] < d["log_likelihood"]
@@ -235,7 +242,7 @@ def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path, capsys):
     flags = ["--inference", "sampling", "--sampler", "importance", "--samples", "32"]
     assert main([*args, *flags, "--out", str(weighted)]) == 0
     w = json.loads(weighted.read_text())
-    assert w["map_graph"] == d["map_graph"] and w["sampling"]["sampler"] == "importance"
+    assert w["map_graph"] == mo["map_graph"] and w["sampling"]["sampler"] == "importance"
     assert w["sampling"]["buffers"] == {
         "max_events": 64,
         "max_node_events": 32,
@@ -503,12 +510,16 @@ def test_design_from_a_panel_history(files, tmp_path, capsys):
         key=jax.random.key(0),
         num_samples=3,
     )
-    got = [r["score"] for r in json.loads(out.read_text())["scores"]]
+    written = json.loads(out.read_text())
+    got = [r["score"] for r in written["scores"]]
     np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-12)
+    # the approximation the criteria score is said in the output
+    assert written["history_posterior"]["method"] == "moment-matched-gamma"
     out = tmp_path / "s.json"
     assert main([*base, "--target", "structure", "--criterion", "bhc", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     assert len(res["scores"]) == 9 and all(np.isfinite(r["score"]) for r in res["scores"])
+    assert res["history_posterior"]["method"] == "structural-em"
     missing = tmp_path / "missing.csv"
     pd.read_csv(panel).drop(columns=["B"]).to_csv(missing, index=False)
     bad = [*base, "--target", "parameters", "--out", str(tmp_path / "o.json")]

@@ -475,6 +475,14 @@ def _write_ranking(
         out["batch_score"] = float(batch.batch_score)
         out["batch_cost"] = float(batch.total_cost)
         out["batch_size"] = args.batch
+    if args.data is not None and args.observation == "panel":
+        # said in the output, never silent: the criteria score the approximations for now
+        out["history_posterior"] = {
+            "method": "structural-em" if args.target == "structure" else "moment-matched-gamma",
+            "note": "the panel history's posterior is the approximation the criteria score "
+            "(overconfident where the visits are sparse); `fit --posterior` and `learn "
+            "--observation panel` report the exact-in-the-limit sampled posterior",
+        }
     if args.target == "structure" and args.criterion != "eig":
         from .._experiments.config import default_graph_draws
 

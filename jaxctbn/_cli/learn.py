@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .._files import write_json
@@ -78,8 +79,15 @@ def _edge_prior_json(edge_prior, names):
     return {"default": default, "edges": edges}
 
 
-def _panel_posterior_method(args, panel: bool) -> str | None:
-    """`--panel-posterior` resolved (`None` for complete paths), its flags checked."""
+#: the largest joint state space on which `--panel-posterior` defaults to `sampled` (each sweep
+#: draws every trajectory's path by exact forward-backward over the joint states)
+SAMPLED_DEFAULT_STATES = 256
+
+
+def _panel_posterior_method(args, panel: bool, cards=()) -> str | None:
+    """`--panel-posterior` resolved (`None` for complete paths), its flags checked: by default
+    `sampled` with `--inference exact` on at most `SAMPLED_DEFAULT_STATES` joint states, else
+    `moment` (said in the output and on stdout)."""
     if not panel:
         for flag, value in (
             ("--panel-posterior", args.panel_posterior),
@@ -94,7 +102,10 @@ def _panel_posterior_method(args, panel: bool) -> str | None:
             f"--panel-posterior sampled: only with --inference exact (its path draws are exact "
             f"forward-backward); with --inference {args.inference} use --panel-posterior moment."
         )
-    method = args.panel_posterior or ("sampled" if args.inference == "exact" else "moment")
+    small = math.prod(cards) <= SAMPLED_DEFAULT_STATES
+    method = args.panel_posterior or (
+        "sampled" if args.inference == "exact" and small else "moment"
+    )
     if method == "moment":
         for flag, value in (("--sweeps", args.sweeps), ("--chains", args.chains)):
             if value is not None:
@@ -111,6 +122,16 @@ def _sampled_structure(args, method, observations, names, cards, knowledge, edge
     """The JSON's `"panel_posterior"` and, for `sampled`, the sampled structure posterior
     (else `None`: the structural-EM posterior is reported)."""
     if method == "moment":
+        if args.panel_posterior is None:
+            print(
+                "note: the graph posterior is structural EM's (overconfident where the visits "
+                "are sparse); --panel-posterior sampled gives the exact-in-the-limit one "
+                + (
+                    "(--inference exact only)"
+                    if args.inference != "exact"
+                    else f"(not the default beyond {SAMPLED_DEFAULT_STATES} joint states)"
+                )
+            )
         return {
             "method": "structural-em",
             "description": "expected statistics under the structural-EM model scored as if "
@@ -186,13 +207,13 @@ def _cmd_learn(args):
     importance = args.sampler == "importance"
     if args.max_candidates is not None and not importance:
         raise ValueError("--max-candidates: only with --inference sampling --sampler importance.")
-    method = _panel_posterior_method(args, panel)
     if args.inference != "exact" and args.exact_entry:
         raise ValueError(f"--exact-entry: not supported with --inference {args.inference}.")
     df = read_csv(args.data)
     nodes = _parse_cardinalities(args.cardinalities, df, missing=panel)
     names, cards = list(nodes), tuple(nodes.values())
     N = len(names)
+    method = _panel_posterior_method(args, panel, cards)
     knowledge = _prior_knowledge(args, names)
     max_parents = knowledge["max_parents"]
     edge_prior = _edge_prior(args.edge_prior, names)
