@@ -117,6 +117,15 @@ def checked_panel_update(
     )
 
 
+def check_integer_fields(module: eqx.Module, **least: int) -> None:
+    """A one-line `ValueError` naming the first field of `module` that is not an integer at
+    least its bound in `least`."""
+    for name, bound in least.items():
+        value = getattr(module, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < bound:
+            raise ValueError(f"{name}: expected an integer >= {bound}, got {value!r}.")
+
+
 class AbstractPanelRateFamily(eqx.Module):
     """How [`jaxctbn.panel.panel_rate_posterior`][] represents and computes the posterior over
     the rates after panel data: [`jaxctbn.panel.SampledGammaMixture`][] (exact in the limit,
@@ -220,17 +229,15 @@ class SampledGammaMixture(AbstractPanelRateFamily):
     solver: AbstractMasterEquationSolver = DENSE_SOLVER
 
     def __check_init__(self):
-        for name, least in (
-            ("num_draws", 4),
-            ("num_chains", 1),
-            ("max_components", 1),
-            ("burn_in", 1),
-            ("start_iterations", 1),
-            ("max_candidates", 1),
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"{name}: expected an integer >= {least}, got {value!r}.")
+        check_integer_fields(
+            self,
+            num_draws=4,
+            num_chains=1,
+            max_components=1,
+            burn_in=1,
+            start_iterations=1,
+            max_candidates=1,
+        )
 
     def posterior(self, prior, observations, emissions, key, gaps=None):
         import blackjax  # on demand: importing it runs JAX operations (backend set-up first)

@@ -36,7 +36,7 @@ from .._model.interventions import is_concrete
 from .buckets import PanelBuckets
 from .inference import GapGroups, gap_groups, panel_expected_statistics
 from .observations import Emissions, PanelObservations
-from .rate_posterior import _sampled_statistics, checked_panel_update
+from .rate_posterior import _sampled_statistics, check_integer_fields, checked_panel_update
 from .structure import panel_family_statistics
 
 # panel gaps are long relative to the rates: the dense exponential has no limit on a gap's length
@@ -74,12 +74,7 @@ class StructuralEM(AbstractPanelStructureFamily):
     solver: AbstractMasterEquationSolver = DENSE_SOLVER
 
     def __check_init__(self):
-        if (
-            isinstance(self.iterations, bool)
-            or not isinstance(self.iterations, int)
-            or self.iterations < 1
-        ):
-            raise ValueError(f"iterations: expected an integer >= 1, got {self.iterations!r}.")
+        check_integer_fields(self, iterations=1)
 
     def posterior(self, prior, observations, emissions, key, targets, gaps):
         def step(current: StructurePosterior, _):
@@ -136,16 +131,9 @@ class SampledStructure(AbstractPanelStructureFamily):
     solver: AbstractMasterEquationSolver = DENSE_SOLVER
 
     def __check_init__(self):
-        for name, least in (
-            ("num_sweeps", 4),
-            ("num_chains", 1),
-            ("burn_in", 0),
-            ("start_iterations", 1),
-            ("max_candidates", 1),
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"{name}: expected an integer >= {least}, got {value!r}.")
+        check_integer_fields(
+            self, num_sweeps=4, num_chains=1, burn_in=0, start_iterations=1, max_candidates=1
+        )
 
     def posterior(self, prior, observations, emissions, key, targets, gaps):
         if key is None:
