@@ -25,7 +25,7 @@ from __future__ import annotations
 import abc
 import math
 import warnings
-from typing import cast, overload
+from typing import Protocol, cast, overload
 
 import equinox as eqx
 import jax
@@ -38,6 +38,7 @@ from jaxtyping import Array, Bool, PRNGKeyArray
 from .._learning.conjugate import off_diagonal_entries, with_zero_diagonal
 from .._learning.gamma_mixture import ChainDiagnostics, GammaMixturePosterior
 from .._learning.posterior import RatePosterior
+from .._learning.structure_mixture import StructureChainDiagnostics
 from .._master_equation.dense_linalg import transition_matrices
 from .._master_equation.generator import amalgamate
 from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
@@ -552,9 +553,20 @@ def _posterior(family, posterior, observations, emissions, key, gaps):
     return family.posterior(posterior, observations, emissions, key, gaps)
 
 
-def warn_unconverged(diagnostics: ChainDiagnostics | None, family: SampledGammaMixture) -> None:
+class _ConvergenceThresholds(Protocol):
+    """A sampled family's convergence thresholds (`SampledGammaMixture`, `SampledStructure`)."""
+
+    max_r_hat: float
+    min_ess: float
+
+
+def warn_unconverged(
+    diagnostics: ChainDiagnostics | StructureChainDiagnostics | None,
+    family: _ConvergenceThresholds,
+) -> None:
     """A `RuntimeWarning` naming the setting to raise when concrete diagnostics fail the
-    family's thresholds (nothing under `jit`)."""
+    family's thresholds `max_r_hat`, `min_ess` (and, for Hamiltonian chains, any divergent
+    transition); nothing under `jit`. Shared by the rate and the structure samplers."""
     if diagnostics is None:
         return
     r_hat = diagnostics.max_split_r_hat()
@@ -562,13 +574,19 @@ def warn_unconverged(diagnostics: ChainDiagnostics | None, family: SampledGammaM
     if not is_concrete(r_hat, ess):
         return
     r_hat, ess = float(r_hat), float(ess)
-    divergent = int(diagnostics.divergent_transitions)
+    hamiltonian = isinstance(diagnostics, ChainDiagnostics)
+    divergent = int(diagnostics.divergent_transitions) if hamiltonian else 0
     if r_hat > family.max_r_hat or ess < family.min_ess or divergent > 0:
+        if hamiltonian:
+            what, of = "panel rate posterior", "R-hat"
+            tail = f"; {divergent} divergent transitions); raise num_draws"
+        else:
+            what, of = "panel structure posterior", "R-hat of the edge marginals"
+            tail = "); raise num_sweeps"
         warnings.warn(
-            f"panel rate posterior: the chains may not have converged (largest split R-hat "
-            f"{r_hat:.3f}, limit {family.max_r_hat}; smallest effective sample size {ess:.0f}, "
-            f"limit {family.min_ess:g}; {divergent} divergent transitions); raise num_draws "
-            f"(and burn_in) of SampledGammaMixture.",
+            f"{what}: the chains may not have converged (largest split {of} {r_hat:.3f}, "
+            f"limit {family.max_r_hat}; smallest effective sample size {ess:.0f}, limit "
+            f"{family.min_ess:g}{tail} (and burn_in) of {type(family).__name__}.",
             RuntimeWarning,
             stacklevel=3,
         )

@@ -20,7 +20,6 @@ $p(G\mid Y)=\int p(G\mid S)\,p(S\mid Y)\,dS$ has no closed form.
 from __future__ import annotations
 
 import abc
-import warnings
 from typing import overload
 
 import equinox as eqx
@@ -32,11 +31,15 @@ from jaxtyping import Array, Bool, PRNGKeyArray
 from .._learning.structure_mixture import StructureChainDiagnostics, StructureMixturePosterior
 from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
-from .._model.interventions import is_concrete
 from .buckets import PanelBuckets
 from .inference import GapGroups, gap_groups, panel_expected_statistics
 from .observations import Emissions, PanelObservations
-from .rate_posterior import _sampled_statistics, check_integer_fields, checked_panel_update
+from .rate_posterior import (
+    _sampled_statistics,
+    check_integer_fields,
+    checked_panel_update,
+    warn_unconverged,
+)
 from .structure import panel_family_statistics
 
 # panel gaps are long relative to the rates: the dense exponential has no limit on a gap's length
@@ -259,33 +262,10 @@ def panel_structure_posterior(
     gaps = gap_groups(observations) if observations.intervention is None else None
     out = _posterior(family, posterior, observations, emissions, key, targets, gaps)
     if isinstance(out, StructureMixturePosterior) and isinstance(family, SampledStructure):
-        _warn_unconverged(out.diagnostics, family)
+        warn_unconverged(out.diagnostics, family)
     return out
 
 
 @eqx.filter_jit
 def _posterior(family, posterior, observations, emissions, key, targets, gaps):
     return family.posterior(posterior, observations, emissions, key, targets, gaps)
-
-
-def _warn_unconverged(
-    diagnostics: StructureChainDiagnostics | None, family: SampledStructure
-) -> None:
-    """A `RuntimeWarning` naming the setting to raise when concrete diagnostics fail the
-    family's thresholds (nothing under `jit`)."""
-    if diagnostics is None:
-        return
-    r_hat = diagnostics.max_split_r_hat()
-    ess = diagnostics.min_effective_sample_size()
-    if not is_concrete(r_hat, ess):
-        return
-    r_hat, ess = float(r_hat), float(ess)
-    if r_hat > family.max_r_hat or ess < family.min_ess:
-        warnings.warn(
-            f"panel structure posterior: the chains may not have converged (largest split "
-            f"R-hat of the edge marginals {r_hat:.3f}, limit {family.max_r_hat}; smallest "
-            f"effective sample size {ess:.0f}, limit {family.min_ess:g}); raise num_sweeps "
-            f"(and burn_in) of SampledStructure.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
