@@ -25,7 +25,7 @@ from __future__ import annotations
 import abc
 import math
 import warnings
-from typing import Protocol, cast, overload
+from typing import Protocol, cast, overload, runtime_checkable
 
 import equinox as eqx
 import jax
@@ -553,6 +553,7 @@ def _posterior(family, posterior, observations, emissions, key, gaps):
     return family.posterior(posterior, observations, emissions, key, gaps)
 
 
+@runtime_checkable
 class _ConvergenceThresholds(Protocol):
     """A sampled family's convergence thresholds (`SampledGammaMixture`, `SampledStructure`)."""
 
