@@ -54,6 +54,7 @@ from ._learning.priors import AbstractPrior as AbstractPrior
 from ._learning.priors import GammaPrior as GammaPrior
 from ._learning.priors import NodelmanPrior as NodelmanPrior
 from ._learning.posterior import AbstractPosterior as AbstractPosterior
+from ._learning.posterior import AbstractRatePosterior as AbstractRatePosterior
 from ._learning.posterior import RatePosterior as RatePosterior
 from ._learning.gamma_mixture import GammaMixturePosterior as GammaMixturePosterior
 from ._learning.posterior import path_log_likelihood as path_log_likelihood

@@ -46,6 +46,7 @@ from ._panel.rate_posterior import panel_rate_posterior as panel_rate_posterior
 from ._panel.rate_posterior import AbstractPanelRateFamily as AbstractPanelRateFamily
 from ._panel.rate_posterior import SampledGammaMixture as SampledGammaMixture
 from ._panel.rate_posterior import MomentMatchedGamma as MomentMatchedGamma
+from ._panel.rate_posterior import ParticleFilter as ParticleFilter
 from ._panel.strength import StrengthProfile as StrengthProfile
 from ._panel.strength import learn_strength_from_panels as learn_strength_from_panels
 from ._panel.gibbs import GibbsSampler as GibbsSampler

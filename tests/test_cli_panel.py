@@ -388,10 +388,14 @@ def test_run_parameters_with_panel_outcomes(tmp_path, capsys):
     out = tmp_path / "run"
     args = ["run", "parameters", "--network", str(net), "--designs", "passive,bhc"]
     args += ["--repetitions", "2", "--experiments", "2", "--samples", "3", "--chunk", "2"]
-    panel = ["--outcome", "panel", "--observation-times", "1,3"]
+    panel = ["--outcome", "panel", "--observation-times", "1,3", "--particles", "16"]
     assert main([*args, *panel, "--out", str(out), "--no-progress"]) == 0
     config = json.loads((out / "config.json").read_text())
-    assert config["outcome"] == {"type": "panel", "observation_times": [1.0, 3.0]}
+    assert config["outcome"] == {
+        "type": "panel",
+        "observation_times": [1.0, 3.0],
+        "posterior": {"method": "particle-filter", "particles": 16},
+    }
     df = pd.read_csv(out / "metrics.csv", keep_default_na=False)
     assert np.isfinite(df.mse).all() and (df.mse > 0).all() and len(df) == 2 * 2 * 3
     assert set(df.observation_times[df.experiment > 0]) == {"1;3"}
@@ -400,12 +404,18 @@ def test_run_parameters_with_panel_outcomes(tmp_path, capsys):
     assert main([*args, *panel, "--out", str(out), "--no-progress"]) == 0  # resumed
     assert [c.stat().st_mtime_ns for c in chunks] == stamps
     capsys.readouterr()
-    # the same directory with complete paths is another run
+    # the same directory with complete paths, or with the moment-matched posterior, is
+    # another run
     assert main([*args, "--out", str(out), "--no-progress"]) == 2
+    assert "outcome" in capsys.readouterr().err
+    moment = [*panel[:-2], "--panel-posterior", "moment"]
+    assert main([*args, *moment, "--out", str(out), "--no-progress"]) == 2
     assert "outcome" in capsys.readouterr().err
     capsys.readouterr()
     for extra, message in [
         (["--outcome", "panel"], "give --observation-times"),
+        (["--panel-posterior", "moment"], "--panel-posterior: only with --outcome panel"),
+        ([*moment, "--particles", "8"], "--particles: only with --outcome panel and"),
         (["--outcome", "panel", "--observation-times", "1,4"], "(0, --horizon] = (0, 3]"),
         (["--outcome", "panel", "--visits", "2", "--designs", "bhc,eig"], "eig design cannot"),
         (["--observation-times", "1"], "only with --outcome panel"),
@@ -433,6 +443,7 @@ def test_run_parameters_with_chosen_visit_times(tmp_path):
     assert json.loads((visits / "config.json").read_text())["outcome"] == {
         "type": "panel",
         "visits": 2,
+        "posterior": {"method": "particle-filter", "particles": 256},
     }
     df = pd.read_csv(visits / "metrics.csv", keep_default_na=False)
     seen = df[df.experiment > 0]
@@ -483,7 +494,11 @@ def test_structure_design_and_run_with_panel_outcomes(tmp_path, capsys):
     run += ["--outcome", "panel", "--observation-times", "1,3", "--no-progress"]
     assert main([*run, "--out", str(tmp_path / "s")]) == 0
     config = json.loads((tmp_path / "s" / "config.json").read_text())
-    assert config["outcome"] == {"type": "panel", "observation_times": [1.0, 3.0]}
+    assert config["outcome"] == {
+        "type": "panel",
+        "observation_times": [1.0, 3.0],
+        "posterior": {"method": "structural-em", "iterations": 10},
+    }
     df = pd.read_csv(tmp_path / "s" / "metrics.csv", keep_default_na=False)
     assert len(df) == 2 * 3 and np.isfinite(df.entropy).all()
 
@@ -495,26 +510,50 @@ def test_design_from_a_panel_history(files, tmp_path, capsys):
     panel, _, network = files
     base = ["design", "--data", str(panel), "--observation", "panel", "--network", str(network)]
     base += ["--initial-state", "A=0,B=0", "--duration", "3", "--samples", "3", "--seed", "0"]
-    out = tmp_path / "p.json"
-    assert main([*base, "--target", "parameters", "--criterion", "bhc", "--out", str(out)]) == 0
     observations, _ = jc.panel.read_panel_csv(panel, TRUTH, bucketed=True)
-    posterior = jc.panel.panel_rate_posterior(
-        jc.RatePosterior.for_model(TRUTH), observations, family=jc.panel.MomentMatchedGamma()
-    )
-    ref = jc.score_interventions(
-        posterior,
-        jc.intervention_space(TRUTH.cardinalities),
-        jnp.array([0, 0]),
-        3.0,
-        criterion=jc.BHC(),
+    space = jc.intervention_space(TRUTH.cardinalities)
+    # by default the history's sampled posterior (short chains here), the library's mixture
+    # with the same seed; --panel-posterior moment the moment-matched Gamma; each said in
+    # the output
+    sampled = ["--draws", "20", "--chains", "2"]
+    out = tmp_path / "p.json"
+    argv = [*base, "--target", "parameters", "--criterion", "bhc", *sampled, "--out", str(out)]
+    assert main(argv) == 0
+    mixture = jc.panel.panel_rate_posterior(
+        jc.GammaMixturePosterior.from_gamma(
+            jc.RatePosterior.for_model(TRUTH), free=[q != 0 for q in TRUTH.cims]
+        ),
+        observations,
+        family=jc.panel.SampledGammaMixture(num_draws=20, num_chains=2),
         key=jax.random.key(0),
-        num_samples=3,
     )
-    written = json.loads(out.read_text())
-    got = [r["score"] for r in written["scores"]]
-    np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-12)
-    # the approximation the criteria score is said in the output
-    assert written["history_posterior"]["method"] == "moment-matched-gamma"
+    for posterior, method, extra in [
+        (mixture, "sampled-gamma-mixture", sampled),
+        (
+            jc.panel.panel_rate_posterior(
+                jc.RatePosterior.for_model(TRUTH),
+                observations,
+                family=jc.panel.MomentMatchedGamma(),
+            ),
+            "moment-matched-gamma",
+            ["--panel-posterior", "moment"],
+        ),
+    ]:
+        argv = [*base, "--target", "parameters", "--criterion", "bhc", *extra, "--out", str(out)]
+        assert main(argv) == 0
+        ref = jc.score_interventions(
+            posterior,
+            space,
+            jnp.array([0, 0]),
+            3.0,
+            criterion=jc.BHC(),
+            key=jax.random.key(0),
+            num_samples=3,
+        )
+        written = json.loads(out.read_text())
+        got = [r["score"] for r in written["scores"]]
+        np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-12)
+        assert written["history_posterior"]["method"] == method
     out = tmp_path / "s.json"
     assert main([*base, "--target", "structure", "--criterion", "bhc", "--out", str(out)]) == 0
     res = json.loads(out.read_text())

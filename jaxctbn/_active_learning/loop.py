@@ -232,10 +232,7 @@ def _run_active_learning(
         path = sample_trajectory(
             truth, initial_state, horizon, key=k_path, intervention=iv, max_events=max_events
         )
-        if times is None:
-            posterior = task.update(posterior, path)
-        else:
-            posterior = task.update(posterior, path, observation_times=times)
+        posterior = _update(task, posterior, path, times, jr.fold_in(k_path, _UPDATE_STREAM))
         record = (
             task.metrics(posterior),
             index,
@@ -317,11 +314,8 @@ def _run_rounds(
     total = eqx.error_if(total, ~(total >= 0), "budget: must be a number >= 0.")
 
     def update(posterior, member):
-        path, run, times = member
-        if times is None:
-            new = task.update(posterior, path)
-        else:
-            new = task.update(posterior, path, observation_times=times)
+        path, run, times, key = member
+        new = _update(task, posterior, path, times, key)
         return jax.tree_util.tree_map(
             lambda a, b: jnp.where(run, a, b) if eqx.is_array(a) else a, new, posterior
         ), None
@@ -354,7 +348,8 @@ def _run_rounds(
                 truth, initial_state, horizon, key=k, intervention=iv, max_events=max_events
             )
         )(ivs, keys)
-        posterior, _ = jax.lax.scan(update, posterior, (paths, run, times))
+        update_keys = jax.vmap(lambda k: jr.fold_in(k, _UPDATE_STREAM))(keys)
+        posterior, _ = jax.lax.scan(update, posterior, (paths, run, times, update_keys))
         member_costs = jnp.where(run, prices[index], 0.0)
         record = (
             task.metrics(posterior),
@@ -392,6 +387,19 @@ def _run_rounds(
         rounds=jnp.repeat(jnp.arange(1, rounds + 1), B),
         costs=flat(spent),
     )
+
+
+#: The random stream of a posterior update that samples (a particle filter), folded into the
+#: experiment's path key (the design's, the initial state's and the path's streams unchanged).
+_UPDATE_STREAM = 0x7570
+
+
+def _update(task, posterior, path, times, key):
+    """The task's posterior after one experiment: its visit times when the design chose them,
+    and a key for a posterior family that samples."""
+    if times is None:
+        return task.update(posterior, path, key=key)
+    return task.update(posterior, path, observation_times=times, key=key)
 
 
 def _resolve_max_events(task, horizon, max_events) -> int:

@@ -9,23 +9,32 @@ from typing import ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array
+from jaxtyping import Array, PRNGKeyArray
 
 from .._criteria.criteria import COMPLETE_PATH
 from .._criteria.outcomes import AbstractOutcome, Panel
 from .._learning.empirical_bayes import EmpiricalBayes
 from .._learning.family_statistics import family_statistics
-from .._learning.posterior import AbstractPosterior, RatePosterior
+from .._learning.gamma_mixture import GammaMixturePosterior
+from .._learning.posterior import AbstractPosterior, AbstractRatePosterior, RatePosterior
 from .._learning.priors import AbstractPrior, GammaPrior, check_prior
 from .._learning.structure_posterior import StructurePosterior
 from .._model.ctbn import CTBN
 from .._panel.observations import observe_paths
 from .._panel.outcome_law import checked_observation_times
-from .._panel.rate_posterior import MomentMatchedGamma, panel_rate_posterior
+from .._panel.rate_posterior import (
+    AbstractPanelRateFamily,
+    MomentMatchedGamma,
+    ParticleFilter,
+    panel_rate_posterior,
+)
 from .._panel.structure_posterior import StructuralEM, panel_structure_posterior
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import SufficientStatistics
 from .metrics import adjacency_from_parents, edge_aupr, edge_auroc, structural_hamming_distance
+
+#: The rate posterior family of a sequential loop with panel outcomes.
+DEFAULT_SEQUENTIAL_FAMILY = ParticleFilter()
 
 
 def _as_batch(path: Trajectories) -> Trajectories:
@@ -87,7 +96,8 @@ class AbstractLearningTask(eqx.Module):
     def update(self, posterior: AbstractPosterior, path: Trajectories) -> AbstractPosterior:
         """The posterior after one more simulated trajectory (pooled across interventions).
         A task with a panel outcome also takes keyword-only `observation_times`, the visit times
-        at which this experiment was seen (the loop passes the design's choice)."""
+        at which this experiment was seen (the loop passes the design's choice), and `key`, for
+        a posterior family that samples (the loop passes one per experiment)."""
 
     @abc.abstractmethod
     def metrics(self, posterior: AbstractPosterior) -> dict[str, Array]:
@@ -162,7 +172,9 @@ class StructureLearningTask(AbstractLearningTask):
         path: Trajectories,
         *,
         observation_times: Array | None = None,
+        key: PRNGKeyArray | None = None,
     ) -> StructurePosterior:
+        del key  # structural EM is deterministic
         if isinstance(self.outcome, Panel):
             dtype = posterior.statistics.dwell_times[0].dtype
             posterior = panel_structure_posterior(
@@ -195,10 +207,15 @@ class ParameterLearningTask(AbstractLearningTask):
 
     `outcome` (keyword-only): what each experiment reveals, [`jaxctbn.criteria.CompletePath`][]
     (default) or [`jaxctbn.criteria.Panel`][]`(times)`: the simulated path seen at time 0 and at
-    the visit times only, the posterior updated by
-    [`jaxctbn.panel.panel_rate_posterior`][] (smoothed expected statistics under its own mean,
-    `panel_iterations` fixed-point steps; earlier experiments' statistics are kept as they were,
-    an assumed-density filter; maths §7). With `Panel(num_visits=K)` each experiment's $K$
+    the visit times only, the posterior updated after each experiment by
+    [`jaxctbn.panel.panel_rate_posterior`][] in the family `panel_posterior` (keyword-only):
+    by default [`jaxctbn.panel.ParticleFilter`][]`()`, sequential Monte Carlo over the hidden
+    paths whose posterior is a [`jaxctbn.GammaMixturePosterior`][], exact as its particles
+    grow (`update` then takes a `key`; the loop passes one); or
+    [`jaxctbn.panel.MomentMatchedGamma`][]`(iterations)`, the fast assumed-density filter
+    (earlier experiments' statistics kept as they were; **overconfident** where the visits are
+    sparse, maths §7). `panel_iterations=I` is a shortcut for
+    `panel_posterior=MomentMatchedGamma(I)`. With `Panel(num_visits=K)` each experiment's $K$
     visit times are the design's (`update`'s `observation_times`; see
     [`jaxctbn.AbstractDesign`][]). Give the design the same outcome
     ([`jaxctbn.CriterionDesign`][]`(..., outcome=...)`)."""
@@ -206,7 +223,8 @@ class ParameterLearningTask(AbstractLearningTask):
     truth: CTBN
     prior: GammaPrior = eqx.field(default=GammaPrior(), kw_only=True)
     outcome: AbstractOutcome = eqx.field(default=COMPLETE_PATH, kw_only=True)
-    panel_iterations: int = eqx.field(default=10, static=True, kw_only=True)
+    panel_posterior: AbstractPanelRateFamily | None = eqx.field(default=None, kw_only=True)
+    panel_iterations: int | None = eqx.field(default=None, static=True, kw_only=True)
     metric_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "mse": ("posterior MSE of the rates", "lower")
     }
@@ -217,29 +235,53 @@ class ParameterLearningTask(AbstractLearningTask):
                 f"prior: parameter learning takes a GammaPrior(alpha, beta), got {self.prior!r}."
             )
         check_prior(self.prior, self.truth.num_nodes)
-        _check_outcome(self.outcome, self.panel_iterations)
+        _check_outcome(self.outcome, 1 if self.panel_iterations is None else self.panel_iterations)
+        if self.panel_posterior is not None:
+            if not isinstance(self.panel_posterior, AbstractPanelRateFamily):
+                raise ValueError(
+                    "panel_posterior: expected ParticleFilter(), MomentMatchedGamma() or "
+                    f"SampledGammaMixture(), got {self.panel_posterior!r}."
+                )
+            if self.panel_iterations is not None:
+                raise ValueError(
+                    "panel_iterations: give either panel_posterior or its shortcut "
+                    "panel_iterations (= MomentMatchedGamma(panel_iterations)), not both."
+                )
 
-    def initial_posterior(self) -> RatePosterior:
-        return RatePosterior.for_model(self.truth, prior=self.prior)
+    def panel_family(self) -> AbstractPanelRateFamily:
+        """The posterior family of the panel updates (see the class page)."""
+        if self.panel_posterior is not None:
+            return self.panel_posterior
+        if self.panel_iterations is not None:
+            return MomentMatchedGamma(self.panel_iterations)
+        return DEFAULT_SEQUENTIAL_FAMILY
+
+    def initial_posterior(self) -> AbstractRatePosterior:
+        prior = RatePosterior.for_model(self.truth, prior=self.prior)
+        if isinstance(self.outcome, Panel):
+            return self.panel_family().initial(prior)
+        return prior
 
     def update(
         self,
-        posterior: RatePosterior,
+        posterior: AbstractRatePosterior,
         path: Trajectories,
         *,
         observation_times: Array | None = None,
-    ) -> RatePosterior:
+        key: PRNGKeyArray | None = None,
+    ) -> AbstractRatePosterior:
         if isinstance(self.outcome, Panel):
             observations = _observed_panel(
                 self.outcome, path, posterior.beta[0].dtype, observation_times
             )
+            assert isinstance(posterior, RatePosterior | GammaMixturePosterior)
             return panel_rate_posterior(
-                posterior, observations, family=MomentMatchedGamma(self.panel_iterations)
+                posterior, observations, family=self.panel_family(), key=key
             )
         stats = SufficientStatistics.from_trajectories(
             _as_batch(path), posterior.cardinalities, posterior.parents
         )
-        return posterior.update_with(stats)
+        return posterior.update(stats.pooled())
 
-    def metrics(self, posterior: RatePosterior) -> dict[str, Array]:
+    def metrics(self, posterior: AbstractRatePosterior) -> dict[str, Array]:
         return {"mse": posterior.mse(self.truth)}

@@ -36,6 +36,18 @@ def _cmd_design(args):
 
     if args.observation == "panel" and args.data is None:
         raise ValueError("--observation panel: give the panel history with --data.")
+    sampled = args.panel_posterior != "moment"
+    given = [f for f, v in (("--panel-posterior", args.panel_posterior), ("--draws", args.draws),
+                            ("--chains", args.chains)) if v is not None]  # fmt: skip
+    if given and (args.observation != "panel" or args.data is None):
+        raise ValueError(f"{', '.join(given)}: only with --data and --observation panel.")
+    if args.target == "structure" and given:
+        raise ValueError(
+            f"{', '.join(given)}: the structure criteria score the structural-EM posterior of "
+            "a panel history (the sampled structure posterior is reported by learn)."
+        )
+    if not sampled and (args.draws is not None or args.chains is not None):
+        raise ValueError("--draws/--chains: only with --panel-posterior sampled.")
     outcome = _outcome(args)
     if args.target == "structure":
         return _design_structure(args, outcome)
@@ -51,14 +63,32 @@ def _cmd_design(args):
             "--alpha/--beta (the Nodelman prior and empirical Bayes are for structure learning)."
         )
     posterior = _jit(RatePosterior.for_model)(model, prior=_prior(args, model.num_nodes))
+    history = None
     if args.data is not None and args.observation == "panel":
         from .._panel.csv import panel_from_dataframe
         from .._panel.rate_posterior import MomentMatchedGamma, panel_rate_posterior
 
         observations, _ = panel_from_dataframe(read_csv(args.data), model, bucketed=True)
-        # the criteria score Gamma posteriors: the moment-matched family until they take the
-        # sampled mixture
-        posterior = panel_rate_posterior(posterior, observations, family=MomentMatchedGamma())
+        if sampled:
+            from .fit import _free_rates, sampled_rate_posterior
+
+            posterior, history = sampled_rate_posterior(
+                args, posterior, observations, args.seed, free=_free_rates(model)
+            )
+            d = history["diagnostics"]
+            if not d["converged"]:
+                print(
+                    f"warning: the history's posterior chains may not have converged (largest "
+                    f"split R-hat {d['max_split_r_hat']:.3f}, smallest ESS {d['min_ess']:.0f}, "
+                    f"{d['divergent_transitions']} divergent transitions): raise --draws"
+                )
+        else:
+            posterior = panel_rate_posterior(posterior, observations, family=MomentMatchedGamma())
+            history = {
+                "method": "moment-matched-gamma",
+                "note": "--panel-posterior moment: the Gamma of the smoothed expected "
+                "statistics, overconfident where the visits are sparse",
+            }
     elif args.data is not None:
         df = read_csv(args.data)
         traj, _ = trajectories_from_dataframe(df, model)
@@ -67,6 +97,7 @@ def _cmd_design(args):
         )
         posterior = _jit(RatePosterior.update_with)(posterior, stats)
     space = _candidates(args.interventions, model.cardinalities)
+    args.history_posterior = history  # written with the ranking
     _rank(args, posterior, space, list(model.names), init, initial, outcome)
 
 
@@ -475,13 +506,16 @@ def _write_ranking(
         out["batch_score"] = float(batch.batch_score)
         out["batch_cost"] = float(batch.total_cost)
         out["batch_size"] = args.batch
-    if args.data is not None and args.observation == "panel":
-        # said in the output, never silent: the criteria score the approximations for now
+    history = getattr(args, "history_posterior", None)
+    if history is not None:
+        out["history_posterior"] = history
+    elif args.data is not None and args.observation == "panel":
+        # said in the output, never silent: the structure criteria score structural EM
         out["history_posterior"] = {
-            "method": "structural-em" if args.target == "structure" else "moment-matched-gamma",
+            "method": "structural-em",
             "note": "the panel history's posterior is the approximation the criteria score "
-            "(overconfident where the visits are sparse); `fit --posterior` and `learn "
-            "--observation panel` report the exact-in-the-limit sampled posterior",
+            "(overconfident where the visits are sparse); `learn --observation panel` "
+            "reports the exact-in-the-limit sampled posterior",
         }
     if args.target == "structure" and args.criterion != "eig":
         from .._experiments.config import default_graph_draws

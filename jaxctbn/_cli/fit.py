@@ -485,22 +485,20 @@ def _free_rates(model):
     return [(np.asarray(q) != 0) & ~np.eye(q.shape[-1], dtype=bool) for q in model.cims]
 
 
-def _panel_posterior(args, model, observations, prior):
-    """The sampled posterior of the rates under `prior` (structural zeros from the network):
-    the JSON's `"posterior"` and the chains' rate draws."""
+def sampled_rate_posterior(args, prior, observations, seed, *, free):
+    """The sampled posterior of the rates after `observations` under the Gamma `prior`
+    (`--draws`, `--chains`; structural zeros where `free` is false): the mixture and the
+    JSON's summary (method, seed, chain diagnostics). Shared by `fit --posterior` and
+    `design --observation panel`, which say on stdout when the chains did not converge."""
     import warnings
 
     import jax
 
     from .._learning.gamma_mixture import GammaMixturePosterior
-    from .._learning.posterior import RatePosterior
     from .._panel.rate_posterior import SampledGammaMixture, panel_rate_posterior
 
     family = SampledGammaMixture(num_draws=args.draws or 1000, num_chains=args.chains or 4)
-    start = GammaMixturePosterior.from_gamma(
-        RatePosterior.for_model(model, prior=prior), free=_free_rates(model)
-    )
-    seed = 0 if args.seed is None else args.seed
+    start = GammaMixturePosterior.from_gamma(prior, free=free)
     with warnings.catch_warnings():  # reported in the JSON and on stdout instead
         warnings.simplefilter("ignore", RuntimeWarning)
         mixture = panel_rate_posterior(start, observations, family=family, key=jax.random.key(seed))
@@ -513,7 +511,6 @@ def _panel_posterior(args, model, observations, prior):
         "description": "NUTS on the log-rates with the exact panel likelihood; each draw "
         "Rao-Blackwellised by an exact draw of the hidden paths into a mixture of Gammas",
         "seed": seed,
-        "rates": _posterior_rates(model, mixture, d),
         "diagnostics": {
             "max_split_r_hat": r_hat,
             "min_ess": ess,
@@ -524,6 +521,26 @@ def _panel_posterior(args, model, observations, prior):
             "converged": r_hat <= family.max_r_hat and ess >= family.min_ess and divergent == 0,
         },
     }
+    return mixture, summary
+
+
+def _panel_posterior(args, model, observations, prior):
+    """The sampled posterior of the rates under `prior` (structural zeros from the network):
+    the JSON's `"posterior"` and the chains' rate draws."""
+    from .._learning.posterior import RatePosterior
+
+    seed = 0 if args.seed is None else args.seed
+    mixture, summary = sampled_rate_posterior(
+        args,
+        RatePosterior.for_model(model, prior=prior),
+        observations,
+        seed,
+        free=_free_rates(model),
+    )
+    d = mixture.diagnostics
+    assert d is not None
+    summary = {**summary, "rates": _posterior_rates(model, mixture, d)}
+    summary = {k: summary[k] for k in ("method", "description", "seed", "rates", "diagnostics")}
     return summary, d.rate_draws
 
 

@@ -335,8 +335,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--observation",
         choices=["paths", "panel"],
         default="paths",
-        help="how the history CSV was observed (as for learn/fit): paths, or panel (the "
-        "posterior from smoothed expected statistics; structure: structural EM)",
+        help="how the history CSV was observed (as for learn/fit): paths, or panel (see "
+        "--panel-posterior; structure: structural EM)",
+    )
+    p.add_argument(
+        "--panel-posterior",
+        choices=["sampled", "moment"],
+        default=None,
+        help="--observation panel, parameters: the history's posterior the criteria score: "
+        "sampled (default: NUTS + exact path draws, a mixture of Gammas, as fit --posterior) "
+        "or moment (the moment-matched Gamma: fast, overconfident where visits are sparse)",
+    )
+    p.add_argument(
+        "--draws",
+        type=_at_least(4),
+        default=None,
+        help="--panel-posterior sampled: retained draws per chain (default 1000)",
+    )
+    p.add_argument(
+        "--chains", type=_at_least(1), default=None, help="--panel-posterior sampled: chains (4)"
     )
     _outcome_arguments(p)
     p.add_argument(
@@ -438,6 +455,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="distributed: seconds to wait for the coordinator and every process (default 60)",
     )
     _outcome_arguments(p)
+    p.add_argument(
+        "--panel-posterior",
+        choices=["sampled", "moment"],
+        default=None,
+        help="--outcome panel, parameters: how each experiment's panel updates the posterior: "
+        "sampled (default: a particle filter over the hidden paths, a mixture of Gammas, exact "
+        "as --particles grow) or moment (the moment-matched Gamma: fast, overconfident where "
+        "visits are sparse); structure: structural EM",
+    )
+    p.add_argument(
+        "--particles",
+        type=_at_least(1),
+        default=256,
+        help="--panel-posterior sampled: particles (256)",
+    )
     p.add_argument(
         "--batch",
         type=_at_least(1),

@@ -162,6 +162,15 @@ def _cmd_run(args):
 
     if args.outcome == "path" and (args.observation_times is not None or args.visits):
         raise ValueError("--observation-times/--visits: only with --outcome panel.")
+    if args.outcome == "path" and args.panel_posterior is not None:
+        raise ValueError("--panel-posterior: only with --outcome panel.")
+    if args.particles != 256 and (args.outcome == "path" or args.panel_posterior == "moment"):
+        raise ValueError("--particles: only with --outcome panel and --panel-posterior sampled.")
+    if args.target == "structure" and args.panel_posterior == "sampled":
+        raise ValueError(
+            "--panel-posterior sampled: the structure loop updates by structural EM (moment); "
+            "its sampled posterior is not sequential yet."
+        )
     if args.target == "pool":
         if args.shard or args.distributed or args.cpu_devices is not None:
             raise ValueError(
@@ -226,6 +235,8 @@ def _cmd_run(args):
         costs=costs,
         budget=args.budget,
         rank_by=args.rank_by,
+        panel_posterior=args.panel_posterior,
+        particles=args.particles,
     )
     if args.visits is not None and {"vbhc", "vbhc-optax", "negative-vbhc"} & set(designs):
         print(

@@ -32,9 +32,8 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
-from .._learning.conjugate import gamma_log_density
 from .._learning.conjugate import off_diagonal as _off
-from .._learning.posterior import AbstractPosterior, RatePosterior
+from .._learning.posterior import AbstractPosterior, AbstractRatePosterior
 from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.master_equation import (
     clamp_pattern_statistics,
@@ -43,6 +42,7 @@ from .._master_equation.master_equation import (
 from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from .._model.interventions import Intervention, exposure_scale
 from .._paths.sampling import check_count
+from .._paths.sufficient_statistics import NodeStatistics
 from .batching import AbstractBatching, Chunked, Vmap
 from .costs import AbstractRanking, ByScore, Costs, affordable, check_budget
 from .criteria import (
@@ -59,7 +59,7 @@ from .kl_estimators import PlugIn
 from .outcomes import AbstractOutcome, Panel
 from .panel_structure import panel_structure_divergences
 from .parameter import _sampled_statistics as _sampled_node_statistics
-from .parameter import design_statistics, posterior_draws
+from .parameter import design_statistics, information_gain, posterior_draws
 from .structure import (
     JointGraphDraws,
     PatternBins,
@@ -138,7 +138,7 @@ def _panel_quantities(criterion, posterior, candidates, initial_state, horizon, 
     their exact panel KLs add: the parameter BHC of a batch is the sum of its members' panel
     BHC; the structure criteria are those of the summed panel divergences $D_{st}$ (maths §7,
     §8). The parameter VBHC, minimised numerically per candidate, has no batch form here."""
-    if isinstance(posterior, RatePosterior):
+    if isinstance(posterior, AbstractRatePosterior):
         if not isinstance(criterion, BHC):
             raise ValueError(
                 "criterion: panel batches for parameter learning take the BHC (the sum of the "
@@ -486,7 +486,7 @@ def _quantities(
         )  # fmt: skip
     if isinstance(posterior, StructurePosterior):
         build = _structure_quantities
-    elif isinstance(posterior, RatePosterior):
+    elif isinstance(posterior, AbstractRatePosterior):
         build = _rate_quantities
     else:
         raise TypeError(
@@ -770,9 +770,11 @@ def _member_key(key, b: int):
 
 
 def _rate_batch_eig(criterion, posterior, members, initial_state, horizon, key, num_samples):
-    r"""$\mathsf E_{\Lambda}\mathsf E_{S_1..S_B\mid\Lambda}\sum_n[\ln\mathrm{Gam}(\Lambda\mid
-    \bar\alpha+\sum_b\hat M_b,\bar\beta+\sum_b\hat T_b)-\ln\mathrm{Gam}(\Lambda\mid\bar\alpha,
-    \bar\beta)]$, the members' statistics of node $n$ counted where they leave $n$ free."""
+    r"""$\mathsf E_{\Lambda}\mathsf E_{S_1..S_B\mid\Lambda}[\ln p(\Lambda\mid\mathcal H,S_{1..B})
+    -\ln p(\Lambda\mid\mathcal H)]$ (for a Gamma posterior
+    $\sum_n[\ln\mathrm{Gam}(\Lambda\mid\bar\alpha+\sum_b\hat M_b,\bar\beta+\sum_b\hat T_b)
+    -\ln\mathrm{Gam}(\Lambda\mid\bar\alpha,\bar\beta)]$), the members' statistics of node
+    $n$ counted where they leave $n$ free."""
     k_draw, k_path = jr.split(key)
     draws = posterior_draws(posterior, k_draw, num_samples)
     keys = jr.split(k_path, (num_samples, criterion.num_paths))
@@ -780,7 +782,6 @@ def _rate_batch_eig(criterion, posterior, members, initial_state, horizon, key, 
     max_events = criterion.max_events or 512
 
     def one(model, key):
-        total = jnp.asarray(0.0)
         per_member = [
             _sampled_node_statistics(
                 posterior,
@@ -793,18 +794,15 @@ def _rate_batch_eig(criterion, posterior, members, initial_state, horizon, key, 
             )
             for b in range(B)
         ]
-        for n, (a, b_) in enumerate(zip(posterior.alpha, posterior.beta)):
+        pooled = []
+        for n, a in enumerate(posterior.alpha):
             k = a.shape[-1]
-            keep = [(~members.targets[b, n]).astype(b_.dtype) for b in range(B)]
+            dtype = per_member[0][n].dwell_times.dtype
+            keep = [(~members.targets[b, n]).astype(dtype) for b in range(B)]
             M = jnp.stack([keep[b] * per_member[b][n].transitions for b in range(B)]).sum(0)
             T = jnp.stack([keep[b] * per_member[b][n].dwell_times for b in range(B)]).sum(0)
-            lam = jnp.where(_off(k), model.cims[n], 1.0)
-            a1 = jnp.where(_off(k), a, 1.0)
-            b1 = b_[..., None]
-            log_post = gamma_log_density(lam, a1 + M, b1 + T[..., None])
-            log_prior = gamma_log_density(lam, a1, b1)
-            total = total + jnp.where(_off(k), log_post - log_prior, 0.0).sum()
-        return total
+            pooled.append(NodeStatistics(transitions=jnp.where(_off(k), M, 0.0), dwell_times=T))
+        return information_gain(posterior, model, pooled)
 
     gains = jax.vmap(lambda m, ks: jax.vmap(lambda kk: one(m, kk))(ks))(draws, keys)
     return gains.mean()

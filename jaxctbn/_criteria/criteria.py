@@ -27,7 +27,7 @@ import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._learning.optimisers import AbstractVBHCOptimiser
-from .._learning.posterior import AbstractPosterior, RatePosterior
+from .._learning.posterior import AbstractPosterior, AbstractRatePosterior, RatePosterior
 from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from .._model.interventions import Intervention
@@ -219,7 +219,13 @@ class AbstractBoxHillCriterion(AbstractCriterion):
 
     @abc.abstractmethod
     def panel_rate_value(
-        self, posterior: RatePosterior, laws, variational, initial_state, times, intervention
+        self,
+        posterior: AbstractRatePosterior,
+        laws,
+        variational,
+        initial_state,
+        times,
+        intervention,
     ) -> Float[Array, ""]:
         """The criterion of one candidate with a panel outcome, from the panel laws of the
         posterior draws (maths §7)."""
@@ -279,7 +285,7 @@ class AbstractBoxHillCriterion(AbstractCriterion):
 
     def panel_design_rates(
         self,
-        posterior: RatePosterior,
+        posterior: AbstractRatePosterior,
         candidates: Intervention,
         initial_state: ArrayLike,
         horizon: ArrayLike,
@@ -499,9 +505,17 @@ class VBHC(AbstractBoxHillCriterion):
 
     def panel_rate_value(self, posterior, laws, variational, initial_state, times, intervention):
         optimiser = PANEL_VBHC_OPTIMISER if self.optimiser is None else self.optimiser
-        return panel_parameter_vbhc_minimum(
+        value = panel_parameter_vbhc_minimum(
             posterior, laws, variational.keys, initial_state, times, intervention, optimiser
         )[0]
+        if isinstance(posterior, RatePosterior):
+            return value
+        # a mixture is not in the Gamma family: the family is the Gammas and the posterior
+        # itself, whose value is the BHC
+        bhc = panel_parameter_bhc(
+            posterior, laws, variational.at_posterior, initial_state, times, intervention
+        )
+        return jnp.minimum(value, bhc)
 
 
 class BHC(AbstractBoxHillCriterion):
@@ -699,8 +713,10 @@ def score_interventions(
 
     **Arguments:**
 
-    - `posterior`: a [`jaxctbn.RatePosterior`][] (parameter learning) or
-      [`jaxctbn.StructurePosterior`][] (structure learning).
+    - `posterior`: a [`jaxctbn.RatePosterior`][] or [`jaxctbn.GammaMixturePosterior`][]
+      (parameter learning; the mixture, what panel data leave, is scored by every criterion:
+      in closed form where the Gamma is, with the VBHC's family the Gammas and the posterior
+      itself for panel outcomes) or [`jaxctbn.StructurePosterior`][] (structure learning).
     - `candidates`: an [`jaxctbn.Intervention`][] with a leading axis, e.g. the whole
       [`jaxctbn.intervention_space`][].
     - `initial_state`, `horizon`: the next experiment's initial state and length $\tau$.

@@ -30,8 +30,9 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._learning.conjugate import gamma_kl
 from .._learning.conjugate import off_diagonal as _off
+from .._learning.gamma_mixture import GammaMixturePosterior
 from .._learning.optimisers import AbstractVBHCOptimiser, Adam
-from .._learning.posterior import RatePosterior
+from .._learning.posterior import AbstractRatePosterior, RatePosterior
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import Intervention
 from .._panel.outcome_law import (
@@ -41,6 +42,7 @@ from .._panel.outcome_law import (
     panel_law,
     sample_law_outcome,
 )
+from .parameter import check_gamma_posterior
 
 #: The optimiser of the panel VBHC when the criterion names none (it has no closed form).
 PANEL_VBHC_OPTIMISER = Adam(learning_rate=0.1, steps=100)
@@ -56,17 +58,27 @@ def draw_laws(
     return jax.vmap(lambda m: panel_law(m, initial_state, times, intervention))(draws)
 
 
-def _variational(posterior: RatePosterior, log_kappa) -> RatePosterior:
+def _gamma_near(posterior: AbstractRatePosterior) -> RatePosterior:
+    """The posterior itself, or for a mixture of Gammas the Gamma per rate with its means
+    (`GammaMixturePosterior.moment_matched`): the start of the variational family."""
+    if isinstance(posterior, GammaMixturePosterior):
+        return posterior.moment_matched()
+    return check_gamma_posterior(posterior, "the panel VBHC")
+
+
+def _variational(posterior: AbstractRatePosterior, log_kappa) -> RatePosterior:
     log_alpha, log_beta = log_kappa
     return eqx.tree_at(
         lambda p: (p.alpha, p.beta),
-        posterior,
+        _gamma_near(posterior),
         (tuple(jnp.exp(a) for a in log_alpha), tuple(jnp.exp(b) for b in log_beta)),
     )
 
 
-def posterior_log_kappa(posterior: RatePosterior):
-    """The variational parameters (in log space) of $q_\\kappa$ = the posterior."""
+def posterior_log_kappa(posterior: AbstractRatePosterior):
+    """The variational parameters (in log space) of $q_\\kappa$ = the posterior, the VBHC's
+    start (for a mixture of Gammas: its moment-matched Gamma)."""
+    posterior = _gamma_near(posterior)
     return (
         tuple(jnp.log(jnp.where(_off(a.shape[-1]), a, 1.0)) for a in posterior.alpha),
         tuple(jnp.log(b) for b in posterior.beta),
@@ -89,7 +101,7 @@ def gamma_family_kl(q: RatePosterior, p: RatePosterior) -> Float[Array, ""]:
 
 
 def panel_parameter_vbhc(
-    posterior: RatePosterior,
+    posterior: AbstractRatePosterior,
     laws: PanelLaw,
     log_kappa,
     variational_keys: PRNGKeyArray,
@@ -100,15 +112,29 @@ def panel_parameter_vbhc(
     r"""$\widehat{\mathrm{VBHC}}(i,\kappa)$ of the module page: `laws` are the panel laws of the
     $N_S$ posterior draws (leading axis), `variational_keys` the $N_J$ keys of the
     reparameterised draws from $q_\kappa$, `log_kappa` = $(\ln\alpha^\kappa,\ln\beta^\kappa)$.
-    Differentiable in `log_kappa` and `times`."""
+    Differentiable in `log_kappa` and `times`. With a [`jaxctbn.GammaMixturePosterior`][]
+    $p$, $q_\kappa$ ranges over a Gamma per rate (started at the mixture's moment-matched
+    Gamma) and $\mathrm{KL}(q_\kappa\|p)$ is estimated from the same $N_J$ draws,
+    $\frac1{N_J}\sum_j[\ln q_\kappa(\Lambda'_j)-\ln p(\Lambda'_j)]$ (the mixture's density in
+    closed form)."""
     q = _variational(posterior, log_kappa)
     q_draws = jax.vmap(q.sample)(variational_keys)
     return _vbhc_of_draws(posterior, q, laws, q_draws, initial_state, times, intervention)
 
 
 def _vbhc_of_draws(posterior, q, laws, q_draws, initial_state, times, intervention):
+    if isinstance(posterior, GammaMixturePosterior):
+        free = posterior.free_rates()
+        q_draws = eqx.tree_at(
+            lambda m: m.cims,
+            q_draws,
+            [jnp.where(keep, c, 0.0) for c, keep in zip(q_draws.cims, free)],
+        )
+        kl = jax.vmap(lambda m: q.log_density(m) - posterior.log_density(m))(q_draws).mean()
+    else:
+        kl = gamma_family_kl(q, posterior)
     q_laws = draw_laws(q_draws, initial_state, times, intervention)
-    return gamma_family_kl(q, posterior) + pairwise_panel_law_kl(laws, q_laws).mean()
+    return kl + pairwise_panel_law_kl(laws, q_laws).mean()
 
 
 class Variational(eqx.Module):
@@ -119,15 +145,20 @@ class Variational(eqx.Module):
     at_posterior: AbstractCTBN
 
 
-def posterior_variational_draws(posterior: RatePosterior, keys: PRNGKeyArray) -> AbstractCTBN:
+def posterior_variational_draws(
+    posterior: AbstractRatePosterior, keys: PRNGKeyArray
+) -> AbstractCTBN:
     r"""The reparameterised draws at $q_\kappa$ = the posterior (the same numbers as inside
-    `panel_parameter_vbhc` at `posterior_log_kappa(posterior)`)."""
+    `panel_parameter_vbhc` at `posterior_log_kappa(posterior)`); for a mixture of Gammas, its
+    own draws."""
+    if not isinstance(posterior, RatePosterior):
+        return jax.vmap(posterior.sample)(keys)
     q = _variational(posterior, posterior_log_kappa(posterior))
     return jax.vmap(q.sample)(keys)
 
 
 def panel_parameter_bhc(
-    posterior: RatePosterior,
+    posterior: AbstractRatePosterior,
     laws: PanelLaw,
     q_draws: AbstractCTBN,
     initial_state: ArrayLike,
@@ -135,13 +166,18 @@ def panel_parameter_bhc(
     intervention: Intervention | None,
 ) -> Float[Array, ""]:
     r"""`panel_parameter_vbhc` at $q_\kappa$ = the posterior, from its draws drawn once
-    (`posterior_variational_draws`) rather than per candidate."""
+    (`posterior_variational_draws`) rather than per candidate: the mean panel KL between
+    pairs of independent posterior draws (the KL term vanishes at $q$ = the posterior, so a
+    mixture of Gammas is scored the same way)."""
+    if not isinstance(posterior, RatePosterior):
+        q_laws = draw_laws(q_draws, initial_state, times, intervention)
+        return pairwise_panel_law_kl(laws, q_laws).mean()
     q = _variational(posterior, posterior_log_kappa(posterior))
     return _vbhc_of_draws(posterior, q, laws, q_draws, initial_state, times, intervention)
 
 
 def panel_parameter_vbhc_minimum(
-    posterior: RatePosterior,
+    posterior: AbstractRatePosterior,
     laws: PanelLaw,
     variational_keys: PRNGKeyArray,
     initial_state: ArrayLike,
@@ -163,7 +199,7 @@ def panel_parameter_vbhc_minimum(
 
 
 def warm_vbhc_steps(
-    posterior: RatePosterior,
+    posterior: AbstractRatePosterior,
     laws: PanelLaw,
     log_kappa,
     variational_keys: PRNGKeyArray,
@@ -208,7 +244,7 @@ class PanelDesign(eqx.Module):
 
 
 def panel_parameter_eig(
-    posterior: RatePosterior,
+    posterior: AbstractRatePosterior,
     draws: AbstractCTBN,
     inner_draws: AbstractCTBN,
     initial_state: ArrayLike,

@@ -25,19 +25,30 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._learning.conjugate import (
     gamma_kl,
-    gamma_log_density,
-    gamma_poisson_log_marginal,
     poisson_path_log_likelihood,
 )
 from .._learning.conjugate import off_diagonal as _off
 from .._learning.optimisers import AbstractVBHCOptimiser
-from .._learning.posterior import RatePosterior
+from .._learning.posterior import AbstractRatePosterior, RatePosterior
 from .._master_equation.master_equation import expected_statistics, expected_statistics_batch
 from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import Intervention, exposure_scale
 from .._paths.sampling import sample_trajectory
-from .._paths.sufficient_statistics import node_statistics
+from .._paths.sufficient_statistics import NodeStatistics, node_statistics
+
+
+def check_gamma_posterior(posterior, what: str) -> RatePosterior:
+    """`posterior`, or a one-line `ValueError` when `what` (a computation over a Gamma
+    variational family around the posterior) is asked of a posterior that is not one Gamma per
+    rate."""
+    if not isinstance(posterior, RatePosterior):
+        raise ValueError(
+            f"posterior: {what} varies a Gamma per rate around a RatePosterior, got a "
+            f"{type(posterior).__name__}; use the closed-form VBHC (optimiser=None), the BHC "
+            "or the EIG."
+        )
+    return posterior
 
 
 def _not_intervened(intervention: Intervention | None, n: int, dtype) -> Array:
@@ -95,7 +106,7 @@ class ParameterDesignStatistics(eqx.Module):
     energy: Float[Array, ""]
 
 
-def posterior_draws(posterior: RatePosterior, key: PRNGKeyArray, num_samples: int):
+def posterior_draws(posterior: AbstractRatePosterior, key: PRNGKeyArray, num_samples: int):
     """`num_samples` posterior draws of whole models (the same key gives the same draws: common
     random numbers across interventions)."""
     return jax.vmap(posterior.sample)(jr.split(key, num_samples))
@@ -103,7 +114,7 @@ def posterior_draws(posterior: RatePosterior, key: PRNGKeyArray, num_samples: in
 
 @eqx.filter_jit
 def design_statistics(
-    posterior: RatePosterior,
+    posterior: AbstractRatePosterior,
     draws: AbstractCTBN,
     initial_state: ArrayLike,
     horizon: ArrayLike,
@@ -145,7 +156,10 @@ def parameter_vbhc(
     \{\mathsf E[\hat M](\ln\Lambda-\psi(\alpha^\kappa)+\ln\beta^\kappa)
     -\mathsf E[\hat T](\Lambda-\alpha^\kappa/\beta^\kappa)\}$ (maths §3; the paper prints a minus
     before the expectation). Differentiable in the variational parameters
-    $\kappa=(\alpha^\kappa(x,x',u),\beta^\kappa(x,u))$."""
+    $\kappa=(\alpha^\kappa(x,x',u),\beta^\kappa(x,u))$ around a Gamma posterior (with a
+    [`jaxctbn.GammaMixturePosterior`][] use the closed-form minimum,
+    [`jaxctbn.criteria.parameter_vbhc_minimum`][])."""
+    check_gamma_posterior(posterior, "the VBHC with a numerical optimiser")
     total = stats.energy
     for a_bar, b_bar, a_k, b_k, m, t in zip(
         posterior.alpha,
@@ -168,25 +182,43 @@ def parameter_vbhc(
     return total
 
 
-def parameter_bhc(posterior: RatePosterior, stats: ParameterDesignStatistics) -> Float[Array, ""]:
-    r"""The Box-Hill criterion: the VBHC at $q_\kappa=p(\Lambda\mid H)$."""
-    return parameter_vbhc(posterior, stats, posterior.alpha, posterior.beta)
+def parameter_bhc(
+    posterior: AbstractRatePosterior, stats: ParameterDesignStatistics
+) -> Float[Array, ""]:
+    r"""The Box-Hill criterion: the VBHC at $q_\kappa=p(\Lambda\mid H)$, where its KL term
+    vanishes: $\mathsf E_p[\sum(\mathsf E[\hat M]\ln\Lambda-\mathsf E[\hat T]\Lambda)]
+    -\sum[\bar m\,\mathsf E_p\ln\Lambda-\bar t\,\mathsf E_p\Lambda]$ (for a Gamma posterior
+    $\mathsf E\ln\Lambda=\psi(\bar\alpha)-\ln\bar\beta$; for a mixture the weighted sum)."""
+    total = stats.energy
+    for log_rate, rate, m, t in zip(
+        posterior.expected_log_rates(),
+        posterior.rate_means(),
+        stats.transitions,
+        stats.dwell_times,
+    ):
+        k = rate.shape[-1]
+        total = total + jnp.where(_off(k), t[..., None] * rate - m * log_rate, 0.0).sum()
+    return total
 
 
 def parameter_vbhc_minimum(
-    posterior: RatePosterior, stats: ParameterDesignStatistics
+    posterior: AbstractRatePosterior, stats: ParameterDesignStatistics
 ) -> Float[Array, ""]:
-    r"""$\min_\kappa\mathrm{VBHC}$ in closed form (maths §3): at $\alpha^{\kappa*}=\bar\alpha+\bar m$,
-    $\beta^{\kappa*}=\bar\beta+\bar t$,
-    $\min=\mathsf E_p[\sum(\mathsf E[\hat M]\ln\Lambda-\mathsf E[\hat T]\Lambda)]
-    -\sum[\ln\Gamma(\bar\alpha+\bar m)-\ln\Gamma(\bar\alpha)+\bar\alpha\ln\bar\beta
-    -(\bar\alpha+\bar m)\ln(\bar\beta+\bar t)]$."""
-    total = stats.energy
-    for a_bar, b_bar, m, t in zip(
-        posterior.alpha, posterior.beta, stats.transitions, stats.dwell_times
-    ):
-        total = total - gamma_poisson_log_marginal(a_bar, b_bar, m, t)
-    return total
+    r"""$\min_q\mathrm{VBHC}$ in closed form (maths §3):
+    $\mathsf E_p[\sum(\mathsf E[\hat M]\ln\Lambda-\mathsf E[\hat T]\Lambda)]
+    -\ln\int p(\Lambda\mid H)\prod\Lambda^{\bar m}e^{-\Lambda\bar t}d\Lambda$ (the Gibbs
+    variational principle; the minimiser is the posterior updated with $(\bar m,\bar t)$). For
+    a Gamma posterior the minimiser is the Gamma $(\bar\alpha+\bar m,\bar\beta+\bar t)$ and
+    the integral $\sum[\ln\Gamma(\bar\alpha+\bar m)-\ln\Gamma(\bar\alpha)+\bar\alpha\ln\bar\beta
+    -(\bar\alpha+\bar m)\ln(\bar\beta+\bar t)]$; for a mixture of Gammas the minimiser is the
+    mixture of the updated components reweighted by their marginal likelihoods (the variational
+    family is the mixtures of as many Gammas) and the integral
+    $\ln\sum_cw_cZ_c(\bar m,\bar t)$."""
+    pooled = [
+        NodeStatistics(transitions=m, dwell_times=t)
+        for m, t in zip(stats.transitions, stats.dwell_times)
+    ]
+    return stats.energy - posterior.log_marginal_likelihood(pooled)
 
 
 def parameter_vbhc_minimiser(posterior, stats):
@@ -237,9 +269,23 @@ def _sampled_statistics(posterior, model, key, initial_state, horizon, intervent
     return out
 
 
+def information_gain(
+    posterior: AbstractRatePosterior, model: AbstractCTBN, pooled: list[NodeStatistics]
+) -> Float[Array, ""]:
+    r"""$\ln p(\Lambda\mid\mathcal H,S)-\ln p(\Lambda\mid\mathcal H)=\ln p(S\mid\Lambda)-
+    \ln p(S\mid\mathcal H)$ at the rates of `model` for complete-path statistics `pooled`
+    (one per node; a node left out of the experiment has zero statistics): Bayes' rule with
+    the posterior's marginal likelihood in closed form (a Gamma's or a mixture's)."""
+    log_likelihood = sum(
+        poisson_path_log_likelihood(q, st.transitions, st.dwell_times)
+        for q, st in zip(model.cims, pooled)
+    )
+    return log_likelihood - posterior.log_marginal_likelihood(pooled)
+
+
 @eqx.filter_jit
 def parameter_eig(
-    posterior: RatePosterior,
+    posterior: AbstractRatePosterior,
     initial_state: ArrayLike,
     horizon: ArrayLike,
     *,
@@ -252,7 +298,9 @@ def parameter_eig(
     r"""The parameter EIG by Monte Carlo (maths §6, Algorithm 3; conjugacy removes the inner loop):
     $\mathsf E_{\Lambda\sim p(\Lambda\mid H)}\mathsf E_{S\sim p(S\mid\Lambda,i)}\sum_{n\in\aleph}
     [\ln\mathrm{Gam}(\Lambda\mid\bar\alpha+\hat M,\bar\beta+\hat T)-\ln\mathrm{Gam}(\Lambda\mid
-    \bar\alpha,\bar\beta)]$ with `num_samples` rate draws and `num_paths` paths each."""
+    \bar\alpha,\bar\beta)]$ with `num_samples` rate draws and `num_paths` paths each, computed
+    as $\ln p(S\mid\Lambda)-\ln p(S\mid H)$ (Bayes' rule; the marginal likelihood in closed
+    form, so a [`jaxctbn.GammaMixturePosterior`][] is scored exactly as well)."""
     k_draw, k_path = jr.split(key)
     draws = posterior_draws(posterior, k_draw, num_samples)
     keys = jr.split(k_path, (num_samples, num_paths))
@@ -261,19 +309,16 @@ def parameter_eig(
         stats = _sampled_statistics(
             posterior, model, key, initial_state, horizon, intervention, max_events
         )
-        total = jnp.asarray(0.0)
-        for n, (a, b, st) in enumerate(zip(posterior.alpha, posterior.beta, stats)):
-            k = a.shape[-1]
-            lam = jnp.where(_off(k), model.cims[n], 1.0)
-            a1 = jnp.where(_off(k), a, 1.0)
-            b1 = b[..., None]
-            a2 = a1 + st.transitions
-            b2 = b1 + st.dwell_times[..., None]
-            log_post = gamma_log_density(lam, a2, b2)
-            log_prior = gamma_log_density(lam, a1, b1)
-            gain = jnp.where(_off(k), log_post - log_prior, 0.0).sum()
-            total = total + _not_intervened(intervention, n, gain.dtype) * gain
-        return total
+        # a perfectly intervened node's path is the experimenter's: no statistics, no gain
+        kept = [
+            NodeStatistics(
+                transitions=_not_intervened(intervention, n, st.dwell_times.dtype)
+                * jnp.where(_off(st.transitions.shape[-1]), st.transitions, 0.0),
+                dwell_times=_not_intervened(intervention, n, st.dwell_times.dtype) * st.dwell_times,
+            )
+            for n, st in enumerate(stats)
+        ]
+        return information_gain(posterior, model, kept)
 
     gains = jax.vmap(lambda m, ks: jax.vmap(lambda kk: one(m, kk))(ks))(draws, keys)
     return gains.mean()
@@ -281,7 +326,7 @@ def parameter_eig(
 
 @eqx.filter_jit
 def parameter_eig_nested(
-    posterior: RatePosterior,
+    posterior: AbstractRatePosterior,
     initial_state: ArrayLike,
     horizon: ArrayLike,
     *,

@@ -60,6 +60,10 @@ _LATER_SETTINGS = {
 }
 
 
+#: Fixed-point (moment-matched) or structural-EM steps of a panel update in the loop.
+PANEL_ITERATIONS = 10
+
+
 def default_max_parents(num_nodes: int, max_parents: int | None) -> int:
     """`max_parents` if given, else $N-1$ (every parent set) up to 8 nodes and 2 beyond."""
     if max_parents is not None:
@@ -122,7 +126,12 @@ class ExperimentConfig(eqx.Module):
     [`jaxctbn.run_active_learning`][]): `batch` (experiments per round, chosen together; it
     must divide `experiments`; default 1), `costs` (a [`jaxctbn.Costs`][]; default `None`,
     free), `budget` (the most a repetition may spend; needs `costs`) and `rank_by` (`"score"`
-    or `"score-per-cost"`).
+    or `"score-per-cost"`). Panel outcomes of parameter learning: `panel_posterior`
+    (`"sampled"`, the default when `None`: the [`jaxctbn.panel.ParticleFilter`][] of
+    `particles` particles (default 256), exact as they grow; or `"moment"`: the
+    moment-matched Gamma, fast and overconfident where visits are sparse, maths §7); the
+    structure loop updates by structural EM (`"moment"`). `config.json`'s `outcome` says which
+    (`"posterior": {"method": ...}`).
     Settings are checked here, with one-line `ValueError`s."""
 
     target: Literal["structure", "parameters"] = eqx.field(default="structure", static=True)
@@ -150,6 +159,8 @@ class ExperimentConfig(eqx.Module):
     costs: Costs | None = None
     budget: float | None = eqx.field(default=None, static=True)
     rank_by: Literal["score", "score-per-cost"] = eqx.field(default="score", static=True)
+    panel_posterior: Literal["sampled", "moment"] | None = eqx.field(default=None, static=True)
+    particles: int = eqx.field(default=256, static=True)
 
     def __check_init__(self):
         if self.target not in TASKS:
@@ -180,10 +191,26 @@ class ExperimentConfig(eqx.Module):
             "chunk",
             "max_events",
             "max_sets",
+            "particles",
         ):
             v = getattr(self, name)
             if v is not None and (int(v) != v or v < 1):
                 raise ValueError(f"{name}: must be a positive integer, got {v}.")
+        if self.panel_posterior not in (None, "sampled", "moment"):
+            raise ValueError(
+                f"panel_posterior: must be 'sampled', 'moment' or None, got "
+                f"{self.panel_posterior!r}."
+            )
+        if self.panel_posterior is not None and self.observation_times is None:
+            if self.visits is None:
+                raise ValueError(
+                    "panel_posterior: only with a panel outcome (observation_times or visits)."
+                )
+        if self.panel_posterior == "sampled" and self.target == "structure":
+            raise ValueError(
+                "panel_posterior: the structure loop updates by structural EM ('moment'); its "
+                "sampled posterior (SampledStructure) is not sequential yet."
+            )
         if not (self.horizon > 0 and math.isfinite(self.horizon)):
             raise ValueError(f"horizon: must be positive and finite, got {self.horizon}.")
         N = len(PAPER_NAMES) if self.truth is None else self.truth.num_nodes
@@ -328,10 +355,28 @@ class ExperimentConfig(eqx.Module):
             return CompletePath()
         return Panel(np.asarray(self.observation_times, float))
 
+    def panel_family(self):
+        """The rate posterior family of the parameter loop with a panel outcome:
+        `ParticleFilter(particles)` (`panel_posterior` "sampled" or `None`) or
+        `MomentMatchedGamma(10)` ("moment")."""
+        from .._panel.rate_posterior import MomentMatchedGamma, ParticleFilter
+
+        if self.panel_posterior == "moment":
+            return MomentMatchedGamma(PANEL_ITERATIONS)
+        return ParticleFilter(num_particles=int(self.particles))
+
     def outcome_settings(self) -> dict:
-        """`config.json`'s `outcome`."""
+        """`config.json`'s `outcome`, with the posterior a panel outcome is learnt by."""
         if self.visits is not None:
-            return {"type": "panel", "visits": int(self.visits)}
-        if self.observation_times is None:
+            out: dict = {"type": "panel", "visits": int(self.visits)}
+        elif self.observation_times is not None:
+            out = {"type": "panel", "observation_times": [float(t) for t in self.observation_times]}
+        else:
             return {"type": "path"}
-        return {"type": "panel", "observation_times": [float(t) for t in self.observation_times]}
+        if self.target == "structure":
+            out["posterior"] = {"method": "structural-em", "iterations": PANEL_ITERATIONS}
+        elif self.panel_posterior == "moment":
+            out["posterior"] = {"method": "moment-matched-gamma", "iterations": PANEL_ITERATIONS}
+        else:
+            out["posterior"] = {"method": "particle-filter", "particles": int(self.particles)}
+        return out

@@ -119,7 +119,12 @@ def run_experiment(
         )
     else:
         assert isinstance(config.prior, GammaPrior)  # checked by ExperimentConfig
-        task = ParameterLearningTask(truth, prior=config.prior, outcome=config.outcome())
+        task = ParameterLearningTask(
+            truth,
+            prior=config.prior,
+            outcome=config.outcome(),
+            panel_posterior=config.panel_family(),
+        )
     space = {
         "auto": design_space,
         "all": intervention_space,

@@ -22,14 +22,14 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jax.scipy.special import gammainc
+from jax.scipy.special import digamma, gammainc
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from .._model.ctbn import CTBN
 from .._paths.sufficient_statistics import NodeStatistics
 from .chain_diagnostics import effective_sample_size, split_r_hat
-from .conjugate import gamma_poisson_log_marginal, off_diagonal
-from .posterior import RatePosterior
+from .conjugate import gamma_log_density, gamma_poisson_log_marginal, off_diagonal
+from .posterior import AbstractRatePosterior, RatePosterior
 
 
 class ChainDiagnostics(eqx.Module):
@@ -83,7 +83,7 @@ class ChainDiagnostics(eqx.Module):
         return jnp.min(jnp.stack([e.min() for e in self.effective_sample_size]))
 
 
-class GammaMixturePosterior(eqx.Module):
+class GammaMixturePosterior(AbstractRatePosterior):
     r"""A posterior over the rates of a CTBN with a known graph that is a weighted mixture of
     independent-Gamma components (the module page above).
 
@@ -231,16 +231,30 @@ class GammaMixturePosterior(eqx.Module):
         (`jax.vmap` over keys for many)."""
         key_component, key_rates = jr.split(key)
         c = jr.categorical(key_component, self.log_weights)
-        draw = self.component(c).sample(key_rates)
+        return self.component_sample(c, key_rates)
+
+    def component_sample(self, c, key: PRNGKeyArray) -> CTBN:
+        """One draw of all rates from component `c` (structural zeros kept at zero)."""
+        draw = self.component(c).sample(key)
         if self.free is None:
             return draw
         cims = [jnp.where(keep, q, 0.0) for q, keep in zip(draw.cims, self.free_rates())]
         return CTBN(cims=cims, parents=self.parents, names=self.names)
 
-    def update(self, pooled: Sequence[NodeStatistics]) -> "GammaMixturePosterior":
-        r"""Add pooled complete-path statistics (one [`jaxctbn.internal.NodeStatistics`][] per
-        node): each component $\alpha_c\mathrel{+}=M$, $\beta_c\mathrel{+}=T$, reweighted by its
-        marginal likelihood of the statistics, $w_c\propto w_c\,p(M,T\mid\alpha_c,\beta_c)$."""
+    def expected_log_rates(self) -> tuple[Float[Array, "_configs _k _k"], ...]:
+        r"""$\mathsf E[\ln\Lambda]=\sum_cw_c(\psi(\alpha_c)-\ln\beta_c)$ per free rate (zero on
+        the diagonal and at structural zeros)."""
+        w = self.weights()
+        out = []
+        for a, b, keep in zip(self.alpha, self.beta, self.free_rates()):
+            value = digamma(jnp.where(keep, a, 1.0)) - jnp.log(b)[..., None]
+            out.append(jnp.where(keep, jnp.einsum("c,c...->...", w, value), 0.0))
+        return tuple(out)
+
+    def component_log_marginals(self, pooled: Sequence[NodeStatistics]) -> Float[Array, " _c"]:
+        r"""Each component's log marginal likelihood of complete-path statistics,
+        $\ln p(M,T\mid\alpha_c,\beta_c)$ over its free rates (a structural zero must have
+        $M=0$ and contributes nothing)."""
         free = self.free_rates()
 
         def log_marginal(c):
@@ -255,7 +269,62 @@ class GammaMixturePosterior(eqx.Module):
                 total = total - jnp.where(fixed, a[c] * ratio[..., None], 0.0).sum()
             return total
 
-        marginals = jax.vmap(log_marginal)(jnp.arange(self.num_components))
+        return jax.vmap(log_marginal)(jnp.arange(self.num_components))
+
+    def log_marginal_likelihood(self, pooled: Sequence[NodeStatistics]) -> Float[Array, ""]:
+        r"""$\ln\sum_cw_c\,p(M,T\mid\alpha_c,\beta_c)$."""
+        return jax.nn.logsumexp(self.log_weights + self.component_log_marginals(pooled))
+
+    def log_density(self, model: CTBN) -> Float[Array, ""]:
+        r"""$\ln\sum_cw_c\prod\mathrm{Gam}(\Lambda\mid\alpha_c,\beta_c)$ over the free rates of
+        `model`."""
+        free = self.free_rates()
+
+        def component(c):
+            total = jnp.asarray(0.0)
+            for a, b, q, keep in zip(self.alpha, self.beta, model.cims, free):
+                terms = gamma_log_density(
+                    jnp.where(keep, q, 1.0), jnp.where(keep, a[c], 1.0), b[c][..., None]
+                )
+                total = total + jnp.where(keep, terms, 0.0).sum()
+            return total
+
+        per_component = jax.vmap(component)(jnp.arange(self.num_components))
+        return jax.nn.logsumexp(self.log_weights + per_component)
+
+    def moment_matched(self) -> RatePosterior:
+        r"""A Gamma per rate near the mixture: for each rate its mean $m$ and variance $v$ give
+        $\beta(x,u)$ = the mean over $x'$ of $m/v$ (the family shares $\beta$ over $x'$; exact
+        for binary nodes) and $\alpha=m\beta$, so the means are the mixture's. (The start
+        of a variational search; not a posterior to report.)"""
+        alphas, betas = [], []
+        for mean, sd, keep in zip(self.rate_means(), self.rate_sds(), self.free_rates()):
+            k = mean.shape[-1]
+            ratio = jnp.where(keep, mean / jnp.maximum(sd, 1e-300) ** 2, 0.0)
+            count = jnp.maximum(keep.sum(-1), 1)
+            beta = jnp.where(keep.any(-1), ratio.sum(-1) / count, 1.0)
+            alphas.append(
+                jnp.where(keep, mean * beta[..., None], jnp.where(off_diagonal(k), 1.0, 0.0))
+            )
+            betas.append(beta)
+        return RatePosterior(
+            alpha=tuple(alphas),
+            beta=tuple(betas),
+            names=self.names,
+            cardinalities=self.cardinalities,
+            parents=self.parents,
+        )
+
+    def effective_sample_size(self) -> Float[Array, ""]:
+        r"""Kish's effective number of components, $1/\sum_cw_c^2$ (equal weights: the number
+        of components)."""
+        return 1.0 / jnp.sum(self.weights() ** 2)
+
+    def update(self, pooled: Sequence[NodeStatistics]) -> "GammaMixturePosterior":
+        r"""Add pooled complete-path statistics (one [`jaxctbn.internal.NodeStatistics`][] per
+        node): each component $\alpha_c\mathrel{+}=M$, $\beta_c\mathrel{+}=T$, reweighted by its
+        marginal likelihood of the statistics, $w_c\propto w_c\,p(M,T\mid\alpha_c,\beta_c)$."""
+        marginals = self.component_log_marginals(pooled)
         updated = jax.vmap(lambda c: self.component(c).update(pooled))(
             jnp.arange(self.num_components)
         )

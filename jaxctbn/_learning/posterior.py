@@ -15,12 +15,15 @@ from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
+from jax.scipy.special import digamma
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._model.ctbn import CTBN
 from .._model.layout import num_configurations
 from .._paths.sufficient_statistics import NodeStatistics, SufficientStatistics
 from .conjugate import (
+    gamma_log_density,
+    gamma_poisson_log_marginal,
     off_diagonal,
     off_diagonal_entries,
     poisson_path_log_likelihood,
@@ -46,7 +49,61 @@ class AbstractPosterior(eqx.Module):
         score per candidate intervention (larger = more informative)."""
 
 
-class RatePosterior(AbstractPosterior):
+class AbstractRatePosterior(AbstractPosterior):
+    r"""A posterior over the rates of a CTBN with a known graph: one Gamma per rate
+    ([`jaxctbn.RatePosterior`][]) or a weighted mixture of such
+    ([`jaxctbn.GammaMixturePosterior`][], what panel data leave). The parameter criteria read
+    it only through the methods below, so every criterion scores under either: the BHC from
+    $\mathsf E[\Lambda]$ and $\mathsf E[\ln\Lambda]$, the VBHC's minimum and the EIG from the
+    marginal likelihood of statistics, the Monte Carlo criteria from `sample`."""
+
+    alpha: eqx.AbstractVar[tuple[Array, ...]]
+    beta: eqx.AbstractVar[tuple[Array, ...]]
+    cardinalities: eqx.AbstractVar[tuple[int, ...]]
+    parents: eqx.AbstractVar[tuple[tuple[int, ...], ...]]
+
+    def score_with(self, criterion, candidates, initial_state, horizon, **options):
+        return criterion.score_rates(self, candidates, initial_state, horizon, **options)
+
+    @abc.abstractmethod
+    def rate_means(self) -> tuple[Float[Array, "_configs _k _k"], ...]:
+        r"""$\mathsf E[\Lambda]$ per rate, shape `(configs, k, k)` per node (zero diagonal)."""
+
+    @abc.abstractmethod
+    def expected_log_rates(self) -> tuple[Float[Array, "_configs _k _k"], ...]:
+        r"""$\mathsf E[\ln\Lambda]$ per free rate (zero on the diagonal and at structural
+        zeros)."""
+
+    @abc.abstractmethod
+    def log_marginal_likelihood(self, pooled: Sequence[NodeStatistics]) -> Float[Array, ""]:
+        r"""$\ln\int p(\Lambda)\prod\Lambda^{M}e^{-\Lambda T}\,d\Lambda$: the log marginal
+        likelihood of complete-path statistics (one [`jaxctbn.internal.NodeStatistics`][] per
+        node), the base measure of [`jaxctbn.path_log_likelihood`][] (so that
+        $\ln p(S\mid\Lambda)-$ this is the log posterior ratio)."""
+
+    @abc.abstractmethod
+    def log_density(self, model: CTBN) -> Float[Array, ""]:
+        r"""$\ln p(\Lambda)$ at the free rates of `model` (with respect to Lebesgue measure
+        on them)."""
+
+    @abc.abstractmethod
+    def update(self, pooled: Sequence[NodeStatistics]) -> "AbstractRatePosterior":
+        """The posterior after adding pooled complete-path statistics."""
+
+    @abc.abstractmethod
+    def mean(self) -> CTBN:
+        """The CTBN with the posterior-mean rates."""
+
+    @abc.abstractmethod
+    def sample(self, key: PRNGKeyArray) -> CTBN:
+        """One posterior draw of all rates (`jax.vmap` over keys for many)."""
+
+    @abc.abstractmethod
+    def mse(self, truth: CTBN) -> Float[Array, ""]:
+        r"""Posterior-averaged squared error $\mathsf E[(\Lambda-\Lambda^*)^2]$ over the rates."""
+
+
+class RatePosterior(AbstractRatePosterior):
     r"""Gamma posterior over the rates of a CTBN with a known graph.
 
     - `alpha[n]`: $\bar\alpha_n(x,x',u)$, shape `(configs, k, k)` (diagonal unused).
@@ -102,9 +159,6 @@ class RatePosterior(AbstractPosterior):
         """The prior over the rates of `model`'s graph."""
         return cls.from_prior(model.names, model.cardinalities, model.parents, prior=prior)
 
-    def score_with(self, criterion, candidates, initial_state, horizon, **options):
-        return criterion.score_rates(self, candidates, initial_state, horizon, **options)
-
     def update(self, pooled: Sequence[NodeStatistics]) -> "RatePosterior":
         r"""Add pooled statistics (one [`jaxctbn.internal.NodeStatistics`][] per node, for this graph):
         $\bar\alpha\mathrel{+}=M$, $\bar\beta\mathrel{+}=T$. Statistics must be finite and
@@ -144,6 +198,42 @@ class RatePosterior(AbstractPosterior):
         if statistics.parents != self.parents:
             raise ValueError("statistics were computed for a different graph than the posterior.")
         return self.update(statistics.pooled())
+
+    def rate_means(self) -> tuple[Float[Array, "_configs _k _k"], ...]:
+        r"""$\bar\alpha/\bar\beta$ per rate (zero diagonal)."""
+        return tuple(
+            jnp.where(off_diagonal(a.shape[-1]), a / b[..., None], 0.0)
+            for a, b in zip(self.alpha, self.beta)
+        )
+
+    def expected_log_rates(self) -> tuple[Float[Array, "_configs _k _k"], ...]:
+        r"""$\psi(\bar\alpha)-\ln\bar\beta$ per rate (zero diagonal)."""
+        out = []
+        for a, b in zip(self.alpha, self.beta):
+            off = off_diagonal(a.shape[-1])
+            value = digamma(jnp.where(off, a, 1.0)) - jnp.log(b)[..., None]
+            out.append(jnp.where(off, value, 0.0))
+        return tuple(out)
+
+    def log_marginal_likelihood(self, pooled: Sequence[NodeStatistics]) -> Float[Array, ""]:
+        r"""$\sum[\ln\Gamma(\bar\alpha+M)-\ln\Gamma(\bar\alpha)+\bar\alpha\ln\bar\beta
+        -(\bar\alpha+M)\ln(\bar\beta+T)]$ over the rates."""
+        return jnp.asarray(
+            sum(
+                gamma_poisson_log_marginal(a, b, st.transitions, st.dwell_times)
+                for a, b, st in zip(self.alpha, self.beta, pooled, strict=True)
+            )
+        )
+
+    def log_density(self, model: CTBN) -> Float[Array, ""]:
+        r"""$\sum\ln\mathrm{Gam}(\Lambda\mid\bar\alpha,\bar\beta)$ over the off-diagonal rates
+        of `model`."""
+        total = jnp.asarray(0.0)
+        for a, b, q in zip(self.alpha, self.beta, model.cims):
+            off = off_diagonal(a.shape[-1])
+            terms = gamma_log_density(jnp.where(off, q, 1.0), jnp.where(off, a, 1.0), b[..., None])
+            total = total + jnp.where(off, terms, 0.0).sum()
+        return total
 
     def mean(self) -> CTBN:
         r"""The CTBN with posterior-mean rates $\bar\alpha/\bar\beta$."""

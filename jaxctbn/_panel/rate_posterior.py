@@ -145,6 +145,12 @@ class AbstractPanelRateFamily(eqx.Module):
         grouped by length (observations without interventions, computed on the host), so that
         one transition matrix serves every interval of a length; `None` otherwise."""
 
+    def initial(self, prior: RatePosterior) -> RatePosterior | GammaMixturePosterior:
+        """`prior` in the representation this family's updates keep (the same structure after
+        every update, so that a sequential loop carries it through `jax.lax.scan`): the Gamma
+        itself, or a mixture of as many copies of it as the family has components."""
+        return prior
+
 
 class MomentMatchedGamma(AbstractPanelRateFamily):
     r"""The Gamma whose counts are the smoothed expected statistics under its own mean, by
@@ -239,6 +245,10 @@ class SampledGammaMixture(AbstractPanelRateFamily):
             start_iterations=1,
             max_candidates=1,
         )
+
+    def initial(self, prior: RatePosterior) -> GammaMixturePosterior:
+        per_chain = min(self.num_draws, max(1, self.max_components // self.num_chains))
+        return copies(prior, self.num_chains * per_chain)
 
     def posterior(self, prior, observations, emissions, key, gaps=None):
         import blackjax  # on demand: importing it runs JAX operations (backend set-up first)
@@ -342,6 +352,139 @@ class SampledGammaMixture(AbstractPanelRateFamily):
             free=mixture.free,
             diagnostics=ChainDiagnostics.from_draws(rates, divergent.sum(), mixture.free),
         )
+
+
+class ParticleFilter(AbstractPanelRateFamily):
+    r"""Sequential Monte Carlo over the hidden paths with Rao-Blackwellised Gamma particles
+    (Storvik's filter): the posterior of a sequence of experiments, updated one experiment (one
+    batch of panel trajectories $Y_k$) at a time, exact as `num_particles` grows. The family
+    of the sequential loop ([`jaxctbn.ParameterLearningTask`][] with a panel outcome).
+
+    Particle $c$ holds the complete-path statistics of one draw of every earlier experiment's
+    hidden paths, i.e. the Gamma component $\mathrm{Gam}(lpha+M_c,eta+T_c)=p(\Lambda\mid
+    S^c_{1:k-1})$, and a weight $w_c$. An update with $Y_k$, per particle:
+
+    1. $\Lambda^*_c\sim p(\Lambda\mid S^c_{1:k-1})$ (its Gamma component);
+    2. the new paths $S^c_k\sim p(S_k\mid Y_k,\Lambda^*_c)$ exactly (forward filtering,
+       backward sampling, bridges: [`jaxctbn.internal.sample_path_statistics`][]), added to the
+       component's statistics;
+    3. $w_c\leftarrow w_c\,p(Y_k\mid\Lambda^*_c)$, the exact panel likelihood (conditional on
+       each trajectory's first observation).
+
+    With the extended target $p(S_{1:k}\mid Y_{1:k})\,p(\Lambda^*\mid S_{1:k})$ the
+    incremental weight of this proposal is exactly $p(Y_k\mid\Lambda^*_c)$, so
+    $\sum_cw_c\,p(\Lambda\mid S^c_{1:k})	o p(\Lambda\mid Y_{1:k})$: a
+    [`jaxctbn.GammaMixturePosterior`][] of `num_particles` components. When the effective
+    number of particles $1/\sum_cw_c^2$ falls below `resample_below` $	imes$ `num_particles`,
+    the particles are resampled (systematic resampling) to equal weights. Earlier experiments'
+    paths are not redrawn, so over many experiments the particles share their early paths;
+    each particle's Gamma still carries the uncertainty given its paths. The weights'
+    degeneracy over one update grows with the information in $Y_k$: meant for one experiment
+    at a time (use [`jaxctbn.panel.SampledGammaMixture`][] for a whole data set).
+
+    `max_candidates` bounds one bridge's uniformisation times (an error names it);
+    `solver` propagates the filter (default: the dense matrix exponential). A prior that is a
+    mixture of another number of components is first resampled to `num_particles`."""
+
+    num_particles: int = eqx.field(default=256, static=True)
+    resample_below: float = eqx.field(default=0.5, static=True)
+    max_candidates: int = eqx.field(default=64, static=True)
+    solver: AbstractMasterEquationSolver = DENSE_SOLVER
+
+    def __check_init__(self):
+        check_integer_fields(self, num_particles=1, max_candidates=1)
+        if isinstance(self.resample_below, bool) or not 0 <= self.resample_below <= 1:
+            raise ValueError(
+                f"resample_below: expected a fraction in [0, 1], got {self.resample_below!r}."
+            )
+
+    def initial(self, prior: RatePosterior) -> GammaMixturePosterior:
+        return copies(prior, self.num_particles)
+
+    def posterior(self, prior, observations, emissions, key, gaps=None):
+        if key is None:
+            raise ValueError(
+                "key: ParticleFilter draws rates and paths; pass a PRNG key (or "
+                "family=MomentMatchedGamma() for the deterministic approximation)."
+            )
+        P = self.num_particles
+        key_prior, key_particles, key_resample = jr.split(key, 3)
+        if isinstance(prior, RatePosterior):
+            mixture = self.initial(prior)
+        elif prior.num_components != P:
+            mixture = _resampled(prior, _systematic(key_prior, prior.log_weights, P))
+        else:
+            mixture = prior
+
+        def particle(c, key):
+            key_rates, key_paths = jr.split(key)
+            stats = _sampled_statistics(
+                mixture.component_sample(c, key_rates),
+                observations,
+                emissions,
+                key_paths,
+                self.solver,
+                self.max_candidates,
+                gaps,
+            )
+            updated = mixture.component(c).update(
+                pooled_node_statistics(stats, mixture.parents, observations)
+            )
+            return updated.alpha, updated.beta, stats.log_likelihood.sum()
+
+        alphas, betas, log_likelihood = jax.vmap(particle)(
+            jnp.arange(P), jr.split(key_particles, P)
+        )
+        log_weights = mixture.log_weights + log_likelihood
+        log_weights = log_weights - jax.nn.logsumexp(log_weights)
+        updated = eqx.tree_at(
+            lambda m: (m.alpha, m.beta, m.log_weights),
+            mixture,
+            (alphas, betas, log_weights),
+        )
+        ess = updated.effective_sample_size()
+        resample = ess < self.resample_below * P
+        index = jnp.where(resample, _systematic(key_resample, log_weights, P), jnp.arange(P))
+        out = _resampled(updated, index)
+        equal = jnp.full((P,), -math.log(P), log_weights.dtype)
+        return eqx.tree_at(lambda m: m.log_weights, out, jnp.where(resample, equal, log_weights))
+
+
+def copies(prior: RatePosterior, count: int) -> GammaMixturePosterior:
+    """The mixture of `count` equally weighted copies of the Gamma posterior `prior`."""
+    one = GammaMixturePosterior.from_gamma(prior)
+    return eqx.tree_at(
+        lambda m: (m.alpha, m.beta, m.log_weights),
+        one,
+        (
+            tuple(jnp.repeat(a, count, axis=0) for a in one.alpha),
+            tuple(jnp.repeat(b, count, axis=0) for b in one.beta),
+            jnp.full((count,), -math.log(count), one.log_weights.dtype),
+        ),
+    )
+
+
+def _systematic(key: PRNGKeyArray, log_weights: Array, count: int) -> Array:
+    """`count` ancestor indices by systematic resampling: one uniform offset, the points
+    $(u+i)/n$ located in the cumulative weights (unbiased; less variance than multinomial)."""
+    cumulative = jnp.cumsum(jax.nn.softmax(log_weights))
+    points = (jr.uniform(key, (), cumulative.dtype) + jnp.arange(count)) / count
+    index = jnp.searchsorted(cumulative, points, side="right")
+    return jnp.minimum(index, log_weights.shape[0] - 1).astype(jnp.int32)
+
+
+def _resampled(mixture: GammaMixturePosterior, index: Array) -> GammaMixturePosterior:
+    """The components at `index`, equally weighted (no chain diagnostics)."""
+    count = index.shape[0]
+    return GammaMixturePosterior(
+        alpha=tuple(a[index] for a in mixture.alpha),
+        beta=tuple(b[index] for b in mixture.beta),
+        log_weights=jnp.full((count,), -math.log(count), mixture.log_weights.dtype),
+        names=mixture.names,
+        cardinalities=mixture.cardinalities,
+        parents=mixture.parents,
+        free=mixture.free,
+    )
 
 
 #: log-rates beyond this bound are outside the sampler's support (rates e^{+-30})
@@ -492,10 +635,21 @@ def panel_rate_posterior(
     posterior: RatePosterior | GammaMixturePosterior,
     observations: PanelObservations | PanelBuckets,
     *,
-    family: SampledGammaMixture = ...,
+    family: SampledGammaMixture | ParticleFilter = ...,
     key: PRNGKeyArray | None = None,
     emissions: Emissions | None = None,
 ) -> GammaMixturePosterior: ...
+
+
+@overload
+def panel_rate_posterior(
+    posterior: RatePosterior | GammaMixturePosterior,
+    observations: PanelObservations | PanelBuckets,
+    *,
+    family: AbstractPanelRateFamily,
+    key: PRNGKeyArray | None = None,
+    emissions: Emissions | None = None,
+) -> RatePosterior | GammaMixturePosterior: ...
 
 
 def panel_rate_posterior(
@@ -508,8 +662,10 @@ def panel_rate_posterior(
 ) -> RatePosterior | GammaMixturePosterior:
     r"""`posterior` updated with panel trajectories (a flat batch, or buckets), in the posterior
     `family` (module page): by default [`jaxctbn.panel.SampledGammaMixture`][], exact as its
-    sweeps grow, which needs `key`; [`jaxctbn.panel.MomentMatchedGamma`][] for the fast
-    moment-matched Gamma (overconfident where the visits are sparse). Node $n$ learns only
+    sweeps grow, which needs `key`; [`jaxctbn.panel.ParticleFilter`][] for one experiment at a
+    time after earlier ones (sequential Monte Carlo, exact as its particles grow; needs `key`);
+    [`jaxctbn.panel.MomentMatchedGamma`][] for the fast moment-matched Gamma (overconfident
+    where the visits are sparse). Node $n$ learns only
     from the trajectories in which it is not perfectly intervened on; an imperfect
     intervention's scale counts as exposure.
 
@@ -535,7 +691,7 @@ def panel_rate_posterior(
         )
     if not isinstance(family, AbstractPanelRateFamily):
         raise ValueError(
-            f"family: expected a SampledGammaMixture or MomentMatchedGamma, got "
+            f"family: expected a SampledGammaMixture, ParticleFilter or MomentMatchedGamma, got "
             f"{type(family).__name__}."
         )
     checked_panel_update(observations, 1, len(posterior.alpha))
