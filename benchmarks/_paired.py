@@ -123,9 +123,32 @@ def run_design(task, design, keys, *, metrics, horizon, experiments, chunk, spac
     return out
 
 
-def experiment_arguments(repetitions: int) -> argparse.Namespace:
+def panel_posterior_arguments(ap: argparse.ArgumentParser) -> None:
+    """`--panel-posterior sampled|moment` and `--particles` of the parameter benchmarks."""
+    ap.add_argument(
+        "--panel-posterior",
+        choices=["sampled", "moment"],
+        default="sampled",
+        help="the loop's panel posterior: the particle filter (default) or the moment-matched "
+        "Gamma (the results then go to *_moment.*)",
+    )
+    ap.add_argument("--particles", type=int, default=256)
+
+
+def panel_family(args):
+    """The rate posterior family of `--panel-posterior`, and its description."""
+    if args.panel_posterior == "moment":
+        family = jc.panel.MomentMatchedGamma(PANEL_ITERATIONS)
+        return family, f"the moment-matched Gamma ({PANEL_ITERATIONS} iterations)"
+    family = jc.panel.ParticleFilter(num_particles=args.particles)
+    return family, f"the particle filter ({args.particles} particles; exact as they grow)"
+
+
+def experiment_arguments(repetitions: int, *, panel_posterior: bool = False) -> argparse.Namespace:
     """The command line of the sequential panel-outcome benchmarks."""
     ap = argparse.ArgumentParser()
+    if panel_posterior:
+        panel_posterior_arguments(ap)
     ap.add_argument("--repetitions", type=int, default=repetitions)
     ap.add_argument("--experiments", type=int, default=15)
     ap.add_argument("--visits", default="2,3,5", help="comma-separated numbers of visits K")

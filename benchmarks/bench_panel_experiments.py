@@ -7,9 +7,12 @@ interventions of `jaxctbn.intervention_space`, tau = 3, each experiment's initia
 uniformly and revealed to the design (the paper's, `RandomInitialState()`), N_S = 10 posterior
 draws per design step. Each simulated experiment reveals only its global state at K visits
 equally spaced in (0, 3] (t_k = 3k/K, K in 2, 3, 5): the task is
-`ParameterLearningTask(truth, outcome=Panel(times), panel_iterations=10)`, whose posterior is
-the approximate panel posterior (`jaxctbn.panel.panel_rate_posterior`, an assumed-density
-filter). Designs:
+`ParameterLearningTask(truth, outcome=Panel(times), panel_posterior=family)`, whose posterior is
+updated after every experiment by `jaxctbn.panel.panel_rate_posterior` in the family of
+`--panel-posterior`: `sampled` (default), the particle filter `ParticleFilter(--particles)`, a
+mixture of Gammas exact as its particles grow; `moment`, the moment-matched Gamma (an
+assumed-density filter, overconfident where the visits are sparse; the results before issue 60,
+now in `results/panel_experiments_moment.*`). Designs:
 
 - `panel-bhc`: the BHC scored under the outcome the experiment really has,
   `CriterionDesign(BHC(), outcome=Panel(times))` (panel-aware);
@@ -23,9 +26,9 @@ filter). Designs:
 Every design runs with the same keys (repetition r uses `fold_in(key(seed), r)`, as `jaxctbn
 run`), so the initial states and the random streams are shared: the comparison is paired.
 Metrics, before and after each experiment: the loop's `mse`, the posterior-averaged squared
-error of the rates, `RatePosterior.mse(truth)` = E_post[(Lambda - Lambda*)^2] averaged over the
+error of the rates, `posterior.mse(truth)` = E_post[(Lambda - Lambda*)^2] averaged over the
 18 off-diagonal rates (the squared error of the posterior mean plus the posterior variance,
-both of the approximate panel posterior), and `mean_se`, the squared error of the posterior-mean
+both of the loop's panel posterior), and `mean_se`, the squared error of the posterior-mean
 rates alone (recorded by `ParameterTaskWithMeanError` below, the same task otherwise).
 Reported per K, design and metric: the final mean with a 95% t interval of the mean; paired against
 `panel-bhc`, the mean difference (design - panel-bhc; > 0: panel-bhc better) with a 95% t
@@ -44,7 +47,9 @@ Run (pinned to one core, as the recorded run):
 `OMP_NUM_THREADS=1 XLA_FLAGS="--xla_cpu_use_fusion_emitters=false
 --xla_cpu_parallel_codegen_split_count=1" taskset -c 1 python
 benchmarks/bench_panel_experiments.py [--repetitions R] [--experiments E] [--visits 2,3,5]
-[--chunk C] [--seed S] [--quick]`; writes `results/panel_experiments.{json,md,png}`
+[--chunk C] [--seed S] [--panel-posterior sampled|moment] [--particles P] [--quick]`; writes
+`results/panel_experiments.{json,md,png}` (`_moment` before the suffix with `--panel-posterior
+moment`)
 (`--quick`: 4 repetitions x 3 experiments, K = 2, to `results/panel_experiments_quick.*`;
 `--plot-only`: redraw the figure from the JSON: top row the mean MSE per design, bottom row the
 paired difference against the panel-aware BHC for the path-assuming BHC and passive, each
@@ -72,12 +77,12 @@ from _paired import (  # noqa: E402
     DESIGNS,
     LABELS,
     NUM_SAMPLES,
-    PANEL_ITERATIONS,
     REFERENCE,
     TAU,
     experiment_arguments,
     make_design,
     mean_ci,
+    panel_family,
     run_design,
 )
 
@@ -180,11 +185,12 @@ def plot(summary, visits, experiments, path):
 
 
 def main():
-    args = experiment_arguments(repetitions=500)
+    args = experiment_arguments(repetitions=500, panel_posterior=True)
     if args.plot_only:
         import json
 
-        name = "panel_experiments" + ("_quick" if args.quick else "")
+        name = "panel_experiments" + ("_moment" if args.panel_posterior == "moment" else "")
+        name += "_quick" if args.quick else ""
         with open(os.path.join(RESULTS, f"{name}.json")) as f:
             saved = json.load(f)
         plot(
@@ -198,7 +204,9 @@ def main():
     visits = [int(k) for k in args.visits.split(",")]
     if args.quick:
         R, E, chunk, visits = 4, 3, 4, [2]
-    name = "panel_experiments" + ("_quick" if args.quick else "")
+    name = "panel_experiments" + ("_moment" if args.panel_posterior == "moment" else "")
+    name += "_quick" if args.quick else ""
+    family, family_text = panel_family(args)
     unrolled = jc.internal.use_unrolled_threefry_on_cpu()  # as the CLI: the same random bits
     truth = jc.paper_network(jax.random.key(0), rates="softmax")
     space = jc.intervention_space(truth.cardinalities)
@@ -209,9 +217,7 @@ def main():
     for K in visits:
         times = TAU * np.arange(1, K + 1) / K
         panel = jc.criteria.Panel(times)
-        task = ParameterTaskWithMeanError(
-            truth, outcome=panel, panel_iterations=PANEL_ITERATIONS
-        )  # fmt: skip
+        task = ParameterTaskWithMeanError(truth, outcome=panel, panel_posterior=family)
         runs[K] = {}
         for design in DESIGNS:
             t0 = time.perf_counter()
@@ -247,7 +253,7 @@ def main():
         "candidates": int(space.targets.shape[0]),
         "horizon": TAU,
         "num_samples": NUM_SAMPLES,
-        "panel_iterations": PANEL_ITERATIONS,
+        "panel_posterior": family_text,
         "repetitions": R,
         "experiments": E,
         "midpoint_experiment": mid,
@@ -282,10 +288,10 @@ def main():
         f"The paper's parameter experiment (4 binary nodes, softmax rates, Gamma(1, 1) prior, "
         f"81 interventions, tau = 3, random revealed initial states, N_S = {NUM_SAMPLES}); each "
         f"experiment seen only at K equally spaced visits t_k = 3k/K, the posterior updated by "
-        f"the approximate panel posterior ({PANEL_ITERATIONS} iterations). {R} repetitions x "
+        f"{family_text}. {R} repetitions x "
         f"{E} experiments per (K, design), the same keys for every design (paired). "
         "Two metrics, each before and after every experiment: MSE = the loop's metric, the "
-        "posterior-averaged squared error of the rates (`RatePosterior.mse`: squared error of "
+        "posterior-averaged squared error of the rates (`posterior.mse`: squared error of "
         "the posterior mean + posterior variance, averaged over the 18 off-diagonal rates); "
         "SE of the mean = the squared error of the posterior-mean rates alone. "
         "Difference = design - panel-aware BHC (> 0: the panel-aware design has the lower "

@@ -4,7 +4,9 @@ visits at the same number K, in the sequential parameter experiment (issue 36).
 Two truths, each a parameter-learning loop on its known graph (Gamma(1, 1) rate prior, all 81
 interventions of `jaxctbn.intervention_space`, each experiment's initial state drawn uniformly
 and revealed, N_S = 10 posterior draws per design step, the panel posterior updated by
-`panel_rate_posterior` with 10 iterations):
+`panel_rate_posterior` in the family of `--panel-posterior`: `sampled` (default), the particle
+filter of `--particles` (256); `moment`, the moment-matched Gamma with 10 iterations, the results
+before issue 60, in `results/panel_visit_times_<truth>_moment.*`):
 
 - `paper`: the paper's parameter network (`paper_network(key(0), rates="softmax")`, 4 binary
   nodes), tau = 3;
@@ -27,8 +29,9 @@ repetition r uses `fold_in(key(seed), r)`, so the comparison is paired):
 - `passive`: no intervention, equally spaced visits.
 
 Metrics before and after each experiment: `mse` (the loop's posterior-averaged squared error
-of the rates) and `entropy`, the differential entropy of the Gamma rate posterior summed over
-the free rates (sum of alpha - ln beta + ln Gamma(alpha) + (1 - alpha) digamma(alpha), nats).
+of the rates) and `entropy`, the differential entropy of the rate posterior over the free rates (a Gamma's in
+closed form, sum of alpha - ln beta + ln Gamma(alpha) + (1 - alpha) digamma(alpha); the particle
+filter's mixture by Monte Carlo over 256 draws, nats).
 Reported per truth and design: final means with 95% t intervals; paired against `bhc-equal`, the
 mean difference (design - bhc-equal; < 0: the design ends lower) with a 95% t interval, and the
 fraction of repetitions where the design ends lower; where the chosen times lie.
@@ -59,16 +62,26 @@ import jaxctbn as jc  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import environment, write_results  # noqa: E402
-from _paired import NUM_SAMPLES, PANEL_ITERATIONS, paired_summary, run_design  # noqa: E402
+from _paired import (  # noqa: E402
+    NUM_SAMPLES,
+    PANEL_ITERATIONS,
+    paired_summary,
+    panel_family,
+    panel_posterior_arguments,
+    run_design,
+)
 
 DESIGNS = ("bhc-chosen", "bhc-equal", "passive")
 REFERENCE = "bhc-equal"
 PBC_NODES = ("ascites", "hepato", "spiders", "edema")
+ENTROPY_DRAWS = 256
 
 
 class ParameterTaskWithEntropy(jc.ParameterLearningTask):
     """`ParameterLearningTask` that also records `entropy`, the differential entropy of the
-    Gamma rate posterior summed over the free (off-diagonal) rates."""
+    rate posterior over the free (off-diagonal) rates: in closed form for a Gamma, by Monte
+    Carlo for the particle filter's mixture ($-\frac1S\sum_s\ln p(\Lambda_s)$ over
+    `ENTROPY_DRAWS` draws, the same key at every step)."""
 
     metric_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "mse": ("posterior MSE of the rates", "lower"),
@@ -78,6 +91,10 @@ class ParameterTaskWithEntropy(jc.ParameterLearningTask):
     def metrics(self, posterior):
         from jax.scipy.special import digamma, gammaln
 
+        if isinstance(posterior, jc.GammaMixturePosterior):
+            draws = jax.vmap(posterior.sample)(jax.random.split(jax.random.key(0), ENTROPY_DRAWS))
+            entropy = -jnp.mean(jax.vmap(posterior.log_density)(draws))
+            return {**super().metrics(posterior), "entropy": entropy}
         total = 0.0
         for a, b in zip(posterior.alpha, posterior.beta):
             k = a.shape[-1]
@@ -136,11 +153,17 @@ def main():
     ap.add_argument("--chunk", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true")
+    panel_posterior_arguments(ap)
     args = ap.parse_args()
     R, E, K, chunk = args.repetitions, args.experiments, args.visits, args.chunk
     if args.quick:
         R, E, chunk = 4, 3, 4
-    name = f"panel_visit_times_{args.truth}" + ("_quick" if args.quick else "")
+    family, family_text = panel_family(args)
+    if args.truth == "structure":
+        family_text = f"structural EM ({PANEL_ITERATIONS} iterations)"
+    moment = args.panel_posterior == "moment" and args.truth != "structure"
+    name = f"panel_visit_times_{args.truth}" + ("_moment" if moment else "")
+    name += "_quick" if args.quick else ""
     unrolled = jc.internal.use_unrolled_threefry_on_cpu()  # as the CLI: the same random bits
     if args.truth == "paper":
         truth, tau = jc.paper_network(jax.random.key(0), rates="softmax"), 3.0
@@ -162,9 +185,7 @@ def main():
         if args.truth == "structure":
             task = structure_task(truth, outcome)
         else:
-            task = ParameterTaskWithEntropy(
-                truth, outcome=outcome, panel_iterations=PANEL_ITERATIONS
-            )  # fmt: skip
+            task = ParameterTaskWithEntropy(truth, outcome=outcome, panel_posterior=family)
         t0 = time.perf_counter()
         runs[design_name] = run_design(
             task,
@@ -198,7 +219,7 @@ def main():
         "equally_spaced_times": equal_times.tolist(),
         "candidates": int(space.targets.shape[0]),
         "num_samples": NUM_SAMPLES,
-        "panel_iterations": PANEL_ITERATIONS,
+        "panel_posterior": family_text,
         "repetitions": R,
         "experiments": E,
         "seed": args.seed,
@@ -235,7 +256,7 @@ def main():
         "",
         f"{learning}, Gamma(1, 1) prior, 81 interventions, "
         f"tau = {tau:g}, K = {K} visits, random revealed initial states, N_S = {NUM_SAMPLES}; the "
-        f"panel posterior ({PANEL_ITERATIONS} iterations). {R} repetitions x {E} experiments per "
+        f"panel posterior by {family_text}. {R} repetitions x {E} experiments per "
         "design, the same keys for every design (paired). Difference = design - BHC at equally "
         "spaced visits (< 0: the design ends lower; lower is better for the error and the "
         "entropy, higher for AUROC/AUPR), mean [95% t interval] at the final experiment; `ends "
