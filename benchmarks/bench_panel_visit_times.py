@@ -72,6 +72,8 @@ from _paired import (  # noqa: E402
 )
 
 DESIGNS = ("bhc-chosen", "bhc-equal", "passive")
+#: `--designs` may also name the path-assuming BHC at equally spaced visits
+OPTIONAL_DESIGNS = ("bhc-path",)
 REFERENCE = "bhc-equal"
 PBC_NODES = ("ascites", "hepato", "spiders", "edema")
 ENTROPY_DRAWS = 256
@@ -141,6 +143,11 @@ def make(name, K, tau):
         return equal, jc.CriterionDesign(jc.BHC(), num_samples=NUM_SAMPLES, outcome=equal)
     if name == "passive":
         return equal, jc.PassiveDesign()
+    if name == "bhc-path":
+        design = jc.CriterionDesign(
+            jc.BHC(), num_samples=NUM_SAMPLES, outcome=equal, assume_complete_path=True
+        )
+        return equal, design
     raise ValueError(name)
 
 
@@ -153,6 +160,12 @@ def main():
     ap.add_argument("--chunk", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--designs",
+        default=",".join(DESIGNS),
+        help="comma-separated, among " + ", ".join(DESIGNS + OPTIONAL_DESIGNS) + " (bhc-equal "
+        "is the reference; results of another set go to ..._<designs>.*)",
+    )
     panel_posterior_arguments(ap)
     args = ap.parse_args()
     R, E, K, chunk = args.repetitions, args.experiments, args.visits, args.chunk
@@ -162,7 +175,12 @@ def main():
     if args.truth == "structure":
         family_text = f"structural EM ({PANEL_ITERATIONS} iterations)"
     moment = args.panel_posterior == "moment" and args.truth != "structure"
+    designs = tuple(d for d in args.designs.split(",") if d)
+    if REFERENCE not in designs or not set(designs) <= set(DESIGNS + OPTIONAL_DESIGNS):
+        raise SystemExit(f"--designs: include {REFERENCE}; valid: {DESIGNS + OPTIONAL_DESIGNS}")
     name = f"panel_visit_times_{args.truth}" + ("_moment" if moment else "")
+    if designs != DESIGNS:
+        name += "_" + "-".join(designs)
     name += "_quick" if args.quick else ""
     unrolled = jc.internal.use_unrolled_threefry_on_cpu()  # as the CLI: the same random bits
     if args.truth == "paper":
@@ -180,7 +198,7 @@ def main():
     keys = jax.vmap(lambda r: jax.random.fold_in(base, r))(jnp.arange(R))
     t_start = time.perf_counter()
     runs, timing = {}, {}
-    for design_name in DESIGNS:
+    for design_name in designs:
         outcome, design = make(design_name, K, tau)
         if args.truth == "structure":
             task = structure_task(truth, outcome)
@@ -201,10 +219,8 @@ def main():
         timing[design_name] = time.perf_counter() - t0
     wall = time.perf_counter() - t_start
     summary = {m: paired_summary(runs, REFERENCE, m) for m in metrics}
-    chosen_times = runs["bhc-chosen"]["times"]  # (R, E, K)
     equal_times = tau * np.arange(1, K + 1) / K
-    moved = np.abs(chosen_times - equal_times).max(-1) > 1e-6 * tau
-    intervenes = {d: float((runs[d]["index"] != 0).mean()) for d in DESIGNS}
+    intervenes = {d: float((runs[d]["index"] != 0).mean()) for d in designs}
     settings = {
         "truth": {
             "paper": "paper_network(key(0), rates='softmax')",
@@ -235,11 +251,9 @@ def main():
         "timing_s": timing,
         "summary": summary,
         "intervening_fraction": intervenes,
-        "chosen_times": chosen_times.tolist(),
-        "chosen_times_moved_fraction": float(moved.mean()),
-        "curves": {m: {d: runs[d][m].tolist() for d in DESIGNS} for m in metrics},
-        "intervention_index": {d: runs[d]["index"].tolist() for d in DESIGNS},
-        "failures": {d: runs[d]["failed"] for d in DESIGNS if runs[d]["failed"]},
+        "curves": {m: {d: runs[d][m].tolist() for d in designs} for m in metrics},
+        "intervention_index": {d: runs[d]["index"].tolist() for d in designs},
+        "failures": {d: runs[d]["failed"] for d in designs if runs[d]["failed"]},
     }
     graph = "; ".join(
         f"{truth.names[n]} <- {','.join(truth.names[p] for p in ps) or '(none)'}"
@@ -273,7 +287,7 @@ def main():
             "| design | final (mean ± 95%) | diff vs bhc-equal [95% CI] | ends lower | intervenes |",
             "|---|---:|---:|---:|---:|",
         ]
-        for d in DESIGNS:
+        for d in designs:
             r = summary[metric][d]
             final = f"{r['final_mean']:.4g} ± {r['final_ci95']:.2g}"
             if d == REFERENCE:
@@ -283,12 +297,19 @@ def main():
                 diff = f"{m:+.4g} [{m - h:+.4g}, {m + h:+.4g}]"
                 lower = f"{r['ends_lower']:.2f}"
             table.append(f"| {d} | {final} | {diff} | {lower} | {intervenes[d]:.2f} |")
-    mean_times = chosen_times.reshape(-1, K).mean(0)
+    if "bhc-chosen" in runs:
+        chosen_times = runs["bhc-chosen"]["times"]  # (R, E, K)
+        moved = np.abs(chosen_times - equal_times).max(-1) > 1e-6 * tau
+        mean_times = chosen_times.reshape(-1, K).mean(0)
+        table += [
+            "",
+            f"Chosen times: in {moved.mean():.0%} of the experiments the BHC's chosen candidate "
+            f"kept times away from equal spacing ({', '.join(f'{t:g}' for t in equal_times)}); "
+            f"mean chosen times {', '.join(f'{t:.3g}' for t in mean_times)}.",
+        ]
+        payload["chosen_times"] = chosen_times.tolist()
+        payload["chosen_times_moved_fraction"] = float(moved.mean())
     table += [
-        "",
-        f"Chosen times: in {moved.mean():.0%} of the experiments the BHC's chosen candidate kept "
-        f"times away from equal spacing ({', '.join(f'{t:g}' for t in equal_times)}); mean "
-        f"chosen times {', '.join(f'{t:.3g}' for t in mean_times)}.",
         "",
         "Seconds per design (all repetitions, first chunk with compilation): "
         + ", ".join(f"{d} {s:.0f}" for d, s in timing.items()),
