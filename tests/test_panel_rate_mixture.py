@@ -263,7 +263,7 @@ def test_parameter_criteria_under_a_mixture_against_independent_routes():
     # the Gamma's numbers; for a two-component mixture the closed forms agree with Monte Carlo
     # over the mixture: the BHC with the mean path KL between pairs of independent draws, the
     # VBHC's minimum with -ln E_p[L^m e^{-L t}] by averaging over draws, the EIG with the
-    # nested estimator (inner draws, no conjugacy)
+    # nested estimator (inner draws, no conjugacy; its upward bias ~1/1000)
     from jaxctbn._criteria.parameter import (
         design_statistics,
         kl_divergence,
@@ -298,7 +298,7 @@ def test_parameter_criteria_under_a_mixture_against_independent_routes():
         cardinalities=gamma.cardinalities,
         parents=gamma.parents,
     )
-    N = 2000
+    N = 1000
     draws = posterior_draws(mixture, jax.random.key(1), N)
     stats = design_statistics(mixture, draws, init, tau)
     others = posterior_draws(mixture, jax.random.key(2), N)
@@ -312,12 +312,12 @@ def test_parameter_criteria_under_a_mixture_against_independent_routes():
             for q, m, t in zip(model.cims, stats.transitions, stats.dwell_times)
         )
 
-    tilts = jax.vmap(log_tilt)(posterior_draws(mixture, jax.random.key(3), 100_000))
+    tilts = jax.vmap(log_tilt)(posterior_draws(mixture, jax.random.key(3), 50_000))
     by_draws = stats.energy - (jax.nn.logsumexp(tilts) - np.log(tilts.shape[0]))
     np.testing.assert_allclose(parameter_vbhc_minimum(mixture, stats), by_draws, rtol=0.01)
     eig = parameter_eig(mixture, init, tau, key=jax.random.key(5), num_samples=200, num_paths=2)
     nested = parameter_eig_nested(
-        mixture, init, tau, key=jax.random.key(5), num_samples=200, num_inner=2000, num_paths=2
+        mixture, init, tau, key=jax.random.key(5), num_samples=200, num_inner=1000, num_paths=2
     )
     np.testing.assert_allclose(eig, nested, rtol=0.02)
     # the score_interventions seam: a mixture goes to the rate criteria; the numerical VBHC,
@@ -341,7 +341,7 @@ def test_parameter_criteria_under_a_mixture_against_independent_routes():
             num_samples=8,
             outcome=panel,
         )
-        for c in (jc.BHC(), jc.VBHC(optimiser=jc.Adam(steps=20)))
+        for c in (jc.BHC(), jc.VBHC(optimiser=jc.Adam(steps=10)))
     ]
     assert np.all(np.isfinite(panel_scores[1])) and np.all(panel_scores[1] <= panel_scores[0])
     with pytest.raises(ValueError, match="varies a Gamma per rate around a RatePosterior"):
