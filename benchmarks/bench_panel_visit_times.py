@@ -72,8 +72,8 @@ from _paired import (  # noqa: E402
 )
 
 DESIGNS = ("bhc-chosen", "bhc-equal", "passive")
-#: `--designs` may also name the path-assuming BHC at equally spaced visits
-OPTIONAL_DESIGNS = ("bhc-path",)
+#: `--designs` may also name the path-assuming BHC and the panel EIG at equally spaced visits
+OPTIONAL_DESIGNS = ("bhc-path", "eig-equal")
 REFERENCE = "bhc-equal"
 PBC_NODES = ("ascites", "hepato", "spiders", "edema")
 ENTROPY_DRAWS = 256
@@ -143,6 +143,8 @@ def make(name, K, tau):
         return equal, jc.CriterionDesign(jc.BHC(), num_samples=NUM_SAMPLES, outcome=equal)
     if name == "passive":
         return equal, jc.PassiveDesign()
+    if name == "eig-equal":  # the panel EIG (nested Monte Carlo) at equally spaced visits
+        return equal, jc.CriterionDesign(jc.EIG(), num_samples=NUM_SAMPLES, outcome=equal)
     if name == "bhc-path":
         design = jc.CriterionDesign(
             jc.BHC(), num_samples=NUM_SAMPLES, outcome=equal, assume_complete_path=True
