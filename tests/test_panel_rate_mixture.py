@@ -346,6 +346,18 @@ def test_parameter_criteria_under_a_mixture_against_independent_routes():
         for c in (jc.BHC(), jc.VBHC(optimiser=jc.Adam(steps=10)))
     ]
     assert np.all(np.isfinite(panel_scores[1])) and np.all(panel_scores[1] <= panel_scores[0])
+    # and choosing each candidate's visit times (the loop's Panel(num_visits=K) designs)
+    chosen = jc.criteria.panel_design_scores(
+        mixture,
+        jax.tree_util.tree_map(lambda a: a[:3], space),
+        init,
+        tau,
+        outcome=jc.criteria.Panel(num_visits=2, steps=2),
+        criterion=jc.BHC(),
+        key=jax.random.key(8),
+        num_samples=4,
+    )
+    assert np.all(chosen.scores >= chosen.equally_spaced_scores - 1e-12)
     with pytest.raises(ValueError, match="varies a Gamma per rate around a RatePosterior"):
         jc.score_interventions(
             mixture,

@@ -783,10 +783,10 @@ def panel_design_scores(
     equal spacing; else the given times) and its score at equally spaced visits, as a
     [`jaxctbn.criteria.PanelDesign`][] (maths §7). Parameter or structure learning with
     [`jaxctbn.BHC`][] or [`jaxctbn.VBHC`][]; arguments as for `score_interventions`."""
-    if not isinstance(posterior, RatePosterior | StructurePosterior):
+    if not isinstance(posterior, AbstractRatePosterior | StructurePosterior):
         raise ValueError(
-            "posterior: expected a RatePosterior or StructurePosterior, got "
-            f"{type(posterior).__name__}."
+            "posterior: expected a RatePosterior, GammaMixturePosterior or StructurePosterior, "
+            f"got {type(posterior).__name__}."
         )
     if not isinstance(outcome, Panel):
         raise ValueError(f"outcome: expected a Panel(...), got {outcome!r}.")
