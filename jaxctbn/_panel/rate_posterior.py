@@ -323,18 +323,8 @@ class SampledGammaMixture(AbstractPanelRateFamily):
             theta, key = inputs
             key_component, key_path = jr.split(key)
             j = jr.categorical(key_component, _log_prior(mixture, theta))
-            stats = _sampled_statistics(
-                _model(mixture, theta),
-                observations,
-                emissions,
-                key_path,
-                self.solver,
-                self.max_candidates,
-                gaps,
-            )
-
-            updated = mixture.component(j).update(
-                pooled_node_statistics(stats, mixture.parents, observations)
+            updated, _ = _updated_by_sampled_paths(
+                self, mixture, j, _model(mixture, theta), observations, emissions, key_path, gaps
             )
             return updated.alpha, updated.beta
 
@@ -418,17 +408,9 @@ class ParticleFilter(AbstractPanelRateFamily):
 
         def particle(c, key):
             key_rates, key_paths = jr.split(key)
-            stats = _sampled_statistics(
-                mixture.component_sample(c, key_rates),
-                observations,
-                emissions,
-                key_paths,
-                self.solver,
-                self.max_candidates,
-                gaps,
-            )
-            updated = mixture.component(c).update(
-                pooled_node_statistics(stats, mixture.parents, observations)
+            model = mixture.component_sample(c, key_rates)
+            updated, stats = _updated_by_sampled_paths(
+                self, mixture, c, model, observations, emissions, key_paths, gaps
             )
             return updated.alpha, updated.beta, stats.log_likelihood.sum()
 
@@ -448,6 +430,19 @@ class ParticleFilter(AbstractPanelRateFamily):
         out = _resampled(updated, index)
         equal = jnp.full((P,), -math.log(P), log_weights.dtype)
         return eqx.tree_at(lambda m: m.log_weights, out, jnp.where(resample, equal, log_weights))
+
+
+def _updated_by_sampled_paths(family, mixture, j, model, observations, emissions, key, gaps):
+    """Component `j` of `mixture` updated with the statistics of one exact draw of the hidden
+    paths given the rates of `model` (the family's `solver` and `max_candidates`), and the
+    draw's statistics (with each trajectory's panel log-likelihood under `model`)."""
+    stats = _sampled_statistics(
+        model, observations, emissions, key, family.solver, family.max_candidates, gaps
+    )
+    updated = mixture.component(j).update(
+        pooled_node_statistics(stats, mixture.parents, observations)
+    )
+    return updated, stats
 
 
 def copies(prior: RatePosterior, count: int) -> GammaMixturePosterior:
