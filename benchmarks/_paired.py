@@ -124,19 +124,28 @@ def run_design(task, design, keys, *, metrics, horizon, experiments, chunk, spac
 
 
 def panel_posterior_arguments(ap: argparse.ArgumentParser) -> None:
-    """`--panel-posterior sampled|moment` and `--particles` of the parameter benchmarks."""
+    """`--panel-posterior sampled|moment` and `--particles` of the sequential panel
+    benchmarks."""
     ap.add_argument(
         "--panel-posterior",
         choices=["sampled", "moment"],
         default="sampled",
         help="the loop's panel posterior: the particle filter (default) or the moment-matched "
-        "Gamma (the results then go to *_moment.*)",
+        "Gamma / structural EM (the results then go to *_moment.*)",
     )
     ap.add_argument("--particles", type=int, default=256)
 
 
-def panel_family(args):
-    """The rate posterior family of `--panel-posterior`, and its description."""
+def panel_family(args, target: str = "parameters"):
+    """The posterior family of `--panel-posterior` for the `target`, and its description."""
+    if target == "structure":
+        if args.panel_posterior == "moment":
+            family = jc.panel.StructuralEM(PANEL_ITERATIONS)
+            return family, f"structural EM from the history ({PANEL_ITERATIONS} iterations)"
+        family = jc.panel.StructureParticleFilter(num_particles=args.particles)
+        return family, (
+            f"the structure particle filter ({args.particles} particles; exact as they grow)"
+        )
     if args.panel_posterior == "moment":
         family = jc.panel.MomentMatchedGamma(PANEL_ITERATIONS)
         return family, f"the moment-matched Gamma ({PANEL_ITERATIONS} iterations)"

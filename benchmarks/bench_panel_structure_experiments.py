@@ -10,9 +10,12 @@ default `max_parents`, N - 1), Gamma(1, 1) rate prior, all 81 interventions of
 revealed to the design (the paper's, `RandomInitialState()`), N_S = 10 posterior draws per
 design step. Each simulated experiment reveals only its global state at K visits equally spaced
 in (0, 3] (t_k = 3k/K, K in 2, 3, 5): the task is
-`StructureLearningTask(truth, max_parents=3, outcome=Panel(times), panel_iterations=10)`, whose
-posterior is updated by `jaxctbn.panel.panel_structure_posterior` (structural EM from the
-history, an assumed-density filter). Designs:
+`StructureLearningTask(truth, max_parents=3, outcome=Panel(times), panel_posterior=family)`,
+whose posterior is updated by `jaxctbn.panel.panel_structure_posterior` after each experiment:
+`--panel-posterior sampled` (default) the structure particle filter
+(`StructureParticleFilter(num_particles=--particles)`, 256; exact as the particles grow),
+`moment` structural EM from the history (10 iterations, an assumed-density filter; results to
+`*_moment.*`). Designs:
 
 - `panel-bhc`: the BHC scored under the outcome the experiment really has,
   `CriterionDesign(BHC(), outcome=Panel(times))` (panel-aware; its panel structure divergences
@@ -70,13 +73,13 @@ from _paired import (  # noqa: E402
     DESIGNS,
     LABELS,
     NUM_SAMPLES,
-    PANEL_ITERATIONS,
     REFERENCE,
     TAU,
     experiment_arguments,
     make_design,
     mean_ci,
     paired_summary,
+    panel_family,
     run_design,
 )
 
@@ -142,8 +145,13 @@ def plot(summary, visits, experiments, path):
 
 
 def main():
-    args = experiment_arguments(repetitions=100)
-    name = "panel_structure_experiments" + ("_quick" if args.quick else "")
+    args = experiment_arguments(repetitions=100, panel_posterior=True)
+    name = (
+        "panel_structure_experiments"
+        + ("_moment" if args.panel_posterior == "moment" else "")
+        + ("_quick" if args.quick else "")
+    )
+    family, family_text = panel_family(args, "structure")
     if args.plot_only:
         import json
 
@@ -181,7 +189,7 @@ def main():
             "candidates": int(space.targets.shape[0]),
             "horizon": TAU,
             "num_samples": NUM_SAMPLES,
-            "panel_iterations": PANEL_ITERATIONS,
+            "panel_posterior": family_text,
             "panel_estimator": "PlugIn() (the default: graphs at posterior-mean rates)",
             "repetitions": R,
             "experiments": E,
@@ -221,11 +229,13 @@ def main():
             f"truth, exact posterior over all graphs with in-degree <= {max_parents}, Gamma(1, 1) "
             f"rate prior, 81 interventions, tau = 3, random revealed initial states, "
             f"N_S = {NUM_SAMPLES}); each experiment seen only at K equally spaced visits "
-            f"t_k = 3k/K, the structure posterior updated by structural EM from the history "
-            f"({PANEL_ITERATIONS} iterations). Panel-aware BHC = `CriterionDesign(BHC(), "
+            f"t_k = 3k/K, the structure posterior updated after each experiment by {family_text}. "
+            "Entropy: of the posterior over whole graphs (the particle filter's mixture: "
+            "enumerated). Panel-aware BHC = `CriterionDesign(BHC(), "
             "outcome=Panel(times))` (PlugIn() panel divergences); path-assuming BHC = "
             "`design_from_name('bhc-path', outcome=Panel(times))` (scored as if the whole path "
-            f"were seen). {R} repetitions x {E} experiments per (K, design), the same keys for "
+            "were seen; under the particle filter it scores the mixture's moment-matched "
+            "posterior). {R} repetitions x {E} experiments per (K, design), the same keys for "
             "every design (paired). Difference = design - panel-aware BHC, mean and 95% t interval "
             f"over repetitions, at the final experiment ({E}) and at the midpoint ({mid}); for "
             "AUROC and AUPR (higher is better) a difference < 0 means the panel-aware design is "
@@ -288,7 +298,7 @@ def main():
         times = TAU * np.arange(1, K + 1) / K
         panel = jc.criteria.Panel(times)
         task = jc.StructureLearningTask(
-            truth, max_parents=max_parents, outcome=panel, panel_iterations=PANEL_ITERATIONS
+            truth, max_parents=max_parents, outcome=panel, panel_posterior=family
         )
         runs[K] = {}
         for design in DESIGNS:

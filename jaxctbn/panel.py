@@ -38,6 +38,7 @@ from ._panel.structure_posterior import panel_structure_posterior as panel_struc
 from ._panel.structure_posterior import AbstractPanelStructureFamily as AbstractPanelStructureFamily
 from ._panel.structure_posterior import SampledStructure as SampledStructure
 from ._panel.structure_posterior import StructuralEM as StructuralEM
+from ._panel.structure_posterior import StructureParticleFilter as StructureParticleFilter
 from ._panel.outcome_law import panel_kl_divergence as panel_kl_divergence
 from ._panel.outcome_law import sample_panel_outcome as sample_panel_outcome
 from ._panel.outcome_law import panel_outcome_log_likelihood as panel_outcome_log_likelihood

@@ -463,7 +463,8 @@ def test_structure_design_and_run_with_panel_outcomes(tmp_path, capsys):
     """Structure learning with panel outcomes on the command line: `design --target structure
     --outcome panel` gives the library's scores with the same key (and with --visits each
     candidate's times, never below equal spacing); `run structure --outcome panel` records the
-    outcome and learns from the visits (structural EM)."""
+    outcome and learns from the visits (by default the structure particle filter; structural
+    EM with --panel-posterior moment)."""
     net = tmp_path / "net.json"
     net.write_text(json.dumps(TRUTH.to_dict()))
     base = ["design", "--target", "structure", "--network", str(net), "--criterion", "bhc"]
@@ -492,21 +493,27 @@ def test_structure_design_and_run_with_panel_outcomes(tmp_path, capsys):
     run = ["run", "structure", "--network", str(net), "--designs", "passive,bhc"]
     run += ["--repetitions", "1", "--experiments", "2", "--samples", "2", "--chunk", "1"]
     run += ["--outcome", "panel", "--observation-times", "1,3", "--no-progress"]
-    assert main([*run, "--out", str(tmp_path / "s")]) == 0
-    config = json.loads((tmp_path / "s" / "config.json").read_text())
-    assert config["outcome"] == {
-        "type": "panel",
-        "observation_times": [1.0, 3.0],
-        "posterior": {"method": "structural-em", "iterations": 10},
-    }
-    df = pd.read_csv(tmp_path / "s" / "metrics.csv", keep_default_na=False)
-    assert len(df) == 2 * 3 and np.isfinite(df.entropy).all()
+    for extra, posterior in [
+        (["--particles", "8"], {"method": "particle-filter", "particles": 8}),
+        (["--panel-posterior", "moment"], {"method": "structural-em", "iterations": 10}),
+    ]:
+        assert main([*run, *extra, "--out", str(tmp_path / "s")]) == 0
+        config = json.loads((tmp_path / "s" / "config.json").read_text())
+        assert config["outcome"] == {
+            "type": "panel",
+            "observation_times": [1.0, 3.0],
+            "posterior": posterior,
+        }
+        df = pd.read_csv(tmp_path / "s" / "metrics.csv", keep_default_na=False)
+        assert len(df) == 2 * 3 and np.isfinite(df.entropy).all()
 
 
 def test_design_from_a_panel_history(files, tmp_path, capsys):
     """`design --observation panel`: parameters from the panel posterior (the library's
-    panel_rate_posterior and scores with the same key), structure from structural EM's
-    posterior; a history without one of the network's node columns is one line."""
+    panel_rate_posterior and scores with the same key), structure from the sampled structure
+    posterior (the library's mixture with the same seed; with a path outcome its
+    moment-matched posterior, said in the JSON) or structural EM's; a history without one of
+    the network's node columns is one line."""
     panel, _, network = files
     base = ["design", "--data", str(panel), "--observation", "panel", "--network", str(network)]
     base += ["--initial-state", "A=0,B=0", "--duration", "3", "--samples", "3", "--seed", "0"]
@@ -555,10 +562,43 @@ def test_design_from_a_panel_history(files, tmp_path, capsys):
         np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-12)
         assert written["history_posterior"]["method"] == method
     out = tmp_path / "s.json"
-    assert main([*base, "--target", "structure", "--criterion", "bhc", "--out", str(out)]) == 0
-    res = json.loads(out.read_text())
-    assert len(res["scores"]) == 9 and all(np.isfinite(r["score"]) for r in res["scores"])
-    assert res["history_posterior"]["method"] == "structural-em"
+    structure = [*base, "--target", "structure", "--criterion", "bhc", "--out", str(out)]
+    history = jc.panel.panel_structure_posterior(
+        jc.StructurePosterior.from_prior(TRUTH.names, TRUTH.cardinalities, max_parents=1),
+        observations,
+        family=jc.panel.SampledStructure(num_sweeps=20, num_chains=2),
+        key=jax.random.key(0),
+    )
+    times = jc.criteria.Panel(jnp.array([1.0, 3.0]))
+    for extra, posterior, outcome, method in [
+        (sampled, history.moment_matched(), jc.criteria.CompletePath(), "sampled-structure"),
+        (
+            [*sampled, "--outcome", "panel", "--observation-times", "1,3"],
+            history,
+            times,
+            "sampled-structure",
+        ),
+        (["--panel-posterior", "moment"], None, jc.criteria.CompletePath(), "structural-em"),
+    ]:
+        assert main([*structure, *extra]) == 0
+        res = json.loads(out.read_text())
+        assert len(res["scores"]) == 9 and all(np.isfinite(r["score"]) for r in res["scores"])
+        assert res["history_posterior"]["method"] == method
+        assert ("scored" in res["history_posterior"]) == (extra == sampled)
+        if posterior is None:
+            continue
+        ref = jc.score_interventions(
+            posterior,
+            space,
+            jnp.array([0, 0]),
+            3.0,
+            criterion=jc.BHC(),
+            key=jax.random.key(0),
+            num_samples=3,
+            outcome=outcome,
+        )
+        got = [r["score"] for r in res["scores"]]
+        np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-12)
     missing = tmp_path / "missing.csv"
     pd.read_csv(panel).drop(columns=["B"]).to_csv(missing, index=False)
     bad = [*base, "--target", "parameters", "--out", str(tmp_path / "o.json")]

@@ -298,3 +298,83 @@ def test_structure_loop_with_panel_outcomes_equals_a_replay():
     for n in range(2):
         np.testing.assert_allclose(np.sum(posterior.statistics.dwell_times[n][0]), 3.0 * free[n])
     np.testing.assert_allclose(result.metrics["entropy"][-1], posterior.entropy(), rtol=1e-9)
+
+
+def test_structure_loop_with_the_particle_filter_equals_a_replay():
+    # the structure loop's default panel family, the particle filter: the compiled loop
+    # designs with the panel structure BHC on the filter's mixture and updates it with the key
+    # the loop folds from each experiment's path key; replayed from its recorded choices with
+    # the panels read off the paths in numpy: the same particles, weights and metrics. The
+    # path-assuming design scores the mixture's moment-matched posterior.
+    from helpers import network_dict, replay_experiments
+
+    truth = jc.CTBN.from_dict(network_dict())
+    outcome = jc.criteria.Panel(jnp.array([1.0, 3.0]))
+    family = jc.panel.StructureParticleFilter(num_particles=8)
+    task = jc.StructureLearningTask(truth, max_parents=1, outcome=outcome, panel_posterior=family)
+    assert jc.StructureLearningTask(truth, max_parents=1, outcome=outcome).panel_family() == (
+        jc.panel.StructureParticleFilter()
+    )
+    design = jc.CriterionDesign(jc.BHC(), num_samples=3, outcome=outcome)
+    key = jax.random.key(1)
+    result = jax.jit(
+        lambda k: jc.run_active_learning(task, design, key=k, num_experiments=2, max_events=64)
+    )(key)
+    assert isinstance(result.posterior, jc.StructureMixturePosterior)
+    paths = replay_experiments(truth, result, 3.0, key)
+    posterior = task.initial_posterior()
+    grid = np.array([0.0, 1.0, 3.0])
+    for e in range(2):
+        path_key = jax.random.split(jax.random.split(key, 2)[e], 3)[2]
+        posterior = jc.panel.panel_structure_posterior(
+            posterior,
+            _panel_of_experiment(paths, e, grid),
+            family=family,
+            key=jax.random.fold_in(path_key, 0x7570),
+        )
+    np.testing.assert_allclose(result.posterior.log_weights, posterior.log_weights, rtol=1e-10)
+    for a, b in zip(
+        result.posterior.components.statistics.dwell_times,
+        posterior.components.statistics.dwell_times,
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-10)
+    np.testing.assert_allclose(result.metrics["entropy"][-1], posterior.entropy(), rtol=1e-9)
+    edges = np.asarray(posterior.edge_marginals())
+    assert np.all((edges >= 0) & (edges <= 1))
+    # each particle's node learns from the experiments that leave it free: 3 time units each
+    free = (~np.asarray(result.targets)).sum(0)
+    for n in range(2):
+        totals = np.asarray(posterior.components.statistics.dwell_times[n][:, 0]).sum((1, 2))
+        np.testing.assert_allclose(totals, 3.0 * free[n])
+    # the entropy over whole graphs by enumeration against a brute-force numpy sum
+    log_post = [
+        np.asarray(lp) for lp in jax.vmap(lambda p: p.log_posterior())(posterior.components)
+    ]
+    w = np.exp(np.asarray(posterior.log_weights))
+    p_graph = np.array(
+        [
+            [w @ (np.exp(log_post[0][:, i]) * np.exp(log_post[1][:, j])) for j in range(2)]
+            for i in range(2)
+        ]
+    )
+    np.testing.assert_allclose(posterior.entropy(), -np.sum(p_graph * np.log(p_graph)), rtol=1e-10)
+    # the path-assuming design runs in the panel loop, scoring the moment-matched posterior
+    path_design = jc.experiments.design_from_name("bhc-path", num_samples=3, outcome=outcome)
+    space = jc.intervention_space(truth.cardinalities)
+    init = jnp.array([0, 0])
+    np.testing.assert_array_equal(
+        path_design.scores(posterior, space, init, 3.0, key),
+        jc.CriterionDesign(jc.BHC(), num_samples=3).scores(
+            posterior.moment_matched(), space, init, 3.0, key
+        ),
+    )
+    with pytest.raises(ValueError, match="moment_matched"):
+        jc.CriterionDesign(jc.BHC(), num_samples=3).scores(posterior, space, init, 3.0, key)
+    with pytest.raises(ValueError, match="panel_iterations: give either"):
+        jc.StructureLearningTask(
+            truth, max_parents=1, outcome=outcome, panel_posterior=family, panel_iterations=3
+        )
+    with pytest.raises(ValueError, match="empirical_bayes"):
+        jc.StructureLearningTask(
+            truth, max_parents=1, outcome=outcome, empirical_bayes=jc.EmpiricalBayes()
+        )

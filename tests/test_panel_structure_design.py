@@ -287,3 +287,14 @@ def test_panel_structure_posteriors_against_the_exact_graph_posterior():
     assert mixture.num_components == 4 * 300
     # the Rao-Blackwellised marginals agree with the frequencies of the sampled graphs
     np.testing.assert_allclose(np.asarray(d.edge_draws).mean((0, 1)), sampled, atol=0.06)
+    # the sequential loop's family, the particle filter, fed one trajectory at a time: exact in
+    # the limit too (measured over six keys at 1,000 particles: 0.828-0.867 and 0.486-0.507)
+    filter_family = jc.panel.StructureParticleFilter(num_particles=1000)
+    update = jax.jit(
+        lambda p, o, k: jc.panel.panel_structure_posterior(p, o, family=filter_family, key=k)
+    )
+    particles = filter_family.initial(post)
+    for r, k in enumerate(jr.split(jr.key(0), 3)):
+        particles = update(particles, _unbatch(observations, slice(r, r + 1)), k)
+    assert isinstance(particles, jc.StructureMixturePosterior)
+    np.testing.assert_allclose(np.asarray(particles.edge_marginals()), edges, atol=0.05)

@@ -34,6 +34,7 @@ from .._criteria.outcomes import AbstractOutcome, Panel
 from .._criteria.structure import AbstractGraphDraws, StratifiedGraphDraws
 from .._learning.optimisers import LBFGS
 from .._learning.posterior import AbstractPosterior
+from .._learning.structure_mixture import StructureMixturePosterior
 from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from .._model.interventions import Intervention
 
@@ -228,7 +229,10 @@ class CriterionDesign(AbstractDesign):
     require the design's outcome to match the task's), `greedy_batches` (static, default
     `True`): in rounds of several experiments (`batch_size` of the loop) the BHC/VBHC choose
     the members together, greedily ([`jaxctbn.choose_batch`][]); `False` takes $B$ copies of
-    the best single candidate (the myopic baseline).
+    the best single candidate (the myopic baseline). With `assume_complete_path` a
+    [`jaxctbn.StructureMixturePosterior`][] (the panel loop's structure posterior) is scored
+    through its [`moment_matched`][jaxctbn.StructureMixturePosterior.moment_matched]
+    posterior: the history's hidden paths taken as seen, as the design takes the next ones.
     """
 
     criterion: AbstractCriterion
@@ -264,9 +268,16 @@ class CriterionDesign(AbstractDesign):
         if self.num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {self.num_samples}.")
 
+    def _scored(self, posterior):
+        """What the criterion scores: the posterior, or with `assume_complete_path` a structure
+        mixture's moment-matched posterior (class page)."""
+        if self.assume_complete_path and isinstance(posterior, StructureMixturePosterior):
+            return posterior.moment_matched()
+        return posterior
+
     def scores(self, posterior, candidates, initial_state, horizon, key):
         s = score_interventions(
-            posterior,
+            self._scored(posterior),
             candidates,
             initial_state,
             horizon,
@@ -344,7 +355,7 @@ class CriterionDesign(AbstractDesign):
                 "the -path designs (bhc-path, vbhc-path)."
             )
         design = greedy_batch(
-            posterior,
+            self._scored(posterior),
             candidates,
             initial_state,
             horizon,

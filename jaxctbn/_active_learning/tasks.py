@@ -18,6 +18,7 @@ from .._learning.family_statistics import family_statistics
 from .._learning.gamma_mixture import GammaMixturePosterior
 from .._learning.posterior import AbstractPosterior, AbstractRatePosterior, RatePosterior
 from .._learning.priors import AbstractPrior, GammaPrior, check_prior
+from .._learning.structure_mixture import StructureMixturePosterior
 from .._learning.structure_posterior import StructurePosterior
 from .._model.ctbn import CTBN
 from .._panel.observations import observe_paths
@@ -28,13 +29,20 @@ from .._panel.rate_posterior import (
     ParticleFilter,
     panel_rate_posterior,
 )
-from .._panel.structure_posterior import StructuralEM, panel_structure_posterior
+from .._panel.structure_posterior import (
+    AbstractPanelStructureFamily,
+    StructuralEM,
+    StructureParticleFilter,
+    panel_structure_posterior,
+)
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import SufficientStatistics
 from .metrics import adjacency_from_parents, edge_aupr, edge_auroc, structural_hamming_distance
 
 #: The rate posterior family of a sequential loop with panel outcomes.
 DEFAULT_SEQUENTIAL_FAMILY = ParticleFilter()
+#: The structure posterior family of a sequential loop with panel outcomes.
+DEFAULT_SEQUENTIAL_STRUCTURE_FAMILY = StructureParticleFilter()
 
 
 def _as_batch(path: Trajectories) -> Trajectories:
@@ -117,9 +125,18 @@ class StructureLearningTask(AbstractLearningTask):
     `outcome` (keyword-only): what each experiment reveals, [`jaxctbn.criteria.CompletePath`][]
     (default) or [`jaxctbn.criteria.Panel`][]`(times)`: the simulated path seen at time 0 and at
     the visit times only, the posterior updated by
-    [`jaxctbn.panel.panel_structure_posterior`][] (structural EM from the history,
-    `panel_iterations` steps; maths §7). With `Panel(num_visits=K)` each experiment's $K$
-    visit times are the design's (`update`'s `observation_times`; see
+    [`jaxctbn.panel.panel_structure_posterior`][] in the family `panel_posterior`
+    (keyword-only): by default [`jaxctbn.panel.StructureParticleFilter`][]`()`, sequential Monte
+    Carlo over the hidden paths whose posterior is a [`jaxctbn.StructureMixturePosterior`][],
+    exact as its particles grow (`update` then takes a `key`; the loop passes one); or
+    [`jaxctbn.panel.StructuralEM`][]`(iterations)`, the fast approximation (earlier experiments'
+    statistics kept as they were; **overconfident** where the visits are sparse, maths §7).
+    `panel_iterations=I` is a shortcut for `panel_posterior=StructuralEM(I)`. Under the mixture
+    the entropy metric is the mixture's over whole graphs
+    ([`jaxctbn.StructureMixturePosterior.entropy`][]) and the MAP graph is taken node by node
+    from the edge marginals' parent-set marginals. `empirical_bayes` refits a single
+    posterior's prior, so it takes the structural-EM family. With `Panel(num_visits=K)` each
+    experiment's $K$ visit times are the design's (`update`'s `observation_times`; see
     [`jaxctbn.AbstractDesign`][]). Give the design the same outcome."""
 
     truth: CTBN
@@ -127,7 +144,8 @@ class StructureLearningTask(AbstractLearningTask):
     prior: AbstractPrior = eqx.field(default=GammaPrior(), kw_only=True)
     empirical_bayes: EmpiricalBayes | None = eqx.field(default=None, kw_only=True)
     outcome: AbstractOutcome = eqx.field(default=COMPLETE_PATH, kw_only=True)
-    panel_iterations: int = eqx.field(default=10, static=True, kw_only=True)
+    panel_posterior: AbstractPanelStructureFamily | None = eqx.field(default=None, kw_only=True)
+    panel_iterations: int | None = eqx.field(default=None, static=True, kw_only=True)
     metric_labels: ClassVar[dict[str, tuple[str, str]]] = {
         "auroc": ("AUROC", "higher"),
         "aupr": ("AUPR", "higher"),
@@ -153,43 +171,78 @@ class StructureLearningTask(AbstractLearningTask):
             raise ValueError(
                 f"max_parents must be in 0..{self.truth.num_nodes - 1}, got {self.max_parents}."
             )
-        _check_outcome(self.outcome, self.panel_iterations)
+        _check_outcome(self.outcome, 1 if self.panel_iterations is None else self.panel_iterations)
+        if self.panel_posterior is not None:
+            if not isinstance(self.panel_posterior, StructureParticleFilter | StructuralEM):
+                raise ValueError(
+                    "panel_posterior: the loop updates one experiment at a time with "
+                    "StructureParticleFilter() or StructuralEM(), got "
+                    f"{self.panel_posterior!r}."
+                )
+            if self.panel_iterations is not None:
+                raise ValueError(
+                    "panel_iterations: give either panel_posterior or its shortcut "
+                    "panel_iterations (= StructuralEM(panel_iterations)), not both."
+                )
+        if (
+            self.empirical_bayes is not None
+            and isinstance(self.outcome, Panel)
+            and not isinstance(self.panel_family(), StructuralEM)
+        ):
+            raise ValueError(
+                "empirical_bayes: refits one posterior's prior; with a panel outcome give "
+                "panel_posterior=StructuralEM() (the particle filter's mixture has no single "
+                "prior to refit)."
+            )
 
-    def initial_posterior(self) -> StructurePosterior:
+    def panel_family(self) -> AbstractPanelStructureFamily:
+        """The posterior family of the panel updates (see the class page)."""
+        if self.panel_posterior is not None:
+            return self.panel_posterior
+        if self.panel_iterations is not None:
+            return StructuralEM(self.panel_iterations)
+        return DEFAULT_SEQUENTIAL_STRUCTURE_FAMILY
+
+    def initial_posterior(self) -> StructurePosterior | StructureMixturePosterior:
         prior = self.prior
         if self.empirical_bayes is not None:
             prior = self.empirical_bayes.initial_prior(prior, self.truth.num_nodes)
-        return StructurePosterior.from_prior(
+        posterior = StructurePosterior.from_prior(
             self.truth.names,
             self.truth.cardinalities,
             max_parents=self.max_parents,
             prior=prior,
         )
+        if isinstance(self.outcome, Panel):
+            return self.panel_family().initial(posterior)
+        return posterior
 
     def update(
         self,
-        posterior: StructurePosterior,
+        posterior: StructurePosterior | StructureMixturePosterior,
         path: Trajectories,
         *,
         observation_times: Array | None = None,
         key: PRNGKeyArray | None = None,
-    ) -> StructurePosterior:
-        del key  # structural EM is deterministic
+    ) -> StructurePosterior | StructureMixturePosterior:
         if isinstance(self.outcome, Panel):
-            dtype = posterior.statistics.dwell_times[0].dtype
             posterior = panel_structure_posterior(
                 posterior,
-                _observed_panel(self.outcome, path, dtype, observation_times),
-                family=StructuralEM(self.panel_iterations),
+                _observed_panel(self.outcome, path, posterior.dtype, observation_times),
+                family=self.panel_family(),
+                key=key,
             )
         else:
             new = family_statistics(_as_batch(path), posterior.cardinalities, posterior.parent_sets)
             posterior = posterior.update(new)
         if self.empirical_bayes is not None:
+            assert isinstance(posterior, StructurePosterior)
             posterior = self.empirical_bayes.fit(posterior)
         return posterior
 
-    def metrics(self, posterior: StructurePosterior) -> dict[str, Array]:
+    def metrics(
+        self, posterior: StructurePosterior | StructureMixturePosterior
+    ) -> dict[str, Array]:
         true = adjacency_from_parents(self.truth.parents, self.truth.num_nodes)
         edges = posterior.edge_marginals()
         return {

@@ -41,10 +41,15 @@ def _cmd_design(args):
                             ("--chains", args.chains)) if v is not None]  # fmt: skip
     if given and (args.observation != "panel" or args.data is None):
         raise ValueError(f"{', '.join(given)}: only with --data and --observation panel.")
-    if args.target == "structure" and given:
+    if (
+        args.target == "structure"
+        and args.empirical_bayes
+        and sampled
+        and args.observation == "panel"
+    ):
         raise ValueError(
-            f"{', '.join(given)}: the structure criteria score the structural-EM posterior of "
-            "a panel history (the sampled structure posterior is reported by learn)."
+            "--empirical-bayes: not with a sampled panel history (the hyper-parameters are "
+            "fitted to one posterior's statistics); add --panel-posterior moment."
         )
     if not sampled and (args.draws is not None or args.chains is not None):
         raise ValueError("--draws/--chains: only with --panel-posterior sampled.")
@@ -324,6 +329,7 @@ def _best(args, scores, costs):
 def _design_structure(args, outcome):
     import jax.numpy as jnp
 
+    from .._criteria.outcomes import Panel
     from .._learning.structure_posterior import learn_structure
     from .._paths.csv import (
         RESERVED_COLUMNS,
@@ -354,9 +360,46 @@ def _design_structure(args, outcome):
         from .._panel.structure import learn_structure_from_panels
 
         observations, _ = panel_from_dataframe(df, nodes, bucketed=True)
-        posterior = learn_structure_from_panels(
-            observations, names, cards, max_parents=max_parents, prior=_prior(args, N)
-        ).posterior
+        if args.panel_posterior == "moment":
+            posterior = learn_structure_from_panels(
+                observations, names, cards, max_parents=max_parents, prior=_prior(args, N)
+            ).posterior
+            args.history_posterior = {
+                "method": "structural-em",
+                "note": "--panel-posterior moment: structural EM's expected statistics scored "
+                "as if observed, overconfident where the visits are sparse",
+            }
+            return _rank_structure(args, posterior, names, cards, outcome)
+        from .._learning.structure_posterior import StructurePosterior
+        from .learn import sampled_structure_posterior
+
+        prior = StructurePosterior.from_prior(
+            names, cards, max_parents=max_parents, prior=_prior(args, N)
+        )
+        history, mixture = sampled_structure_posterior(
+            prior,
+            observations,
+            sweeps=args.draws or 1000,
+            chains=args.chains or 4,
+            burn_in=100,
+            seed=args.seed,
+            setting="--draws",
+        )
+        if not isinstance(outcome, Panel):
+            # the complete-path criteria score one posterior: said in the output and here
+            history["scored"] = (
+                "moment-matched: the complete-path criteria score one structure posterior, the "
+                "mixture's weighted mean statistics (the history's hidden paths taken as seen); "
+                "--outcome panel scores the mixture itself"
+            )
+            print(
+                "note: --outcome path scores the sampled history's moment-matched posterior "
+                "(one posterior of its mean statistics); --outcome panel scores the mixture"
+            )
+            posterior = mixture.moment_matched()
+        else:
+            posterior = mixture
+        args.history_posterior = history
         return _rank_structure(args, posterior, names, cards, outcome)
     if df is not None:
         traj, _ = trajectories_from_dataframe(df, nodes)
@@ -509,14 +552,6 @@ def _write_ranking(
     history = getattr(args, "history_posterior", None)
     if history is not None:
         out["history_posterior"] = history
-    elif args.data is not None and args.observation == "panel":
-        # said in the output, never silent: the structure criteria score structural EM
-        out["history_posterior"] = {
-            "method": "structural-em",
-            "note": "the panel history's posterior is the approximation the criteria score "
-            "(overconfident where the visits are sparse); `learn --observation panel` "
-            "reports the exact-in-the-limit sampled posterior",
-        }
     if args.target == "structure" and args.criterion != "eig":
         from .._experiments.config import default_graph_draws
 

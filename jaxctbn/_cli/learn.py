@@ -20,15 +20,12 @@ from .jax_setup import _jit
 
 def _structure_summary(post):
     """`parent_set_probabilities()`, `edge_marginals()`, `entropy()`, `map_graph()` and
-    `map_model()` of a structure posterior (of a mixture: the sum of the nodes' marginal
-    entropies), the array parts compiled as one program."""
+    `map_model()` of a structure posterior or a mixture of them, the array parts compiled as
+    one program."""
     import jax
 
-    from .._learning.structure_mixture import StructureMixturePosterior
-
     def summary(p):
-        entropy = p.marginal_entropy() if isinstance(p, StructureMixturePosterior) else p.entropy()
-        return p.parent_set_probabilities(), p.edge_marginals(), entropy
+        return p.parent_set_probabilities(), p.edge_marginals(), p.entropy()
 
     probs, edges, entropy = jax.device_get(_jit(summary)(post))  # host arrays
     map_model = post.map_model()
@@ -137,26 +134,41 @@ def _sampled_structure(args, method, observations, names, cards, knowledge, edge
             "description": "expected statistics under the structural-EM model scored as if "
             "observed: overconfident where the visits are sparse",
         }, None
+    from .._learning.structure_posterior import StructurePosterior
+
+    prior = StructurePosterior.from_prior(
+        names, cards, **knowledge, prior=_prior(args, len(names)), edge_prior=edge_prior
+    )
+    return sampled_structure_posterior(
+        prior,
+        observations,
+        sweeps=args.sweeps or 1000,
+        chains=args.chains or 4,
+        burn_in=100 if args.burn_in is None else args.burn_in,
+        seed=args.seed,
+        setting="--sweeps (and --burn-in)",
+    )
+
+
+def sampled_structure_posterior(prior, observations, *, sweeps, chains, burn_in, seed, setting):
+    """The sampled structure posterior of panel `observations` from the structure `prior`
+    (`SampledStructure`, key `seed`) and its JSON `"panel_posterior"` entry with the chains'
+    diagnostics; a warning on stdout naming `setting` when they fail. Shared by `learn` and
+    `design`."""
     import warnings
 
     import jax
 
-    from .._learning.structure_posterior import StructurePosterior
+    from .._learning.structure_mixture import MAX_ENUMERATED_GRAPHS, StructureMixturePosterior
     from .._panel.structure_posterior import SampledStructure, panel_structure_posterior
 
-    family = SampledStructure(
-        num_sweeps=args.sweeps or 1000,
-        num_chains=args.chains or 4,
-        burn_in=100 if args.burn_in is None else args.burn_in,
-    )
-    prior = StructurePosterior.from_prior(
-        names, cards, **knowledge, prior=_prior(args, len(names)), edge_prior=edge_prior
-    )
+    family = SampledStructure(num_sweeps=sweeps, num_chains=chains, burn_in=burn_in)
     with warnings.catch_warnings():  # reported in the JSON and on stdout instead
         warnings.simplefilter("ignore", RuntimeWarning)
         mixture = panel_structure_posterior(
-            prior, observations, family=family, key=jax.random.key(args.seed)
+            prior, observations, family=family, key=jax.random.key(seed)
         )
+    assert isinstance(mixture, StructureMixturePosterior)
     d = mixture.diagnostics
     assert d is not None
     r_hat, ess = float(d.max_split_r_hat()), float(d.min_effective_sample_size())
@@ -164,14 +176,19 @@ def _sampled_structure(args, method, observations, names, cards, knowledge, edge
     if not converged:
         print(
             f"warning: the structure sampler's chains may not have converged (largest split "
-            f"R-hat {r_hat:.3f}, smallest ESS {ess:.0f}); raise --sweeps (and --burn-in)."
+            f"R-hat {r_hat:.3f}, smallest ESS {ess:.0f}); raise {setting}."
         )
+    entropy = (
+        "entropy: over whole graphs, by enumeration"
+        if mixture.num_graphs() <= MAX_ENUMERATED_GRAPHS
+        else f"entropy: the sum of the nodes' marginal entropies (an upper bound; more than "
+        f"{MAX_ENUMERATED_GRAPHS} graphs)"
+    )
     return {
         "method": "sampled-structure",
         "description": "Gibbs sampling of graph, rates and hidden paths (exact path draws), "
-        "Rao-Blackwellised into a mixture of exact complete-data structure posteriors; "
-        "entropy: the sum of the nodes' marginal entropies",
-        "seed": args.seed,
+        f"Rao-Blackwellised into a mixture of exact complete-data structure posteriors; {entropy}",
+        "seed": seed,
         "diagnostics": {
             "max_split_r_hat": r_hat,
             "min_ess": ess,

@@ -336,21 +336,25 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["paths", "panel"],
         default="paths",
         help="how the history CSV was observed (as for learn/fit): paths, or panel (see "
-        "--panel-posterior; structure: structural EM)",
+        "--panel-posterior)",
     )
     p.add_argument(
         "--panel-posterior",
         choices=["sampled", "moment"],
         default=None,
-        help="--observation panel, parameters: the history's posterior the criteria score: "
-        "sampled (default: NUTS + exact path draws, a mixture of Gammas, as fit --posterior) "
-        "or moment (the moment-matched Gamma: fast, overconfident where visits are sparse)",
+        help="--observation panel: the history's posterior the criteria score: sampled "
+        "(default; parameters: NUTS + exact path draws, a mixture of Gammas, as fit "
+        "--posterior; structure: Gibbs over graph, rates and paths, a mixture of exact "
+        "structure posteriors, as learn; --outcome path then scores its moment-matched "
+        "posterior, said in the JSON) or moment (parameters: the moment-matched Gamma; "
+        "structure: structural EM; fast, overconfident where visits are sparse)",
     )
     p.add_argument(
         "--draws",
         type=_at_least(4),
         default=None,
-        help="--panel-posterior sampled: retained draws per chain (default 1000)",
+        help="--panel-posterior sampled: retained draws (structure: sweeps) per chain "
+        "(default 1000)",
     )
     p.add_argument(
         "--chains", type=_at_least(1), default=None, help="--panel-posterior sampled: chains (4)"
@@ -459,10 +463,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--panel-posterior",
         choices=["sampled", "moment"],
         default=None,
-        help="--outcome panel, parameters: how each experiment's panel updates the posterior: "
-        "sampled (default: a particle filter over the hidden paths, a mixture of Gammas, exact "
-        "as --particles grow) or moment (the moment-matched Gamma: fast, overconfident where "
-        "visits are sparse); structure: structural EM",
+        help="--outcome panel: how each experiment's panel updates the posterior: sampled "
+        "(default: a particle filter over the hidden paths; parameters: a mixture of Gammas, "
+        "structure: a mixture of exact complete-data structure posteriors; exact as "
+        "--particles grow) or moment (parameters: the moment-matched Gamma; structure: "
+        "structural EM; fast, overconfident where visits are sparse; structure with "
+        "--empirical-bayes: always moment)",
     )
     p.add_argument(
         "--particles",

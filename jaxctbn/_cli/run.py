@@ -166,10 +166,10 @@ def _cmd_run(args):
         raise ValueError("--panel-posterior: only with --outcome panel.")
     if args.particles != 256 and (args.outcome == "path" or args.panel_posterior == "moment"):
         raise ValueError("--particles: only with --outcome panel and --panel-posterior sampled.")
-    if args.target == "structure" and args.panel_posterior == "sampled":
+    if args.target == "structure" and args.empirical_bayes and args.panel_posterior == "sampled":
         raise ValueError(
-            "--panel-posterior sampled: the structure loop updates by structural EM (moment); "
-            "its sampled posterior is not sequential yet."
+            "--panel-posterior sampled: --empirical-bayes refits one posterior's prior; with "
+            "panels it updates by structural EM (--panel-posterior moment)."
         )
     if args.target == "pool":
         if args.shard or args.distributed or args.cpu_devices is not None:

@@ -34,6 +34,7 @@ from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from .._learning.conjugate import off_diagonal as _off
 from .._learning.posterior import AbstractPosterior, AbstractRatePosterior
+from .._learning.structure_mixture import StructureMixturePosterior
 from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.master_equation import (
     clamp_pattern_statistics,
@@ -484,6 +485,12 @@ def _quantities(
             criterion, posterior, candidates, initial_state, horizon, key, num_samples, batching,
             outcome,
         )  # fmt: skip
+    if isinstance(posterior, StructureMixturePosterior):
+        raise ValueError(
+            "posterior: the complete-path structure criteria score a StructurePosterior; a "
+            "StructureMixturePosterior is scored with a Panel(...) outcome, or as if its paths "
+            "were seen through posterior.moment_matched()."
+        )
     if isinstance(posterior, StructurePosterior):
         build = _structure_quantities
     elif isinstance(posterior, AbstractRatePosterior):
@@ -735,6 +742,12 @@ def score_batch(
     _check_initial_states(initial_state, members, members.targets.shape[0])
     _check_outcome(outcome)
     if isinstance(criterion, EIG):
+        if isinstance(posterior, StructureMixturePosterior):
+            raise ValueError(
+                "posterior: the batch EIG scores a StructurePosterior (complete paths); a "
+                "StructureMixturePosterior's batches are scored by the BHC or VBHC with a "
+                "Panel(times) outcome."
+            )
         if isinstance(posterior, StructurePosterior):
             return _structure_batch_eig(
                 criterion, posterior, members, initial_state, horizon, key, num_samples

@@ -28,6 +28,7 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._learning.optimisers import AbstractVBHCOptimiser
 from .._learning.posterior import AbstractPosterior, AbstractRatePosterior, RatePosterior
+from .._learning.structure_mixture import StructureMixturePosterior
 from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from .._model.interventions import Intervention
@@ -104,6 +105,17 @@ def _check_max_sets(max_sets) -> None:
 
 #: The default outcome: the paper's complete path of every node.
 COMPLETE_PATH = CompletePath()
+
+
+def _check_single_structure_posterior(posterior) -> None:
+    """The complete-path structure criteria factorise over nodes: they score one
+    `StructurePosterior`, not a mixture."""
+    if isinstance(posterior, StructureMixturePosterior):
+        raise ValueError(
+            "posterior: the complete-path structure criteria score a StructurePosterior; a "
+            "StructureMixturePosterior (what panels leave) is scored with a Panel(...) outcome, "
+            "or as if its paths were seen through posterior.moment_matched()."
+        )
 
 
 def _check_complete_path(outcome, target: str = "") -> None:
@@ -389,7 +401,7 @@ class AbstractBoxHillCriterion(AbstractCriterion):
             coupled=isinstance(self.estimator, RateCoupling),
             systematic=getattr(self.graph_draws, "systematic", True),
         )
-        dtype = posterior.statistics.dwell_times[0].dtype
+        dtype = posterior.dtype
         return draws, jnp.asarray(horizon, dtype), posterior
 
     def panel_search_value(
@@ -434,6 +446,7 @@ class AbstractBoxHillCriterion(AbstractCriterion):
                 outcome=outcome,
             ).scores
         _check_complete_path(outcome, "structure learning")
+        _check_single_structure_posterior(posterior)
         if self.max_sets is not None:
             posterior = posterior.truncated(self.max_sets)
         a_all = self.graph_draws.divergences(
@@ -661,7 +674,7 @@ class EIG(AbstractCriterion):
                 raise ValueError(_EIG_TIMES)
             key_draws, key_paths = jr.split(key)
             draws = panel_structure_eig_draws(posterior, key_draws, num_samples, self.num_inner)
-            times = outcome.visit_times(horizon, posterior.statistics.dwell_times[0].dtype)
+            times = outcome.visit_times(horizon, posterior.dtype)
             emission = _emission(outcome, draws.models, times.dtype)
 
             def panel_eig(iv):
@@ -679,6 +692,7 @@ class EIG(AbstractCriterion):
                 panel_eig, candidates
             )
         _check_complete_path(outcome, "structure learning")
+        _check_single_structure_posterior(posterior)
         key_draws, key_paths = jr.split(key)
         draws = structure_draws(posterior, key_draws, num_samples)
         return eig_all_candidates(
@@ -716,7 +730,10 @@ def score_interventions(
     - `posterior`: a [`jaxctbn.RatePosterior`][] or [`jaxctbn.GammaMixturePosterior`][]
       (parameter learning; the mixture, what panel data leave, is scored by every criterion:
       in closed form where the Gamma is, with the VBHC's family the Gammas and the posterior
-      itself for panel outcomes) or [`jaxctbn.StructurePosterior`][] (structure learning).
+      itself for panel outcomes) or [`jaxctbn.StructurePosterior`][] (structure learning), or
+      for panel outcomes a [`jaxctbn.StructureMixturePosterior`][] (what panels leave; its
+      graphs and rates are drawn from the mixture; the complete-path structure criteria
+      refuse it, see [`jaxctbn.StructureMixturePosterior.moment_matched`][]).
     - `candidates`: an [`jaxctbn.Intervention`][] with a leading axis, e.g. the whole
       [`jaxctbn.intervention_space`][].
     - `initial_state`, `horizon`: the next experiment's initial state and length $\tau$.
@@ -783,10 +800,12 @@ def panel_design_scores(
     equal spacing; else the given times) and its score at equally spaced visits, as a
     [`jaxctbn.criteria.PanelDesign`][] (maths §7). Parameter or structure learning with
     [`jaxctbn.BHC`][] or [`jaxctbn.VBHC`][]; arguments as for `score_interventions`."""
-    if not isinstance(posterior, AbstractRatePosterior | StructurePosterior):
+    if not isinstance(
+        posterior, AbstractRatePosterior | StructurePosterior | StructureMixturePosterior
+    ):
         raise ValueError(
-            "posterior: expected a RatePosterior, GammaMixturePosterior or StructurePosterior, "
-            f"got {type(posterior).__name__}."
+            "posterior: expected a RatePosterior, GammaMixturePosterior, StructurePosterior or "
+            f"StructureMixturePosterior, got {type(posterior).__name__}."
         )
     if not isinstance(outcome, Panel):
         raise ValueError(f"outcome: expected a Panel(...), got {outcome!r}.")
@@ -797,7 +816,7 @@ def panel_design_scores(
         )
     if not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}.")
-    if isinstance(posterior, StructurePosterior):
+    if isinstance(posterior, StructurePosterior | StructureMixturePosterior):
         design = criterion.panel_design_structure
     else:
         design = criterion.panel_design_rates

@@ -126,11 +126,13 @@ class ExperimentConfig(eqx.Module):
     [`jaxctbn.run_active_learning`][]): `batch` (experiments per round, chosen together; it
     must divide `experiments`; default 1), `costs` (a [`jaxctbn.Costs`][]; default `None`,
     free), `budget` (the most a repetition may spend; needs `costs`) and `rank_by` (`"score"`
-    or `"score-per-cost"`). Panel outcomes of parameter learning: `panel_posterior`
+    or `"score-per-cost"`). Panel outcomes: `panel_posterior`
     (`"sampled"`, the default when `None`: the [`jaxctbn.panel.ParticleFilter`][] of
     `particles` particles (default 256), exact as they grow; or `"moment"`: the
-    moment-matched Gamma, fast and overconfident where visits are sparse, maths §7); the
-    structure loop updates by structural EM (`"moment"`). `config.json`'s `outcome` says which
+    moment-matched Gamma, fast and overconfident where visits are sparse, maths §7); of
+    structure learning the same choice between the
+    [`jaxctbn.panel.StructureParticleFilter`][] (`"sampled"`) and structural EM (`"moment"`,
+    and always with `empirical_bayes`). `config.json`'s `outcome` says which
     (`"posterior": {"method": ...}`).
     Settings are checked here, with one-line `ValueError`s."""
 
@@ -206,11 +208,6 @@ class ExperimentConfig(eqx.Module):
                 raise ValueError(
                     "panel_posterior: only with a panel outcome (observation_times or visits)."
                 )
-        if self.panel_posterior == "sampled" and self.target == "structure":
-            raise ValueError(
-                "panel_posterior: the structure loop updates by structural EM ('moment'); its "
-                "sampled posterior (SampledStructure) is not sequential yet."
-            )
         if not (self.horizon > 0 and math.isfinite(self.horizon)):
             raise ValueError(f"horizon: must be positive and finite, got {self.horizon}.")
         N = len(PAPER_NAMES) if self.truth is None else self.truth.num_nodes
@@ -225,6 +222,11 @@ class ExperimentConfig(eqx.Module):
         if self.empirical_bayes is not None and self.target != "structure":
             raise ValueError("empirical_bayes: supported for structure learning only.")
         if self.empirical_bayes is not None:
+            if self.panel_posterior == "sampled":
+                raise ValueError(
+                    "panel_posterior: empirical_bayes refits one posterior's prior; with panels "
+                    "it updates by structural EM ('moment')."
+                )
             self.empirical_bayes.initial_prior(self.prior, N)  # per-node values need per_node
         if not isinstance(self.initial_state_policy, AbstractInitialStatePolicy):
             raise ValueError(
@@ -356,11 +358,18 @@ class ExperimentConfig(eqx.Module):
         return Panel(np.asarray(self.observation_times, float))
 
     def panel_family(self):
-        """The rate posterior family of the parameter loop with a panel outcome:
+        """The posterior family of the loop with a panel outcome. Parameters:
         `ParticleFilter(particles)` (`panel_posterior` "sampled" or `None`) or
-        `MomentMatchedGamma(10)` ("moment")."""
+        `MomentMatchedGamma(10)` ("moment"); structure: `StructureParticleFilter(particles)`
+        or `StructuralEM(10)`; with empirical Bayes (structure) always `StructuralEM(10)`
+        (the refit needs one posterior)."""
         from .._panel.rate_posterior import MomentMatchedGamma, ParticleFilter
+        from .._panel.structure_posterior import StructuralEM, StructureParticleFilter
 
+        if self.target == "structure":
+            if self.panel_posterior == "moment" or self.empirical_bayes is not None:
+                return StructuralEM(PANEL_ITERATIONS)
+            return StructureParticleFilter(num_particles=int(self.particles))
         if self.panel_posterior == "moment":
             return MomentMatchedGamma(PANEL_ITERATIONS)
         return ParticleFilter(num_particles=int(self.particles))
@@ -373,9 +382,10 @@ class ExperimentConfig(eqx.Module):
             out = {"type": "panel", "observation_times": [float(t) for t in self.observation_times]}
         else:
             return {"type": "path"}
-        if self.target == "structure":
+        family = type(self.panel_family()).__name__
+        if family == "StructuralEM":
             out["posterior"] = {"method": "structural-em", "iterations": PANEL_ITERATIONS}
-        elif self.panel_posterior == "moment":
+        elif family == "MomentMatchedGamma":
             out["posterior"] = {"method": "moment-matched-gamma", "iterations": PANEL_ITERATIONS}
         else:
             out["posterior"] = {"method": "particle-filter", "particles": int(self.particles)}

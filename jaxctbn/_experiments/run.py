@@ -49,6 +49,8 @@ from .._criteria.structure import JointGraphDraws, StratifiedGraphDraws
 from .._files import json_bytes, write_atomically
 from .._learning.priors import GammaPrior
 from .._model.interventions import design_space, intervention_space, single_node_interventions
+from .._panel.rate_posterior import AbstractPanelRateFamily
+from .._panel.structure_posterior import AbstractPanelStructureFamily
 from .._paths.sampling import automatic_max_events
 from .config import (
     ExperimentConfig,
@@ -110,20 +112,25 @@ def run_experiment(
     max_parents = config.max_parents
     if target == "structure":
         max_parents = default_max_parents(truth.num_nodes, max_parents)
+        family = config.panel_family()
+        assert isinstance(family, AbstractPanelStructureFamily)
         task = StructureLearningTask(
             truth,
             max_parents=max_parents,
             prior=config.prior,
             empirical_bayes=config.empirical_bayes,
             outcome=config.outcome(),
+            panel_posterior=family,
         )
     else:
         assert isinstance(config.prior, GammaPrior)  # checked by ExperimentConfig
+        family = config.panel_family()
+        assert isinstance(family, AbstractPanelRateFamily)
         task = ParameterLearningTask(
             truth,
             prior=config.prior,
             outcome=config.outcome(),
-            panel_posterior=config.panel_family(),
+            panel_posterior=family,
         )
     space = {
         "auto": design_space,

@@ -22,6 +22,8 @@ has no closed form).
 
 from __future__ import annotations
 
+import math
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -32,7 +34,14 @@ from .._model.ctbn import CTBN, PaddedCTBN
 from .._model.layout import num_configurations
 from .chain_diagnostics import effective_sample_size, split_r_hat
 from .family_statistics import FamilyStatistics
-from .structure_posterior import StructurePosterior
+from .posterior import AbstractPosterior
+from .resampling import systematic_indices
+from .structure_posterior import StructurePosterior, _scores
+
+#: The most graphs [`StructureMixturePosterior.entropy`][jaxctbn.StructureMixturePosterior.entropy]
+#: enumerates; beyond, it returns the node-marginal upper bound.
+MAX_ENUMERATED_GRAPHS = 2**16
+_GRAPH_BLOCK = 1024
 
 
 class StructureChainDiagnostics(eqx.Module):
@@ -72,7 +81,7 @@ class StructureChainDiagnostics(eqx.Module):
         return jnp.min(self.effective_sample_size)
 
 
-class StructureMixturePosterior(eqx.Module):
+class StructureMixturePosterior(AbstractPosterior):
     r"""A posterior over CTBN graphs that is a weighted mixture of
     [`jaxctbn.StructurePosterior`][]s (the module page above).
 
@@ -85,7 +94,19 @@ class StructureMixturePosterior(eqx.Module):
 
     components: StructurePosterior
     log_weights: Float[Array, " components"]
-    diagnostics: StructureChainDiagnostics | None = None
+    diagnostics: StructureChainDiagnostics | None
+    names: tuple[str, ...] = eqx.field(static=True)
+
+    def __init__(
+        self,
+        components: StructurePosterior,
+        log_weights: Float[Array, " components"],
+        diagnostics: StructureChainDiagnostics | None = None,
+    ):
+        self.components = components
+        self.log_weights = log_weights
+        self.diagnostics = diagnostics
+        self.names = getattr(components, "names", ())
 
     def __check_init__(self):
         if not isinstance(self.components, StructurePosterior):
@@ -110,9 +131,24 @@ class StructureMixturePosterior(eqx.Module):
         dtype = components.log_prior[0].dtype
         return cls(components, jnp.full((C,), -jnp.log(C), dtype), diagnostics)
 
+    @classmethod
+    def copies(cls, posterior: StructurePosterior, count: int) -> "StructureMixturePosterior":
+        """`count` equally weighted copies of `posterior` (e.g. the particles of a filter
+        before any data)."""
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"count: expected a positive integer, got {count!r}.")
+        stacked = jax.tree_util.tree_map(
+            lambda x: jnp.repeat(jnp.asarray(x)[None], count, 0), posterior
+        )
+        return cls.from_components(stacked)
+
     @property
-    def names(self) -> tuple[str, ...]:
-        return self.components.names
+    def dtype(self):
+        """The floating dtype of the statistics."""
+        return self.components.dtype
+
+    def score_with(self, criterion, candidates, initial_state, horizon, **options):
+        return criterion.score_structure(self, candidates, initial_state, horizon, **options)
 
     @property
     def cardinalities(self) -> tuple[int, ...]:
@@ -129,6 +165,70 @@ class StructureMixturePosterior(eqx.Module):
 
     def weights(self) -> Float[Array, " components"]:
         return jnp.exp(self.log_weights)
+
+    def effective_sample_size(self) -> Float[Array, ""]:
+        r"""$1/\sum_cw_c^2$: the number of equally weighted components worth as much."""
+        return 1.0 / jnp.sum(self.weights() ** 2)
+
+    def resampled(self, index: Int[Array, " draws"]) -> "StructureMixturePosterior":
+        """The components at `index` (ancestors of a resampling), equally weighted; no
+        diagnostics."""
+        components = jax.tree_util.tree_map(lambda x: x[index], self.components)
+        return StructureMixturePosterior.from_components(components)
+
+    def moment_matched(self) -> StructurePosterior:
+        r"""The single [`jaxctbn.StructurePosterior`][] of the components' weighted mean
+        statistics $\sum_cw_cS_c$ (for panels: the posterior expected statistics of the hidden
+        paths, treated as if observed). An approximation that discards the spread between the
+        components (overconfident where they disagree); what the path-assuming designs score
+        (`CriterionDesign(..., assume_complete_path=True)`)."""
+        first = self.component(0)
+        w = self.weights()
+
+        def mean(x):
+            return jnp.tensordot(w, x, axes=1)
+
+        stats = eqx.tree_at(
+            lambda s: (s.transitions, s.dwell_times),
+            first.statistics,
+            (
+                tuple(mean(m) for m in self.components.statistics.transitions),
+                tuple(mean(t) for t in self.components.statistics.dwell_times),
+            ),
+        )
+        return eqx.tree_at(
+            lambda p: (p.log_marginal_likelihoods, p.statistics),
+            first,
+            (_scores(first.prior, stats), stats),
+        )
+
+    def truncated(self, max_sets: int) -> "StructureMixturePosterior":
+        """Every component restricted to each node's `max_sets` most probable candidate sets
+        under the mixture's node marginals (the same sets for every component; see
+        [`jaxctbn.StructurePosterior.truncated`][]). Jittable."""
+        if not isinstance(max_sets, int) or isinstance(max_sets, bool) or max_sets < 1:
+            raise ValueError(f"max_sets: expected a positive integer, got {max_sets!r}.")
+        kept = [
+            jnp.sort(jax.lax.top_k(lp, min(max_sets, lp.shape[0]))[1])
+            for lp in self.log_posterior()
+        ]
+        components = jax.vmap(lambda p: p.restricted(kept))(self.components)
+        return StructureMixturePosterior(components, self.log_weights, None)
+
+    def component_log_weights_given(
+        self, indices: Int[Array, " nodes"]
+    ) -> Float[Array, " components"]:
+        r"""$\ln p(c\mid G)=\ln w_c+\sum_n\ln p_c(\mathrm{par}(n)=G_n)-\ln p(G)$: which
+        component a graph `indices` came from (normalised)."""
+        per_component = jax.vmap(lambda p: p.log_posterior())(self.components)
+        total = self.log_weights + sum(lp[:, indices[n]] for n, lp in enumerate(per_component))
+        return jax.nn.log_softmax(total)
+
+    def graph_log_probability(self, indices: Int[Array, " nodes"]) -> Float[Array, ""]:
+        r"""$\ln p(G)=\ln\sum_cw_c\prod_np_c(\mathrm{par}(n)=G_n)$ of the graph `indices`."""
+        per_component = jax.vmap(lambda p: p.log_posterior())(self.components)
+        total = self.log_weights + sum(lp[:, indices[n]] for n, lp in enumerate(per_component))
+        return jax.nn.logsumexp(total)
 
     def component(self, c) -> StructurePosterior:
         """Component `c` as a [`jaxctbn.StructurePosterior`][]."""
@@ -173,18 +273,23 @@ class StructureMixturePosterior(eqx.Module):
             for n in range(len(self.names))
         )
 
+    def rates_given(self, indices: Int[Array, " nodes"], key: PRNGKeyArray) -> PaddedCTBN:
+        r"""Rates drawn from $p(\Lambda\mid G)$ given the parent-set `indices`: a component
+        $c\sim p(c\mid G)$
+        ([`component_log_weights_given`][jaxctbn.StructureMixturePosterior.component_log_weights_given]),
+        then its rates given $G$ (a [`jaxctbn.PaddedCTBN`][]; jittable, vmaps over keys)."""
+        key_component, key_rates = jr.split(key)
+        c = jr.categorical(key_component, self.component_log_weights_given(indices))
+        return self.component(c).rates_given(indices, key_rates)
+
     def mean_rates_given(self, indices: Int[Array, " nodes"]) -> PaddedCTBN:
-        r"""Posterior-mean rates given the parent-set `indices`: per node $n$ with set $P$,
-        $\mathsf E[\Lambda_n\mid\mathrm{par}(n)=P]=\sum_cw_cp_c(P)\,\mathsf E_c[\Lambda_n\mid P]
-        /\sum_cw_cp_c(P)$ (within a component the nodes are independent given the paths)."""
+        r"""Posterior-mean rates given the graph `indices`:
+        $\mathsf E[\Lambda_n\mid G]=\sum_cp(c\mid G)\,\mathsf E_c[\Lambda_n\mid G_n]$
+        (within a component the nodes are independent given the paths)."""
         means = jax.vmap(lambda p: p.mean_rates_given(indices))(self.components)
-        log_post = jax.vmap(lambda p: p.log_posterior())(self.components)
-        cims = []
-        for n, lp in enumerate(log_post):
-            w = jax.nn.softmax(self.log_weights + lp[:, indices[n]])
-            cims.append(jnp.tensordot(w, means.cims[n], axes=1))
+        w = jnp.exp(self.component_log_weights_given(indices))
         return PaddedCTBN(
-            cims=tuple(cims),
+            cims=tuple(jnp.tensordot(w, m, axes=1) for m in means.cims),
             parent_index=tuple(s[indices[n]] for n, s in enumerate(self.parent_sets)),
             names=self.names,
             cardinalities=self.cardinalities,
@@ -210,6 +315,52 @@ class StructureMixturePosterior(eqx.Module):
         for lp in self.log_posterior():
             total = total - jnp.sum(jnp.where(jnp.isfinite(lp), jnp.exp(lp) * lp, 0.0))
         return total
+
+    def num_graphs(self) -> int:
+        """The number of graphs (the product of the nodes' candidate-set counts; static)."""
+        return math.prod(int(s.shape[0]) for s in self.parent_sets)
+
+    def entropy(self) -> Float[Array, ""]:
+        r"""$H[p(G)]=-\sum_Gp(G)\ln p(G)$ of the mixture over whole graphs (nats), by
+        enumerating the graphs in blocks (memory bounded) when there are at most
+        `MAX_ENUMERATED_GRAPHS` (65,536); for more, the node-marginal upper bound
+        [`marginal_entropy`][jaxctbn.StructureMixturePosterior.marginal_entropy]."""
+        counts = [int(s.shape[0]) for s in self.parent_sets]
+        total = math.prod(counts)
+        if total > MAX_ENUMERATED_GRAPHS:
+            return self.marginal_entropy()
+        per_component = jax.vmap(lambda p: p.log_posterior())(self.components)
+        block = min(_GRAPH_BLOCK, total)
+        num_blocks = -(-total // block)
+        radices = jnp.asarray([math.prod(counts[n + 1 :]) for n in range(len(counts))])
+
+        def one(b):
+            g = b * block + jnp.arange(block)
+            digits = (g[:, None] // radices) % jnp.asarray(counts)
+            lp = self.log_weights[:, None] + sum(
+                table[:, digits[:, n]] for n, table in enumerate(per_component)
+            )
+            log_p = jax.nn.logsumexp(lp, axis=0)
+            terms = jnp.where(jnp.isfinite(log_p), jnp.exp(log_p) * log_p, 0.0)
+            return -jnp.sum(jnp.where(g < total, terms, 0.0))
+
+        return jnp.sum(jax.lax.map(one, jnp.arange(num_blocks)))
+
+    def systematic_parent_sets(
+        self, key: PRNGKeyArray, num_samples: int
+    ) -> Int[Array, "samples nodes"]:
+        """`num_samples` whole graphs: the components by systematic resampling of the weights
+        (in a random order), then one graph from each drawn component. Each draw on its own is
+        distributed as [`sample_parent_sets`][jaxctbn.StructureMixturePosterior.sample_parent_sets].
+        Jittable."""
+        if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
+            raise ValueError(f"num_samples: expected a positive integer, got {num_samples!r}.")
+        key_components, key_order, key_graphs = jr.split(key, 3)
+        c = systematic_indices(key_components, self.log_weights, num_samples)
+        c = jr.permutation(key_order, c)
+        return jax.vmap(lambda ci, k: self.component(ci).sample_parent_sets(k))(
+            c, jr.split(key_graphs, num_samples)
+        )
 
     def sample_parent_sets(self, key: PRNGKeyArray) -> Int[Array, " nodes"]:
         """One draw of a whole graph: a component by its weight, then each node's parent set

@@ -147,6 +147,11 @@ class StructurePosterior(AbstractPosterior):
     def cardinalities(self) -> tuple[int, ...]:
         return self.statistics.cardinalities
 
+    @property
+    def dtype(self):
+        """The floating dtype of the statistics."""
+        return self.statistics.dwell_times[0].dtype
+
     def score_with(self, criterion, candidates, initial_state, horizon, **options):
         return criterion.score_structure(self, candidates, initial_state, horizon, **options)
 
@@ -187,6 +192,12 @@ class StructurePosterior(AbstractPosterior):
             jnp.sort(jax.lax.top_k(lp, min(max_sets, lp.shape[0]))[1])
             for lp in self.log_posterior()
         ]
+        return self.restricted(kept)
+
+    def restricted(self, kept: Sequence[Int[Array, " _kept"]]) -> "StructurePosterior":
+        """The posterior over the candidate sets `kept[n]` (indices into node $n$'s sets) only,
+        renormalised over them (see [`truncated`][jaxctbn.StructurePosterior.truncated]).
+        Jittable."""
 
         def take(arrays):
             return tuple(jnp.asarray(a)[i] for a, i in zip(arrays, kept))

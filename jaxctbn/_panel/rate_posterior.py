@@ -38,6 +38,7 @@ from jaxtyping import Array, Bool, PRNGKeyArray
 from .._learning.conjugate import off_diagonal_entries, with_zero_diagonal
 from .._learning.gamma_mixture import ChainDiagnostics, GammaMixturePosterior
 from .._learning.posterior import RatePosterior
+from .._learning.resampling import systematic_indices
 from .._learning.structure_mixture import StructureChainDiagnostics
 from .._master_equation.dense_linalg import transition_matrices
 from .._master_equation.generator import amalgamate
@@ -402,7 +403,7 @@ class ParticleFilter(AbstractPanelRateFamily):
         if isinstance(prior, RatePosterior):
             mixture = self.initial(prior)
         elif prior.num_components != P:
-            mixture = _resampled(prior, _systematic(key_prior, prior.log_weights, P))
+            mixture = _resampled(prior, systematic_indices(key_prior, prior.log_weights, P))
         else:
             mixture = prior
 
@@ -426,7 +427,7 @@ class ParticleFilter(AbstractPanelRateFamily):
         )
         ess = updated.effective_sample_size()
         resample = ess < self.resample_below * P
-        index = jnp.where(resample, _systematic(key_resample, log_weights, P), jnp.arange(P))
+        index = jnp.where(resample, systematic_indices(key_resample, log_weights, P), jnp.arange(P))
         out = _resampled(updated, index)
         equal = jnp.full((P,), -math.log(P), log_weights.dtype)
         return eqx.tree_at(lambda m: m.log_weights, out, jnp.where(resample, equal, log_weights))
@@ -457,15 +458,6 @@ def copies(prior: RatePosterior, count: int) -> GammaMixturePosterior:
             jnp.full((count,), -math.log(count), one.log_weights.dtype),
         ),
     )
-
-
-def _systematic(key: PRNGKeyArray, log_weights: Array, count: int) -> Array:
-    """`count` ancestor indices by systematic resampling: one uniform offset, the points
-    $(u+i)/n$ located in the cumulative weights (unbiased; less variance than multinomial)."""
-    cumulative = jnp.cumsum(jax.nn.softmax(log_weights))
-    points = (jr.uniform(key, (), cumulative.dtype) + jnp.arange(count)) / count
-    index = jnp.searchsorted(cumulative, points, side="right")
-    return jnp.minimum(index, log_weights.shape[0] - 1).astype(jnp.int32)
 
 
 def _resampled(mixture: GammaMixturePosterior, index: Array) -> GammaMixturePosterior:

@@ -20,6 +20,7 @@ $p(G\mid Y)=\int p(G\mid S)\,p(S\mid Y)\,dS$ has no closed form.
 from __future__ import annotations
 
 import abc
+import math
 from typing import overload
 
 import equinox as eqx
@@ -28,6 +29,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Bool, PRNGKeyArray
 
+from .._learning.resampling import systematic_indices
 from .._learning.structure_mixture import StructureChainDiagnostics, StructureMixturePosterior
 from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
@@ -50,10 +52,16 @@ class AbstractPanelStructureFamily(eqx.Module):
     """How [`jaxctbn.panel.panel_structure_posterior`][] represents what panel data say about
     the graph: [`jaxctbn.panel.SampledStructure`][] or [`jaxctbn.panel.StructuralEM`][]."""
 
+    def initial(self, prior: StructurePosterior) -> StructurePosterior | StructureMixturePosterior:
+        """The posterior before any panel data in the representation this family's updates
+        keep (the sequential loop's `scan` carries it): `prior` itself, or
+        [`jaxctbn.panel.StructureParticleFilter`][]'s particles."""
+        return prior
+
     @abc.abstractmethod
     def posterior(
         self,
-        prior: StructurePosterior,
+        prior: StructurePosterior | StructureMixturePosterior,
         observations: PanelObservations | PanelBuckets,
         emissions: Emissions | None,
         key: PRNGKeyArray | None,
@@ -80,6 +88,8 @@ class StructuralEM(AbstractPanelStructureFamily):
         check_integer_fields(self, iterations=1)
 
     def posterior(self, prior, observations, emissions, key, targets, gaps):
+        assert isinstance(prior, StructurePosterior)  # checked by panel_structure_posterior
+
         def step(current: StructurePosterior, _):
             model = current.mean_rates_given(current.map_indices())
             stats = panel_expected_statistics(
@@ -144,6 +154,7 @@ class SampledStructure(AbstractPanelStructureFamily):
                 "key: SampledStructure draws graphs, rates and paths; pass a PRNG key (or "
                 "family=StructuralEM() for the deterministic approximation)."
             )
+        assert isinstance(prior, StructurePosterior)  # checked by panel_structure_posterior
         start = StructuralEM(self.start_iterations, self.solver).posterior(
             prior, observations, emissions, None, targets, gaps
         )
@@ -193,6 +204,91 @@ class SampledStructure(AbstractPanelStructureFamily):
         )
 
 
+class StructureParticleFilter(AbstractPanelStructureFamily):
+    r"""Sequential Monte Carlo over the hidden paths with Rao-Blackwellised structure particles
+    (Storvik's filter, as [`jaxctbn.panel.ParticleFilter`][] for rates): the posterior over
+    graphs after a sequence of experiments, updated one experiment (one batch of panel
+    trajectories $Y_k$) at a time, exact as `num_particles` grows. The family of the sequential
+    loop ([`jaxctbn.StructureLearningTask`][] with a panel outcome).
+
+    Particle $c$ holds the complete-path statistics of one draw of every earlier experiment's
+    hidden paths, i.e. the exact complete-data posterior $p(G,\Lambda\mid S^c_{1:k-1})$ (a
+    [`jaxctbn.StructurePosterior`][]), and a weight $w_c$. An update with $Y_k$, per particle:
+
+    1. $(G^*_c,\Lambda^*_c)\sim p(G,\Lambda\mid S^c_{1:k-1})$: a parent set per node from its
+       exact posterior, then the rates given it;
+    2. the new paths $S^c_k\sim p(S_k\mid Y_k,G^*_c,\Lambda^*_c)$ exactly (forward filtering,
+       backward sampling, bridges), their family statistics added to the particle's;
+    3. $w_c\leftarrow w_c\,p(Y_k\mid G^*_c,\Lambda^*_c)$, the exact panel likelihood.
+
+    With the extended target $p(S_{1:k}\mid Y_{1:k})\,p(G^*,\Lambda^*\mid S_{1:k-1})$ the
+    incremental weight of this proposal is exactly $p(Y_k\mid G^*,\Lambda^*)$ (maths §7), so
+    $\sum_cw_c\,p(G\mid S^c_{1:k})\to p(G\mid Y_{1:k})$: a
+    [`jaxctbn.StructureMixturePosterior`][] of `num_particles` components. When the effective
+    number of particles falls below `resample_below` $\times$ `num_particles` they are
+    resampled (systematic) to equal weights. Earlier experiments' paths are not redrawn, so over
+    many experiments the particles share their early paths; meant for one experiment at a time
+    (use [`jaxctbn.panel.SampledStructure`][] for a whole data set). Node $n$ learns only from
+    the trajectories in which it is not perfectly intervened on.
+
+    `max_candidates` bounds one bridge's uniformisation times (an error names it); `solver`
+    propagates the filter (default: the dense matrix exponential). A prior that is a mixture of
+    another number of components is first resampled to `num_particles`."""
+
+    num_particles: int = eqx.field(default=256, static=True)
+    resample_below: float = eqx.field(default=0.5, static=True)
+    max_candidates: int = eqx.field(default=64, static=True)
+    solver: AbstractMasterEquationSolver = DENSE_SOLVER
+
+    def __check_init__(self):
+        check_integer_fields(self, num_particles=1, max_candidates=1)
+        if isinstance(self.resample_below, bool) or not 0 <= self.resample_below <= 1:
+            raise ValueError(
+                f"resample_below: expected a fraction in [0, 1], got {self.resample_below!r}."
+            )
+
+    def initial(self, prior: StructurePosterior) -> StructureMixturePosterior:
+        return StructureMixturePosterior.copies(prior, self.num_particles)
+
+    def posterior(self, prior, observations, emissions, key, targets, gaps):
+        if key is None:
+            raise ValueError(
+                "key: StructureParticleFilter draws graphs, rates and paths; pass a PRNG key (or "
+                "family=StructuralEM() for the deterministic approximation)."
+            )
+        P = self.num_particles
+        key_prior, key_particles, key_resample = jr.split(key, 3)
+        if isinstance(prior, StructurePosterior):
+            mixture = self.initial(prior)
+        elif prior.num_components != P:
+            mixture = prior.resampled(systematic_indices(key_prior, prior.log_weights, P))
+        else:
+            mixture = prior
+        parent_sets = mixture.parent_sets
+
+        def particle(c, key):
+            key_graph, key_rates, key_paths = jr.split(key, 3)
+            component = mixture.component(c)
+            indices = component.sample_parent_sets(key_graph)
+            model = component.rates_given(indices, key_rates)
+            stats = _sampled_statistics(
+                model, observations, emissions, key_paths, self.solver, self.max_candidates, gaps
+            )
+            family = panel_family_statistics(stats, parent_sets, intervention_targets=targets)
+            return component.update(family), stats.log_likelihood.sum()
+
+        components, log_likelihood = jax.vmap(particle)(jnp.arange(P), jr.split(key_particles, P))
+        log_weights = jax.nn.log_softmax(mixture.log_weights + log_likelihood)
+        updated = StructureMixturePosterior(components, log_weights)
+        resample = updated.effective_sample_size() < self.resample_below * P
+        index = jnp.where(resample, systematic_indices(key_resample, log_weights, P), jnp.arange(P))
+        equal = jnp.full((P,), -math.log(P), log_weights.dtype)
+        return StructureMixturePosterior(
+            jax.tree_util.tree_map(lambda x: x[index], components),
+            jnp.where(resample, equal, log_weights),
+        )
+
+
 DEFAULT_FAMILY = SampledStructure()
 
 
@@ -218,8 +314,30 @@ def panel_structure_posterior(
 ) -> StructureMixturePosterior: ...
 
 
+@overload
 def panel_structure_posterior(
-    posterior: StructurePosterior,
+    posterior: StructurePosterior | StructureMixturePosterior,
+    observations: PanelObservations | PanelBuckets,
+    *,
+    family: StructureParticleFilter,
+    key: PRNGKeyArray | None = None,
+    emissions: Emissions | None = None,
+) -> StructureMixturePosterior: ...
+
+
+@overload
+def panel_structure_posterior(
+    posterior: StructurePosterior | StructureMixturePosterior,
+    observations: PanelObservations | PanelBuckets,
+    *,
+    family: AbstractPanelStructureFamily,
+    key: PRNGKeyArray | None = None,
+    emissions: Emissions | None = None,
+) -> StructurePosterior | StructureMixturePosterior: ...
+
+
+def panel_structure_posterior(
+    posterior: StructurePosterior | StructureMixturePosterior,
     observations: PanelObservations | PanelBuckets,
     *,
     family: AbstractPanelStructureFamily = DEFAULT_FAMILY,
@@ -229,13 +347,16 @@ def panel_structure_posterior(
     r"""`posterior` (the history, or the prior) updated with panel trajectories (a flat batch,
     or buckets), in the posterior `family` (module page): by default
     [`jaxctbn.panel.SampledStructure`][], exact as its sweeps grow, which needs `key`;
+    [`jaxctbn.panel.StructureParticleFilter`][] for one experiment at a time (the sequential
+    loop's; exact as its particles grow, needs `key`);
     [`jaxctbn.panel.StructuralEM`][] for the fast structural-EM approximation (overconfident
     where the visits are sparse).
 
     **Arguments:**
 
     - `posterior`: a [`jaxctbn.StructurePosterior`][] (its candidate sets, rate prior, structure
-      prior and history of complete-data statistics).
+      prior and history of complete-data statistics), or for the particle filter the
+      [`jaxctbn.StructureMixturePosterior`][] of its earlier updates.
     - `observations`: [`jaxctbn.panel.PanelObservations`][] (a flat batch) or
       [`jaxctbn.panel.PanelBuckets`][]; exact entry times, missing nodes and perfect
       interventions (node $n$ learns only from the trajectories in which it is not clamped) are
@@ -244,17 +365,27 @@ def panel_structure_posterior(
     - `emissions`: optional [`jaxctbn.panel.Emissions`][] (misclassification), both families.
 
     **Returns:** a [`jaxctbn.StructurePosterior`][] (structural EM) or a
-    [`jaxctbn.StructureMixturePosterior`][] (sampled; with its chains' `diagnostics`).
+    [`jaxctbn.StructureMixturePosterior`][] (sampled, with its chains' `diagnostics`; or the
+    filter's weighted particles).
 
     Pure; works under `jit` (the family is static). Called eagerly with the sampled family it
     warns when the chains' diagnostics fail the family's thresholds."""
-    if not isinstance(posterior, StructurePosterior):
+    if isinstance(posterior, StructureMixturePosterior):
+        if not isinstance(family, StructureParticleFilter):
+            raise ValueError(
+                "posterior: a StructureMixturePosterior is updated by family="
+                "StructureParticleFilter() (one experiment at a time); the other families "
+                "start from a StructurePosterior (the history or the prior)."
+            )
+    elif not isinstance(posterior, StructurePosterior):
         raise ValueError(
-            f"posterior: expected a StructurePosterior, got {type(posterior).__name__}."
+            "posterior: expected a StructurePosterior (or a StructureMixturePosterior for the "
+            f"particle filter), got {type(posterior).__name__}."
         )
     if not isinstance(family, AbstractPanelStructureFamily):
         raise ValueError(
-            f"family: expected a SampledStructure or StructuralEM, got {type(family).__name__}."
+            "family: expected SampledStructure(), StructureParticleFilter() or StructuralEM(), "
+            f"got {type(family).__name__}."
         )
     targets = checked_panel_update(observations, 1, len(posterior.names))
     # equal gaps share one transition matrix in the path draws (host-side grouping; not with
