@@ -64,7 +64,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import environment, write_results  # noqa: E402
 from _paired import (  # noqa: E402
     NUM_SAMPLES,
-    PANEL_ITERATIONS,
     paired_summary,
     panel_family,
     panel_posterior_arguments,
@@ -127,10 +126,8 @@ def pbcseq_truth() -> jc.CTBN:
     return jc.CTBN(cims=cims, parents=tuple(tuple(ps) for ps in graph), names=PBC_NODES)
 
 
-def structure_task(truth, outcome):
-    return jc.StructureLearningTask(
-        truth, max_parents=3, outcome=outcome, panel_iterations=PANEL_ITERATIONS
-    )
+def structure_task(truth, outcome, family):
+    return jc.StructureLearningTask(truth, max_parents=3, outcome=outcome, panel_posterior=family)
 
 
 def make(name, K, tau):
@@ -173,10 +170,9 @@ def main():
     R, E, K, chunk = args.repetitions, args.experiments, args.visits, args.chunk
     if args.quick:
         R, E, chunk = 4, 3, 4
-    family, family_text = panel_family(args)
-    if args.truth == "structure":
-        family_text = f"structural EM ({PANEL_ITERATIONS} iterations)"
-    moment = args.panel_posterior == "moment" and args.truth != "structure"
+    target = "structure" if args.truth == "structure" else "parameters"
+    family, family_text = panel_family(args, target)
+    moment = args.panel_posterior == "moment"
     designs = tuple(d for d in args.designs.split(",") if d)
     if REFERENCE not in designs or not set(designs) <= set(DESIGNS + OPTIONAL_DESIGNS):
         raise SystemExit(f"--designs: include {REFERENCE}; valid: {DESIGNS + OPTIONAL_DESIGNS}")
@@ -203,7 +199,7 @@ def main():
     for design_name in designs:
         outcome, design = make(design_name, K, tau)
         if args.truth == "structure":
-            task = structure_task(truth, outcome)
+            task = structure_task(truth, outcome, family)
         else:
             task = ParameterTaskWithEntropy(truth, outcome=outcome, panel_posterior=family)
         t0 = time.perf_counter()

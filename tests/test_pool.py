@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 import jaxctbn
+from jaxctbn._active_learning.metrics import edge_auroc
 from jaxctbn._cli import main
 from jaxctbn._learning.candidates import candidate_parent_sets
 
@@ -123,7 +124,10 @@ def test_designs_draw_from_their_pools_without_repeats(prepared, all_subjects_st
     design = jaxctbn.experiments.pool_design_from_name(name, num_samples=2)
     keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.key(1), r))(jnp.arange(2))
     K = pool.num_subjects  # (the criterion designs: in the CLI test)
-    res = jaxctbn.experiments.run_pool_repetitions(pool, design, keys, num_experiments=K)
+    # the paper's update: each subject's expected statistics under the full-data network
+    res = jaxctbn.experiments.run_pool_repetitions(
+        pool, design, keys, num_experiments=K, panel_posterior=None
+    )
     m = np.asarray(pool.membership)
     for r in range(2):
         subjects, options = np.asarray(res.subject[r]), np.asarray(res.option[r])
@@ -185,6 +189,55 @@ def test_same_key_same_result(prepared):
     assert not np.array_equal(a.subject, c.subject)
 
 
+def test_particle_filter_pool_equals_a_replay(prepared):
+    """The default update, the structure particle filter over each drawn subject's own panel
+    (under do(root=r) when drawn from a sub-pool): replayed subject by subject with
+    `panel_structure_posterior` and the keys the loop folds, the same particles and weights;
+    a subject drawn from a sub-pool adds nothing to the root's own statistics."""
+    pool, _ = prepared
+    family = jaxctbn.panel.StructureParticleFilter(num_particles=8)
+    design = jaxctbn.experiments.pool_design_from_name("random")
+    key = jax.random.key(3)
+    K = 6
+
+    @eqx.filter_jit
+    def run(pool, key):
+        return jaxctbn.experiments.run_pool(
+            pool, design, key, num_experiments=K, panel_posterior=family
+        )
+
+    res = run(pool, key)
+    posterior = family.initial(pool.prior_posterior)
+    update = eqx.filter_jit(
+        lambda p, o, k: jaxctbn.panel.panel_structure_posterior(p, o, family=family, key=k)
+    )
+    for step, k in enumerate(jax.random.split(key, K)):
+        subject, option = int(res.subject[step]), int(res.option[step])
+        observations = pool.subject_observations(jnp.asarray(subject), jnp.asarray(option))
+        assert bool(observations.intervention.targets[0, 0]) == (option > 0)
+        posterior = update(posterior, observations, jax.random.fold_in(k, 0x7570))
+        edges = posterior.edge_marginals()
+        np.testing.assert_allclose(res.auroc[step + 1], edge_auroc(edges, pool.reference))
+        np.testing.assert_allclose(res.entropy[step + 1], posterior.entropy(), rtol=1e-9)
+    final = posterior.moment_matched()
+    for a, b in zip(
+        jax.tree_util.tree_leaves(res.statistics), jax.tree_util.tree_leaves(final.statistics)
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    # the root (node 0) learns only from the subjects drawn from the full pool: its dwell time
+    # under the empty parent set is that of their panels, in every particle
+    spans = np.asarray(pool.observations.times)
+    counts = np.asarray(pool.observations.num_observations)
+    full = [int(s) for s, o in zip(np.asarray(res.subject), np.asarray(res.option)) if o == 0]
+    expected = sum(spans[s, counts[s] - 1] - spans[s, 0] for s in full)
+    totals = np.asarray(posterior.components.statistics.dwell_times[0][:, 0]).sum((1, 2))
+    np.testing.assert_allclose(totals, expected, rtol=1e-9)
+    with pytest.raises(ValueError, match="panel_posterior: expected StructureParticleFilter"):
+        jaxctbn.experiments.run_pool(
+            pool, design, key, num_experiments=K, panel_posterior=jaxctbn.panel.StructuralEM()
+        )
+
+
 def test_bad_root(panel):
     _, obs, _ = panel
     with pytest.raises(ValueError, match="unknown node 'X'"):
@@ -223,6 +276,7 @@ def test_cli_run_pool(tmp_path, capsys):
     argv = ["run", "pool", "--data", str(data), "--observation", "panel", "--root", "R"]
     argv += ["--designs", "passive,random,vbhc,negative-vbhc", "--repetitions", "2"]
     argv += ["--experiments", "24", "--samples", "2", "--seed", "4", "--out", str(out)]
+    argv += ["--particles", "8"]
     code = main([*argv, "--no-progress"])
     assert code == 0, capsys.readouterr().err
     for name in ("config.json", "truth.json", "metrics.csv", "results.json", "summary.md"):
@@ -245,6 +299,7 @@ def test_cli_run_pool(tmp_path, capsys):
     settings = json.loads((out / "config.json").read_text())
     assert settings["root"] == "R" and settings["full_data_graph"]["R"] == []
     assert settings["samples"] == 2 and settings["options"]["none"] == 24
+    assert settings["posterior"] == {"method": "particle-filter", "particles": 8}
     assert "| vbhc | AUROC" in (out / "summary.md").read_text()
     # a rerun loads the finished chunks: same results
     before = (out / "results.json").read_text()

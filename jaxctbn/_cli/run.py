@@ -162,10 +162,13 @@ def _cmd_run(args):
 
     if args.outcome == "path" and (args.observation_times is not None or args.visits):
         raise ValueError("--observation-times/--visits: only with --outcome panel.")
-    if args.outcome == "path" and args.panel_posterior is not None:
-        raise ValueError("--panel-posterior: only with --outcome panel.")
-    if args.particles != 256 and (args.outcome == "path" or args.panel_posterior == "moment"):
-        raise ValueError("--particles: only with --outcome panel and --panel-posterior sampled.")
+    panel = args.outcome == "panel" or args.target == "pool"
+    if not panel and args.panel_posterior is not None:
+        raise ValueError("--panel-posterior: only with --outcome panel (or run pool).")
+    if args.particles != 256 and (not panel or args.panel_posterior == "moment"):
+        raise ValueError(
+            "--particles: only with --outcome panel (or run pool) and --panel-posterior sampled."
+        )
     if args.target == "structure" and args.empirical_bayes and args.panel_posterior == "sampled":
         raise ValueError(
             "--panel-posterior sampled: --empirical-bayes refits one posterior's prior; with "
@@ -278,6 +281,7 @@ def _cmd_run_pool(args):
     )
     from .._experiments.report import summary_table, verdicts
     from .._panel.csv import panel_from_dataframe
+    from .._panel.structure_posterior import StructureParticleFilter
     from .._paths.csv import infer_cardinalities, read_csv
 
     if args.data is None or args.root is None or args.observation is None:
@@ -323,6 +327,9 @@ def _cmd_run_pool(args):
         out=args.out,
         progress=not args.no_progress,
         overwrite=args.overwrite,
+        panel_posterior=None
+        if args.panel_posterior == "moment"
+        else StructureParticleFilter(num_particles=args.particles),
     )
     print("\n".join(summary_table("pool", report["summary"], report["settings"])))
     print("\nVerdict (area under the learning curve, paired, 95% interval):")

@@ -17,17 +17,28 @@ subject's statistics update the structure posterior. The designs are those of th
 experiments ([`jaxctbn.AbstractDesign.choose_option`][]): [`jaxctbn.PassiveDesign`][] (always
 the full pool), [`jaxctbn.RandomDesign`][] (an option with subjects left, uniformly) and
 [`jaxctbn.CriterionDesign`][] (the best or, for the paper's "negative VBHC" control, the worst
-option by a design criterion under the current posterior).
+option by a design criterion under the current posterior; the criteria assume each subject's
+whole path is seen, as the paper's, and score a particle filter's mixture through its
+moment-matched posterior).
 
-**The approximation (the paper's).** A subject's panel observations give no counts: the
-posterior is updated with the subject's **expected family statistics**
-$\mathsf E_m[M_n\mid Y]$, $\mathsf E_m[T_n\mid Y]$ under one fixed network $m$ learned from
-**all** the data ([`jaxctbn.panel.learn_structure_from_panels`][]), precomputed once per subject
-([`jaxctbn.panel.panel_expected_statistics`][]). The statistics therefore already carry information
-from the whole data set through $m$; the experiment measures how fast the *choice of subjects*
-recovers $m$'s graph, not an independent re-learning. A subject drawn from a sub-pool is an
-interventional experiment, so by the pooling rule (§4) its statistics of the root node itself are
-left out; drawn from the full pool, all its statistics count.
+**How a subject is learnt from.** By default (`panel_posterior=`
+[`jaxctbn.panel.StructureParticleFilter`][]`()` of [`jaxctbn.experiments.run_pool`][]) the
+posterior learns from the drawn subject's panel itself: the structure particle filter draws the
+subject's hidden path given each particle's graph and rates and weights the particle by the
+subject's exact panel likelihood, so the posterior after the drawn subjects is exact in the
+limit of its particles and uses nothing but those subjects. A subject drawn from a sub-pool is
+an interventional experiment (the root clamped at $r$), so by the pooling rule (§4) the root's
+own transitions are not learnt from it; drawn from the full pool, all its nodes count.
+
+**The paper's approximation** (`panel_posterior=None`, `run pool --panel-posterior moment`):
+a subject's panel gives no counts, so the posterior is updated with the subject's **expected
+family statistics** $\mathsf E_m[M_n\mid Y]$, $\mathsf E_m[T_n\mid Y]$ under one fixed network
+$m$ learned from **all** the data ([`jaxctbn.panel.learn_structure_from_panels`][]),
+precomputed once per subject ([`jaxctbn.panel.panel_expected_statistics`][]). The statistics
+therefore already carry information from the whole data set through $m$, and imputed counts
+are treated as observed (overconfident where the visits are sparse); the experiment then
+measures how fast the *choice of subjects* recovers $m$'s graph, not an independent
+re-learning. The root's statistics of a subject drawn from a sub-pool are left out likewise.
 
 **Scoring.** [`jaxctbn.CriterionDesign`][] scores each option's intervention (none, or
 $\mathrm{do}(\text{root}=r)$) with [`jaxctbn.score_interventions`][] from the option's own
@@ -57,6 +68,7 @@ from .._criteria.criteria import VBHC, AbstractCriterion
 from .._learning.candidates import candidate_parent_sets
 from .._learning.family_statistics import FamilyStatistics
 from .._learning.priors import AbstractPrior, GammaPrior
+from .._learning.structure_mixture import StructureMixturePosterior
 from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.solvers import AbstractMasterEquationSolver
 from .._model.ctbn import AbstractCTBN
@@ -70,6 +82,7 @@ from .._panel.structure import (
     expected_family_statistics,
     learn_structure_from_panels,
 )
+from .._panel.structure_posterior import StructureParticleFilter, panel_structure_posterior
 from .config import METRICS
 
 #: Design names understood by [`jaxctbn.experiments.pool_design_from_name`][] and `jaxctbn run pool`.
@@ -140,6 +153,8 @@ class PoolExperiment(eqx.Module):
     - `reference`: the MAP graph learned from all the data, `(N, N)` adjacency, against which
       the AUROC and AUPR of the edge marginals are computed;
     - `prior_posterior`: the structure posterior before any subject;
+    - `observations`: each subject's panel (one row per subject, padded to the most visits),
+      what the particle filter learns from;
     - `root`, `names`, `subject_ids` (static).
     """
 
@@ -150,6 +165,7 @@ class PoolExperiment(eqx.Module):
     horizons: Float[Array, " options"]
     reference: Int[Array, "nodes nodes"]
     prior_posterior: StructurePosterior
+    observations: PanelObservations
     root: int = eqx.field(static=True)
     names: tuple[str, ...] = eqx.field(static=True)
     subject_ids: tuple = eqx.field(static=True)
@@ -173,6 +189,21 @@ class PoolExperiment(eqx.Module):
             dwell_times=tuple(T[subject] * w for T, w in zip(self.statistics.dwell_times, keep)),
             parent_sets=self.statistics.parent_sets,
             cardinalities=self.statistics.cardinalities,
+        )
+
+    def subject_observations(self, subject: Int[Array, ""], option: Int[Array, ""]):
+        r"""Subject `subject`'s panel as a batch of one, under `option`'s intervention (none
+        from the full pool; $\mathrm{do}(\text{root}=r)$ from a sub-pool, whose subjects keep
+        the root at $r$: its own transitions are then not learnt from, the pooling rule)."""
+        one = jax.tree_util.tree_map(lambda x: x[subject][None], self.observations)
+        return eqx.tree_at(
+            lambda o: o.intervention,
+            one,
+            Intervention(
+                targets=self.candidates.targets[option][None],
+                states=self.candidates.states[option][None],
+            ),
+            is_leaf=lambda x: x is None,
         )
 
 
@@ -322,6 +353,9 @@ def prepare_pool(
         prior_posterior=StructurePosterior.from_prior(
             names, cards, max_parents=max_parents, prior=prior
         ),
+        observations=observations.padded()
+        if isinstance(observations, PanelBuckets)
+        else observations,
         root=root,
         names=names,
         subject_ids=ids,
@@ -341,7 +375,7 @@ def pool_scores(
     """The criterion's score of every option's intervention, each from the option's own initial
     state and horizon, with the same posterior draws for all (`key` shared):
     [`jaxctbn.AbstractDesign.option_scores`][] of [`jaxctbn.CriterionDesign`][]."""
-    design = CriterionDesign(criterion, num_samples=num_samples)
+    design = CriterionDesign(criterion, num_samples=num_samples, assume_complete_path=True)
     return design.option_scores(posterior, pool.candidates, pool.initial_states, pool.horizons, key)
 
 
@@ -353,7 +387,14 @@ def pool_design_from_name(name: str, *, num_samples: int = 40) -> AbstractDesign
     if name == "random":
         return RandomDesign()
     if name in ("vbhc", "negative-vbhc"):
-        return CriterionDesign(VBHC(), num_samples=num_samples, worst=name == "negative-vbhc")
+        # the paper's: each option scored as if the subject's whole path were seen (a particle
+        # filter's mixture through its moment-matched posterior)
+        return CriterionDesign(
+            VBHC(),
+            num_samples=num_samples,
+            worst=name == "negative-vbhc",
+            assume_complete_path=True,
+        )
     raise ValueError(
         f"design: unknown pool design {name!r}; valid: {', '.join(POOL_DESIGN_NAMES)}."
     )
@@ -363,7 +404,8 @@ def pool_design_from_name(name: str, *, num_samples: int = 40) -> AbstractDesign
 class PoolResult(eqx.Module):
     """One repetition (or a batch, with leading axes): `entropy`, `auroc`, `aupr` per experiment
     `(K + 1,)` (entry 0 before any subject), the chosen `option` and `subject` indices `(K,)`,
-    and the final posterior's `statistics`."""
+    and the final posterior's `statistics` (the particle filter's: the weighted mean of its
+    particles', [`jaxctbn.StructureMixturePosterior.moment_matched`][])."""
 
     entropy: Float[Array, "*batch experiments_plus_one"]
     auroc: Float[Array, "*batch experiments_plus_one"]
@@ -373,11 +415,26 @@ class PoolResult(eqx.Module):
     statistics: FamilyStatistics
 
 
-def _metrics(posterior: StructurePosterior, reference):
+def _metrics(posterior: StructurePosterior | StructureMixturePosterior, reference):
     edges = posterior.edge_marginals()
     return jnp.stack(
         [posterior.entropy(), edge_auroc(edges, reference), edge_aupr(edges, reference)]
     )
+
+
+#: The pool experiment's default posterior: the structure particle filter over the drawn
+#: subjects' panels.
+DEFAULT_POOL_FAMILY = StructureParticleFilter()
+#: The key stream of the particle filter's update within a step.
+_UPDATE_STREAM = 0x7570
+
+
+def _check_pool_family(panel_posterior) -> None:
+    if panel_posterior is not None and not isinstance(panel_posterior, StructureParticleFilter):
+        raise ValueError(
+            "panel_posterior: expected StructureParticleFilter(...) (the default) or None (the "
+            f"paper's expected statistics), got {panel_posterior!r}."
+        )
 
 
 def run_pool(
@@ -386,18 +443,40 @@ def run_pool(
     key: PRNGKeyArray,
     *,
     num_experiments: int,
+    panel_posterior: StructureParticleFilter | None = DEFAULT_POOL_FAMILY,
 ) -> PoolResult:
     r"""One repetition of the pool experiment: `num_experiments` times, the design picks an
     option, a subject is drawn uniformly from the option's remaining subjects (without
-    replacement) and its statistics update the posterior (see the module docstring). Jittable
-    and vmappable over `key` ([`jaxctbn.experiments.run_pool_repetitions`][] does both); the same key gives
-    the same result."""
+    replacement) and the posterior learns from it (see the module docstring). Jittable and
+    vmappable over `key` ([`jaxctbn.experiments.run_pool_repetitions`][] does both); the same
+    key gives the same result.
+
+    `panel_posterior` (keyword-only): how a drawn subject updates the structure posterior. By
+    default a [`jaxctbn.panel.StructureParticleFilter`][] learns from the subject's panel itself
+    (exact in the limit of its particles; the posterior is then a
+    [`jaxctbn.StructureMixturePosterior`][], and the designs, which assume complete paths,
+    score its moment-matched posterior); `None` adds the subject's expected statistics under
+    the network learned from all the data (the paper's approximation: the posterior then
+    borrows that network's information and is overconfident where the visits are sparse)."""
     if not 1 <= num_experiments <= pool.num_subjects:
         raise ValueError(
             f"num_experiments: must be in 1..{pool.num_subjects} (subjects are drawn without "
             f"replacement), got {num_experiments}."
         )
-    posterior = pool.prior_posterior
+    _check_pool_family(panel_posterior)
+    start = pool.prior_posterior
+    if panel_posterior is not None:
+        start = panel_posterior.initial(start)
+
+    def update(posterior, subject, option, k):
+        if panel_posterior is None:
+            return posterior.update(pool.subject_statistics(subject, option))
+        return panel_structure_posterior(
+            posterior,
+            pool.subject_observations(subject, option),
+            family=panel_posterior,
+            key=jr.fold_in(k, _UPDATE_STREAM),
+        )
 
     def step(carry, k):
         posterior, available = carry
@@ -408,14 +487,16 @@ def run_pool(
         )
         weights = pool.membership[option] & available
         subject = jr.categorical(k_subject, jnp.where(weights, 0.0, -jnp.inf)).astype(jnp.int32)
-        posterior = posterior.update(pool.subject_statistics(subject, option))
+        posterior = update(posterior, subject, option, k)
         available = available.at[subject].set(False)
         return (posterior, available), (option, subject, _metrics(posterior, pool.reference))
 
     available = jnp.ones(pool.num_subjects, bool)
     keys = jr.split(key, num_experiments)
-    (posterior, _), (option, subject, metrics) = jax.lax.scan(step, (posterior, available), keys)
-    metrics = jnp.concatenate([_metrics(pool.prior_posterior, pool.reference)[None], metrics])
+    (posterior, _), (option, subject, metrics) = jax.lax.scan(step, (start, available), keys)
+    metrics = jnp.concatenate([_metrics(start, pool.reference)[None], metrics])
+    if isinstance(posterior, StructureMixturePosterior):
+        posterior = posterior.moment_matched()
     return PoolResult(
         entropy=metrics[:, 0],
         auroc=metrics[:, 1],
@@ -433,9 +514,14 @@ def run_pool_repetitions(
     keys: Key[Array, " repetitions"],
     *,
     num_experiments: int,
+    panel_posterior: StructureParticleFilter | None = DEFAULT_POOL_FAMILY,
 ) -> PoolResult:
     """[`jaxctbn.experiments.run_pool`][] vmapped over a batch of keys, as one compiled program."""
-    return jax.vmap(lambda k: run_pool(pool, design, k, num_experiments=num_experiments))(keys)
+    return jax.vmap(
+        lambda k: run_pool(
+            pool, design, k, num_experiments=num_experiments, panel_posterior=panel_posterior
+        )
+    )(keys)
 
 
 # --------------------------------------------------------------------------- the experiment
@@ -458,8 +544,10 @@ def run_pool_experiment(
     out: str | None = None,
     progress: bool = True,
     overwrite: bool = False,
+    panel_posterior: StructureParticleFilter | None = DEFAULT_POOL_FAMILY,
 ) -> dict:
-    """Run every design for `repetitions` repetitions of `experiments` subjects and return
+    """Run every design for `repetitions` repetitions of `experiments` subjects (each
+    repetition learning by `panel_posterior`, see [`jaxctbn.experiments.run_pool`][]) and return
     `{"settings", "results", "summary", "timing"}` like [`jaxctbn.experiments.run_experiment`][] (metrics
     `entropy`, `auroc`, `aupr`, each `(repetitions, experiments + 1)`; also
     `intervention_index` (the option), `subjects`). Repetition $r$ uses
@@ -483,10 +571,14 @@ def run_pool_experiment(
             f"experiments: must be in 1..{pool.num_subjects} (the number of subjects), got "
             f"{experiments}."
         )
+    _check_pool_family(panel_posterior)
     names = list(pool.names)
     model = fit.posterior.map_model()
     settings = {
         "target": "pool",
+        "posterior": {"method": "expected-statistics", "network": "full-data"}
+        if panel_posterior is None
+        else {"method": "particle-filter", "particles": panel_posterior.num_particles},
         "designs": designs,
         "repetitions": repetitions,
         "experiments": experiments,
@@ -548,7 +640,11 @@ def run_pool_experiment(
                     continue
             keys = jax.vmap(lambda r: jr.fold_in(base, r))(jnp.arange(start, stop))
             t0 = time.perf_counter()
-            res = jax.device_get(run_pool_repetitions(pool, design, keys, num_experiments=K))
+            res = jax.device_get(
+                run_pool_repetitions(
+                    pool, design, keys, num_experiments=K, panel_posterior=panel_posterior
+                )
+            )
             chunk_seconds.append(time.perf_counter() - t0)
             seconds += chunk_seconds[-1]
             option = np.asarray(res.option)
