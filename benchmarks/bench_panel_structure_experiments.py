@@ -204,6 +204,8 @@ def main():
             "command": "python benchmarks/bench_panel_structure_experiments.py"
             + "".join(" " + a for a in sys.argv[1:]),
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS", ""),
+            "cores": f"{len(os.sched_getaffinity(0))} CPU core(s) available to the process",
         }
         payload = {
             "environment": environment(),
@@ -235,7 +237,7 @@ def main():
             "outcome=Panel(times))` (PlugIn() panel divergences); path-assuming BHC = "
             "`design_from_name('bhc-path', outcome=Panel(times))` (scored as if the whole path "
             "were seen; under the particle filter it scores the mixture's moment-matched "
-            "posterior). {R} repetitions x {E} experiments per (K, design), the same keys for "
+            f"posterior). {R} repetitions x {E} experiments per (K, design), the same keys for "
             "every design (paired). Difference = design - panel-aware BHC, mean and 95% t interval "
             f"over repetitions, at the final experiment ({E}) and at the midpoint ({mid}); for "
             "AUROC and AUPR (higher is better) a difference < 0 means the panel-aware design is "
@@ -244,8 +246,9 @@ def main():
             "panel-aware BHC ends better (ties half). `intervenes`: fraction of the design's "
             "experiments with an intervention (not the empty candidate).",
             "",
-            f"Command: `{settings['command']}` (one CPU core: `taskset -c 1`, OMP_NUM_THREADS=1, "
-            f'XLA_FLAGS="{settings["xla_flags"]}"). Wall time {wall / 60:.1f} min.',
+            f"Command: `{settings['command']}` ({settings['cores']}, "
+            f'OMP_NUM_THREADS={settings["omp_num_threads"]}, XLA_FLAGS="{settings["xla_flags"]}"). '
+            f"Wall time {wall / 60:.1f} min.",
         ]
 
         if len(done) < len(visits):

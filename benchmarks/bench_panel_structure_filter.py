@@ -30,7 +30,8 @@ structural-EM step (issue 60's target for parameters: within 10x).
 Run: `python benchmarks/bench_panel_structure_filter.py [--datasets D] [--experiments E]
 [--particles P] [--rate-draws M] [--cost-repetitions C] [--quick]`; writes
 `results/panel_structure_filter.{json,md}` (`--quick`: 3 data sets, 8 repetitions, to
-`results/panel_structure_filter_quick.*`).
+`results/panel_structure_filter_quick.*`; `--accuracy-only`: no cost part, to
+`results/panel_structure_filter_P<particles>.*`).
 """
 
 from __future__ import annotations
@@ -205,6 +206,11 @@ def main():
     ap.add_argument("--cost-repetitions", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--accuracy-only",
+        action="store_true",
+        help="skip the cost part (results to panel_structure_filter_P<particles>.*)",
+    )
     args = ap.parse_args()
     if args.quick:
         args.datasets, args.cost_repetitions, args.rate_draws = 3, 8, 20_000
@@ -214,8 +220,12 @@ def main():
     }
     t_start = time.perf_counter()
     rows = accuracy(args, families)
-    timing = cost(args, families)
-    ratio = timing["particle-filter"]["step_seconds"] / timing["structural-em"]["step_seconds"]
+    timing = {} if args.accuracy_only else cost(args, families)
+    ratio = (
+        timing["particle-filter"]["step_seconds"] / timing["structural-em"]["step_seconds"]
+        if timing
+        else None
+    )
     wall = time.perf_counter() - t_start
     command = "python benchmarks/bench_panel_structure_filter.py" + "".join(
         " " + a for a in sys.argv[1:]
@@ -261,7 +271,24 @@ def main():
                 f"{r['max_abs_error']:.3f} | {r['within_0.05']:.2f} | "
                 f"{row['exact_standard_error_max']:.4f} |"
             )
-    table += [
+    if timing:
+        table += cost_table(args, families, timing, labels, ratio)
+    name = "panel_structure_filter" + ("_quick" if args.quick else "")
+    if args.accuracy_only:
+        name += f"_P{args.particles}"
+    payload = {
+        "environment": environment(),
+        "settings": settings,
+        "wall_s": wall,
+        "accuracy": {str(K): v for K, v in rows.items()},
+        "timing": timing,
+        "step_ratio": ratio,
+    }
+    write_results(name, payload, table)
+
+
+def cost_table(args, families, timing, labels, ratio):
+    table = [
         "",
         "## Cost of a loop step",
         "",
@@ -279,16 +306,7 @@ def main():
             f"| {labels[name]} | {t['step_seconds']:.2f} | {t['first_call_seconds']:.1f} |"
         )
     table += ["", f"Particle filter / structural EM per step: {ratio:.1f}x."]
-    name = "panel_structure_filter" + ("_quick" if args.quick else "")
-    payload = {
-        "environment": environment(),
-        "settings": settings,
-        "wall_s": wall,
-        "accuracy": {str(K): v for K, v in rows.items()},
-        "timing": timing,
-        "step_ratio": ratio,
-    }
-    write_results(name, payload, table)
+    return table
 
 
 if __name__ == "__main__":

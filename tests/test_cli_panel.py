@@ -512,8 +512,8 @@ def test_design_from_a_panel_history(files, tmp_path, capsys):
     """`design --observation panel`: parameters from the panel posterior (the library's
     panel_rate_posterior and scores with the same key), structure from the sampled structure
     posterior (the library's mixture with the same seed; with a path outcome its
-    moment-matched posterior, said in the JSON) or structural EM's; a history without one of
-    the network's node columns is one line."""
+    moment-matched posterior, said in the JSON); a history without one of the network's node
+    columns is one line."""
     panel, _, network = files
     base = ["design", "--data", str(panel), "--observation", "panel", "--network", str(network)]
     base += ["--initial-state", "A=0,B=0", "--duration", "3", "--samples", "3", "--seed", "0"]
@@ -578,15 +578,12 @@ def test_design_from_a_panel_history(files, tmp_path, capsys):
             times,
             "sampled-structure",
         ),
-        (["--panel-posterior", "moment"], None, jc.criteria.CompletePath(), "structural-em"),
     ]:
         assert main([*structure, *extra]) == 0
         res = json.loads(out.read_text())
         assert len(res["scores"]) == 9 and all(np.isfinite(r["score"]) for r in res["scores"])
         assert res["history_posterior"]["method"] == method
         assert ("scored" in res["history_posterior"]) == (extra == sampled)
-        if posterior is None:
-            continue
         ref = jc.score_interventions(
             posterior,
             space,
