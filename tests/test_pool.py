@@ -124,10 +124,9 @@ def test_designs_draw_from_their_pools_without_repeats(prepared, all_subjects_st
     design = jaxctbn.experiments.pool_design_from_name(name, num_samples=2)
     keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.key(1), r))(jnp.arange(2))
     K = pool.num_subjects  # (the criterion designs: in the CLI test)
-    # the paper's update: each subject's expected statistics under the full-data network
-    res = jaxctbn.experiments.run_pool_repetitions(
-        pool, design, keys, num_experiments=K, panel_posterior=None
-    )
+    # the paper's update (the default): each subject's expected statistics under the
+    # full-data network
+    res = jaxctbn.experiments.run_pool_repetitions(pool, design, keys, num_experiments=K)
     m = np.asarray(pool.membership)
     for r in range(2):
         subjects, options = np.asarray(res.subject[r]), np.asarray(res.option[r])
@@ -190,7 +189,7 @@ def test_same_key_same_result(prepared):
 
 
 def test_particle_filter_pool_equals_a_replay(prepared):
-    """The default update, the structure particle filter over each drawn subject's own panel
+    """The structure particle filter over each drawn subject's own panel
     (under do(root=r) when drawn from a sub-pool): replayed subject by subject with
     `panel_structure_posterior` and the keys the loop folds, the same particles and weights;
     a subject drawn from a sub-pool adds nothing to the root's own statistics."""
@@ -276,7 +275,7 @@ def test_cli_run_pool(tmp_path, capsys):
     argv = ["run", "pool", "--data", str(data), "--observation", "panel", "--root", "R"]
     argv += ["--designs", "passive,random,vbhc,negative-vbhc", "--repetitions", "2"]
     argv += ["--experiments", "24", "--samples", "2", "--seed", "4", "--out", str(out)]
-    argv += ["--particles", "8"]
+    argv += ["--panel-posterior", "sampled", "--particles", "8"]
     code = main([*argv, "--no-progress"])
     assert code == 0, capsys.readouterr().err
     for name in ("config.json", "truth.json", "metrics.csv", "results.json", "summary.md"):

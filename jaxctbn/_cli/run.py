@@ -165,9 +165,12 @@ def _cmd_run(args):
     panel = args.outcome == "panel" or args.target == "pool"
     if not panel and args.panel_posterior is not None:
         raise ValueError("--panel-posterior: only with --outcome panel (or run pool).")
-    if args.particles != 256 and (not panel or args.panel_posterior == "moment"):
+    sampled = args.panel_posterior == "sampled" or (
+        args.panel_posterior is None and args.target != "pool"
+    )
+    if args.particles != 256 and (not panel or not sampled):
         raise ValueError(
-            "--particles: only with --outcome panel (or run pool) and --panel-posterior sampled."
+            "--particles: only with --outcome panel and --panel-posterior sampled (or run pool)."
         )
     if args.target == "structure" and args.empirical_bayes and args.panel_posterior == "sampled":
         raise ValueError(
@@ -327,9 +330,9 @@ def _cmd_run_pool(args):
         out=args.out,
         progress=not args.no_progress,
         overwrite=args.overwrite,
-        panel_posterior=None
-        if args.panel_posterior == "moment"
-        else StructureParticleFilter(num_particles=args.particles),
+        panel_posterior=StructureParticleFilter(num_particles=args.particles)
+        if args.panel_posterior == "sampled"
+        else None,
     )
     print("\n".join(summary_table("pool", report["summary"], report["settings"])))
     print("\nVerdict (area under the learning curve, paired, 95% interval):")

@@ -21,16 +21,18 @@ option by a design criterion under the current posterior; the criteria assume ea
 whole path is seen, as the paper's, and score a particle filter's mixture through its
 moment-matched posterior).
 
-**How a subject is learnt from.** By default (`panel_posterior=`
-[`jaxctbn.panel.StructureParticleFilter`][]`()` of [`jaxctbn.experiments.run_pool`][]) the
-posterior learns from the drawn subject's panel itself: the structure particle filter draws the
-subject's hidden path given each particle's graph and rates and weights the particle by the
-subject's exact panel likelihood, so the posterior after the drawn subjects is exact in the
-limit of its particles and uses nothing but those subjects. A subject drawn from a sub-pool is
-an interventional experiment (the root clamped at $r$), so by the pooling rule (§4) the root's
-own transitions are not learnt from it; drawn from the full pool, all its nodes count.
+**How a subject is learnt from.** With `panel_posterior=`
+[`jaxctbn.panel.StructureParticleFilter`][]`()` ([`jaxctbn.experiments.run_pool`][], `run pool
+--panel-posterior sampled`) the posterior learns from the drawn subject's panel itself: the
+structure particle filter draws the subject's hidden path given each particle's graph and rates
+and weights the particle by the subject's exact panel likelihood, so the posterior after the
+drawn subjects is exact in the limit of its particles and uses nothing but those subjects. A
+subject drawn from a sub-pool is an interventional experiment (the root clamped at $r$), so by
+the pooling rule (§4) the root's own transitions are not learnt from it. Not yet the default:
+on real panels with long gaps (years between visits) a path draw can need more uniformisation
+times than the filter's `max_candidates` (an error names it; raise it).
 
-**The paper's approximation** (`panel_posterior=None`, `run pool --panel-posterior moment`):
+**The paper's approximation** (the default, `panel_posterior=None`; `run pool`):
 a subject's panel gives no counts, so the posterior is updated with the subject's **expected
 family statistics** $\mathsf E_m[M_n\mid Y]$, $\mathsf E_m[T_n\mid Y]$ under one fixed network
 $m$ learned from **all** the data ([`jaxctbn.panel.learn_structure_from_panels`][]),
@@ -422,9 +424,6 @@ def _metrics(posterior: StructurePosterior | StructureMixturePosterior, referenc
     )
 
 
-#: The pool experiment's default posterior: the structure particle filter over the drawn
-#: subjects' panels.
-DEFAULT_POOL_FAMILY = StructureParticleFilter()
 #: The key stream of the particle filter's update within a step.
 _UPDATE_STREAM = 0x7570
 
@@ -443,7 +442,7 @@ def run_pool(
     key: PRNGKeyArray,
     *,
     num_experiments: int,
-    panel_posterior: StructureParticleFilter | None = DEFAULT_POOL_FAMILY,
+    panel_posterior: StructureParticleFilter | None = None,
 ) -> PoolResult:
     r"""One repetition of the pool experiment: `num_experiments` times, the design picks an
     option, a subject is drawn uniformly from the option's remaining subjects (without
@@ -452,12 +451,12 @@ def run_pool(
     key gives the same result.
 
     `panel_posterior` (keyword-only): how a drawn subject updates the structure posterior. By
-    default a [`jaxctbn.panel.StructureParticleFilter`][] learns from the subject's panel itself
-    (exact in the limit of its particles; the posterior is then a
-    [`jaxctbn.StructureMixturePosterior`][], and the designs, which assume complete paths,
-    score its moment-matched posterior); `None` adds the subject's expected statistics under
-    the network learned from all the data (the paper's approximation: the posterior then
-    borrows that network's information and is overconfident where the visits are sparse)."""
+    default (`None`) the subject's expected statistics under the network learned from all the
+    data are added (the paper's approximation: the posterior then borrows that network's
+    information and is overconfident where the visits are sparse); a
+    [`jaxctbn.panel.StructureParticleFilter`][] learns from the subject's panel itself (exact in
+    the limit of its particles; the posterior is then a [`jaxctbn.StructureMixturePosterior`][],
+    and the designs, which assume complete paths, score its moment-matched posterior)."""
     if not 1 <= num_experiments <= pool.num_subjects:
         raise ValueError(
             f"num_experiments: must be in 1..{pool.num_subjects} (subjects are drawn without "
@@ -514,7 +513,7 @@ def run_pool_repetitions(
     keys: Key[Array, " repetitions"],
     *,
     num_experiments: int,
-    panel_posterior: StructureParticleFilter | None = DEFAULT_POOL_FAMILY,
+    panel_posterior: StructureParticleFilter | None = None,
 ) -> PoolResult:
     """[`jaxctbn.experiments.run_pool`][] vmapped over a batch of keys, as one compiled program."""
     return jax.vmap(
@@ -544,7 +543,7 @@ def run_pool_experiment(
     out: str | None = None,
     progress: bool = True,
     overwrite: bool = False,
-    panel_posterior: StructureParticleFilter | None = DEFAULT_POOL_FAMILY,
+    panel_posterior: StructureParticleFilter | None = None,
 ) -> dict:
     """Run every design for `repetitions` repetitions of `experiments` subjects (each
     repetition learning by `panel_posterior`, see [`jaxctbn.experiments.run_pool`][]) and return
