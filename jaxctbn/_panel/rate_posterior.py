@@ -38,7 +38,7 @@ from jaxtyping import Array, Bool, PRNGKeyArray
 from .._learning.conjugate import off_diagonal_entries, with_zero_diagonal
 from .._learning.gamma_mixture import ChainDiagnostics, GammaMixturePosterior
 from .._learning.posterior import RatePosterior
-from .._learning.resampling import systematic_indices
+from .._learning.resampling import reweighted_ancestors, systematic_indices
 from .._learning.structure_mixture import StructureChainDiagnostics
 from .._master_equation.dense_linalg import transition_matrices
 from .._master_equation.generator import amalgamate
@@ -418,19 +418,12 @@ class ParticleFilter(AbstractPanelRateFamily):
         alphas, betas, log_likelihood = jax.vmap(particle)(
             jnp.arange(P), jr.split(key_particles, P)
         )
-        log_weights = mixture.log_weights + log_likelihood
-        log_weights = log_weights - jax.nn.logsumexp(log_weights)
-        updated = eqx.tree_at(
-            lambda m: (m.alpha, m.beta, m.log_weights),
-            mixture,
-            (alphas, betas, log_weights),
+        index, log_weights = reweighted_ancestors(
+            key_resample, mixture.log_weights, log_likelihood, self.resample_below
         )
-        ess = updated.effective_sample_size()
-        resample = ess < self.resample_below * P
-        index = jnp.where(resample, systematic_indices(key_resample, log_weights, P), jnp.arange(P))
+        updated = eqx.tree_at(lambda m: (m.alpha, m.beta), mixture, (alphas, betas))
         out = _resampled(updated, index)
-        equal = jnp.full((P,), -math.log(P), log_weights.dtype)
-        return eqx.tree_at(lambda m: m.log_weights, out, jnp.where(resample, equal, log_weights))
+        return eqx.tree_at(lambda m: m.log_weights, out, log_weights)
 
 
 def _updated_by_sampled_paths(family, mixture, j, model, observations, emissions, key, gaps):

@@ -20,7 +20,6 @@ $p(G\mid Y)=\int p(G\mid S)\,p(S\mid Y)\,dS$ has no closed form.
 from __future__ import annotations
 
 import abc
-import math
 from typing import overload
 
 import equinox as eqx
@@ -29,7 +28,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Bool, PRNGKeyArray
 
-from .._learning.resampling import systematic_indices
+from .._learning.resampling import reweighted_ancestors, systematic_indices
 from .._learning.structure_mixture import StructureChainDiagnostics, StructureMixturePosterior
 from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
@@ -278,14 +277,11 @@ class StructureParticleFilter(AbstractPanelStructureFamily):
             return component.update(family), stats.log_likelihood.sum()
 
         components, log_likelihood = jax.vmap(particle)(jnp.arange(P), jr.split(key_particles, P))
-        log_weights = jax.nn.log_softmax(mixture.log_weights + log_likelihood)
-        updated = StructureMixturePosterior(components, log_weights)
-        resample = updated.effective_sample_size() < self.resample_below * P
-        index = jnp.where(resample, systematic_indices(key_resample, log_weights, P), jnp.arange(P))
-        equal = jnp.full((P,), -math.log(P), log_weights.dtype)
+        index, log_weights = reweighted_ancestors(
+            key_resample, mixture.log_weights, log_likelihood, self.resample_below
+        )
         return StructureMixturePosterior(
-            jax.tree_util.tree_map(lambda x: x[index], components),
-            jnp.where(resample, equal, log_weights),
+            jax.tree_util.tree_map(lambda x: x[index], components), log_weights
         )
 
 
