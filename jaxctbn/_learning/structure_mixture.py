@@ -36,7 +36,7 @@ from .chain_diagnostics import effective_sample_size, split_r_hat
 from .family_statistics import FamilyStatistics
 from .posterior import AbstractPosterior
 from .resampling import systematic_indices
-from .structure_posterior import StructurePosterior, _scores
+from .structure_posterior import StructurePosterior, _scores, most_probable_sets
 
 #: The most graphs [`StructureMixturePosterior.entropy`][jaxctbn.StructureMixturePosterior.entropy]
 #: enumerates; beyond, it returns the node-marginal upper bound.
@@ -206,12 +206,7 @@ class StructureMixturePosterior(AbstractPosterior):
         """Every component restricted to each node's `max_sets` most probable candidate sets
         under the mixture's node marginals (the same sets for every component; see
         [`jaxctbn.StructurePosterior.truncated`][]). Jittable."""
-        if not isinstance(max_sets, int) or isinstance(max_sets, bool) or max_sets < 1:
-            raise ValueError(f"max_sets: expected a positive integer, got {max_sets!r}.")
-        kept = [
-            jnp.sort(jax.lax.top_k(lp, min(max_sets, lp.shape[0]))[1])
-            for lp in self.log_posterior()
-        ]
+        kept = most_probable_sets(self.log_posterior(), max_sets)
         components = jax.vmap(lambda p: p.restricted(kept))(self.components)
         return StructureMixturePosterior(components, self.log_weights, None)
 
@@ -220,15 +215,16 @@ class StructureMixturePosterior(AbstractPosterior):
     ) -> Float[Array, " components"]:
         r"""$\ln p(c\mid G)=\ln w_c+\sum_n\ln p_c(\mathrm{par}(n)=G_n)-\ln p(G)$: which
         component a graph `indices` came from (normalised)."""
-        per_component = jax.vmap(lambda p: p.log_posterior())(self.components)
-        total = self.log_weights + sum(lp[:, indices[n]] for n, lp in enumerate(per_component))
-        return jax.nn.log_softmax(total)
+        return jax.nn.log_softmax(self._joint_log_weights(indices))
 
     def graph_log_probability(self, indices: Int[Array, " nodes"]) -> Float[Array, ""]:
         r"""$\ln p(G)=\ln\sum_cw_c\prod_np_c(\mathrm{par}(n)=G_n)$ of the graph `indices`."""
+        return jax.nn.logsumexp(self._joint_log_weights(indices))
+
+    def _joint_log_weights(self, indices: Int[Array, " nodes"]) -> Float[Array, " components"]:
+        r"""$\ln w_c+\sum_n\ln p_c(\mathrm{par}(n)=G_n)$ per component."""
         per_component = jax.vmap(lambda p: p.log_posterior())(self.components)
-        total = self.log_weights + sum(lp[:, indices[n]] for n, lp in enumerate(per_component))
-        return jax.nn.logsumexp(total)
+        return self.log_weights + sum(lp[:, indices[n]] for n, lp in enumerate(per_component))
 
     def component(self, c) -> StructurePosterior:
         """Component `c` as a [`jaxctbn.StructurePosterior`][]."""

@@ -186,13 +186,7 @@ class StructurePosterior(AbstractPosterior):
         their cost independent of $\binom{N-1}{\le k}$ (see [`jaxctbn.VBHC`][]'s `max_sets`).
         Jittable: the sets are chosen by `jax.lax.top_k` (ties keep the lower index) and kept in
         their original order."""
-        if not isinstance(max_sets, int) or isinstance(max_sets, bool) or max_sets < 1:
-            raise ValueError(f"max_sets: expected a positive integer, got {max_sets!r}.")
-        kept = [  # in their original order, so keeping every set changes nothing
-            jnp.sort(jax.lax.top_k(lp, min(max_sets, lp.shape[0]))[1])
-            for lp in self.log_posterior()
-        ]
-        return self.restricted(kept)
+        return self.restricted(most_probable_sets(self.log_posterior(), max_sets))
 
     def restricted(self, kept: Sequence[Int[Array, " _kept"]]) -> "StructurePosterior":
         """The posterior over the candidate sets `kept[n]` (indices into node $n$'s sets) only,
@@ -398,6 +392,15 @@ def _map_indices(posterior: StructurePosterior) -> Array:
 def _map_indices_and_rates(posterior: StructurePosterior) -> tuple[Array, PaddedCTBN]:
     indices = posterior.map_indices()
     return indices, posterior.mean_rates_given(indices)
+
+
+def most_probable_sets(log_posterior, max_sets: int) -> list[Int[Array, " _kept"]]:
+    """Per node, the indices of its `max_sets` most probable candidate sets under
+    `log_posterior` (all where it has fewer), in their original order so that keeping every set
+    changes nothing (ties keep the lower index). Jittable."""
+    if not isinstance(max_sets, int) or isinstance(max_sets, bool) or max_sets < 1:
+        raise ValueError(f"max_sets: expected a positive integer, got {max_sets!r}.")
+    return [jnp.sort(jax.lax.top_k(lp, min(max_sets, lp.shape[0]))[1]) for lp in log_posterior]
 
 
 def structure_log_prior(parent_sets, edge_prior=None) -> tuple[Array, ...]:
