@@ -486,7 +486,9 @@ def test_pool_on_ragged_panels_with_missing_values(seed, missing, one_visit, log
     np.testing.assert_array_equal(np.asarray(pool.membership), expected)
     keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.key(0), r))(jnp.arange(2))
     K = len(ids)
-    res = jc.experiments.run_pool_repetitions(pool, jc.RandomDesign(), keys, num_experiments=K)
+    res = jc.experiments.run_pool_repetitions(
+        pool, jc.RandomDesign(), keys, num_experiments=K, panel_posterior=None
+    )
     for r in range(2):
         subjects, options = np.asarray(res.subject[r]), np.asarray(res.option[r])
         assert sorted(subjects.tolist()) == list(range(K))

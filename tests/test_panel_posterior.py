@@ -111,6 +111,47 @@ def test_particle_filter_one_subject_at_a_time_against_importance_sampling():
         jc.panel.ParticleFilter(resample_below=2.0)
 
 
+def test_path_draws_grow_their_candidate_bound_outside_jit(monkeypatch):
+    # a bridge over a gap needs more uniformisation times than a bound of 1 (here 2): the eager verb
+    # doubles the bound and redoes the update, giving exactly the update of the first bound
+    # that suffices (the same keys; that bound's program, run again, gives the same numbers,
+    # and the bound of 1 raises an error naming max_candidates), for the rate and the
+    # structure filters alike
+    from jaxctbn._panel import path_statistics, rate_posterior, structure_posterior
+
+    paths = sample_trajectories_jit(
+        TRUTH, jnp.zeros((3, 1), jnp.int32), 0.25, key=jax.random.key(0), num_trajectories=3
+    )
+    observations = _panel(paths, np.array([0.0, 0.25]))
+    rate_prior = jc.RatePosterior.for_model(TRUTH, prior=jc.GammaPrior(2.0, 1.0))
+    structure_prior = jc.StructurePosterior.from_prior(
+        ("A",), (2,), max_parents=0, prior=jc.GammaPrior(2.0, 1.0)
+    )
+    ran = []
+
+    def recorded(run, family, *, traced=False):
+        out, grown = path_statistics.with_candidate_growth(run, family, traced=traced)
+        with pytest.raises(Exception, match="max_candidates: a sampled path needed more than 1 "):
+            jax.block_until_ready(run(family))
+        ran.append((grown, run(grown)))
+        return out, grown
+
+    monkeypatch.setattr(rate_posterior, "with_candidate_growth", recorded)
+    monkeypatch.setattr(structure_posterior, "with_candidate_growth", recorded)
+    cases = [
+        (rate_prior, jc.panel.ParticleFilter, panel_rate_posterior),
+        (structure_prior, jc.panel.StructureParticleFilter, jc.panel.panel_structure_posterior),
+    ]
+    for prior, filter_, verb in cases:
+        start = filter_(num_particles=8, max_candidates=1)
+        out = verb(prior, observations, family=start, key=jax.random.key(3))
+        grown, again = ran.pop()
+        assert type(grown) is filter_ and grown.max_candidates > 1
+        assert isinstance(out, jc.GammaMixturePosterior | jc.StructureMixturePosterior)
+        for a, b in zip(jax.tree_util.tree_leaves(out), jax.tree_util.tree_leaves(again)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_dense_visits_give_the_complete_path_posterior():
     R, horizon = 4, 3.0
     paths = sample_trajectories_jit(

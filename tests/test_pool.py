@@ -124,9 +124,10 @@ def test_designs_draw_from_their_pools_without_repeats(prepared, all_subjects_st
     design = jaxctbn.experiments.pool_design_from_name(name, num_samples=2)
     keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.key(1), r))(jnp.arange(2))
     K = pool.num_subjects  # (the criterion designs: in the CLI test)
-    # the paper's update (the default): each subject's expected statistics under the
-    # full-data network
-    res = jaxctbn.experiments.run_pool_repetitions(pool, design, keys, num_experiments=K)
+    # the paper's update: each subject's expected statistics under the full-data network
+    res = jaxctbn.experiments.run_pool_repetitions(
+        pool, design, keys, num_experiments=K, panel_posterior=None
+    )
     m = np.asarray(pool.membership)
     for r in range(2):
         subjects, options = np.asarray(res.subject[r]), np.asarray(res.option[r])
@@ -180,9 +181,9 @@ def test_same_key_same_result(prepared):
     pool, _ = prepared
     design = jaxctbn.experiments.pool_design_from_name("random")
     run = eqx.filter_jit(jaxctbn.experiments.run_pool)  # one program (eagerly: one per operation)
-    a = run(pool, design, jax.random.key(7), num_experiments=6)
-    b = run(pool, design, jax.random.key(7), num_experiments=6)
-    c = run(pool, design, jax.random.key(8), num_experiments=6)
+    a = run(pool, design, jax.random.key(7), num_experiments=6, panel_posterior=None)
+    b = run(pool, design, jax.random.key(7), num_experiments=6, panel_posterior=None)
+    c = run(pool, design, jax.random.key(8), num_experiments=6, panel_posterior=None)
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
         np.testing.assert_array_equal(x, y)
     assert not np.array_equal(a.subject, c.subject)
@@ -237,6 +238,42 @@ def test_particle_filter_pool_equals_a_replay(prepared):
         )
 
 
+def test_filter_bound_carries_across_chunks_and_resumes(prepared, tmp_path, monkeypatch):
+    """`run_pool_experiment` starts each chunk's particle filter from the bound on a bridge's
+    uniformisation times that the chunks before it grew to, records it per repetition, and a
+    resumed run starts from the recorded bounds: the same bounds and results (the growth
+    itself, a stand-in here that doubles every chunk, is checked in test_panel_posterior)."""
+    import dataclasses
+
+    from jaxctbn._experiments import pool as pool_module
+
+    pool, fit = prepared
+    tried = []
+
+    def doubling(run, family, *, traced=False):
+        tried.append(family.max_candidates)
+        out = run(dataclasses.replace(family, max_candidates=64))  # one program
+        return out, dataclasses.replace(family, max_candidates=2 * family.max_candidates)
+
+    monkeypatch.setattr(pool_module, "with_candidate_growth", doubling)
+    family = jaxctbn.panel.StructureParticleFilter(num_particles=8, max_candidates=1)
+    out = tmp_path / "run"
+    settings = dict(designs=["passive"], repetitions=3, experiments=2, chunk=1, out=str(out))
+    first = jaxctbn.experiments.run_pool_experiment(
+        pool, fit, **settings, progress=False, panel_posterior=family
+    )
+    assert tried == [1, 2, 4]
+    assert first["results"]["passive"]["max_candidates"].tolist() == [2, 4, 8]
+    os.remove(out / "chunks" / "passive" / "2-2.npz")
+    tried.clear()
+    again = jaxctbn.experiments.run_pool_experiment(
+        pool, fit, **settings, progress=False, panel_posterior=family
+    )
+    assert tried == [4]
+    for key, value in first["results"]["passive"].items():
+        np.testing.assert_array_equal(again["results"]["passive"][key], value)
+
+
 def test_bad_root(panel):
     _, obs, _ = panel
     with pytest.raises(ValueError, match="unknown node 'X'"):
@@ -275,7 +312,7 @@ def test_cli_run_pool(tmp_path, capsys):
     argv = ["run", "pool", "--data", str(data), "--observation", "panel", "--root", "R"]
     argv += ["--designs", "passive,random,vbhc,negative-vbhc", "--repetitions", "2"]
     argv += ["--experiments", "24", "--samples", "2", "--seed", "4", "--out", str(out)]
-    argv += ["--panel-posterior", "sampled", "--particles", "8"]
+    argv += ["--particles", "8"]  # the particle filter: run pool's default
     code = main([*argv, "--no-progress"])
     assert code == 0, capsys.readouterr().err
     for name in ("config.json", "truth.json", "metrics.csv", "results.json", "summary.md"):
@@ -298,7 +335,13 @@ def test_cli_run_pool(tmp_path, capsys):
     settings = json.loads((out / "config.json").read_text())
     assert settings["root"] == "R" and settings["full_data_graph"]["R"] == []
     assert settings["samples"] == 2 and settings["options"]["none"] == 24
-    assert settings["posterior"] == {"method": "particle-filter", "particles": 8}
+    assert settings["posterior"] == {
+        "method": "particle-filter",
+        "particles": 8,
+        "max_candidates": 64,
+    }
+    bounds = json.loads((out / "results.json").read_text())["designs"]["vbhc"]["max_candidates"]
+    assert len(bounds) == 2 and min(bounds) >= 64
     assert "| vbhc | AUROC" in (out / "summary.md").read_text()
     # a rerun loads the finished chunks: same results
     before = (out / "results.json").read_text()

@@ -468,9 +468,9 @@ def build_parser() -> argparse.ArgumentParser:
         "structure: a mixture of exact complete-data structure posteriors; exact as "
         "--particles grow) or moment (parameters: the moment-matched Gamma; structure: "
         "structural EM; fast, overconfident where visits are sparse; structure with "
-        "--empirical-bayes: always moment); run pool: moment (default) adds each drawn subject's "
-        "expected statistics under the network learned from all the data (the paper's), "
-        "sampled learns from its panel by the particle filter",
+        "--empirical-bayes: always moment); run pool: sampled (default) learns from each drawn "
+        "subject's panel by the particle filter, moment adds its expected statistics under the "
+        "network learned from all the data (the paper's; much faster)",
     )
     p.add_argument(
         "--particles",

@@ -165,9 +165,7 @@ def _cmd_run(args):
     panel = args.outcome == "panel" or args.target == "pool"
     if not panel and args.panel_posterior is not None:
         raise ValueError("--panel-posterior: only with --outcome panel (or run pool).")
-    sampled = args.panel_posterior == "sampled" or (
-        args.panel_posterior is None and args.target != "pool"
-    )
+    sampled = args.panel_posterior != "moment"
     if args.particles != 256 and (not panel or not sampled):
         raise ValueError(
             "--particles: only with --outcome panel and --panel-posterior sampled (or run pool)."
@@ -331,7 +329,7 @@ def _cmd_run_pool(args):
         progress=not args.no_progress,
         overwrite=args.overwrite,
         panel_posterior=StructureParticleFilter(num_particles=args.particles)
-        if args.panel_posterior == "sampled"
+        if args.panel_posterior != "moment"
         else None,
     )
     print("\n".join(summary_table("pool", report["summary"], report["settings"])))

@@ -175,6 +175,12 @@ def _write_outputs(target, report, truth, out, extra_columns=None):
                     if "observation_times" in res
                     else {}
                 ),
+                # the pool's particle filter: each repetition's bound on a bridge
+                **(
+                    {"max_candidates": np.asarray(res["max_candidates"]).tolist()}
+                    if "max_candidates" in res
+                    else {}
+                ),
                 **(
                     {
                         "rounds": np.asarray(res["rounds"]).tolist(),
@@ -286,6 +292,8 @@ def _chunk_layout(
     if target == "pool":  # subjects drawn from a pool: no simulated paths
         del layout["num_events"]
         layout["subjects"] = ((reps, experiments), "iu")
+        # the particle filter's bound on a bridge's uniformisation times (0: not used)
+        layout["max_candidates"] = ((reps,), "iu")
     return layout
 
 

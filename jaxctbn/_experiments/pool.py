@@ -21,18 +21,19 @@ option by a design criterion under the current posterior; the criteria assume ea
 whole path is seen, as the paper's, and score a particle filter's mixture through its
 moment-matched posterior).
 
-**How a subject is learnt from.** With `panel_posterior=`
-[`jaxctbn.panel.StructureParticleFilter`][]`()` ([`jaxctbn.experiments.run_pool`][], `run pool
---panel-posterior sampled`) the posterior learns from the drawn subject's panel itself: the
-structure particle filter draws the subject's hidden path given each particle's graph and rates
-and weights the particle by the subject's exact panel likelihood, so the posterior after the
-drawn subjects is exact in the limit of its particles and uses nothing but those subjects. A
-subject drawn from a sub-pool is an interventional experiment (the root clamped at $r$), so by
-the pooling rule (§4) the root's own transitions are not learnt from it. Not yet the default:
-on real panels with long gaps (years between visits) a path draw can need more uniformisation
-times than the filter's `max_candidates` (an error names it; raise it).
+**How a subject is learnt from** (the default, `panel_posterior=`
+[`jaxctbn.panel.StructureParticleFilter`][]`()`; `run pool`): the posterior learns from the
+drawn subject's panel itself. The structure particle filter draws the subject's hidden path
+given each particle's graph and rates and weights the particle by the subject's exact panel
+likelihood, so the posterior after the drawn subjects is exact in the limit of its particles
+and uses nothing but those subjects. A subject drawn from a sub-pool is an interventional
+experiment (the root clamped at $r$), so by the pooling rule (§4) the root's own transitions
+are not learnt from it. On real panels with long gaps (years between visits) a path draw can
+need more uniformisation times than the filter's `max_candidates`:
+[`jaxctbn.experiments.run_pool_experiment`][] (`run pool`) then redoes the chunk with the bound
+doubled.
 
-**The paper's approximation** (the default, `panel_posterior=None`; `run pool`):
+**The paper's approximation** (`panel_posterior=None`; `run pool --panel-posterior moment`):
 a subject's panel gives no counts, so the posterior is updated with the subject's **expected
 family statistics** $\mathsf E_m[M_n\mid Y]$, $\mathsf E_m[T_n\mid Y]$ under one fixed network
 $m$ learned from **all** the data ([`jaxctbn.panel.learn_structure_from_panels`][]),
@@ -41,6 +42,7 @@ therefore already carry information from the whole data set through $m$, and imp
 are treated as observed (overconfident where the visits are sparse); the experiment then
 measures how fast the *choice of subjects* recovers $m$'s graph, not an independent
 re-learning. The root's statistics of a subject drawn from a sub-pool are left out likewise.
+Much faster: no path draws.
 
 **Scoring.** [`jaxctbn.CriterionDesign`][] scores each option's intervention (none, or
 $\mathrm{do}(\text{root}=r)$) with [`jaxctbn.score_interventions`][] from the option's own
@@ -51,6 +53,7 @@ with common posterior draws for all options.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import time
@@ -78,6 +81,7 @@ from .._model.interventions import Intervention
 from .._panel.buckets import PanelBuckets, as_flat_buckets, per_trajectory_on_host
 from .._panel.inference import panel_expected_statistics
 from .._panel.observations import PanelObservations
+from .._panel.path_statistics import with_candidate_growth
 from .._panel.structure import (
     DENSE_SOLVER,
     PanelStructureFit,
@@ -424,6 +428,10 @@ def _metrics(posterior: StructurePosterior | StructureMixturePosterior, referenc
     )
 
 
+#: How a drawn subject updates the posterior by default: its own panel, by the structure
+#: particle filter (exact as its particles grow).
+DEFAULT_POOL_FILTER = StructureParticleFilter()
+
 #: The key stream of the particle filter's update within a step.
 _UPDATE_STREAM = 0x7570
 
@@ -442,7 +450,7 @@ def run_pool(
     key: PRNGKeyArray,
     *,
     num_experiments: int,
-    panel_posterior: StructureParticleFilter | None = None,
+    panel_posterior: StructureParticleFilter | None = DEFAULT_POOL_FILTER,
 ) -> PoolResult:
     r"""One repetition of the pool experiment: `num_experiments` times, the design picks an
     option, a subject is drawn uniformly from the option's remaining subjects (without
@@ -451,12 +459,15 @@ def run_pool(
     key gives the same result.
 
     `panel_posterior` (keyword-only): how a drawn subject updates the structure posterior. By
-    default (`None`) the subject's expected statistics under the network learned from all the
-    data are added (the paper's approximation: the posterior then borrows that network's
-    information and is overconfident where the visits are sparse); a
-    [`jaxctbn.panel.StructureParticleFilter`][] learns from the subject's panel itself (exact in
-    the limit of its particles; the posterior is then a [`jaxctbn.StructureMixturePosterior`][],
-    and the designs, which assume complete paths, score its moment-matched posterior)."""
+    default a [`jaxctbn.panel.StructureParticleFilter`][]`()` learns from the subject's panel
+    itself (exact in the limit of its particles; the posterior is then a
+    [`jaxctbn.StructureMixturePosterior`][], and the designs, which assume complete paths,
+    score its moment-matched posterior). `None`: the subject's expected statistics under the
+    network learned from all the data are added (the paper's approximation: the posterior then
+    borrows that network's information and is overconfident where the visits are sparse).
+    Under `jit` a path that needs more uniformisation times than the filter's
+    `max_candidates` raises an error naming it
+    ([`jaxctbn.experiments.run_pool_experiment`][] grows it instead)."""
     if not 1 <= num_experiments <= pool.num_subjects:
         raise ValueError(
             f"num_experiments: must be in 1..{pool.num_subjects} (subjects are drawn without "
@@ -513,7 +524,7 @@ def run_pool_repetitions(
     keys: Key[Array, " repetitions"],
     *,
     num_experiments: int,
-    panel_posterior: StructureParticleFilter | None = None,
+    panel_posterior: StructureParticleFilter | None = DEFAULT_POOL_FILTER,
 ) -> PoolResult:
     """[`jaxctbn.experiments.run_pool`][] vmapped over a batch of keys, as one compiled program."""
     return jax.vmap(
@@ -543,10 +554,13 @@ def run_pool_experiment(
     out: str | None = None,
     progress: bool = True,
     overwrite: bool = False,
-    panel_posterior: StructureParticleFilter | None = None,
+    panel_posterior: StructureParticleFilter | None = DEFAULT_POOL_FILTER,
 ) -> dict:
     """Run every design for `repetitions` repetitions of `experiments` subjects (each
-    repetition learning by `panel_posterior`, see [`jaxctbn.experiments.run_pool`][]) and return
+    repetition learning by `panel_posterior`, see [`jaxctbn.experiments.run_pool`][]; when a
+    chunk's paths need more uniformisation times than the filter's `max_candidates`, the chunk
+    is redone with it doubled, up to 1,024, and the chunks after it keep the grown bound, which
+    each chunk records) and return
     `{"settings", "results", "summary", "timing"}` like [`jaxctbn.experiments.run_experiment`][] (metrics
     `entropy`, `auroc`, `aupr`, each `(repetitions, experiments + 1)`; also
     `intervention_index` (the option), `subjects`). Repetition $r$ uses
@@ -577,7 +591,11 @@ def run_pool_experiment(
         "target": "pool",
         "posterior": {"method": "expected-statistics", "network": "full-data"}
         if panel_posterior is None
-        else {"method": "particle-filter", "particles": panel_posterior.num_particles},
+        else {
+            "method": "particle-filter",
+            "particles": panel_posterior.num_particles,
+            "max_candidates": panel_posterior.max_candidates,
+        },
         "designs": designs,
         "repetitions": repetitions,
         "experiments": experiments,
@@ -623,6 +641,9 @@ def run_pool_experiment(
         bar = tqdm(total=len(designs) * repetitions, desc="run pool", unit="rep")
     N, K = len(names), experiments
     results, timing = {}, {}
+    # the filter's bound on one bridge's uniformisation times, doubled when a chunk's paths
+    # need more and kept for the chunks after it (each chunk file records the bound it ran with)
+    bound = 0 if panel_posterior is None else panel_posterior.max_candidates
     for design_name in designs:
         design = pool_design_from_name(design_name, num_samples=samples)
         parts, seconds, chunk_seconds = [], 0.0, []
@@ -633,17 +654,27 @@ def run_pool_experiment(
                 path = os.path.join(chunk_dir, design_name, f"{start}-{stop - 1}.npz")
                 loaded = _load_chunk(path, "pool", stop - start, K, N)
                 if loaded is not None:
+                    bound = max(bound, int(loaded["max_candidates"].max()))
                     parts.append(loaded)
                     if bar is not None:
                         bar.update(stop - start)
                     continue
             keys = jax.vmap(lambda r: jr.fold_in(base, r))(jnp.arange(start, stop))
             t0 = time.perf_counter()
-            res = jax.device_get(
-                run_pool_repetitions(
-                    pool, design, keys, num_experiments=K, panel_posterior=panel_posterior
+
+            def run_chunk(family, design=design, keys=keys):
+                return jax.device_get(
+                    run_pool_repetitions(
+                        pool, design, keys, num_experiments=K, panel_posterior=family
+                    )
                 )
-            )
+
+            if panel_posterior is None:
+                res = run_chunk(None)
+            else:  # from the largest bound of the chunks before it: the same when resumed
+                family = dataclasses.replace(panel_posterior, max_candidates=bound)
+                res, used = with_candidate_growth(run_chunk, family)
+                bound = used.max_candidates
             chunk_seconds.append(time.perf_counter() - t0)
             seconds += chunk_seconds[-1]
             option = np.asarray(res.option)
@@ -656,6 +687,7 @@ def run_pool_experiment(
                 "states": np.asarray(pool.candidates.states)[option],
                 "initial_states": np.asarray(pool.initial_states)[option],
                 "subjects": np.asarray(res.subject),
+                "max_candidates": np.full(stop - start, bound),
                 "errors": np.full(stop - start, "", dtype="U1"),
             }
             if path is not None:

@@ -226,18 +226,12 @@ def _filter(
     scales from each observation to the next (time-varying covariates): the interval ending
     at observation $i$ runs on the generator with the rates times `interval_scales[n][i - 1]`
     (the returned generator is then that of no scales)."""
-    intervention = observations.intervention
-    if intervention is not None:
-        intervention = intervention.checked(model)
-        model = intervention.apply(model).checked("cims under the intervention")
+    model, intervention = _under_intervention(model, observations)
     gen = amalgamate(model)
     cards = model.cardinalities
     dtype = matrices[0].dtype
     S = model.num_global_states
-    num_slots = observations.times.shape[-1]
-    valid = jnp.arange(num_slots) < observations.num_observations
-    last = observations.times[observations.num_observations - 1].astype(dtype)
-    times = jnp.where(valid, observations.times.astype(dtype), last)
+    times, valid = _padded_times(observations, dtype)
     exact = observations.exact_entry & valid
     y = jnp.where(valid[:, None], observations.states, -1)
     identity = tuple(jnp.eye(k, dtype=dtype) for k in cards)
@@ -292,6 +286,25 @@ def _filter(
         log_norms=jnp.where(valid, jnp.log(norms), 0),
         inside=inside,
     )
+
+
+def _under_intervention(model: AbstractCTBN, observations: PanelObservations):
+    """`(model, intervention)`: the model under one trajectory's intervention (checked), or as
+    it is when the trajectory has none."""
+    intervention = observations.intervention
+    if intervention is not None:
+        intervention = intervention.checked(model)
+        model = intervention.apply(model).checked("cims under the intervention")
+    return model, intervention
+
+
+def _padded_times(observations: PanelObservations, dtype) -> tuple[Array, Array]:
+    """`(times, valid)` of one trajectory: the observation times with the padding slots at the
+    last observation's time, and which slots are observations."""
+    num_slots = observations.times.shape[-1]
+    valid = jnp.arange(num_slots) < observations.num_observations
+    last = observations.times[observations.num_observations - 1].astype(dtype)
+    return jnp.where(valid, observations.times.astype(dtype), last), valid
 
 
 def _filtered_log_likelihood(filtered: _Smoothed, p0: Array | None) -> tuple[Array, Array]:

@@ -19,10 +19,16 @@ returned in the container of the smoothed statistics
 ([`jaxctbn.panel.PanelExpectedStatistics`][]: one sampled path each instead of an expectation),
 so that they project onto node statistics the same way. A bridge that needs more candidate
 times than `max_candidates` raises (`eqx.error_if`, naming the setting) rather than returning
-a cut path.
+a cut path; the eager verbs that draw paths redo the draw with the bound doubled
+(`with_candidate_growth`, up to
+`MAX_CANDIDATES_LIMIT`), so it needs no tuning outside `jit`.
 """
 
 from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TypeVar
 
 import equinox as eqx
 import jax
@@ -31,8 +37,10 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, PRNGKeyArray
 
-from .._master_equation.generator import shift_indices
-from .._master_equation.solvers import AbstractMasterEquationSolver
+from .._errors import error_message
+from .._master_equation.dense_linalg import transition_matrices
+from .._master_equation.generator import amalgamate, shift_indices
+from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
 from .._model.ctbn import AbstractCTBN
 from .bridges import bridge, draw_index, uniformisation_rate
 from .inference import (
@@ -40,10 +48,44 @@ from .inference import (
     _check_possible,
     _filter,
     _filtered_log_likelihood,
+    _padded_times,
     _safe,
     _setup,
+    _under_intervention,
 )
 from .observations import Emissions, PanelObservations
+
+#: the largest bound on one bridge's uniformisation times that the eager verbs grow to: a path
+#: that needs more has rates far beyond the gaps' scale (e.g. a rate prior in another time unit)
+MAX_CANDIDATES_LIMIT = 1024
+
+_Family = TypeVar("_Family", bound=eqx.Module)
+_Out = TypeVar("_Out")
+
+_OVERFLOW = "max_candidates:"
+
+
+def with_candidate_growth(
+    run: Callable[[_Family], _Out], family: _Family, *, traced: bool = False
+) -> tuple[_Out, _Family]:
+    """`(run(family), family)`, waited for; when a bridge needed more uniformisation times than
+    the family's `max_candidates` (the error of [`jaxctbn.internal.sample_path_statistics`][]),
+    run again with it doubled, up to `MAX_CANDIDATES_LIMIT` (then the error stands), and return
+    the family that ran. The same arguments give the same result (each size draws from the same
+    keys). Under a trace (`traced`) the error surfaces only when the caller's program runs:
+    `run(family)` as is."""
+    if traced:
+        return run(family), family
+    while True:
+        try:
+            return jax.block_until_ready(run(family)), family
+        except (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError) as error:
+            size = family.max_candidates  # pyright: ignore[reportAttributeAccessIssue]
+            if not error_message(error).startswith(_OVERFLOW) or size >= MAX_CANDIDATES_LIMIT:
+                raise
+            family = dataclasses.replace(  # pyright: ignore[reportArgumentType]
+                family, max_candidates=min(2 * size, MAX_CANDIDATES_LIMIT)
+            )
 
 
 def _shift_of(cardinalities: tuple[int, ...]) -> np.ndarray:
@@ -62,7 +104,14 @@ def _trajectory_statistics(
 ):
     r"""One trajectory: `(bad, log-likelihood, dwell (S,), transitions (J, S), overflow)`.
     `propagators`: `None`, or `(table, index)` as in the filter (interval `i`'s $e^{\Delta W}$
-    is `table[index[i]]`)."""
+    is `table[index[i]]`). With the dense exponential and no shared table, each interval's
+    $e^{\Delta W}$ is computed once (a batch) for both the filter and the backward draws."""
+    if propagators is None and isinstance(solver, MatrixExponential):
+        under, _ = _under_intervention(model, obs)
+        times, valid = _padded_times(obs, matrices[0].dtype)
+        steps = _safe(jnp.diff(times), valid[1:])
+        table = transition_matrices(steps[:, None, None] * amalgamate(under).dense())
+        propagators = (table, jnp.arange(steps.shape[0]))
     gen, filtered = _filter(model, obs, matrices, None, solver, propagators)
     bad, log_likelihood = _filtered_log_likelihood(filtered, None)
     W = gen.dense()
@@ -162,7 +211,8 @@ def sample_path_statistics(
         dwell,
         jnp.any(overflow),
         f"max_candidates: a sampled path needed more than {max_candidates} uniformisation "
-        "times in one interval between visits (fast rates or long gaps); raise it.",
+        "times in one interval between visits (fast rates or long gaps: check that the rate "
+        "prior is in the data's time unit); raise it.",
     )
     out = PanelExpectedStatistics(
         dwell_times=dwell, transitions=transitions, log_likelihood=log_likelihood, model=model

@@ -56,7 +56,7 @@ from .inference import (
     panel_expected_statistics,
 )
 from .observations import Emissions, PanelObservations
-from .path_statistics import sample_path_statistics
+from .path_statistics import sample_path_statistics, with_candidate_growth
 
 # panel gaps are long relative to the rates: the dense exponential has no limit on a gap
 DENSE_SOLVER = MatrixExponential()
@@ -219,8 +219,7 @@ class SampledGammaMixture(AbstractPanelRateFamily):
     data.)
 
     Chains start from independent draws of the moment-matched posterior
-    ([`jaxctbn.panel.MomentMatchedGamma`][], `start_iterations` steps). `max_candidates` bounds
-    the uniformisation times of one bridge (an error names it when a path needs more); `solver`
+    ([`jaxctbn.panel.MomentMatchedGamma`][], `start_iterations` steps). `max_candidates` bounds one bridge's uniformisation times at first: called eagerly, the verb redoes the update with it doubled when a path needs more (up to 1,024; under `jit` an error names it); `solver`
     propagates the filter (default: the dense matrix exponential). All chains run in one
     program (`vmap`); the verb warns on the host when the largest split $\hat R$ exceeds
     `max_r_hat`, the smallest effective sample size falls below `min_ess`, or a transition
@@ -373,7 +372,7 @@ class ParticleFilter(AbstractPanelRateFamily):
     degeneracy over one update grows with the information in $Y_k$: meant for one experiment
     at a time (use [`jaxctbn.panel.SampledGammaMixture`][] for a whole data set).
 
-    `max_candidates` bounds one bridge's uniformisation times (an error names it);
+    `max_candidates` bounds one bridge's uniformisation times at first: called eagerly, the verb redoes the update with it doubled when a path needs more (up to 1,024; under `jit` an error names it);
     `solver` propagates the filter (default: the dense matrix exponential). A prior that is a
     mixture of another number of components is first resampled to `num_particles`."""
 
@@ -678,7 +677,15 @@ def panel_rate_posterior(
     # equal gaps share one transition matrix (host-side grouping; not with interventions,
     # whose generators differ per trajectory, nor for traced observations)
     gaps = gap_groups(observations) if observations.intervention is None else None
-    out = _posterior(family, posterior, observations, emissions, key, gaps)
+
+    def run(family):
+        return _posterior(family, posterior, observations, emissions, key, gaps)
+
+    if isinstance(family, SampledGammaMixture | ParticleFilter):
+        traced = not is_concrete(*jax.tree_util.tree_leaves((posterior, observations, key)))
+        out, _ = with_candidate_growth(run, family, traced=traced)
+    else:
+        out = run(family)
     if isinstance(out, GammaMixturePosterior) and isinstance(family, SampledGammaMixture):
         warn_unconverged(out.diagnostics, family)
     return out

@@ -32,9 +32,11 @@ from .._learning.resampling import reweighted_ancestors, systematic_indices
 from .._learning.structure_mixture import StructureChainDiagnostics, StructureMixturePosterior
 from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
+from .._model.interventions import is_concrete
 from .buckets import PanelBuckets
 from .inference import GapGroups, gap_groups, panel_expected_statistics
 from .observations import Emissions, PanelObservations
+from .path_statistics import with_candidate_growth
 from .rate_posterior import (
     _sampled_statistics,
     check_integer_fields,
@@ -127,8 +129,7 @@ class SampledStructure(AbstractPanelStructureFamily):
 
     Chains start from independent draws of the structural-EM posterior
     ([`jaxctbn.panel.StructuralEM`][], `start_iterations` steps): a graph, then its rates.
-    `max_candidates` bounds the uniformisation times of one bridge (an error names it when a
-    path needs more); `solver` propagates the filter (default: the dense matrix exponential).
+    `max_candidates` bounds one bridge's uniformisation times at first: called eagerly, the verb redoes the update with it doubled when a path needs more (up to 1,024; under `jit` an error names it); `solver` propagates the filter (default: the dense matrix exponential).
     The verb warns on the host when the largest split $\hat R$ of the Rao-Blackwellised edge
     marginals exceeds `max_r_hat` or their smallest effective sample size falls below
     `min_ess`, naming the setting to raise."""
@@ -230,7 +231,7 @@ class StructureParticleFilter(AbstractPanelStructureFamily):
     (use [`jaxctbn.panel.SampledStructure`][] for a whole data set). Node $n$ learns only from
     the trajectories in which it is not perfectly intervened on.
 
-    `max_candidates` bounds one bridge's uniformisation times (an error names it); `solver`
+    `max_candidates` bounds one bridge's uniformisation times at first: called eagerly, the verb redoes the update with it doubled when a path needs more (up to 1,024; under `jit` an error names it); `solver`
     propagates the filter (default: the dense matrix exponential). A prior that is a mixture of
     another number of components is first resampled to `num_particles`."""
 
@@ -387,7 +388,15 @@ def panel_structure_posterior(
     # equal gaps share one transition matrix in the path draws (host-side grouping; not with
     # interventions, whose generators differ per trajectory, nor for traced observations)
     gaps = gap_groups(observations) if observations.intervention is None else None
-    out = _posterior(family, posterior, observations, emissions, key, targets, gaps)
+
+    def run(family):
+        return _posterior(family, posterior, observations, emissions, key, targets, gaps)
+
+    if isinstance(family, SampledStructure | StructureParticleFilter):
+        traced = not is_concrete(*jax.tree_util.tree_leaves((posterior, observations, key)))
+        out, _ = with_candidate_growth(run, family, traced=traced)
+    else:
+        out = run(family)
     if isinstance(out, StructureMixturePosterior) and isinstance(family, SampledStructure):
         warn_unconverged(out.diagnostics, family)
     return out
