@@ -184,6 +184,8 @@ def test_multi_chain_diagnostics_of_autoregressive_traces():
         jc.internal.split_r_hat(jnp.zeros((2, 3)))
 
 
+# the sampled posterior against the exact one: test_sampled_posterior_matches_the_exact_posterior
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:panel rate posterior")
 def test_structural_zeros_and_exact_entry_against_importance_sampling():
     # an illness-death node (0 <-> 1, both -> absorbing 2; 2 -> anything a structural zero),
@@ -329,6 +331,41 @@ def test_parameter_criteria_under_a_mixture_against_independent_routes():
         mixture, space, init, tau, criterion=jc.BHC(), key=jax.random.key(6), num_samples=20
     )
     assert scores.shape == (space.targets.shape[0],) and np.all(np.isfinite(scores))
+    with pytest.raises(ValueError, match="varies a Gamma per rate around a RatePosterior"):
+        jc.score_interventions(
+            mixture,
+            space,
+            init,
+            tau,
+            criterion=jc.VBHC(optimiser=jc.Adam(steps=2)),
+            key=jax.random.key(6),
+            num_samples=4,
+        )
+
+
+# the panel criteria under a mixture in the loop: test_panel_posterior's
+# test_loop_with_panel_outcomes_equals_a_replay (the particle filter's mixture)
+@pytest.mark.slow
+def test_panel_parameter_criteria_under_a_mixture():
+    truth = jc.CTBN(
+        cims=[
+            jnp.array([[[-1.0, 1.0], [2.0, -2.0]]]),
+            jnp.array([[[-1.0, 1.0], [1.0, -1.0]], [[-3.0, 3.0], [0.5, -0.5]]]),
+        ],
+        parents=[(), (0,)],
+        names=("A", "B"),
+    )
+    gamma = jc.RatePosterior.for_model(truth, prior=PRIOR)
+    init, tau = jnp.array([0, 0]), 2.0
+    mixture = jc.GammaMixturePosterior(
+        alpha=tuple(jnp.stack([a, 3 * a]) for a in gamma.alpha),
+        beta=tuple(jnp.stack([b, 0.5 * b]) for b in gamma.beta),
+        log_weights=jnp.log(jnp.array([0.3, 0.7])),
+        names=gamma.names,
+        cardinalities=gamma.cardinalities,
+        parents=gamma.parents,
+    )
+    space = jc.intervention_space(truth.cardinalities)
     # with panel outcomes the VBHC's family is the Gammas and the mixture itself: never above
     # the BHC of the same draws, below it where a Gamma fits better than the mixture's spread
     panel = jc.criteria.Panel(jnp.array([1.0, 2.0]))
@@ -358,13 +395,3 @@ def test_parameter_criteria_under_a_mixture_against_independent_routes():
         num_samples=4,
     )
     assert np.all(chosen.scores >= chosen.equally_spaced_scores - 1e-12)
-    with pytest.raises(ValueError, match="varies a Gamma per rate around a RatePosterior"):
-        jc.score_interventions(
-            mixture,
-            space,
-            init,
-            tau,
-            criterion=jc.VBHC(optimiser=jc.Adam(steps=2)),
-            key=jax.random.key(6),
-            num_samples=4,
-        )
