@@ -261,6 +261,29 @@ def test_structural_zeros_and_exact_entry_against_importance_sampling():
     np.testing.assert_allclose(got_sd, exact_sd, rtol=0.12)
 
 
+def _two_node_mixture():
+    """A two-node network A -> B, its prior Gamma posterior and a two-component mixture of
+    Gammas around it (the criteria tests' posteriors)."""
+    truth = jc.CTBN(
+        cims=[
+            jnp.array([[[-1.0, 1.0], [2.0, -2.0]]]),
+            jnp.array([[[-1.0, 1.0], [1.0, -1.0]], [[-3.0, 3.0], [0.5, -0.5]]]),
+        ],
+        parents=[(), (0,)],
+        names=("A", "B"),
+    )
+    gamma = jc.RatePosterior.for_model(truth, prior=PRIOR)
+    mixture = jc.GammaMixturePosterior(
+        alpha=tuple(jnp.stack([a, 3 * a]) for a in gamma.alpha),
+        beta=tuple(jnp.stack([b, 0.5 * b]) for b in gamma.beta),
+        log_weights=jnp.log(jnp.array([0.3, 0.7])),
+        names=gamma.names,
+        cardinalities=gamma.cardinalities,
+        parents=gamma.parents,
+    )
+    return truth, gamma, mixture
+
+
 def test_parameter_criteria_under_a_mixture_against_independent_routes():
     # the criteria read a rate posterior only through E[ln L], E[L], the marginal likelihood of
     # statistics and draws, so they score a mixture of Gammas: a one-component mixture gives
@@ -278,29 +301,13 @@ def test_parameter_criteria_under_a_mixture_against_independent_routes():
         posterior_draws,
     )
 
-    truth = jc.CTBN(
-        cims=[
-            jnp.array([[[-1.0, 1.0], [2.0, -2.0]]]),
-            jnp.array([[[-1.0, 1.0], [1.0, -1.0]], [[-3.0, 3.0], [0.5, -0.5]]]),
-        ],
-        parents=[(), (0,)],
-        names=("A", "B"),
-    )
-    gamma = jc.RatePosterior.for_model(truth, prior=PRIOR)
+    truth, gamma, mixture = _two_node_mixture()
     init, tau = jnp.array([0, 0]), 2.0
     stats = design_statistics(gamma, posterior_draws(gamma, jax.random.key(0), 50), init, tau)
     one = jc.GammaMixturePosterior.from_gamma(gamma)
     np.testing.assert_allclose(parameter_bhc(one, stats), parameter_bhc(gamma, stats), rtol=1e-12)
     np.testing.assert_allclose(
         parameter_vbhc_minimum(one, stats), parameter_vbhc_minimum(gamma, stats), rtol=1e-12
-    )
-    mixture = jc.GammaMixturePosterior(
-        alpha=tuple(jnp.stack([a, 3 * a]) for a in gamma.alpha),
-        beta=tuple(jnp.stack([b, 0.5 * b]) for b in gamma.beta),
-        log_weights=jnp.log(jnp.array([0.3, 0.7])),
-        names=gamma.names,
-        cardinalities=gamma.cardinalities,
-        parents=gamma.parents,
     )
     N = 1000
     draws = posterior_draws(mixture, jax.random.key(1), N)
@@ -347,24 +354,8 @@ def test_parameter_criteria_under_a_mixture_against_independent_routes():
 # test_loop_with_panel_outcomes_equals_a_replay (the particle filter's mixture)
 @pytest.mark.slow
 def test_panel_parameter_criteria_under_a_mixture():
-    truth = jc.CTBN(
-        cims=[
-            jnp.array([[[-1.0, 1.0], [2.0, -2.0]]]),
-            jnp.array([[[-1.0, 1.0], [1.0, -1.0]], [[-3.0, 3.0], [0.5, -0.5]]]),
-        ],
-        parents=[(), (0,)],
-        names=("A", "B"),
-    )
-    gamma = jc.RatePosterior.for_model(truth, prior=PRIOR)
+    truth, gamma, mixture = _two_node_mixture()
     init, tau = jnp.array([0, 0]), 2.0
-    mixture = jc.GammaMixturePosterior(
-        alpha=tuple(jnp.stack([a, 3 * a]) for a in gamma.alpha),
-        beta=tuple(jnp.stack([b, 0.5 * b]) for b in gamma.beta),
-        log_weights=jnp.log(jnp.array([0.3, 0.7])),
-        names=gamma.names,
-        cardinalities=gamma.cardinalities,
-        parents=gamma.parents,
-    )
     space = jc.intervention_space(truth.cardinalities)
     # with panel outcomes the VBHC's family is the Gammas and the mixture itself: never above
     # the BHC of the same draws, below it where a Gamma fits better than the mixture's spread
