@@ -129,8 +129,8 @@ def test_path_draws_grow_their_candidate_bound_outside_jit(monkeypatch):
     )
     ran = []
 
-    def recorded(run, family, *, traced=False):
-        out, grown = path_statistics.with_candidate_growth(run, family, traced=traced)
+    def recorded(run, family, *, inputs=None):
+        out, grown = path_statistics.with_candidate_growth(run, family, inputs=inputs)
         with pytest.raises(Exception, match="max_candidates: a sampled path needed more than 1 "):
             jax.block_until_ready(run(family))
         ran.append((grown, run(grown)))

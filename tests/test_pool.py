@@ -250,7 +250,7 @@ def test_filter_bound_carries_across_chunks_and_resumes(prepared, tmp_path, monk
     pool, fit = prepared
     tried = []
 
-    def doubling(run, family, *, traced=False):
+    def doubling(run, family, *, inputs=None):
         tried.append(family.max_candidates)
         out = run(dataclasses.replace(family, max_candidates=64))  # one program
         return out, dataclasses.replace(family, max_candidates=2 * family.max_candidates)

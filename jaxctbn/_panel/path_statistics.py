@@ -42,6 +42,7 @@ from .._master_equation.dense_linalg import transition_matrices
 from .._master_equation.generator import amalgamate, shift_indices
 from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
 from .._model.ctbn import AbstractCTBN
+from .._model.interventions import is_concrete
 from .bridges import bridge, draw_index, uniformisation_rate
 from .inference import (
     PanelExpectedStatistics,
@@ -66,15 +67,16 @@ _OVERFLOW = "max_candidates:"
 
 
 def with_candidate_growth(
-    run: Callable[[_Family], _Out], family: _Family, *, traced: bool = False
+    run: Callable[[_Family], _Out], family: _Family, *, inputs: object = None
 ) -> tuple[_Out, _Family]:
     """`(run(family), family)`, waited for; when a bridge needed more uniformisation times than
     the family's `max_candidates` (the error of [`jaxctbn.internal.sample_path_statistics`][]),
     run again with it doubled, up to `MAX_CANDIDATES_LIMIT` (then the error stands), and return
     the family that ran. The same arguments give the same result (each size draws from the same
-    keys). Under a trace (`traced`) the error surfaces only when the caller's program runs:
+    keys). When `inputs` (the arrays `run` reads) are traced, the error surfaces only when the
+    caller's program runs:
     `run(family)` as is."""
-    if traced:
+    if not is_concrete(*jax.tree_util.tree_leaves(inputs)):
         return run(family), family
     while True:
         try:

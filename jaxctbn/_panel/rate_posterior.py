@@ -682,8 +682,7 @@ def panel_rate_posterior(
         return _posterior(family, posterior, observations, emissions, key, gaps)
 
     if isinstance(family, SampledGammaMixture | ParticleFilter):
-        traced = not is_concrete(*jax.tree_util.tree_leaves((posterior, observations, key)))
-        out, _ = with_candidate_growth(run, family, traced=traced)
+        out, _ = with_candidate_growth(run, family, inputs=(posterior, observations, key))
     else:
         out = run(family)
     if isinstance(out, GammaMixturePosterior) and isinstance(family, SampledGammaMixture):

@@ -32,7 +32,6 @@ from .._learning.resampling import reweighted_ancestors, systematic_indices
 from .._learning.structure_mixture import StructureChainDiagnostics, StructureMixturePosterior
 from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
-from .._model.interventions import is_concrete
 from .buckets import PanelBuckets
 from .inference import GapGroups, gap_groups, panel_expected_statistics
 from .observations import Emissions, PanelObservations
@@ -393,8 +392,7 @@ def panel_structure_posterior(
         return _posterior(family, posterior, observations, emissions, key, targets, gaps)
 
     if isinstance(family, SampledStructure | StructureParticleFilter):
-        traced = not is_concrete(*jax.tree_util.tree_leaves((posterior, observations, key)))
-        out, _ = with_candidate_growth(run, family, traced=traced)
+        out, _ = with_candidate_growth(run, family, inputs=(posterior, observations, key))
     else:
         out = run(family)
     if isinstance(out, StructureMixturePosterior) and isinstance(family, SampledStructure):
