@@ -68,7 +68,7 @@ def old_module():
     ).stdout
     # the flat modules of then, at their places of now
     moved = {
-        "_batching": "_criteria.batching",
+        "_batching": "_batching",
         "_interventions": "_model.interventions",
         "_kl_estimators": "_criteria.kl_estimators",
         "_layout": "_model.layout",

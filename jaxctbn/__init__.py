@@ -69,10 +69,10 @@ from ._learning.strength import StrengthPosterior as StrengthPosterior
 from ._learning.strength import learn_strength as learn_strength
 
 # design criteria
-from ._criteria.batching import AbstractBatching as AbstractBatching
-from ._criteria.batching import Chunked as Chunked
-from ._criteria.batching import Sharded as Sharded
-from ._criteria.batching import Vmap as Vmap
+from ._batching import AbstractBatching as AbstractBatching
+from ._batching import Chunked as Chunked
+from ._batching import Sharded as Sharded
+from ._batching import Vmap as Vmap
 from ._criteria.kl_estimators import AbstractKLEstimator as AbstractKLEstimator
 from ._criteria.kl_estimators import MonteCarlo as MonteCarlo
 from ._criteria.kl_estimators import PlugIn as PlugIn

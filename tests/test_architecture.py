@@ -22,7 +22,7 @@ LAYERS = (
 )
 #: Everything else at the top of the package: the public surface, cross-cutting single modules,
 #: the shipped data.
-TOP_LEVEL = {"__init__.py", "py.typed", "data", "_errors.py", "_files.py"}
+TOP_LEVEL = {"__init__.py", "py.typed", "data", "_batching.py", "_errors.py", "_files.py"}
 #: The public namespaces beside the top level (`jaxctbn.panel`, ...): re-exports only.
 NAMESPACES = ("panel", "criteria", "experiments", "internal")
 

@@ -13,9 +13,11 @@ import scipy.linalg
 from helpers import brute_force_generator
 
 import jaxctbn as jc
+from jaxctbn._master_equation import dense_linalg
 from jaxctbn._master_equation.dense_linalg import (
     expm,
     expm_batched,
+    gap_transition_matrices,
     matmul,
     matrix_vector,
     short_sum,
@@ -184,6 +186,64 @@ def test_batched_expm_and_its_gradient_match_scipy(n):
         E = rng.normal(size=a.shape)
         directional = np.sum(g * scipy.linalg.expm_frechet(a, E, compute_expm=False))
         np.testing.assert_allclose(np.sum(gbar * E), directional, rtol=1e-8)
+
+
+@pytest.mark.parametrize("n", [4, 9])
+def test_gap_tables_by_the_shared_series_match_scipy(n):
+    """`gap_transition_matrices` over many gaps: the uniformisation series over shared powers
+    (every gap within its mean-jump bound) and the per-gap exponentials (one gap beyond it)
+    against scipy's `expm`; the derivatives in the generator against scipy's Frechet derivative
+    and in the gaps against $WP_k$, under `jit`; second derivatives (reverse over reverse, as
+    the observed information of a fit takes them) against central differences of the first."""
+    from scipy.stats import poisson
+
+    # the bound: Poisson(_SERIES_MAX_MEAN) leaves less than 1e-17 beyond the series' terms
+    assert poisson.sf(dense_linalg._SERIES_TERMS - 1, dense_linalg._SERIES_MAX_MEAN) < 1e-17
+    rng = np.random.default_rng(n)
+    W = _generators(n, [1.0], rng)[0]
+    rate = np.max(-np.diag(W))
+    covered = np.concatenate([[0.0], rng.uniform(0, dense_linalg._SERIES_MAX_MEAN / rate, 11)])
+    beyond = covered.copy()
+    beyond[3] = 3 * dense_linalg._SERIES_MAX_MEAN / rate
+    G = rng.normal(size=(covered.size, n, n))
+    E = rng.normal(size=(n, n))
+    assert bool(dense_linalg._series_covers(jnp.asarray(W), jnp.asarray(covered)))
+    assert not bool(dense_linalg._series_covers(jnp.asarray(W), jnp.asarray(beyond)))
+
+    @jax.jit
+    def values_and_gradients(W, gaps):
+        def loss(W, gaps):
+            return jnp.sum(jnp.asarray(G) * gap_transition_matrices(W, gaps))
+
+        d_W, d_gaps = jax.grad(loss, argnums=(0, 1))(W, gaps)
+        # d/dt of <grad, E> at W + tE: a reverse-over-reverse directional second derivative
+        second = jax.grad(lambda t: jnp.sum(jax.grad(loss)(W + t * E, gaps) * E))(0.0)
+        return gap_transition_matrices(W, gaps), d_W, d_gaps, second
+
+    for gaps in (covered, beyond):
+        with jax.debug_nans(False):
+            P, d_W, d_gaps, second = (
+                np.asarray(a) for a in values_and_gradients(jnp.asarray(W), jnp.asarray(gaps))
+            )
+        for h, p, g, dg in zip(gaps, P, G, d_gaps):
+            ref = scipy.linalg.expm(h * W)
+            np.testing.assert_allclose(p, ref, rtol=1e-10, atol=1e-15)
+            np.testing.assert_allclose(dg, np.sum(g * (W @ ref)), rtol=1e-9, atol=1e-12)
+        frechet = sum(
+            np.sum(g * scipy.linalg.expm_frechet(h * W, h * E, compute_expm=False))
+            for h, g in zip(gaps, G)
+        )
+        np.testing.assert_allclose(np.sum(d_W * E), frechet, rtol=1e-9)
+
+        def directional(t, gaps=gaps):
+            return sum(
+                np.sum(g * scipy.linalg.expm_frechet(h * (W + t * E), h * E, compute_expm=False))
+                for h, g in zip(gaps, G)
+            )
+
+        step = 1e-5
+        numeric = (directional(step) - directional(-step)) / (2 * step)
+        np.testing.assert_allclose(second, numeric, rtol=1e-6)
 
 
 def test_expm_of_a_general_matrix_matches_scipy():

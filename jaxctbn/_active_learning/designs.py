@@ -17,8 +17,8 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
+from .._batching import AbstractBatching
 from .._criteria.batches import greedy_batch
-from .._criteria.batching import AbstractBatching
 from .._criteria.costs import AbstractRanking, affordable
 from .._criteria.criteria import (
     BHC,

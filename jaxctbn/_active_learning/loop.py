@@ -27,7 +27,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Key, PRNGKeyArray, UInt32
 
-from .._criteria.batching import AbstractBatching, Sharded, Vmap
+from .._batching import AbstractBatching, Sharded, Vmap
 from .._criteria.costs import AbstractRanking, ByScore, Costs, check_budget
 from .._criteria.criteria import COMPLETE_PATH
 from .._criteria.outcomes import Panel

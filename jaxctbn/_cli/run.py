@@ -155,7 +155,7 @@ def _cmd_run(args):
     import jax
 
     from .._active_learning.designs import DESIGN_NAMES
-    from .._criteria.batching import Sharded
+    from .._batching import Sharded
     from .._experiments.config import ExperimentConfig
     from .._experiments.report import summary_table, verdicts
     from .._experiments.run import run_experiment

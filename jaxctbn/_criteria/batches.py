@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
+from .._batching import AbstractBatching, Chunked, Vmap
 from .._learning.conjugate import off_diagonal as _off
 from .._learning.posterior import AbstractPosterior, AbstractRatePosterior
 from .._learning.structure_mixture import StructureMixturePosterior
@@ -44,7 +45,6 @@ from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from .._model.interventions import Intervention, exposure_scale
 from .._paths.sampling import check_count
 from .._paths.sufficient_statistics import NodeStatistics
-from .batching import AbstractBatching, Chunked, Vmap
 from .costs import AbstractRanking, ByScore, Costs, affordable, check_budget
 from .criteria import (
     BHC,

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
+from .._batching import AbstractBatching, Chunked, Vmap
 from .._learning.optimisers import AbstractVBHCOptimiser
 from .._learning.posterior import AbstractPosterior, AbstractRatePosterior, RatePosterior
 from .._learning.structure_mixture import StructureMixturePosterior
@@ -33,7 +34,6 @@ from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
 from .._model.interventions import Intervention
 from .._panel.outcome_law import global_emission_matrix
-from .batching import AbstractBatching, Chunked, Vmap
 from .kl_estimators import AbstractKLEstimator, PlugIn, RateCoupling
 from .outcomes import AbstractOutcome, CompletePath, Panel
 from .panel_parameter import (

@@ -35,6 +35,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
+from .._batching import AbstractBatching
 from .._learning.conjugate import gamma_poisson_log_gamma_table, gamma_poisson_log_marginal
 from .._learning.optimisers import AbstractVBHCOptimiser
 from .._learning.priors import GammaPrior
@@ -53,7 +54,6 @@ from .._model.ctbn import PaddedCTBN
 from .._model.interventions import Intervention, exposure_scale
 from .._model.layout import all_global_states, config_index, num_configurations
 from .._paths.sampling import PathStatistics, check_count, nested_vmap, path_statistics
-from .batching import AbstractBatching
 from .kl_estimators import AbstractKLEstimator, MonteCarlo, PlugIn
 
 

@@ -44,7 +44,7 @@ import numpy as np
 from .._active_learning.designs import design_from_name
 from .._active_learning.loop import run_repetitions
 from .._active_learning.tasks import ParameterLearningTask, StructureLearningTask
-from .._criteria.batching import AbstractBatching, Sharded
+from .._batching import AbstractBatching, Sharded
 from .._criteria.structure import JointGraphDraws, StratifiedGraphDraws
 from .._files import json_bytes, write_atomically
 from .._learning.priors import GammaPrior

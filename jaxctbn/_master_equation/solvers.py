@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from .dense_linalg import expm, transition_matrices
+from .dense_linalg import expm, poisson_pmf, transition_matrices
 from .generator import AbstractGenerator, batch_last, shift_indices
 
 
@@ -187,21 +187,6 @@ def _poisson_num_terms(mean: float, tol: float) -> int:
     for k in range(top - 1, -1, -1):
         tails[k] = tails[k + 1] + math.exp(-mean + k * log_mean - math.lgamma(k + 1))
     return next((k for k in range(top + 1) if tails[k] < tol), top)
-
-
-def _poisson_pmf(mean: Array, length: int) -> Array:
-    r"""$\mathrm{Pois}(k;\mu)$ for $k<$ `length`, normalised to sum to one over that range.
-
-    Ratio products out from the mode $m=\lfloor\mu\rfloor$: $w_k/w_m=\prod_{j=m+1}^k\mu/j$ above it
-    and $\prod_{j=k+1}^{m}j/\mu$ below it. Every factor is at most one (no overflow), no $e^{-\mu}$
-    is formed (no underflow of the bulk), and $w_k$ carries a relative error of about $|k-m|$
-    roundings, against $\mu\cdot\mathrm{eps}$ for $\exp(k\log\mu-\mu-\log k!)$."""
-    k = jnp.arange(length, dtype=mean.dtype)
-    mode = jnp.floor(mean)
-    up = jnp.where(k > mode, mean / jnp.maximum(k, 1), 1)
-    down = jnp.where(k < mode, (k + 1) / mean, 1)
-    w = jnp.cumprod(up) * jnp.flip(jnp.cumprod(jnp.flip(down)))
-    return w / jnp.sum(w)
 
 
 def _reverse_cumsum(x: Array) -> Array:
@@ -461,7 +446,7 @@ class Uniformisation(AbstractMasterEquationSolver):
         dtype = lam.dtype
         n = jnp.maximum(jnp.ceil(jax.lax.stop_gradient(lam * horizon) / self.max_step_mean), 1)
         h = horizon / n
-        pmf = _poisson_pmf(lam * h, self._num_weights)
+        pmf = poisson_pmf(lam * h, self._num_weights)
         at_least = jax.lax.stop_gradient(_reverse_cumsum(pmf))  # Pr(N >= k)
         K = jnp.maximum(jnp.sum(at_least >= jnp.asarray(self.tolerance, dtype)), 2)
         k = jnp.arange(self._num_weights)
@@ -609,7 +594,7 @@ class Uniformisation(AbstractMasterEquationSolver):
         # Poisson weights on 0..2 K_max - 1, stably (ratios out from the mode). K: the first k
         # with Pr(N >= k) < tolerance; an integer, so no derivative. If the mean lies beyond
         # K_max, K > K_max anyway and the error below fires.
-        pmf = _poisson_pmf(mean, 2 * K_max)
+        pmf = poisson_pmf(mean, 2 * K_max)
         at_least = jax.lax.stop_gradient(_reverse_cumsum(pmf))
         K = jnp.sum(at_least >= jnp.asarray(self.tolerance, dtype)).astype(jnp.int32)
         too_many = (K > K_max) | ~(jax.lax.stop_gradient(mean) <= K_max)

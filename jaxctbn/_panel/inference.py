@@ -480,7 +480,7 @@ def _pooled_by_gaps(model, observations, emissions, initial_distribution, groups
     `(S,)`, or one `(R_b, S)` per bucket of `as_flat_buckets(observations)` (a tuple).
     Returns `(bad, log-likelihoods (R,))` or `(bad, PanelExpectedStatistics without batch
     axis)`, `bad` one `(R_b, O_b)` array per bucket and the log-likelihoods in bucket order."""
-    from .._master_equation.dense_linalg import expm_batched, transition_matrices
+    from .._master_equation.dense_linalg import expm_batched, gap_transition_matrices
     from .._master_equation.solvers import MatrixExponential
 
     solver = MatrixExponential()
@@ -493,7 +493,7 @@ def _pooled_by_gaps(model, observations, emissions, initial_distribution, groups
     W = gen.dense()
     S = W.shape[0]
     gaps = groups.gaps.astype(W.dtype)
-    P = MatrixExponential._checked((transition_matrices(gaps[:, None, None] * W),))[0]
+    P = MatrixExponential._checked((gap_transition_matrices(W, gaps),))[0]
     bads, likelihoods = [], []
     summed = jnp.zeros((gaps.shape[0], S, S), W.dtype)
     jumps = jnp.zeros((len(gen.shifts), S), W.dtype)

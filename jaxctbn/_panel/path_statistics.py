@@ -38,7 +38,7 @@ import numpy as np
 from jaxtyping import Array, PRNGKeyArray
 
 from .._errors import error_message
-from .._master_equation.dense_linalg import transition_matrices
+from .._master_equation.dense_linalg import gap_transition_matrices
 from .._master_equation.generator import amalgamate, shift_indices
 from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
 from .._model.ctbn import AbstractCTBN
@@ -112,7 +112,7 @@ def _trajectory_statistics(
         under, _ = _under_intervention(model, obs)
         times, valid = _padded_times(obs, matrices[0].dtype)
         steps = _safe(jnp.diff(times), valid[1:])
-        table = transition_matrices(steps[:, None, None] * amalgamate(under).dense())
+        table = gap_transition_matrices(amalgamate(under).dense(), steps)
         propagators = (table, jnp.arange(steps.shape[0]))
     gen, filtered = _filter(model, obs, matrices, None, solver, propagators)
     bad, log_likelihood = _filtered_log_likelihood(filtered, None)
