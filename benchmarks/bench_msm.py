@@ -111,12 +111,15 @@ def export_msm_data():
 
 
 # --------------------------------------------------------------------------- data
-def panel_from_long(df, subject, time_col, state_col, *, deathexact=(), decode=None):
+def panel_from_long(
+    df, subject, time_col, state_col, *, deathexact=(), decode=None, bucketed=False
+):
     """Group msm's long format into `PanelObservations`: one trajectory per subject (order of
     first appearance, rows sorted by time), states 1..k -> 0..k-1 (or `decode(state)` -> a row
     of node states), and `exact_entry` on rows in a `deathexact` state except a subject's first
     (msm ignores the obstype of the first observation). A subject with one observation
-    contributes 0 here; msm drops it (none in these data sets)."""
+    contributes 0 here; msm drops it (none in these data sets). `bucketed`: grouped by length
+    into `PanelBuckets` with rounded shapes, as the command line reads panels."""
     times, states, exact = [], [], []
     for sid, g in df.groupby(subject, sort=False):
         g = g.sort_values(time_col, kind="stable")
@@ -133,6 +136,9 @@ def panel_from_long(df, subject, time_col, state_col, *, deathexact=(), decode=N
             # too): such rows are follow-up after absorption and must be dropped upstream
             raise ValueError(f"subject {sid}: repeated observation of a deathexact state")
         exact.append(e)
+    if bucketed:
+        buckets = jc.panel.PanelBuckets.from_sequences(times, states, exact_entry=exact)
+        return buckets.with_rounded_shapes()
     return jc.panel.PanelObservations.from_sequences(times, states, exact_entry=exact)
 
 

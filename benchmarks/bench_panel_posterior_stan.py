@@ -111,14 +111,14 @@ def main():
     if not os.path.exists(os.path.join(DATA_DIR, "cav.csv")):
         export_msm_data()
     cav = pd.read_csv(os.path.join(DATA_DIR, "cav.csv"))
-    observations = panel_from_long(cav, "PTNUM", "years", "state", deathexact=[4])
+    observations = panel_from_long(cav, "PTNUM", "years", "state", deathexact=[4], bucketed=True)
     Q0 = np.array(CAV_Q0)
     free = Q0 > 0
     model = single_node(Q0)
     rows, cols = np.nonzero(free)
     labels = [f"{r + 1}->{c + 1}" for r, c in zip(rows, cols)]
 
-    # jaxctbn: fit --posterior's route
+    # jaxctbn: fit --posterior's route (the trajectories in buckets by length, as it reads them)
     prior = jc.RatePosterior.for_model(model, prior=jc.GammaPrior(args.alpha, args.beta))
     start = jc.GammaMixturePosterior.from_gamma(prior, free=[free[None]])
     family = jc.panel.SampledGammaMixture(num_draws=args.draws, num_chains=args.chains)
@@ -203,7 +203,7 @@ def main():
         f"msm's two-way illness-death model of cav (8 free intensities), Gamma({args.alpha:g}, "
         f"{args.beta:g}) prior on each, likelihood conditional on each subject's first visit, "
         f"death times exact. {args.chains} chains x {args.draws} retained draws on both sides "
-        f"(Stan: {args.warmup} warm-up draws per chain, its default; jaxctbn: "
+        f"(Stan: {args.warmup} warm-up draws per chain; jaxctbn: "
         f"{family.burn_in}). z: difference of the means over its Monte Carlo standard error.",
         "",
         "Command: `python benchmarks/bench_panel_posterior_stan.py`.",
