@@ -314,11 +314,16 @@ def _series_covers(generator: Array, gaps: Array) -> Array:
     return jnp.all((gaps >= 0) & (rate * gaps <= _SERIES_MAX_MEAN))
 
 
+def uniformisation_rate(A: Array) -> Array:
+    r"""$\Omega=\max_x(-A(x,x))$, 1 when no state has a positive exit rate."""
+    omega = jnp.max(-jnp.diagonal(A))
+    return jnp.where(omega > 0, omega, jnp.ones_like(omega))
+
+
 def _uniformisation_rate(generator: Array) -> Array:
-    r"""$\Omega=\max_x(-W(x,x))$ (1 when no state has a positive exit rate), held constant under
-    differentiation: $e^{hW}$ is the same for every $\Omega$ at least the largest exit rate."""
-    rate = jnp.max(-jnp.diagonal(generator))
-    return jax.lax.stop_gradient(jnp.where(rate > 0, rate, jnp.ones_like(rate)))
+    """`uniformisation_rate`, held constant under differentiation: $e^{hW}$ is the same for
+    every $\Omega$ at least the largest exit rate."""
+    return jax.lax.stop_gradient(uniformisation_rate(generator))
 
 
 def _uniformised_series(generator: Array, gaps: Array) -> Array:

@@ -18,6 +18,8 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, PRNGKeyArray
 
+from .._master_equation.dense_linalg import uniformisation_rate
+
 
 def draw_index(weights: Array, u: Array) -> Array:
     """The first index whose cumulative weight exceeds `u` times the total (`u` uniform on
@@ -37,12 +39,6 @@ def uniformised_powers(A: Array, max_candidates: int) -> tuple[Array, Array, Arr
         lambda P, _: (P @ B, P), jnp.eye(K, dtype=A.dtype), None, length=max_candidates + 1
     )
     return omega, B, powers
-
-
-def uniformisation_rate(A: Array) -> Array:
-    r"""$\Omega=\max_x(-A(x,x))$, 1 when no state has a positive exit rate."""
-    omega = jnp.max(-jnp.diagonal(A))
-    return jnp.where(omega > 0, omega, jnp.ones_like(omega))
 
 
 def log_poisson_weights(mean: Array, max_candidates: int) -> Array:

@@ -38,12 +38,12 @@ import numpy as np
 from jaxtyping import Array, PRNGKeyArray
 
 from .._errors import error_message
-from .._master_equation.dense_linalg import gap_transition_matrices
+from .._master_equation.dense_linalg import gap_transition_matrices, uniformisation_rate
 from .._master_equation.generator import amalgamate, shift_indices
 from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import is_concrete
-from .bridges import bridge, draw_index, uniformisation_rate
+from .bridges import bridge, draw_index
 from .inference import (
     PanelExpectedStatistics,
     _check_possible,
