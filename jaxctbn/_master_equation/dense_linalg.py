@@ -321,7 +321,7 @@ def uniformisation_rate(A: Array) -> Array:
 
 
 def _uniformisation_rate(generator: Array) -> Array:
-    """`uniformisation_rate`, held constant under differentiation: $e^{hW}$ is the same for
+    r"""`uniformisation_rate`, held constant under differentiation: $e^{hW}$ is the same for
     every $\Omega$ at least the largest exit rate."""
     return jax.lax.stop_gradient(uniformisation_rate(generator))
 
