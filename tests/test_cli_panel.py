@@ -214,9 +214,17 @@ def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path, capsys):
     # the Gibbs E-step: the exact route's MAP graph, its diagnostics, no log-likelihood
     sampled = tmp_path / "sampled.json"
     flags = ["--inference", "sampling", "--samples", "30", "--burn-in", "10", "--seed", "1"]
-    assert main([*args, *flags, "--out", str(sampled)]) == 0
+    assert main([*args, *flags, "--sweeps", "40", "--chains", "2", "--out", str(sampled)]) == 0
     s = json.loads(sampled.read_text())
     assert s["map_graph"] == mo["map_graph"] and s["inference"] == "sampling"
+    # its graph summary by default: the sampled structure posterior with Gibbs path updates,
+    # near the exact path draws' (both short chains)
+    assert s["panel_posterior"]["method"] == "sampled-structure"
+    assert (s["panel_posterior"]["paths"], pp["paths"]) == ("gibbs", "exact")
+    for name in ("A", "B"):
+        for other, p in d["nodes"][name]["edge_marginals"].items():
+            got = s["nodes"][name]["edge_marginals"][other]
+            assert abs(got - p) < 0.1, (name, other, got, p)
     assert s["log_likelihood"] is None and s["em"]["converged"]
     assert s["sampling"]["samples"] == 30 and s["sampling"]["seed"] == 1
     assert s["sampling"]["infeasible_updates"] == 0

@@ -419,3 +419,18 @@ def test_structure_loop_with_the_particle_filter_equals_a_replay():
         jc.StructureLearningTask(
             truth, max_parents=1, outcome=outcome, empirical_bayes=jc.EmpiricalBayes()
         )
+
+
+def test_sampled_structure_path_sampler_is_checked():
+    with pytest.raises(ValueError, match="path_sampler: expected None"):
+        jc.panel.SampledStructure(path_sampler="gibbs")  # pyright: ignore[reportArgumentType]
+    prior = jc.StructurePosterior.from_prior(("A",), (2,), max_parents=0)
+    observations = jc.panel.PanelObservations.from_sequences(
+        [np.array([0.0, 1.0])], [np.zeros((2, 1), int)]
+    )
+    emissions = jc.panel.Emissions([np.array([[0.9, 0.1], [0.1, 0.9]])])
+    family = jc.panel.SampledStructure(path_sampler=jc.panel.GibbsSampler())
+    with pytest.raises(ValueError, match="emissions: not supported with path_sampler"):
+        jc.panel.panel_structure_posterior(
+            prior, observations, family=family, key=jax.random.key(0), emissions=emissions
+        )

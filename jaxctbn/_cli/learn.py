@@ -94,14 +94,17 @@ def _panel_posterior_method(args, panel: bool, cards=()) -> str | None:
             if value is not None:
                 raise ValueError(f"{flag}: only for panel data (--observation panel).")
         return None
-    if args.panel_posterior == "sampled" and args.inference != "exact":
+    gibbs = args.inference == "sampling" and args.sampler != "importance"
+    if args.panel_posterior == "sampled" and args.inference != "exact" and not gibbs:
+        what = "--sampler importance" if args.inference == "sampling" else "--inference mean-field"
         raise ValueError(
-            f"--panel-posterior sampled: only with --inference exact (its path draws are exact "
-            f"forward-backward); with --inference {args.inference} use --panel-posterior moment."
+            f"--panel-posterior sampled: only with --inference exact (exact path draws) or "
+            f"--inference sampling --sampler gibbs (Gibbs path updates); with {what} use "
+            "--panel-posterior moment."
         )
     small = math.prod(cards) <= SAMPLED_DEFAULT_STATES
     method = args.panel_posterior or (
-        "sampled" if args.inference == "exact" and small else "moment"
+        "sampled" if (args.inference == "exact" and small) or gibbs else "moment"
     )
     if method == "moment":
         for flag, value in (("--sweeps", args.sweeps), ("--chains", args.chains)):
@@ -124,9 +127,10 @@ def _sampled_structure(args, method, observations, names, cards, knowledge, edge
                 "note: the graph posterior is structural EM's (overconfident where the visits "
                 "are sparse); --panel-posterior sampled gives the exact-in-the-limit one "
                 + (
-                    "(--inference exact only)"
+                    "(with --inference exact, or --inference sampling --sampler gibbs)"
                     if args.inference != "exact"
-                    else f"(not the default beyond {SAMPLED_DEFAULT_STATES} joint states)"
+                    else f"(not the default beyond {SAMPLED_DEFAULT_STATES} joint states; "
+                    "--inference sampling makes it the default at any size)"
                 )
             )
         return {
@@ -139,6 +143,15 @@ def _sampled_structure(args, method, observations, names, cards, knowledge, edge
     prior = StructurePosterior.from_prior(
         names, cards, **knowledge, prior=_prior(args, len(names)), edge_prior=edge_prior
     )
+    path_sampler = None
+    if args.inference == "sampling":
+        from .._panel.gibbs import GibbsSampler
+
+        path_sampler = GibbsSampler(
+            max_events=args.max_events,
+            max_virtual=args.max_virtual,
+            max_node_events=args.max_node_events,
+        )
     return sampled_structure_posterior(
         prior,
         observations,
@@ -147,10 +160,13 @@ def _sampled_structure(args, method, observations, names, cards, knowledge, edge
         burn_in=100 if args.burn_in is None else args.burn_in,
         seed=args.seed,
         setting="--sweeps (and --burn-in)",
+        path_sampler=path_sampler,
     )
 
 
-def sampled_structure_posterior(prior, observations, *, sweeps, chains, burn_in, seed, setting):
+def sampled_structure_posterior(
+    prior, observations, *, sweeps, chains, burn_in, seed, setting, path_sampler=None
+):
     """The sampled structure posterior of panel `observations` from the structure `prior`
     (`SampledStructure`, key `seed`) and its JSON `"panel_posterior"` entry with the chains'
     diagnostics; a warning on stdout naming `setting` when they fail. Shared by `learn` and
@@ -162,7 +178,9 @@ def sampled_structure_posterior(prior, observations, *, sweeps, chains, burn_in,
     from .._learning.structure_mixture import MAX_ENUMERATED_GRAPHS, StructureMixturePosterior
     from .._panel.structure_posterior import SampledStructure, panel_structure_posterior
 
-    family = SampledStructure(num_sweeps=sweeps, num_chains=chains, burn_in=burn_in)
+    family = SampledStructure(
+        num_sweeps=sweeps, num_chains=chains, burn_in=burn_in, path_sampler=path_sampler
+    )
     with warnings.catch_warnings():  # reported in the JSON and on stdout instead
         warnings.simplefilter("ignore", RuntimeWarning)
         mixture = panel_structure_posterior(
@@ -186,8 +204,15 @@ def sampled_structure_posterior(prior, observations, *, sweeps, chains, burn_in,
     )
     return {
         "method": "sampled-structure",
-        "description": "Gibbs sampling of graph, rates and hidden paths (exact path draws), "
-        f"Rao-Blackwellised into a mixture of exact complete-data structure posteriors; {entropy}",
+        "description": "Gibbs sampling of graph, rates and hidden paths ("
+        + (
+            "exact path draws"
+            if path_sampler is None
+            else "node-by-node Gibbs updates of the paths on each node's Markov blanket"
+        )
+        + f"), Rao-Blackwellised into a mixture of exact complete-data structure posteriors; "
+        f"{entropy}",
+        "paths": "exact" if path_sampler is None else "gibbs",
         "seed": seed,
         "diagnostics": {
             "max_split_r_hat": r_hat,

@@ -132,11 +132,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["sampled", "moment"],
         default=None,
         help="panel: what the edge marginals, parent-set posteriors and entropy are computed "
-        "from: sampled (the default with --inference exact on at most 256 joint states: a "
-        "Gibbs sampler over graph, rates and hidden paths, Rao-Blackwellised; exact as "
-        "--sweeps grow) or moment (structural EM's expected statistics scored as if observed: "
-        "fast, overconfident where visits are sparse; the only choice with --inference "
-        "mean-field or sampling)",
+        "from: sampled (the default with --inference exact on at most 256 joint states and "
+        "with --inference sampling --sampler gibbs at any size: a Gibbs sampler over graph, "
+        "rates and hidden paths, Rao-Blackwellised; exact as --sweeps grow) or moment "
+        "(structural EM's expected statistics scored as if observed: fast, overconfident where "
+        "visits are sparse; the only choice with --inference mean-field or --sampler "
+        "importance)",
     )
     p.add_argument(
         "--sweeps",

@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from .._learning.chain_diagnostics import autocovariance
 from .._model.ctbn import AbstractCTBN
@@ -51,7 +51,12 @@ from .._model.interventions import is_concrete
 from .._model.layout import slot_strides
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import NodeStatistics, node_statistics
-from .observations import PanelObservations, per_trajectory_tables, require_batch
+from .observations import (
+    PanelObservations,
+    per_trajectory_tables,
+    require_batch,
+    trajectory_tables,
+)
 
 
 class _Tables(eqx.Module):
@@ -88,7 +93,21 @@ def sampler_bounds(model: AbstractCTBN) -> tuple[int, int]:
     lists = [model.parent_list(n) for n in range(N)]
     if not is_concrete(*lists):
         return max(1, N - 1), max(1, N - 1)
-    parents = [{int(q) for q in np.asarray(p, int).reshape(-1) if q >= 0} for p in lists]
+    return _bounds([{int(q) for q in np.asarray(p, int).reshape(-1) if q >= 0} for p in lists])
+
+
+def candidate_sampler_bounds(parent_sets) -> tuple[int, int]:
+    """`sampler_bounds` for every graph whose parent sets are among the candidate sets
+    `parent_sets` (per node an integer array `(sets, k)` padded with `-1`): a node's possible
+    parents are the union of its candidates; $N-1$ when the sets are traced."""
+    N = len(parent_sets)
+    if not is_concrete(*parent_sets):
+        return max(1, N - 1), max(1, N - 1)
+    return _bounds([{int(q) for q in np.asarray(p).reshape(-1) if q >= 0} for p in parent_sets])
+
+
+def _bounds(parents: list[set[int]]) -> tuple[int, int]:
+    N = len(parents)
     children = [{c for c in range(N) if n in parents[c]} for n in range(N)]
     blanket = [
         (parents[n] | children[n] | {q for c in children[n] for q in parents[c]}) - {n}
@@ -485,14 +504,12 @@ def _to_trajectories(path: _Events, duration, targets, clamps) -> Trajectories:
     )
 
 
-def _chain(
-    tables: _Tables, times, states, num_observations, targets, clamps, key, sampler: GibbsSampler
-):
-    """One trajectory's chain: its samples (as `_Path`s with a leading sample axis), the
-    overflow flags (a node's jumps, the virtual times), the number of infeasible updates and whether an observation contradicts a
-    clamp. A node clamped by the trajectory's perfect intervention (`targets`, `clamps`; its
-    rates are zero in `tables`) is held at its clamped state: the clamp is its evidence at
-    every observation time."""
+def _chain_start(times, states, num_observations, targets, clamps, max_node_events: int):
+    """One trajectory's evidence `(times from the first visit, states, observed)`, its
+    duration, a first path consistent with it, its overflow flags (a node's jumps, the virtual
+    times) and whether an observation contradicts a clamp. A node clamped by the trajectory's
+    perfect intervention (`targets`, `clamps`; its rates are zero in the tables) is held at its
+    clamped state: the clamp is its evidence at every observation time."""
     num_rows, N = states.shape
     rows = jnp.arange(num_rows) < num_observations
     t0 = times[0]
@@ -503,22 +520,42 @@ def _chain(
     observed = rows[:, None] & (states >= 0)
     evidence = (obs_times, states, observed)
     path, too_many = _initial_path(
-        jnp.where(rows, obs_times, 0.0), states, observed, sampler.max_node_events
+        jnp.where(rows, obs_times, 0.0), states, observed, max_node_events
     )
-    overflow = jnp.stack([too_many, jnp.asarray(False)])  # a node's jumps, the virtual times
+    overflow = jnp.stack([too_many, jnp.asarray(False)])
+    return evidence, duration, path, overflow, contradiction
 
-    def sweep(carry, key):
-        def one(n, c):
-            path, overflow, infeasible = c
-            new, flag, stuck = _update_node(
-                tables, path, n, evidence, duration, jr.fold_in(key, n), sampler.max_virtual
-            )
-            return new, overflow | flag, infeasible + stuck.astype(jnp.int32)
 
-        return jax.lax.fori_loop(0, N, one, carry)
+def _sweep(tables: _Tables, evidence, duration, carry, key, max_virtual: int):
+    """One Gibbs sweep over the nodes, in order: `carry = (path, overflow, infeasible)`."""
+
+    def one(n, c):
+        path, overflow, infeasible = c
+        new, flag, stuck = _update_node(
+            tables, path, n, evidence, duration, jr.fold_in(key, n), max_virtual
+        )
+        return new, overflow | flag, infeasible + stuck.astype(jnp.int32)
+
+    return jax.lax.fori_loop(0, tables.cardinalities.shape[0], one, carry)
+
+
+def _chain(
+    tables: _Tables, times, states, num_observations, targets, clamps, key, sampler: GibbsSampler
+):
+    """One trajectory's chain: its samples (as `_Path`s with a leading sample axis), the
+    overflow flags (a node's jumps, the virtual times), the number of infeasible updates and
+    whether an observation contradicts a clamp (`_chain_start`)."""
+    evidence, duration, path, overflow, contradiction = _chain_start(
+        times, states, num_observations, targets, clamps, sampler.max_node_events
+    )
 
     def sweeps(carry, keys):
-        carry = jax.lax.fori_loop(0, keys.shape[0], lambda i, c: sweep(c, keys[i]), carry)
+        carry = jax.lax.fori_loop(
+            0,
+            keys.shape[0],
+            lambda i, c: _sweep(tables, evidence, duration, c, keys[i], sampler.max_virtual),
+            carry,
+        )
         return carry, carry[0]
 
     key_burn, key_samples = jr.split(key)
@@ -529,6 +566,94 @@ def _chain(
     keys = keys.reshape(sampler.num_samples, sampler.thin, *keys.shape[1:])
     (_, overflow, infeasible), samples = jax.lax.scan(sweeps, carry, keys)
     return samples, duration, overflow, infeasible, contradiction
+
+
+class PathChains(eqx.Module):
+    """Gibbs chains over the hidden paths of a flat batch of `R` panel trajectories, held
+    between sweeps by a sampler whose model changes from sweep to sweep
+    ([`jaxctbn.panel.SampledStructure`][] with a `path_sampler`): each trajectory's current
+    path, its evidence and duration, its clamps, the buffers' overflow flags `(R, 2)`
+    (`max_node_events`, `max_virtual`) and the infeasible updates `(R,)`."""
+
+    paths: _Path
+    evidence: tuple[Array, Array, Array]
+    durations: Float[Array, " trajectories"]
+    targets: Bool[Array, "trajectories nodes"]
+    clamps: Int[Array, "trajectories nodes"]
+    overflow: Bool[Array, "trajectories 2"]
+    infeasible: Int[Array, " trajectories"]
+
+    @classmethod
+    def start(cls, observations: PanelObservations, num_nodes: int, sampler: GibbsSampler):
+        """The chains' first paths (each node jumps half-way between two of its observations
+        that differ), for observations already checked against the model; a contradiction
+        between an observation and a clamp raises."""
+        R = observations.times.shape[0]
+        intervention = observations.intervention
+        if intervention is None:
+            targets = jnp.zeros((R, num_nodes), bool)
+            clamps = jnp.zeros((R, num_nodes), jnp.int32)
+        else:
+            targets = jnp.broadcast_to(intervention.targets, (R, num_nodes))
+            clamps = jnp.broadcast_to(intervention.states, (R, num_nodes)).astype(jnp.int32)
+        evidence, durations, paths, overflow, contradiction = jax.vmap(
+            lambda t, s, m, tg, c: _chain_start(t, s, m, tg, c, sampler.max_node_events)
+        )(observations.times, observations.states, observations.num_observations, targets, clamps)
+        paths = eqx.error_if(
+            paths,
+            jnp.any(contradiction),
+            "observations: a node observed in another state than its intervention's clamp.",
+        )
+        return cls(
+            paths, evidence, durations, targets, clamps, overflow, jnp.zeros((R,), jnp.int32)
+        )
+
+    def swept(
+        self,
+        model: AbstractCTBN,
+        observations: PanelObservations,
+        key: PRNGKeyArray,
+        sampler: GibbsSampler,
+        bounds: tuple[int, int],
+    ) -> PathChains:
+        r"""Every trajectory's path after `sampler.thin` Gibbs sweeps under `model` (its
+        intervened model per trajectory), from the current one: each leaves
+        $p(S\mid Y,\text{model})$ invariant. `bounds`: static bounds on a node's children and
+        Markov blanket under every graph the model may have (`sampler_bounds`)."""
+        tables, _, _ = trajectory_tables(model, observations, lambda m: _tables(m, bounds))
+        R = self.durations.shape[0]
+
+        def chain(tab, evidence, duration, path, overflow, infeasible, key):
+            carry = (path, overflow, infeasible)
+            return jax.lax.fori_loop(
+                0,
+                sampler.thin,
+                lambda i, c: _sweep(
+                    tab, evidence, duration, c, jr.fold_in(key, i), sampler.max_virtual
+                ),
+                carry,
+            )
+
+        paths, overflow, infeasible = jax.vmap(chain)(
+            tables,
+            self.evidence,
+            self.durations,
+            self.paths,
+            self.overflow,
+            self.infeasible,
+            jr.split(key, R),
+        )
+        return PathChains(
+            paths, self.evidence, self.durations, self.targets, self.clamps, overflow, infeasible
+        )
+
+    def trajectories(self, max_events: int) -> tuple[Trajectories, Array]:
+        """The current paths as a [`jaxctbn.Trajectories`][] batch `(R,)` of at most
+        `max_events` jumps each (with the clamps, so that the structure scores pool them), and
+        whether any needed more."""
+        events, too_long = jax.vmap(lambda p: _whole(p, max_events))(self.paths)
+        trajectories = jax.vmap(_to_trajectories)(events, self.durations, self.targets, self.clamps)
+        return trajectories, jnp.any(too_long)
 
 
 def sample_panel_paths(

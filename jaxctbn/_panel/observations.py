@@ -182,19 +182,30 @@ def per_trajectory_tables(model: AbstractCTBN, observations: "PanelObservations"
         jnp.any(observations.exact_entry),
         f"observations: exact entry times are not supported by {route}.",
     )
+    if observations.intervention is not None:
+        observations = eqx.tree_at(
+            lambda o: o.intervention, observations, observations.intervention.checked(model)
+        )
+    tables, targets, clamps = trajectory_tables(model, observations, build)
+    return model, observations, tables, targets, clamps
+
+
+def trajectory_tables(model: AbstractCTBN, observations: "PanelObservations", build):
+    """`per_trajectory_tables` without the checks (for a model that changes inside a loop
+    whose observations were checked once): `build(m)` of each trajectory's intervened model,
+    the clamped nodes `(R, N)` and their clamped states `(R, N)`."""
     R, N = observations.times.shape[0], model.num_nodes
     intervention = observations.intervention
     if intervention is None:
         tables = jax.vmap(lambda _: build(model))(jnp.arange(R))
-        return model, observations, tables, jnp.zeros((R, N), bool), jnp.zeros((R, N), jnp.int32)
-    intervention = intervention.checked(model)
+        return tables, jnp.zeros((R, N), bool), jnp.zeros((R, N), jnp.int32)
     per_trajectory = jnp.ndim(intervention.targets) == 2
     tables = jax.vmap(
         lambda i: build(i.apply(model)), in_axes=0 if per_trajectory else None, axis_size=R
     )(intervention)
     targets = jnp.broadcast_to(intervention.targets, (R, N))
     clamps = jnp.broadcast_to(intervention.states, (R, N)).astype(jnp.int32)
-    return model, observations, tables, targets, clamps
+    return tables, targets, clamps
 
 
 def check_sequences(times, states, exact_entry) -> None:

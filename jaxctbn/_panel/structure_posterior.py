@@ -20,6 +20,7 @@ $p(G\mid Y)=\int p(G\mid S)\,p(S\mid Y)\,dS$ has no closed form.
 from __future__ import annotations
 
 import abc
+import dataclasses
 from typing import overload
 
 import equinox as eqx
@@ -28,13 +29,16 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Bool, PRNGKeyArray
 
+from .._errors import error_message
 from .._learning.resampling import reweighted_ancestors, systematic_indices
 from .._learning.structure_mixture import StructureChainDiagnostics, StructureMixturePosterior
 from .._learning.structure_posterior import StructurePosterior
 from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
-from .buckets import PanelBuckets
+from .._model.interventions import is_concrete
+from .buckets import PanelBuckets, as_flat_buckets
+from .gibbs import GibbsSampler, PathChains, candidate_sampler_bounds
 from .inference import GapGroups, gap_groups, panel_expected_statistics
-from .observations import Emissions, PanelObservations
+from .observations import Emissions, PanelObservations, per_trajectory_tables
 from .path_statistics import with_candidate_growth
 from .rate_posterior import (
     _sampled_statistics,
@@ -42,7 +46,7 @@ from .rate_posterior import (
     checked_panel_update,
     warn_unconverged,
 )
-from .structure import panel_family_statistics
+from .structure import panel_family_statistics, sampled_family_statistics
 
 # panel gaps are long relative to the rates: the dense exponential has no limit on a gap's length
 DENSE_SOLVER = MatrixExponential()
@@ -129,6 +133,22 @@ class SampledStructure(AbstractPanelStructureFamily):
     Chains start from independent draws of the structural-EM posterior
     ([`jaxctbn.panel.StructuralEM`][], `start_iterations` steps): a graph, then its rates.
     `max_candidates` bounds one bridge's uniformisation times at first: called eagerly, the verb redoes the update with it doubled when a path needs more (up to 1,024; under `jit` an error names it); `solver` propagates the filter (default: the dense matrix exponential).
+
+    **Beyond exact forward-backward** (whose joint state space grows as $\prod_n k_n$):
+    `path_sampler=`[`jaxctbn.panel.GibbsSampler`][] replaces step 1 by `path_sampler.thin`
+    sweeps of node-by-node auxiliary-variable Gibbs updates of the paths given $(G,\Lambda)$
+    ([`jaxctbn.panel.sample_panel_paths`][]' updates, each on its node's Markov blanket), from
+    the chain's current paths: each update leaves $p(S\mid Y,G,\Lambda)$ invariant, so the
+    sampler still targets $p(G,\Lambda,S\mid Y)$, at a cost linear in the trajectories, the
+    nodes and the blanket's size instead of the joint states. Chains then start from paths that
+    jump half-way between differing visits and a graph and rates drawn given them (no exact
+    inference); the sampler's buffers (`max_events`, `max_node_events`, `max_virtual`) bound
+    the paths (called eagerly, the verb doubles them when a path needs more), its
+    `num_samples` and `burn_in` are not used (the family's sweeps and `burn_in` are). Blankets
+    are bounded from the candidate sets (`blanket_bounds`, filled in by the verb when they are
+    concrete: restricted candidates, e.g. from a graph search, keep the updates small). Exact
+    observations only (no emissions, no exact entry times).
+
     The verb warns on the host when the largest split $\hat R$ of the Rao-Blackwellised edge
     marginals exceeds `max_r_hat` or their smallest effective sample size falls below
     `min_ess`, naming the setting to raise."""
@@ -141,11 +161,18 @@ class SampledStructure(AbstractPanelStructureFamily):
     max_r_hat: float = eqx.field(default=1.01, static=True)
     min_ess: float = eqx.field(default=100.0, static=True)
     solver: AbstractMasterEquationSolver = DENSE_SOLVER
+    path_sampler: GibbsSampler | None = None
+    blanket_bounds: tuple[int, int] | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         check_integer_fields(
             self, num_sweeps=4, num_chains=1, burn_in=0, start_iterations=1, max_candidates=1
         )
+        if self.path_sampler is not None and not isinstance(self.path_sampler, GibbsSampler):
+            raise ValueError(
+                "path_sampler: expected None (exact forward-backward) or a "
+                f"jaxctbn.panel.GibbsSampler, got {type(self.path_sampler).__name__}."
+            )
 
     def posterior(self, prior, observations, emissions, key, targets, gaps):
         if key is None:
@@ -154,17 +181,12 @@ class SampledStructure(AbstractPanelStructureFamily):
                 "family=StructuralEM() for the deterministic approximation)."
             )
         assert isinstance(prior, StructurePosterior)  # checked by panel_structure_posterior
+        if self.path_sampler is not None:
+            return self._by_gibbs_paths(prior, observations, emissions, key, self.path_sampler)
         start = StructuralEM(self.start_iterations, self.solver).posterior(
             prior, observations, emissions, None, targets, gaps
         )
-        N = len(prior.names)
-
-        def adjacency(indices):
-            rows = [
-                (prior.parent_sets[n][indices[n]][:, None] == jnp.arange(N)).any(0)
-                for n in range(N)
-            ]
-            return jnp.stack(rows, axis=1).astype(prior.log_prior[0].dtype)
+        adjacency = _adjacency(prior)
 
         def sweep(state, key):
             _, model = state
@@ -188,19 +210,107 @@ class SampledStructure(AbstractPanelStructureFamily):
             key_graph, key_rates, key_burn, key_sweeps = jr.split(key, 4)
             indices = start.sample_parent_sets(key_graph)
             state = (indices, start.rates_given(indices, key_rates))
-            if self.burn_in:
-                state, _ = jax.lax.scan(
-                    lambda s, k: (sweep(s, k)[0], None), state, jr.split(key_burn, self.burn_in)
-                )
-            _, out = jax.lax.scan(sweep, state, jr.split(key_sweeps, self.num_sweeps))
-            return out
+            return self._swept(sweep, state, key_burn, key_sweeps)[1]
 
-        components, edges, marginals = jax.vmap(chain)(jr.split(key, self.num_chains))
+        return self._mixture(*jax.vmap(chain)(jr.split(key, self.num_chains)))
+
+    def _swept(self, sweep, state, key_burn, key_sweeps):
+        """`burn_in` then `num_sweeps` sweeps from `state`: the last state and the retained
+        sweeps' outputs. One scan over both (one compiled sweep, not two; the burn-in's outputs
+        are dropped after it)."""
+        keys = jr.split(key_sweeps, self.num_sweeps)
+        if self.burn_in:
+            keys = jnp.concatenate([jr.split(key_burn, self.burn_in), keys])
+        state, out = jax.lax.scan(sweep, state, keys)
+        return state, jax.tree_util.tree_map(lambda x: x[self.burn_in :], out)
+
+    def _mixture(self, components, edges, marginals) -> StructureMixturePosterior:
         total = self.num_chains * self.num_sweeps
         components = jax.tree_util.tree_map(lambda x: x.reshape(total, *x.shape[2:]), components)
         return StructureMixturePosterior.from_components(
             components, StructureChainDiagnostics.from_draws(edges, marginals)
         )
+
+    def _by_gibbs_paths(self, prior, observations, emissions, key, sampler: GibbsSampler):
+        """The sampler with Gibbs updates of the paths (class docstring)."""
+        if emissions is not None:
+            raise ValueError(
+                "emissions: not supported with path_sampler= (exact observations only); use "
+                "path_sampler=None (exact forward-backward)."
+            )
+        N = len(prior.names)
+        cards = prior.statistics.cardinalities
+        bounds = self.blanket_bounds or (max(1, N - 1), max(1, N - 1))
+        first = prior.mean_rates_given(prior.map_indices())
+        batches = tuple(
+            per_trajectory_tables(first, b, lambda m: 0, "the Gibbs path sampler")[1]
+            for b in as_flat_buckets(observations)
+        )
+        starts = tuple(PathChains.start(b, N, sampler) for b in batches)
+        adjacency = _adjacency(prior)
+
+        def given_paths(chains: tuple[PathChains, ...]):
+            family, too_long = None, jnp.asarray(False)
+            for c in chains:
+                paths, long = c.trajectories(sampler.max_events)
+                one_sample = jax.tree_util.tree_map(lambda x: x[:, None], paths)
+                part = sampled_family_statistics(one_sample, cards, prior.parent_sets)
+                family = part if family is None else part + family
+                too_long = too_long | long
+            return prior.update(family), too_long
+
+        def sweep(state, key):
+            _, model, chains, too_long = state
+            key_paths, key_graph, key_rates = jr.split(key, 3)
+            chains = tuple(
+                c.swept(model, b, jr.fold_in(key_paths, i), sampler, bounds)
+                for i, (c, b) in enumerate(zip(chains, batches))
+            )
+            given, long = given_paths(chains)
+            indices = given.sample_parent_sets(key_graph)
+            model = given.rates_given(indices, key_rates)
+            state = (indices, model, chains, too_long | long)
+            return state, (given, adjacency(indices), given.edge_marginals())
+
+        def chain(key):
+            key_graph, key_rates, key_burn, key_sweeps = jr.split(key, 4)
+            given, too_long = given_paths(starts)
+            indices = given.sample_parent_sets(key_graph)
+            state = (indices, given.rates_given(indices, key_rates), starts, too_long)
+            state, out = self._swept(sweep, state, key_burn, key_sweeps)
+            _, _, chains, too_long = state
+            overflow = jnp.stack(
+                [too_long, *(jnp.any(jnp.stack([c.overflow.any(0) for c in chains]), 0))]
+            )
+            return out, overflow
+
+        (components, edges, marginals), overflow = jax.vmap(chain)(jr.split(key, self.num_chains))
+        components = eqx.error_if(
+            components,
+            jnp.any(overflow),
+            f"{GIBBS_OVERFLOW}: a path needed more than max_events jumps (or a node more than "
+            "max_node_events), or an update more than max_virtual virtual times; raise them "
+            "(path_sampler=GibbsSampler(max_events=..., max_node_events=..., max_virtual=...)).",
+        )
+        return self._mixture(components, edges, marginals)
+
+
+def _adjacency(prior: StructurePosterior):
+    """`indices -> (N, N)`: the adjacency matrix (`[m, n]`: edge m -> n) of the graph of the
+    candidate sets `indices`."""
+    N = len(prior.names)
+
+    def adjacency(indices):
+        rows = [
+            (prior.parent_sets[n][indices[n]][:, None] == jnp.arange(N)).any(0) for n in range(N)
+        ]
+        return jnp.stack(rows, axis=1).astype(prior.log_prior[0].dtype)
+
+    return adjacency
+
+
+#: how the Gibbs path sampler's overflow error begins (the verb grows its buffers on it)
+GIBBS_OVERFLOW = "path_sampler"
 
 
 class StructureParticleFilter(AbstractPanelStructureFamily):
@@ -391,13 +501,45 @@ def panel_structure_posterior(
     def run(family):
         return _posterior(family, posterior, observations, emissions, key, targets, gaps)
 
-    if isinstance(family, SampledStructure | StructureParticleFilter):
+    if isinstance(family, SampledStructure) and family.path_sampler is not None:
+        if family.blanket_bounds is None:
+            bounds = candidate_sampler_bounds(posterior.parent_sets)
+            family = dataclasses.replace(family, blanket_bounds=bounds)
+        out = _with_buffer_growth(run, family, inputs=(posterior, observations, key))
+    elif isinstance(family, SampledStructure | StructureParticleFilter):
         out, _ = with_candidate_growth(run, family, inputs=(posterior, observations, key))
     else:
         out = run(family)
     if isinstance(out, StructureMixturePosterior) and isinstance(family, SampledStructure):
         warn_unconverged(out.diagnostics, family)
     return out
+
+
+def _with_buffer_growth(run, family: SampledStructure, *, inputs):
+    """`run(family)`, waited for; when a Gibbs path needed more than the path sampler's
+    buffers, run again with them doubled (up to `MAX_PATH_BUFFER`; then the error stands).
+    Under `jit` (traced `inputs`) `run(family)` as is."""
+    if not is_concrete(*jax.tree_util.tree_leaves(inputs)):
+        return run(family)
+    while True:
+        try:
+            return jax.block_until_ready(run(family))
+        except (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError) as error:
+            sampler = family.path_sampler
+            assert sampler is not None
+            sizes = {
+                n: getattr(sampler, n) for n in ("max_events", "max_node_events", "max_virtual")
+            }
+            if not error_message(error).startswith(GIBBS_OVERFLOW) or min(sizes.values()) >= (
+                MAX_PATH_BUFFER
+            ):
+                raise
+            grown = {n: min(2 * v, MAX_PATH_BUFFER) for n, v in sizes.items()}
+            family = dataclasses.replace(family, path_sampler=dataclasses.replace(sampler, **grown))
+
+
+#: the largest buffer the eager verb grows a Gibbs path sampler's to
+MAX_PATH_BUFFER = 1 << 12
 
 
 @eqx.filter_jit
