@@ -326,6 +326,21 @@ def _uniformisation_rate(generator: Array) -> Array:
     return jax.lax.stop_gradient(uniformisation_rate(generator))
 
 
+def uniformised_powers(A: Array, count: int) -> tuple[Array, Array, Array]:
+    r"""For a matrix `A` with nonnegative off-diagonal entries (a generator, or a node's
+    sub-generator): $\Omega$ (`uniformisation_rate`, held constant under differentiation),
+    $U=I+A/\Omega$ (nonnegative) and its powers $U^0..U^{\text{count}-1}$ `(count, K, K)`.
+    The uniformisation series of the gap tables and the endpoint-conditioned bridges of the
+    importance sampler both sum over them."""
+    K = A.shape[-1]
+    omega = _uniformisation_rate(A)
+    U = jnp.eye(K, dtype=A.dtype) + A / omega
+    _, powers = jax.lax.scan(
+        lambda P, _: (matmul(P, U), P), jnp.eye(K, dtype=A.dtype), None, length=count
+    )
+    return omega, U, powers
+
+
 def _uniformised_series(generator: Array, gaps: Array) -> Array:
     r"""$e^{h_kW}=\sum_{n<N}\mathrm{Pois}(n;\Omega h_k)\,U^n$ with $U=I+W/\Omega$, for every gap
     at once: $N$ powers of $U$ (shared) and one matrix product with the gaps' Poisson weights.
@@ -333,13 +348,7 @@ def _uniformised_series(generator: Array, gaps: Array) -> Array:
     the $N$ terms, whose tail the caller bounds). Differentiable in $W$ by autodiff ($\Omega$
     held constant)."""
     S = generator.shape[-1]
-    rate = _uniformisation_rate(generator)
-    U = jnp.eye(S, dtype=generator.dtype) + generator / rate
-
-    def power(current, _):
-        return matmul(current, U), current
-
-    _, powers = jax.lax.scan(power, jnp.eye(S, dtype=generator.dtype), None, length=_SERIES_TERMS)
+    rate, _, powers = uniformised_powers(generator, _SERIES_TERMS)
     weights = jax.vmap(lambda h: poisson_pmf(rate * h, _SERIES_TERMS))(gaps)
     return (weights @ powers.reshape(_SERIES_TERMS, S * S)).reshape(gaps.shape[0], S, S)
 

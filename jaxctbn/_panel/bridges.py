@@ -18,27 +18,12 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, PRNGKeyArray
 
-from .._master_equation.dense_linalg import uniformisation_rate
-
 
 def draw_index(weights: Array, u: Array) -> Array:
     """The first index whose cumulative weight exceeds `u` times the total (`u` uniform on
     [0, 1): an index drawn with probability proportional to `weights`)."""
     cumulative = jnp.cumsum(weights)
     return jnp.argmax(cumulative > u * cumulative[-1]).astype(jnp.int32)
-
-
-def uniformised_powers(A: Array, max_candidates: int) -> tuple[Array, Array, Array]:
-    r"""For a matrix `A` with nonnegative off-diagonal entries: $\Omega=\max_x(-A(x,x))$ (1 if
-    none is positive), $B=I+A/\Omega$ and its powers $B^0..B^{c}$ `(c + 1, K, K)`,
-    `c = max_candidates`."""
-    K = A.shape[-1]
-    omega = uniformisation_rate(A)
-    B = jnp.eye(K, dtype=A.dtype) + A / omega
-    _, powers = jax.lax.scan(
-        lambda P, _: (P @ B, P), jnp.eye(K, dtype=A.dtype), None, length=max_candidates + 1
-    )
-    return omega, B, powers
 
 
 def log_poisson_weights(mean: Array, max_candidates: int) -> Array:

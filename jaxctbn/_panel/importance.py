@@ -43,11 +43,12 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .._master_equation.dense_linalg import uniformised_powers
 from .._model.ctbn import AbstractCTBN
 from .._model.layout import config_index
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import segments
-from .bridges import bridge, draw_index, uniformised_powers
+from .bridges import bridge, draw_index
 from .gibbs import _compacted, _Path, _to_trajectories, _whole
 from .mean_field import (
     DEFAULT_MEAN_FIELD,
@@ -289,9 +290,9 @@ def weighted_unguarded(model, observations, key, sampler, start, max_children):
         process, table, duration, target, clamp, key = inputs
         process: NodeProcesses
         # each node's and step's uniformisation, shared by the samples
-        uniformised = jax.vmap(jax.vmap(lambda A: uniformised_powers(A, sampler.max_candidates)))(
-            process.matrices
-        )
+        uniformised = jax.vmap(
+            jax.vmap(lambda A: uniformised_powers(A, sampler.max_candidates + 1))
+        )(process.matrices)
 
         def one_path(key):
             x0, times, values, log_q, flags = jax.vmap(
