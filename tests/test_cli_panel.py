@@ -116,7 +116,7 @@ def test_fit_panel_default_and_gradient_agree_and_write_the_contract(files, tmp_
     np.testing.assert_allclose(cmp["p_value"], scipy.stats.chi2.sf(7.5, 2), rtol=1e-12)
     np.testing.assert_allclose(cmp["p_value"], np.exp(-7.5 / 2), rtol=1e-12)  # chi2 on 2 df
     other = json.loads(json.dumps(small))
-    other["data"]["sha256"] = "0" * 64
+    other["data"]["observations_sha256"] = "0" * 64
     paths.append(tmp_path / "other.json")
     paths[-1].write_text(json.dumps(other))
     unnested = json.loads(json.dumps(small))

@@ -202,13 +202,37 @@ def test_fit_with_covariates_from_the_command_line(tmp_path, capsys):
         (["--covariates", "weight"], "no column 'weight'"),
         (["--covariates", "sex,age", "--covariate-rates", "h:2-0"], "not a free rate"),
         (["--covariate-rates", "h:0-1"], "only with --covariates"),
-        (["--covariates", "sex"], "column(s) ['age'] are neither nodes"),
     ]:
         capsys.readouterr()
         bad = tmp_path / "bad.json"
         assert main([*args, *extra, "--out", str(bad)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+    # msm's workflow from one file: the fit without the covariates (their columns ignored, said
+    # in one note on stderr) against the fit with them, by compare's likelihood-ratio test on
+    # the same observations (the files' bytes are the same here; the digest of the observations
+    # is what compare checks)
+    plain = tmp_path / "plain.json"
+    capsys.readouterr()
+    assert main([*args, "--out", str(plain)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "column(s) ['sex', 'age'] are neither nodes" in err[0], err
+    assert "ignored" in err[0]
+    p = __import__("json").loads(plain.read_text())
+    assert p["data"]["observations_sha256"] == d["data"]["observations_sha256"]
+    compared = tmp_path / "compare.json"
+    assert main(["compare", str(plain), str(out), "--out", str(compared)]) == 0
+    c = __import__("json").loads(compared.read_text())
+    assert c["df"] == 4 and c["nested"] == "FIT1 in FIT2"
+    np.testing.assert_allclose(c["lr_statistic"], p["minus2loglik"] - d["minus2loglik"])
+    # a file with only the nodes' columns holds the same observations
+    nodes_only = tmp_path / "nodes.csv"
+    pd.read_csv(data)[["trajectory_id", "time", "h"]].to_csv(nodes_only, index=False)
+    again = tmp_path / "again.json"
+    assert main([*args[:2], str(nodes_only), *args[3:], "--out", str(again)]) == 0
+    a = __import__("json").loads(again.read_text())
+    assert a["data"]["observations_sha256"] == d["data"]["observations_sha256"]
+    assert a["data"]["sha256"] != d["data"]["sha256"]
     # the prevalence check of that fit: the forecast with each subject's covariate scales, the
     # library's with the fit's covariates and effects
     prevalence_dir = tmp_path / "prevalence"

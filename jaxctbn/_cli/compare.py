@@ -37,10 +37,14 @@ def _cmd_compare(args) -> None:
     from .._panel.comparison import lr_test
 
     fits = [_read_fit(args.fit1, "FIT1"), _read_fit(args.fit2, "FIT2")]
-    if fits[0]["data"].get("sha256") != fits[1]["data"].get("sha256"):
+    data = [f["data"] if isinstance(f["data"], dict) else {} for f in fits]
+    # the observations the fits used (fits written before that digest: the files' bytes)
+    key = "observations_sha256" if all("observations_sha256" in d for d in data) else "sha256"
+    if data[0].get(key) is None or data[0].get(key) != data[1].get(key):
+        what = "observations" if key == "observations_sha256" else "data files"
         raise ValueError(
-            "FIT1, FIT2: fitted to different data (the data files' SHA-256 differ); a "
-            "likelihood-ratio test and AIC compare fits of the same data."
+            f"FIT1, FIT2: fitted to different data (the SHA-256 of their {what} differ); a "
+            "likelihood-ratio test and AIC compare fits of the same observations."
         )
     if fits[0]["observation"] != fits[1]["observation"]:
         raise ValueError(

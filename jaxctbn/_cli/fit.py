@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from .._files import write_json
 from .arguments import _assignment, _load_network
 
@@ -39,11 +41,24 @@ def _flagged_rates(model, flags) -> list[dict]:
 
 
 def _file_digest(path) -> str:
-    """The SHA-256 of a file's bytes (`jaxctbn compare` refuses fits of different data)."""
+    """The SHA-256 of a file's bytes."""
     import hashlib
 
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
+
+
+def _observations_digest(df, names, exact_entry) -> str:
+    """The SHA-256 of the observations a fit uses: the reserved columns and the nodes' columns
+    (in that order, as parsed, written as CSV) and `--exact-entry`. `jaxctbn compare` refuses
+    fits whose digests differ; fits of one file with and without covariate columns agree."""
+    import hashlib
+
+    from .._paths.csv import RESERVED_COLUMNS
+
+    columns = [c for c in RESERVED_COLUMNS if c in df.columns] + list(names)
+    text = df[columns].to_csv(index=False) + f"exact_entry={exact_entry or ''}"
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _rate_table(model, log_rate_se, level: float = 0.95) -> list[dict]:
@@ -668,11 +683,13 @@ def _cmd_fit(args):
             if c not in RESERVED_COLUMNS and c not in model.names and c not in columns
         ]
         if extra:
-            raise ValueError(
-                f"data: column(s) {extra} are neither nodes of --network {list(model.names)} "
-                "nor covariates; name covariates with --covariates COL,..., or drop the columns."
+            print(
+                f"note: data: column(s) {extra} are neither nodes of --network "
+                f"{list(model.names)} nor covariates: ignored (name covariates with "
+                "--covariates COL,...).",
+                file=sys.stderr,
             )
-        nodes_df = df.drop(columns=columns)
+        nodes_df = df.drop(columns=columns + extra)
         if args.learn_strength is None:
             observations, ids = panel_from_dataframe(
                 nodes_df, model, exact_entry=entry, bucketed=True
@@ -753,7 +770,11 @@ def _cmd_fit(args):
     out["num_parameters"] = num_parameters
     out["aic"] = out["minus2loglik"] + 2 * num_parameters
     out["hessian_positive_definite"] = definite
-    out["data"] = {"path": str(args.data), "sha256": _file_digest(args.data)}
+    out["data"] = {
+        "path": str(args.data),
+        "sha256": _file_digest(args.data),
+        "observations_sha256": _observations_digest(df, model.names, args.exact_entry),
+    }
     if args.draws_out is not None and draws is not None:
         _write_draws(args.draws_out, model, draws)
     out["prior"] = (
