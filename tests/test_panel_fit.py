@@ -699,3 +699,26 @@ def test_float32_fits_reach_the_float64_optimum():
         np.testing.assert_allclose(float(fit.log_likelihood), objective(rates), rtol=1e-5)
         np.testing.assert_allclose(objective(rates), best, rtol=1e-5)
         np.testing.assert_allclose(rates, reference, rtol=3e-2)
+
+
+def test_squarem_stopped_short_is_polished_by_l_bfgs():
+    # SQUAREM cut off after 2 iterations (as on a boundary optimum where its extrapolations
+    # stall until max_iterations): the fit goes on with L-BFGS from there and reaches scipy's
+    # optimum of the independent numpy objective, saying so in `method`; without the polish
+    # the fit stays short and unconverged
+    obs, _ = _two_node_data()
+    reference, best = _two_node_reference(False)
+    short = jc.panel.fit_rates(
+        START, obs, method=jc.panel.SquaremFit(max_iterations=2, polish=None)
+    )
+    assert not bool(short.converged) and short.method == "squarem"
+    assert float(short.log_posterior) < best - 1e-3
+    polished = jc.panel.fit_rates(START, obs, method=jc.panel.SquaremFit(max_iterations=2))
+    assert bool(polished.converged) and polished.method == "squarem+gradient"
+    np.testing.assert_allclose(polished.log_posterior, best, rtol=1e-7)
+    np.testing.assert_allclose(_free_rates(polished.model), reference, rtol=1e-3)
+    assert int(polished.iterations) > 2
+    trace = np.asarray(polished.trace)
+    assert trace[0] == pytest.approx(float(short.trace[0])) and trace[-1] == pytest.approx(best)
+    with pytest.raises(ValueError, match="polish: expected a jaxctbn.panel.GradientFit"):
+        jc.panel.SquaremFit(polish=jc.panel.EMFit())  # pyright: ignore[reportArgumentType]

@@ -732,6 +732,12 @@ def _cmd_fit(args):
             assert fit.effects_at_bound is not None
             out["effects_at_bound"] = int(sum(int(np.sum(b)) for b in fit.effects_at_bound))
             out["covariate_effects"] = _effect_table(fitted, covariates, uncertainty)
+        if fit.method != out["method"]:  # SQUAREM stopped short, L-BFGS went on from there
+            print(
+                f"note: {out['method']} stopped short of the optimum; L-BFGS (--method gradient) "
+                f"continued from where it stopped (method {fit.method!r})"
+            )
+            out["method"] = fit.method
         out.update(
             log_likelihood=float(fit.log_likelihood),
             log_posterior=float(fit.log_posterior),

@@ -43,6 +43,7 @@ bounded is among those tried together.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import math
 from typing import Any, ClassVar, cast
 
@@ -768,16 +769,38 @@ class SquaremFit(AbstractRateFitMethod):
     the E-step), with the components that push a rate out of the box at its end dropped. A
     slowly crawling EM can meet the first criterion far from the optimum, never the second.
 
+    **When it stops short.** On a boundary optimum (rates driven to 0 or $\infty$ together)
+    the extrapolations can stall, and `max_iterations` end the run unconverged. Called
+    eagerly, [`jaxctbn.panel.fit_rates`][] then continues with `polish` (default
+    [`jaxctbn.panel.GradientFit`][]: L-BFGS on the log-rates) from where SQUAREM stopped and
+    keeps the better objective; the fit's `method` is then `"squarem+gradient"` and its
+    `iterations` and `trace` those of both. `polish=None` leaves an unconverged fit as it is
+    (so does a call under `jit`, whose `converged` is traced).
+
     **Arguments** (keyword-only): `tolerance` (default `1e-8`), `max_iterations` (default
-    500).
+    500), `polish` (default `GradientFit()` with the same tolerance; `None`: none).
     """
 
     tolerance: float | Float[Array, ""]
     max_iterations: int = eqx.field(static=True)
+    polish: GradientFit | None
     name: ClassVar[str] = "squarem"
 
-    def __init__(self, *, tolerance: float | ArrayLike = 1e-8, max_iterations: int = 500):
+    def __init__(
+        self,
+        *,
+        tolerance: float | ArrayLike = 1e-8,
+        max_iterations: int = 500,
+        polish: GradientFit | None | str = "default",
+    ):
         self.tolerance, self.max_iterations = _check_method(tolerance, max_iterations, "SquaremFit")
+        if isinstance(polish, str) and polish == "default":
+            polish = GradientFit(tolerance=self.tolerance)
+        if polish is not None and not isinstance(polish, GradientFit):
+            raise ValueError(
+                f"polish: expected a jaxctbn.panel.GradientFit or None, got {polish!r}."
+            )
+        self.polish = polish
 
     def fit(self, problem):
         dtype = problem.tau.dtype
@@ -1076,7 +1099,28 @@ def fit_rates(
         groups,
         covariates,
     )
-    return _check_possible(fit, bad, observations)
+    fit = _check_possible(fit, bad, observations)
+    if isinstance(method, SquaremFit) and method.polish is not None:
+        fit = _polished(fit, method.polish, observations, parameters, emissions,
+                        initial_distribution, solver, groups, covariates)  # fmt: skip
+    return fit
+
+
+def _polished(fit: RateFit, polish, observations, *arguments) -> RateFit:
+    """`fit` continued by `polish` when it stopped unconverged (concrete values only): the
+    better objective of the two, labelled with both methods."""
+    if not is_concrete(fit.converged) or bool(fit.converged):
+        return fit
+    second, bad = _fit(fit.model, observations, polish, *arguments)
+    second = _check_possible(second, bad, observations)
+    if not float(second.log_posterior) >= float(fit.log_posterior):
+        return fit
+    return dataclasses.replace(
+        second,
+        method=f"{fit.method}+{second.method}",
+        iterations=fit.iterations + second.iterations,
+        trace=jnp.concatenate([fit.trace[: int(fit.iterations) + 1], second.trace]),
+    )
 
 
 def _check_covariates(covariates, observations, method) -> None:
