@@ -123,10 +123,58 @@ def test_fit_panel_default_and_gradient_agree_and_write_the_contract(files, tmp_
     unnested["covariates"] = {"names": ["age"]}
     paths.append(tmp_path / "unnested.json")
     paths[-1].write_text(json.dumps(unnested))
+    # hand-edited or damaged fits: a NaN -2LL, a string parameter count; covariate effects on
+    # different rates (the same covariate's name, but not nested: compared by the rates it
+    # acts on); an effect shared over two rates in the larger fit, separate in the smaller
+    edited = {
+        "nan": {"minus2loglik": float("nan")},
+        "text": {"num_parameters": "four"},
+        "age_a": {
+            "covariates": {"names": ["age"]},
+            "covariate_effects": [{"covariate": "age", "node": "A", "from": 0, "to": 1}],
+        },
+        "age_b": {
+            "covariates": {"names": ["age"]},
+            "covariate_effects": [{"covariate": "age", "node": "B", "from": 0, "to": 1}],
+        },
+        "age_ab": {
+            "covariates": {"names": ["age"]},
+            "covariate_effects": [
+                {"covariate": "age", "node": "A", "from": 0, "to": 1},
+                {"covariate": "age", "node": "B", "from": 0, "to": 1},
+            ],
+        },
+        "age_shared": {
+            "covariates": {"names": ["age"], "shared": ["A:0-1+B:0-1"]},
+            "covariate_effects": [
+                {"covariate": "age", "node": "A", "from": 0, "to": 1},
+                {"covariate": "age", "node": "B", "from": 0, "to": 1},
+            ],
+        },
+    }
+    named = {}
+    for name, change in edited.items():
+        d = json.loads(json.dumps(big if name in ("age_a", "age_shared") else small))
+        d.update(change)
+        named[name] = tmp_path / f"{name}.json"
+        named[name].write_text(json.dumps(d))
+    # nested the right way round: an effect on A 0->1 (small) inside effects on A and B
+    big_ab = json.loads(json.dumps(big))
+    big_ab.update(edited["age_ab"])
+    small_a = json.loads(json.dumps(small))
+    small_a.update(edited["age_a"])
+    for name, d in (("big_ab", big_ab), ("small_a", small_a)):
+        named[name] = tmp_path / f"{name}.json"
+        named[name].write_text(json.dumps(d))
+    assert main(["compare", str(named["big_ab"]), str(named["small_a"]), "--out", str(out)]) == 0
     for a, b, message in (
         (paths[0], paths[2], "different data"),
         (paths[0], paths[0], "neither is nested"),
         (paths[0], paths[3], "has covariates that FIT1 lacks"),
+        (paths[0], named["nan"], "FIT2: minus2loglik must be a finite number, got nan"),
+        (named["text"], paths[0], "FIT1: num_parameters must be a finite number, got 'four'"),
+        (named["age_a"], named["age_b"], "has the effect of age on B 0->1, which FIT1 does not"),
+        (named["age_shared"], named["age_ab"], "FIT1 shares one effect of age over"),
     ):
         capsys.readouterr()
         assert main(["compare", str(a), str(b), "--out", str(tmp_path / "x.json")]) == 2

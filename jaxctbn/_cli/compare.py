@@ -33,6 +33,66 @@ def _nodes(fit: dict, flag: str) -> list[tuple[str, int, frozenset]]:
         raise ValueError(f"{flag}: its network has no valid nodes list ({e}).") from None
 
 
+def _number(fit: dict, key: str, flag: str) -> float:
+    """`fit[key]` as a finite number, else one line naming the file's key."""
+    import math
+
+    value = fit[key]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{flag}: {key} must be a finite number, got {value!r}.")
+    return float(value)
+
+
+def _effects(fit: dict) -> set[tuple[str, str, int, int]]:
+    """The covariate effects a fit estimates: `(covariate, node, from, to)` (over the parent
+    configurations of the node)."""
+    return {
+        (str(e["covariate"]), str(e["node"]), int(e["from"]), int(e["to"]))
+        for e in fit.get("covariate_effects", [])
+    }
+
+
+def _shared_groups(fit: dict) -> list[set[tuple[str, int, int]]]:
+    """The groups of rates whose effects one parameter holds (`--covariate-shared`)."""
+    groups = []
+    for group in fit.get("covariates", {}).get("shared", []) or []:
+        members = set()
+        for item in str(group).split("+"):
+            node, transition = item.strip().split(":")
+            x, y = (int(v) for v in transition.split("-"))
+            members.add((node, x, y))
+        groups.append(members)
+    return groups
+
+
+def _check_nested_effects(small: dict, big: dict, i: int, j: int) -> None:
+    """The smaller fit's covariate effects are a special case of the larger's: every effect it
+    estimates the larger estimates too (on the same rate), and every group of rates that share
+    one effect in the larger shares one in the smaller too, whole (or has none of that
+    covariate's effects there: all zero)."""
+    try:
+        effects = [_effects(small), _effects(big)]
+        groups = [_shared_groups(small), _shared_groups(big)]
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"FIT1, FIT2: unreadable covariate effects ({e}).") from None
+    missing = sorted(effects[0] - effects[1])
+    if missing:
+        c, n, x, y = missing[0]
+        raise ValueError(
+            f"FIT1, FIT2: not nested: FIT{i} (fewer parameters) has the effect of {c} on "
+            f"{n} {x}->{y}, which FIT{j} does not estimate."
+        )
+    for group in groups[1]:
+        covariates = {c for c, *_ in effects[0]}
+        for c in covariates:
+            acted = {(n, x, y) for cc, n, x, y in effects[0] if cc == c and (n, x, y) in group}
+            if acted and not (acted == group and any(group <= g for g in groups[0])):
+                raise ValueError(
+                    f"FIT1, FIT2: not nested: FIT{j} shares one effect of {c} over "
+                    f"{sorted(group)}, which FIT{i} estimates separately."
+                )
+
+
 def _cmd_compare(args) -> None:
     from .._panel.comparison import lr_test
 
@@ -60,7 +120,11 @@ def _cmd_compare(args) -> None:
     nodes = [_nodes(f, flag) for f, flag in zip(fits, ("FIT1", "FIT2"))]
     if [(n, k) for n, k, _ in nodes[0]] != [(n, k) for n, k, _ in nodes[1]]:
         raise ValueError("FIT1, FIT2: the networks have different nodes or state counts.")
-    p = [int(f["num_parameters"]) for f in fits]
+    m2ll = [_number(f, "minus2loglik", flag) for f, flag in zip(fits, ("FIT1", "FIT2"))]
+    counts = [_number(f, "num_parameters", flag) for f, flag in zip(fits, ("FIT1", "FIT2"))]
+    if any(c != int(c) or c < 0 for c in counts):
+        raise ValueError(f"FIT1, FIT2: num_parameters must be integers >= 0, got {counts}.")
+    p = [int(c) for c in counts]
     if p[0] == p[1]:
         raise ValueError(
             f"FIT1, FIT2: both have {p[0]} parameters, so neither is nested in the other; "
@@ -79,7 +143,7 @@ def _cmd_compare(args) -> None:
             f"FIT1, FIT2: not nested: FIT{small + 1} (fewer parameters) has covariates that "
             f"FIT{big + 1} lacks ({sorted(covariates[small] - covariates[big])})."
         )
-    m2ll = [float(f["minus2loglik"]) for f in fits]
+    _check_nested_effects(fits[small], fits[big], small + 1, big + 1)
     statistic = m2ll[small] - m2ll[big]
     df = p[big] - p[small]
     tolerance = 1e-6 * (1 + abs(m2ll[big]))
