@@ -98,6 +98,8 @@ def test_design_costs_budget_and_rank_by(history, tmp_path):
         (["--costs", "A=nan"], "--costs: 'A=nan': the cost must be a finite number >= 0"),
         (["--costs", "Z=1"], "--costs: unknown node 'Z'"),
         (["--costs", "A:5=1"], "the state of 'A' must be in 0..1"),
+        (["--costs", "A=1,A=5"], "--costs: 'A' is priced twice (1 and 5)"),
+        (["--costs", "A=1e308", "--experiment-cost", "1e308"], "total cost overflows"),
         (["--experiment-cost", "-1"], "argument --experiment-cost"),
         (["--experiment-cost", "nan"], "argument --experiment-cost"),
         (["--experiment-cost", "2", "--budget", "1"], "--budget: 1 is below the cheapest"),

@@ -430,6 +430,7 @@ def _costs(args, names, cardinalities):
     from .._criteria.costs import Costs
 
     clamp, clamp_state, scale = {}, {}, {}
+    seen: dict[str, str] = {}
     text = ",".join(args.costs or [])
     for item in filter(None, (t.strip() for t in text.split(","))):
         node, sep, value = item.rpartition("=")
@@ -441,6 +442,9 @@ def _costs(args, names, cardinalities):
             raise ValueError(f"--costs: {item!r}: the cost must be a number.") from None
         if not (math.isfinite(price) and price >= 0):
             raise ValueError(f"--costs: {item!r}: the cost must be a finite number >= 0.")
+        if node in seen:
+            raise ValueError(f"--costs: {node!r} is priced twice ({seen[node]} and {value}).")
+        seen[node] = value
         if node.endswith("*"):  # NODE*=C: an imperfect intervention (a rate scale) on NODE
             name = node[:-1]
             if name not in names:
@@ -457,6 +461,17 @@ def _costs(args, names, cardinalities):
             clamp_state[(name, int(state))] = price
         else:
             clamp[name] = price
+    # the dearest experiment (every price at once, each visit) must be a finite number
+    visits = getattr(args, "visits", None) or len(getattr(args, "observation_times", None) or [1])
+    dearest = (
+        sum([*clamp.values(), *clamp_state.values(), *scale.values(), args.experiment_cost or 0.0])
+        + (args.visit_cost or 0.0) * visits
+    )
+    if not math.isfinite(dearest):
+        raise ValueError(
+            "--costs, --experiment-cost, --visit-cost: an experiment's total cost overflows "
+            "(above 1.8e308); state the prices in larger units."
+        )
     return Costs.of_nodes(
         names,
         cardinalities,
