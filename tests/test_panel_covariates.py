@@ -154,6 +154,17 @@ def test_bad_covariates_are_refused():
         jc.panel.fit_rates(start, obs, covariates=_covariates(), method=jc.panel.EMFit())
     with pytest.raises(ValueError, match="covariates, effects: give both"):
         jc.panel.rate_uncertainty(start, obs, covariates=_covariates())
+    # exactly collinear (age2 = 2 age + 1) where they act together: not identifiable, named;
+    # acting on different rates they are identifiable and pass the check
+    collinear = np.stack([Z[:, 1], 2 * Z[:, 1] + 1, Z[:, 0]], 1)
+    names = ("age", "age2", "sex")
+    with pytest.raises(ValueError, match=r"covariates: \['age', 'age2'\] are collinear"):
+        jc.panel.fit_rates(start, obs, covariates=jc.panel.Covariates(collinear, names=names))
+    apart = np.zeros((3, 1, 3, 3), bool)
+    apart[0, 0, 0, 1] = apart[1, 0, 1, 2] = apart[2, 0, 0, 1] = True
+    from jaxctbn._panel.fit import _check_identifiable
+
+    _check_identifiable(jc.panel.Covariates(collinear, names=names, acts_on=[apart]))
 
 
 def test_fit_with_covariates_from_the_command_line(tmp_path, capsys):

@@ -1152,6 +1152,40 @@ def _check_covariates(covariates, observations, method) -> None:
             f"covariates: expected one row per trajectory, leading axes {batch}, got values of "
             f"shape {covariates.values.shape}."
         )
+    _check_identifiable(covariates)
+
+
+def _check_identifiable(covariates: Covariates) -> None:
+    """A one-line `ValueError` when the effects on some rate are not identifiable: covariates
+    whose values are linearly dependent once centred (their effects trade against one another;
+    a constant covariate is refused by `Covariates` itself). Checked per rate over the
+    covariates acting on it (concrete values only; the rows of per-observation values include
+    padding slots, which repeat a trajectory's last row)."""
+    if not is_concrete(covariates.values):
+        return
+    values = np.asarray(covariates.values, float)
+    rows = values.reshape(-1, values.shape[-1])
+    names = list(covariates.names) if covariates.names else [f"#{c}" for c in range(rows.shape[1])]
+    centred = rows - rows.mean(0)
+    if covariates.acts_on is None:
+        patterns = {tuple(range(rows.shape[1]))}
+    else:
+        acts = [np.asarray(a, bool).reshape(a.shape[0], -1) for a in covariates.acts_on]
+        patterns = {
+            tuple(int(c) for c in np.nonzero(a[:, j])[0]) for a in acts for j in range(a.shape[1])
+        }
+    for pattern in sorted(patterns, key=len, reverse=True):
+        if len(pattern) < 2:
+            continue
+        block = centred[:, list(pattern)] / np.abs(centred[:, list(pattern)]).max(0)
+        _, sing, vt = np.linalg.svd(block, full_matrices=False)
+        if sing[-1] <= 1e-8 * sing[0]:
+            involved = [names[pattern[i]] for i in np.nonzero(np.abs(vt[-1]) > 1e-6)[0]]
+            raise ValueError(
+                f"covariates: {involved} are collinear (one is a linear function of the others "
+                "over the data): their effects on a rate they act on together cannot be told "
+                "apart; drop one."
+            )
 
 
 def _checked_arguments(model, observations, method, prior, emissions, solver, verb: str):
