@@ -153,3 +153,17 @@ def test_learn_strength_bad_range(low, high):
     z = jnp.zeros((1, 2, 2))
     with pytest.raises(ValueError, match="0 < low < high"):
         learn_strength(z, jnp.ones((1, 2)), z, jnp.ones((1, 2)), low=low, high=high)
+
+
+@pytest.mark.parametrize("which", ["negative dwell", "nan dwell", "negative count"])
+def test_learn_strength_refuses_impossible_statistics(which):
+    import equinox as eqx
+
+    M, T = jnp.ones((1, 2, 2)), jnp.ones((1, 2))
+    bad = {
+        "negative dwell": (M, T, M, -T),
+        "nan dwell": (M, T.at[0, 0].set(jnp.nan), M, T),
+        "negative count": (M, T, -M, T),
+    }[which]
+    with pytest.raises(eqx.EquinoxRuntimeError, match="must be finite and >= 0"):
+        learn_strength(*bad)

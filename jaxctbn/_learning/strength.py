@@ -86,6 +86,16 @@ def learn_strength(
     M0, T0 = jnp.asarray(unscaled_transitions), jnp.asarray(unscaled_dwell_times)
     M1, T1 = jnp.asarray(scaled_transitions), jnp.asarray(scaled_dwell_times)
     k = M0.shape[-1]
+    statistics = (M0, T0, M1, T1)
+    bad = jnp.zeros((), bool)
+    for x in statistics:
+        bad = bad | ~jnp.all(jnp.isfinite(x) & (x >= 0))
+    M0, T0, M1, T1 = eqx.error_if(
+        statistics,
+        bad,
+        "learn_strength: the statistics (transitions and dwell times, with and without the "
+        "intervention) must be finite and >= 0.",
+    )
     rates = off_diagonal(k) if free is None else (jnp.asarray(free) & off_diagonal(k))
     a = jnp.asarray(alpha, T0.dtype) + M0 + M1
     log_s = jnp.linspace(jnp.log(low), jnp.log(high), num_points, dtype=T0.dtype)
