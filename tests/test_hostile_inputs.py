@@ -495,3 +495,48 @@ def test_pool_on_ragged_panels_with_missing_values(seed, missing, one_visit, log
         assert np.all(expected[options, subjects])
     for metric in (res.entropy, res.auroc, res.aupr):
         assert np.all(np.isfinite(np.asarray(metric)))
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        # issue 61: raw numpy, type or JAX errors before
+        (
+            lambda: jc.panel.PanelObservations.from_sequences(
+                [np.array([0.0, 1.0, 2.0])], [np.zeros((2, 1), int)]
+            ),
+            r"states\[0\]: expected shape \(3, N\)",
+        ),
+        (
+            lambda: jc.StructurePosterior.from_prior(
+                NAMES, CARDS, max_parents=1, required_edges=[("A", "C")]
+            ),
+            "required_edges: unknown node 'C'",
+        ),
+        (
+            lambda: jc.StructurePosterior.from_prior(
+                NAMES, CARDS, max_parents=1, forbidden_edges=[("A", 1)]
+            ),
+            r"forbidden_edges: each edge is a \(parent, child\) pair",
+        ),
+        (
+            lambda: jc.panel.Emissions([np.array([["a", "b"], ["c", "d"]])]),
+            r"matrices\[0\]: expected probabilities \(numbers\)",
+        ),
+    ],
+)
+def test_structure_and_panel_inputs_are_one_line(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_required_edges_by_name_are_those_by_index():
+    by_name = jc.StructurePosterior.from_prior(
+        NAMES, CARDS, max_parents=1, required_edges=[("A", "B")]
+    )
+    by_index = jc.StructurePosterior.from_prior(
+        NAMES, CARDS, max_parents=1, required_edges=[(0, 1)]
+    )
+    for a, b in zip(by_name.parent_sets, by_index.parent_sets):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(np.asarray(by_name.parent_sets[1]), [[0]])

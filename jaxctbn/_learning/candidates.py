@@ -94,6 +94,27 @@ def candidate_parent_sets(
     )
 
 
+def edges_by_index(edges, names: Sequence[str], flag: str) -> list:
+    """`(parent, child)` pairs given by node names translated to indices (pairs of indices, and
+    anything else, are left for `knowledge_arrays` to check); an unknown name is one line."""
+    out = []
+    for edge in edges:
+        if (
+            isinstance(edge, tuple | list)
+            and len(edge) == 2
+            and all(isinstance(v, str) for v in edge)
+        ):
+            unknown = [v for v in edge if v not in names]
+            if unknown:
+                raise ValueError(
+                    f"{flag}: unknown node {unknown[0]!r} in {tuple(edge)!r}; the nodes are "
+                    f"{list(names)}."
+                )
+            edge = (list(names).index(edge[0]), list(names).index(edge[1]))
+        out.append(edge)
+    return out
+
+
 def knowledge_arrays(
     num_nodes: int,
     max_parents: int | Sequence[int],
@@ -105,6 +126,16 @@ def knowledge_arrays(
     forbidden, not into an earlier tier, no self-loop), `required` `(N, N)` and the in-degree
     of every node (see [`jaxctbn.internal.candidate_parent_sets`][])."""
     per_node = check_max_parents(num_nodes, max_parents)
+    for flag, edges in (("required_edges", required_edges), ("forbidden_edges", forbidden_edges)):
+        for edge in edges:
+            pair = tuple(edge) if isinstance(edge, tuple | list) else ()
+            if len(pair) != 2 or not all(
+                isinstance(v, int | np.integer) and not isinstance(v, bool) for v in pair
+            ):
+                raise ValueError(
+                    f"{flag}: each edge is a (parent, child) pair of node indices, got "
+                    f"{edge!r} (where the node names are known, pairs of names work too)."
+                )
     for a, b in list(required_edges) + list(forbidden_edges):
         if not (0 <= a < num_nodes and 0 <= b < num_nodes):
             raise ValueError(f"edge ({a}, {b}): node index out of range for {num_nodes} nodes.")

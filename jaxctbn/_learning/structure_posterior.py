@@ -30,7 +30,7 @@ from .._model.layout import (
 )
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import check_states_now
-from .candidates import candidate_parent_sets
+from .candidates import candidate_parent_sets, edges_by_index
 from .family_statistics import FamilyStatistics, family_statistics
 from .independence import CTPC, ctpc_pools
 from .memory import _memory_budget, _plan_family_statistics
@@ -120,6 +120,8 @@ class StructurePosterior(AbstractPosterior):
         N = len(cards)
         if len(names) != N:
             raise ValueError(f"names: need {N} node names, got {len(names)}.")
+        required_edges = edges_by_index(required_edges, names, "required_edges")
+        forbidden_edges = edges_by_index(forbidden_edges, names, "forbidden_edges")
         sets = candidate_sets_within_budget(
             "StructurePosterior.from_prior",
             names,

@@ -226,7 +226,13 @@ def _padded_arrays(times, states, exact_entry, rows) -> tuple[np.ndarray, ...]:
     rows = list(rows)
     lengths = np.asarray([len(np.asarray(times[r])) for r in rows], np.int32)
     num_slots = int(lengths.max())
-    N = np.asarray(states[rows[0]]).reshape(lengths[0], -1).shape[-1]
+    first = np.asarray(states[rows[0]])
+    if first.ndim not in (1, 2) or first.shape[0] != lengths[0]:
+        raise ValueError(
+            f"states[{rows[0]}]: expected shape ({lengths[0]}, N), one row of node states per "
+            f"time of times[{rows[0]}], got {first.shape}."
+        )
+    N = first.reshape(lengths[0], -1).shape[-1]
     R = len(rows)
     T = np.zeros((R, num_slots))
     Y = np.full((R, num_slots, N), -1, np.int32)
@@ -404,6 +410,13 @@ class Emissions(eqx.Module):
             if m is None:
                 out.append(None)
                 continue
+            if isinstance(m, np.ndarray | list | tuple):
+                kind = np.asarray(m).dtype.kind
+                if kind not in "biuf":
+                    raise ValueError(
+                        f"matrices[{n}]: expected probabilities (numbers), got an array of "
+                        f"dtype {np.asarray(m).dtype}."
+                    )
             m = jnp.asarray(m)
             if m.ndim != 2:
                 raise ValueError(f"matrices[{n}]: expected shape (k, symbols), got {m.shape}.")
