@@ -523,6 +523,18 @@ def test_pool_on_ragged_panels_with_missing_values(seed, missing, one_visit, log
             lambda: jc.panel.Emissions([np.array([["a", "b"], ["c", "d"]])]),
             r"matrices\[0\]: expected probabilities \(numbers\)",
         ),
+        (
+            lambda: jc.criteria.score_batch(
+                jc.RatePosterior.for_model(
+                    jc.CTBN(cims=[jnp.array([[[-1.0, 1.0], [1.0, -1.0]]])], parents=((),))
+                ),
+                jc.Intervention(targets=jnp.zeros((0, 1), bool), states=jnp.zeros((0, 1), int)),
+                jnp.array([0]),
+                1.0,
+                key=jax.random.key(0),
+            ),
+            "members: a batch needs at least one experiment",
+        ),
     ],
 )
 def test_structure_and_panel_inputs_are_one_line(call, message):

@@ -739,6 +739,8 @@ def score_batch(
       members' summed statistics. The reference for the Box-Hill batches.
     """
     _check_common(posterior, members, num_samples)
+    if members.targets.shape[0] == 0:
+        raise ValueError("members: a batch needs at least one experiment, got none.")
     _check_initial_states(initial_state, members, members.targets.shape[0])
     _check_outcome(outcome)
     if isinstance(criterion, EIG):
