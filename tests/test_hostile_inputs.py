@@ -552,3 +552,18 @@ def test_required_edges_by_name_are_those_by_index():
     for a, b in zip(by_name.parent_sets, by_index.parent_sets):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_array_equal(np.asarray(by_name.parent_sets[1]), [[0]])
+
+
+@pytest.mark.parametrize(
+    "argv, hint",
+    [
+        (["prevalence", "--times", "-1,1"], "write --times=-1,1"),
+        (["design", "--observation-times", "-1,0.5"], "write --observation-times=-1,0.5"),
+    ],
+)
+def test_a_value_with_a_leading_minus_is_explained(argv, hint, capsys):
+    from jaxctbn._cli import main
+
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and hint in lines[0], lines

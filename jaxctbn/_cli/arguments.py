@@ -7,9 +7,26 @@ import argparse
 import os
 import tempfile
 
+#: the command line being parsed (`main(argv)` sets it; `None`: `sys.argv`), for the hints of
+#: `_Parser.error`
+ARGV: list[str] | None = None
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit code 2
+        import re
+        import sys
+
+        # argparse reads a value with a leading minus ("-1,0.5") as an option: say how to give it
+        flag = re.match(
+            r"argument (--[\w-]+)(?:/[^:]*)?: expected (?:one|at least one) argument", message
+        )
+        if flag is not None:
+            argv = sys.argv[1:] if ARGV is None else ARGV
+            name = flag.group(1)
+            after = argv[argv.index(name) + 1] if name in argv[:-1] else ""
+            if re.match(r"-[\d.]", after):
+                message += f" (a value starting with '-': write {name}={after})"
         self.exit(2, f"jaxctbn: error: {message}\n")
 
 

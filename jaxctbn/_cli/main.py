@@ -514,6 +514,9 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
+    from . import arguments
+
+    arguments.ARGV = None if argv is None else [str(a) for a in argv]
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
