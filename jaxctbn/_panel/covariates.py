@@ -32,6 +32,10 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int
 from .._model.interventions import Intervention, is_concrete
 from .observations import PanelObservations
 
+#: the largest absolute covariate value accepted (products and squares of centred values stay
+#: far from float64's overflow)
+MAX_COVARIATE = 1e100
+
 
 class Covariates(eqx.Module):
     r"""Covariates of every trajectory (baseline, or per observation) and the rates they act
@@ -104,6 +108,14 @@ class Covariates(eqx.Module):
             array = np.asarray(values).reshape(-1, C)
             if not np.all(np.isfinite(array)):
                 raise ValueError("values: must be finite (no missing values).")
+            huge = [(n, np.abs(c).max()) for n, c in zip(names, array.T)]
+            huge = [(n, m) for n, m in huge if m > MAX_COVARIATE]
+            if huge:
+                raise ValueError(
+                    f"values: covariate {huge[0][0]!r} reaches {huge[0][1]:.3g}, beyond "
+                    f"{MAX_COVARIATE:g} (its centred spread would overflow the likelihood's "
+                    "exponent arithmetic); state it in larger units."
+                )
             constant = [n for n, col in zip(names, array.T) if np.ptp(col) == 0]
             if constant:
                 over = "observations" if per_observation else "trajectories"
