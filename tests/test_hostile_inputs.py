@@ -567,3 +567,20 @@ def test_a_value_with_a_leading_minus_is_explained(argv, hint, capsys):
     assert main(argv) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and hint in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["design", "--visits", "1000000"], "argument --visits: at most 1,000"),
+        (["run", "parameters", "--outcome", "panel", "--visits", "100000"], "at most 1,000"),
+        (["learn", "--restarts", "1000000000"], "argument --restarts: at most 100,000"),
+    ],
+)
+def test_sizes_beyond_what_the_machine_holds_are_one_line(argv, message, capsys):
+    # issue 61: these were killed at a memory cap or hung for minutes
+    from jaxctbn._cli import main
+
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines

@@ -98,8 +98,9 @@ def _hyperparameter(text) -> float | tuple[float, ...]:
     return tuple(_positive_number(t.strip()) for t in parts)
 
 
-def _at_least(minimum: int):
-    """argparse type: an integer >= `minimum` (counts: trajectories, samples, repetitions...)."""
+def _at_least(minimum: int, maximum: int | None = None, why: str = ""):
+    """argparse type: an integer >= `minimum` (counts: trajectories, samples, repetitions...),
+    and at most `maximum` when given (`why`: what the bound protects)."""
 
     def parse(text) -> int:
         try:
@@ -108,9 +109,16 @@ def _at_least(minimum: int):
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"at most {maximum:,}{why}, got {text!r}")
         return value
 
     return parse
+
+
+#: the most visits a panel design places per experiment, and the most hill-climbing restarts
+MAX_VISITS = 1000
+MAX_RESTARTS = 100_000
 
 
 MAX_SEED = 2**63 - 1
@@ -342,8 +350,14 @@ def _grid_times(text) -> tuple[float, ...]:
 
 
 def _observation_times(text) -> tuple[float, ...]:
-    """argparse type: `T1,T2,...`, finite, > 0 and strictly increasing visit times."""
-    return _increasing_times(text, zero_allowed=False)
+    """argparse type: `T1,T2,...`, finite, > 0 and strictly increasing visit times (at most
+    `MAX_VISITS`)."""
+    times = _increasing_times(text, zero_allowed=False)
+    if len(times) > MAX_VISITS:
+        raise argparse.ArgumentTypeError(
+            f"at most {MAX_VISITS:,} visit times (a panel has few visits), got {len(times):,}"
+        )
+    return times
 
 
 def _outcome_arguments(p) -> None:
@@ -364,7 +378,7 @@ def _outcome_arguments(p) -> None:
     )
     visits.add_argument(
         "--visits",
-        type=_at_least(1),
+        type=_at_least(1, MAX_VISITS, " (a panel has few visits; watch a path whole instead)"),
         default=None,
         help="panel: K visits whose times each candidate chooses (bhc, vbhc; in run the "
         "other designs space them equally)",
@@ -618,7 +632,7 @@ def _knowledge_arguments(p) -> None:
     )
     p.add_argument(
         "--restarts",
-        type=_at_least(0),
+        type=_at_least(0, MAX_RESTARTS, " (each restart is a whole climb)"),
         default=0,
         help="hill-climbing: climbs from random starting sets besides the first (default 0)",
     )
