@@ -146,3 +146,14 @@ def test_panel_strength_bad_arguments(panel_data):
         kwargs = {"node": "B", "scaled": jnp.array([True, False]), **kwargs}
         with pytest.raises(ValueError, match=message):
             jc.panel.learn_strength_from_panels(truth, obs, **kwargs)
+
+
+def test_panel_strength_with_every_trajectory_scaled_is_not_identifiable(panel_data):
+    # issue 61: the strength then multiplies every rate of the node the data see, and the
+    # profile was flat but for the rates' box (an estimate and a closed interval were reported)
+    import equinox as eqx
+
+    truth, _, _ = panel_data
+    obs = jc.panel.PanelObservations(jnp.zeros((2, 3)) + jnp.arange(3.0), jnp.zeros((2, 3, 2), int))
+    with pytest.raises(eqx.EquinoxRuntimeError, match="every trajectory is recorded under"):
+        jc.panel.learn_strength_from_panels(truth, obs, node="B", scaled=jnp.array([True, True]))

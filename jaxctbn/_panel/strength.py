@@ -187,6 +187,14 @@ def learn_strength_from_panels(
     scaled = eqx.error_if(
         scaled, ~scaled.any(), "scaled: no trajectory is marked as recorded under the strength."
     )
+    # every trajectory scaled: s times the node's rates is all the data see, so s trades
+    # against the rates exactly (a profile flat but for the rates' box, not an estimate)
+    scaled = eqx.error_if(
+        scaled,
+        scaled.all(),
+        "scaled: every trajectory is recorded under the strength, so it cannot be told from "
+        "the node's own rates; it needs trajectories without the intervention.",
+    )
     dtype = observations.times.dtype
     import scipy.stats  # (here: importing scipy.stats costs every command half a second)
 
