@@ -523,6 +523,18 @@ def test_pool_on_ragged_panels_with_missing_values(seed, missing, one_visit, log
             lambda: jc.panel.Emissions([np.array([["a", "b"], ["c", "d"]])]),
             r"matrices\[0\]: expected probabilities \(numbers\)",
         ),
+        (  # a symbol beyond the emission matrix's columns: named as a symbol, not a state
+            lambda: jc.panel.panel_log_likelihood(
+                jc.CTBN(
+                    cims=[jnp.array([[[-1.0, 1.0, 0.0], [1.0, -2.0, 1.0], [0.0, 1.0, -1.0]]])],
+                    parents=((),),
+                    names=("B",),
+                ),
+                jc.panel.PanelObservations(np.array([[0.0, 1.0]]), np.array([[[2], [1]]])),
+                emissions=jc.panel.Emissions([np.array([[0.9, 0.1], [0.1, 0.9], [0.5, 0.5]])]),
+            ),
+            r"has symbol 2 for node 'B', whose emission matrix has symbols 0..1",
+        ),
         (
             lambda: jc.criteria.score_batch(
                 jc.RatePosterior.for_model(

@@ -275,9 +275,17 @@ def _checked(
             index = tuple(int(i) for i in np.argwhere(bad)[0])
             *where, i, n = index
             t = float(np.asarray(observations.times)[(*where, i)])
+            symbol = emissions is not None and not bool(exact[(*where, i, 0)])
+            symbol = symbol and emissions is not None and emissions.matrices[n] is not None
+            what = (
+                f"symbol {y[index]} for node {model.names[n]!r}, whose emission matrix has "
+                f"symbols 0..{int(limit[index]) - 1} (its columns)"
+                if symbol
+                else f"state {y[index]} for node {model.names[n]!r}, which has states "
+                f"0..{int(limit[index]) - 1}"
+            )
             raise ValueError(
-                f"states: trajectory {_label(where, labels)} at time {t:g} has state {y[index]} for "
-                f"node {model.names[n]!r}, which has states 0..{int(limit[index]) - 1}."
+                f"states: trajectory {_label(where, labels)} at time {t:g} has {what}."
             )
         return observations
     limit = jnp.where(
