@@ -430,6 +430,11 @@ def test_sampled_structure_path_sampler_is_checked():
     )
     emissions = jc.panel.Emissions([np.array([[0.9, 0.1], [0.1, 0.9]])])
     family = jc.panel.SampledStructure(path_sampler=jc.panel.GibbsSampler())
+    pair = jc.StructurePosterior.from_prior(("A", "B"), (2, 2), max_parents=1)
+    two = jc.panel.PanelObservations.from_sequences([np.array([0.0, 1.0])], [np.zeros((2, 2), int)])
+    small = jc.panel.SampledStructure(path_sampler=jc.panel.GibbsSampler(), blanket_bounds=(0, 0))
+    with pytest.raises(ValueError, match=r"blanket_bounds: \(0, 0\) is below"):
+        jc.panel.panel_structure_posterior(pair, two, family=small, key=jax.random.key(0))
     with pytest.raises(ValueError, match="emissions: not supported with path_sampler"):
         jc.panel.panel_structure_posterior(
             prior, observations, family=family, key=jax.random.key(0), emissions=emissions

@@ -502,9 +502,15 @@ def panel_structure_posterior(
         return _posterior(family, posterior, observations, emissions, key, targets, gaps)
 
     if isinstance(family, SampledStructure) and family.path_sampler is not None:
-        if family.blanket_bounds is None:
-            bounds = candidate_sampler_bounds(posterior.parent_sets)
+        bounds = candidate_sampler_bounds(posterior.parent_sets)
+        given = family.blanket_bounds
+        if given is None:
             family = dataclasses.replace(family, blanket_bounds=bounds)
+        elif given[0] < bounds[0] or given[1] < bounds[1]:
+            raise ValueError(
+                f"blanket_bounds: {given} is below what the candidate sets allow, {bounds} "
+                "(children, Markov blanket); leave it None."
+            )
         out = _with_buffer_growth(run, family, inputs=(posterior, observations, key))
     elif isinstance(family, SampledStructure | StructureParticleFilter):
         out, _ = with_candidate_growth(run, family, inputs=(posterior, observations, key))
