@@ -53,6 +53,7 @@ from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import NodeStatistics, node_statistics
 from .observations import (
     PanelObservations,
+    clamped_nodes,
     per_trajectory_tables,
     require_batch,
     trajectory_tables,
@@ -589,13 +590,7 @@ class PathChains(eqx.Module):
         that differ), for observations already checked against the model; a contradiction
         between an observation and a clamp raises."""
         R = observations.times.shape[0]
-        intervention = observations.intervention
-        if intervention is None:
-            targets = jnp.zeros((R, num_nodes), bool)
-            clamps = jnp.zeros((R, num_nodes), jnp.int32)
-        else:
-            targets = jnp.broadcast_to(intervention.targets, (R, num_nodes))
-            clamps = jnp.broadcast_to(intervention.states, (R, num_nodes)).astype(jnp.int32)
+        targets, clamps = clamped_nodes(observations, num_nodes)
         evidence, durations, paths, overflow, contradiction = jax.vmap(
             lambda t, s, m, tg, c: _chain_start(t, s, m, tg, c, sampler.max_node_events)
         )(observations.times, observations.states, observations.num_observations, targets, clamps)

@@ -194,18 +194,28 @@ def trajectory_tables(model: AbstractCTBN, observations: "PanelObservations", bu
     """`per_trajectory_tables` without the checks (for a model that changes inside a loop
     whose observations were checked once): `build(m)` of each trajectory's intervened model,
     the clamped nodes `(R, N)` and their clamped states `(R, N)`."""
-    R, N = observations.times.shape[0], model.num_nodes
+    R = observations.times.shape[0]
     intervention = observations.intervention
+    targets, clamps = clamped_nodes(observations, model.num_nodes)
     if intervention is None:
-        tables = jax.vmap(lambda _: build(model))(jnp.arange(R))
-        return tables, jnp.zeros((R, N), bool), jnp.zeros((R, N), jnp.int32)
+        return jax.vmap(lambda _: build(model))(jnp.arange(R)), targets, clamps
     per_trajectory = jnp.ndim(intervention.targets) == 2
     tables = jax.vmap(
         lambda i: build(i.apply(model)), in_axes=0 if per_trajectory else None, axis_size=R
     )(intervention)
-    targets = jnp.broadcast_to(intervention.targets, (R, N))
-    clamps = jnp.broadcast_to(intervention.states, (R, N)).astype(jnp.int32)
     return tables, targets, clamps
+
+
+def clamped_nodes(observations: "PanelObservations", num_nodes: int) -> tuple[Array, Array]:
+    """Per trajectory of a flat batch `(R, O)`, the nodes its intervention clamps `(R, N)` and
+    their clamped states `(R, N)` (none without an intervention)."""
+    R = observations.times.shape[0]
+    intervention = observations.intervention
+    if intervention is None:
+        return jnp.zeros((R, num_nodes), bool), jnp.zeros((R, num_nodes), jnp.int32)
+    targets = jnp.broadcast_to(intervention.targets, (R, num_nodes))
+    clamps = jnp.broadcast_to(intervention.states, (R, num_nodes)).astype(jnp.int32)
+    return targets, clamps
 
 
 def check_sequences(times, states, exact_entry) -> None:
