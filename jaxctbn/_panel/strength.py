@@ -185,13 +185,13 @@ def learn_strength_from_panels(
     if scaled.shape != (R,) or scaled.dtype != bool:
         raise ValueError(f"scaled: one boolean per trajectory ({R},), got {scaled.shape}.")
     scaled = eqx.error_if(
-        scaled, ~scaled.any(), "scaled: no trajectory is marked as recorded under the strength."
+        scaled, ~jnp.any(scaled), "scaled: no trajectory is marked as recorded under the strength."
     )
     # every trajectory scaled: s times the node's rates is all the data see, so s trades
     # against the rates exactly (a profile flat but for the rates' box, not an estimate)
     scaled = eqx.error_if(
         scaled,
-        scaled.all(),
+        jnp.all(scaled),
         "scaled: every trajectory is recorded under the strength, so it cannot be told from "
         "the node's own rates; it needs trajectories without the intervention.",
     )
