@@ -245,6 +245,7 @@ def test_design_batch_with_strength(history, tmp_path):
         (["--strength", "B=0:2"], "--strength: 'B=0:2': LOW must be > 0"),
         (["--strength", "B=-1:2"], "LOW must be > 0"),
         (["--strength", "B=3:2"], "empty range (HIGH < LOW)"),
+        (["--strength", "B=1:1e300"], "--strength: 'B=1:1e300': HIGH must be at most 1000"),
         (["--strength", "Z=1:2"], "--strength: unknown node 'Z'"),
         (["--strength", "B=1"], "expected NODE=LOW:HIGH"),
         (["--strength", "B=1:2", "--criterion", "eig"], "gradient of the bhc or vbhc"),

@@ -189,12 +189,47 @@ def panel_parameter_vbhc_minimum(
     smaller of its end point and its start, so never above the BHC of the same draws), and
     its value at the start."""
 
-    def loss(log_kappa):
-        return panel_parameter_vbhc(
-            posterior, laws, log_kappa, variational_keys, initial_state, times, intervention
-        )
+    # Differentiated in the posterior, the laws, the visit times and the intervention (its
+    # strengths) by the envelope theorem, d/dθ min_κ V(κ, θ) = ∂_θ V(κ*, θ) at the
+    # optimiser's end point κ* (and ∂_θ V(κ_0(θ), θ) for the start): not through the unrolled
+    # optimiser, whose derivative would need second derivatives of the reparameterised Gamma
+    # draws (reverse mode has none: `random_gamma_grad` is a while loop). Undifferentiated,
+    # the program is the optimiser's loop alone.
+    data = (posterior, laws, variational_keys, initial_state, times, intervention)
 
-    value, bhc, _ = optimiser.minimise_from_start(loss, posterior_log_kappa(posterior))
+    def loss(log_kappa, data):
+        return panel_parameter_vbhc(data[0], data[1], log_kappa, *data[2:])
+
+    @jax.custom_jvp
+    def minimum(data):
+        value, bhc, end = optimiser.minimise_from_start(
+            lambda k: loss(k, data), posterior_log_kappa(data[0])
+        )
+        return value, bhc, end
+
+    @minimum.defjvp
+    def _envelope(primals, tangents):
+        (data,), (data_dot,) = primals, tangents
+        value, bhc, end = minimum(data)
+        # by gradients (the laws' matrix functions are reverse-mode only), dotted with the
+        # tangents of the floating-point leaves
+        free, fixed = eqx.partition(data, eqx.is_inexact_array)
+        free_dot, _ = eqx.partition(data_dot, eqx.is_inexact_array)
+
+        def at(point):
+            def of(free):
+                data = eqx.combine(free, fixed)
+                return loss(point(data), data)
+
+            gradient = jax.grad(of)(free)
+            leaves = zip(jax.tree.leaves(gradient), jax.tree.leaves(free_dot))
+            return sum((jnp.vdot(g, d) for g, d in leaves), jnp.zeros((), value.dtype))
+
+        bhc_dot = at(lambda d: posterior_log_kappa(d[0]))
+        value_dot = at(lambda d: jax.lax.stop_gradient(end))
+        return (value, bhc, end), (value_dot, bhc_dot, jax.tree.map(jnp.zeros_like, end))
+
+    value, bhc, _ = minimum(data)
     return jnp.where(jnp.isfinite(value), jnp.minimum(value, bhc), bhc), bhc
 
 
