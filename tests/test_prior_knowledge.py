@@ -132,7 +132,11 @@ def test_cli_learn_with_knowledge(paths, tmp_path, capsys):
     assert main([*learn, *knowledge, "--max-parents", "2,A=1,D=3"]) == 0
     res = json.loads(out.read_text())
     assert res["prior"]["forbidden"] == [["C", "B"]] and res["prior"]["required"] == [["A", "D"]]
-    assert res["prior"]["edge_prior"] == {"default": 0.2, "edges": {"B->D": 0.7, "C->D": 0.6}}
+    assert res["prior"]["edge_prior"] == {
+        "default": 0.2,
+        "edges": {"B->D": 0.7, "C->D": 0.6},
+        "given": "0.2,B->D=0.7,C->D=0.6",
+    }
     # the library's posterior with the same knowledge and edge probabilities
     pi = np.full((4, 4), 0.2)
     pi[1, 3], pi[2, 3] = 0.7, 0.6
@@ -154,6 +158,30 @@ def test_cli_learn_with_knowledge(paths, tmp_path, capsys):
                 max_parents=(1, 2, 2, 3),
             )  # fmt: skip
     assert res["search"] == "exhaustive"  # (auto: few candidate sets)
+    # the default structure prior is the edge prior 1/N (printed and written); 'uniform' is
+    # the library's default (no edge prior); 1/N can head a list of edges
+    for flags, pi, given in (
+        ([], np.full((4, 4), 0.25), "1/N (the default)"),
+        (["--edge-prior", "uniform"], None, None),
+        (["--edge-prior", "1/N,A->B=0.6"], np.full((4, 4), 0.25), "1/N,A->B=0.6"),
+    ):
+        if given == "1/N,A->B=0.6":
+            pi[0, 1] = 0.6
+        capsys.readouterr()
+        assert main([*learn, "--max-parents", "2", *flags]) == 0
+        other = json.loads(out.read_text())
+        printed = capsys.readouterr().out
+        ref = jc.learn_structure(traj, NAMES, (2,) * 4, max_parents=2, edge_prior=pi)
+        for n, name in enumerate(NAMES):
+            got = [s["posterior"] for s in other["nodes"][name]["parent_sets"]]
+            np.testing.assert_allclose(got, ref.parent_set_probabilities()[n], rtol=1e-9)
+        if pi is None:
+            assert other["prior"]["edge_prior"] is None
+            assert "structure prior: uniform over the candidate parent sets" in printed
+        else:
+            assert other["prior"]["edge_prior"]["given"] == given
+            assert other["prior"]["edge_prior"]["default"] == 0.25
+            assert f"structure prior: edge probability {given} = 0.25" in printed
     # the search finds the same MAP graph, with the knowledge
     climbed = tmp_path / "climbed.json"
     climb = ["--search", "hill-climbing", "--restarts", "1", "--seed", "3", "--candidates", "2"]

@@ -782,8 +782,8 @@ def _edge_prior(text: str | None, names: list[str]):
             p = float("nan")
         if not 0.0 < p < 1.0:
             raise ValueError(
-                f"--edge-prior: {what} must be a probability in (0, 1) (or 1/N; 'uniform' for "
-                f"none), got {value!r}."
+                f"--edge-prior: {what} must be a probability in (0, 1), got {value!r} (P may be "
+                "1/N; 'uniform': no edge prior)."
             )
         return p
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from .._files import write_json
 from .arguments import (
+    DEFAULT_EDGE_PRIOR,
     _assignment,
     _edge_prior,
     _empirical_bayes,
@@ -59,9 +60,10 @@ def _parse_cardinalities(text, df, *, missing: bool = False):
     return out
 
 
-def _edge_prior_json(edge_prior, names):
-    """`{"default": P, "edges": {"A->B": Q, ...}}` for `--edge-prior` (the edges that differ
-    from the most common probability), or None."""
+def _edge_prior_json(edge_prior, names, text):
+    """`{"default": P, "edges": {"A->B": Q, ...}, "given": TEXT}` for `--edge-prior` (the edges
+    that differ from the most common probability; `given`: the flag as given, or `1/N (the
+    default)`), or None (`uniform`)."""
     if edge_prior is None:
         return None
     import numpy as np
@@ -73,7 +75,8 @@ def _edge_prior_json(edge_prior, names):
         f"{names[a]}->{names[b]}": float(edge_prior[a, b])
         for a, b in zip(*np.nonzero(off & (edge_prior != default)))
     }
-    return {"default": default, "edges": edges}
+    given = f"{DEFAULT_EDGE_PRIOR} (the default)" if text is None else text
+    return {"default": default, "edges": edges, "given": given}
 
 
 #: the largest joint state space on which `--panel-posterior` defaults to `sampled` (each sweep
@@ -377,7 +380,7 @@ def _cmd_learn(args):
             "forbidden": [[names[a], names[b]] for a, b in knowledge["forbidden_edges"]],
             "required": [[names[a], names[b]] for a, b in knowledge["required_edges"]],
             "tiers": None if knowledge["tiers"] is None else dict(zip(names, knowledge["tiers"])),
-            "edge_prior": _edge_prior_json(edge_prior, names),
+            "edge_prior": _edge_prior_json(edge_prior, names, args.edge_prior),
         },
         "search": search_name,
         "trajectories": num_trajectories,
@@ -404,8 +407,21 @@ def _cmd_learn(args):
     out["rates"] = map_model.to_dict()
     out.update(extra)
     write_json(args.out, out)
+    structure_prior = out["prior"]["edge_prior"]
     print(
-        f"learned from {num_trajectories} {'panel ' if panel else ''}trajectories; MAP graph: "
+        f"learned from {num_trajectories} {'panel ' if panel else ''}trajectories; structure "
+        "prior: "
+        + (
+            "uniform over the candidate parent sets"
+            if structure_prior is None
+            else f"edge probability {structure_prior['given']} = {structure_prior['default']:.3g}"
+            + (
+                f" (and {len(structure_prior['edges'])} edges of their own)"
+                if structure_prior["edges"]
+                else ""
+            )
+        )
+        + "; MAP graph: "
         + ", ".join(f"{k} <- {v}" for k, v in out["map_graph"].items())
         + f"; wrote {args.out}"
     )
