@@ -2,6 +2,7 @@
 library call with the same key, and one-line errors (exit 2, nothing written)."""
 
 import json
+import re
 
 import equinox as eqx
 import jax
@@ -260,3 +261,37 @@ def test_design_strength_errors(history, tmp_path, capsys, flags, message):
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], lines
     assert not out.exists()
+
+
+def test_design_memory_is_bounded(history, tmp_path, capsys, monkeypatch):
+    """`design` compiles its scoring program first and compares XLA's account of its memory
+    with the budget (JAXCTBN_MEMORY_BUDGET): over it, the candidates are scored in chunks (the
+    same numbers: every candidate has the same posterior draws), and a request of which even
+    one candidate is over the budget, or a batch over it, is refused in one line, nothing
+    written (issue 61, item 4)."""
+    _, _, base = history
+    whole = tmp_path / "whole.json"
+    assert main([*base, "--out", str(whole)]) == 0
+    assert "note:" not in capsys.readouterr().err
+    refused = tmp_path / "refused.json"
+    monkeypatch.setenv("JAXCTBN_MEMORY_BUDGET", "1")
+    lines = []
+    for flags, scope in (([], "for one candidate"), (["--batch", "2"], "for the whole batch")):
+        assert main([*base, *flags, "--out", str(refused)]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith("jaxctbn: error:") and scope in line and "--samples" in line
+        assert not refused.exists()
+        lines.append(line)
+    # a budget of three candidates' memory: scored in chunks
+    one = re.search(r"needs about ([\d.]+) KiB for one candidate", lines[0])
+    assert one, lines[0]
+    monkeypatch.setenv("JAXCTBN_MEMORY_BUDGET", f"{3 * float(one.group(1)):.0f}K")
+    chunked = tmp_path / "chunked.json"
+    assert main([*base, "--out", str(chunked)]) == 0
+    note = capsys.readouterr().err
+    assert "for all 9 candidates at once" in note and "at a time" in note, note
+    a, b = (json.loads(p.read_text()) for p in (whole, chunked))
+    assert a["best"] == b["best"]
+    np.testing.assert_allclose(
+        [e["score"] for e in b["scores"]], [e["score"] for e in a["scores"]], rtol=1e-12
+    )

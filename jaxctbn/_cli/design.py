@@ -16,6 +16,7 @@ from .arguments import (
     _strengths,
 )
 from .jax_setup import _jit
+from .memory import within_memory
 
 
 def _criterion(name: str, paths: int, box_hill: dict):
@@ -160,7 +161,9 @@ def _rank(args, posterior, space, names, init, initial, outcome):
         options = {}
         if args.target == "structure":
             options = _box_hill_options(args, len(names))
-        design = panel_design_scores(
+        design = within_memory(
+            "design --outcome panel",
+            panel_design_scores,
             posterior,
             space,
             initial,
@@ -215,7 +218,9 @@ def _choose_batch(args, posterior, candidates, initial, criterion, key, costs, o
     from .._criteria.batches import choose_batch
     from .._criteria.costs import ByScore, ByScorePerCost
 
-    batch = choose_batch(
+    batch = within_memory(
+        "--batch",
+        choose_batch,
         posterior,
         candidates,
         initial,
@@ -227,6 +232,7 @@ def _choose_batch(args, posterior, candidates, initial, criterion, key, costs, o
         costs=costs,
         budget=args.budget,
         ranking=ByScorePerCost() if args.rank_by == "score-per-cost" else ByScore(),
+        splittable=False,
         **({} if outcome is None else {"outcome": outcome}),
     )
     return jax.tree_util.tree_map(np.asarray, batch)
@@ -254,7 +260,9 @@ def _rank_strengths(args, posterior, space, names, init, initial, outcome, costs
     criterion = _criterion(args.criterion, args.paths, options)
     outcome = COMPLETE_PATH if outcome is None else outcome
     scores = _score_space(posterior, space, initial, args.duration, key, args, outcome)
-    design = strength_design_scores(
+    design = within_memory(
+        "--strength",
+        strength_design_scores,
         posterior,
         space,
         initial,
@@ -454,7 +462,9 @@ def _candidates(which, cards):
 def _score_space(posterior, space, initial_state, horizon, key, args, outcome=None):
     from .._criteria.criteria import COMPLETE_PATH, score_interventions
 
-    return score_interventions(
+    return within_memory(
+        "design",
+        score_interventions,
         posterior,
         space,
         initial_state,
