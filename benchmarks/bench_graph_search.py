@@ -38,22 +38,32 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-def _network(N: int):
+def random_parents(N: int, max_in_degree: int = 2, seed: int = 0):
+    """Each node's parents: a number drawn uniformly from 0..`max_in_degree`, then that many
+    other nodes uniformly (cycles allowed)."""
     import numpy as np
 
-    import jaxctbn as jc
-
-    rng = np.random.default_rng(0)
-    parents = tuple(
+    rng = np.random.default_rng(seed)
+    return tuple(
         tuple(
             sorted(
-                rng.choice([m for m in range(N) if m != n], size=rng.integers(0, 3), replace=False)
+                rng.choice(
+                    [m for m in range(N) if m != n],
+                    size=rng.integers(0, max_in_degree + 1),
+                    replace=False,
+                )
                 .astype(int)
                 .tolist()
             )
         )
         for n in range(N)
     )
+
+
+def _network(N: int):
+    import jaxctbn as jc
+
+    parents = random_parents(N)
     return parents, jc.experiments.scaled_softmax_ctbn(parents, (2,) * N, rate_fast=2.0)
 
 

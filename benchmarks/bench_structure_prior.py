@@ -48,21 +48,11 @@ def _edge_matrix(parents, N):
 
 
 def random_network(N: int, gamma: float, seed: int):
-    import numpy as np
+    from bench_graph_search import random_parents
 
     import jaxctbn as jc
 
-    rng = np.random.default_rng(seed)
-    parents = tuple(
-        tuple(
-            sorted(
-                rng.choice([m for m in range(N) if m != n], size=rng.integers(0, 4), replace=False)
-                .astype(int)
-                .tolist()
-            )
-        )
-        for n in range(N)
-    )
+    parents = random_parents(N, max_in_degree=3, seed=seed)
     truth = jc.experiments.scaled_softmax_ctbn(parents, (2,) * N, gamma=gamma, rate_fast=2.0)
     return parents, truth
 
