@@ -16,7 +16,10 @@ SIZE_FLAGS = "--samples (posterior draws), --paths (the EIG's paths) or --visits
 
 def _needed_bytes(compiled) -> int:
     """XLA's account of a compiled program's memory: its arguments, outputs and temporaries."""
-    stats = compiled.compiled.memory_analysis()
+    try:
+        stats = compiled.compiled.memory_analysis()
+    except NotImplementedError:
+        stats = None
     if stats is None:  # a backend without the analysis: nothing to bound by
         return 0
     return int(
@@ -61,7 +64,7 @@ def within_memory(what: str, fn, posterior, candidates, *args, splittable=True, 
         )
 
     if not splittable or C == 1:
-        refuse(needed, f"for its {C} candidates" if splittable else "for the whole batch")
+        refuse(needed, "for one candidate" if splittable else "for the whole batch")
     chunk = max(1, min(C - 1, math.floor(C * budget / needed)))
     while True:
         part = _rows(candidates, np.arange(chunk))
