@@ -282,6 +282,11 @@ def test_design_memory_is_bounded(history, tmp_path, capsys, monkeypatch):
         assert line.startswith("jaxctbn: error:") and scope in line and "--samples" in line
         assert not refused.exists()
         lines.append(line)
+    monkeypatch.setenv("JAXCTBN_MEMORY_BUDGET", "lots")
+    assert main([*base, "--out", str(refused)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "JAXCTBN_MEMORY_BUDGET: expected a positive number of bytes" in line
+    assert not refused.exists()
     # a budget of three candidates' memory: scored in chunks
     one = re.search(r"needs about ([\d.]+) KiB for one candidate", lines[0])
     assert one, lines[0]
