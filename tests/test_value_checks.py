@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import jaxctbn as jc
-from jaxctbn._learning.memory import _memory_budget
+from jaxctbn._learning.memory import memory_budget_bytes
 from jaxctbn._paths.sampling import Trajectories
 
 
@@ -141,15 +141,15 @@ def test_memory_budget_refuses_large_requests(monkeypatch):
 
 def test_memory_budget_parsing(monkeypatch):
     monkeypatch.delenv("JAXCTBN_MEMORY_BUDGET", raising=False)
-    assert _memory_budget() == 4 * 2**30
-    assert _memory_budget("8G") == 8 * 2**30
-    assert _memory_budget("512MiB") == 512 * 2**20
-    assert _memory_budget(1000) == 1000
+    assert memory_budget_bytes() == 4 * 2**30
+    assert memory_budget_bytes("8G") == 8 * 2**30
+    assert memory_budget_bytes("512MiB") == 512 * 2**20
+    assert memory_budget_bytes(1000) == 1000
     monkeypatch.setenv("JAXCTBN_MEMORY_BUDGET", "2t")
-    assert _memory_budget() == 2 * 2**40
+    assert memory_budget_bytes() == 2 * 2**40
     for bad in ("-1", "8X", 0):
         with pytest.raises(ValueError, match="memory_budget: expected a positive number"):
-            _memory_budget(bad)
+            memory_budget_bytes(bad)
 
 
 def test_padded_ctbn_parent_index_is_checked():

@@ -47,9 +47,9 @@ def within_memory(what: str, fn, posterior, candidates, *args, splittable=True, 
     import jax
     import numpy as np
 
-    from .._learning.memory import _format_bytes, _memory_budget
+    from .._learning.memory import format_bytes, memory_budget_bytes
 
-    budget = _memory_budget()
+    budget = memory_budget_bytes()
     compiled = fn.lower(posterior, candidates, *args, **kwargs).compile()
     needed = _needed_bytes(compiled)
     if needed <= budget:
@@ -58,8 +58,8 @@ def within_memory(what: str, fn, posterior, candidates, *args, splittable=True, 
 
     def refuse(size, scope):
         raise ValueError(
-            f"{what}: needs about {_format_bytes(size)} {scope}, more than the memory budget of "
-            f"{_format_bytes(budget)}; lower {SIZE_FLAGS}, or raise the budget with "
+            f"{what}: needs about {format_bytes(size)} {scope}, more than the memory budget of "
+            f"{format_bytes(budget)}; lower {SIZE_FLAGS}, or raise the budget with "
             "JAXCTBN_MEMORY_BUDGET (e.g. JAXCTBN_MEMORY_BUDGET=16G) if the machine has the memory."
         )
 
@@ -79,9 +79,9 @@ def within_memory(what: str, fn, posterior, candidates, *args, splittable=True, 
     import sys
 
     print(
-        f"note: {what}: about {_format_bytes(needed)} for all {C} candidates at once, more than "
-        f"the memory budget of {_format_bytes(budget)}; scoring them {chunk} at a time (about "
-        f"{_format_bytes(part_needed)} each; JAXCTBN_MEMORY_BUDGET raises the budget).",
+        f"note: {what}: about {format_bytes(needed)} for all {C} candidates at once, more than "
+        f"the memory budget of {format_bytes(budget)}; scoring them {chunk} at a time (about "
+        f"{format_bytes(part_needed)} each; JAXCTBN_MEMORY_BUDGET raises the budget).",
         file=sys.stderr,
     )
     outputs = []

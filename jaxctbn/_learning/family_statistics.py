@@ -21,7 +21,7 @@ from .._model.layout import (
 )
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import check_trajectories, segments
-from .memory import _memory_budget, _plan_family_statistics, _route_chunk
+from .memory import _plan_family_statistics, _route_chunk, memory_budget_bytes
 
 
 class FamilyStatistics(eqx.Module):
@@ -479,7 +479,7 @@ def family_statistics(
         method=method,
         chunk=chunk,
         names=names,
-        budget=_memory_budget(memory_budget),
+        budget=memory_budget_bytes(memory_budget),
     )
     chunk = _route_chunk(method, chunk)
     # every statistic below is computed from the checked trajectories

@@ -23,7 +23,7 @@ DEFAULT_MEMORY_BUDGET = 4 * 2**30
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
-def _memory_budget(value: int | float | str | None = None) -> int:
+def memory_budget_bytes(value: int | float | str | None = None) -> int:
     """The memory budget of structure learning in bytes: `value` if given, else the environment
     variable `JAXCTBN_MEMORY_BUDGET`, else 4 GiB. A number of bytes, or a number with a binary
     suffix `K`, `M`, `G` or `T` (`"8G"`, `"512MiB"`, `"1.5 GB"` = 1.5 GiB)."""
@@ -48,7 +48,7 @@ def _memory_budget(value: int | float | str | None = None) -> int:
     return int(number)
 
 
-def _format_bytes(n: int | float) -> str:
+def format_bytes(n: int | float) -> str:
     if n < 1024:
         return f"{n:.0f} B"
     for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
@@ -195,8 +195,8 @@ def _check_memory(
     if largest_states is not None and kind == "tables":
         observed = f" (largest states in the data: {list(largest_states)})"
     raise ValueError(
-        f"{what}: needs about {_format_bytes(total)}, more than the memory budget of "
-        f"{_format_bytes(budget)}; the largest part: {part} ({_format_bytes(size)}){observed}. "
+        f"{what}: needs about {format_bytes(total)}, more than the memory budget of "
+        f"{format_bytes(budget)}; the largest part: {part} ({format_bytes(size)}){observed}. "
         f"To reduce it, {hints[kind]}; or raise the budget with JAXCTBN_MEMORY_BUDGET (e.g. "
         "JAXCTBN_MEMORY_BUDGET=16G) or memory_budget= if the machine has the memory."
     )

@@ -16,7 +16,7 @@ from .._model.layout import (
 )
 from .candidates import candidate_parent_sets
 from .family_statistics import FamilyStatistics
-from .memory import _check_memory, _memory_budget, _memory_parts
+from .memory import _check_memory, _memory_parts, memory_budget_bytes
 from .priors import AbstractPrior, GammaPrior, check_prior
 
 
@@ -50,7 +50,7 @@ def candidate_sets_within_budget(
         itemsize=jnp.dtype(float).itemsize,
         names=names,
     )
-    _check_memory(caller, parts, _memory_budget(memory_budget))
+    _check_memory(caller, parts, memory_budget_bytes(memory_budget))
     return sets
 
 

@@ -33,7 +33,7 @@ from .._paths.sufficient_statistics import check_states_now
 from .candidates import candidate_parent_sets, edges_by_index
 from .family_statistics import FamilyStatistics, family_statistics
 from .independence import CTPC, ctpc_pools
-from .memory import _memory_budget, _plan_family_statistics
+from .memory import _plan_family_statistics, memory_budget_bytes
 from .posterior import AbstractPosterior
 from .priors import AbstractPrior, GammaPrior, check_prior
 from .scores import (
@@ -467,7 +467,7 @@ def learn_structure(
     names, cards = tuple(names), tuple(int(k) for k in cardinalities)
     if len(names) != len(cards):
         raise ValueError(f"names: need {len(cards)} node names, got {len(names)}.")
-    budget = _memory_budget(memory_budget)
+    budget = memory_budget_bytes(memory_budget)
     # concrete data: a state >= k is reported now, naming the node
     check_states_now(trajectories, cards, names)
     knowledge: dict[str, Any] = dict(
