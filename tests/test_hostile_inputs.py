@@ -596,3 +596,24 @@ def test_sizes_beyond_what_the_machine_holds_are_one_line(argv, message, capsys)
     assert main(argv) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(num_experiments=1.5), "num_experiments must be an integer"),
+        (dict(num_experiments=1, horizon=-1.0), r"horizon: must be positive and finite, got -1"),
+        (dict(num_experiments=1, horizon=math.nan), "horizon: must be positive and finite"),
+        (dict(num_experiments=1, horizon=math.inf), "horizon: must be positive and finite"),
+        (dict(num_experiments=1, max_events=10**12), r"max_events must be at most 2\*\*31 - 1"),
+        (dict(num_experiments=1, batching="vmap"), "batching: expected Vmap"),
+    ],
+)
+def test_repetition_settings_are_one_line_before_anything_compiles(settings, message):
+    # issue 61's own sweep of run_repetitions: a fractional count was blamed on batch_size, a
+    # bad horizon surfaced from inside the compiled loop, a huge buffer as an OverflowError
+    truth = jc.CTBN(cims=[jnp.array([[[-1.0, 1.0], [1.0, -1.0]]])], parents=((),))
+    task = jc.ParameterLearningTask(truth, prior=jc.GammaPrior(1.0, 1.0))
+    design = jc.CriterionDesign(jc.BHC(), num_samples=2)
+    with pytest.raises(ValueError, match=message):
+        jc.run_repetitions(task, design, jax.random.split(jax.random.key(0), 2), **settings)

@@ -213,6 +213,7 @@ def test_fit_with_covariates_from_the_command_line(tmp_path, capsys):
         (["--covariates", "weight"], "no column 'weight'"),
         (["--covariates", "sex,age", "--covariate-rates", "h:2-0"], "not a free rate"),
         (["--covariate-rates", "h:0-1"], "only with --covariates"),
+        (["--covariates", "age", "--covariate-rates", "h:0-1,h:0-1"], "'h:0-1' is given twice"),
     ]:
         capsys.readouterr()
         bad = tmp_path / "bad.json"
@@ -266,6 +267,19 @@ def test_fit_with_covariates_from_the_command_line(tmp_path, capsys):
     # with covariates the forecast differs from the one at the covariates' means
     plain = jc.panel.prevalence(jc.CTBN.from_dict(d["network"]), obs, [0.0, 2.0, 5.0])
     assert np.abs(np.asarray(plain.expected) - np.asarray(library.expected)).max() > 0.1
+    # the fit without covariates checked on the same file: its covariate columns ignored with
+    # one note (as fit does), the forecast the library's without covariates
+    capsys.readouterr()
+    plain_checks = [*checks[:4], str(tmp_path / "plain.json"), *checks[5:]]
+    assert main([*plain_checks, "--times", "0,2,5", "--out", str(tmp_path / "plain_prev")]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "column(s) ['sex', 'age'] are neither nodes" in err[0], err
+    p = __import__("json").loads((tmp_path / "plain.json").read_text())
+    reference = jc.panel.prevalence(jc.CTBN.from_dict(p["network"]), obs, [0.0, 2.0, 5.0])
+    table = __import__("pandas").read_csv(tmp_path / "plain_prev" / "prevalence.csv")
+    np.testing.assert_allclose(
+        table.expected.to_numpy().reshape(3, 3), np.asarray(reference.expected)[:, 0], rtol=1e-10
+    )
 
 
 def test_shared_effects_reach_scipys_optimum_of_the_tied_likelihood():

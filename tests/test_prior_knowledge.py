@@ -223,6 +223,10 @@ def test_cli_learn_with_knowledge(paths, tmp_path, capsys):
         (["--edge-prior", "0.1,A->B"], "--edge-prior: expected PARENT->CHILD=Q, got 'A->B'"),
         (["--edge-prior", "0.1,A->Z=0.5"], "--edge-prior: unknown node 'Z'"),
         (["--edge-prior", "A->B=0.5"], "--edge-prior: expected P or P,PARENT->CHILD=Q"),
+        (["--edge-prior", "0.1,A->B=0.2,A->B=0.3"], "--edge-prior: A->B is given twice"),
+        (["--edge-prior", "1/N,1/N"], "--edge-prior: expected PARENT->CHILD=Q, got '1/N'"),
+        (["--edge-prior", "uniform,A->B=0.6"], "'uniform' (no edge prior) takes no edges"),
+        (["--edge-prior", "2/N"], "P must be a probability in (0, 1), got '2/N' (P may be 1/N"),
     ]:
         assert main([*learn, *extra]) == 2, extra
         lines = capsys.readouterr().err.strip().splitlines()

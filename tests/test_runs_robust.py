@@ -213,3 +213,44 @@ def test_chunk_contents_are_checked_and_failures_reported(tmp_path, capsys):
     assert "is damaged (ValueError: metric_mse is not finite" in capsys.readouterr().err
     assert _experiments._load_chunk(str(path), "parameters", 3, 1, 2) is None
     assert "metric_mse has shape (2, 2)" in capsys.readouterr().err
+
+
+def test_run_memory_is_bounded(tmp_path, capsys, monkeypatch):
+    """Issue 61 item 4 for `run`: the loop's program is compiled first and XLA's account of its
+    memory compared with the budget; over it the repetitions run a few at a time (the same
+    numbers as all at once) with a warning, and one repetition over it is refused, by the
+    library before it runs and by `run` before it writes anything."""
+    from jaxctbn._active_learning import loop
+    from jaxctbn._learning.memory import compiled_bytes
+
+    truth, path = _network(tmp_path, 1.0)
+    task = jc.ParameterLearningTask(truth, prior=jc.GammaPrior(1.0, 1.0))
+    design = jc.CriterionDesign(jc.BHC(), num_samples=2)
+    keys = jax.random.split(jax.random.key(3), 4)
+    settings = dict(num_experiments=1, horizon=1.0)
+    shared = loop._repetition_settings(task, keys, **settings)
+    fn = eqx.Partial(loop._one_repetition, task, design, *shared)
+    whole = compiled_bytes(loop._map_batch.lower(jc.Vmap(), fn, keys).compile())
+    one = compiled_bytes(loop._map_batch.lower(jc.Vmap(), fn, keys[:1]).compile())
+    assert 0 < one < whole
+
+    reference = jc.run_repetitions(task, design, keys, batching=jc.Vmap(), **settings)
+    monkeypatch.setenv("JAXCTBN_MEMORY_BUDGET", str(whole - 1))
+    with pytest.warns(RuntimeWarning, match=r"for all 4 repetitions at once.*running them \d"):
+        chunked = jc.run_repetitions(task, design, keys, **settings)
+    with pytest.warns(RuntimeWarning, match="running them"):
+        planned = loop.batching_within_memory(task, design, keys, **settings)
+    assert isinstance(planned, jc.Chunked) and planned.size < 4
+    for a, b in zip(jax.tree_util.tree_leaves(reference), jax.tree_util.tree_leaves(chunked)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-12)
+
+    monkeypatch.setenv("JAXCTBN_MEMORY_BUDGET", "1")
+    with pytest.raises(ValueError, match="one repetition needs about .* num_samples"):
+        jc.run_repetitions(task, design, keys, **settings)
+    out = tmp_path / "run"
+    args = ["run", "parameters", "--network", str(path), "--designs", "bhc", "--samples", "2"]
+    args += ["--repetitions", "2", "--experiments", "1", "--out", str(out), "--no-progress"]
+    assert main(args) == 2
+    line = _error_line(capsys)
+    assert "one repetition needs about" in line and "--samples, --paths, --visits" in line
+    assert not out.exists()

@@ -27,7 +27,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Key, PRNGKeyArray, UInt32
 
-from .._batching import AbstractBatching, Sharded, Vmap
+from .._batching import AbstractBatching, Chunked, Sharded, Vmap
 from .._criteria.costs import AbstractRanking, ByScore, Costs, check_budget
 from .._criteria.criteria import COMPLETE_PATH
 from .._criteria.outcomes import Panel
@@ -489,6 +489,120 @@ def _failed_like(shapes) -> ActiveLearningResult:
     return jax.tree_util.tree_map(fill, shapes)
 
 
+def _repetition_settings(
+    task,
+    keys,
+    *,
+    num_experiments: int,
+    horizon: ArrayLike = 3.0,
+    candidates: Intervention | None = None,
+    max_events: int | None = None,
+    initial_state_policy: AbstractInitialStatePolicy = PAPER_INITIAL_STATE,
+    batch_size: int = 1,
+    costs: Costs | None = None,
+    budget: ArrayLike | None = None,
+    ranking: AbstractRanking = ByScore(),
+) -> tuple:
+    """The checked settings every repetition of a batch shares (after the keys); the defaults
+    are [`jaxctbn.run_repetitions`][]'s. A concrete horizon is checked here, before anything is
+    compiled (a traced one inside the loop)."""
+    check_count(num_experiments, "num_experiments")
+    if not isinstance(horizon, jax.core.Tracer) and np.ndim(horizon) == 0:
+        if not (float(horizon) > 0 and math.isfinite(float(horizon))):
+            raise ValueError(f"horizon: must be positive and finite, got {float(horizon)}.")
+    max_events = _resolve_max_events(task, horizon, max_events)
+    if jnp.ndim(keys) < 1 or jnp.shape(keys)[0] == 0:
+        raise ValueError(
+            f"keys: need one key per repetition (a batch of at least one), got shape "
+            f"{jnp.shape(keys)}."
+        )
+    # a Python-float horizon made an array: traced, not baked into the compiled batch
+    _check_batches(batch_size, num_experiments, costs, budget, ranking)
+    rounds = (
+        batch_size,
+        costs,
+        None if budget is None else jnp.asarray(budget, jnp.result_type(float)),
+        ranking,
+    )
+    return (
+        num_experiments,
+        jnp.asarray(horizon),
+        candidates,
+        max_events,
+        initial_state_policy,
+        rounds,
+    )
+
+
+#: what sizes one repetition's program, named when even one repetition is over the budget
+_REPETITION_SIZES = (
+    "lower the design's num_samples or num_paths, the panel outcome's visits, "
+    "num_experiments or max_events (jaxctbn run: --samples, --paths, --visits, --experiments, "
+    "--max-events)"
+)
+
+
+def _batching_within_memory(task, design, keys, settings) -> AbstractBatching:
+    """All repetitions in one vmap when XLA's account of that program (arguments, outputs and
+    temporaries) fits the memory budget (`JAXCTBN_MEMORY_BUDGET`, default 4 GiB); otherwise
+    [`jaxctbn.Chunked`][] of the largest size that fits, with a warning (each repetition depends
+    on its key only, so the numbers are the same); a `ValueError` naming what to lower when one
+    repetition does not fit. The compiled program is cached: the batch then runs it."""
+    import warnings
+
+    from .._learning.memory import compiled_bytes, format_bytes, memory_budget_bytes
+
+    budget = memory_budget_bytes()
+    fn = eqx.Partial(_one_repetition, task, design, *settings)
+    num = int(jnp.shape(keys)[0])
+    needed = compiled_bytes(_map_batch.lower(Vmap(), fn, keys).compile())
+    if needed <= budget:
+        return Vmap()
+
+    def refuse(size):
+        raise ValueError(
+            f"run_repetitions: one repetition needs about {format_bytes(size)}, more than the "
+            f"memory budget of {format_bytes(budget)}; {_REPETITION_SIZES}, or raise the budget "
+            "with JAXCTBN_MEMORY_BUDGET (e.g. JAXCTBN_MEMORY_BUDGET=16G) if the machine has "
+            "the memory."
+        )
+
+    if num == 1:
+        refuse(needed)
+    size, part = num, needed
+    while True:
+        # memory grows about linearly with the repetitions at once: the next guess from this one
+        size = max(1, min(size - 1, math.floor(size * budget / part)))
+        part = compiled_bytes(_map_batch.lower(Chunked(size), fn, keys).compile())
+        if part <= budget:
+            break
+        if size == 1:
+            refuse(part)
+    warnings.warn(
+        f"run_repetitions: about {format_bytes(needed)} for all {num} repetitions at once, "
+        f"more than the memory budget of {format_bytes(budget)}; running them {size} at a time "
+        f"(about {format_bytes(part)}; JAXCTBN_MEMORY_BUDGET raises the budget).",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return Chunked(size)
+
+
+def batching_within_memory(
+    task: AbstractLearningTask,
+    design: AbstractDesign,
+    keys: Key[Array, " repetitions"] | UInt32[Array, "repetitions 2"],
+    **settings,
+) -> AbstractBatching:
+    """The batching [`jaxctbn.run_repetitions`][] uses by default for these repetitions
+    (`settings`: its keyword arguments, `batching` and `throw` excepted): one vmap when it fits
+    the memory budget, else the largest [`jaxctbn.Chunked`][] that does; a `ValueError` before
+    anything runs when one repetition does not fit. The compiled program is cached, so running
+    the batch afterwards does not compile it again."""
+    check_outcomes(task, design)
+    return _batching_within_memory(task, design, keys, _repetition_settings(task, keys, **settings))
+
+
 def run_repetitions(
     task: AbstractLearningTask,
     design: AbstractDesign,
@@ -520,41 +634,35 @@ def run_repetitions(
     `max_events=None` sizes the jump buffer from the truth's exit rates and `horizon` (see
     [`jaxctbn.run_active_learning`][]); `initial_state_policy` as there.
 
-    `batching` says how the repetitions are executed: `None` (default) or [`jaxctbn.Vmap`][],
-    all in one vmap; [`jaxctbn.Chunked`][], a few at a time; [`jaxctbn.Sharded`][], split across
+    `batching` says how the repetitions are executed: `None` (default), all in one vmap when XLA's
+    account of that program fits the memory budget (`JAXCTBN_MEMORY_BUDGET`, default 4 GiB),
+    else [`jaxctbn.Chunked`][] of the largest size that fits (a `RuntimeWarning` says so; a
+    `ValueError` naming what to lower when one repetition does not fit); [`jaxctbn.Vmap`][],
+    all in one vmap, unchecked; [`jaxctbn.Chunked`][], a few at a time; [`jaxctbn.Sharded`][], split across
     devices. Each repetition depends on its key only, so every choice gives the same results
     (up to rounding). With `throw=False` the reruns of a failed batch run one at a time on one
     device. `batch_size`, `costs`, `budget` and `ranking`: as for
     [`jaxctbn.run_active_learning`][]."""
     check_outcomes(task, design)
-    max_events = _resolve_max_events(task, horizon, max_events)
-    if batching is None:
-        batching = Vmap()
-    if not isinstance(batching, AbstractBatching):
+    if batching is not None and not isinstance(batching, AbstractBatching):
         raise ValueError(
             f"batching: expected Vmap(), Chunked(size) or Sharded(...), got {batching!r}."
         )
-    if jnp.ndim(keys) < 1 or jnp.shape(keys)[0] == 0:
-        raise ValueError(
-            f"keys: need one key per repetition (a batch of at least one), got shape "
-            f"{jnp.shape(keys)}."
-        )
-    # a Python-float horizon made an array: traced, not baked into the compiled batch
-    _check_batches(batch_size, num_experiments, costs, budget, ranking)
-    rounds = (
-        batch_size,
-        costs,
-        None if budget is None else jnp.asarray(budget, jnp.result_type(float)),
-        ranking,
+    settings = _repetition_settings(
+        task,
+        keys,
+        num_experiments=num_experiments,
+        horizon=horizon,
+        candidates=candidates,
+        max_events=max_events,
+        initial_state_policy=initial_state_policy,
+        batch_size=batch_size,
+        costs=costs,
+        budget=budget,
+        ranking=ranking,
     )
-    settings = (
-        num_experiments,
-        jnp.asarray(horizon),
-        candidates,
-        max_events,
-        initial_state_policy,
-        rounds,
-    )
+    if batching is None:
+        batching = _batching_within_memory(task, design, keys, settings)
     if throw:
         return _run_batch(batching, task, design, keys, *settings)
     num = int(jnp.shape(keys)[0])

@@ -788,16 +788,27 @@ def _edge_prior(text: str | None, names: list[str]):
         return p
 
     first, *rest = text.split(",")
+    if first.strip() == "uniform":
+        raise ValueError(
+            f"--edge-prior: 'uniform' (no edge prior) takes no edges; give P,PARENT->CHILD=Q,... "
+            f"(P a probability or 1/N), got {text!r}."
+        )
     if "=" in first or "->" in first:
         raise ValueError(
             f"--edge-prior: expected P or P,PARENT->CHILD=Q,... (P first), got {text!r}."
         )
     pi = np.full((len(names), len(names)), probability(first.strip(), "P"))
+    given = set()
     for item in rest:
         edge, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"--edge-prior: expected PARENT->CHILD=Q, got {item.strip()!r}.")
         ((a, b),) = _edges(edge, names, "--edge-prior")
+        if (a, b) in given:
+            raise ValueError(
+                f"--edge-prior: {names[a]}->{names[b]} is given twice; give each edge once."
+            )
+        given.add((a, b))
         pi[a, b] = probability(value.strip(), edge.strip())
     np.fill_diagonal(pi, 0.5)
     return pi

@@ -305,6 +305,28 @@ def _covariate_columns(text: str, df, model) -> list[str]:
     return names
 
 
+def _nodes_only(df, model, covariates, network_flag: str, covariates_hint: str):
+    """`df` without its covariate columns and without the columns that are neither nodes nor
+    covariates nor reserved (ignored): what the panel reader takes; and the note naming the
+    ignored columns (None if none), for stderr once the request has passed its checks (so that
+    an error stays one line)."""
+    from .._paths.csv import RESERVED_COLUMNS
+
+    extra = [
+        c
+        for c in df.columns
+        if c not in RESERVED_COLUMNS and c not in model.names and c not in covariates
+    ]
+    note = None
+    if extra:
+        note = (
+            f"note: data: column(s) {extra} are neither nodes of {network_flag} "
+            f"{list(model.names)} nor covariates: ignored (name covariates with "
+            f"{covariates_hint})."
+        )
+    return df.drop(columns=list(covariates) + extra), note
+
+
 def _covariates_of(
     model, df, ids, columns: str, rates: str | None, observations, shared: str | None = None
 ):
@@ -325,8 +347,14 @@ def _covariates_of(
     acts_on = None
     if rates is not None:
         acts_on = [np.zeros((len(labels),) + tuple(np.shape(q)), bool) for q in model.cims]
+        seen = set()
         for item in str(rates).split(","):
             n, x, y = _transition(model, item, "--covariate-rates")
+            if (n, x, y) in seen:
+                raise ValueError(
+                    f"--covariate-rates: {item.strip()!r} is given twice; give each rate once."
+                )
+            seen.add((n, x, y))
             acts_on[n][:, :, x, y] = True
     shared_labels = None
     if shared is not None:
@@ -628,7 +656,7 @@ def _cmd_fit(args):
     from .._panel.csv import panel_from_dataframe
     from .._panel.fit import EMFit, GradientFit, SquaremFit, fit_rates
     from .._panel.uncertainty import rate_uncertainty
-    from .._paths.csv import RESERVED_COLUMNS, read_csv
+    from .._paths.csv import read_csv
 
     model = _load_network(args.network)
     N = model.num_nodes
@@ -677,19 +705,7 @@ def _cmd_fit(args):
         prior = None if alpha is None or beta is None else GammaPrior(alpha, beta)
         # the covariate columns are not nodes: the panel reader sees the rest
         columns = [] if args.covariates is None else _covariate_columns(args.covariates, df, model)
-        extra = [
-            c
-            for c in df.columns
-            if c not in RESERVED_COLUMNS and c not in model.names and c not in columns
-        ]
-        if extra:
-            print(
-                f"note: data: column(s) {extra} are neither nodes of --network "
-                f"{list(model.names)} nor covariates: ignored (name covariates with "
-                "--covariates COL,...).",
-                file=sys.stderr,
-            )
-        nodes_df = df.drop(columns=columns + extra)
+        nodes_df, note = _nodes_only(df, model, columns, "--network", "--covariates COL,...")
         if args.learn_strength is None:
             observations, ids = panel_from_dataframe(
                 nodes_df, model, exact_entry=entry, bucketed=True
@@ -712,6 +728,8 @@ def _cmd_fit(args):
             # shapes rounded up (padding without observations adds nothing), so that a new
             # data set of similar size finds its programs in the persistent compilation cache
             observations = observations.with_rounded_shapes()
+        if note is not None:
+            print(note, file=sys.stderr)
         fit = fit_rates(model, observations, method=method, prior=prior, covariates=covariates)
         if args.posterior:
             assert prior is not None

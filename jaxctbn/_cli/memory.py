@@ -14,22 +14,6 @@ import math
 SIZE_FLAGS = "--samples (posterior draws), --paths (the EIG's paths) or --visits"
 
 
-def _needed_bytes(compiled) -> int:
-    """XLA's account of a compiled program's memory: its arguments, outputs and temporaries."""
-    try:
-        stats = compiled.compiled.memory_analysis()
-    except NotImplementedError:
-        stats = None
-    if stats is None:  # a backend without the analysis: nothing to bound by
-        return 0
-    return int(
-        stats.argument_size_in_bytes
-        + stats.output_size_in_bytes
-        + stats.temp_size_in_bytes
-        - stats.alias_size_in_bytes
-    )
-
-
 def _rows(tree, index):
     import jax
     import numpy as np
@@ -47,11 +31,11 @@ def within_memory(what: str, fn, posterior, candidates, *args, splittable=True, 
     import jax
     import numpy as np
 
-    from .._learning.memory import format_bytes, memory_budget_bytes
+    from .._learning.memory import compiled_bytes, format_bytes, memory_budget_bytes
 
     budget = memory_budget_bytes()
     compiled = fn.lower(posterior, candidates, *args, **kwargs).compile()
-    needed = _needed_bytes(compiled)
+    needed = compiled_bytes(compiled)
     if needed <= budget:
         return compiled(posterior, candidates, *args, **kwargs)
     C = int(jax.tree_util.tree_leaves(candidates)[0].shape[0])
@@ -69,7 +53,7 @@ def within_memory(what: str, fn, posterior, candidates, *args, splittable=True, 
     while True:
         part = _rows(candidates, np.arange(chunk))
         compiled = fn.lower(posterior, part, *args, **kwargs).compile()
-        part_needed = _needed_bytes(compiled)
+        part_needed = compiled_bytes(compiled)
         if part_needed <= budget:
             break
         if chunk == 1:

@@ -4,6 +4,7 @@ for a fit of panel data (R msm's `prevalence.msm` and its plot)."""
 from __future__ import annotations
 
 import os
+import sys
 
 
 def _effects_from_fit(fit: dict, model, covariates) -> tuple:
@@ -32,7 +33,7 @@ def _cmd_prevalence(args) -> None:
     from .._panel.observations import PanelObservations
     from .._panel.prevalence import prevalence
     from .._paths.csv import read_csv
-    from .fit import _covariates_of, _with_periods
+    from .fit import _covariates_of, _nodes_only, _with_periods
 
     if args.observation != "panel":
         raise ValueError("--observation: prevalence compares panel data (--observation panel).")
@@ -50,7 +51,10 @@ def _cmd_prevalence(args) -> None:
         missing = [c for c in columns if c not in df.columns]
         if missing:
             raise ValueError(f"--data: the fit's covariate column {missing[0]!r} is missing.")
-    observations, ids = panel_from_dataframe(df.drop(columns=columns), model, bucketed=False)
+    nodes_df, note = _nodes_only(
+        df, model, columns, "the fit's network", "--covariates when fitting"
+    )
+    observations, ids = panel_from_dataframe(nodes_df, model, bucketed=False)
     assert isinstance(observations, PanelObservations)  # (bucketed=False)
     if columns:
         acts = {
@@ -67,6 +71,8 @@ def _cmd_prevalence(args) -> None:
         observations = periods
     if covariates is not None:
         effects = _effects_from_fit(fit, model, covariates)
+    if note is not None:
+        print(note, file=sys.stderr)
     times = np.asarray(args.times, float)
     result = prevalence(model, observations, times, covariates=covariates, effects=effects)
     at_risk = np.asarray(result.at_risk)

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._active_learning.designs import design_from_name
-from .._active_learning.loop import run_repetitions
+from .._active_learning.loop import batching_within_memory, run_repetitions
 from .._active_learning.tasks import ParameterLearningTask, StructureLearningTask
 from .._batching import AbstractBatching, Sharded
 from .._criteria.structure import JointGraphDraws, StratifiedGraphDraws
@@ -164,6 +164,45 @@ def run_experiment(
         **({"graph_draws": graph_draws, "max_sets": max_sets} if target == "structure" else {}),
         "truth": truth.to_dict(),
     }
+    base = jax.random.key(seed)
+    make_design = {
+        name: design_from_name(
+            name,
+            num_samples=samples,
+            num_paths=paths,
+            graph_draws=JointGraphDraws() if graph_draws == "joint" else StratifiedGraphDraws(),
+            max_sets=max_sets,
+            outcome=config.outcome(),
+        )
+        for name in designs
+    }
+    loop_settings = dict(
+        num_experiments=experiments,
+        horizon=horizon,
+        candidates=space,
+        max_events=max_events,
+        initial_state_policy=config.initial_state_policy,
+        batch_size=config.batch,
+        costs=config.costs,
+        budget=config.budget,
+        ranking=config.ranking(),
+    )
+    starts = list(range(0, repetitions, chunk))
+
+    def first_keys(stop):
+        return jax.vmap(lambda r: jax.random.fold_in(base, r))(jnp.arange(stop))
+
+    # Each design's program is compiled and its memory checked before anything is written (a
+    # design whose first chunk is already on disk is checked when its next chunk runs): over
+    # the memory budget its repetitions run a few at a time, or the run is refused.
+    batchings = {name: batching for name in designs}
+    if batching is None:
+        for name in designs:
+            first = os.path.join(out or "", "chunks", name, f"0-{min(chunk, repetitions) - 1}.npz")
+            if out is None or overwrite or not os.path.exists(first):
+                batchings[name] = batching_within_memory(
+                    task, make_design[name], first_keys(min(chunk, repetitions)), **loop_settings
+                )
     process, processes = (jax.process_index(), jax.process_count()) if distributed else (0, 1)
     if distributed and out is None:
         raise ValueError("out: a distributed run needs an output directory every process reaches.")
@@ -187,19 +226,6 @@ def run_experiment(
             multihost_utils.sync_global_devices("jaxctbn run: output directory prepared")
         if process != 0:
             chunk_dir = _prepare_out(out, settings, overwrite=False)
-    base = jax.random.key(seed)
-    starts = list(range(0, repetitions, chunk))
-    make_design = {
-        name: design_from_name(
-            name,
-            num_samples=samples,
-            num_paths=paths,
-            graph_draws=JointGraphDraws() if graph_draws == "joint" else StratifiedGraphDraws(),
-            max_sets=max_sets,
-            outcome=config.outcome(),
-        )
-        for name in designs
-    }
     timing = _empty_timing(designs, batching.num_devices if isinstance(batching, Sharded) else 1)
 
     def chunk_path(design_name, start):
@@ -217,17 +243,9 @@ def run_experiment(
             task,
             make_design[design_name],
             keys,
-            num_experiments=experiments,
-            horizon=horizon,
-            candidates=space,
-            max_events=max_events,
-            initial_state_policy=config.initial_state_policy,
             throw=False,
-            batching=batching,
-            batch_size=config.batch,
-            costs=config.costs,
-            budget=config.budget,
-            ranking=config.ranking(),
+            batching=batchings[design_name],
+            **loop_settings,
         )
         res = jax.device_get(res)
         errors = np.asarray(status.messages, dtype=str).reshape(stop - start)

@@ -58,6 +58,25 @@ def format_bytes(n: int | float) -> str:
     raise AssertionError
 
 
+def compiled_bytes(compiled) -> int:
+    """XLA's own account of a compiled program's memory (a `jax.stages.Compiled` or an
+    `eqx.filter_jit(...).lower(...).compile()`): its arguments, outputs and temporaries, less
+    what they share. 0 on a backend without the analysis (nothing to bound by)."""
+    compiled = getattr(compiled, "compiled", compiled)
+    try:
+        stats = compiled.memory_analysis()
+    except NotImplementedError:
+        stats = None
+    if stats is None:
+        return 0
+    return int(
+        stats.argument_size_in_bytes
+        + stats.output_size_in_bytes
+        + stats.temp_size_in_bytes
+        - stats.alias_size_in_bytes
+    )
+
+
 def _label(n: int, names: Sequence[str] | None) -> str:
     return f"node {names[n]!r}" if names is not None else f"node {n}"
 

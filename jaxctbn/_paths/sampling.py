@@ -496,6 +496,8 @@ def check_count(value, name: str) -> None:
         raise ValueError(f"{name} must be an integer (static), got {value!r}.")
     if value < 1:
         raise ValueError(f"{name} must be >= 1, got {value}.")
+    if value > np.iinfo(np.int32).max:
+        raise ValueError(f"{name} must be at most 2**31 - 1 (a 32-bit size), got {value}.")
 
 
 def _sample_keys(model, initial_states, horizon, keys, intervention, max_events) -> Trajectories:
