@@ -508,8 +508,9 @@ def _repetition_settings(
     compiled (a traced one inside the loop)."""
     check_count(num_experiments, "num_experiments")
     if not isinstance(horizon, jax.core.Tracer) and np.ndim(horizon) == 0:
-        if not (float(horizon) > 0 and math.isfinite(float(horizon))):
-            raise ValueError(f"horizon: must be positive and finite, got {float(horizon)}.")
+        value = float(np.asarray(horizon))
+        if not (value > 0 and math.isfinite(value)):
+            raise ValueError(f"horizon: must be positive and finite, got {value}.")
     max_events = _resolve_max_events(task, horizon, max_events)
     if jnp.ndim(keys) < 1 or jnp.shape(keys)[0] == 0:
         raise ValueError(

@@ -176,7 +176,7 @@ def run_experiment(
         )
         for name in designs
     }
-    loop_settings = dict(
+    loop_settings: dict[str, Any] = dict(
         num_experiments=experiments,
         horizon=horizon,
         candidates=space,
