@@ -139,3 +139,28 @@ def test_a_small_public_surface_and_every_name_in_one_place():
         tree = ast.parse((PACKAGE / f"{namespace}.py").read_text())
         body = [node for node in tree.body if not isinstance(node, ast.Expr)]  # the docstring
         assert all(isinstance(node, ast.ImportFrom) for node in body), namespace
+
+
+def test_the_architecture_page_lists_every_module():
+    """docs/architecture.md's module table names every module of every sub-package, in its
+    sub-package, and no module that is gone (a page that cannot go stale)."""
+    import re
+
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    listed: dict[str, set[str]] = {}
+    package = None
+    for line in page.splitlines():
+        row = re.match(r"\|\s*(?:`(_\w+)`|\(top level\))?\s*\|\s*(.+?)\s*\|.+\|\s*$", line)
+        if row is None or "`" not in row.group(2):
+            continue
+        package = row.group(1) or (None if line.startswith("| (top level)") else package)
+        listed.setdefault(package or "", set()).update(re.findall(r"`(\w+\.py)`", row.group(2)))
+    actual: dict[str, set[str]] = {}
+    for path in PACKAGE.glob("_*/*.py"):
+        if path.name != "__init__.py":
+            actual.setdefault(path.parent.name, set()).add(path.name)
+    actual[""] = {p.name for p in PACKAGE.glob("_*.py")} - {"__init__.py"}
+    for package in sorted(set(actual) | set(listed)):
+        missing = sorted(actual.get(package, set()) - listed.get(package, set()))
+        stale = sorted(listed.get(package, set()) - actual.get(package, set()))
+        assert not missing and not stale, (package or "(top level)", missing, stale)
