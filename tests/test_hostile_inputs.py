@@ -617,3 +617,27 @@ def test_repetition_settings_are_one_line_before_anything_compiles(settings, mes
     design = jc.CriterionDesign(jc.BHC(), num_samples=2)
     with pytest.raises(ValueError, match=message):
         jc.run_repetitions(task, design, jax.random.split(jax.random.key(0), 2), **settings)
+
+
+def test_a_duration_too_long_for_the_solver_or_the_buffer_names_its_flag(tmp_path, capsys):
+    # issue 61's own sweep: design advised the solver's Python-only `max_terms`; run with a
+    # horizon of 1e308 sized no buffer and blamed --max-events, which was not given
+    from jaxctbn._cli import main
+
+    model = jc.CTBN(cims=[jnp.array([[[-1.0, 1.0], [2.0, -2.0]]])], parents=((),), names=("A",))
+    model.to_json(tmp_path / "net.json")
+    network = ["--network", str(tmp_path / "net.json")]
+    design = ["design", *network, "--target", "parameters", "--initial-state", "A=0"]
+    design += ["--duration", "1e308", "--seed", "0", "--samples", "2"]
+    run = ["run", "parameters", *network, "--horizon", "1e308", "--repetitions", "1"]
+    run += ["--experiments", "1", "--designs", "passive", "--no-progress"]
+    for argv, message in (
+        (design, "--duration: 1e+308 is too long for the exact solver"),
+        (run, "horizon: 1e+308 is too long for a path's event buffer"),
+    ):
+        out = tmp_path / "out"
+        assert main([*argv, "--out", str(out)]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], lines
+        assert "max_terms" not in lines[0] and "--max-events" not in lines[0]
+        assert not out.exists()

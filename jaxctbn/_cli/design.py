@@ -30,6 +30,19 @@ def _criterion(name: str, paths: int, box_hill: dict):
 
 
 def _cmd_design(args):
+    """`jaxctbn design`; a solve that the duration makes too long is named by `--duration`."""
+    from .moments import _duration_advice
+
+    try:
+        return _design(args)
+    except RuntimeError as error:  # eqx.error_if inside jit
+        advice = _duration_advice(error, args.duration, solver_flag=False)
+        if advice.startswith("--duration"):
+            raise ValueError(advice) from None
+        raise
+
+
+def _design(args):
 
     from .._learning.posterior import RatePosterior
     from .._paths.csv import read_csv, trajectories_from_dataframe

@@ -78,9 +78,10 @@ def _cmd_moments(args):
     )
 
 
-def _duration_advice(error: RuntimeError, duration: float) -> str:
+def _duration_advice(error: RuntimeError, duration: float, *, solver_flag: bool = True) -> str:
     """The solver's message in the command's terms: the options it names (`max_terms`,
-    `max_steps`) exist only in Python, so name `--duration` and `--solver` instead."""
+    `max_steps`) exist only in Python, so name `--duration` (and `--solver` where the command
+    has it) instead."""
     from .._errors import error_message
 
     message = error_message(error)
@@ -88,7 +89,8 @@ def _duration_advice(error: RuntimeError, duration: float) -> str:
         return (
             f"--duration: {duration:g} is too long for the exact solver (its series needs more "
             "terms than its limit: the fastest exit rate times the duration is very large); give "
-            "a shorter --duration, or --solver mean-field (approximate)."
+            "a shorter --duration"
+            + (", or --solver mean-field (approximate)." if solver_flag else ".")
         )
     if "maximum number of solver steps" in message:
         return (

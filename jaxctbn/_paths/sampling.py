@@ -550,12 +550,22 @@ def events_bound(mean: float) -> int:
 def automatic_max_events(model: AbstractCTBN, horizon: float) -> int | None:
     """The event buffer for paths of length `horizon` from `model` (any perfect intervention
     only removes rates): `events_bound` of the exit-rate bound x horizon, rounded up to a
-    power of two (fewer distinct compilations). `None` when the rates are not concrete."""
+    power of two (fewer distinct compilations). `None` when the rates are not concrete (or
+    not finite); a `ValueError` naming the horizon when finite rates over it need a buffer
+    beyond a 32-bit size."""
     rate = exit_rate_bound(model)
-    mean = None if rate is None else rate * float(horizon)
-    if mean is None or not (mean >= 0 and math.isfinite(mean)):
+    if rate is None or not (rate >= 0 and math.isfinite(rate)):
         return None
-    return 1 << (events_bound(mean) - 1).bit_length()
+    mean = rate * float(horizon)
+    finite = mean >= 0 and math.isfinite(mean)
+    size = 1 << (events_bound(mean) - 1).bit_length() if finite else 0
+    if not finite or size > np.iinfo(np.int32).max:
+        raise ValueError(
+            f"horizon: {float(horizon):g} is too long for a path's event buffer: about "
+            f"{mean:.3g} jumps expected (the fastest exit rate {rate:.3g} x the horizon), more "
+            "than a 32-bit buffer holds; give a shorter horizon."
+        )
+    return size
 
 
 #: Memory for one batch of event buffers in the capped sampler (bytes).
