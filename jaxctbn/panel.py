@@ -15,10 +15,10 @@ from ._panel.buckets import PanelBuckets as PanelBuckets
 from ._panel.inference import panel_expected_statistics as panel_expected_statistics
 from ._panel.inference import panel_log_likelihood as panel_log_likelihood
 from ._panel.inference import panel_marginals as panel_marginals
-from ._panel.fit import AbstractRateFitMethod as AbstractRateFitMethod
-from ._panel.fit import EMFit as EMFit
-from ._panel.fit import GradientFit as GradientFit
-from ._panel.fit import SquaremFit as SquaremFit
+from ._panel.fit_methods import AbstractRateFitMethod as AbstractRateFitMethod
+from ._panel.fit_methods import EMFit as EMFit
+from ._panel.fit_methods import GradientFit as GradientFit
+from ._panel.fit_methods import SquaremFit as SquaremFit
 from ._panel.fit import RateFit as RateFit
 from ._panel.fit import fit_rates as fit_rates
 from ._panel.covariates import Covariates as Covariates

@@ -15,7 +15,7 @@ import pytest
 import jaxctbn as jc
 from jaxctbn._experiments.pool import pool_membership
 from jaxctbn._panel.buckets import bucket_rows, per_trajectory_on_host, rounded_size
-from jaxctbn._panel.fit import _problem
+from jaxctbn._panel.fit_problem import fit_problem as _problem
 
 jax.config.update("jax_enable_x64", True)
 

@@ -554,7 +554,7 @@ def test_bad_input_names_the_argument(no_runtime_typecheck):
 def _fisher_and_autodiff(model, obs, prior, emissions, groups, factors):
     """GradientFit's objective and gradient (Fisher's identity) and reverse-mode autodiff of the
     filter, at the start's free rates times `factors`; one compiled program per problem."""
-    from jaxctbn._panel.fit import _problem
+    from jaxctbn._panel.fit_problem import fit_problem as _problem
 
     N = model.num_nodes
     if prior is None:

@@ -654,7 +654,8 @@ def _cmd_fit(args):
     from .._learning.priors import GammaPrior
     from .._panel.buckets import PanelBuckets
     from .._panel.csv import panel_from_dataframe
-    from .._panel.fit import EMFit, GradientFit, SquaremFit, fit_rates
+    from .._panel.fit import fit_rates
+    from .._panel.fit_methods import EMFit, GradientFit, SquaremFit
     from .._panel.uncertainty import rate_uncertainty
     from .._paths.csv import read_csv
 

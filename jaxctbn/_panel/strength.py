@@ -30,7 +30,8 @@ from .._learning.priors import GammaPrior
 from .._master_equation.solvers import AbstractMasterEquationSolver
 from .._model.ctbn import CTBN
 from .._model.interventions import Intervention
-from .fit import DEFAULT_PANEL_SOLVER, AbstractRateFitMethod, GradientFit, fit_rates
+from .fit import DEFAULT_PANEL_SOLVER, fit_rates
+from .fit_methods import AbstractRateFitMethod, GradientFit
 from .observations import PanelObservations
 
 #: The default range of strengths searched.

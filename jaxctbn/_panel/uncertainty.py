@@ -54,14 +54,9 @@ from .._master_equation.solvers import AbstractMasterEquationSolver
 from .._model.ctbn import CTBN
 from .buckets import PanelBuckets
 from .covariates import Covariates
-from .fit import (
-    DEFAULT_METHOD,
-    DEFAULT_PANEL_SOLVER,
-    GradientFit,
-    _check_covariates,
-    _checked_arguments,
-    _problem,
-)
+from .fit import DEFAULT_METHOD, DEFAULT_PANEL_SOLVER, check_fit_covariates, checked_fit_arguments
+from .fit_methods import GradientFit
+from .fit_problem import fit_problem
 from .observations import Emissions, PanelObservations
 
 # the smallest eigenvalue of a positive definite information, relative to the largest
@@ -177,7 +172,7 @@ def rate_uncertainty(
         raise ValueError(f"level: expected a number in (0, 1), got {level!r}.")
     if not (0 < float(level) < 1):
         raise ValueError(f"level: expected a number in (0, 1), got {level}.")
-    parameters, groups, _ = _checked_arguments(
+    parameters, groups, _ = checked_fit_arguments(
         model, observations, DEFAULT_METHOD, prior, emissions, solver, "rate_uncertainty"
     )
     if (covariates is None) != (effects is None):
@@ -185,7 +180,7 @@ def rate_uncertainty(
             "covariates, effects: give both (a fit with covariates: its `effects`) or neither."
         )
     if covariates is not None:
-        _check_covariates(covariates, observations, GradientFit())
+        check_fit_covariates(covariates, observations, GradientFit())
         groups = None
         effects = tuple(jnp.asarray(b) for b in cast(Sequence[ArrayLike], effects))
     return _uncertainty(
@@ -216,7 +211,7 @@ def _uncertainty(
     effects,
 ) -> RateUncertainty:
     z = statistics.NormalDist().inv_cdf(0.5 + float(level) / 2)  # (level is static)
-    problem = _problem(
+    problem = fit_problem(
         model, observations, prior, emissions, initial_distribution, solver, groups, covariates
     )
     rates = problem.start()  # the fit, its free rates clipped into the box
