@@ -14,8 +14,9 @@ before issue 60, in `results/panel_visit_times_<truth>_moment.*`):
   clinical signs ascites, hepato, spiders, edema; structural EM with at most 2 parents,
   `learn_structure_from_panels`; the MAP graph at the fit's rates, per year), tau = 5 years;
 - `structure`: structure learning instead, on the paper's structure network
-  (`paper_network(key(0), rates="gamma")`, exact posterior over graphs with in-degree <= 3,
-  updated by structural EM from the panel history, `panel_structure_posterior`, 10 iterations;
+  (`paper_network(key(0), rates="gamma")`, the posterior over graphs with in-degree <= 3 from
+  the panel history, `panel_structure_posterior` in the family of `--panel-posterior`: the
+  structure particle filter by default, structural EM (10 iterations) with `moment`;
   the panel BHC with each drawn graph at its posterior-mean rates), tau = 3; metrics AUROC,
   AUPR and the entropy of the structure posterior.
 
@@ -258,8 +259,8 @@ def main():
         for n, ps in enumerate(truth.parents)
     )
     learning = (
-        "Structure learning (exact posterior over graphs with in-degree <= 3, structural EM "
-        f"from the panel history) of the paper's structure network ({graph})"
+        "Structure learning (the graph posterior with in-degree <= 3 from the panel history) "
+        f"of the paper's structure network ({graph})"
         if args.truth == "structure"
         else f"Parameter learning on the known graph ({graph})"
     )
