@@ -553,14 +553,16 @@ def test_structure_design_and_run_with_panel_outcomes(tmp_path, capsys):
         (["--particles", "8"], {"method": "particle-filter", "particles": 8}),
         (["--panel-posterior", "moment"], {"method": "structural-em", "iterations": 10}),
     ]:
-        assert main([*run, *extra, "--out", str(tmp_path / "s")]) == 0
-        config = json.loads((tmp_path / "s" / "config.json").read_text())
+        # one directory per posterior: a directory of one is not resumed under the other
+        folder = tmp_path / posterior["method"]
+        assert main([*run, *extra, "--out", str(folder)]) == 0
+        config = json.loads((folder / "config.json").read_text())
         assert config["outcome"] == {
             "type": "panel",
             "observation_times": [1.0, 3.0],
             "posterior": posterior,
         }
-        df = pd.read_csv(tmp_path / "s" / "metrics.csv", keep_default_na=False)
+        df = pd.read_csv(folder / "metrics.csv", keep_default_na=False)
         assert len(df) == 2 * 3 and np.isfinite(df.entropy).all()
 
 
