@@ -220,8 +220,13 @@ def test_structural_zeros_and_exact_entry_against_importance_sampling():
     free = [np.array([[[False, True, True], [True, False, True], [False, False, False]]])]
     prior = jc.RatePosterior.for_model(truth, prior=jc.GammaPrior(1.0, 1.0))
     start = jc.GammaMixturePosterior.from_gamma(prior, free=free)
+    # the hidden 0 <-> 1 jumps before an exact death mix slowly: 400 draws per chain left the
+    # s.d. of those rates 23-34% above the exact ones (the means 6-10%), 2,000 within 6% (1%)
+    family = jc.panel.SampledGammaMixture(
+        num_draws=2000, num_chains=4, burn_in=500, max_components=2000
+    )
     mixture = jc.panel.panel_rate_posterior(
-        start, observations, family=FAMILY, key=jax.random.key(6)
+        start, observations, family=family, key=jax.random.key(6)
     )
     draws = jax.vmap(mixture.sample)(jax.random.split(jax.random.key(7), 2000))
     assert np.all(np.asarray(draws.cims[0])[:, 0, 2, :2] == 0)  # structural zeros stay zero
