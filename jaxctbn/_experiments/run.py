@@ -189,8 +189,14 @@ def run_experiment(
     )
     starts = list(range(0, repetitions, chunk))
 
-    def first_keys(stop):
-        return jax.vmap(lambda r: jax.random.fold_in(base, r))(jnp.arange(stop))
+    def chunk_keys(start):
+        stop = min(start + chunk, repetitions)
+        return jax.vmap(lambda r: jax.random.fold_in(base, r))(jnp.arange(start, stop))
+
+    def chunk_file(design_name, start):
+        """A chunk's file inside the chunk directory."""
+        stop = min(start + chunk, repetitions)
+        return os.path.join(design_name, f"{start}-{stop - 1}.npz")
 
     # Each design's program is compiled and its memory checked before anything is written (a
     # design whose first chunk is already on disk is checked when its next chunk runs): over
@@ -198,10 +204,10 @@ def run_experiment(
     batchings = {name: batching for name in designs}
     if batching is None:
         for name in designs:
-            first = os.path.join(out or "", "chunks", name, f"0-{min(chunk, repetitions) - 1}.npz")
-            if out is None or overwrite or not os.path.exists(first):
+            first = out is not None and os.path.join(out, "chunks", chunk_file(name, 0))
+            if not first or overwrite or not os.path.exists(first):
                 batchings[name] = batching_within_memory(
-                    task, make_design[name], first_keys(min(chunk, repetitions)), **loop_settings
+                    task, make_design[name], chunk_keys(0), **loop_settings
                 )
     process, processes = (jax.process_index(), jax.process_count()) if distributed else (0, 1)
     if distributed and out is None:
@@ -231,13 +237,12 @@ def run_experiment(
     def chunk_path(design_name, start):
         if chunk_dir is None:
             return None
-        stop = min(start + chunk, repetitions)
-        return os.path.join(chunk_dir, design_name, f"{start}-{stop - 1}.npz")
+        return os.path.join(chunk_dir, chunk_file(design_name, start))
 
     def compute(design_name, start):
         """Run one chunk of repetitions, record its time and write its file."""
         stop = min(start + chunk, repetitions)
-        keys = jax.vmap(lambda r: jax.random.fold_in(base, r))(jnp.arange(start, stop))
+        keys = chunk_keys(start)
         t0 = time.perf_counter()
         res, status = run_repetitions(  # pyright: ignore[reportGeneralTypeIssues] (throw=False: a pair)
             task,
