@@ -39,15 +39,15 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_master_equation.py
-	$(BIN)/python benchmarks/bench_sampling.py
-	$(BIN)/python benchmarks/bench_structure.py
-	$(BIN)/python benchmarks/bench_structure_large.py  # needs the CTBN-RLE driver for the peer rows (benchmarks/_ctbnrle.py)
-	$(BIN)/python benchmarks/bench_criteria.py
-	$(BIN)/python benchmarks/bench_mean_field.py
-	$(BIN)/python benchmarks/bench_kl_estimators.py
-	$(BIN)/python benchmarks/bench_cli.py
-	$(BIN)/python benchmarks/bench_active_learning.py  # the paper's experiments at full size (~30 min)
+	$(BIN)/python benchmarks/master_equation/bench_master_equation.py
+	$(BIN)/python benchmarks/paths/bench_sampling.py
+	$(BIN)/python benchmarks/learning/bench_structure.py
+	$(BIN)/python benchmarks/learning/bench_structure_large.py  # needs the CTBN-RLE driver for the peer rows (benchmarks/_ctbnrle.py)
+	$(BIN)/python benchmarks/criteria/bench_criteria.py
+	$(BIN)/python benchmarks/master_equation/bench_mean_field.py
+	$(BIN)/python benchmarks/criteria/bench_kl_estimators.py
+	$(BIN)/python benchmarks/cli/bench_cli.py
+	$(BIN)/python benchmarks/active_learning/bench_active_learning.py  # the paper's experiments at full size (~30 min)
 
 clean:
 	rm -rf $(VENV) demo_output run_structure site

@@ -1,19 +1,129 @@
-"""Shared helpers for the benchmark scripts: timing, machine rates, result files."""
+"""The benchmarks' shared entry: paths, command line, environment, timing and result files.
+
+Every script under `benchmarks/<layer>/` starts with
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from _common import ...
+
+(`benchmarks/` on the path; the scripts are run from the repository root as `python
+benchmarks/<layer>/bench_x.py`) and takes from here:
+
+- paths: `BENCHMARKS` (this folder), `ROOT` (the repository), `RESULTS` (`benchmarks/results/`,
+  or `$JAXCTBN_BENCH_RESULTS`), `MSM_DIR`, `STAN_DIR`, and `use_layer` to import another layer's
+  script (`use_layer("learning")`, then `from bench_graph_search import ...`);
+- the command line: `argument_parser(__doc__, quick=..., name=..., ...)`, an
+  `argparse.ArgumentParser` with the flags the benchmarks share (`--quick`, `--name`, `--seed`,
+  `--repetitions`, `--experiments`, `--chunk`; each script keeps its own defaults) to which the
+  script adds its own flags;
+- the environment: `environment()` (platform, CPU count, jax version, device, x64, date);
+- timing: `timeit` (best of `repeat`, each at least `min_time` s of calls), `timings` (the same
+  runs, with their min and median), `repeat_time` (one call timed `repeats` times: min and
+  median), `stopwatch` (one timed block), `compile_time` (compilation alone);
+- results: `write_results(name, payload, table_lines)` writes `RESULTS/<name>.json` and
+  `RESULTS/<name>.md` (the table, then the machine and date) and prints the table; `fmt` formats
+  seconds; `measure_process` runs a whole process (wall time, peak RSS)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
+import statistics
+import sys
 import time
+from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-RESULTS = os.environ.get(
-    "JAXCTBN_BENCH_RESULTS", os.path.join(os.path.dirname(__file__), "results")
-)
+#: `benchmarks/`, the repository, and the peers' folders.
+BENCHMARKS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCHMARKS)
+MSM_DIR = os.path.join(BENCHMARKS, "msm")
+STAN_DIR = os.path.join(BENCHMARKS, "stan")
+#: The layers (folders) of the benchmark scripts.
+LAYERS = ("master_equation", "paths", "learning", "criteria", "panel", "active_learning", "cli")
+
+RESULTS = os.environ.get("JAXCTBN_BENCH_RESULTS", os.path.join(BENCHMARKS, "results"))
+
+
+def use_layer(*layers: str) -> None:
+    """Put `benchmarks/<layer>/` on `sys.path`, to import a script of another layer."""
+    for layer in layers:
+        if layer not in LAYERS:
+            raise ValueError(f"unknown benchmark layer {layer!r}; one of {LAYERS}")
+        path = os.path.join(BENCHMARKS, layer)
+        if path not in sys.path:
+            sys.path.insert(0, path)
+
+
+def _description(doc: str | None) -> str | None:
+    """The first paragraph of a docstring, on one line."""
+    if not doc:
+        return None
+    return " ".join(doc.strip().split("\n\n")[0].split())
+
+
+def _common_flag(ap: argparse.ArgumentParser, flag: str, value) -> None:
+    if flag == "quick":
+        help = value if isinstance(value, str) else "a small smoke run"
+        ap.add_argument("--quick", action="store_true", help=help)
+    elif flag == "name":
+        ap.add_argument("--name", default=value, help="results file stem (default %(default)s)")
+    elif flag == "seed":
+        ap.add_argument("--seed", type=int, default=value, help="random seed (default %(default)s)")
+    elif flag == "repetitions":
+        ap.add_argument(
+            "--repetitions", type=int, default=value, help="repetitions (default %(default)s)"
+        )
+    elif flag == "experiments":
+        ap.add_argument(
+            "--experiments",
+            type=int,
+            default=value,
+            help="experiments per repetition (default %(default)s)",
+        )
+    elif flag == "chunk":
+        ap.add_argument(
+            "--chunk",
+            type=int,
+            default=value,
+            help="repetitions per compiled call (default %(default)s)",
+        )
+    else:
+        raise TypeError(f"no shared benchmark flag {flag!r}; one of {COMMON_FLAGS}")
+
+
+#: The flags `argument_parser` and `BenchmarkParser.add_common` know.
+COMMON_FLAGS = ("quick", "name", "seed", "repetitions", "experiments", "chunk")
+
+
+class BenchmarkParser(argparse.ArgumentParser):
+    """An `ArgumentParser` that also adds the benchmarks' shared flags (`add_common`)."""
+
+    def add_common(self, **flags) -> BenchmarkParser:
+        """Add shared flags, in the order given, each with the script's default:
+
+        - `quick=True` (or its help, a string): `--quick`, a small smoke run;
+        - `name="stem"`: `--name`, the results file stem (`results/<stem>.json`, `.md`);
+        - `seed=0`: `--seed`; `repetitions=R`: `--repetitions`; `experiments=E`: `--experiments`;
+          `chunk=C`: `--chunk`, repetitions per compiled call."""
+        for flag, value in flags.items():
+            if flag == "quick" and not value:
+                continue
+            _common_flag(self, flag, value)
+        return self
+
+
+def argument_parser(doc: str | None = None, **flags) -> BenchmarkParser:
+    """The benchmarks' command line: a `BenchmarkParser` described by the first paragraph of
+    `doc` (the script's docstring), with the shared `flags` (see `BenchmarkParser.add_common`)
+    added in the order given. The script adds its own flags (`add_argument`; `add_common` for
+    more shared ones after its own, which keeps the order of `vars(args)`) and calls
+    `parse_args()`. A script without flags of its own still takes `--help`."""
+    return BenchmarkParser(description=_description(doc)).add_common(**flags)
 
 
 def block(x):
@@ -22,9 +132,28 @@ def block(x):
     )
 
 
-def timeit(fn, *args, repeat=5, min_time=0.2):
-    """Best-of-`repeat` wall time of `fn(*args)` (each repeat at least `min_time` s of calls)."""
-    best = float("inf")
+@dataclass
+class Timing:
+    """Seconds of repeated runs of one thing: `times`, their `min` and `median`."""
+
+    times: list[float] = field(default_factory=list)
+
+    @property
+    def min(self) -> float:
+        return min(self.times)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    def as_dict(self) -> dict:
+        return {"min_s": self.min, "median_s": self.median, "repeats": len(self.times)}
+
+
+def timings(fn, *args, repeat=5, min_time=0.2) -> Timing:
+    """Per-call wall time of `fn(*args)` (blocked until ready) in each of `repeat` repeats, each
+    repeat at least `min_time` s of calls: `.min` (what `timeit` returns) and `.median`."""
+    out = Timing()
     for _ in range(repeat):
         n, t0 = 0, time.perf_counter()
         while True:
@@ -33,8 +162,39 @@ def timeit(fn, *args, repeat=5, min_time=0.2):
             el = time.perf_counter() - t0
             if el >= min_time:
                 break
-        best = min(best, el / n)
-    return best
+        out.times.append(el / n)
+    return out
+
+
+def timeit(fn, *args, repeat=5, min_time=0.2):
+    """Best-of-`repeat` wall time of `fn(*args)` (each repeat at least `min_time` s of calls)."""
+    return timings(fn, *args, repeat=repeat, min_time=min_time).min
+
+
+def repeat_time(fn, *args, repeats=1):
+    """`fn(*args)` called `repeats` times, each call timed alone (blocked until ready): the last
+    result and the `Timing` (min, median). One repeat (the default) is one timed call."""
+    out, result = Timing(), None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        result = block(fn(*args))
+        out.times.append(time.perf_counter() - t0)
+    return result, out
+
+
+class stopwatch:
+    """`with stopwatch() as sw: ...` times the block (wall clock); `sw.seconds` after it. Nothing
+    is blocked: block the block's results inside it where they are asynchronous."""
+
+    seconds: float
+
+    def __enter__(self):
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = time.perf_counter() - self._t0
+        return False
 
 
 def compile_time(jitted, *args):

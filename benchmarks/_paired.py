@@ -9,6 +9,7 @@ import time
 
 import jax
 import numpy as np
+from _common import argument_parser
 
 import jaxctbn as jc
 
@@ -153,17 +154,17 @@ def panel_family(args, target: str = "parameters"):
     return family, f"the particle filter ({args.particles} particles; exact as they grow)"
 
 
-def experiment_arguments(repetitions: int, *, panel_posterior: bool = False) -> argparse.Namespace:
-    """The command line of the sequential panel-outcome benchmarks."""
-    ap = argparse.ArgumentParser()
+def experiment_arguments(
+    repetitions: int, *, panel_posterior: bool = False, doc: str | None = None
+) -> argparse.Namespace:
+    """The command line of the sequential panel-outcome benchmarks (`doc`: the script's
+    docstring, for `--help`)."""
+    ap = argument_parser(doc)
     if panel_posterior:
         panel_posterior_arguments(ap)
-    ap.add_argument("--repetitions", type=int, default=repetitions)
-    ap.add_argument("--experiments", type=int, default=15)
+    ap.add_common(repetitions=repetitions, experiments=15)
     ap.add_argument("--visits", default="2,3,5", help="comma-separated numbers of visits K")
-    ap.add_argument("--chunk", type=int, default=25, help="repetitions per compiled call")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true", help="4 repetitions x 3 experiments, K = 2")
+    ap.add_common(chunk=25, seed=0, quick="4 repetitions x 3 experiments, K = 2")
     ap.add_argument(
         "--plot-only", action="store_true", help="redraw the figure from the results JSON"
     )

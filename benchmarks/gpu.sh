@@ -30,17 +30,17 @@ run() {
 }
 
 if [[ $which == issue14 || $which == all ]]; then
-  run 330 benchmarks/bench_active_learning.py --targets structure --designs vbhc \
+  run 330 benchmarks/active_learning/bench_active_learning.py --targets structure --designs vbhc \
     --repetitions 500 --experiments 15 --chunk 500 --name active_learning_gpu
-  run 200 benchmarks/bench_criteria.py --name criteria_gpu
-  run 300 benchmarks/bench_master_equation.py --name master_equation_gpu
+  run 200 benchmarks/criteria/bench_criteria.py --name criteria_gpu
+  run 300 benchmarks/master_equation/bench_master_equation.py --name master_equation_gpu
 fi
 if [[ $which == issue13 || $which == all ]]; then
-  run 300 benchmarks/bench_mean_field.py --timing-only --name mean_field_gpu
-  run 300 benchmarks/bench_structure_design_large.py --timing-only --name structure_design_large_gpu
+  run 300 benchmarks/master_equation/bench_mean_field.py --timing-only --name mean_field_gpu
+  run 300 benchmarks/criteria/bench_structure_design_large.py --timing-only --name structure_design_large_gpu
 fi
 if [[ $which == all ]]; then
-  run 200 benchmarks/bench_sampling.py --name sampling_gpu
+  run 200 benchmarks/paths/bench_sampling.py --name sampling_gpu
 fi
 if [[ -n $copy_to ]]; then
   mkdir -p "$copy_to"

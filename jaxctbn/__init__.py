@@ -26,16 +26,14 @@ from ._master_equation.generator import ExpandedGenerator as ExpandedGenerator
 from ._master_equation.generator import FactoredGenerator as FactoredGenerator
 
 # master equation
-from ._master_equation.solvers import AbstractMasterEquationSolver as AbstractMasterEquationSolver
-from ._master_equation.solvers import DiffraxSolver as DiffraxSolver
-from ._master_equation.solvers import MatrixExponential as MatrixExponential
-from ._master_equation.solvers import Uniformisation as Uniformisation
-from ._master_equation.solvers import AbstractApproximateSolver as AbstractApproximateSolver
-from ._master_equation.solvers import AutomaticSolver as AutomaticSolver
-from ._master_equation.master_equation import (
-    AbstractExpectedStatistics as AbstractExpectedStatistics,
-)
-from ._master_equation.master_equation import ExpectedStatistics as ExpectedStatistics
+from ._master_equation.solver import AbstractMasterEquationSolver as AbstractMasterEquationSolver
+from ._master_equation.diffrax_solver import DiffraxSolver as DiffraxSolver
+from ._master_equation.matrix_exponential import MatrixExponential as MatrixExponential
+from ._master_equation.uniformisation import Uniformisation as Uniformisation
+from ._master_equation.solver import AbstractApproximateSolver as AbstractApproximateSolver
+from ._master_equation.automatic_solver import AutomaticSolver as AutomaticSolver
+from ._master_equation.statistics import AbstractExpectedStatistics as AbstractExpectedStatistics
+from ._master_equation.statistics import ExpectedStatistics as ExpectedStatistics
 from ._master_equation.master_equation import expected_statistics as expected_statistics
 from ._master_equation.master_equation import expected_statistics_batch as expected_statistics_batch
 from ._master_equation.master_equation import marginals as marginals
@@ -80,12 +78,15 @@ from ._criteria.kl_estimators import RateCoupling as RateCoupling
 from ._learning.optimisers import AbstractVBHCOptimiser as AbstractVBHCOptimiser
 from ._learning.optimisers import Adam as Adam
 from ._learning.optimisers import LBFGS as LBFGS
-from ._criteria.criteria import BHC as BHC
-from ._criteria.criteria import EIG as EIG
-from ._criteria.criteria import VBHC as VBHC
-from ._criteria.criteria import AbstractCriterion as AbstractCriterion
-from ._criteria.criteria import score_interventions as score_interventions
+from ._criteria.box_hill import BHC as BHC
+from ._criteria.eig import EIG as EIG
+from ._criteria.box_hill import VBHC as VBHC
+from ._criteria.criterion import AbstractCriterion as AbstractCriterion
+from ._criteria.scoring import score_interventions as score_interventions
 from ._criteria.costs import Costs as Costs
+from ._criteria.outcomes import AbstractOutcome as AbstractOutcome
+from ._criteria.outcomes import CompletePath as CompletePath
+from ._criteria.outcomes import PanelOutcome as PanelOutcome
 from ._criteria.batches import choose_batch as choose_batch
 
 # active learning
@@ -105,7 +106,7 @@ from ._active_learning.designs import PassiveDesign as PassiveDesign
 from ._active_learning.designs import RandomDesign as RandomDesign
 from ._active_learning.tasks import StructureLearningTask as StructureLearningTask
 from ._active_learning.loop import run_active_learning as run_active_learning
-from ._active_learning.loop import run_repetitions as run_repetitions
+from ._active_learning.repetitions import run_repetitions as run_repetitions
 
 # the namespaces
 from . import criteria as criteria

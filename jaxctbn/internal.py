@@ -3,12 +3,10 @@ and parent-set scores. Stable names, but not needed to use the paper's method.""
 
 # ruff: noqa: I001  (grouped as in the package, not alphabetically)
 
-from ._model.interventions import design_space as design_space
-from ._model.interventions import exposure_scale as exposure_scale
 from ._master_equation.generator import amalgamate as amalgamate
 from ._master_equation.generator import batch_last as batch_last
-from ._master_equation.master_equation import initial_distribution as initial_distribution
-from ._master_equation.master_equation import resolve_solver as resolve_solver
+from ._master_equation.preparation import initial_distribution as initial_distribution
+from ._master_equation.automatic_solver import resolve_solver as resolve_solver
 from ._master_equation.mean_field import MeanFieldStatistics as MeanFieldStatistics
 from ._master_equation.monte_carlo import SampledStatistics as SampledStatistics
 from ._paths.sampling import automatic_max_events as automatic_max_events
@@ -24,7 +22,6 @@ from ._learning.gamma_mixture import ChainDiagnostics as ChainDiagnostics
 from ._learning.chain_diagnostics import split_r_hat as split_r_hat
 from ._learning.chain_diagnostics import effective_sample_size as effective_sample_size
 from ._panel.bridges import bridge as bridge
-from ._panel.path_statistics import sample_path_statistics as sample_path_statistics
 from ._learning.candidates import candidate_parent_sets as candidate_parent_sets
 from ._learning.search import AbstractStructureSearch as AbstractStructureSearch
 from ._learning.candidates import enumerate_parent_sets as enumerate_parent_sets

@@ -6,10 +6,9 @@ structure learning from panels."""
 from ._panel.csv import panel_from_dataframe as panel_from_dataframe
 from ._panel.csv import read_panel_csv as read_panel_csv
 from ._panel.csv import covariates_from_dataframe as covariates_from_dataframe
-from ._panel.datasets import DATASETS as DATASETS
 from ._panel.datasets import dataset_path as dataset_path
 from ._panel.observations import Emissions as Emissions
-from ._panel.inference import PanelExpectedStatistics as PanelExpectedStatistics
+from ._panel.expected_statistics import PanelExpectedStatistics as PanelExpectedStatistics
 from ._panel.observations import PanelObservations as PanelObservations
 from ._panel.buckets import PanelBuckets as PanelBuckets
 from ._panel.inference import panel_expected_statistics as panel_expected_statistics
@@ -22,7 +21,6 @@ from ._panel.fit_methods import SquaremFit as SquaremFit
 from ._panel.fit import RateFit as RateFit
 from ._panel.fit import fit_rates as fit_rates
 from ._panel.covariates import Covariates as Covariates
-from ._panel.periods import period_names as period_names
 from ._panel.periods import with_time_periods as with_time_periods
 from ._panel.prevalence import Prevalence as Prevalence
 from ._panel.comparison import LikelihoodRatioTest as LikelihoodRatioTest
@@ -31,35 +29,22 @@ from ._panel.prevalence import prevalence as prevalence
 from ._panel.uncertainty import RateUncertainty as RateUncertainty
 from ._panel.uncertainty import rate_uncertainty as rate_uncertainty
 from ._panel.structure import PanelStructureFit as PanelStructureFit
-from ._panel.structure import expected_family_statistics as expected_family_statistics
 from ._panel.structure import learn_structure_from_panels as learn_structure_from_panels
-from ._panel.structure import panel_family_statistics as panel_family_statistics
 from ._panel.structure_posterior import panel_structure_posterior as panel_structure_posterior
 from ._panel.structure_posterior import AbstractPanelStructureFamily as AbstractPanelStructureFamily
 from ._panel.structure_posterior import SampledStructure as SampledStructure
 from ._panel.structure_posterior import StructuralEM as StructuralEM
 from ._panel.structure_posterior import StructureParticleFilter as StructureParticleFilter
-from ._panel.outcome_law import panel_kl_divergence as panel_kl_divergence
-from ._panel.outcome_law import sample_panel_outcome as sample_panel_outcome
-from ._panel.outcome_law import panel_outcome_log_likelihood as panel_outcome_log_likelihood
 from ._panel.observations import observe_paths as observe_paths
 from ._panel.rate_posterior import panel_rate_posterior as panel_rate_posterior
-from ._panel.rate_posterior import AbstractPanelRateFamily as AbstractPanelRateFamily
-from ._panel.rate_posterior import SampledGammaMixture as SampledGammaMixture
-from ._panel.rate_posterior import MomentMatchedGamma as MomentMatchedGamma
-from ._panel.rate_posterior import ParticleFilter as ParticleFilter
+from ._panel.rate_families import AbstractPanelRateFamily as AbstractPanelRateFamily
+from ._panel.rate_families import SampledGammaMixture as SampledGammaMixture
+from ._panel.rate_families import MomentMatchedGamma as MomentMatchedGamma
+from ._panel.rate_families import ParticleFilter as ParticleFilter
 from ._panel.strength import StrengthProfile as StrengthProfile
 from ._panel.strength import learn_strength_from_panels as learn_strength_from_panels
 from ._panel.gibbs import GibbsSampler as GibbsSampler
-from ._panel.gibbs import SampledPaths as SampledPaths
-from ._panel.gibbs import sample_panel_paths as sample_panel_paths
 from ._panel.importance import PanelImportanceSampler as PanelImportanceSampler
-from ._panel.importance import WeightedPaths as WeightedPaths
-from ._panel.importance import (
-    sample_panel_paths_by_importance as sample_panel_paths_by_importance,
-)
 from ._panel.mean_field import PanelMeanField as PanelMeanField
-from ._panel.mean_field import PanelMeanFieldStatistics as PanelMeanFieldStatistics
-from ._panel.mean_field import panel_mean_field_statistics as panel_mean_field_statistics
 from ._panel.sampled_em import SampledRateFit as SampledRateFit
 from ._panel.sampled_em import fit_rates_by_sampling as fit_rates_by_sampling

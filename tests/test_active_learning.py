@@ -26,6 +26,7 @@ from helpers import (
 )
 
 import jaxctbn as jc
+from jaxctbn._model.interventions import design_space
 from jaxctbn._paths.sampling import automatic_max_events
 
 CARDS, PARENTS = (2, 2, 2), ((), (0,), (1,))
@@ -34,7 +35,7 @@ CARDS, PARENTS = (2, 2, 2), ((), (0,), (1,))
 TASK = jc.ParameterLearningTask(jc.CTBN.from_dict(network_dict()))
 KEYS = repetition_keys(0, 3)
 K = 2
-SPACE = jc.internal.design_space((2, 2))  # the candidates `jaxctbn run` passes (all 9)
+SPACE = design_space((2, 2))  # the candidates `jaxctbn run` passes (all 9)
 # the event buffer `run_repetitions` sizes from these rates for tau = 3 (given explicitly where
 # a call must compile the same program with another horizon)
 MAX_EVENTS = 64

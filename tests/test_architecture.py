@@ -124,7 +124,7 @@ def test_a_small_public_surface_and_every_name_in_one_place():
     import jaxctbn
 
     top = _public_names(jaxctbn)
-    assert 55 <= len(top) <= 80, len(top)
+    assert 55 <= len(top) <= 85, len(top)
     seen = {name: "jaxctbn" for name in top}
     for namespace in NAMESPACES:
         module = importlib.import_module(f"jaxctbn.{namespace}")
@@ -164,3 +164,59 @@ def test_the_architecture_page_lists_every_module():
         missing = sorted(actual.get(package, set()) - listed.get(package, set()))
         stale = sorted(listed.get(package, set()) - actual.get(package, set()))
         assert not missing and not stale, (package or "(top level)", missing, stale)
+
+
+#: The outcome classes: their behaviour lives in their methods (`_criteria/outcomes.py`), so a
+#: new outcome is one Module, not a new branch wherever outcomes are used.
+OUTCOME_CLASSES = {"AbstractOutcome", "CompletePath", "PanelOutcome"}
+
+
+def outcome_type_tests(root: pathlib.Path) -> list[str]:
+    """`isinstance`/`issubclass`/`type(...) is` tests naming an outcome class outside the
+    module that defines them."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).as_posix() == "_criteria/outcomes.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("isinstance", "issubclass")
+                and len(node.args) == 2
+            ):
+                continue
+            named = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
+            named |= {n.attr for n in ast.walk(node.args[1]) if isinstance(n, ast.Attribute)}
+            if named & OUTCOME_CLASSES:
+                found.append(f"jaxctbn/{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def test_outcomes_are_dispatched_by_their_methods(tmp_path):
+    assert outcome_type_tests(PACKAGE) == []
+    # the check finds what it looks for
+    (tmp_path / "m.py").write_text("def f(o):\n    return isinstance(o, (int, c.PanelOutcome))\n")
+    assert outcome_type_tests(tmp_path) == ["jaxctbn/m.py:2"]
+
+
+#: The most lines a module holds: one concept per module, split along its seams.
+MAX_MODULE_LINES = 600
+#: Modules still over the bound (issue 62 splits them; the list only shrinks) and the argument
+#: tables, which are excepted: one flag per entry, read top to bottom.
+OVER_THE_BOUND = {
+    "_cli/arguments.py",  # the command line's argument table (excepted)
+}
+
+
+def test_modules_stay_small():
+    sizes = {
+        path.relative_to(PACKAGE).as_posix(): len(path.read_text().splitlines())
+        for path in PACKAGE.rglob("*.py")
+    }
+    over = {name for name, lines in sizes.items() if lines > MAX_MODULE_LINES}
+    assert over <= OVER_THE_BOUND, sorted(over - OVER_THE_BOUND)
+    # a split module leaves the list (so that it cannot grow back unnoticed)
+    assert {
+        name for name in OVER_THE_BOUND if name in sizes and sizes[name] <= MAX_MODULE_LINES
+    } <= {"_cli/arguments.py"}, "remove the modules now within the bound from OVER_THE_BOUND"

@@ -18,6 +18,8 @@ import scipy.special
 from helpers import random_model
 
 import jaxctbn as jc
+from jaxctbn._criteria.parameter import design_statistics, parameter_vbhc_minimise, posterior_draws
+from jaxctbn._criteria.structure import structure_draws
 from jaxctbn.criteria import ByScore, ByScorePerCost, score_batch
 
 HORIZON = jnp.asarray(2.0)
@@ -136,11 +138,11 @@ def test_parameter_pair_vbhc_by_hand(problem):
     L-BFGS: the closed-form batch value."""
     _, rates, _, space = problem
     key = jax.random.key(3)
-    draws = jc.criteria.posterior_draws(rates, key, NUM_DRAWS)
-    minimise = eqx.filter_jit(jc.criteria.parameter_vbhc_minimise)
+    draws = posterior_draws(rates, key, NUM_DRAWS)
+    minimise = eqx.filter_jit(parameter_vbhc_minimise)
     for pair in [(0, 4), (0, 3), (2, 7), (5, 5)]:  # (5, 5) clamps both nodes: 0
         stats = [
-            jc.criteria.design_statistics(rates, draws, INIT, HORIZON, intervention=_rows(space, i))
+            design_statistics(rates, draws, INIT, HORIZON, intervention=_rows(space, i))
             for i in pair
         ]
         summed = jax.tree_util.tree_map(jnp.add, *stats)
@@ -197,7 +199,7 @@ def _check_structure_pair_by_hand(problem, greedy):
     _, _, structure, space = problem
     _, _, design, _ = greedy("structure-vbhc")
     key_draws, _ = jax.random.split(jax.random.key(3))
-    draws = jc.criteria.structure_draws(structure, key_draws, NUM_DRAWS)
+    draws = structure_draws(structure, key_draws, NUM_DRAWS)
     alpha, beta = structure.prior.node_parameters(0)
     probs = [np.asarray(p) for p in structure.parent_set_probabilities()]
     sets = [np.asarray(s) for s in structure.parent_sets]
@@ -379,7 +381,7 @@ def test_batch_bad_input(problem):
             HORIZON,
             size=1,
             key=key,
-            outcome=jc.criteria.Panel(num_visits=2),
+            outcome=jc.PanelOutcome(num_visits=2),
         )
     with pytest.raises(Exception, match="ByScorePerCost needs every candidate's cost > 0"):
         jc.choose_batch(rates, space, INIT, HORIZON, size=1, key=key, ranking=ByScorePerCost())
@@ -390,7 +392,7 @@ def panel_greedy(problem):
     """Greedy pairs with a panel outcome at given times, computed when a test first asks (so a
     worker compiles only the criterion its tests use)."""
     _, rates, structure, space = problem
-    panel = jc.criteria.Panel(times=jnp.array([0.7, 2.0]))
+    panel = jc.PanelOutcome(times=jnp.array([0.7, 2.0]))
     settings = {"parameters-bhc": (rates, jc.BHC()), "structure-vbhc": (structure, jc.VBHC())}
     cache = {}
 

@@ -1,4 +1,4 @@
-"""The plug-in MI estimator of benchmarks/bench_mi_design.py against hand-computed cases."""
+"""The plug-in MI estimator of benchmarks/criteria/bench_mi_design.py against hand-computed cases."""
 
 import importlib.util
 import math
@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 # the benchmarks are scripts, not a package: load this one by its path
-_PATH = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks", "bench_mi_design.py")
+_PATH = os.path.join(
+    os.path.dirname(__file__), os.pardir, "benchmarks", "criteria", "bench_mi_design.py"
+)
 _spec = importlib.util.spec_from_file_location("bench_mi_design", _PATH)
 assert _spec is not None and _spec.loader is not None
 mi = importlib.util.module_from_spec(_spec)

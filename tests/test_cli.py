@@ -32,6 +32,8 @@ from helpers import (
 import jaxctbn as jc
 from jaxctbn._cli.design import _box_hill_options
 from jaxctbn._cli.main import build_parser, main
+from jaxctbn._experiments.config import default_graph_draws
+from jaxctbn._model.interventions import design_space
 
 
 def _chain(num_nodes: int, k: int, seed: int) -> jc.CTBN:
@@ -610,8 +612,8 @@ def test_design_parameters_on_a_large_network(ternary_chain, tmp_path):
         ),  # as `design` passes
     )
     np.testing.assert_allclose([r["score"] for r in res["scores"]], ref, rtol=1e-9)
-    assert jc.internal.design_space((2,) * 7).targets.shape[0] == 3**7  # 2187 <= 4096: all
-    assert jc.internal.design_space((2,) * 8).targets.shape[0] == 17
+    assert design_space((2,) * 7).targets.shape[0] == 3**7  # 2187 <= 4096: all
+    assert design_space((2,) * 8).targets.shape[0] == 17
 
 
 @pytest.mark.slow  # the CLI's structure design: test_design_structure; the defaults: below
@@ -663,8 +665,8 @@ def test_graph_draw_defaults_and_their_flags(tmp_path):
     parsed = build_parser().parse_args([*args, "--graph-draws", "stratified", "--max-sets", "4"])
     options = _box_hill_options(parsed, N)
     assert options == {"graph_draws": jc.criteria.StratifiedGraphDraws(), "max_sets": 4}
-    assert jc.experiments.default_graph_draws(8, "auto", None) == ("stratified", None)
-    assert jc.experiments.default_graph_draws(9, "stratified", 5) == ("stratified", 5)
+    assert default_graph_draws(8, "auto", None) == ("stratified", None)
+    assert default_graph_draws(9, "stratified", 5) == ("stratified", 5)
     with pytest.raises(ValueError, match="graph_draws must be 'auto', 'stratified' or 'joint'"):
         jc.experiments.ExperimentConfig(graph_draws="bogus")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_sets: must be a positive integer"):

@@ -393,7 +393,7 @@ def test_design_with_panel_outcomes_writes_the_contract(tmp_path):
         criterion=jc.BHC(),
         key=jax.random.key(0),
         num_samples=3,
-        outcome=jc.criteria.Panel(jnp.array([1.0, 3.0])),
+        outcome=jc.PanelOutcome(jnp.array([1.0, 3.0])),
     )
     np.testing.assert_allclose([r["score"] for r in res["scores"]], ref, rtol=1e-9, atol=1e-12)
     assert "observation_times" not in res["scores"][0]
@@ -538,7 +538,7 @@ def test_structure_design_and_run_with_panel_outcomes(tmp_path, capsys):
         criterion=jc.BHC(),
         key=jax.random.key(0),
         num_samples=3,
-        outcome=jc.criteria.Panel(jnp.array([1.0, 3.0])),
+        outcome=jc.PanelOutcome(jnp.array([1.0, 3.0])),
     )
     np.testing.assert_allclose([r["score"] for r in res["scores"]], ref, rtol=1e-9, atol=1e-12)
     out = tmp_path / "visits.json"
@@ -627,9 +627,9 @@ def test_design_from_a_panel_history(files, tmp_path, capsys):
         family=jc.panel.SampledStructure(num_sweeps=20, num_chains=2),
         key=jax.random.key(0),
     )
-    times = jc.criteria.Panel(jnp.array([1.0, 3.0]))
+    times = jc.PanelOutcome(jnp.array([1.0, 3.0]))
     for extra, posterior, outcome, method in [
-        (sampled, history.moment_matched(), jc.criteria.CompletePath(), "sampled-structure"),
+        (sampled, history.moment_matched(), jc.CompletePath(), "sampled-structure"),
         (
             [*sampled, "--outcome", "panel", "--observation-times", "1,3"],
             history,

@@ -17,6 +17,18 @@ import scipy.special
 from helpers import random_model
 
 import jaxctbn as jc
+from jaxctbn._criteria.parameter import (
+    design_statistics,
+    kl_divergence,
+    parameter_bhc,
+    parameter_eig,
+    parameter_eig_nested,
+    parameter_vbhc,
+    parameter_vbhc_minimise,
+    parameter_vbhc_minimiser,
+    parameter_vbhc_minimum,
+    posterior_draws,
+)
 
 #: Posterior draws for the design statistics and the scores (one compiled program for all).
 NUM_DRAWS = 8
@@ -40,7 +52,7 @@ def _history_posterior(key, cards, parents, num_paths=3, alpha=1.0, beta=1.0):
     return truth, post.update_with(jc.SufficientStatistics.from_trajectories(traj, cards, parents))
 
 
-_posterior_draws = eqx.filter_jit(jc.criteria.posterior_draws)
+_posterior_draws = eqx.filter_jit(posterior_draws)
 
 
 def _case(name, seed):
@@ -50,9 +62,7 @@ def _case(name, seed):
     draws = _posterior_draws(post, key, NUM_DRAWS)
     ivs = [jc.Intervention.none(len(cards)), jc.Intervention.perfect(truth, assignment)]
     # one compiled program for both
-    stats = [
-        jc.criteria.design_statistics(post, draws, init, HORIZON, intervention=iv) for iv in ivs
-    ]
+    stats = [design_statistics(post, draws, init, HORIZON, intervention=iv) for iv in ivs]
     return types.SimpleNamespace(
         cards=cards,
         parents=parents,
@@ -80,11 +90,11 @@ def ternary():
 def _vbhc_routes(post, stats):
     """The VBHC minimum in closed form, by L-BFGS (optax), at the closed-form minimiser, and the
     BHC, for one candidate's statistics: one compiled program per graph."""
-    closed = jc.criteria.parameter_vbhc_minimum(post, stats)
-    value, kappa = jc.criteria.parameter_vbhc_minimise(post, stats, jc.LBFGS(steps=100))
-    a_star, b_star = jc.criteria.parameter_vbhc_minimiser(post, stats)
-    at_minimiser = jc.criteria.parameter_vbhc(post, stats, a_star, b_star)
-    return closed, value, kappa, a_star, at_minimiser, jc.criteria.parameter_bhc(post, stats)
+    closed = parameter_vbhc_minimum(post, stats)
+    value, kappa = parameter_vbhc_minimise(post, stats, jc.LBFGS(steps=100))
+    a_star, b_star = parameter_vbhc_minimiser(post, stats)
+    at_minimiser = parameter_vbhc(post, stats, a_star, b_star)
+    return closed, value, kappa, a_star, at_minimiser, parameter_bhc(post, stats)
 
 
 # ----------------------------------------------------------------------------- KL
@@ -93,9 +103,7 @@ def _kl_and_path_statistics(a, b, init, intervention, key):
     """KL(a || a) and KL(a || b) by the library, and the statistics of 20000 paths of `a` for
     the Monte Carlo estimate (one program for every intervention: "none" is an `Intervention`
     too)."""
-    kl_self, kl = (
-        jc.criteria.kl_divergence(a, m, init, 2.0, intervention=intervention) for m in (a, b)
-    )
+    kl_self, kl = (kl_divergence(a, m, init, 2.0, intervention=intervention) for m in (a, b))
     traj = jc.sample_trajectories(
         a, init, 2.0, key=key, num_trajectories=20000, intervention=intervention
     )
@@ -162,7 +170,7 @@ def test_adam_with_new_learning_rate_does_not_recompile(binary):
     @eqx.filter_jit
     @eqx.debug.assert_max_traces(max_traces=1)
     def run(opt, p, s):
-        return jc.criteria.parameter_vbhc_minimise(p, s, opt)[0]
+        return parameter_vbhc_minimise(p, s, opt)[0]
 
     closed = float(_vbhc_routes(binary.post, stats)[0])
     for lr in (0.05, 0.02):
@@ -216,7 +224,7 @@ def test_autodiff_gradient_equals_corrected_analytic_gradient(ternary):
     ka = tuple(jnp.asarray(a * rng.uniform(0.5, 2.0, a.shape)) for a in post.alpha)
     kb = tuple(jnp.asarray(b * rng.uniform(0.5, 2.0, b.shape)) for b in post.beta)
     ga, gb = eqx.filter_jit(
-        jax.grad(lambda a, b, p, s: jc.criteria.parameter_vbhc(p, s, a, b), argnums=(0, 1))
+        jax.grad(lambda a, b, p, s: parameter_vbhc(p, s, a, b), argnums=(0, 1))
     )(ka, kb, post, stats)
     # the analytic gradient (maths §3, with the corrections), in numpy and scipy
     for n, k in enumerate(ternary.cards):
@@ -246,7 +254,7 @@ def binary_monte_carlo(binary):
     @eqx.filter_jit
     def eig(post, iv, key):
         return jax.vmap(
-            lambda k: jc.criteria.parameter_eig(
+            lambda k: parameter_eig(
                 post, MC_INIT, MC_HORIZON, key=k, num_samples=200, intervention=iv
             )
         )(jax.random.split(key, 10))
@@ -256,7 +264,7 @@ def binary_monte_carlo(binary):
         # the design statistics of 400 draws as the mean over 50 batches of NUM_DRAWS (they are
         # means over the draws): the programs compiled for `binary`, no new shape
         batches = [
-            jc.criteria.design_statistics(
+            design_statistics(
                 post, _posterior_draws(post, key, NUM_DRAWS), MC_INIT, MC_HORIZON, intervention=iv
             )
             for key in jax.random.split(jax.random.key(31), 400 // NUM_DRAWS)
@@ -287,7 +295,7 @@ def test_nested_eig_tends_to_eig_from_above(binary, binary_monte_carlo):
         keys = jax.random.split(key, 5)
         return [
             jax.vmap(
-                lambda k, K=K: jc.criteria.parameter_eig_nested(
+                lambda k, K=K: parameter_eig_nested(
                     post, MC_INIT, MC_HORIZON, key=k, num_samples=200, num_inner=K
                 )
             )(keys).mean()
@@ -336,9 +344,7 @@ def test_scoring_all_interventions(binary, binary_scores):
     # the candidates one by one as well
     for i in range(9):
         iv = jax.tree_util.tree_map(lambda a: a[i], SPACE)
-        st = jc.criteria.design_statistics(
-            binary.post, binary.draws, binary.init, HORIZON, intervention=iv
-        )
+        st = design_statistics(binary.post, binary.draws, binary.init, HORIZON, intervention=iv)
         closed, *_, bhc = _vbhc_routes(binary.post, st)
         np.testing.assert_allclose(scores[i], closed, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(binary_scores["bhc_chunked"][i], bhc, rtol=1e-12, atol=1e-14)
@@ -365,16 +371,12 @@ def test_scores_invariant_to_relabelling_nodes(ternary):
     draws_sw = eqx.filter_jit(
         jax.vmap(lambda c0, c1: jc.CTBN(cims=[c1, c0], parents=((), (0,)), names=post_sw.names))
     )(*ternary.draws.cims)
-    minimum = eqx.filter_jit(jc.criteria.parameter_vbhc_minimum)
+    minimum = eqx.filter_jit(parameter_vbhc_minimum)
     for assignment in [{}, {"X0": 2}, {"X1": 1}]:
         iv = jc.Intervention.perfect(ternary.truth, assignment)
         iv_sw = jc.Intervention(targets=iv.targets[::-1], states=iv.states[::-1])
-        a = jc.criteria.design_statistics(
-            post, ternary.draws, ternary.init, HORIZON, intervention=iv
-        )
-        b = jc.criteria.design_statistics(
-            post_sw, draws_sw, ternary.init[::-1], HORIZON, intervention=iv_sw
-        )
+        a = design_statistics(post, ternary.draws, ternary.init, HORIZON, intervention=iv)
+        b = design_statistics(post_sw, draws_sw, ternary.init[::-1], HORIZON, intervention=iv_sw)
         for x, y in zip(a.dwell_times, b.dwell_times[::-1]):
             np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(minimum(post, a), minimum(post_sw, b), rtol=1e-10)
@@ -411,7 +413,7 @@ def test_initial_state_distribution(binary):
     none = binary.ivs[0]
     point = [0.0, 0.0, 1.0, 0.0]  # the state (1, 0) = binary.init
     st = [
-        jc.criteria.design_statistics(binary.post, binary.draws, p0, HORIZON, intervention=none)
+        design_statistics(binary.post, binary.draws, p0, HORIZON, intervention=none)
         for p0 in jnp.array([point, [0.25, 0.25, 0.5, 0.0], *np.eye(4)[:3]])
     ]
     for a, b in zip(jax.tree_util.tree_leaves(binary.stats[0]), jax.tree_util.tree_leaves(st[0])):

@@ -25,7 +25,7 @@ from jaxctbn._master_equation.dense_linalg import (
     vector_matrix,
 )
 from jaxctbn._panel.fit import _fit
-from jaxctbn._panel.inference import gap_groups
+from jaxctbn._panel.gap_groups import gap_groups
 
 
 @pytest.mark.parametrize("n", [1, 3, 4, 5, 16, 17])

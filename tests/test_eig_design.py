@@ -12,7 +12,8 @@ import pytest
 
 import jaxctbn as jc
 from jaxctbn._active_learning.initial_states import _random_state
-from jaxctbn._criteria.structure import _rescorer
+from jaxctbn._criteria.node_divergences import rescorer
+from jaxctbn._criteria.structure import structure_draws, structure_eig
 
 
 def reference_eig(posterior, draws, initial_state, horizon, *, path_key, num_paths, intervention):
@@ -99,7 +100,7 @@ def test_batched_eig_equals_path_by_path_reference():
         batching=BATCHING,  # per node: one chunk of 3 computed, two skipped
     )
     k_draws, k_paths = jr.split(key)
-    draws = jc.criteria.structure_draws(post, k_draws, NUM_SAMPLES)
+    draws = structure_draws(post, k_draws, NUM_SAMPLES)
     expected = eqx.filter_jit(
         jax.vmap(
             lambda post, draws, iv, k_paths: reference_eig(
@@ -116,7 +117,7 @@ def test_batched_eig_equals_path_by_path_reference():
     # `structure_eig`, one candidate per call, gives the same numbers (one compiled program)
     def single(i, horizon=horizon):
         iv = jax.tree_util.tree_map(lambda a: a[i], space)
-        return jc.criteria.structure_eig(
+        return structure_eig(
             post, draws, INIT, horizon, path_key=k_paths, num_paths=2, intervention=iv
         )
 
@@ -143,7 +144,7 @@ def test_tabulated_rescoring_equals_the_priors_marginal_likelihood():
     @eqx.filter_jit
     def both_routes(post, generic, M, T):  # every node, the tabulated and the generic rescoring
         return [
-            [jax.vmap(_rescorer(p, n, max_events))(M, T) for p in (post, generic)] for n in range(2)
+            [jax.vmap(rescorer(p, n, max_events))(M, T) for p in (post, generic)] for n in range(2)
         ]
 
     for fast, slow in both_routes(post, generic, M, T):

@@ -1,4 +1,4 @@
-"""Inference under panel evidence by Gibbs sampling (`jaxctbn.panel.sample_panel_paths`): the
+"""Inference under panel evidence by Gibbs sampling (`sample_panel_paths`): the
 sampled expected statistics against exact forward-backward (z-scores with batch-means errors),
 the samples against the observations they are conditioned on, and the argument errors."""
 
@@ -12,8 +12,8 @@ import pytest
 import jaxctbn as jc
 import jaxctbn._panel.structure as structure_module
 from jaxctbn._learning.family_statistics import family_statistics
-from jaxctbn._panel.gibbs import sampled_node_statistics
-from jaxctbn._panel.structure import sampled_family_statistics
+from jaxctbn._panel.gibbs import SampledPaths, sample_panel_paths, sampled_node_statistics
+from jaxctbn._panel.panel_families import panel_family_statistics, sampled_family_statistics
 
 jax.config.update("jax_enable_x64", True)
 
@@ -78,7 +78,7 @@ def data():
         _tiled(jnp.asarray(states), CHAINS),
         intervention=_tiled(INTERVENTION, CHAINS),
     )
-    samples = jc.panel.sample_panel_paths(MODEL, copies, key=jr.key(7), sampler=SAMPLER)
+    samples = sample_panel_paths(MODEL, copies, key=jr.key(7), sampler=SAMPLER)
     return observations, samples
 
 
@@ -131,7 +131,7 @@ def test_sampled_family_statistics_pool_like_the_exact_ones(data):
             [[-1, -1], [0, -1], [1, -1], [0, 1]],
         )
     )
-    exact = jc.panel.panel_family_statistics(
+    exact = panel_family_statistics(
         jc.panel.panel_expected_statistics(MODEL, observations),
         sets,
         intervention_targets=INTERVENTION.targets,
@@ -173,7 +173,7 @@ def test_effective_sample_size_of_autoregressive_traces():
         x = np.zeros((traces, S, 1))
         for t in range(1, S):
             x[:, t] = phi * x[:, t - 1] + rng.normal(size=(traces, 1))
-        paths = jc.panel.SampledPaths(
+        paths = SampledPaths(
             trajectories=jc.Trajectories(
                 initial_states=jnp.zeros((traces, S, 1), int),
                 jump_times=jnp.zeros((traces, S, 1)),
@@ -244,7 +244,7 @@ def test_sampler_arguments_are_checked(data):
     with pytest.raises(ValueError, match="burn_in must be an integer >= 0"):
         jc.panel.GibbsSampler(burn_in=-1)
     with pytest.raises(ValueError, match="a batch of trajectories"):
-        jc.panel.sample_panel_paths(
+        sample_panel_paths(
             MODEL,
             jc.panel.PanelObservations(VISITS, jnp.zeros((4, 3), int)),
             key=jr.key(0),
@@ -256,14 +256,14 @@ def test_sampler_arguments_are_checked(data):
     ):
         with pytest.raises(Exception, match="max_events jumps .or a node more than max_node_"):
             jax.block_until_ready(
-                jc.panel.sample_panel_paths(MODEL, observations, key=jr.key(0), sampler=tiny)
+                sample_panel_paths(MODEL, observations, key=jr.key(0), sampler=tiny)
             )
     # trajectory 1 clamps A to 1: an observation of A = 0 contradicts it
     states = np.asarray(observations.states).copy()
     states[1, 2, 0] = 0
     with pytest.raises(Exception, match="another state than its intervention's clamp"):
         jax.block_until_ready(
-            jc.panel.sample_panel_paths(
+            sample_panel_paths(
                 MODEL,
                 jc.panel.PanelObservations(
                     observations.times, jnp.asarray(states), intervention=INTERVENTION

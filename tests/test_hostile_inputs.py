@@ -14,6 +14,7 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import jaxctbn as jc
+from jaxctbn._experiments.pool import run_pool_repetitions
 from jaxctbn._learning.priors import MAX_HYPERPARAMETER
 
 jax.config.update("jax_enable_x64", True)
@@ -486,7 +487,7 @@ def test_pool_on_ragged_panels_with_missing_values(seed, missing, one_visit, log
     np.testing.assert_array_equal(np.asarray(pool.membership), expected)
     keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.key(0), r))(jnp.arange(2))
     K = len(ids)
-    res = jc.experiments.run_pool_repetitions(
+    res = run_pool_repetitions(
         pool, jc.RandomDesign(), keys, num_experiments=K, panel_posterior=None
     )
     for r in range(2):

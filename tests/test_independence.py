@@ -13,7 +13,7 @@ import scipy.stats
 
 import jaxctbn as jc
 from jaxctbn._learning.independence import ctpc_pools, f_test_p_values, independence_p_values
-from jaxctbn._learning.search import search_data
+from jaxctbn._learning.search_data import search_data
 
 jax.config.update("jax_enable_x64", True)
 
@@ -169,7 +169,7 @@ def test_tests_restricted_to_candidates_equal_the_tests_over_every_node(paths, m
             np.testing.assert_array_equal(part[n, :, 3], 1.0)
         assert np.any(whole < 0.05)  # some tests reject: the comparison is not all ones
     # a cap of 37 segments per chunk (not a divisor of the segments: a padded last chunk)
-    import jaxctbn._learning.search as search_module
+    import jaxctbn._learning.moves as search_module
 
     per_row = N * (2 * 3 * 3 + 4 * 3)  # N x (sets x kmax x configurations + columns x kmax)
     monkeypatch.setattr(search_module, "_CHUNK_FLOATS", 37 * per_row)

@@ -492,7 +492,7 @@ def test_order_by_rate_is_a_sorting_permutation():
     # the packed-key sort against numpy's argsort: a permutation, finite rates ascending (equal
     # up to the keys' resolution, a relative 2^(b - 23) with b = 10 index bits here), ties and
     # repeated values kept, infinities and NaN last; under vmap the same per row
-    from jaxctbn._master_equation.solvers import _order_by_rate
+    from jaxctbn._master_equation.uniformisation import _order_by_rate
 
     rng = np.random.default_rng(0)
     rates = np.exp(rng.uniform(-8, 8, 1000))

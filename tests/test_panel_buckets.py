@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import jaxctbn as jc
-from jaxctbn._experiments.pool import pool_membership
+from jaxctbn._experiments.pool_subjects import pool_membership
 from jaxctbn._panel.buckets import bucket_rows, per_trajectory_on_host, rounded_size
 from jaxctbn._panel.fit_problem import fit_problem as _problem
 

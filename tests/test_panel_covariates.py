@@ -326,7 +326,7 @@ def test_shared_effects_reach_scipys_optimum_of_the_tied_likelihood():
 def test_shared_effects_from_the_command_line_flag(tmp_path):
     import pandas as pd
 
-    from jaxctbn._cli.fit import _covariates_of
+    from jaxctbn._cli.covariates import covariates_of as _covariates_of
 
     Z, paths = _data()
     rows = [[r, t, int(paths[r, i]), Z[r, 1]] for r in range(R) for i, t in enumerate(GRID)]

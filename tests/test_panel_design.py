@@ -24,6 +24,7 @@ from jaxctbn._criteria.panel_parameter import (
     panel_parameter_vbhc,
     posterior_log_kappa,
 )
+from jaxctbn._criteria.parameter import posterior_draws
 
 jax.config.update("jax_enable_x64", True)
 
@@ -43,7 +44,7 @@ def _criterion_draws(posterior, key, num_samples):
     """The posterior draws and the reparameterised draws at q = posterior that the panel
     (V)BHC averages over (the same key split as the criterion's)."""
     key_draws, key_variational = jr.split(key)
-    draws = jc.criteria.posterior_draws(posterior, key_draws, num_samples)
+    draws = posterior_draws(posterior, key_draws, num_samples)
     log_alpha, log_beta = posterior_log_kappa(posterior)
     q = eqx.tree_at(
         lambda p: (p.alpha, p.beta),
@@ -68,7 +69,7 @@ def test_panel_bhc_is_the_pairwise_panel_kl_of_its_draws():
         criterion=jc.BHC(),
         key=key,
         num_samples=N,
-        outcome=jc.criteria.Panel(TIMES),
+        outcome=jc.PanelOutcome(TIMES),
     )
     draws, q_draws = _criterion_draws(POSTERIOR, key, N)
     for c in range(3):
@@ -87,7 +88,7 @@ def test_panel_bhc_is_the_pairwise_panel_kl_of_its_draws():
 
 def test_vbhc_minimum_agrees_with_scipy_below_the_bhc():
     key, N = jr.key(0), 3
-    outcome = jc.criteria.Panel(TIMES)
+    outcome = jc.PanelOutcome(TIMES)
     kwargs: dict = dict(key=key, outcome=outcome)
     vbhc = np.asarray(
         jc.score_interventions(
@@ -97,7 +98,7 @@ def test_vbhc_minimum_agrees_with_scipy_below_the_bhc():
     # the same objective minimised by scipy's L-BFGS-B (jax gradients), per candidate; its
     # value at the start (q = the posterior) is the BHC
     key_draws, key_variational = jr.split(key)
-    draws = jc.criteria.posterior_draws(POSTERIOR, key_draws, N)
+    draws = posterior_draws(POSTERIOR, key_draws, N)
     keys = jr.split(key_variational, N)
     flat, unflatten = jax.flatten_util.ravel_pytree(posterior_log_kappa(POSTERIOR))
 
@@ -155,7 +156,7 @@ def test_panel_eig_against_enumerated_outcomes():
         criterion=jc.EIG(num_paths=25, num_inner=2000),
         key=jr.key(1),
         num_samples=400,
-        outcome=jc.criteria.Panel(jnp.asarray(times)),
+        outcome=jc.PanelOutcome(jnp.asarray(times)),
     )
     assert abs(float(got[0]) - exact) < 0.03, (float(got[0]), exact)
 
@@ -191,7 +192,7 @@ def _exact_eig_of_symbols(lam, times, emission):
 
 @pytest.mark.slow  # the same enumeration check with emissions: the plain one stays fast
 def test_panel_eig_with_misclassified_and_unmeasured_nodes():
-    # Panel(emissions=...): the EIG of the recorded symbols, each likelihood by the forward
+    # PanelOutcome(emissions=...): the EIG of the recorded symbols, each likelihood by the forward
     # filter, against enumeration of every symbol sequence (numpy, 200,000 rate draws); below
     # the error-free EIG (data processing); unmeasured nodes give 0 (to rounding). The Box-Hill
     # criteria and the loop refuse emissions.
@@ -212,7 +213,7 @@ def test_panel_eig_with_misclassified_and_unmeasured_nodes():
             criterion=jc.EIG(num_paths=25, num_inner=2000),
             key=jr.key(1),
             num_samples=400,
-            outcome=jc.criteria.Panel(jnp.asarray(times), emissions=emissions),
+            outcome=jc.PanelOutcome(jnp.asarray(times), emissions=emissions),
         )[0]
 
     got = eig(jc.panel.Emissions([E]))
@@ -237,7 +238,7 @@ def test_panel_eig_with_misclassified_and_unmeasured_nodes():
         criterion=jc.EIG(num_paths=5, num_inner=20),
         key=jr.key(2),
         num_samples=10,
-        outcome=jc.criteria.Panel(TIMES, emissions=jc.panel.Emissions([np.ones((2, 1))] * 2)),
+        outcome=jc.PanelOutcome(TIMES, emissions=jc.panel.Emissions([np.ones((2, 1))] * 2)),
     )
     assert abs(float(unmeasured[0])) < 1e-12
     with pytest.raises(ValueError, match="Box-Hill criteria assume error-free visits"):
@@ -248,15 +249,15 @@ def test_panel_eig_with_misclassified_and_unmeasured_nodes():
             2.0,
             criterion=jc.BHC(),
             key=jr.key(1),
-            outcome=jc.criteria.Panel(jnp.asarray(times), emissions=jc.panel.Emissions([E])),
+            outcome=jc.PanelOutcome(jnp.asarray(times), emissions=jc.panel.Emissions([E])),
         )
     with pytest.raises(ValueError, match="loop simulates error-free visits"):
         jc.ParameterLearningTask(
             jc.CTBN.from_dict(network_dict()),
-            outcome=jc.criteria.Panel(TIMES, emissions=jc.panel.Emissions([E, None])),
+            outcome=jc.PanelOutcome(TIMES, emissions=jc.panel.Emissions([E, None])),
         )
     with pytest.raises(ValueError, match="emissions: expected None or a jaxctbn.panel"):
-        jc.criteria.Panel(TIMES, emissions=[E])
+        jc.PanelOutcome(TIMES, emissions=[E])
 
 
 @pytest.mark.parametrize(
@@ -278,7 +279,7 @@ def test_visit_time_moves_where_a_grid_search_says(rate, interior):
         jc.intervention_space((2,)),  # none, do(A=0), do(A=1)
         jnp.array([0]),
         HORIZON,
-        outcome=jc.criteria.Panel(num_visits=1, steps=60, learning_rate=0.1),
+        outcome=jc.PanelOutcome(num_visits=1, steps=60, learning_rate=0.1),
         criterion=jc.BHC(),
         key=key,
         num_samples=N,
@@ -318,7 +319,7 @@ def test_visit_time_moves_where_a_grid_search_says(rate, interior):
 
 def test_bad_panel_outcomes_are_refused():
     with pytest.raises(ValueError, match="give the visit `times` or `num_visits`"):
-        jc.criteria.Panel()
+        jc.PanelOutcome()
     # beyond the dense exponentials' state space: one line naming the outcome, before any
     # allocation (13 binary nodes, 8,192 global states)
     names = tuple(f"X{n}" for n in range(13))
@@ -332,12 +333,12 @@ def test_bad_panel_outcomes_are_refused():
                 HORIZON,
                 criterion=criterion,
                 key=jr.key(0),
-                outcome=jc.criteria.Panel(TIMES),
+                outcome=jc.PanelOutcome(TIMES),
             )
     with pytest.raises(ValueError, match="num_visits: expected an integer >= 1"):
-        jc.criteria.Panel(num_visits=0)
+        jc.PanelOutcome(num_visits=0)
     with pytest.raises(ValueError, match="strictly increasing"):
-        jc.criteria.Panel(jnp.array([1.0, 1.0]))
+        jc.PanelOutcome(jnp.array([1.0, 1.0]))
     kwargs: dict = dict(key=jr.key(3), num_samples=3)
     with pytest.raises(Exception, match="at most the horizon"):
         jc.score_interventions(
@@ -346,7 +347,7 @@ def test_bad_panel_outcomes_are_refused():
             START,
             1.0,
             criterion=jc.BHC(),
-            outcome=jc.criteria.Panel(TIMES),
+            outcome=jc.PanelOutcome(TIMES),
             **kwargs,
         )
     with pytest.raises(ValueError, match="EIG cannot choose visit times"):
@@ -356,7 +357,7 @@ def test_bad_panel_outcomes_are_refused():
             START,
             HORIZON,
             criterion=jc.EIG(),
-            outcome=jc.criteria.Panel(num_visits=2),
+            outcome=jc.PanelOutcome(num_visits=2),
             **kwargs,
         )
     structure = jc.StructurePosterior.from_prior(NAMES, CARDS, max_parents=1)
@@ -367,7 +368,7 @@ def test_bad_panel_outcomes_are_refused():
             START,
             HORIZON,
             criterion=jc.BHC(estimator=jc.MonteCarlo(4)),
-            outcome=jc.criteria.Panel(TIMES),
+            outcome=jc.PanelOutcome(TIMES),
             **kwargs,
         )
     with pytest.raises(ValueError, match="EIG cannot choose visit times"):
@@ -377,6 +378,6 @@ def test_bad_panel_outcomes_are_refused():
             START,
             HORIZON,
             criterion=jc.EIG(),
-            outcome=jc.criteria.Panel(num_visits=2),
+            outcome=jc.PanelOutcome(num_visits=2),
             **kwargs,
         )

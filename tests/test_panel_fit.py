@@ -574,7 +574,7 @@ def test_fisher_gradient_equals_autodiff_of_the_filter():
     # Per free rate, at rates away from the optimum: perfect interventions (pooling) and
     # imperfect ones (rate scales) with a prior (the intervals solved one by one), and
     # misclassification with exact entry times (the intervals grouped by length)
-    from jaxctbn._panel.inference import gap_groups
+    from jaxctbn._panel.gap_groups import gap_groups
 
     rng = np.random.default_rng(11)
     illness = _illness_observations(_misclassified())
@@ -606,7 +606,7 @@ def test_fisher_gradient_equals_autodiff_of_the_filter():
 def _grouped_and_per_trajectory(model, obs, emissions, groups):
     """The pooled statistics and the per-trajectory log-likelihoods by the fit's grouped route,
     and the pooled statistics of the per-interval route (`panel_expected_statistics`)."""
-    from jaxctbn._panel.inference import _pooled_by_gaps
+    from jaxctbn._panel.gap_groups import pooled_by_gaps as _pooled_by_gaps
 
     reference = jc.panel.panel_expected_statistics(
         model, obs, emissions=emissions, solver=jc.MatrixExponential()
@@ -620,7 +620,7 @@ def test_intervals_grouped_by_length_give_the_per_trajectory_statistics():
     # the fit's route (one exponential and one Van Loan block per distinct gap, summed rank-one
     # terms) against the per-interval route summed over trajectories: regular and irregular
     # gaps, padding, missing values, misclassification and exact entry times
-    from jaxctbn._panel.inference import gap_groups
+    from jaxctbn._panel.gap_groups import gap_groups
 
     model = jc.CTBN(
         cims=[

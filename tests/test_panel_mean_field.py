@@ -1,10 +1,10 @@
-"""Mean-field inference under panel evidence (`jaxctbn.panel.panel_mean_field_statistics`)
+"""Mean-field inference under panel evidence (`panel_mean_field_statistics`)
 against exact forward-backward: equal statistics and bound for a network without edges (with
 interventions and missing cells), a lower bound that rises sweep by sweep and converges with
 the step size on a coupled network, and the argument errors (structural EM with the
 mean-field E-step is checked against the exact route in test_gibbs.py, beside the sampled
 E-step, on the same data). Importance sampling with the mean-field proposal
-(`jaxctbn.panel.sample_panel_paths_by_importance`) against exact forward-backward: every
+(`sample_panel_paths_by_importance`) against exact forward-backward: every
 weight the likelihood without edges; on the coupled network the likelihood and the
 statistics within their Monte Carlo errors, closer than the mean field."""
 
@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 
 import jaxctbn as jc
+from jaxctbn._panel.importance import sample_panel_paths_by_importance
+from jaxctbn._panel.mean_field import panel_mean_field_statistics
 
 jax.config.update("jax_enable_x64", True)
 
@@ -70,7 +72,7 @@ def test_without_edges_the_statistics_and_the_bound_are_exact():
     log_likelihood = jc.panel.panel_log_likelihood(EDGELESS, observations, solver=EXACT)
     errors = []
     for steps in (8, 32):  # (the coupled network's test uses these step sizes too)
-        mf = jc.panel.panel_mean_field_statistics(
+        mf = panel_mean_field_statistics(
             EDGELESS, observations, approximation=jc.panel.PanelMeanField(steps_per_gap=steps)
         )
         np.testing.assert_allclose(mf.evidence_lower_bound, log_likelihood, rtol=1e-11)
@@ -100,7 +102,7 @@ def test_coupled_network_a_rising_lower_bound_that_converges_with_the_step():
     log_likelihood = np.asarray(jc.panel.panel_log_likelihood(COUPLED, observations, solver=EXACT))
     by_sweeps = [
         np.asarray(
-            jc.panel.panel_mean_field_statistics(
+            panel_mean_field_statistics(
                 COUPLED, observations,
                 approximation=jc.panel.PanelMeanField(max_sweeps=s, tolerance=0.0),
             ).evidence_lower_bound
@@ -110,7 +112,7 @@ def test_coupled_network_a_rising_lower_bound_that_converges_with_the_step():
     assert np.all(np.diff(np.stack(by_sweeps), axis=0) >= -1e-10), by_sweeps
     by_steps = [
         np.asarray(
-            jc.panel.panel_mean_field_statistics(
+            panel_mean_field_statistics(
                 COUPLED, observations, approximation=jc.panel.PanelMeanField(steps_per_gap=s)
             ).evidence_lower_bound
         )
@@ -121,14 +123,14 @@ def test_coupled_network_a_rising_lower_bound_that_converges_with_the_step():
         assert np.all(bound > log_likelihood - 1.0)
     assert np.all(np.abs(by_steps[2] - by_steps[1]) < np.abs(by_steps[1] - by_steps[0]))
     exact = jc.panel.panel_expected_statistics(COUPLED, observations, solver=EXACT).sum()
-    fitted = jc.panel.panel_mean_field_statistics(COUPLED, observations)
+    fitted = panel_mean_field_statistics(COUPLED, observations)
     # started from its own fixed point, a fit stops after the two sweeps it always takes
-    again = jc.panel.panel_mean_field_statistics(COUPLED, observations, initial=fitted)
+    again = panel_mean_field_statistics(COUPLED, observations, initial=fitted)
     assert np.all(np.asarray(again.sweeps) == 2) and np.all(np.asarray(fitted.sweeps) > 2)
     np.testing.assert_allclose(again.evidence_lower_bound, fitted.evidence_lower_bound, rtol=1e-8)
     np.testing.assert_allclose(again.dwell_times, fitted.dwell_times, atol=1e-5)
     with pytest.raises(ValueError, match="initial: statistics of shape"):
-        jc.panel.panel_mean_field_statistics(
+        panel_mean_field_statistics(
             COUPLED, observations, initial=fitted,
             approximation=jc.panel.PanelMeanField(steps_per_gap=4),
         )  # fmt: skip
@@ -144,11 +146,9 @@ def test_arguments_and_impossible_observations_are_reported():
             jc.panel.PanelMeanField(**bad)
     observations = _observations(EDGELESS, jr.key(4))
     with pytest.raises(ValueError, match="approximation: expected a jaxctbn.panel.PanelMeanField"):
-        jc.panel.panel_mean_field_statistics(EDGELESS, observations, approximation="exact")
+        panel_mean_field_statistics(EDGELESS, observations, approximation="exact")
     with pytest.raises(ValueError, match="observations: a batch of trajectories"):
-        jc.panel.panel_mean_field_statistics(
-            EDGELESS, jax.tree_util.tree_map(lambda x: x[0], observations)
-        )
+        panel_mean_field_statistics(EDGELESS, jax.tree_util.tree_map(lambda x: x[0], observations))
     # node A observed in state 0 while clamped to 1: impossible
     states = np.asarray(observations.states).copy()
     states[1, 2, 0] = 0
@@ -156,18 +156,14 @@ def test_arguments_and_impossible_observations_are_reported():
         observations.times, jnp.asarray(states), intervention=INTERVENTION
     )
     with pytest.raises(Exception, match="impossible under the model"):
-        jc.panel.panel_mean_field_statistics(
-            EDGELESS, clash
-        ).evidence_lower_bound.block_until_ready()
+        panel_mean_field_statistics(EDGELESS, clash).evidence_lower_bound.block_until_ready()
     entry = np.zeros(observations.times.shape, bool)
     entry[0, 2] = True
     timed = jc.panel.PanelObservations(
         observations.times, observations.states, exact_entry=entry, intervention=INTERVENTION
     )
     with pytest.raises(Exception, match="exact entry times are not supported by mean-field"):
-        jc.panel.panel_mean_field_statistics(
-            EDGELESS, timed
-        ).evidence_lower_bound.block_until_ready()
+        panel_mean_field_statistics(EDGELESS, timed).evidence_lower_bound.block_until_ready()
 
 
 # --------------------------------------------------------------------------- importance sampling
@@ -201,9 +197,7 @@ def test_importance_sampling_without_edges_weighs_every_path_by_the_likelihood()
     the number of samples, and systematic resampling keeps every path once."""
     observations = _observations(EDGELESS, jr.key(4))
     log_likelihood = jc.panel.panel_log_likelihood(EDGELESS, observations, solver=EXACT)
-    paths = jc.panel.sample_panel_paths_by_importance(
-        EDGELESS, observations, key=jr.key(0), sampler=SAMPLER
-    )
+    paths = sample_panel_paths_by_importance(EDGELESS, observations, key=jr.key(0), sampler=SAMPLER)
     np.testing.assert_allclose(
         paths.log_weights, jnp.broadcast_to(log_likelihood[:, None], (R, 1000)), rtol=1e-10
     )
@@ -231,9 +225,7 @@ def test_importance_sampling_corrects_the_mean_field_on_a_coupled_network():
     field's; the same key gives the same paths."""
     observations = _observations(COUPLED, jr.key(5))
     log_likelihood = np.asarray(jc.panel.panel_log_likelihood(COUPLED, observations, solver=EXACT))
-    paths = jc.panel.sample_panel_paths_by_importance(
-        COUPLED, observations, key=jr.key(0), sampler=SAMPLER
-    )
+    paths = sample_panel_paths_by_importance(COUPLED, observations, key=jr.key(0), sampler=SAMPLER)
     w = np.exp(np.asarray(paths.log_weights) - log_likelihood[:, None])  # w / p(Y)
     error = w.std(1) / np.sqrt(w.shape[1]) / w.mean(1)  # of ln mean w
     estimate = np.asarray(paths.log_likelihood())
@@ -244,7 +236,7 @@ def test_importance_sampling_corrects_the_mean_field_on_a_coupled_network():
     ess = np.asarray(paths.effective_sample_size())
     assert np.all((ess > 50) & (ess < 1000)), ess
     exact = jc.panel.panel_expected_statistics(COUPLED, observations, solver=EXACT)
-    mean_field = jc.panel.panel_mean_field_statistics(COUPLED, observations)
+    mean_field = panel_mean_field_statistics(COUPLED, observations)
     z, sampled_error, mean_field_error = [], 0.0, 0.0
     graph = ((), (0,), (1,))
     sampled = _weighted_statistics(paths, graph, (2, 3, 2))
@@ -261,9 +253,7 @@ def test_importance_sampling_corrects_the_mean_field_on_a_coupled_network():
     z = np.concatenate(z)
     assert z.size > 50 and np.mean(z**2) < 2.5 and np.abs(z).max() < 5, (np.mean(z**2), z)
     assert sampled_error < 0.6 * mean_field_error, (sampled_error, mean_field_error)
-    again = jc.panel.sample_panel_paths_by_importance(
-        COUPLED, observations, key=jr.key(0), sampler=SAMPLER
-    )
+    again = sample_panel_paths_by_importance(COUPLED, observations, key=jr.key(0), sampler=SAMPLER)
     np.testing.assert_array_equal(again.log_weights, paths.log_weights)
 
 
@@ -275,7 +265,7 @@ def test_importance_sampling_arguments_and_small_buffers_are_reported():
     with pytest.raises(
         ValueError, match="sampler: expected a jaxctbn.panel.PanelImportanceSampler"
     ):
-        jc.panel.sample_panel_paths_by_importance(
+        sample_panel_paths_by_importance(
             COUPLED, observations, key=jr.key(0), sampler=jc.panel.GibbsSampler()
         )
     # rates 60 times faster (the same shapes, so the same program): the bridges of a step
@@ -285,6 +275,6 @@ def test_importance_sampling_arguments_and_small_buffers_are_reported():
         max_parents=1,
     )
     with pytest.raises(Exception, match="needed more than max_(events|candidates)"):
-        jc.panel.sample_panel_paths_by_importance(
+        sample_panel_paths_by_importance(
             fast, observations, key=jr.key(0), sampler=SAMPLER
         ).log_weights.block_until_ready()

@@ -12,6 +12,7 @@ import scipy.linalg
 from helpers import brute_force_generator, brute_force_panel_kl
 
 import jaxctbn as jc
+from jaxctbn._criteria.parameter import kl_divergence
 from jaxctbn._panel.outcome_law import (
     panel_kl_divergence,
     panel_outcome_log_likelihood,
@@ -131,7 +132,7 @@ def test_data_processing_inequalities_over_random_networks():
             panel_kl_divergence(m, o, start, coarse),
             panel_kl_divergence(m, o, start, finer),
             panel_kl_divergence(m, o, start, dense),
-            jc.criteria.kl_divergence(m, o, start, horizon, solver=jc.MatrixExponential()),
+            kl_divergence(m, o, start, horizon, solver=jc.MatrixExponential()),
         )
 
     coarse_kl, finer_kl, dense_kl, path_kl = (np.asarray(x) for x in jax.vmap(kls)(*models))

@@ -10,7 +10,8 @@ import pytest
 from helpers import sample_trajectories_jit, state_at
 
 import jaxctbn as jc
-from jaxctbn._panel.rate_posterior import MomentMatchedGamma, panel_rate_posterior
+from jaxctbn._panel.rate_families import MomentMatchedGamma
+from jaxctbn._panel.rate_posterior import panel_rate_posterior
 
 jax.config.update("jax_enable_x64", True)
 
@@ -190,7 +191,7 @@ def test_loop_with_panel_outcomes_equals_a_replay():
     from helpers import network_dict, replay_experiments
 
     truth = jc.CTBN.from_dict(network_dict())
-    outcome = jc.criteria.Panel(jnp.array([1.0, 3.0]))
+    outcome = jc.PanelOutcome(jnp.array([1.0, 3.0]))
     task = jc.ParameterLearningTask(truth, outcome=outcome, panel_iterations=4)
     design = jc.CriterionDesign(jc.BHC(), num_samples=3, outcome=outcome)
     key = jax.random.key(0)
@@ -252,14 +253,14 @@ def test_loop_with_panel_outcomes_equals_a_replay():
 
 @pytest.mark.slow
 def test_loop_with_chosen_visit_times_equals_a_replay():
-    # Panel(num_visits=2): the design chooses each experiment's visit times with its
+    # PanelOutcome(num_visits=2): the design chooses each experiment's visit times with its
     # candidate; the loop records them and learns from the panel at those times. The first
     # choice equals panel_design_scores' for the same key; replayed at the recorded times, the
     # same posterior results; a design that does not choose times observes at equal spacing
     from helpers import network_dict, replay_experiments
 
     truth = jc.CTBN.from_dict(network_dict())
-    outcome = jc.criteria.Panel(num_visits=2, steps=5)
+    outcome = jc.PanelOutcome(num_visits=2, steps=5)
     task = jc.ParameterLearningTask(truth, outcome=outcome, panel_iterations=4)
     design = jc.CriterionDesign(jc.BHC(), num_samples=3, outcome=outcome)
     key = jax.random.key(2)
@@ -300,7 +301,7 @@ def test_loop_with_chosen_visit_times_equals_a_replay():
     with pytest.raises(ValueError, match="give both the same outcome"):
         jc.run_active_learning(
             task,
-            jc.CriterionDesign(jc.BHC(), outcome=jc.criteria.Panel(num_visits=3)),
+            jc.CriterionDesign(jc.BHC(), outcome=jc.PanelOutcome(num_visits=3)),
             key=key,
             num_experiments=1,
             max_events=64,
@@ -317,7 +318,7 @@ def test_structure_loop_with_panel_outcomes_equals_a_replay():
     from helpers import network_dict, replay_experiments
 
     truth = jc.CTBN.from_dict(network_dict())
-    outcome = jc.criteria.Panel(jnp.array([1.0, 3.0]))
+    outcome = jc.PanelOutcome(jnp.array([1.0, 3.0]))
     task = jc.StructureLearningTask(truth, max_parents=1, outcome=outcome, panel_iterations=3)
     design = jc.CriterionDesign(jc.BHC(), num_samples=3, outcome=outcome)
     key = jax.random.key(1)
@@ -350,7 +351,7 @@ def test_structure_loop_with_the_particle_filter_equals_a_replay():
     from helpers import network_dict, replay_experiments
 
     truth = jc.CTBN.from_dict(network_dict())
-    outcome = jc.criteria.Panel(jnp.array([1.0, 3.0]))
+    outcome = jc.PanelOutcome(jnp.array([1.0, 3.0]))
     family = jc.panel.StructureParticleFilter(num_particles=8)
     task = jc.StructureLearningTask(truth, max_parents=1, outcome=outcome, panel_posterior=family)
     assert jc.StructureLearningTask(truth, max_parents=1, outcome=outcome).panel_family() == (

@@ -364,7 +364,7 @@ def test_panel_parameter_criteria_under_a_mixture():
     space = jc.intervention_space(truth.cardinalities)
     # with panel outcomes the VBHC's family is the Gammas and the mixture itself: never above
     # the BHC of the same draws, below it where a Gamma fits better than the mixture's spread
-    panel = jc.criteria.Panel(jnp.array([1.0, 2.0]))
+    panel = jc.PanelOutcome(jnp.array([1.0, 2.0]))
     panel_scores = [
         jc.score_interventions(
             mixture,
@@ -379,13 +379,13 @@ def test_panel_parameter_criteria_under_a_mixture():
         for c in (jc.BHC(), jc.VBHC(optimiser=jc.Adam(steps=10)))
     ]
     assert np.all(np.isfinite(panel_scores[1])) and np.all(panel_scores[1] <= panel_scores[0])
-    # and choosing each candidate's visit times (the loop's Panel(num_visits=K) designs)
+    # and choosing each candidate's visit times (the loop's PanelOutcome(num_visits=K) designs)
     chosen = jc.criteria.panel_design_scores(
         mixture,
         jax.tree_util.tree_map(lambda a: a[:3], space),
         init,
         tau,
-        outcome=jc.criteria.Panel(num_visits=2, steps=2),
+        outcome=jc.PanelOutcome(num_visits=2, steps=2),
         criterion=jc.BHC(),
         key=jax.random.key(8),
         num_samples=4,

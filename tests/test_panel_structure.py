@@ -12,6 +12,7 @@ import numpy as np
 from helpers import state_at
 
 import jaxctbn as jc
+from jaxctbn._panel.panel_families import panel_family_statistics
 
 
 def _panel(paths, grid):
@@ -35,7 +36,7 @@ def _expected_and_complete(truth, observations, paths, sets):
     """Expected family statistics of the panel and complete-path family statistics of the
     paths, and the log marginal likelihoods of every candidate set under both."""
     stats = jc.panel.panel_expected_statistics(truth, observations, solver=jc.MatrixExponential())
-    expected = jc.panel.panel_family_statistics(stats, sets)
+    expected = panel_family_statistics(stats, sets)
     complete = jc.internal.family_statistics(paths, (2, 2), sets)
     scores = [
         jc.StructurePosterior.from_statistics(f, ("A", "B")).log_marginal_likelihoods
@@ -111,7 +112,7 @@ def test_pooling_excludes_perfectly_intervened_nodes(getkey):
         stats = jc.panel.panel_expected_statistics(
             model, observations, solver=jc.MatrixExponential()
         )
-        family = jc.panel.panel_family_statistics(stats, sets, intervention_targets=targets)
+        family = panel_family_statistics(stats, sets, intervention_targets=targets)
         per_set = [
             (stats.node_transitions(n, u), stats.node_dwell_times(n, u)) for n, u in families
         ]

@@ -18,6 +18,7 @@ import pytest
 from helpers import brute_force_panel_kl
 
 import jaxctbn as jc
+from jaxctbn._criteria.panel_structure import panel_structure_divergences, panel_structure_draws
 
 jax.config.update("jax_enable_x64", True)
 
@@ -68,8 +69,8 @@ def _as_ctbn(padded, posterior, indices):
 @pytest.mark.slow
 def test_coupled_divergences_are_exact_panel_kls_and_zero_for_the_same_graph():
     post = _posterior()
-    draws = jc.criteria.panel_structure_draws(post, jr.key(1), 6, coupled=True)
-    D = np.asarray(jax.jit(jc.criteria.panel_structure_divergences)(draws, START, TIMES, None))
+    draws = panel_structure_draws(post, jr.key(1), 6, coupled=True)
+    D = np.asarray(jax.jit(panel_structure_divergences)(draws, START, TIMES, None))
     idx, alt = np.asarray(draws.indices), np.asarray(draws.alternative_indices)
     same = (idx[:, None, :] == alt[None, :, :]).all(-1)
     assert same.any() and (~same).any()
@@ -92,8 +93,8 @@ def test_coupled_divergences_are_exact_panel_kls_and_zero_for_the_same_graph():
 
 def test_plug_in_divergences_compare_the_graphs_at_their_posterior_mean_rates():
     post = _posterior()
-    draws = jc.criteria.panel_structure_draws(post, jr.key(1), 4, coupled=False)
-    D = np.asarray(jax.jit(jc.criteria.panel_structure_divergences)(draws, START, TIMES, None))
+    draws = panel_structure_draws(post, jr.key(1), 4, coupled=False)
+    D = np.asarray(jax.jit(panel_structure_divergences)(draws, START, TIMES, None))
     idx, alt = np.asarray(draws.indices), np.asarray(draws.alternative_indices)
     for s, t in itertools.product(range(4), range(4)):
         model = _as_ctbn(post.mean_rates_given(jnp.asarray(idx[s])), post, idx[s])
@@ -169,7 +170,7 @@ def _numpy_structure_eig(post, intervention, times, num_rates=20_000, seed=0):
 
 def test_structure_eig_against_enumeration_and_the_bounds_above_it():
     post = _posterior()
-    outcome = jc.criteria.Panel(TIMES)
+    outcome = jc.PanelOutcome(TIMES)
     score = jax.jit(
         lambda criterion, n: jc.score_interventions(
             post,
@@ -206,7 +207,7 @@ def test_structure_visit_times_never_below_equal_spacing():
             CANDIDATES,
             START,
             3.0,
-            outcome=jc.criteria.Panel(num_visits=2, steps=10),
+            outcome=jc.PanelOutcome(num_visits=2, steps=10),
             criterion=jc.VBHC(),
             key=jr.key(3),
             num_samples=8,
@@ -225,7 +226,7 @@ def test_structure_visit_times_never_below_equal_spacing():
         criterion=jc.VBHC(),
         key=jr.key(3),
         num_samples=8,
-        outcome=jc.criteria.Panel(jnp.asarray(times[0])),
+        outcome=jc.PanelOutcome(jnp.asarray(times[0])),
     )
     np.testing.assert_allclose(float(again[0]), scores[0], rtol=1e-10)
 
@@ -415,7 +416,7 @@ def test_structure_criteria_under_a_mixture_against_enumeration():
             criterion=criterion,
             key=jr.key(2),
             num_samples=n,
-            outcome=jc.criteria.Panel(TIMES),
+            outcome=jc.PanelOutcome(TIMES),
             batching=jc.Vmap(),
         )[0]
 

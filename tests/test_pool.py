@@ -13,7 +13,10 @@ import pytest
 import jaxctbn
 from jaxctbn._active_learning.metrics import edge_auroc
 from jaxctbn._cli import main
+from jaxctbn._experiments.pool import run_pool_repetitions
+from jaxctbn._experiments.pool_subjects import pool_membership
 from jaxctbn._learning.candidates import candidate_parent_sets
+from jaxctbn._panel.panel_families import panel_family_statistics
 
 jax.config.update("jax_enable_x64", True)
 
@@ -75,7 +78,7 @@ def test_membership_hand_made():
         }
     )
     obs, ids = jaxctbn.panel.panel_from_dataframe(df, {"R": 2, "A": 2})
-    m = jaxctbn.experiments.pool_membership(obs, 0, 2)
+    m = pool_membership(obs, 0, 2)
     assert ids == [0, 1, 2, 3]
     np.testing.assert_array_equal(
         m, [[True, True, True, True], [False, True, False, False], [True, False, False, False]]
@@ -110,7 +113,7 @@ def all_subjects_statistics(prepared, panel):
 
     @eqx.filter_jit
     def expected(clamped):
-        pooled = jaxctbn.panel.panel_family_statistics(stats, sets, intervention_targets=clamped)
+        pooled = panel_family_statistics(stats, sets, intervention_targets=clamped)
         return pooled, jaxctbn.StructurePosterior.from_statistics(pooled, NAMES).entropy()
 
     return expected
@@ -125,9 +128,7 @@ def test_designs_draw_from_their_pools_without_repeats(prepared, all_subjects_st
     keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.key(1), r))(jnp.arange(2))
     K = pool.num_subjects  # (the criterion designs: in the CLI test)
     # the paper's update: each subject's expected statistics under the full-data network
-    res = jaxctbn.experiments.run_pool_repetitions(
-        pool, design, keys, num_experiments=K, panel_posterior=None
-    )
+    res = run_pool_repetitions(pool, design, keys, num_experiments=K, panel_posterior=None)
     m = np.asarray(pool.membership)
     for r in range(2):
         subjects, options = np.asarray(res.subject[r]), np.asarray(res.option[r])
@@ -245,7 +246,7 @@ def test_filter_bound_carries_across_chunks_and_resumes(prepared, tmp_path, monk
     itself, a stand-in here that doubles every chunk, is checked in test_panel_posterior)."""
     import dataclasses
 
-    from jaxctbn._experiments import pool as pool_module
+    from jaxctbn._experiments import pool_run as pool_module
 
     pool, fit = prepared
     tried = []

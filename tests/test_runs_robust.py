@@ -220,7 +220,7 @@ def test_run_memory_is_bounded(tmp_path, capsys, monkeypatch):
     memory compared with the budget; over it the repetitions run a few at a time (the same
     numbers as all at once) with a warning, and one repetition over it is refused, by the
     library before it runs and by `run` before it writes anything."""
-    from jaxctbn._active_learning import loop
+    from jaxctbn._active_learning import repetitions as loop
     from jaxctbn._learning.memory import compiled_bytes
 
     truth, path = _network(tmp_path, 1.0)

@@ -193,6 +193,7 @@ def test_rate_routes_and_shrinking_batches_give_the_same_paths(getkey, monkeypat
     state vs every node's conditional rates (the same numbers, so the same paths up to the
     rounding of their sums), and continuing the last running paths in smaller batches vs
     iterating over the whole batch to the end (exactly the same paths)."""
+    import jaxctbn._paths.gillespie_loop as gillespie_loop
     import jaxctbn._paths.sampling as sampling
 
     model = random_model(getkey(), (2, 3, 2), ((2,), (0,), (1, 0)))
@@ -215,8 +216,8 @@ def test_rate_routes_and_shrinking_batches_give_the_same_paths(getkey, monkeypat
     plain = sample()
     assert 0 < int(plain.truncated.sum()) < 40  # short and truncated paths both
     with monkeypatch.context() as m:
-        m.setattr(sampling, "_SHRINK", 2)
-        m.setattr(sampling, "_MIN_SHRUNK_BATCH", 3)  # batches of 40, 20, 10, 5
+        m.setattr(gillespie_loop, "_SHRINK", 2)
+        m.setattr(gillespie_loop, "_MIN_SHRUNK_BATCH", 3)  # batches of 40, 20, 10, 5
         assert eqx.tree_equal(sample(), plain)
     with monkeypatch.context() as m:
         m.setattr(sampling, "_MAX_TABLE_ENTRIES", 0)  # every node's rates, every jump

@@ -13,7 +13,9 @@ import pytest
 
 import jaxctbn as jc
 from jaxctbn._learning.candidates import knowledge_arrays
-from jaxctbn._learning.search import _set_scores, hill_climb, move_scores, search_data
+from jaxctbn._learning.moves import move_scores
+from jaxctbn._learning.search import _set_scores, hill_climb
+from jaxctbn._learning.search_data import search_data
 
 move_scores = eqx.filter_jit(move_scores)  # one program per shape (eagerly: many)
 
@@ -191,7 +193,7 @@ def test_pooling_leaves_out_the_clamped_node_in_move_scores(mixed):
 def test_pool_statistics_by_tables_equal_the_scatter_route(mixed, monkeypatch):
     """The pool sets' statistics from each node's contingency table over its pool equal the
     scatter route's on the same sets (mixed numbers of states; paths with a clamped node)."""
-    from jaxctbn._learning.search import pool_parent_sets, pool_statistics
+    from jaxctbn._learning.search_pool import pool_parent_sets, pool_statistics
 
     cards, traj, clamped = mixed
     both = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), traj, clamped)
@@ -205,7 +207,7 @@ def test_pool_statistics_by_tables_equal_the_scatter_route(mixed, monkeypatch):
         np.testing.assert_allclose(tables.transitions[n], scatter.transitions[n], rtol=1e-12)
     assert sum(int(np.asarray(m).sum()) for m in tables.transitions) > 50  # not all empty
     # tables too large (a cap of 100 entries): the search's scatter route, the same numbers
-    import jaxctbn._learning.search as search_module
+    import jaxctbn._learning.search_pool as search_module
 
     monkeypatch.setattr(search_module, "_TABLE_ENTRIES", 100)
     by_sets = pool_statistics(data, cards, jnp.asarray(pools), sets, 127)  # (a new trace)
@@ -362,7 +364,7 @@ def test_hill_climbing_arguments_and_jit(ten_nodes):
 
 
 def test_candidate_sets_from_pools_are_every_subset(ten_nodes):
-    from jaxctbn._learning.search import pool_parent_sets
+    from jaxctbn._learning.search_pool import pool_parent_sets
 
     pools = np.full((4, 3), -1)
     pools[0] = [1, 2, 3]

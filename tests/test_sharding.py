@@ -28,13 +28,14 @@ from helpers import flaky_design_scores, network_dict, repetition_keys, structur
 
 import jaxctbn as jc
 from jaxctbn._cli import main
+from jaxctbn._model.interventions import design_space
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout
 
 TRUTH = jc.CTBN.from_dict(network_dict())  # A -> B, binary
 TASK = jc.ParameterLearningTask(TRUTH)
 KEYS = repetition_keys(0, 3)  # `jaxctbn run --seed 0`'s keys: 3 repetitions, padded to 8 devices
-SPACE = jc.internal.design_space((2, 2))  # the candidates `jaxctbn run` passes (all 9)
+SPACE = design_space((2, 2))  # the candidates `jaxctbn run` passes (all 9)
 ONE_DEVICE = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("members",))
 
 

@@ -12,6 +12,7 @@ import pytest
 from helpers import random_model
 
 import jaxctbn as jc
+from jaxctbn._criteria.parameter import design_statistics, kl_divergence, posterior_draws
 from jaxctbn.criteria import Strengths, strength_design_scores, uncertain_strength_scores
 
 CARDS = (2, 2)
@@ -41,8 +42,8 @@ def test_kl_under_a_rate_scale_is_the_kl_of_the_scaled_models(problem):
     other = random_model(jr.key(33), CARDS, PARENTS)
     for scales in ([1.0, 2.5], [0.3, 1.0], [4.0, 0.5]):
         iv = jc.Intervention.none(2).with_rate_scales(scales)
-        scaled = jc.criteria.kl_divergence(truth, other, INIT, HORIZON, intervention=iv)
-        direct = jc.criteria.kl_divergence(iv.apply(truth), iv.apply(other), INIT, HORIZON)
+        scaled = kl_divergence(truth, other, INIT, HORIZON, intervention=iv)
+        direct = kl_divergence(iv.apply(truth), iv.apply(other), INIT, HORIZON)
         np.testing.assert_allclose(scaled, direct, rtol=1e-12)
 
 
@@ -50,10 +51,10 @@ def test_design_statistics_use_the_scaled_exposure(problem):
     """Under a scale s of node 1 the criterion's statistics of node 1 are (E M, s E T) of the
     scaled model: written here from the expected statistics of the scaled model itself."""
     truth, posterior, _ = problem
-    draws = jc.criteria.posterior_draws(posterior, jr.key(2), 5)
+    draws = posterior_draws(posterior, jr.key(2), 5)
     s = 2.7
     iv = jc.Intervention.none(2).with_rate_scales([1.0, s])
-    stats = jc.criteria.design_statistics(posterior, draws, INIT, HORIZON, intervention=iv)
+    stats = design_statistics(posterior, draws, INIT, HORIZON, intervention=iv)
     T = []
     for d in range(5):
         model = iv.apply(jax.tree_util.tree_map(lambda a: a[d], draws))
@@ -74,7 +75,7 @@ def test_design_statistics_use_the_scaled_exposure(problem):
     table = jnp.ones((2, 2, 2))
     per_rate = jc.Intervention.none(2).with_rate_scales([jnp.ones(()), table])
     with pytest.raises(ValueError, match=r"rate_scales\[1\]: the design criteria"):
-        jc.criteria.design_statistics(posterior, draws, INIT, HORIZON, intervention=per_rate)
+        design_statistics(posterior, draws, INIT, HORIZON, intervention=per_rate)
 
 
 def _score_at(posterior, candidate, strengths, s, key):
@@ -224,7 +225,7 @@ def test_strength_gradient_under_a_panel_outcome(problem):
     targets = np.asarray(space.targets)
     rows = [0, int(np.flatnonzero(targets[:, 0] & ~targets[:, 1])[0])]
     candidates = jax.tree_util.tree_map(lambda a: a[jnp.asarray(rows)], space)
-    outcome = jc.criteria.Panel(jnp.array([0.7, 2.0]))
+    outcome = jc.PanelOutcome(jnp.array([0.7, 2.0]))
 
     def scores(s, criterion):
         batch = jax.vmap(lambda iv: strengths.apply(iv, jnp.atleast_1d(s)))(candidates)

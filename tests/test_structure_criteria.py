@@ -23,6 +23,16 @@ import scipy.stats
 from helpers import random_model
 
 import jaxctbn as jc
+from jaxctbn._criteria.node_divergences import StructureDraws, predictive_log_likelihood
+from jaxctbn._criteria.structure import (
+    joint_structure_draws,
+    structure_bhc,
+    structure_divergences,
+    structure_draws,
+    structure_eig,
+    structure_vbhc_minimise,
+    structure_vbhc_minimum,
+)
 
 NUM_SAMPLES = 3
 HORIZON = jnp.asarray(2.0)
@@ -59,7 +69,7 @@ def _network(name, seed, horizon=2.0):
         init=jnp.asarray(init, jnp.int32),
         none=jc.Intervention.none(len(cards)),
         key=key,
-        draws=jc.criteria.structure_draws(post, jr.split(key)[0], NUM_SAMPLES),
+        draws=structure_draws(post, jr.split(key)[0], NUM_SAMPLES),
     )
 
 
@@ -84,20 +94,18 @@ def mixed():
 def _more_draws(net, key, calls):
     """`calls * NUM_SAMPLES` draws per candidate set: independent batches from the one compiled
     `structure_draws` of the network, concatenated along the samples axis."""
-    parts = [jc.criteria.structure_draws(net.post, k, NUM_SAMPLES) for k in jr.split(key, calls)]
+    parts = [structure_draws(net.post, k, NUM_SAMPLES) for k in jr.split(key, calls)]
     return jax.tree_util.tree_map(lambda *x: np.concatenate(x, axis=1), *parts)
 
 
 @eqx.filter_jit
 def _vbhc_and_bhc(post, divergences):
-    return jc.criteria.structure_vbhc_minimum(post, divergences), jc.criteria.structure_bhc(
-        post, divergences
-    )
+    return structure_vbhc_minimum(post, divergences), structure_bhc(post, divergences)
 
 
 @eqx.filter_jit
 def _lbfgs(post, divergences):
-    return jc.criteria.structure_vbhc_minimise(post, divergences, jc.LBFGS(steps=500))
+    return structure_vbhc_minimise(post, divergences, jc.LBFGS(steps=500))
 
 
 def _candidate(space, i):
@@ -111,7 +119,7 @@ def test_structure_vbhc_optax_equals_closed_form_and_graph_enumeration(name, req
     net = request.getfixturevalue(name)
     post = net.post
     for iv in (net.none, jc.Intervention.perfect(net.truth, {"X1": 1})):
-        a = jc.criteria.structure_divergences(post, net.draws, net.init, HORIZON, intervention=iv)
+        a = structure_divergences(post, net.draws, net.init, HORIZON, intervention=iv)
         closed, bhc = (float(x) for x in _vbhc_and_bhc(post, a))
         value, _ = _lbfgs(post, a)
         assert abs(float(value) - closed) < 1e-6 * abs(closed)
@@ -145,7 +153,7 @@ def _draw_sets(net):
 
 
 def _monte_carlo_divergences(net, draws, iv, path_key):
-    return jc.criteria.structure_divergences(
+    return structure_divergences(
         net.post,
         draws,
         net.init,
@@ -160,9 +168,7 @@ def test_monte_carlo_estimator_is_nonnegative_and_plug_in_differs(mixed):
     draws = _draw_sets(mixed)[0]
     k1, k2 = jr.split(jr.key(5))
     mc = _monte_carlo_divergences(mixed, draws, mixed.none, k1)
-    plug = jc.criteria.structure_divergences(
-        mixed.post, draws, mixed.init, MC_HORIZON, intervention=mixed.none
-    )
+    plug = structure_divergences(mixed.post, draws, mixed.init, MC_HORIZON, intervention=mixed.none)
     for m in mc:
         # a_n(P') is an expected KL: non-negative up to Monte Carlo error
         assert float(m.min()) > -0.02
@@ -179,7 +185,7 @@ def test_monte_carlo_estimator_is_nonnegative_and_plug_in_differs(mixed):
 def _eigs(post, draw_sets, init, horizon, path_keys, iv):
     """The structure EIG of one candidate on each of a batch of draw sets (vmap)."""
     return jax.vmap(
-        lambda draws, k: jc.criteria.structure_eig(
+        lambda draws, k: structure_eig(
             post, draws, init, horizon, path_key=k, num_paths=10, intervention=iv
         )
     )(draw_sets, path_keys)
@@ -244,7 +250,7 @@ def test_structure_scoring_all_interventions(bin3, bin3_scores):
     # the verb's scores (chunks share their solves by clamp pattern) are the closed-form
     # minimum of the divergences on the same draws, one candidate at a time
     for i in range(27):
-        a = jc.criteria.structure_divergences(
+        a = structure_divergences(
             bin3.post, bin3.draws, bin3.init, HORIZON, intervention=_candidate(SPACE3, i)
         )
         np.testing.assert_allclose(
@@ -263,11 +269,11 @@ def test_structure_criteria_bad_input(bin3):
     with pytest.raises(TypeError, match="criterion: expected"):
         jc.score_interventions(post, SPACE3, init, 1.0, key=key, criterion="x")
     with pytest.raises(ValueError, match="num_samples must be >= 1"):
-        jc.criteria.structure_draws(post, key, 0)
+        structure_draws(post, key, 0)
     with pytest.raises(ValueError, match="estimator: expected"):
-        jc.criteria.structure_divergences(post, draws, init, 1.0, estimator="second-order")
+        structure_divergences(post, draws, init, 1.0, estimator="second-order")
     with pytest.raises(ValueError, match="path_key"):
-        jc.criteria.structure_divergences(post, draws, init, 1.0, estimator=jc.MonteCarlo())
+        structure_divergences(post, draws, init, 1.0, estimator=jc.MonteCarlo())
     with pytest.raises(ValueError, match="num_paths and max_events must be >= 1"):
         jc.MonteCarlo(num_paths=0)
 
@@ -285,7 +291,7 @@ def test_structure_criteria_under_the_nodelman_prior(nodelman):
     # candidate): the closed-form minimum of `structure_divergences` on the verb's draws (BHC >=
     # VBHC under this prior: test_structure_eig_below_vbhc_below_bhc[nodelman])
     for i in range(space.targets.shape[0]):
-        a = jc.criteria.structure_divergences(
+        a = structure_divergences(
             net.post, net.draws, net.init, HORIZON, intervention=_candidate(space, i)
         )
         np.testing.assert_allclose(vbhc[i], _vbhc_and_bhc(net.post, a)[0], rtol=1e-10, atol=1e-12)
@@ -320,15 +326,13 @@ def test_structure_scores_invariant_to_relabelling_nodes(mixed):
             cardinalities=model.cardinalities[::-1],
         )
 
-    draws_sw = jc.criteria.StructureDraws(models=tuple(swap(m) for m in draws.models[::-1]))
+    draws_sw = StructureDraws(models=tuple(swap(m) for m in draws.models[::-1]))
     init, init_sw = mixed.init, mixed.init[::-1]
     for assignment in [{}, {"X0": 1}, {"X1": 2}]:
         iv = jc.Intervention.perfect(mixed.truth, assignment)
         iv_sw = jc.Intervention(targets=iv.targets[::-1], states=iv.states[::-1])
-        a = jc.criteria.structure_divergences(post, draws, init, HORIZON, intervention=iv)
-        b = jc.criteria.structure_divergences(
-            post_sw, draws_sw, init_sw, HORIZON, intervention=iv_sw
-        )
+        a = structure_divergences(post, draws, init, HORIZON, intervention=iv)
+        b = structure_divergences(post_sw, draws_sw, init_sw, HORIZON, intervention=iv_sw)
         for x, y in zip(a, b[::-1]):
             np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(_vbhc_and_bhc(post, a), _vbhc_and_bhc(post_sw, b), rtol=1e-10)
@@ -343,9 +347,7 @@ def _node_ells(post, model, init, iv):
     """ell_n(S; P) on every node's candidate sets from one model's expected statistics."""
     st = jc.expected_statistics(model, init, HORIZON, intervention=iv)
     return [
-        jc.criteria.predictive_log_likelihood(
-            post, n, *st.node_statistics_on_sets(n, post.parent_sets[n])
-        )
+        predictive_log_likelihood(post, n, *st.node_statistics_on_sets(n, post.parent_sets[n]))
         for n in range(len(post.names))
     ]
 
@@ -380,7 +382,7 @@ def test_joint_graph_draws_equal_an_explicit_loop_and_the_stratified_scores(bin3
                 estimator=jc.PlugIn(),
                 batching=jc.Chunked(2),
             ),
-            jc.criteria.joint_structure_draws(p, k, NUM_SAMPLES),
+            joint_structure_draws(p, k, NUM_SAMPLES),
         )
     )(post, SINGLE3, init, key)
     for i in range(SINGLE3.targets.shape[0]):
@@ -399,14 +401,11 @@ def test_joint_graph_draws_equal_an_explicit_loop_and_the_stratified_scores(bin3
     # scores agree to Monte Carlo error (measured spread ~0.01 at these sizes) and in ranking.
     # The stratified a_n of 300 draws per set, candidate by candidate: the mean over 100
     # independent batches of N_S draws (a_n is a mean over the draws of each set)
-    batches = [jc.criteria.structure_draws(post, k, NUM_SAMPLES) for k in jr.split(jr.key(32), 100)]
+    batches = [structure_draws(post, k, NUM_SAMPLES) for k in jr.split(jr.key(32), 100)]
     stratified = []
     for i in range(SINGLE3.targets.shape[0]):
         iv = _candidate(SINGLE3, i)
-        a = [
-            jc.criteria.structure_divergences(post, d, init, HORIZON, intervention=iv)
-            for d in batches
-        ]
+        a = [structure_divergences(post, d, init, HORIZON, intervention=iv) for d in batches]
         a = tuple(np.mean([a_b[n] for a_b in a], axis=0) for n in range(3))
         stratified.append(float(_vbhc_and_bhc(post, a)[0]))
     joint = _joint_scores(post, init, jr.key(31), 2000, jc.criteria.JointGraphDraws())

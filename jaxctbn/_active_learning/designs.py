@@ -7,6 +7,7 @@ of them used up (`choose_option`)."""
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Callable
 from typing import Literal, get_args
 
@@ -19,23 +20,17 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from .._batching import AbstractBatching
 from .._criteria.batches import greedy_batch
+from .._criteria.box_hill import BHC, VBHC, AbstractBoxHillCriterion
 from .._criteria.costs import AbstractRanking, affordable
-from .._criteria.criteria import (
-    BHC,
-    COMPLETE_PATH,
-    EIG,
-    VBHC,
-    AbstractBoxHillCriterion,
-    AbstractCriterion,
-    panel_design_scores,
-    score_interventions,
-)
-from .._criteria.outcomes import AbstractOutcome, Panel
+from .._criteria.criterion import AbstractCriterion
+from .._criteria.eig import EIG
+from .._criteria.outcomes import COMPLETE_PATH, AbstractOutcome, check_outcome
+from .._criteria.scoring import panel_design_scores, score_interventions
 from .._criteria.structure import AbstractGraphDraws, StratifiedGraphDraws
 from .._learning.optimisers import LBFGS
 from .._learning.posterior import AbstractPosterior
 from .._learning.structure_mixture import StructureMixturePosterior
-from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
+from .._master_equation import AUTOMATIC_SOLVER, StatisticsSolver
 from .._model.interventions import Intervention
 
 
@@ -58,6 +53,11 @@ class AbstractDesign(eqx.Module):
         `initial_state` of the next experiment and its `horizon`. Must be pure and jittable: it
         runs inside the compiled loop, under `jax.vmap` over repetitions."""
 
+    def observing(self, outcome: AbstractOutcome) -> AbstractDesign:
+        """This design for a task whose experiments reveal `outcome` (the loop calls it with
+        the task's): itself unless it scores under an outcome of its own."""
+        return self
+
     def choose(self, posterior, candidates, initial_state, horizon, key) -> Int[Array, ""]:
         """Index of the chosen candidate: the `argmax` of `scores`."""
         return jnp.argmax(self.scores(posterior, candidates, initial_state, horizon, key))
@@ -73,12 +73,12 @@ class AbstractDesign(eqx.Module):
         outcome: AbstractOutcome,
     ) -> tuple[Int[Array, ""], Float[Array, " visits"] | None]:
         """The chosen candidate and the visit times at which its experiment is seen under the
-        task's `outcome`: `None` for a complete path, the given times of a `Panel(times)`, and
-        for `Panel(num_visits=K)` equal spacing $t_k=\tau k/K$ unless the design chooses
+        task's `outcome`: `None` for a complete path, the given times of a `PanelOutcome(times)`, and
+        for `PanelOutcome(num_visits=K)` equal spacing $t_k=\tau k/K$ unless the design chooses
         them (a [`jaxctbn.CriterionDesign`][] with the same panel outcome: the chosen
         candidate's own best times, maths §7)."""
         index = self.choose(posterior, candidates, initial_state, horizon, key)
-        return index, _given_times(outcome, horizon)
+        return index, outcome.visit_times(horizon, jnp.result_type(float))
 
     def choose_batch(
         self,
@@ -154,15 +154,8 @@ def _slots(size: int, costs, remaining, pick) -> Int[Array, " size"]:
 
 def _batch_times(outcome: AbstractOutcome, horizon, size: int):
     """Every member's visit times `(size, visits)` of a panel outcome; `None` otherwise."""
-    times = _given_times(outcome, horizon)
+    times = outcome.visit_times(horizon, jnp.result_type(float))
     return None if times is None else jnp.broadcast_to(times, (size, *times.shape))
-
-
-def _given_times(outcome: AbstractOutcome, horizon) -> Float[Array, " visits"] | None:
-    """A panel outcome's visit times (equally spaced with `num_visits`); `None` otherwise."""
-    if not isinstance(outcome, Panel):
-        return None
-    return outcome.visit_times(horizon, jnp.result_type(float))
 
 
 class PassiveDesign(AbstractDesign):
@@ -223,7 +216,9 @@ class CriterionDesign(AbstractDesign):
     **Arguments:** `criterion` ([`jaxctbn.VBHC`][], [`jaxctbn.BHC`][], [`jaxctbn.EIG`][] or any
     [`jaxctbn.AbstractCriterion`][]); keyword-only `num_samples` ($N_S$), `worst` (pick the
     *least* informative candidate: "negative VBHC", the paper's control), `solver`, `batching`,
-    `outcome` (see [`jaxctbn.score_interventions`][]), `assume_complete_path` (static, default
+    `outcome` (what each experiment reveals, see [`jaxctbn.score_interventions`][]; default
+    `None`: the task's, which the active-learning loop gives the design, so it is stated once,
+    on the task; a design given its own must match the task's), `assume_complete_path` (static, default
     `False`): score as if each experiment revealed the whole path whatever the task observes, a
     design that ignores that its outcomes are panels (for comparison; the loop then does not
     require the design's outcome to match the task's), `greedy_batches` (static, default
@@ -243,7 +238,7 @@ class CriterionDesign(AbstractDesign):
     )
     solver: StatisticsSolver = eqx.field(default=AUTOMATIC_SOLVER, kw_only=True)
     batching: AbstractBatching | None = eqx.field(default=None, kw_only=True)
-    outcome: AbstractOutcome = eqx.field(default=COMPLETE_PATH, kw_only=True)
+    outcome: AbstractOutcome | None = eqx.field(default=None, kw_only=True)
     assume_complete_path: bool = eqx.field(default=False, static=True, kw_only=True)
     greedy_batches: bool = eqx.field(default=True, static=True, kw_only=True)
 
@@ -256,10 +251,8 @@ class CriterionDesign(AbstractDesign):
             raise ValueError(
                 f"assume_complete_path: expected True or False, got {self.assume_complete_path!r}."
             )
-        if not isinstance(self.outcome, AbstractOutcome):
-            raise ValueError(
-                f"outcome: expected CompletePath() or Panel(...), got {self.outcome!r}."
-            )
+        if self.outcome is not None:
+            check_outcome(self.outcome, error=ValueError)
         if not isinstance(self.criterion, AbstractCriterion):
             raise ValueError(
                 f"criterion: expected a criterion Module (VBHC(), BHC(), EIG()), got "
@@ -267,6 +260,30 @@ class CriterionDesign(AbstractDesign):
             )
         if self.num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {self.num_samples}.")
+
+    def observing(self, outcome):
+        """This design scoring under the task's `outcome`; a `ValueError` if it was given
+        another one (unless it assumes complete paths)."""
+        check_outcome(outcome, error=ValueError)
+        if self.assume_complete_path:
+            return self
+        if self.outcome is None:
+            return dataclasses.replace(self, outcome=outcome)
+        if not self.outcome.matches(outcome):
+            raise ValueError(
+                f"outcome: the design scores {self.outcome!r} but the task observes "
+                f"{outcome!r}; give both the same outcome (or leave the design's unset: it "
+                "scores under the task's)."
+            )
+        return self
+
+    @property
+    def scored_outcome(self) -> AbstractOutcome:
+        """The outcome the criterion scores under: the design's (the task's once the loop
+        gave it, else a complete path), or a complete path with `assume_complete_path`."""
+        if self.assume_complete_path or self.outcome is None:
+            return COMPLETE_PATH
+        return self.outcome
 
     def _scored(self, posterior):
         """What the criterion scores: the posterior, or with `assume_complete_path` a structure
@@ -286,19 +303,13 @@ class CriterionDesign(AbstractDesign):
             num_samples=self.num_samples,
             solver=self.solver,
             batching=self.batching,
-            outcome=COMPLETE_PATH if self.assume_complete_path else self.outcome,
+            outcome=self.scored_outcome,
         )
         return jnp.where(self.worst, -s, s)
 
     def choose_with_times(self, posterior, candidates, initial_state, horizon, key, *, outcome):
-        scored = self.outcome
-        if (
-            not isinstance(outcome, Panel)
-            or outcome.times is not None
-            or not isinstance(scored, Panel)
-            or scored.times is not None
-            or self.assume_complete_path
-        ):
+        scored = self.scored_outcome
+        if not (outcome.chooses_times and scored.chooses_times):
             return super().choose_with_times(
                 posterior, candidates, initial_state, horizon, key, outcome=outcome
             )
@@ -334,7 +345,7 @@ class CriterionDesign(AbstractDesign):
         ([`jaxctbn.choose_batch`][]: each round scores every candidate with the members already
         chosen; the negative control picks the least informative batch). With the EIG: $B$
         myopic picks (the default)."""
-        scored = COMPLETE_PATH if self.assume_complete_path else self.outcome
+        scored = self.scored_outcome
         if not isinstance(self.criterion, AbstractBoxHillCriterion) or not self.greedy_batches:
             return super().choose_batch(
                 posterior,
@@ -348,10 +359,10 @@ class CriterionDesign(AbstractDesign):
                 remaining=remaining,
                 ranking=ranking,
             )
-        if isinstance(scored, Panel) and scored.times is None:
+        if scored.chooses_times:
             raise ValueError(
                 "outcome: batches and costs with visit times chosen per candidate "
-                "(Panel(num_visits=K)) are not supported yet; give the visit times, or use "
+                "(PanelOutcome(num_visits=K)) are not supported yet; give the visit times, or use "
                 "the -path designs (bhc-path, vbhc-path)."
             )
         design = greedy_batch(
@@ -407,7 +418,7 @@ def design_from_name(
     num_paths: int = 10,
     graph_draws: AbstractGraphDraws | None = None,
     max_sets: int | None = None,
-    outcome: AbstractOutcome = COMPLETE_PATH,
+    outcome: AbstractOutcome | None = None,
 ) -> AbstractDesign:
     """The design behind a CLI name: `"passive"`, `"random"`, `"vbhc"` (`VBHC()`), `"bhc"`,
     `"vbhc-optax"` (`VBHC(optimiser=LBFGS())`), `"eig"` (`EIG(num_paths=num_paths)`) or
@@ -417,7 +428,8 @@ def design_from_name(
     copies of the VBHC's best candidate instead of a greedy batch: `greedy_batches=False`).
     `graph_draws` (default `None` =
     [`jaxctbn.criteria.StratifiedGraphDraws`][]) and `max_sets` go to the (V)BHC (structure learning; see
-    [`jaxctbn.VBHC`][]); `outcome` to the criterion designs (what each experiment reveals)."""
+    [`jaxctbn.VBHC`][]); `outcome` to the criterion designs (what each experiment reveals; default `None`:
+    the task's, which the loop gives them)."""
     graph_draws = StratifiedGraphDraws() if graph_draws is None else graph_draws
     box_hill = {"graph_draws": graph_draws, "max_sets": max_sets}
     criteria = {

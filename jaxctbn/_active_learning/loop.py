@@ -4,7 +4,7 @@ One run is $K$ experiments. In experiment $k$: an initial state $s_0$ is chosen 
 initial-state policy (by default drawn uniformly at random and revealed to the design, as in
 the paper); the design picks an intervention $i_k$ from a fixed batch of
 candidates (by default the paper's whole space, [`jaxctbn.intervention_space`][], or for large
-networks the single-node interventions: [`jaxctbn.internal.design_space`][]); one trajectory
+networks the single-node interventions: `design_space`); one trajectory
 of length $\tau$ is simulated from the ground truth under $i_k$; the posterior is updated with
 pooling (an intervened node learns nothing from that trajectory); metrics are recorded.
 
@@ -15,7 +15,6 @@ modules, so a new design is a small class (or a [`jaxctbn.CallableDesign`][] aro
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import operator
 
@@ -25,14 +24,10 @@ import jax.core
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jaxtyping import Array, ArrayLike, Key, PRNGKeyArray, UInt32
+from jaxtyping import Array, ArrayLike, PRNGKeyArray
 
-from .._batching import AbstractBatching, Chunked, Sharded, Vmap
 from .._criteria.costs import AbstractRanking, ByScore, Costs, check_budget
-from .._criteria.criteria import COMPLETE_PATH
-from .._criteria.outcomes import Panel
-from .._errors import error_message
-from .._model.interventions import Intervention, design_space, is_concrete
+from .._model.interventions import Intervention, design_space
 from .._paths.sampling import automatic_max_events, check_count, sample_trajectory
 from .designs import AbstractDesign
 from .initial_states import PAPER_INITIAL_STATE, AbstractInitialStatePolicy
@@ -51,7 +46,7 @@ class ActiveLearningResult(eqx.Module):
     - `posterior`: the posterior after the last experiment;
     - `observation_times`: `(experiments, visits)` the visit times at which each experiment was
       seen when the task's outcome is a panel (chosen by the design with
-      `Panel(num_visits=K)`); `None` for complete paths;
+      `PanelOutcome(num_visits=K)`); `None` for complete paths;
     - `rounds`: `(experiments,)` the round (batch) of each experiment, from 1; with
       `batch_size` $B$, experiments $B(r-1)+1..Br$ run together in round $r$ and `metrics` of
       each of them is the posterior's after its round;
@@ -73,28 +68,6 @@ class ActiveLearningResult(eqx.Module):
     costs: Array | None = None
 
 
-def check_outcomes(task: AbstractLearningTask, design: AbstractDesign) -> None:
-    """A design that scores with an outcome must score the one the task observes (a
-    `ValueError` otherwise): the same kind and, when concrete, the same visit times; unless it
-    says it assumes complete paths (`assume_complete_path=True`)."""
-    observed = getattr(task, "outcome", COMPLETE_PATH)
-    scored = getattr(design, "outcome", None)
-    if scored is None or getattr(design, "assume_complete_path", False):
-        return
-    same = type(observed) is type(scored) and getattr(observed, "num_visits", None) == getattr(
-        scored, "num_visits", None
-    )
-    times = [getattr(o, "times", None) for o in (observed, scored)]
-    if same and times[0] is not None and times[1] is not None and is_concrete(*times):
-        a, b = (np.asarray(t) for t in times)
-        same = a.shape == b.shape and bool(np.allclose(a, b, rtol=1e-12, atol=0))
-    if not same:
-        raise ValueError(
-            f"outcome: the design scores {scored!r} but the task observes {observed!r}; give "
-            "both the same outcome."
-        )
-
-
 def run_active_learning(
     task: AbstractLearningTask,
     design: AbstractDesign,
@@ -113,7 +86,7 @@ def run_active_learning(
     r"""One sequential experiment of `num_experiments` steps as a single `jax.lax.scan`.
 
     `candidates`: the candidate interventions (leading axis; default
-    [`jaxctbn.internal.design_space`][] of the truth: the whole [`jaxctbn.intervention_space`][] up to
+    `design_space` of the truth: the whole [`jaxctbn.intervention_space`][] up to
     4096 members, else the single-node interventions; member 0 = no intervention). The same `key`
     gives the same run; two designs run with the same key see the same initial states and the
     same random streams, so their differences are not sampling noise in those.
@@ -148,8 +121,8 @@ def run_active_learning(
     """
     if num_experiments < 1:
         raise ValueError(f"num_experiments must be >= 1, got {num_experiments}.")
-    check_outcomes(task, design)
-    max_events = _resolve_max_events(task, horizon, max_events)
+    design = design.observing(task.outcome)
+    max_events = resolve_max_events(task, horizon, max_events)
     truth = task.truth
     if candidates is None:
         candidates = design_space(truth.cardinalities)
@@ -164,7 +137,7 @@ def run_active_learning(
             f"InitialStateDistribution(...), got {initial_state_policy!r}."
         )
     initial_state_policy.check(truth.cardinalities, truth.names)
-    _check_batches(batch_size, num_experiments, costs, budget, ranking)
+    check_batches(batch_size, num_experiments, costs, budget, ranking)
     # static: the Python integers that set the shapes; traced: everything else (a Python-float
     # horizon is made an array, or every new value would compile the loop again)
     return _run_active_learning(
@@ -183,7 +156,7 @@ def run_active_learning(
     )
 
 
-def _check_batches(batch_size, num_experiments, costs, budget, ranking) -> None:
+def check_batches(batch_size, num_experiments, costs, budget, ranking) -> None:
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size: must be an integer >= 1, got {batch_size!r}.")
     if num_experiments % batch_size:
@@ -244,7 +217,7 @@ def _run_active_learning(
         )
         return posterior, record
 
-    outcome = getattr(task, "outcome", COMPLETE_PATH)
+    outcome = task.outcome
     prior = task.initial_posterior()
     if batch_size > 1 or costs is not None:
         return _run_rounds(
@@ -307,7 +280,7 @@ def _run_rounds(
     B = batch_size
     dtype = horizon.dtype
     C = candidates.targets.shape[0]
-    visits = outcome.size if isinstance(outcome, Panel) else 0
+    visits = outcome.num_priced_visits
     prices = jnp.zeros((C,), dtype) if costs is None else costs.of(candidates, num_visits=visits)
     prices = prices.astype(dtype)
     total = jnp.asarray(jnp.inf, dtype) if budget is None else jnp.asarray(budget, dtype)
@@ -402,7 +375,7 @@ def _update(task, posterior, path, times, key):
     return task.update(posterior, path, observation_times=times, key=key)
 
 
-def _resolve_max_events(task, horizon, max_events) -> int:
+def resolve_max_events(task, horizon, max_events) -> int:
     """`max_events`, or when `None` the automatic buffer for the truth's rates and `horizon`."""
     if max_events is not None:
         check_count(max_events, "max_events")
@@ -419,273 +392,3 @@ def _resolve_max_events(task, horizon, max_events) -> int:
             "jit); pass max_events explicitly."
         )
     return auto
-
-
-def _one_repetition(
-    task, design, num_experiments, horizon, candidates, max_events, policy, rounds, key
-):
-    batch_size, costs, budget, ranking = rounds
-    return run_active_learning(
-        task,
-        design,
-        key=key,
-        num_experiments=num_experiments,
-        horizon=horizon,
-        candidates=candidates,
-        max_events=max_events,
-        initial_state_policy=policy,
-        batch_size=batch_size,
-        costs=costs,
-        budget=budget,
-        ranking=ranking,
-    )
-
-
-@eqx.filter_jit
-def _map_batch(batching, fn, keys):
-    return batching.map(fn, keys)
-
-
-def _run_batch(batching, task, design, keys, *settings):
-    # `fn` is a pytree (the task's arrays are traced), so every batch reuses one program
-    fn = eqx.Partial(_one_repetition, task, design, *settings)
-    if isinstance(batching, Sharded):
-        # Called from the host, Sharded compiles its own program without communication between
-        # devices, so a failing repetition raises instead of stalling the other devices.
-        return batching.map(fn, keys)
-    return _map_batch(batching, fn, keys)
-
-
-@dataclasses.dataclass(frozen=True)
-class RepetitionStatus:
-    """Which repetitions of a [`jaxctbn.run_repetitions`][] batch failed, and why (host-side).
-
-    - `ok[r]`: whether repetition `r` finished;
-    - `messages[r]`: the first line of its error (`""` when it finished). Rerun
-      `run_active_learning(..., key=keys[r])` to see the whole error.
-    """
-
-    ok: np.ndarray
-    messages: tuple[str, ...]
-
-    @property
-    def num_failed(self) -> int:
-        return int((~self.ok).sum())
-
-
-def _failed_like(shapes) -> ActiveLearningResult:
-    """A result with the structure of `shapes` (from `eqx.filter_eval_shape`) with NaN in every
-    float, False in every boolean and -1 in every integer array."""
-
-    def fill(a):
-        if not isinstance(a, jax.ShapeDtypeStruct):
-            return a
-        if np.issubdtype(a.dtype, np.inexact):
-            return np.full(a.shape, np.nan, a.dtype)
-        if np.issubdtype(a.dtype, np.bool_):
-            return np.zeros(a.shape, a.dtype)
-        return np.full(a.shape, -1, a.dtype)
-
-    return jax.tree_util.tree_map(fill, shapes)
-
-
-def _repetition_settings(
-    task,
-    keys,
-    *,
-    num_experiments: int,
-    horizon: ArrayLike = 3.0,
-    candidates: Intervention | None = None,
-    max_events: int | None = None,
-    initial_state_policy: AbstractInitialStatePolicy = PAPER_INITIAL_STATE,
-    batch_size: int = 1,
-    costs: Costs | None = None,
-    budget: ArrayLike | None = None,
-    ranking: AbstractRanking = ByScore(),
-) -> tuple:
-    """The checked settings every repetition of a batch shares (after the keys); the defaults
-    are [`jaxctbn.run_repetitions`][]'s. A concrete horizon is checked here, before anything is
-    compiled (a traced one inside the loop)."""
-    check_count(num_experiments, "num_experiments")
-    if not isinstance(horizon, jax.core.Tracer) and np.ndim(horizon) == 0:
-        value = float(np.asarray(horizon))
-        if not (value > 0 and math.isfinite(value)):
-            raise ValueError(f"horizon: must be positive and finite, got {value}.")
-    max_events = _resolve_max_events(task, horizon, max_events)
-    if jnp.ndim(keys) < 1 or jnp.shape(keys)[0] == 0:
-        raise ValueError(
-            f"keys: need one key per repetition (a batch of at least one), got shape "
-            f"{jnp.shape(keys)}."
-        )
-    # a Python-float horizon made an array: traced, not baked into the compiled batch
-    _check_batches(batch_size, num_experiments, costs, budget, ranking)
-    rounds = (
-        batch_size,
-        costs,
-        None if budget is None else jnp.asarray(budget, jnp.result_type(float)),
-        ranking,
-    )
-    return (
-        num_experiments,
-        jnp.asarray(horizon),
-        candidates,
-        max_events,
-        initial_state_policy,
-        rounds,
-    )
-
-
-#: what sizes one repetition's program, named when even one repetition is over the budget
-_REPETITION_SIZES = (
-    "lower the design's num_samples or num_paths, the panel outcome's visits, "
-    "num_experiments or max_events (jaxctbn run: --samples, --paths, --visits, --experiments, "
-    "--max-events)"
-)
-
-
-def _batching_within_memory(task, design, keys, settings) -> AbstractBatching:
-    """All repetitions in one vmap when XLA's account of that program (arguments, outputs and
-    temporaries) fits the memory budget (`JAXCTBN_MEMORY_BUDGET`, default 4 GiB); otherwise
-    [`jaxctbn.Chunked`][] of the largest size that fits, with a warning (each repetition depends
-    on its key only, so the numbers are the same); a `ValueError` naming what to lower when one
-    repetition does not fit. The compiled program is cached: the batch then runs it."""
-    import warnings
-
-    from .._learning.memory import compiled_bytes, format_bytes, memory_budget_bytes
-
-    budget = memory_budget_bytes()
-    fn = eqx.Partial(_one_repetition, task, design, *settings)
-    num = int(jnp.shape(keys)[0])
-    needed = compiled_bytes(_map_batch.lower(Vmap(), fn, keys).compile())
-    if needed <= budget:
-        return Vmap()
-
-    def refuse(size):
-        raise ValueError(
-            f"run_repetitions: one repetition needs about {format_bytes(size)}, more than the "
-            f"memory budget of {format_bytes(budget)}; {_REPETITION_SIZES}, or raise the budget "
-            "with JAXCTBN_MEMORY_BUDGET (e.g. JAXCTBN_MEMORY_BUDGET=16G) if the machine has "
-            "the memory."
-        )
-
-    if num == 1:
-        refuse(needed)
-    size, part = num, needed
-    while True:
-        # memory grows about linearly with the repetitions at once: the next guess from this one
-        size = max(1, min(size - 1, math.floor(size * budget / part)))
-        part = compiled_bytes(_map_batch.lower(Chunked(size), fn, keys).compile())
-        if part <= budget:
-            break
-        if size == 1:
-            refuse(part)
-    warnings.warn(
-        f"run_repetitions: about {format_bytes(needed)} for all {num} repetitions at once, "
-        f"more than the memory budget of {format_bytes(budget)}; running them {size} at a time "
-        f"(about {format_bytes(part)}; JAXCTBN_MEMORY_BUDGET raises the budget).",
-        RuntimeWarning,
-        stacklevel=3,
-    )
-    return Chunked(size)
-
-
-def batching_within_memory(
-    task: AbstractLearningTask,
-    design: AbstractDesign,
-    keys: Key[Array, " repetitions"] | UInt32[Array, "repetitions 2"],
-    **settings,
-) -> AbstractBatching:
-    """The batching [`jaxctbn.run_repetitions`][] uses by default for these repetitions
-    (`settings`: its keyword arguments, `batching` and `throw` excepted): one vmap when it fits
-    the memory budget, else the largest [`jaxctbn.Chunked`][] that does; a `ValueError` before
-    anything runs when one repetition does not fit. The compiled program is cached, so running
-    the batch afterwards does not compile it again."""
-    check_outcomes(task, design)
-    return _batching_within_memory(task, design, keys, _repetition_settings(task, keys, **settings))
-
-
-def run_repetitions(
-    task: AbstractLearningTask,
-    design: AbstractDesign,
-    keys: Key[Array, " repetitions"] | UInt32[Array, "repetitions 2"],
-    *,
-    num_experiments: int,
-    horizon: ArrayLike = 3.0,
-    candidates: Intervention | None = None,
-    max_events: int | None = None,
-    initial_state_policy: AbstractInitialStatePolicy = PAPER_INITIAL_STATE,
-    throw: bool = True,
-    batching: AbstractBatching | None = None,
-    batch_size: int = 1,
-    costs: Costs | None = None,
-    budget: ArrayLike | None = None,
-    ranking: AbstractRanking = ByScore(),
-) -> ActiveLearningResult | tuple[ActiveLearningResult, RepetitionStatus]:
-    """[`jaxctbn.run_active_learning`][] vmapped over a batch of keys (one per repetition), as
-    one compiled computation. Every result field gets a leading repetition axis.
-
-    With `throw=True` (default) an error in any repetition (an overflowing path buffer, a
-    non-finite rate, ...) raises, as everywhere in jaxctbn. With `throw=False` one failing
-    repetition does not abort the batch: returns `(result, status)`, a
-    [`jaxctbn.experiments.RepetitionStatus`][] saying which repetitions failed and why; a failed
-    repetition's fields are NaN (floats) or -1 (integers). The batch runs as one compiled call;
-    only when it fails are its repetitions rerun one at a time (one more compilation) to tell
-    the failing ones from the others, so a clean batch costs nothing extra.
-
-    `max_events=None` sizes the jump buffer from the truth's exit rates and `horizon` (see
-    [`jaxctbn.run_active_learning`][]); `initial_state_policy` as there.
-
-    `batching` says how the repetitions are executed: `None` (default), all in one vmap when XLA's
-    account of that program fits the memory budget (`JAXCTBN_MEMORY_BUDGET`, default 4 GiB),
-    else [`jaxctbn.Chunked`][] of the largest size that fits (a `RuntimeWarning` says so; a
-    `ValueError` naming what to lower when one repetition does not fit); [`jaxctbn.Vmap`][],
-    all in one vmap, unchecked; [`jaxctbn.Chunked`][], a few at a time; [`jaxctbn.Sharded`][], split across
-    devices. Each repetition depends on its key only, so every choice gives the same results
-    (up to rounding). With `throw=False` the reruns of a failed batch run one at a time on one
-    device. `batch_size`, `costs`, `budget` and `ranking`: as for
-    [`jaxctbn.run_active_learning`][]."""
-    check_outcomes(task, design)
-    if batching is not None and not isinstance(batching, AbstractBatching):
-        raise ValueError(
-            f"batching: expected Vmap(), Chunked(size) or Sharded(...), got {batching!r}."
-        )
-    settings = _repetition_settings(
-        task,
-        keys,
-        num_experiments=num_experiments,
-        horizon=horizon,
-        candidates=candidates,
-        max_events=max_events,
-        initial_state_policy=initial_state_policy,
-        batch_size=batch_size,
-        costs=costs,
-        budget=budget,
-        ranking=ranking,
-    )
-    if batching is None:
-        batching = _batching_within_memory(task, design, keys, settings)
-    if throw:
-        return _run_batch(batching, task, design, keys, *settings)
-    num = int(jnp.shape(keys)[0])
-    try:
-        result = _run_batch(batching, task, design, keys, *settings)
-        jax.block_until_ready(result)
-        return result, RepetitionStatus(ok=np.ones(num, bool), messages=("",) * num)
-    except (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError):
-        pass
-    singles, messages = [], []
-    for r in range(num):
-        try:
-            one = _run_batch(Vmap(), task, design, keys[r : r + 1], *settings)
-            singles.append(jax.device_get(one))
-            messages.append("")
-        except (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError) as error:
-            singles.append(None)
-            messages.append(error_message(error))
-    fn = eqx.Partial(_one_repetition, task, design, *settings)
-    filler = _failed_like(eqx.filter_eval_shape(_map_batch, Vmap(), fn, keys[:1]))
-    result = jax.tree_util.tree_map(
-        lambda *xs: np.concatenate(xs), *[filler if x is None else x for x in singles]
-    )
-    ok = np.array([m == "" for m in messages])
-    return result, RepetitionStatus(ok=ok, messages=tuple(messages))

@@ -7,36 +7,26 @@ import abc
 from typing import ClassVar
 
 import equinox as eqx
-import jax
-import jax.numpy as jnp
 from jaxtyping import Array, PRNGKeyArray
 
-from .._criteria.criteria import COMPLETE_PATH
-from .._criteria.outcomes import AbstractOutcome, Panel
+from .._criteria.outcomes import COMPLETE_PATH, AbstractOutcome, check_outcome
 from .._learning.empirical_bayes import EmpiricalBayes
-from .._learning.family_statistics import family_statistics
-from .._learning.gamma_mixture import GammaMixturePosterior
 from .._learning.posterior import AbstractPosterior, AbstractRatePosterior, RatePosterior
 from .._learning.priors import AbstractPrior, GammaPrior, check_prior
 from .._learning.structure_mixture import StructureMixturePosterior
 from .._learning.structure_posterior import StructurePosterior
 from .._model.ctbn import CTBN
-from .._panel.observations import observe_paths
-from .._panel.outcome_law import checked_observation_times
-from .._panel.rate_posterior import (
+from .._panel.rate_families import (
     AbstractPanelRateFamily,
     MomentMatchedGamma,
     ParticleFilter,
-    panel_rate_posterior,
 )
 from .._panel.structure_posterior import (
     AbstractPanelStructureFamily,
     StructuralEM,
     StructureParticleFilter,
-    panel_structure_posterior,
 )
 from .._paths.sampling import Trajectories
-from .._paths.sufficient_statistics import SufficientStatistics
 from .metrics import adjacency_from_parents, edge_aupr, edge_auroc, structural_hamming_distance
 
 #: The rate posterior family of a sequential loop with panel outcomes.
@@ -45,18 +35,9 @@ DEFAULT_SEQUENTIAL_FAMILY = ParticleFilter()
 DEFAULT_SEQUENTIAL_STRUCTURE_FAMILY = StructureParticleFilter()
 
 
-def _as_batch(path: Trajectories) -> Trajectories:
-    return jax.tree_util.tree_map(lambda a: a[None], path)
-
-
 def _check_outcome(outcome, panel_iterations) -> None:
-    if not isinstance(outcome, AbstractOutcome):
-        raise ValueError(f"outcome: expected CompletePath() or Panel(times), got {outcome!r}.")
-    if isinstance(outcome, Panel) and outcome.emissions is not None:
-        raise ValueError(
-            "outcome: the loop simulates error-free visits; Panel(emissions=...) is for scoring "
-            "with the EIG (score_interventions)."
-        )
+    check_outcome(outcome, error=ValueError)
+    outcome.check_simulated()
     if (
         isinstance(panel_iterations, bool)
         or not isinstance(panel_iterations, int)
@@ -65,35 +46,15 @@ def _check_outcome(outcome, panel_iterations) -> None:
         raise ValueError(f"panel_iterations: expected an integer >= 1, got {panel_iterations!r}.")
 
 
-def _observed_panel(outcome: Panel, path: Trajectories, dtype, observation_times):
-    """The simulated path seen at time 0 and at the visit times: `observation_times` (the
-    experiment's own, chosen by the design; required with `Panel(num_visits=K)`) or the
-    outcome's given times."""
-    if observation_times is None:
-        if outcome.times is None:
-            raise ValueError(
-                "observation_times: the task observes Panel(num_visits="
-                f"{outcome.num_visits}), so each update needs the experiment's visit times."
-            )
-        times = outcome.visit_times(path.durations, dtype)
-    else:
-        times = jnp.asarray(observation_times, dtype)
-        if times.shape != (outcome.size,):
-            raise ValueError(
-                f"observation_times: expected the experiment's {outcome.size} visit times, "
-                f"shape ({outcome.size},), got {times.shape}."
-            )
-        times = checked_observation_times(times, dtype, path.durations)
-    return observe_paths(_as_batch(path), jnp.concatenate([jnp.zeros((1,), dtype), times]))
-
-
 class AbstractLearningTask(eqx.Module):
-    """What is being learned: the ground truth, the prior, how one trajectory updates the
-    posterior and which metrics are recorded. `metric_labels` (a class attribute) names every
+    """What is being learned: the ground truth, what each experiment reveals (`outcome`, an
+    [`jaxctbn.AbstractOutcome`][]; the designs score under it), the prior, how one
+    trajectory updates the posterior and which metrics are recorded. `metric_labels` (a class attribute) names every
     metric `metrics` returns: `{name: (label, "higher" | "lower" is better)}`; the experiment
     tables and figures read it."""
 
     truth: eqx.AbstractVar[CTBN]
+    outcome: eqx.AbstractVar[AbstractOutcome]
     metric_labels: ClassVar[dict[str, tuple[str, str]]]
 
     @abc.abstractmethod
@@ -122,8 +83,8 @@ class StructureLearningTask(AbstractLearningTask):
     truth needs at least 2 nodes, one edge and one absent edge (else AUROC/AUPR are undefined);
     other truths are refused here with a `ValueError`.
 
-    `outcome` (keyword-only): what each experiment reveals, [`jaxctbn.criteria.CompletePath`][]
-    (default) or [`jaxctbn.criteria.Panel`][]`(times)`: the simulated path seen at time 0 and at
+    `outcome` (keyword-only): what each experiment reveals, [`jaxctbn.CompletePath`][]
+    (default) or [`jaxctbn.PanelOutcome`][]`(times)`: the simulated path seen at time 0 and at
     the visit times only, the posterior updated by
     [`jaxctbn.panel.panel_structure_posterior`][] in the family `panel_posterior`
     (keyword-only): by default [`jaxctbn.panel.StructureParticleFilter`][]`()`, sequential Monte
@@ -135,9 +96,10 @@ class StructureLearningTask(AbstractLearningTask):
     the entropy metric is the mixture's over whole graphs
     ([`jaxctbn.StructureMixturePosterior.entropy`][]) and the MAP graph is taken node by node
     from the edge marginals' parent-set marginals. `empirical_bayes` refits a single
-    posterior's prior, so it takes the structural-EM family. With `Panel(num_visits=K)` each
+    posterior's prior, so it takes the structural-EM family. With `PanelOutcome(num_visits=K)` each
     experiment's $K$ visit times are the design's (`update`'s `observation_times`; see
-    [`jaxctbn.AbstractDesign`][]). Give the design the same outcome."""
+    [`jaxctbn.AbstractDesign`][]). The outcome is stated here only: the loop gives it to the
+    design, which scores under it."""
 
     truth: CTBN
     max_parents: int = eqx.field(static=True, kw_only=True)
@@ -184,10 +146,11 @@ class StructureLearningTask(AbstractLearningTask):
                     "panel_iterations: give either panel_posterior or its shortcut "
                     "panel_iterations (= StructuralEM(panel_iterations)), not both."
                 )
+        family = self.outcome.posterior_family(self.panel_family())
         if (
             self.empirical_bayes is not None
-            and isinstance(self.outcome, Panel)
-            and not isinstance(self.panel_family(), StructuralEM)
+            and family is not None
+            and not isinstance(family, StructuralEM)
         ):
             raise ValueError(
                 "empirical_bayes: refits one posterior's prior; with a panel outcome give "
@@ -213,9 +176,7 @@ class StructureLearningTask(AbstractLearningTask):
             max_parents=self.max_parents,
             prior=prior,
         )
-        if isinstance(self.outcome, Panel):
-            return self.panel_family().initial(posterior)
-        return posterior
+        return self.outcome.initial_posterior(posterior, family=self.panel_family())
 
     def update(
         self,
@@ -225,16 +186,13 @@ class StructureLearningTask(AbstractLearningTask):
         observation_times: Array | None = None,
         key: PRNGKeyArray | None = None,
     ) -> StructurePosterior | StructureMixturePosterior:
-        if isinstance(self.outcome, Panel):
-            posterior = panel_structure_posterior(
-                posterior,
-                _observed_panel(self.outcome, path, posterior.dtype, observation_times),
-                family=self.panel_family(),
-                key=key,
-            )
-        else:
-            new = family_statistics(_as_batch(path), posterior.cardinalities, posterior.parent_sets)
-            posterior = posterior.update(new)
+        posterior = self.outcome.update_structure(
+            posterior,
+            path,
+            family=self.panel_family(),
+            observation_times=observation_times,
+            key=key,
+        )
         if self.empirical_bayes is not None:
             assert isinstance(posterior, StructurePosterior)
             posterior = self.empirical_bayes.fit(posterior)
@@ -258,8 +216,8 @@ class ParameterLearningTask(AbstractLearningTask):
     [`jaxctbn.GammaPrior`][], default $(1, 1)$). Metric: the posterior-averaged squared error
     $\mathsf E[(\Lambda-\Lambda^*)^2]$ ([`jaxctbn.RatePosterior.mse`][]).
 
-    `outcome` (keyword-only): what each experiment reveals, [`jaxctbn.criteria.CompletePath`][]
-    (default) or [`jaxctbn.criteria.Panel`][]`(times)`: the simulated path seen at time 0 and at
+    `outcome` (keyword-only): what each experiment reveals, [`jaxctbn.CompletePath`][]
+    (default) or [`jaxctbn.PanelOutcome`][]`(times)`: the simulated path seen at time 0 and at
     the visit times only, the posterior updated after each experiment by
     [`jaxctbn.panel.panel_rate_posterior`][] in the family `panel_posterior` (keyword-only):
     by default [`jaxctbn.panel.ParticleFilter`][]`()`, sequential Monte Carlo over the hidden
@@ -268,10 +226,10 @@ class ParameterLearningTask(AbstractLearningTask):
     [`jaxctbn.panel.MomentMatchedGamma`][]`(iterations)`, the fast assumed-density filter
     (earlier experiments' statistics kept as they were; **overconfident** where the visits are
     sparse, maths §7). `panel_iterations=I` is a shortcut for
-    `panel_posterior=MomentMatchedGamma(I)`. With `Panel(num_visits=K)` each experiment's $K$
+    `panel_posterior=MomentMatchedGamma(I)`. With `PanelOutcome(num_visits=K)` each experiment's $K$
     visit times are the design's (`update`'s `observation_times`; see
-    [`jaxctbn.AbstractDesign`][]). Give the design the same outcome
-    ([`jaxctbn.CriterionDesign`][]`(..., outcome=...)`)."""
+    [`jaxctbn.AbstractDesign`][]). The outcome is stated here only: the loop gives it to the
+    design ([`jaxctbn.CriterionDesign`][]), which scores under it."""
 
     truth: CTBN
     prior: GammaPrior = eqx.field(default=GammaPrior(), kw_only=True)
@@ -311,9 +269,7 @@ class ParameterLearningTask(AbstractLearningTask):
 
     def initial_posterior(self) -> AbstractRatePosterior:
         prior = RatePosterior.for_model(self.truth, prior=self.prior)
-        if isinstance(self.outcome, Panel):
-            return self.panel_family().initial(prior)
-        return prior
+        return self.outcome.initial_posterior(prior, family=self.panel_family())
 
     def update(
         self,
@@ -323,18 +279,13 @@ class ParameterLearningTask(AbstractLearningTask):
         observation_times: Array | None = None,
         key: PRNGKeyArray | None = None,
     ) -> AbstractRatePosterior:
-        if isinstance(self.outcome, Panel):
-            observations = _observed_panel(
-                self.outcome, path, posterior.beta[0].dtype, observation_times
-            )
-            assert isinstance(posterior, RatePosterior | GammaMixturePosterior)
-            return panel_rate_posterior(
-                posterior, observations, family=self.panel_family(), key=key
-            )
-        stats = SufficientStatistics.from_trajectories(
-            _as_batch(path), posterior.cardinalities, posterior.parents
+        return self.outcome.update_rates(
+            posterior,
+            path,
+            family=self.panel_family(),
+            observation_times=observation_times,
+            key=key,
         )
-        return posterior.update(stats.pooled())
 
     def metrics(self, posterior: AbstractRatePosterior) -> dict[str, Array]:
         return {"mse": posterior.mse(self.truth)}

@@ -392,7 +392,7 @@ def _outcome(args):
         if args.observation_times is not None or args.visits is not None:
             raise ValueError("--observation-times/--visits: only with --outcome panel.")
         return None
-    from .._criteria.outcomes import Panel
+    from .._criteria.outcomes import PanelOutcome
 
     if args.observation_times is None and args.visits is None:
         raise ValueError("--outcome panel: give --observation-times T1,T2,... or --visits K.")
@@ -402,7 +402,7 @@ def _outcome(args):
                 "--visits: the EIG cannot choose visit times; use --criterion bhc or vbhc, or "
                 "give --observation-times."
             )
-        return Panel(num_visits=args.visits)
+        return PanelOutcome(num_visits=args.visits)
     times = args.observation_times
     assert times is not None
     if times[-1] > args.duration:
@@ -412,7 +412,7 @@ def _outcome(args):
         )
     import numpy as np
 
-    return Panel(np.asarray(times))
+    return PanelOutcome(np.asarray(times))
 
 
 def _cost(text) -> float:
@@ -758,7 +758,7 @@ def _max_parents_per_node(text: str | None, names: list[str]) -> int | list[int]
 #: `learn`'s edge prior without `--edge-prior`: every edge has prior probability 1/N (one
 #: expected parent per node; at N = 2 it is the uniform prior over the parent sets). Measured
 #: against the uniform prior on random networks of 10-500 nodes and on the paper's network
-#: (`benchmarks/bench_structure_prior.py`, `results/structure_prior.md`).
+#: (`benchmarks/learning/bench_structure_prior.py`, `results/structure_prior.md`).
 DEFAULT_EDGE_PRIOR = "1/N"
 
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._files import write_atomically, write_json
-from .._master_equation.master_equation import expected_statistics, marginals
+from .._master_equation import expected_statistics, marginals
 from .._model.interventions import Intervention
 from .._model.random_networks import paper_network
 from .._paths.csv import write_trajectories_csv

@@ -22,7 +22,8 @@ from .memory import within_memory
 def _criterion(name: str, paths: int, box_hill: dict):
     """The criterion Module named by `--criterion` (`--paths` >= 1 is checked by the parser);
     `box_hill`: the (V)BHC's structure keywords."""
-    from .._criteria.criteria import BHC, EIG, VBHC
+    from .._criteria.box_hill import BHC, VBHC
+    from .._criteria.eig import EIG
 
     if name == "eig":
         return EIG(num_paths=paths)
@@ -85,11 +86,13 @@ def _design(args):
     history = None
     if args.data is not None and args.observation == "panel":
         from .._panel.csv import panel_from_dataframe
-        from .._panel.rate_posterior import MomentMatchedGamma, panel_rate_posterior
+        from .._panel.rate_families import MomentMatchedGamma
+        from .._panel.rate_posterior import panel_rate_posterior
 
         observations, _ = panel_from_dataframe(read_csv(args.data), model, bucketed=True)
         if sampled:
-            from .fit import _free_rates, sampled_rate_posterior
+            from .rate_posterior import sampled_rate_posterior
+            from .rate_tables import free_rates as _free_rates
 
             posterior, history = sampled_rate_posterior(
                 args, posterior, observations, args.seed, free=_free_rates(model)
@@ -169,7 +172,7 @@ def _rank(args, posterior, space, names, init, initial, outcome):
         )
         return
     if outcome is not None and args.criterion != "eig":
-        from .._criteria.criteria import panel_design_scores
+        from .._criteria.scoring import panel_design_scores
 
         options = {}
         if args.target == "structure":
@@ -257,7 +260,7 @@ def _rank_strengths(args, posterior, space, names, init, initial, outcome, costs
     import jax
     import numpy as np
 
-    from .._criteria.criteria import COMPLETE_PATH
+    from .._criteria.outcomes import COMPLETE_PATH
     from .._criteria.strengths import strength_design_scores
 
     if args.batch is not None:
@@ -350,7 +353,6 @@ def _best(args, scores, costs):
 def _design_structure(args, outcome):
     import jax.numpy as jnp
 
-    from .._criteria.outcomes import Panel
     from .._learning.structure_posterior import learn_structure
     from .._paths.csv import (
         RESERVED_COLUMNS,
@@ -406,7 +408,7 @@ def _design_structure(args, outcome):
             seed=args.seed,
             setting="--draws",
         )
-        if not isinstance(outcome, Panel):
+        if outcome is None:  # --outcome path
             # the complete-path criteria score one posterior: said in the output and here
             history["scored"] = (
                 "moment-matched: the complete-path criteria score one structure posterior, the "
@@ -473,7 +475,8 @@ def _candidates(which, cards):
 
 
 def _score_space(posterior, space, initial_state, horizon, key, args, outcome=None):
-    from .._criteria.criteria import COMPLETE_PATH, score_interventions
+    from .._criteria.outcomes import COMPLETE_PATH
+    from .._criteria.scoring import score_interventions
 
     return within_memory(
         "design",

@@ -19,9 +19,13 @@ def _cmd_moments(args):
     duration = args.duration
     init, initial = _initial_state(args.initial_state, model.names, model.cardinalities)
     assignment = _assignment(args.intervention, model.names, model.cardinalities, "--intervention")
-    from .._master_equation.master_equation import ExpectedStatistics, resolve_solver
-    from .._master_equation.mean_field import MeanField
-    from .._master_equation.solvers import AutomaticSolver, Uniformisation
+    from .._master_equation import (
+        AutomaticSolver,
+        ExpectedStatistics,
+        MeanField,
+        Uniformisation,
+        resolve_solver,
+    )
 
     intervention = Intervention.perfect(model, assignment)
     solver = {"auto": AutomaticSolver(), "exact": Uniformisation(), "mean-field": MeanField()}[
@@ -103,7 +107,7 @@ def _duration_advice(error: RuntimeError, duration: float, *, solver_flag: bool 
 
 def _moments(model, initial, duration, intervention, solver):
     """What `moments` writes: the statistics, each node's (dwell, transitions), the initial state."""
-    from .._master_equation.master_equation import expected_statistics
+    from .._master_equation import expected_statistics
 
     stats = expected_statistics(model, initial, duration, intervention=intervention, solver=solver)
     per_node = [

@@ -11,7 +11,7 @@ def _effects_from_fit(fit: dict, model, covariates) -> tuple:
     """Per node `(C, configs, k, k)`: the log hazard ratios listed in the fit JSON."""
     import numpy as np
 
-    from .fit import _parent_states
+    from .rate_tables import parent_states as _parent_states
 
     effects = [np.zeros((covariates.num_covariates,) + np.shape(q)) for q in model.cims]
     for e in fit["covariate_effects"]:
@@ -33,7 +33,9 @@ def _cmd_prevalence(args) -> None:
     from .._panel.observations import PanelObservations
     from .._panel.prevalence import prevalence
     from .._paths.csv import read_csv
-    from .fit import _covariates_of, _nodes_only, _with_periods
+    from .covariates import covariates_of as _covariates_of
+    from .covariates import nodes_only as _nodes_only
+    from .covariates import with_periods as _with_periods
 
     if args.observation != "panel":
         raise ValueError("--observation: prevalence compares panel data (--observation panel).")

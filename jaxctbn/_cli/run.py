@@ -274,12 +274,9 @@ def _cmd_run_pool(args):
     """`jaxctbn run pool`: the paper's real-data experiment (subjects drawn from a pool of panel
     trajectories, interventions = sub-pools with the root held constant;
     `jaxctbn._experiments.pool`)."""
-    from .._experiments.pool import (
-        POOL_DESIGN_NAMES,
-        data_digest,
-        prepare_pool,
-        run_pool_experiment,
-    )
+    from .._experiments.pool import POOL_DESIGN_NAMES
+    from .._experiments.pool_run import data_digest, run_pool_experiment
+    from .._experiments.pool_subjects import prepare_pool
     from .._experiments.report import summary_table, verdicts
     from .._panel.csv import panel_from_dataframe
     from .._panel.structure_posterior import StructureParticleFilter

@@ -11,7 +11,7 @@ run time).
 
 [`jaxctbn.internal.use_unrolled_threefry_on_cpu`][] makes the installed JAX do the same: the same
 hash, so **the same random bits** for every key, compiled faster, at about the same run time
-per step (`benchmarks/bench_active_learning.py` reports the compile and step times, with JAX's
+per step (`benchmarks/active_learning/bench_active_learning.py` reports the compile and step times, with JAX's
 loop under `--rolled-threefry`; results in `benchmarks/results/vbhc_run.md`).
 """
 
@@ -22,7 +22,7 @@ def use_unrolled_threefry_on_cpu() -> bool:
     r"""Compile JAX's Threefry hash on the CPU as straight-line code instead of a loop
     (what JAX does on other platforms, and what upstream JAX has since made the CPU default,
     jax-ml/jax#37872): the same random bits, compiled in less time (compile times reported by
-    `benchmarks/bench_active_learning.py`, with JAX's loop under `--rolled-threefry`; results in
+    `benchmarks/active_learning/bench_active_learning.py`, with JAX's loop under `--rolled-threefry`; results in
     `benchmarks/results/vbhc_run.md`).
 
     Global and process-wide, like `jax.config.update`: it applies to every program lowered

@@ -8,7 +8,7 @@ and every visit schedule: common random numbers),
 $$\widehat{\mathrm{VBHC}}(i,\kappa)=\mathrm{KL}(q_\kappa\|p(\Lambda\mid\mathcal H))+\frac1{N_SN_J}
 \sum_{s,j}\mathrm{KL}\big(p(Y\mid\Lambda_s,i)\,\|\,p(Y\mid\Lambda'_j(\kappa),i)\big),$$
 
-the panel KL being exact ([`jaxctbn.panel.panel_kl_divergence`][]). The BHC is its value at
+the panel KL being exact (`panel_kl_divergence`). The BHC is its value at
 $q_\kappa=p(\Lambda\mid\mathcal H)$; the VBHC its minimum over $\kappa$ by an optax optimiser
 with autodiff gradients through the Gamma draws (implicit reparameterisation) and the matrix
 exponentials, started at the posterior, so the reported minimum is never above the BHC
@@ -269,7 +269,7 @@ def warm_vbhc_steps(
 
 class PanelDesign(eqx.Module):
     """Every candidate's score with a panel outcome: `scores` `(C,)`, the visit `times` `(C, K)`
-    they were computed at (chosen per candidate with `Panel(num_visits=K)`, else the given
+    they were computed at (chosen per candidate with `PanelOutcome(num_visits=K)`, else the given
     times), and `equally_spaced_scores` `(C,)` at $t_k=\tau k/K$ (with given times: the
     scores themselves)."""
 

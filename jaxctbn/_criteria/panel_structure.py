@@ -160,7 +160,7 @@ class PanelStructureEIGDraws(eqx.Module):
 def panel_structure_eig_draws(
     posterior: StructurePosterior, key: PRNGKeyArray, num_samples: int, num_inner: int
 ) -> PanelStructureEIGDraws:
-    """The outer and inner draws of [`panel_structure_eig`][jaxctbn.criteria.panel_structure_eig]
+    """The outer and inner draws of `panel_structure_eig`
     (systematic graphs; the inner rates given $G_s$ drawn with the joint inner draws' keys)."""
     k_outer, k_inner, k_outer_rates, k_inner_rates = jr.split(key, 4)
     indices = posterior.systematic_parent_sets(k_outer, num_samples)
@@ -189,7 +189,7 @@ def panel_structure_eig(
     \ln\frac1J\sum_jp(Y_{sr}\mid G_j,\Lambda_j)\big]$, with $R$ = `num_paths` outcomes of each
     outer draw, every likelihood exact (forward filter); consistent as $J\to\infty$. With an
     `emission` matrix the outcome is the recorded symbols, as in
-    [`panel_parameter_eig`][jaxctbn.criteria.panel_parameter_eig]."""
+    `panel_parameter_eig`."""
     laws = draw_laws(draws.models, initial_state, times, intervention)
     inner = draw_laws(draws.inner, initial_state, times, intervention)
     same = jax.vmap(lambda m: draw_laws(m, initial_state, times, intervention))(draws.same_graph)

@@ -30,8 +30,12 @@ from .._learning.conjugate import (
 from .._learning.conjugate import off_diagonal as _off
 from .._learning.optimisers import AbstractVBHCOptimiser
 from .._learning.posterior import AbstractRatePosterior, RatePosterior
-from .._master_equation.master_equation import expected_statistics, expected_statistics_batch
-from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
+from .._master_equation import (
+    AUTOMATIC_SOLVER,
+    StatisticsSolver,
+    expected_statistics,
+    expected_statistics_batch,
+)
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import Intervention, exposure_scale
 from .._paths.sampling import sample_trajectory
@@ -98,7 +102,7 @@ class ParameterDesignStatistics(eqx.Module):
 
     all zero for perfectly intervened nodes. A node whose rates an imperfect intervention
     scales by $s_n$ counts its dwell times as the exposure $s_n\mathsf E[\hat T_n]$
-    ([`jaxctbn.internal.exposure_scale`][]). These are all the (V)BHC needs.
+    (`exposure_scale`). These are all the (V)BHC needs.
     """
 
     transitions: tuple[Array, ...]
@@ -158,7 +162,7 @@ def parameter_vbhc(
     before the expectation). Differentiable in the variational parameters
     $\kappa=(\alpha^\kappa(x,x',u),\beta^\kappa(x,u))$ around a Gamma posterior (with a
     [`jaxctbn.GammaMixturePosterior`][] use the closed-form minimum,
-    [`jaxctbn.criteria.parameter_vbhc_minimum`][])."""
+    `parameter_vbhc_minimum`)."""
     check_gamma_posterior(posterior, "the VBHC with a numerical optimiser")
     total = stats.energy
     for a_bar, b_bar, a_k, b_k, m, t in zip(
@@ -235,7 +239,7 @@ def parameter_vbhc_minimise(
     r"""$\min_\kappa$VBHC by a numerical `optimiser` with autodiff gradients, over
     $\kappa$ in log space ($\alpha^\kappa=e^{a}$, $\beta^\kappa=e^{b}$), starting at the posterior
     $(\bar\alpha,\bar\beta)$ as Algorithm 1 does. Returns `(min VBHC, (alpha_kappa,
-    beta_kappa))`; agrees with [`jaxctbn.criteria.parameter_vbhc_minimum`][] at convergence."""
+    beta_kappa))`; agrees with `parameter_vbhc_minimum` at convergence."""
     params = (
         tuple(jnp.log(jnp.where(_off(a.shape[-1]), a, 1.0)) for a in posterior.alpha),
         tuple(jnp.log(b) for b in posterior.beta),
@@ -340,7 +344,7 @@ def parameter_eig_nested(
     r"""A truly nested Monte Carlo EIG with `num_inner` = $K$ inner draws:
     $\mathsf E_{\Lambda,S}[\ln p(S\mid\Lambda)-\ln\frac1K\sum_k p(S\mid\Lambda_k)]$ with fresh
     $\Lambda_k\sim p(\Lambda\mid H)$ per path. It is biased upwards and tends to
-    [`jaxctbn.criteria.parameter_eig`][] as $K\to\infty$; $K=1$ estimates the BHC (maths §6). Only the
+    `parameter_eig` as $K\to\infty$; $K=1$ estimates the BHC (maths §6). Only the
     path-likelihood terms of non-intervened nodes enter (the others cancel)."""
     k_draw, k_path, k_inner = jr.split(key, 3)
     draws = posterior_draws(posterior, k_draw, num_samples)

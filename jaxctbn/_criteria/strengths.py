@@ -23,10 +23,12 @@ from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from .._learning.posterior import AbstractPosterior
 from .._learning.strength import StrengthPosterior
-from .._master_equation.solvers import AUTOMATIC_SOLVER, StatisticsSolver
+from .._master_equation import AUTOMATIC_SOLVER, StatisticsSolver
 from .._model.interventions import Intervention, is_concrete
-from .criteria import COMPLETE_PATH, VBHC, AbstractCriterion, score_interventions
-from .outcomes import AbstractOutcome
+from .box_hill import VBHC
+from .criterion import AbstractCriterion
+from .outcomes import COMPLETE_PATH, AbstractOutcome
+from .scoring import score_interventions
 
 #: Logits at which the scale is the end of its range (to rounding): sigma(40) = 1 - 4e-18.
 BOUNDARY = 40.0

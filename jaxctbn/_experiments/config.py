@@ -116,10 +116,10 @@ class ExperimentConfig(eqx.Module):
     and at $K$ visit times which the criterion designs choose per candidate and the other
     designs space equally, maths §7), `interventions` (the candidates: `"all"` the paper's whole [`jaxctbn.intervention_space`][],
     `"single"` the [`jaxctbn.single_node_interventions`][], default `"auto"` =
-    [`jaxctbn.internal.design_space`][]: all up to 4096 members, single-node beyond), `graph_draws`
+    `design_space`: all up to 4096 members, single-node beyond), `graph_draws`
     (structure (V)BHC: `"stratified"`, `"joint"` or `"auto"`, the default) and `max_sets`
     (structure (V)BHC: each node's most probable parent sets scored; default `None`), resolved by
-    [`jaxctbn.experiments.default_graph_draws`][]: the paper's stratified draws over every set up to 8
+    `default_graph_draws`: the paper's stratified draws over every set up to 8
     nodes, joint draws over the 32 most probable sets per node beyond. With
     `max_parents=None` structure learning allows $N-1$ parents up to 8 nodes and 2 beyond (the
     exhaustive search has $2^{N-1}$ parent sets per node). Batches and costs (maths §8; see
@@ -349,13 +349,13 @@ class ExperimentConfig(eqx.Module):
 
     def outcome(self):
         """The outcome Module of `observation_times` or `visits` (`CompletePath()` without)."""
-        from .._criteria.outcomes import CompletePath, Panel
+        from .._criteria.outcomes import CompletePath, PanelOutcome
 
         if self.visits is not None:
-            return Panel(num_visits=int(self.visits))
+            return PanelOutcome(num_visits=int(self.visits))
         if self.observation_times is None:
             return CompletePath()
-        return Panel(np.asarray(self.observation_times, float))
+        return PanelOutcome(np.asarray(self.observation_times, float))
 
     def panel_family(self):
         """The posterior family of the loop with a panel outcome. Parameters:
@@ -363,7 +363,7 @@ class ExperimentConfig(eqx.Module):
         `MomentMatchedGamma(10)` ("moment"); structure: `StructureParticleFilter(particles)`
         or `StructuralEM(10)`; with empirical Bayes (structure) always `StructuralEM(10)`
         (the refit needs one posterior)."""
-        from .._panel.rate_posterior import MomentMatchedGamma, ParticleFilter
+        from .._panel.rate_families import MomentMatchedGamma, ParticleFilter
         from .._panel.structure_posterior import StructuralEM, StructureParticleFilter
 
         if self.target == "structure":

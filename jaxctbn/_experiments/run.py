@@ -42,14 +42,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._active_learning.designs import design_from_name
-from .._active_learning.loop import batching_within_memory, run_repetitions
+from .._active_learning.repetitions import batching_within_memory, run_repetitions
 from .._active_learning.tasks import ParameterLearningTask, StructureLearningTask
 from .._batching import AbstractBatching, Sharded
 from .._criteria.structure import JointGraphDraws, StratifiedGraphDraws
 from .._files import json_bytes, write_atomically
 from .._learning.priors import GammaPrior
 from .._model.interventions import design_space, intervention_space, single_node_interventions
-from .._panel.rate_posterior import AbstractPanelRateFamily
+from .._panel.rate_families import AbstractPanelRateFamily
 from .._panel.structure_posterior import AbstractPanelStructureFamily
 from .._paths.sampling import automatic_max_events
 from .config import (
@@ -172,8 +172,7 @@ def run_experiment(
             num_paths=paths,
             graph_draws=JointGraphDraws() if graph_draws == "joint" else StratifiedGraphDraws(),
             max_sets=max_sets,
-            outcome=config.outcome(),
-        )
+        )  # the designs score under the task's outcome (the loop gives it them)
         for name in designs
     }
     loop_settings: dict[str, Any] = dict(

@@ -43,7 +43,7 @@ def sum_of_entries(x: Float[Array, "*shape"]) -> Float[Array, ""]:
     [`gamma_poisson_log_marginal`][] ($\ln\Gamma$, logarithms) the reduction is several
     times slower than the dot product, which takes its operand from a vectorised element-wise
     loop (the structure design step, which sums these terms, is timed in
-    `benchmarks/bench_design_step.py`; results in `benchmarks/results/design_step.md`)."""
+    `benchmarks/criteria/bench_design_step.py`; results in `benchmarks/results/design_step.md`)."""
     flat = jnp.reshape(x, -1)
     return flat @ jnp.ones_like(flat)
 
@@ -160,7 +160,7 @@ def gamma_poisson_log_marginal(
     if keep is not None:
         terms = jnp.where(keep, terms, 0.0)
     # summed as a dot product (`sum_of_entries` says why; the structure design step is timed
-    # in `benchmarks/bench_design_step.py`, results in `benchmarks/results/design_step.md`)
+    # in `benchmarks/criteria/bench_design_step.py`, results in `benchmarks/results/design_step.md`)
     return sum_of_entries(terms)
 
 

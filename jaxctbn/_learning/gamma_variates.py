@@ -3,7 +3,7 @@ r"""Gamma variates for posterior rate draws, vectorised over a whole array of sh
 `jax.random.gamma` draws each variate by its own rejection loop; vectorised over an array it
 runs as one loop whose random bits are split per element and per round, slow on a CPU for the
 ~20,000 variates that the rate draws of a structure design step need (the step is timed in
-`benchmarks/bench_design_step.py`; results in `benchmarks/results/design_step.md`).
+`benchmarks/criteria/bench_design_step.py`; results in `benchmarks/results/design_step.md`).
 Here Marsaglia and Tsang's method (2000) runs on the whole array at once: every element gets
 one proposal (one normal and one uniform, from one key), accepted with probability $\ge0.95$
 for shape $\ge1$. The rejected ones are then gathered into a buffer (`jnp.nonzero` with a fixed

@@ -50,13 +50,9 @@ from jax.scipy.special import betainc, gammaincc
 
 from .._paths.sampling import Trajectories
 from .candidates import knowledge_arrays
-from .search import (
-    AbstractStructureSearch,
-    _by_column_state,
-    _by_parent_state,
-    _move_statistics,
-    search_data,
-)
+from .moves import by_column_state, by_parent_state, move_statistics
+from .search import AbstractStructureSearch
+from .search_data import search_data
 
 
 class CTPC(AbstractStructureSearch):
@@ -170,12 +166,12 @@ def independence_p_values(data, bases, cards: tuple[int, ...], chunk: int, colum
     N, _, width = bases.shape
     kmax = max(cards)
     C = int(kmax**width)
-    D, E, D_own, E_own = _move_statistics(data, bases, cards, C, chunk, True, columns)
+    D, E, D_own, E_own = move_statistics(data, bases, cards, C, chunk, True, columns)
     if columns is None:
-        column, D, E = _by_parent_state(cards, D, E)
+        column, D, E = by_parent_state(cards, D, E)
         column = jnp.broadcast_to(column[None], (N,) + column.shape)  # (N, N, kmax)
     else:  # slot p, state v: column p * kmax + v (the extra zero column for states not had)
-        column, D, E = _by_column_state(cards, columns, D, E)
+        column, D, E = by_column_state(cards, columns, D, E)
     p_f = jnp.ones((N,) + bases.shape[1:2] + (column.shape[1],), D.dtype)
     p_chi2 = jnp.ones_like(p_f)
     for k in sorted(set(cards)):

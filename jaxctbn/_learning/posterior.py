@@ -44,9 +44,13 @@ class AbstractPosterior(eqx.Module):
     names: eqx.AbstractVar[tuple[str, ...]]
 
     @abc.abstractmethod
-    def score_with(self, criterion: Any, candidates, initial_state, horizon, **options) -> Array:
+    def score_with(
+        self, criterion: Any, candidates, initial_state, horizon, *, key, num_samples, solver,
+        batching, outcome,
+    ) -> Array:  # fmt: skip
         """`criterion.score_rates(self, ...)` or `criterion.score_structure(self, ...)`: one
-        score per candidate intervention (larger = more informative)."""
+        score per candidate intervention (larger = more informative); the keywords are those
+        of [`jaxctbn.score_interventions`][]."""
 
 
 class AbstractRatePosterior(AbstractPosterior):
@@ -62,8 +66,14 @@ class AbstractRatePosterior(AbstractPosterior):
     cardinalities: eqx.AbstractVar[tuple[int, ...]]
     parents: eqx.AbstractVar[tuple[tuple[int, ...], ...]]
 
-    def score_with(self, criterion, candidates, initial_state, horizon, **options):
-        return criterion.score_rates(self, candidates, initial_state, horizon, **options)
+    def score_with(
+        self, criterion, candidates, initial_state, horizon, *, key, num_samples, solver,
+        batching, outcome,
+    ):  # fmt: skip
+        return criterion.score_rates(
+            self, candidates, initial_state, horizon, key=key, num_samples=num_samples,
+            solver=solver, batching=batching, outcome=outcome,
+        )  # fmt: skip
 
     @abc.abstractmethod
     def rate_means(self) -> tuple[Float[Array, "_configs _k _k"], ...]:

@@ -147,8 +147,14 @@ class StructureMixturePosterior(AbstractPosterior):
         """The floating dtype of the statistics."""
         return self.components.dtype
 
-    def score_with(self, criterion, candidates, initial_state, horizon, **options):
-        return criterion.score_structure(self, candidates, initial_state, horizon, **options)
+    def score_with(
+        self, criterion, candidates, initial_state, horizon, *, key, num_samples, solver,
+        batching, outcome,
+    ):  # fmt: skip
+        return criterion.score_structure(
+            self, candidates, initial_state, horizon, key=key, num_samples=num_samples,
+            solver=solver, batching=batching, outcome=outcome,
+        )  # fmt: skip
 
     @property
     def cardinalities(self) -> tuple[int, ...]:

@@ -42,15 +42,9 @@ from .scores import (
     candidate_sets_within_budget,
     over_candidate_sets,
 )
-from .search import (
-    AbstractStructureSearch,
-    Exhaustive,
-    HillClimbing,
-    hill_climb,
-    pool_parent_sets,
-    pool_statistics,
-    search_data,
-)
+from .search import AbstractStructureSearch, Exhaustive, HillClimbing, hill_climb
+from .search_data import search_data
+from .search_pool import pool_parent_sets, pool_statistics
 
 
 class StructurePosterior(AbstractPosterior):
@@ -154,8 +148,14 @@ class StructurePosterior(AbstractPosterior):
         """The floating dtype of the statistics."""
         return self.statistics.dwell_times[0].dtype
 
-    def score_with(self, criterion, candidates, initial_state, horizon, **options):
-        return criterion.score_structure(self, candidates, initial_state, horizon, **options)
+    def score_with(
+        self, criterion, candidates, initial_state, horizon, *, key, num_samples, solver,
+        batching, outcome,
+    ):  # fmt: skip
+        return criterion.score_structure(
+            self, candidates, initial_state, horizon, key=key, num_samples=num_samples,
+            solver=solver, batching=batching, outcome=outcome,
+        )  # fmt: skip
 
     @property
     def parent_sets(self) -> tuple[Int[Array | np.ndarray, "_sets max_parents"], ...]:

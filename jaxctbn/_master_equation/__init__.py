@@ -1,2 +1,52 @@
 """The generator, the master equation and the expected statistics it yields: exact solvers
-and the approximate ones (mean field, Monte Carlo) side by side."""
+and the approximate ones (mean field, Monte Carlo) side by side. What the later layers use is
+re-exported here; they import it from this package, not from its modules."""
+
+from .automatic_solver import AUTOMATIC_SOLVER as AUTOMATIC_SOLVER
+from .automatic_solver import AutomaticSolver as AutomaticSolver
+from .automatic_solver import resolve_solver as resolve_solver
+from .dense_linalg import expm as expm
+from .dense_linalg import expm_batched as expm_batched
+from .dense_linalg import gap_transition_matrices as gap_transition_matrices
+from .dense_linalg import matrix_vector as matrix_vector
+from .dense_linalg import short_sum as short_sum
+from .dense_linalg import solve_batched as solve_batched
+from .dense_linalg import transition_matrices as transition_matrices
+from .dense_linalg import uniformisation_rate as uniformisation_rate
+from .dense_linalg import uniformised_powers as uniformised_powers
+from .dense_linalg import vector_matrix as vector_matrix
+from .diffrax_solver import DiffraxSolver as DiffraxSolver
+from .flows import pull_shifts as pull_shifts
+from .flows import push as push
+from .generator import AbstractGenerator as AbstractGenerator
+from .generator import ExpandedGenerator as ExpandedGenerator
+from .generator import FactoredGenerator as FactoredGenerator
+from .generator import amalgamate as amalgamate
+from .generator import batch_last as batch_last
+from .generator import shift_indices as shift_indices
+from .master_equation import clamp_pattern_statistics as clamp_pattern_statistics
+from .master_equation import expected_statistics as expected_statistics
+from .master_equation import expected_statistics_batch as expected_statistics_batch
+from .master_equation import marginals as marginals
+from .matrix_exponential import MatrixExponential as MatrixExponential
+from .mean_field import MeanField as MeanField
+from .mean_field import MeanFieldStatistics as MeanFieldStatistics
+from .mean_field import configuration_digits as configuration_digits
+from .mean_field import node_tables as node_tables
+from .mean_field import padded_parents as padded_parents
+from .monte_carlo import Gillespie as Gillespie
+from .monte_carlo import SampledStatistics as SampledStatistics
+from .preparation import checked_initial_distribution as checked_initial_distribution
+from .preparation import checked_node_states as checked_node_states
+from .preparation import initial_distribution as initial_distribution
+from .preparation import prepare_experiment as prepare_experiment
+from .solver import AbstractApproximateSolver as AbstractApproximateSolver
+from .solver import AbstractMasterEquationSolver as AbstractMasterEquationSolver
+from .solver import StatisticsSolver as StatisticsSolver
+from .solver import check_state_space as check_state_space
+from .statistics import AbstractExpectedStatistics as AbstractExpectedStatistics
+from .statistics import ExpectedStatistics as ExpectedStatistics
+from .statistics import projection_bins as projection_bins
+from .statistics import projection_parents as projection_parents
+from .uniformisation import DEFAULT_SOLVER as DEFAULT_SOLVER
+from .uniformisation import Uniformisation as Uniformisation

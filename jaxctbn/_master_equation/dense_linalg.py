@@ -53,7 +53,7 @@ def short_sum(x: Array, axis: int = -1) -> Array:
 
     jaxlib 0.10's CPU backend hands reductions to YNNPACK fusions, which for short axes inside a
     loop cost several times a fused elementwise loop (the panel filter's 4-state sums: measured
-    in `benchmarks/bench_msm.py`; results in `benchmarks/results/msm.md`); the sum of slices
+    in `benchmarks/panel/bench_msm.py`; results in `benchmarks/results/msm.md`); the sum of slices
     fuses into its neighbours instead. Longer axes keep `jnp.sum`."""
     n = x.shape[axis]
     if n > _UNROLLED_MAX_LENGTH or n == 0:

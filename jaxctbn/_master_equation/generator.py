@@ -138,7 +138,7 @@ def batch_last(generators: AbstractGenerator) -> AbstractGenerator:
     to the end of every array. [`jaxctbn.AbstractGenerator.apply`][] then takes `p` of shape
     `(S, batch)` and runs one vectorised product for the whole batch: on CPU faster than
     `jax.vmap` of the single product, whose batch axis is outermost and does not vectorise
-    (measured in `benchmarks/bench_master_equation.py`, 'batched' against 'vmap'; results in
+    (measured in `benchmarks/master_equation/bench_master_equation.py`, 'batched' against 'vmap'; results in
     `benchmarks/results/master_equation.md`)."""
     return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, -1), generators)
 

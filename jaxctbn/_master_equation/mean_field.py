@@ -38,14 +38,9 @@ from jaxtyping import Array, ArrayLike, Float, Int
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import Intervention
 from .._model.layout import slot_strides
-from .master_equation import (
-    AbstractExpectedStatistics,
-    checked_initial_distribution,
-    checked_node_states,
-    prepare_model,
-    projection_parents,
-)
-from .solvers import AbstractApproximateSolver
+from .preparation import checked_initial_distribution, checked_node_states, prepare_model
+from .solver import AbstractApproximateSolver
+from .statistics import AbstractExpectedStatistics, projection_parents
 
 
 # --------------------------------------------------------------------------- parent layouts
@@ -110,7 +105,7 @@ class MeanFieldStatistics(AbstractExpectedStatistics):
         Computed with the quadrature times as the last (contiguous) axis and as elementwise
         products summed over time rather than small batched matrix products: under the
         design criteria's vmaps over draws, nodes and sets this is faster on a CPU (the design
-        step with mean-field statistics is timed in `benchmarks/bench_mean_field.py`; results
+        step with mean-field statistics is timed in `benchmarks/master_equation/bench_mean_field.py`; results
         in `benchmarks/results/mean_field.md`)."""
         k = cim.shape[-1]
         mu = jnp.moveaxis(self.node_marginals, 0, -1)  # (N, kmax, t)
@@ -226,14 +221,14 @@ class MeanField(AbstractApproximateSolver):
     statistics on any parent set by composite Gauss-Legendre quadrature. Returns a
     [`jaxctbn.internal.MeanFieldStatistics`][]. Exact for a network without edges; otherwise an
     approximation whose error grows with the coupling between a node and its parents (measured
-    in `benchmarks/bench_mean_field.py`; results in `benchmarks/results/mean_field.md`).
+    in `benchmarks/master_equation/bench_mean_field.py`; results in `benchmarks/results/mean_field.md`).
 
     **Arguments (keyword-only):** `rtol`, `atol` of the adaptive step control (diffrax
     `Tsit5`, error measured in the max norm; the defaults, 1e-4 and 1e-7, put the node
     statistics within 1.2e-5 (relative) of a 1e-11 solve on random 10-node networks with rates
     scaled by 1, 4 and 10, below the quadrature's error and far below the approximation's own
     (1-11%), and make the parameter design step at 100 nodes faster than 1e-6 and 1e-9, with
-    scores within 1e-6; the step is timed in `benchmarks/bench_mean_field.py`, results in
+    scores within 1e-6; the step is timed in `benchmarks/master_equation/bench_mean_field.py`, results in
     `benchmarks/results/mean_field.md`); `panels` and `points` of the quadrature
     ($\tau$ split into `panels` equal pieces with `points` Gauss-Legendre nodes each; the
     marginals are saved there; default 8 x 8: on random 10-node networks its projections are as

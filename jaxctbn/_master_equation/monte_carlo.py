@@ -52,8 +52,9 @@ from .._model.interventions import Intervention
 from .._model.layout import config_index
 from .._paths.sampling import automatic_max_events, batch_trajectories, draw_initial_state
 from .._paths.sufficient_statistics import segments
-from .master_equation import AbstractExpectedStatistics, prepare_model, projection_parents
-from .solvers import AbstractApproximateSolver
+from .preparation import prepare_model
+from .solver import AbstractApproximateSolver
+from .statistics import AbstractExpectedStatistics, projection_parents
 
 
 def _project(

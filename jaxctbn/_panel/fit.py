@@ -51,20 +51,15 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._learning.priors import GammaPrior, check_prior
-from .._master_equation.solvers import (
-    AbstractMasterEquationSolver,
-    MatrixExponential,
-)
+from .._master_equation import AbstractMasterEquationSolver, MatrixExponential
 from .._model.ctbn import CTBN
 from .._model.interventions import is_concrete
 from .buckets import PanelBuckets, as_flat_buckets
+from .checks import check_possible
 from .covariates import Covariates
 from .fit_methods import AbstractRateFitMethod, GradientFit, SquaremFit
 from .fit_problem import PUSH, fit_problem
-from .inference import (
-    _check_possible,
-    gap_groups,
-)
+from .gap_groups import gap_groups
 from .observations import Emissions, PanelObservations
 
 
@@ -232,7 +227,7 @@ def fit_rates(
         groups,
         covariates,
     )
-    fit = _check_possible(fit, bad, observations)
+    fit = check_possible(fit, bad, observations)
     if isinstance(method, SquaremFit) and method.polish is not None:
         fit = _polished(fit, method.polish, observations, parameters, emissions,
                         initial_distribution, solver, groups, covariates)  # fmt: skip
@@ -245,7 +240,7 @@ def _polished(fit: RateFit, polish, observations, *arguments) -> RateFit:
     if not is_concrete(fit.converged) or bool(fit.converged):
         return fit
     second, bad = _fit(fit.model, observations, polish, *arguments)
-    second = _check_possible(second, bad, observations)
+    second = check_possible(second, bad, observations)
     if not float(second.log_posterior) >= float(fit.log_posterior):
         return fit
     return dataclasses.replace(
@@ -384,7 +379,7 @@ def checked_fit_arguments(model, observations, method, prior, emissions, solver,
             jnp.stack([jnp.asarray(b, dtype) for _, b in pairs]),
             jnp.asarray(True),
         )
-    # intervals of equal length share their dense exponentials (see `_pooled_by_gaps`): only
+    # intervals of equal length share their dense exponentials (see `pooled_by_gaps`): only
     # for concrete data without interventions and the dense solver
     groups = None
     no_intervention = as_flat_buckets(observations)[0].intervention is None

@@ -13,19 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from .._master_equation.solvers import (
-    AbstractMasterEquationSolver,
-    Uniformisation,
-)
+from .._master_equation import AbstractMasterEquationSolver, Uniformisation
 from .._model.ctbn import CTBN, with_diagonal
 from .buckets import PanelBuckets, as_flat_buckets, split_rows
 from .covariates import centred_values, scales_of, with_scales
-from .inference import (
-    GapGroups,
-    PanelExpectedStatistics,
-    _compute,
-    _pooled_by_gaps,
-)
+from .expected_statistics import PanelExpectedStatistics
+from .gap_groups import GapGroups, pooled_by_gaps
+from .inference import panel_inference as _compute
 from .observations import Emissions, PanelObservations
 
 _LOWER = 1e-12  # lowest free rate, times the median gap
@@ -126,7 +120,7 @@ class FitProblem(eqx.Module):
         model = self.with_rates(rates)
         buckets = PanelBuckets(self.observations, np.arange(self.pooled.shape[0]))
         if self.groups is not None:
-            return _pooled_by_gaps(
+            return pooled_by_gaps(
                 model, buckets, self.emissions, self.initial_distribution, self.groups, what
             )
         observations = self.observations

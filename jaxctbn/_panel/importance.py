@@ -4,7 +4,7 @@ proposal.
 Likelihood weighting (forward simulation, weighted by the observations' likelihood) gives
 weight zero to almost every path once many nodes are seen without error at every visit. Here
 the proposal already meets every observation: it is the product of node processes
-$Q=\prod_n Q_n$ fitted by [`jaxctbn.panel.panel_mean_field_statistics`][], each $Q_n$ a chain
+$Q=\prod_n Q_n$ fitted by `panel_mean_field_statistics`, each $Q_n$ a chain
 whose matrix $A_n$ is constant on each step of the mean-field grid, conditioned on the node's
 own observations. A path $x$ drawn from $Q$ gets the weight
 
@@ -43,13 +43,13 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._master_equation.dense_linalg import uniformised_powers
+from .._master_equation import uniformised_powers
 from .._model.ctbn import AbstractCTBN
 from .._model.layout import config_index
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import segments
 from .bridges import bridge, draw_index
-from .gibbs import _compacted, _Path, _to_trajectories, _whole
+from .gibbs_kernel import Path, compacted, to_trajectories, whole
 from .mean_field import (
     DEFAULT_MEAN_FIELD,
     NodeProcesses,
@@ -92,7 +92,7 @@ class PanelImportanceSampler(eqx.Module):
             )
 
 
-#: The default sampler of [`sample_panel_paths_by_importance`][jaxctbn.panel.sample_panel_paths_by_importance].
+#: The default sampler of `sample_panel_paths_by_importance`.
 DEFAULT_IMPORTANCE_SAMPLER = PanelImportanceSampler()
 
 
@@ -188,7 +188,7 @@ def _node_path(A, uniformised, E, ends, first, log_normaliser, steps, key, max_j
     times, states, jumped, log_q, overflow = jax.vmap(_bridge)(
         A, uniformised, E, steps, starts, at_starts, at_ends, jr.split(key_bridges, S)
     )
-    jump_times, jump_values, too_many = _compacted(
+    jump_times, jump_values, too_many = compacted(
         jumped.reshape(-1), times.reshape(-1), states.reshape(-1), max_jumps
     )
     flags = jnp.stack([too_many, jnp.any(overflow), ~jnp.all(possible)])
@@ -237,7 +237,7 @@ def sample_panel_paths_by_importance(
       per trajectory, the samples record the clamps; no exact entry times.
     - `key`; `sampler`: a [`jaxctbn.panel.PanelImportanceSampler`][].
 
-    **Returns:** [`jaxctbn.panel.WeightedPaths`][]: the paths, their log-weights, the
+    **Returns:** `WeightedPaths`: the paths, their log-weights, the
     proposal's bound; `effective_sample_size()`, `log_likelihood()`, `resampled(key)`. Raises
     (inside jit) when an observation is impossible under the model or a buffer is too small
     (`max_events`, `max_node_events`, `max_candidates`)."""
@@ -301,9 +301,9 @@ def weighted_unguarded(model, observations, key, sampler, start, max_children):
                 )
             )(process.matrices, uniformised, process.exponentials, process.ends, process.first,
               process.log_normalisers, jr.split(key, N))  # fmt: skip
-            events, too_long = _whole(_Path(initial=x0, times=times, values=values),
+            events, too_long = whole(Path(initial=x0, times=times, values=values),
                                       sampler.max_events)  # fmt: skip
-            path = _to_trajectories(events, duration, target, clamp)
+            path = to_trajectories(events, duration, target, clamp)
             log_p = _target_log_density(table, path, events.nodes, cards)
             flags = jnp.concatenate([too_long[None], flags.any(0)])
             return path, log_p - log_q.sum(), flags

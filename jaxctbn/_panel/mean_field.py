@@ -50,16 +50,22 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from .._master_equation.dense_linalg import expm, expm_batched
-from .._master_equation.master_equation import AbstractExpectedStatistics, projection_parents
-from .._master_equation.mean_field import configuration_digits, node_tables, padded_parents
+from .._master_equation import (
+    AbstractExpectedStatistics,
+    configuration_digits,
+    expm,
+    expm_batched,
+    node_tables,
+    padded_parents,
+    projection_parents,
+)
 from .._model.ctbn import AbstractCTBN
 from .observations import PanelObservations, per_trajectory_tables, require_batch
 
 
 class PanelMeanField(eqx.Module):
     r"""Mean-field inference under panel evidence (module docstring): the choice passed to
-    [`jaxctbn.panel.panel_mean_field_statistics`][] and, as `mean_field=`, to
+    `panel_mean_field_statistics` and, as `mean_field=`, to
     [`jaxctbn.panel.learn_structure_from_panels`][].
 
     **Arguments (keyword-only):**
@@ -441,7 +447,7 @@ def panel_mean_field_statistics(
       ends), or an earlier result for the same observations and `steps_per_gap` to start the
       sweeps from (structural EM starts each E-step from the previous one's: fewer sweeps).
 
-    **Returns:** [`jaxctbn.panel.PanelMeanFieldStatistics`][] with the batch axis; its
+    **Returns:** `PanelMeanFieldStatistics` with the batch axis; its
     `evidence_lower_bound` is $\le$ [`jaxctbn.panel.panel_log_likelihood`][] (up to the
     discretisation of the couplings), and equal to it, with equal statistics, for a network
     without edges. Raises (inside jit, `eqx.error_if`) when an observation is impossible under

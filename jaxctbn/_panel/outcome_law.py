@@ -26,9 +26,12 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
-from .._master_equation.dense_linalg import gap_transition_matrices
-from .._master_equation.master_equation import checked_node_states, prepare_experiment
-from .._master_equation.solvers import MatrixExponential
+from .._master_equation import (
+    MatrixExponential,
+    checked_node_states,
+    gap_transition_matrices,
+    prepare_experiment,
+)
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import Intervention
 from .._model.layout import global_state_index

@@ -38,22 +38,23 @@ import numpy as np
 from jaxtyping import Array, PRNGKeyArray
 
 from .._errors import error_message
-from .._master_equation.dense_linalg import gap_transition_matrices, uniformisation_rate
-from .._master_equation.generator import amalgamate, shift_indices
-from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
+from .._master_equation import (
+    AbstractMasterEquationSolver,
+    MatrixExponential,
+    amalgamate,
+    gap_transition_matrices,
+    shift_indices,
+    uniformisation_rate,
+)
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import is_concrete
 from .bridges import bridge, draw_index
-from .inference import (
-    PanelExpectedStatistics,
-    _check_possible,
-    _filter,
-    _filtered_log_likelihood,
-    _padded_times,
-    _safe,
-    _setup,
-    _under_intervention,
-)
+from .checks import check_possible
+from .checks import checked_inputs as _setup
+from .expected_statistics import PanelExpectedStatistics
+from .filtering import filtered_log_likelihood, padded_times, under_intervention
+from .filtering import forward_filter as _filter
+from .filtering import safe_horizon as _safe
 from .observations import Emissions, PanelObservations
 
 #: the largest bound on one bridge's uniformisation times that the eager verbs grow to: a path
@@ -70,7 +71,7 @@ def with_candidate_growth(
     run: Callable[[_Family], _Out], family: _Family, *, inputs: object = None
 ) -> tuple[_Out, _Family]:
     """`(run(family), family)`, waited for; when a bridge needed more uniformisation times than
-    the family's `max_candidates` (the error of [`jaxctbn.internal.sample_path_statistics`][]),
+    the family's `max_candidates` (the error of `sample_path_statistics`),
     run again with it doubled, up to `MAX_CANDIDATES_LIMIT` (then the error stands), and return
     the family that ran. The same arguments give the same result (each size draws from the same
     keys). When `inputs` (the arrays `run` reads) are traced, the error surfaces only when the
@@ -109,13 +110,13 @@ def _trajectory_statistics(
     is `table[index[i]]`). With the dense exponential and no shared table, each interval's
     $e^{\Delta W}$ is computed once (a batch) for both the filter and the backward draws."""
     if propagators is None and isinstance(solver, MatrixExponential):
-        under, _ = _under_intervention(model, obs)
-        times, valid = _padded_times(obs, matrices[0].dtype)
+        under, _ = under_intervention(model, obs)
+        times, valid = padded_times(obs, matrices[0].dtype)
         steps = _safe(jnp.diff(times), valid[1:])
         table = gap_transition_matrices(amalgamate(under).dense(), steps)
         propagators = (table, jnp.arange(steps.shape[0]))
     gen, filtered = _filter(model, obs, matrices, None, solver, propagators)
-    bad, log_likelihood = _filtered_log_likelihood(filtered, None)
+    bad, log_likelihood = filtered_log_likelihood(filtered, None)
     W = gen.dense()
     dtype = W.dtype
     S = W.shape[0]
@@ -219,4 +220,4 @@ def sample_path_statistics(
     out = PanelExpectedStatistics(
         dwell_times=dwell, transitions=transitions, log_likelihood=log_likelihood, model=model
     )
-    return _check_possible(out, bad, observations)
+    return check_possible(out, bad, observations)

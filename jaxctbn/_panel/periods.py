@@ -59,7 +59,7 @@ def with_time_periods(
     inside a trajectory's follow-up (not already an observation time), of the same kind as
     given (buckets regrouped by the new lengths, in the same given order), and per-observation
     covariates: the given ones, then one dummy per period after the first, named by
-    [`jaxctbn.panel.period_names`][], acting on every free rate. Pass both to
+    `period_names`, acting on every free rate. Pass both to
     [`jaxctbn.panel.fit_rates`][].
     """
     if isinstance(observations, PanelBuckets):

@@ -28,12 +28,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from .._master_equation.dense_linalg import transition_matrices
-from .._master_equation.generator import amalgamate
+from .._master_equation import amalgamate, transition_matrices
 from .._model.ctbn import CTBN, with_diagonal
 from .._model.interventions import Intervention
 from .covariates import Covariates, centred_values, scales_of
-from .inference import _evidence
+from .filtering import observation_evidence as _evidence
 from .observations import PanelObservations
 
 

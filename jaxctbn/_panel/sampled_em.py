@@ -1,6 +1,6 @@
 r"""Rate fits to panel data with a sampled E-step (Monte Carlo EM): for networks beyond exact
 forward-backward, the expected statistics of each EM iteration are averages over complete
-paths drawn by [`jaxctbn.panel.sample_panel_paths`][] given the observations, and the M-step
+paths drawn by `sample_panel_paths` given the observations, and the M-step
 is the exact one: $\hat q_n(x\to x'\mid u)=\bar M/\bar T$ (maximum likelihood), or
 $(\bar M+\alpha)/(\bar T+\beta)$ under a Gamma prior (the complete-data posterior mean). The iterates fluctuate around the optimum by the
 sampling error of the E-step; the fit is the average of the last half of them.

@@ -27,7 +27,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._learning.priors import GammaPrior
-from .._master_equation.solvers import AbstractMasterEquationSolver
+from .._master_equation import AbstractMasterEquationSolver
 from .._model.ctbn import CTBN
 from .._model.interventions import Intervention
 from .fit import DEFAULT_PANEL_SOLVER, fit_rates

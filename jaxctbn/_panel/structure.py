@@ -33,84 +33,39 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._learning.family_statistics import FamilyStatistics, family_statistics
+from .._learning.family_statistics import FamilyStatistics
 from .._learning.priors import AbstractPrior, GammaPrior
 from .._learning.scores import candidate_sets_within_budget
 from .._learning.structure_posterior import StructurePosterior
-from .._master_equation.master_equation import AbstractExpectedStatistics
-from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
+from .._master_equation import (
+    AbstractMasterEquationSolver,
+    MatrixExponential,
+)
 from .._model.ctbn import CTBN, AbstractCTBN, PaddedCTBN
 from .buckets import PanelBuckets, as_flat_buckets
-from .gibbs import GibbsSampler, SampledPaths, _sample_unguarded, sampler_bounds
+from .checks import check_possible
+from .expected_statistics import PanelExpectedStatistics
+from .gap_groups import gap_groups, pooled_by_gaps
+from .gibbs import GibbsSampler, SampledPaths, sample_unguarded
+from .gibbs_kernel import sampler_bounds
 from .importance import PanelImportanceSampler, WeightedPaths, weighted_unguarded
-from .inference import (
-    PanelExpectedStatistics,
-    _check_possible,
-    _pooled_by_gaps,
-    gap_groups,
-    panel_expected_statistics,
-)
+from .inference import panel_expected_statistics
 from .mean_field import PanelMeanField, PanelMeanFieldStatistics, as_data, children_bound
 from .mean_field import _as_start as _mean_field_start
 from .mean_field import _statistics as _mean_field_statistics
 from .observations import Emissions, PanelObservations
+from .panel_families import (
+    expected_family_statistics,
+    panel_family_statistics,
+    project_families,
+    sampled_family_statistics,
+    scaled,
+)
 
 # panel gaps are long relative to the rates: the dense exponential has no limit on a gap's length
 DENSE_SOLVER = MatrixExponential()
-
-
-def _project_families(node_statistics, parent_sets, cards) -> FamilyStatistics:
-    """[`jaxctbn.internal.FamilyStatistics`][] with node $n$'s statistics `node_statistics(n)` (an
-    [`jaxctbn.AbstractExpectedStatistics`][]) projected onto each of its candidate sets
-    (leading batch axes are kept)."""
-    if len(parent_sets) != len(cards):
-        raise ValueError(f"parent_sets: need one array per node ({len(cards)}).")
-    sets = tuple(jnp.asarray(s, jnp.int32) for s in parent_sets)
-    Ms, Ts = zip(
-        *(node_statistics(n).node_statistics_on_sets(n, sets[n]) for n in range(len(cards)))
-    )
-    return FamilyStatistics(
-        transitions=tuple(Ms), dwell_times=tuple(Ts), parent_sets=sets, cardinalities=tuple(cards)
-    )
-
-
-def expected_family_statistics(
-    statistics: AbstractExpectedStatistics,
-    parent_sets: Sequence[Int[Array | np.ndarray, "_sets max_parents"]],
-) -> FamilyStatistics:
-    r"""[`jaxctbn.internal.FamilyStatistics`][] from expected statistics: node $n$'s expected
-    $\bar M_n$, $\bar T_n$ projected onto each of its candidate sets (leading batch axes of the
-    statistics are kept, e.g. one per subject). For a batch of panel trajectories pooled across
-    interventions use [`jaxctbn.panel.panel_family_statistics`][]."""
-    return _project_families(lambda n: statistics, parent_sets, statistics.model.cardinalities)
-
-
-def panel_family_statistics(
-    statistics: PanelExpectedStatistics,
-    parent_sets: Sequence[Int[Array | np.ndarray, "_sets max_parents"]],
-    *,
-    intervention_targets: Bool[Array, "trajectories nodes"] | None = None,
-) -> FamilyStatistics:
-    r"""Pooled expected family statistics of a batch of panel trajectories (one leading axis):
-    node $n$'s statistics sum only the trajectories in which $n$ was not perfectly intervened on
-    (`intervention_targets[r, n]`, the pooling rule of the paper's §4; default: none were), then
-    project onto each candidate set of $n$."""
-    if statistics.log_likelihood.ndim != 1:
-        raise ValueError("statistics: expected a batch of trajectories (one leading axis).")
-    R = statistics.log_likelihood.shape[0]
-    cards = statistics.model.cardinalities
-    if intervention_targets is None:
-        intervention_targets = jnp.zeros((R, len(cards)), bool)
-    if jnp.shape(intervention_targets) != (R, len(cards)):
-        raise ValueError(
-            f"intervention_targets: expected shape {(R, len(cards))}, got "
-            f"{jnp.shape(intervention_targets)}."
-        )
-    return _project_families(
-        lambda n: statistics.sum(where=~intervention_targets[:, n]), parent_sets, cards
-    )
 
 
 class PanelStructureFit(eqx.Module):
@@ -123,7 +78,7 @@ class PanelStructureFit(eqx.Module):
       observation; `None` with a sampled or mean-field E-step (not computed: exact
       forward-backward is what they avoid).
     - `evidence_lower_bound`: with a mean-field E-step, its bound $\mathcal F\le\sum_r\ln
-      p(Y_r\mid m_i)$ ([`jaxctbn.panel.panel_mean_field_statistics`][]); else `None`.
+      p(Y_r\mid m_i)$ (`panel_mean_field_statistics`); else `None`.
     - `trace`: the log-likelihood (mean-field: the bound) after each iteration,
       `(iterations,)` (empty with a sampled E-step).
     - `iterations`, `converged`: the number of E-steps, and whether the graph was unchanged and
@@ -133,11 +88,11 @@ class PanelStructureFit(eqx.Module):
       size over the trajectories of the jump count's chain in the last E-step (`None` with exact
       inference); `median_effective_sample_size`: the median over the trajectories;
       `split_r_hat`: the largest split-$\hat R$ over the trajectories
-      ([`jaxctbn.panel.SampledPaths.split_r_hat`][]; `None` with fewer than 4 samples);
+      (`SampledPaths.split_r_hat`; `None` with fewer than 4 samples);
       `infeasible_updates`: Gibbs updates that kept their path, over all E-steps;
       `sampler`: the sampler of the last E-step (its buffers as grown). With importance
       sampling: the effective sample sizes are the weights'
-      ([`jaxctbn.panel.WeightedPaths.effective_sample_size`][], the same for every node),
+      (`WeightedPaths.effective_sample_size`, the same for every node),
       `split_r_hat` and `infeasible_updates` are `None`, and `log_likelihood_estimate` is the
       last E-step's $\sum_r\ln\frac1S\sum_s w_{rs}$, an estimate of $\sum_r\ln p(Y_r\mid
       m_i)$ (biased low by about half the relative variance of the weights; `None`
@@ -186,8 +141,8 @@ def _independent_start(observations: PanelObservations | PanelBuckets, names, ca
 @eqx.filter_jit
 def _e_step(model, observations, emissions, solver, parent_sets, targets, groups):
     if groups is not None:  # no interventions: pooled directly, exponentials shared by gap
-        bad, pooled = _pooled_by_gaps(model, observations, emissions, None, groups, "statistics")
-        pooled = cast(PanelExpectedStatistics, _check_possible(pooled, bad, observations))
+        bad, pooled = pooled_by_gaps(model, observations, emissions, None, groups, "statistics")
+        pooled = cast(PanelExpectedStatistics, check_possible(pooled, bad, observations))
         return expected_family_statistics(pooled, parent_sets), pooled.log_likelihood
     stats = panel_expected_statistics(model, observations, emissions=emissions, solver=solver)
     family = panel_family_statistics(stats, parent_sets, intervention_targets=targets)
@@ -201,7 +156,7 @@ def _sampled_e_step(model, bucket, sampler, parent_sets, key, bounds):
     sample sizes and split-R-hat, per trajectory and node) and the number of infeasible
     updates."""
     paths: SampledPaths
-    paths, overflow = _sample_unguarded(model, bucket, key, sampler, bounds)
+    paths, overflow = sample_unguarded(model, bucket, key, sampler, bounds)
     family = sampled_family_statistics(paths.trajectories, model.cardinalities, parent_sets)
     r_hat = paths.split_r_hat() if sampler.num_samples >= 4 else None
     diagnostics = (paths.effective_sample_size(), r_hat)
@@ -240,46 +195,11 @@ def _mean_field_e_step(model, bucket, approximation, parent_sets, initial, max_c
         targets = jnp.zeros((R, N), bool)
     else:
         targets = jnp.broadcast_to(bucket.intervention.targets, (R, N))
-    family = _project_families(
+    family = project_families(
         lambda n: stats.sum(where=~targets[:, n]), parent_sets, model.cardinalities
     )
     fitted = (stats.dwell_times, stats.transitions)
     return family, stats.evidence_lower_bound.sum(), stats.sweeps.max(), fitted
-
-
-def sampled_family_statistics(trajectories, cardinalities, parent_sets) -> FamilyStatistics:
-    """The Monte Carlo estimate of the pooled expected family statistics: the family statistics
-    of sampled paths `(R, samples)` (`SampledPaths.trajectories`; node $n$ pools the paths in
-    which it is not clamped) summed over the trajectories and averaged over the samples.
-
-    One sample of every trajectory at a time (a scan over the samples), so that memory holds
-    $R$ paths, not $R\times$samples; by parts over the jumps (`method="jumps"`: work in jumps
-    x nodes$^2$; every sampled jump moves one node) for float64 paths and in-degree <= 2."""
-    S = trajectories.num_events.shape[1]
-    max_k = max(jnp.shape(p)[-1] for p in parent_sets)
-    by_jumps = max_k <= 2 and jnp.dtype(trajectories.jump_times.dtype) == jnp.float64
-    method = "jumps" if by_jumps else "auto"
-    per_sample = jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), trajectories)
-
-    def statistics(paths):
-        return family_statistics(paths, cardinalities, parent_sets, method=method)
-
-    def add(total, paths):  # `new + total` keeps the new statistics' parent sets
-        return statistics(paths) + total, None
-
-    shapes = jax.eval_shape(statistics, jax.tree_util.tree_map(lambda x: x[0], per_sample))
-    zero = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-    total, _ = jax.lax.scan(add, zero, per_sample)
-    return _scaled(total, 1.0 / S)
-
-
-def _scaled(family: FamilyStatistics, factor) -> FamilyStatistics:
-    return FamilyStatistics(
-        transitions=tuple(m * factor for m in family.transitions),
-        dwell_times=tuple(t * factor for t in family.dwell_times),
-        parent_sets=family.parent_sets,
-        cardinalities=family.cardinalities,
-    )
 
 
 @eqx.filter_jit
@@ -336,7 +256,7 @@ def learn_structure_from_panels(
 
     **Inference under evidence by sampling** (`sampler`, a [`jaxctbn.panel.GibbsSampler`][],
     with `key`): for networks beyond exact forward-backward, each E-step draws complete paths
-    given the observations ([`jaxctbn.panel.sample_panel_paths`][]) and averages their family
+    given the observations (`sample_panel_paths`) and averages their family
     statistics over the samples (Monte Carlo structural EM). The statistics of the E-steps since
     the MAP graph last changed are averaged (the later half of them: their models differ only
     in the rates, which settle and then move by sampling noise). The exact route's stopping rule
@@ -354,12 +274,12 @@ def learn_structure_from_panels(
     **Importance sampling** (`sampler`, a [`jaxctbn.panel.PanelImportanceSampler`][], with
     `key`): each E-step fits the mean-field product law to the observations, draws paths from
     it, weighs them towards the exact posterior
-    ([`jaxctbn.panel.sample_panel_paths_by_importance`][]) and resamples them to equal weights
+    (`sample_panel_paths_by_importance`) and resamples them to equal weights
     (systematic resampling) for the family statistics; the rest (averaging, stopping, buffer
     growth: `max_events`, `max_node_events`, `max_candidates`) is as for the Gibbs sampler. It
     corrects the mean field's bias where the weights' effective sample size is not small; the
     effective sample size falls as the network grows (about 90 of 256 at 6 nodes, 16 at 20,
-    4 at 50 nodes in `benchmarks/bench_panel_sampling.py`'s data), so beyond ~20 coupled nodes
+    4 at 50 nodes in `benchmarks/panel/bench_panel_sampling.py`'s data), so beyond ~20 coupled nodes
     Gibbs sampling or the mean field serve better.
 
     **Local fixed points.** Like every EM, structural EM can stop at a local fixed point: the
@@ -371,14 +291,14 @@ def learn_structure_from_panels(
 
     **Mean-field inference under evidence** (`mean_field`, a [`jaxctbn.panel.PanelMeanField`][]):
     each E-step approximates the posterior of the paths by a product of node processes fitted
-    to the observations ([`jaxctbn.panel.panel_mean_field_statistics`][]); deterministic, its
+    to the observations (`panel_mean_field_statistics`); deterministic, its
     cost grows with the number of nodes, not with $\prod_n k_n$. The stopping rule is the exact
     route's with the evidence lower bound in place of the log-likelihood (reported as
     `evidence_lower_bound`). Exact observations only (no `emissions`, no exact entry times).
     The projections onto the candidate sets use the product law, so a dependence between a
     node and a candidate parent that the product cannot carry is scored from the rates'
     effect alone (compared with sampling and exact inference in
-    `benchmarks/bench_panel_sampling.py`).
+    `benchmarks/panel/bench_panel_sampling.py`).
 
     Runs on the host (a Python loop over iterations, each compiled once: the E-step model is a
     [`jaxctbn.PaddedCTBN`][] of fixed shapes after the first step).
@@ -567,7 +487,7 @@ def _sampled_structural_em(
         evidence = float(_m_step(family, names, prior, edge_prior)[0].log_evidence())
         window.append(family)
         recent = window[len(window) // 2 :]  # the later half: the rates have settled
-        averaged = _scaled(sum(recent[1:], recent[0]), 1.0 / len(recent))
+        averaged = scaled(sum(recent[1:], recent[0]), 1.0 / len(recent))
         posterior, indices, next_model = _m_step(averaged, names, prior, edge_prior)
         graph = _graph_at(sets, indices)
         if graph != previous_graph:

@@ -33,20 +33,18 @@ from .._errors import error_message
 from .._learning.resampling import reweighted_ancestors, systematic_indices
 from .._learning.structure_mixture import StructureChainDiagnostics, StructureMixturePosterior
 from .._learning.structure_posterior import StructurePosterior
-from .._master_equation.solvers import AbstractMasterEquationSolver, MatrixExponential
+from .._master_equation import AbstractMasterEquationSolver, MatrixExponential
 from .._model.interventions import is_concrete
 from .buckets import PanelBuckets, as_flat_buckets
-from .gibbs import GibbsSampler, PathChains, candidate_sampler_bounds
-from .inference import GapGroups, gap_groups, panel_expected_statistics
+from .gap_groups import GapGroups, gap_groups
+from .gibbs import GibbsSampler, PathChains
+from .gibbs_kernel import candidate_sampler_bounds
+from .inference import panel_expected_statistics
 from .observations import Emissions, PanelObservations, per_trajectory_tables
+from .panel_families import panel_family_statistics, sampled_family_statistics
 from .path_statistics import with_candidate_growth
-from .rate_posterior import (
-    _sampled_statistics,
-    check_integer_fields,
-    checked_panel_update,
-    warn_unconverged,
-)
-from .structure import panel_family_statistics, sampled_family_statistics
+from .rate_sampling import sampled_statistics
+from .update_checks import check_integer_fields, checked_panel_update, warn_unconverged
 
 # panel gaps are long relative to the rates: the dense exponential has no limit on a gap's length
 DENSE_SOLVER = MatrixExponential()
@@ -116,7 +114,7 @@ class SampledStructure(AbstractPanelStructureFamily):
 
     1. **Paths.** Every trajectory's hidden path $S\sim p(S\mid Y,G,\Lambda)$ exactly (forward
        filtering, backward sampling of the states at the visits, an endpoint-conditioned
-       uniformised bridge in every interval: [`jaxctbn.internal.sample_path_statistics`][]).
+       uniformised bridge in every interval: `sample_path_statistics`).
     2. **Graph and rates.** $(G,\Lambda)\sim p(G,\Lambda\mid S)$ jointly: each node's parent set
        from its exact complete-data posterior with the rates integrated out (the family scores
        of [`jaxctbn.StructurePosterior`][], the prior's history added), then the rates given
@@ -137,7 +135,7 @@ class SampledStructure(AbstractPanelStructureFamily):
     **Beyond exact forward-backward** (whose joint state space grows as $\prod_n k_n$):
     `path_sampler=`[`jaxctbn.panel.GibbsSampler`][] replaces step 1 by `path_sampler.thin`
     sweeps of node-by-node auxiliary-variable Gibbs updates of the paths given $(G,\Lambda)$
-    ([`jaxctbn.panel.sample_panel_paths`][]' updates, each on its node's Markov blanket), from
+    (`sample_panel_paths`' updates, each on its node's Markov blanket), from
     the chain's current paths: each update leaves $p(S\mid Y,G,\Lambda)$ invariant, so the
     sampler still targets $p(G,\Lambda,S\mid Y)$, at a cost linear in the trajectories, the
     nodes and the blanket's size instead of the joint states. Chains then start from paths that
@@ -191,7 +189,7 @@ class SampledStructure(AbstractPanelStructureFamily):
         def sweep(state, key):
             _, model = state
             key_paths, key_graph, key_rates = jr.split(key, 3)
-            stats = _sampled_statistics(
+            stats = sampled_statistics(
                 model,
                 observations,
                 emissions,
@@ -380,7 +378,7 @@ class StructureParticleFilter(AbstractPanelStructureFamily):
             component = mixture.component(c)
             indices = component.sample_parent_sets(key_graph)
             model = component.rates_given(indices, key_rates)
-            stats = _sampled_statistics(
+            stats = sampled_statistics(
                 model, observations, emissions, key_paths, self.solver, self.max_candidates, gaps
             )
             family = panel_family_statistics(stats, parent_sets, intervention_targets=targets)

@@ -49,8 +49,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._learning.priors import GammaPrior
-from .._master_equation.dense_linalg import solve_batched
-from .._master_equation.solvers import AbstractMasterEquationSolver
+from .._master_equation import AbstractMasterEquationSolver, solve_batched
 from .._model.ctbn import CTBN
 from .buckets import PanelBuckets
 from .covariates import Covariates

@@ -1,0 +1,161 @@
+"""Whole-process wall time of the `jaxctbn` CLI on a small file, with and without JAX's
+persistent compilation cache (`JAXCTBN_CACHE_DIR`).
+
+Data: the paper's 4-node network (`jaxctbn.paper_network`, key 0), 30 trajectories of tau = 3
+written by `jaxctbn sample`. Each command runs as a fresh `python -m jaxctbn._cli` process
+(this checkout on PYTHONPATH): cold = first call with a fresh, empty cache directory; warm = the
+second and third call with that directory (mean of the two); no cache = `JAXCTBN_CACHE_DIR=off`
+(mean of `--repeat` calls). Child CPU time (user + sys) is recorded too: on a shared machine it
+varies less than wall time. Also `python -c "import jaxctbn"` against `python -c "import jax"`.
+
+Run: `python benchmarks/cli/bench_cli.py [--repeat 2]`; writes `results/cli.{json,md}`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jaxctbn as jc  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
+from _common import ROOT, argument_parser, environment, write_results  # noqa: E402
+
+INITIAL = ["--initial-state", "X1=0,X2=0,X3=0,X4=0"]
+
+
+def commands(net, data):
+    common = ["--duration", "3", *INITIAL, "--seed", "0"]
+    return {
+        "learn": ["learn", "--data", data],
+        "moments": ["moments", "--network", net, "--duration", "3", *INITIAL],
+        "design --target parameters": [
+            "design",
+            "--target",
+            "parameters",
+            "--network",
+            net,
+            "--data",
+            data,
+            *common,
+        ],
+        "design --target structure": ["design", "--target", "structure", "--data", data, *common],
+    }
+
+
+def run(argv, cache):
+    """Wall and child CPU seconds of one process; `cache` is the JAXCTBN_CACHE_DIR value."""
+    env = dict(os.environ, PYTHONPATH=ROOT, JAXCTBN_CACHE_DIR=cache)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv} failed:\n{proc.stderr}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def cli(args, out, cache):
+    return run([sys.executable, "-m", "jaxctbn._cli", *args, "--out", out], cache)
+
+
+def mean(xs):
+    return sum(xs) / len(xs)
+
+
+def main():
+    ap = argument_parser(__doc__)
+    ap.add_argument("--repeat", type=int, default=2, help="no-cache calls per command")
+    ap.add_common(name="cli")
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="jaxctbn-bench-cli-")
+    net, data = os.path.join(work, "net.json"), os.path.join(work, "data.csv")
+    with open(net, "w") as f:
+        json.dump(jc.paper_network(jax.random.key(0)).to_dict(), f)
+    sample = ["sample", "--network", net, "--trajectories", "30", "--duration", "3"]
+    cli([*sample, "--seed", "0"], data, "off")
+
+    imports = {}
+    for label, code in (("import jax", "import jax"), ("import jaxctbn", "import jaxctbn")):
+        times = [run([sys.executable, "-c", code], "off") for _ in range(3)]
+        imports[label] = {"wall_s": min(t[0] for t in times), "cpu_s": min(t[1] for t in times)}
+        print(label, imports[label], flush=True)
+
+    records = []
+    for label, argv in commands(net, data).items():
+        out = os.path.join(work, "out.json")
+        cache = tempfile.mkdtemp(prefix="cache-", dir=work)  # fresh and empty
+        cold = cli(argv, out, cache)
+        warm = [cli(argv, out, cache) for _ in range(2)]
+        entries = len(os.listdir(cache))
+        off = [cli(argv, out, "off") for _ in range(args.repeat)]
+        rec = {
+            "command": f"jaxctbn {label}",
+            "argv": argv,
+            "cold_s": cold[0],
+            "warm_s": [w[0] for w in warm],
+            "no_cache_s": [o[0] for o in off],
+            "cold_cpu_s": cold[1],
+            "warm_cpu_s": [w[1] for w in warm],
+            "no_cache_cpu_s": [o[1] for o in off],
+            "cache_entries": entries,
+        }
+        rec["warm_over_cold"] = mean(rec["warm_s"]) / rec["cold_s"]
+        rec["warm_over_cold_cpu"] = mean(rec["warm_cpu_s"]) / rec["cold_cpu_s"]
+        records.append(rec)
+        print(json.dumps({k: v for k, v in rec.items() if k != "argv"}), flush=True)
+
+    env = environment()
+    env["loadavg_1_5_15"] = os.getloadavg()
+    rows = [
+        f"| `{r['command']}` | {r['cold_s']:.2f} | {mean(r['warm_s']):.2f} | "
+        f"{r['warm_over_cold']:.0%} | {mean(r['no_cache_s']):.2f} |"
+        for r in records
+    ]
+    cpu_rows = [
+        f"| `{r['command']}` | {r['cold_cpu_s']:.2f} | {mean(r['warm_cpu_s']):.2f} | "
+        f"{r['warm_over_cold_cpu']:.0%} | {mean(r['no_cache_cpu_s']):.2f} |"
+        for r in records
+    ]
+    table = [
+        "# CLI start-up: whole-process time on a small file",
+        "",
+        f"Machine: {env['device']}, {env['cpu_count']} cores (shared; load average "
+        f"{env['loadavg_1_5_15'][0]:.1f} at the end), jax {env['jax']}. Data: paper 4-node "
+        "network, 30 trajectories, tau = 3. Cold: first call with an empty cache directory; "
+        "warm: mean of the 2nd and 3rd call; no cache: `JAXCTBN_CACHE_DIR=off`, "
+        f"mean of {args.repeat} calls.",
+        "",
+        "| command | cold s | warm s | warm/cold | no-cache s |",
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+        "Child CPU time (user + sys), the same runs:",
+        "",
+        "| command | cold CPU s | warm CPU s | warm/cold | no-cache CPU s |",
+        "|---|---|---|---|---|",
+        *cpu_rows,
+        "",
+        "| import | wall s | CPU s |",
+        "|---|---|---|",
+        *(
+            f'| `python -c "{k}"` | {v["wall_s"]:.2f} | {v["cpu_s"]:.2f} |'
+            for k, v in imports.items()
+        ),
+    ]
+    write_results(args.name, {"environment": env, "imports": imports, "records": records}, table)
+
+
+if __name__ == "__main__":
+    main()

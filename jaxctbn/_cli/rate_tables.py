@@ -1,0 +1,121 @@
+"""The JSON tables of `jaxctbn fit`: the rates with their intervals, the rates at a bound, the
+covariate effects, each rate named by node, parent states and transition."""
+
+from __future__ import annotations
+
+
+def parent_states(model, n: int) -> list[dict]:
+    """Node `n`'s parent configurations, in the CIMs' order, as the JSON's
+    `{"parent": state, ...}` dicts (empty for a node without parents)."""
+    from .._model.layout import parent_configurations
+
+    names = [model.names[p] for p in model.parents[n]]
+    return [
+        dict(zip(names, map(int, config)))
+        for config in parent_configurations(model.parents[n], model.cardinalities)
+    ]
+
+
+def flagged_rates(model, flags) -> list[dict]:
+    """The rates marked in per-node boolean arrays `(configs, k, k)`, by node, parent states
+    and transition."""
+    import numpy as np
+
+    out = []
+    for n, name in enumerate(model.names):
+        configs = parent_states(model, n)
+        for u, x, y in zip(*np.nonzero(np.asarray(flags[n]))):
+            out.append(
+                {
+                    "node": name,
+                    "parent_states": configs[int(u)],
+                    "from": int(x),
+                    "to": int(y),
+                }
+            )
+    return out
+
+
+def rate_table(model, log_rate_se, level: float = 0.95) -> list[dict]:
+    r"""One entry per free rate: the rate, its standard error (delta method,
+    $\hat\lambda\,\mathrm{se}(\log\hat\lambda)$) and the interval
+    $\hat\lambda e^{\mp z\,\mathrm{se}}$ at `level`; `se` and `ci95` are null for a rate
+    that is not estimated (infinite standard error: at a bound, or no information)."""
+    import itertools
+    import math
+    import statistics
+
+    import numpy as np
+
+    # (the standard library's quantile: importing scipy.stats costs a command ~0.9 s)
+    z = statistics.NormalDist().inv_cdf(0.5 + level / 2)
+    out = []
+    for n, name in enumerate(model.names):
+        configs = parent_states(model, n)
+        cim = np.asarray(model.cims[n])
+        se_log = np.asarray(log_rate_se[n])
+        k = cim.shape[-1]
+        for u, x, y in itertools.product(range(cim.shape[0]), range(k), range(k)):
+            if x == y or se_log[u, x, y] == 0:
+                continue  # the diagonal, a structural zero
+            rate, s = float(cim[u, x, y]), float(se_log[u, x, y])
+            finite = math.isfinite(s)
+            out.append(
+                {
+                    "node": name,
+                    "parent_states": configs[u],
+                    "from": int(x),
+                    "to": int(y),
+                    "rate": rate,
+                    "se": rate * s if finite else None,
+                    "ci95": [rate * math.exp(-z * s), rate * math.exp(z * s)]
+                    if finite
+                    else [None, None],
+                    "estimated": finite,
+                }
+            )
+    return out
+
+
+def effect_table(model, covariates, uncertainty) -> list[dict]:
+    """One entry per covariate and rate it acts on: the hazard ratio and its interval (at the
+    level of `uncertainty`)."""
+    import math
+
+    import numpy as np
+
+    out = []
+    for n, name in enumerate(model.names):
+        configs = parent_states(model, n)
+        free = (np.asarray(model.cims[n]) != 0) & ~np.eye(model.cardinalities[n], dtype=bool)
+        beta = np.asarray(uncertainty.effects[n])
+        se = np.asarray(uncertainty.effect_standard_errors[n])
+        lo = np.asarray(uncertainty.hazard_ratio_lower[n])
+        hi = np.asarray(uncertainty.hazard_ratio_upper[n])
+        for c, label in enumerate(covariates.names):
+            acts = np.asarray(covariates.acts_on[n][c]) if covariates.acts_on else free
+            for u, x, y in zip(*np.nonzero(acts & free)):
+                finite = math.isfinite(float(se[c, u, x, y]))
+                out.append(
+                    {
+                        "covariate": label,
+                        "node": name,
+                        "parent_states": configs[int(u)],
+                        "from": int(x),
+                        "to": int(y),
+                        "hazard_ratio": math.exp(float(beta[c, u, x, y])),
+                        "log_hazard_ratio": float(beta[c, u, x, y]),
+                        "se": float(se[c, u, x, y]) if finite else None,
+                        "ci95": [float(lo[c, u, x, y]), float(hi[c, u, x, y])]
+                        if finite
+                        else [None, None],
+                    }
+                )
+    return out
+
+
+def free_rates(model):
+    """The network's free rates: its nonzero off-diagonal entries (zeros stay zero)."""
+    import numpy as np
+
+    return [(np.asarray(q) != 0) & ~np.eye(q.shape[-1], dtype=bool) for q in model.cims]
