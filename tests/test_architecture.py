@@ -116,6 +116,11 @@ def _public_names(module) -> set[str]:
     return {n for n, v in vars(module).items() if not n.startswith("_") and not inspect.ismodule(v)}
 
 
+#: The most public names over the top level and the namespaces (lowered as names fold into
+#: Modules and methods; issue 62's target is 150).
+MAX_PUBLIC_NAMES = 191
+
+
 def test_a_small_public_surface_and_every_name_in_one_place():
     """About sixty names at the top level for what a user of the paper needs; the rest in the
     namespaces, each name in one place only, each namespace a module of re-exports."""
@@ -139,6 +144,8 @@ def test_a_small_public_surface_and_every_name_in_one_place():
         tree = ast.parse((PACKAGE / f"{namespace}.py").read_text())
         body = [node for node in tree.body if not isinstance(node, ast.Expr)]  # the docstring
         assert all(isinstance(node, ast.ImportFrom) for node in body), namespace
+    # the surface only shrinks: issue 62 aims at 150 names over all namespaces
+    assert len(seen) <= MAX_PUBLIC_NAMES, len(seen)
 
 
 def test_the_architecture_page_lists_every_module():

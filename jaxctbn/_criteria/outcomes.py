@@ -114,10 +114,10 @@ class AbstractOutcome(eqx.Module):
         """The posterior family of the loop's updates under this outcome: `None` where the
         update is conjugate (complete paths), else `family` (the task's panel family)."""
 
+    @abc.abstractmethod
     def initial_posterior(self, posterior, *, family) -> Any:
-        """The loop's posterior before any experiment, from the prior's `posterior`."""
-        chosen = self.posterior_family(family)
-        return posterior if chosen is None else chosen.initial(posterior)
+        """The loop's posterior before any experiment, from the prior's `posterior` (in the
+        task's panel `family` where the updates need one)."""
 
     @abc.abstractmethod
     def update_rates(
@@ -174,6 +174,9 @@ class CompletePath(AbstractOutcome):
 
     def posterior_family(self, family):
         return None
+
+    def initial_posterior(self, posterior, *, family):
+        return posterior
 
     def update_rates(self, posterior, path, *, family, observation_times, key):
         stats = SufficientStatistics.from_trajectories(
@@ -404,6 +407,9 @@ class PanelOutcome(AbstractOutcome):
 
     def posterior_family(self, family):
         return family
+
+    def initial_posterior(self, posterior, *, family):
+        return family.initial(posterior)
 
     def observed(self, path: Trajectories, dtype, observation_times) -> PanelObservations:
         """The simulated `path` seen at time 0 and at the visit times: `observation_times`

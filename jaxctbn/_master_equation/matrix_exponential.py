@@ -39,6 +39,7 @@ class MatrixExponential(AbstractMasterEquationSolver):
 
     #: $4S\times4S$ float64 matrices for `forward_backward` (2 GiB at $S=2^{12}$)
     state_space_limit: ClassVar[int] = 2**12
+    tabulates_gaps: ClassVar[bool] = True
 
     @staticmethod
     def _expm(M):

@@ -66,6 +66,16 @@ class AbstractMasterEquationSolver(AbstractStatisticsSolver):
     #: The most global states this solver accepts (see `check_state_space`): its vectors of $S$
     #: entries (float64: 512 MiB at $2^{26}$) and the int32 indices of the generator's shifts.
     state_space_limit: ClassVar[int] = 2**26
+    #: Whether panel inference tabulates $e^{\Delta W}$ once per distinct gap $\Delta$ with
+    #: `transition_matrices` and shares the table across trajectories (dense solvers), rather
+    #: than calling `forward_backward` per interval.
+    tabulates_gaps: ClassVar[bool] = False
+
+    def gap_rate_limit(self, default: float) -> float:
+        r"""The largest exit rate $\times$ gap that panel fitting lets this solver see (its
+        step of the rates is shortened to stay below): `default` unless the solver's own
+        buffers bound it."""
+        return default
 
     @abc.abstractmethod
     def solve(self, generator: AbstractGenerator, p0: Array, horizon: Array) -> tuple[Array, Array]:

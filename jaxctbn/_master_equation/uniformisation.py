@@ -169,6 +169,11 @@ class Uniformisation(AbstractMasterEquationSolver):
     max_step_mean: float = eqx.field(default=1024.0, static=True)
     group_size: int | None = eqx.field(default=256, static=True)
 
+    def gap_rate_limit(self, default: float) -> float:
+        r"""`forward_backward` needs about $\mu+7\sqrt\mu$ terms for a Poisson mean $\mu$, so
+        half its buffer (`fb_max_terms / 2`)."""
+        return self.fb_max_terms / 2
+
     def __check_init__(self):
         if self.group_size is not None and (
             not isinstance(self.group_size, int)

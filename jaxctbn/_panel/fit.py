@@ -383,7 +383,7 @@ def checked_fit_arguments(model, observations, method, prior, emissions, solver,
     # for concrete data without interventions and the dense solver
     groups = None
     no_intervention = as_flat_buckets(observations)[0].intervention is None
-    if no_intervention and isinstance(solver, MatrixExponential):
+    if no_intervention and solver.tabulates_gaps:
         groups = gap_groups(observations)
     return parameters, groups, method
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
-from .._master_equation import AbstractMasterEquationSolver, Uniformisation
+from .._master_equation import AbstractMasterEquationSolver
 from .._model.ctbn import CTBN, with_diagonal
 from .buckets import PanelBuckets, as_flat_buckets, split_rows
 from .covariates import centred_values, scales_of, with_scales
@@ -355,10 +355,7 @@ def _time_scales(buckets: tuple[PanelObservations, ...], dtype) -> tuple[Array, 
 
 def _solver_limit(solver: AbstractMasterEquationSolver) -> float:
     """The largest exit rate times gap that the fit lets the solver see."""
-    if isinstance(solver, Uniformisation):
-        # forward_backward needs about mu + 7 sqrt(mu) terms for a Poisson mean mu
-        return solver.fb_max_terms / 2
-    return _UPPER
+    return solver.gap_rate_limit(_UPPER)
 
 
 def fit_problem(

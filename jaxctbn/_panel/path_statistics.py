@@ -40,7 +40,6 @@ from jaxtyping import Array, PRNGKeyArray
 from .._errors import error_message
 from .._master_equation import (
     AbstractMasterEquationSolver,
-    MatrixExponential,
     amalgamate,
     gap_transition_matrices,
     shift_indices,
@@ -109,7 +108,7 @@ def _trajectory_statistics(
     `propagators`: `None`, or `(table, index)` as in the filter (interval `i`'s $e^{\Delta W}$
     is `table[index[i]]`). With the dense exponential and no shared table, each interval's
     $e^{\Delta W}$ is computed once (a batch) for both the filter and the backward draws."""
-    if propagators is None and isinstance(solver, MatrixExponential):
+    if propagators is None and solver.tabulates_gaps:
         under, _ = under_intervention(model, obs)
         times, valid = padded_times(obs, matrices[0].dtype)
         steps = _safe(jnp.diff(times), valid[1:])

@@ -368,8 +368,10 @@ def learn_structure_from_panels(
     else:
         targets = jnp.broadcast_to(intervention.targets, (R, N))
     sets = tuple(jnp.asarray(s, jnp.int32) for s in sets)
+    if not isinstance(solver, AbstractMasterEquationSolver):
+        raise ValueError(f"solver: expected a master-equation solver, got {type(solver).__name__}.")
     groups = None
-    if intervention is None and isinstance(solver, MatrixExponential):
+    if intervention is None and solver.tabulates_gaps:
         groups = gap_groups(observations)
     if sampler is not None:
         assert key is not None
