@@ -15,7 +15,6 @@ import jax.random as jr
 from .._batching import Chunked, Vmap
 from .._learning.conjugate import off_diagonal as _off
 from .._learning.posterior import AbstractRatePosterior
-from .._learning.structure_mixture import StructureMixturePosterior
 from .._learning.structure_posterior import StructurePosterior
 from .._master_equation import clamp_pattern_statistics, expected_statistics_batch
 from .._model.interventions import exposure_scale
@@ -26,6 +25,7 @@ from .kl_estimators import PlugIn
 from .node_divergences import (
     PatternBins,
     candidate_bins,
+    check_single_structure_posterior,
     configuration_term,
     flat_draws,
     free_first,
@@ -54,12 +54,7 @@ def path_batch_terms(
 ) -> BatchTerms:
     """The terms of a batch of complete-path experiments: expected statistics for parameters,
     per-draw statistics on every parent set for structure."""
-    if isinstance(posterior, StructureMixturePosterior):
-        raise ValueError(
-            "posterior: the complete-path structure criteria score a StructurePosterior; a "
-            "StructureMixturePosterior is scored with a PanelOutcome(...) outcome, or as if its paths "
-            "were seen through posterior.moment_matched()."
-        )
+    check_single_structure_posterior(posterior)
     if isinstance(posterior, StructurePosterior):
         build = _structure_batch_terms
     elif isinstance(posterior, AbstractRatePosterior):

@@ -26,8 +26,9 @@ from .batch_terms import (
     path_batch_terms,
 )
 from .chunks import STRUCTURE_CHUNK, structure_batching
-from .criterion import AbstractCriterion, check_max_sets, check_single_structure_posterior
+from .criterion import AbstractCriterion, check_max_sets
 from .kl_estimators import AbstractKLEstimator, PlugIn, RateCoupling
+from .node_divergences import check_single_structure_posterior
 from .outcomes import PanelOutcome
 from .panel_parameter import (
     PANEL_VBHC_OPTIMISER,

@@ -25,17 +25,6 @@ def check_max_sets(max_sets) -> None:
         raise ValueError(f"max_sets: expected None or a positive integer, got {max_sets!r}.")
 
 
-def check_single_structure_posterior(posterior) -> None:
-    """The complete-path structure criteria factorise over nodes: they score one
-    `StructurePosterior`, not a mixture."""
-    if isinstance(posterior, StructureMixturePosterior):
-        raise ValueError(
-            "posterior: the complete-path structure criteria score a StructurePosterior; a "
-            "StructureMixturePosterior (what panels leave) is scored with a PanelOutcome(...) outcome, "
-            "or as if its paths were seen through posterior.moment_matched()."
-        )
-
-
 def _unsupported(criterion, outcome, target: str):
     return ValueError(
         f"outcome: {type(outcome).__name__} outcomes are not supported for {target} by "

@@ -14,7 +14,8 @@ from .batch_terms import (
     structure_batch_eig,
 )
 from .chunks import STRUCTURE_CHUNK
-from .criterion import AbstractCriterion, check_single_structure_posterior
+from .criterion import AbstractCriterion
+from .node_divergences import check_single_structure_posterior
 from .panel_parameter import (
     panel_parameter_eig,
 )

@@ -17,6 +17,7 @@ from jaxtyping import Array, Float
 from .._batching import AbstractBatching
 from .._learning.conjugate import gamma_poisson_log_gamma_table, gamma_poisson_log_marginal
 from .._learning.priors import GammaPrior
+from .._learning.structure_mixture import StructureMixturePosterior
 from .._learning.structure_posterior import StructurePosterior
 from .._master_equation import (
     AbstractMasterEquationSolver,
@@ -28,6 +29,17 @@ from .._model.interventions import Intervention, exposure_scale
 from .._model.layout import all_global_states, config_index, num_configurations
 from .._paths.sampling import PathStatistics, nested_vmap, path_statistics
 from .kl_estimators import PlugIn
+
+
+def check_single_structure_posterior(posterior) -> None:
+    """The complete-path structure criteria factorise over nodes: they score one
+    `StructurePosterior`, not a mixture."""
+    if isinstance(posterior, StructureMixturePosterior):
+        raise ValueError(
+            "posterior: the complete-path structure criteria score a StructurePosterior; a "
+            "StructureMixturePosterior (what panels leave) is scored with a PanelOutcome(...) outcome, "
+            "or as if its paths were seen through posterior.moment_matched()."
+        )
 
 
 def predictive_log_likelihood(
