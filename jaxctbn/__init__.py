@@ -87,7 +87,7 @@ from ._criteria.costs import Costs as Costs
 from ._criteria.outcomes import AbstractOutcome as AbstractOutcome
 from ._criteria.outcomes import CompletePath as CompletePath
 from ._criteria.outcomes import PanelOutcome as PanelOutcome
-from ._criteria.batches import choose_batch as choose_batch
+from ._criteria.batches import Batch as Batch
 
 # active learning
 from ._active_learning.designs import AbstractDesign as AbstractDesign

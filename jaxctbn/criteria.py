@@ -1,8 +1,9 @@
-"""Design beyond one experiment's score: panel designs with their chosen visit times
-(`panel_design_scores`, `PanelDesign`), batches of experiments (`score_batch`, `BatchDesign`) and
-how costs rank candidates (`ByScore`, `ByScorePerCost`), intervention strengths as a design
-variable (`Strengths`, `strength_design_scores`) and drugs of uncertain effect
-(`uncertain_strength_scores`); the Box-Hill family's base and the quantities a criterion's value
+"""Design questions beyond one experiment's score, as the Modules and results of
+`jaxctbn.score_interventions`: panel designs with their chosen visit times (`PanelDesign`),
+batches of experiments (`GivenBatch`, `BatchDesign`; `jaxctbn.Batch` chooses one) and how costs
+rank candidates (`ByScore`, `ByScorePerCost`), intervention strengths as a design variable
+(`Strengths`, `StrengthDesign`) and drugs of uncertain effect (`UncertainStrength`,
+`UncertainStrengthScores`); the Box-Hill family's base and the quantities a criterion's value
 follows from (`AbstractBoxHillCriterion`, `ParameterDesignStatistics`), and how structure
 criteria draw graphs (`StratifiedGraphDraws`, `JointGraphDraws`)."""
 
@@ -14,14 +15,12 @@ from ._criteria.structure import JointGraphDraws as JointGraphDraws
 from ._criteria.structure import StratifiedGraphDraws as StratifiedGraphDraws
 from ._criteria.box_hill import AbstractBoxHillCriterion as AbstractBoxHillCriterion
 from ._criteria.batches import BatchDesign as BatchDesign
-from ._criteria.batches import score_batch as score_batch
+from ._criteria.batches import GivenBatch as GivenBatch
 from ._criteria.costs import AbstractRanking as AbstractRanking
 from ._criteria.costs import ByScore as ByScore
 from ._criteria.costs import ByScorePerCost as ByScorePerCost
 from ._criteria.strengths import Strengths as Strengths
 from ._criteria.strengths import StrengthDesign as StrengthDesign
-from ._criteria.strengths import strength_design_scores as strength_design_scores
 from ._criteria.strengths import UncertainStrengthScores as UncertainStrengthScores
-from ._criteria.strengths import uncertain_strength_scores as uncertain_strength_scores
-from ._criteria.scoring import panel_design_scores as panel_design_scores
+from ._criteria.strengths import UncertainStrength as UncertainStrength
 from ._criteria.panel_parameter import PanelDesign as PanelDesign

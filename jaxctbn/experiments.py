@@ -17,7 +17,6 @@ from ._active_learning.metrics import structural_hamming_distance as structural_
 from ._experiments.pool_subjects import PoolExperiment as PoolExperiment
 from ._experiments.pool import PoolResult as PoolResult
 from ._experiments.pool import pool_design_from_name as pool_design_from_name
-from ._experiments.pool import pool_scores as pool_scores
 from ._experiments.pool_subjects import prepare_pool as prepare_pool
 from ._experiments.pool import run_pool as run_pool
 from ._experiments.pool_run import run_pool_experiment as run_pool_experiment

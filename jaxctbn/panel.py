@@ -43,6 +43,7 @@ from ._panel.rate_families import MomentMatchedGamma as MomentMatchedGamma
 from ._panel.rate_families import ParticleFilter as ParticleFilter
 from ._panel.strength import StrengthProfile as StrengthProfile
 from ._panel.strength import learn_strength_from_panels as learn_strength_from_panels
+from ._panel.e_step import ForwardBackward as ForwardBackward
 from ._panel.gibbs import GibbsSampler as GibbsSampler
 from ._panel.importance import PanelImportanceSampler as PanelImportanceSampler
 from ._panel.mean_field import PanelMeanField as PanelMeanField

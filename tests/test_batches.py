@@ -1,4 +1,5 @@
-"""Batches of experiments (maths §8): `choose_batch`, `score_batch` and the costs.
+"""Batches of experiments (maths §8): `score_interventions` with `batch=Batch(...)` (choose a
+batch) and `batch=GivenBatch()` (score one), and the costs.
 
 Independent routes: one member against `score_interventions`; every pair of a 2-node network
 scored by hand (each member's statistics solved on its own, summed, and the VBHC minimised
@@ -20,7 +21,7 @@ from helpers import random_model
 import jaxctbn as jc
 from jaxctbn._criteria.parameter import design_statistics, parameter_vbhc_minimise, posterior_draws
 from jaxctbn._criteria.structure import structure_draws
-from jaxctbn.criteria import ByScore, ByScorePerCost, score_batch
+from jaxctbn.criteria import ByScore, ByScorePerCost, GivenBatch
 
 HORIZON = jnp.asarray(2.0)
 INIT = jnp.array([1, 0])
@@ -64,9 +65,9 @@ def greedy(problem):
             target, criterion = CRITERIA[name]
             posterior = rates if target == "rates" else structure
             key = jax.random.key(3)
-            design = jc.choose_batch(
-                posterior, space, INIT, HORIZON, size=2, criterion=criterion, key=key,
-                num_samples=NUM_DRAWS,
+            design = jc.score_interventions(
+                posterior, space, INIT, HORIZON, criterion=criterion, key=key,
+                num_samples=NUM_DRAWS, batch=jc.Batch(2),
             )  # fmt: skip
             single = jc.score_interventions(
                 posterior, space, INIT, HORIZON, criterion=criterion, key=key,
@@ -95,7 +96,7 @@ def test_one_member_every_pair_and_greedy_against_the_best_pair(problem, greedy,
     pairs = np.array(list(itertools.product(range(C), repeat=2)))
     score = eqx.filter_jit(
         jax.vmap(
-            lambda members: score_batch(
+            lambda members: jc.score_interventions(
                 posterior,
                 members,
                 INIT,
@@ -103,6 +104,7 @@ def test_one_member_every_pair_and_greedy_against_the_best_pair(problem, greedy,
                 criterion=criterion,
                 key=jax.random.key(3),
                 num_samples=NUM_DRAWS,
+                batch=GivenBatch(),
             )
         )
     )
@@ -147,8 +149,14 @@ def test_parameter_pair_vbhc_by_hand(problem):
         ]
         summed = jax.tree_util.tree_map(jnp.add, *stats)
         by_hand, _ = minimise(rates, summed, jc.LBFGS())
-        direct = score_batch(
-            rates, _rows(space, list(pair)), INIT, HORIZON, key=key, num_samples=NUM_DRAWS
+        direct = jc.score_interventions(
+            rates,
+            _rows(space, list(pair)),
+            INIT,
+            HORIZON,
+            key=key,
+            num_samples=NUM_DRAWS,
+            batch=GivenBatch(),
         )
         np.testing.assert_allclose(direct, by_hand, rtol=1e-7, atol=1e-12)
 
@@ -167,7 +175,9 @@ def test_structure_batch_by_pattern_against_the_dense_route():
     C = space.targets.shape[0]
     unit = space.with_rate_scales([jnp.ones(C)] * 3)
     by_route = [
-        jc.choose_batch(structure, ivs, init, HORIZON, size=3, key=jax.random.key(4), num_samples=3)
+        jc.score_interventions(
+            structure, ivs, init, HORIZON, key=jax.random.key(4), num_samples=3, batch=jc.Batch(3)
+        )
         for ivs in (space, unit)
     ]
     fast, dense = by_route
@@ -259,8 +269,15 @@ def _one_member_is_the_single_eig(posterior, space, criterion):
     )
     one = eqx.filter_jit(
         jax.vmap(
-            lambda member: score_batch(
-                posterior, member, INIT, HORIZON, criterion=criterion, key=key, num_samples=3
+            lambda member: jc.score_interventions(
+                posterior,
+                member,
+                INIT,
+                HORIZON,
+                criterion=criterion,
+                key=key,
+                num_samples=3,
+                batch=GivenBatch(),
             )
         )
     )(_rows(space, np.asarray(idx)[:, None]))
@@ -282,9 +299,10 @@ def test_batch_eig_of_one_member_is_the_single_eig_and_orders_below_the_vbhc(pro
     key_big = jax.random.key(6)
 
     def score(members, criterion):
-        return score_batch(
-            rates, members, INIT, HORIZON, criterion=criterion, key=key_big, num_samples=30
-        )
+        return jc.score_interventions(
+            rates, members, INIT, HORIZON, criterion=criterion, key=key_big, num_samples=30,
+            batch=GivenBatch(),
+        )  # fmt: skip
 
     # member 0 alone: paired with the candidate that clamps every node (it adds nothing)
     silent = int(np.argmax(np.asarray(space.targets).all(-1)))
@@ -328,16 +346,16 @@ def test_costs_prices_candidates():
         jc.Costs.of_nodes(names, cards, clamp_state={("B", 3): 1.0})
 
 
-def test_costs_and_budgets_in_choose_batch(problem, greedy):
+def test_costs_and_budgets_in_a_batch(problem, greedy):
     _, rates, _, space = problem
     posterior, criterion, design, single = greedy("parameters-vbhc")
     names = ("X0", "X1")
     key = jax.random.key(3)
 
     def choose(budget=1e9, **kwargs):  # a budget array: one compiled program per ranking
-        return jc.choose_batch(
-            rates, space, INIT, HORIZON, size=2, key=key, num_samples=NUM_DRAWS,
-            budget=jnp.asarray(budget), **kwargs,
+        return jc.score_interventions(
+            rates, space, INIT, HORIZON, key=key, num_samples=NUM_DRAWS,
+            batch=jc.Batch(2, budget=jnp.asarray(budget), **kwargs),
         )  # fmt: skip
 
     # equal costs: the same choice by score and by score per cost
@@ -368,23 +386,27 @@ def test_batch_bad_input(problem):
     _, rates, _, space = problem
     key = jax.random.key(0)
     with pytest.raises(ValueError, match="size"):
-        jc.choose_batch(rates, space, INIT, HORIZON, size=0, key=key)
+        jc.score_interventions(rates, space, INIT, HORIZON, key=key, batch=jc.Batch(0))
     with pytest.raises(ValueError, match="budget"):
-        jc.choose_batch(rates, space, INIT, HORIZON, size=1, key=key, budget=-1.0)
+        jc.score_interventions(rates, space, INIT, HORIZON, key=key, batch=jc.Batch(1, budget=-1.0))
     with pytest.raises(ValueError, match="EIG"):
-        jc.choose_batch(rates, space, INIT, HORIZON, size=1, key=key, criterion=jc.EIG())
+        jc.score_interventions(
+            rates, space, INIT, HORIZON, key=key, criterion=jc.EIG(), batch=jc.Batch(1)
+        )
     with pytest.raises(ValueError, match="panel batches are scored at given visit times"):
-        jc.choose_batch(
+        jc.score_interventions(
             rates,
             space,
             INIT,
             HORIZON,
-            size=1,
             key=key,
             outcome=jc.PanelOutcome(num_visits=2),
+            batch=jc.Batch(1),
         )
     with pytest.raises(Exception, match="ByScorePerCost needs every candidate's cost > 0"):
-        jc.choose_batch(rates, space, INIT, HORIZON, size=1, key=key, ranking=ByScorePerCost())
+        jc.score_interventions(
+            rates, space, INIT, HORIZON, key=key, batch=jc.Batch(1, ranking=ByScorePerCost())
+        )
 
 
 @pytest.fixture(scope="module")
@@ -400,9 +422,9 @@ def panel_greedy(problem):
         if name not in cache:
             posterior, criterion = settings[name]
             key = jax.random.key(3)
-            design = jc.choose_batch(
-                posterior, space, INIT, HORIZON, size=2, criterion=criterion, key=key,
-                num_samples=NUM_DRAWS, outcome=panel,
+            design = jc.score_interventions(
+                posterior, space, INIT, HORIZON, criterion=criterion, key=key,
+                num_samples=NUM_DRAWS, outcome=panel, batch=jc.Batch(2),
             )  # fmt: skip
             single = jc.score_interventions(
                 posterior, space, INIT, HORIZON, criterion=criterion, key=key,
@@ -430,9 +452,9 @@ def test_panel_batches(problem, panel_greedy, name):
     pairs = np.stack([np.full(C, first), np.arange(C)], 1)
     score = eqx.filter_jit(
         jax.vmap(
-            lambda members, criterion: score_batch(
+            lambda members, criterion: jc.score_interventions(
                 posterior, members, INIT, HORIZON, criterion=criterion,
-                key=jax.random.key(3), num_samples=NUM_DRAWS, outcome=panel,
+                key=jax.random.key(3), num_samples=NUM_DRAWS, outcome=panel, batch=GivenBatch(),
             ),
             in_axes=(0, None),
         )
@@ -446,7 +468,7 @@ def test_panel_batches(problem, panel_greedy, name):
         bhc = np.asarray(score(_rows(space, pairs), jc.BHC()))
         assert np.all(values >= both.max(1) - 1e-10) and np.all(values <= bhc + 1e-10)
     if name == "parameters-bhc":
-        # the loop's design chooses its rounds with that outcome (through `choose_batch`)
+        # the loop's design chooses its rounds with that outcome (through `Batch`'s greedy rounds)
         members, times = jc.CriterionDesign(
             criterion, num_samples=NUM_DRAWS, outcome=panel
         ).choose_batch(
@@ -457,24 +479,27 @@ def test_panel_batches(problem, panel_greedy, name):
         assert times is not None
         np.testing.assert_allclose(times, [[0.7, 2.0], [0.7, 2.0]])
     with pytest.raises(ValueError, match="panel batches for parameter learning take the BHC"):
-        jc.choose_batch(
-            problem[1], space, INIT, HORIZON, size=2, key=jax.random.key(0), outcome=panel
-        )
+        jc.score_interventions(
+            problem[1], space, INIT, HORIZON, key=jax.random.key(0), outcome=panel,
+            batch=jc.Batch(2),
+        )  # fmt: skip
 
 
 def test_batches_with_an_initial_state_per_member(problem, greedy):
     """Each member from its own initial state: the same state in every slot is the shared
     batch; with two states, the parameter BHC of the greedy pair is the sum of the members'
-    single BHC from their own states (score_interventions), round 2 equals score_batch of the
+    single BHC from their own states (score_interventions), round 2 equals GivenBatch's score of the
     pairs, and the first member is the best single experiment from slot 0's state."""
     _, rates, _, space = problem
     _, _, shared, _ = greedy("parameters-bhc")
     kwargs = {"criterion": jc.BHC(), "key": jax.random.key(3), "num_samples": NUM_DRAWS}
-    same = jc.choose_batch(rates, space, jnp.stack([INIT, INIT]), HORIZON, size=2, **kwargs)
+    same = jc.score_interventions(
+        rates, space, jnp.stack([INIT, INIT]), HORIZON, batch=jc.Batch(2), **kwargs
+    )
     np.testing.assert_array_equal(same.members, shared.members)
     np.testing.assert_allclose(same.round_scores, shared.round_scores, rtol=1e-12)
     states = jnp.array([[1, 0], [0, 1]])
-    design = jc.choose_batch(rates, space, states, HORIZON, size=2, **kwargs)
+    design = jc.score_interventions(rates, space, states, HORIZON, batch=jc.Batch(2), **kwargs)
     singles = [jc.score_interventions(rates, space, s, HORIZON, **kwargs) for s in states]
     first, second = (int(m) for m in design.members)
     assert first == int(jnp.argmax(singles[0]))
@@ -482,9 +507,15 @@ def test_batches_with_an_initial_state_per_member(problem, greedy):
     np.testing.assert_allclose(design.scores, [singles[0][first], singles[1][second]], rtol=1e-10)
     C = space.targets.shape[0]
     pairs = np.stack([np.full(C, first), np.arange(C)], 1)
-    values = eqx.filter_jit(jax.vmap(lambda m: score_batch(rates, m, states, HORIZON, **kwargs)))(
-        _rows(space, pairs)
-    )
+    values = eqx.filter_jit(
+        jax.vmap(
+            lambda m: jc.score_interventions(
+                rates, m, states, HORIZON, batch=GivenBatch(), **kwargs
+            )
+        )
+    )(_rows(space, pairs))
     np.testing.assert_allclose(design.round_scores[1], values, rtol=1e-10)
     with pytest.raises(ValueError, match=r"initial_state: one state \(2,\) shared"):
-        jc.choose_batch(rates, space, jnp.zeros((3, 2), int), HORIZON, size=2, **kwargs)
+        jc.score_interventions(
+            rates, space, jnp.zeros((3, 2), int), HORIZON, batch=jc.Batch(2), **kwargs
+        )

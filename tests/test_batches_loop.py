@@ -62,7 +62,7 @@ def test_one_member_and_free_experiments_are_the_sequential_loop(setting, name):
 
 
 def test_a_replay_of_the_rounds_gives_the_loops_posterior(setting):
-    """Round by round with the loop's keys: the first round's members are `choose_batch`'s,
+    """Round by round with the loop's keys: the first round's members are `Batch`'s,
     each member's path is simulated from its own key and the posterior learns from them all."""
     truth, task, space = setting
     design = DESIGNS["vbhc"]
@@ -75,14 +75,14 @@ def test_a_replay_of_the_rounds_gives_the_loops_posterior(setting):
         _, k_design, k_path = jr.split(key, 3)
         members = np.asarray(result.intervention_index[2 * r : 2 * r + 2])
         if r == 0:
-            chosen = jc.choose_batch(
+            chosen = jc.score_interventions(
                 posterior,
                 space,
                 init,
                 jnp.asarray(HORIZON),
-                size=2,
                 key=k_design,
                 num_samples=3,
+                batch=jc.Batch(2),
             )
             np.testing.assert_array_equal(chosen.members, members)
         for b, m in enumerate(members):

@@ -44,14 +44,14 @@ def test_design_batch_matches_the_library(history, tmp_path):
         )
     )(model, traj)
     space = jc.intervention_space(model.cardinalities)
-    ref = jc.choose_batch(
+    ref = jc.score_interventions(
         post,
         space,
         jnp.array([0, 1], jnp.int32),
         3.0,
-        size=3,
         key=jax.random.key(0),
         num_samples=3,
+        batch=jc.Batch(3),
     )
     np.testing.assert_allclose(res["batch_score"], float(ref.batch_score), rtol=1e-9)
     np.testing.assert_allclose([e["gain"] for e in res["batch"]], ref.gains, rtol=1e-9)

@@ -367,7 +367,7 @@ def test_structural_em_with_sampled_paths_and_mean_field_reaches_the_exact_route
     common = dict(max_parents=2, forbidden_edges=[(2, 0)])
     exact = jc.panel.learn_structure_from_panels(observations, truth.names, (2, 2, 2), **common)
     mf = jc.panel.learn_structure_from_panels(
-        observations, truth.names, (2, 2, 2), **common, mean_field=jc.panel.PanelMeanField()
+        observations, truth.names, (2, 2, 2), **common, e_step=jc.panel.PanelMeanField()
     )
     assert mf.posterior.map_graph() == exact.posterior.map_graph() == truth.parents
     edges_mf = np.asarray(mf.posterior.edge_marginals())
@@ -382,7 +382,7 @@ def test_structural_em_with_sampled_paths_and_mean_field_reaches_the_exact_route
     # estimate between the bound and (up to Monte Carlo error) the exact optimum
     weighted = jc.panel.learn_structure_from_panels(
         observations, truth.names, (2, 2, 2), **common, key=jr.key(4),
-        sampler=jc.panel.PanelImportanceSampler(num_samples=32, max_candidates=8),
+        e_step=jc.panel.PanelImportanceSampler(num_samples=32, max_candidates=8),
     )  # fmt: skip
     assert weighted.posterior.map_graph() == truth.parents
     edges_weighted = np.asarray(weighted.posterior.edge_marginals())
@@ -394,15 +394,16 @@ def test_structural_em_with_sampled_paths_and_mean_field_reaches_the_exact_route
     assert ess.shape == (3,) and np.all(ess >= 1) and np.all(ess <= 32)
     assert np.all(np.asarray(weighted.median_effective_sample_size) >= ess)
     assert weighted.split_r_hat is None and weighted.infeasible_updates is None
-    with pytest.raises(ValueError, match="either sampler= or mean_field="):
+    with pytest.raises(ValueError, match="e_step: expected ForwardBackward"):
         jc.panel.learn_structure_from_panels(
-            observations, truth.names, (2, 2, 2), max_parents=1,
-            sampler=jc.panel.GibbsSampler(), key=jr.key(0), mean_field=jc.panel.PanelMeanField(),
-        )  # fmt: skip
-    with pytest.raises(ValueError, match="mean_field: expected a jaxctbn.panel.PanelMeanField"):
-        jc.panel.learn_structure_from_panels(
-            observations, truth.names, (2, 2, 2), max_parents=1, mean_field="fast"
+            observations, truth.names, (2, 2, 2), max_parents=1, e_step="fast"
         )
+    emissions = jc.panel.Emissions([jnp.array([[0.9, 0.1], [0.1, 0.9]])] * 3)
+    with pytest.raises(ValueError, match=r"emissions: not supported with e_step=PanelMeanField"):
+        jc.panel.learn_structure_from_panels(
+            observations, truth.names, (2, 2, 2), max_parents=1, e_step=jc.panel.PanelMeanField(),
+            emissions=emissions,
+        )  # fmt: skip
     # a path buffer and virtual times of 32 are too small for these paths (measured): the
     # E-step doubles those two (not the node buffer) and redoes the step. (The first try is
     # answered here without sampling, to save a compilation.)
@@ -421,7 +422,7 @@ def test_structural_em_with_sampled_paths_and_mean_field_reaches_the_exact_route
         (2, 2, 2),
         **common,
         # buffers too small for these paths: the E-step grows them
-        sampler=jc.panel.GibbsSampler(
+        e_step=jc.panel.GibbsSampler(
             num_samples=20, burn_in=5, max_events=32, max_virtual=32, max_node_events=16
         ),
         key=jr.key(3),
@@ -442,7 +443,7 @@ def test_structural_em_with_sampled_paths_and_mean_field_reaches_the_exact_route
     )
     with pytest.raises(ValueError, match="the paths need more than 16384 jumps"):
         jc.panel.learn_structure_from_panels(
-            observations, truth.names, (2, 2, 2), max_parents=1, sampler=jc.panel.GibbsSampler(),
+            observations, truth.names, (2, 2, 2), max_parents=1, e_step=jc.panel.GibbsSampler(),
             key=jr.key(0),
         )  # fmt: skip
     ess = np.asarray(sampled.effective_sample_size)
@@ -452,5 +453,5 @@ def test_structural_em_with_sampled_paths_and_mean_field_reaches_the_exact_route
     assert r_hat.shape == (3,) and np.all(r_hat >= 1.0 - 1e-12)
     with pytest.raises(ValueError, match="key: a PRNG key is needed"):
         jc.panel.learn_structure_from_panels(
-            observations, truth.names, (2, 2, 2), max_parents=1, sampler=jc.panel.GibbsSampler()
+            observations, truth.names, (2, 2, 2), max_parents=1, e_step=jc.panel.GibbsSampler()
         )

@@ -537,7 +537,7 @@ def test_pool_on_ragged_panels_with_missing_values(seed, missing, one_visit, log
             r"has symbol 2 for node 'B', whose emission matrix has symbols 0..1",
         ),
         (
-            lambda: jc.criteria.score_batch(
+            lambda: jc.score_interventions(
                 jc.RatePosterior.for_model(
                     jc.CTBN(cims=[jnp.array([[[-1.0, 1.0], [1.0, -1.0]]])], parents=((),))
                 ),
@@ -545,6 +545,7 @@ def test_pool_on_ragged_panels_with_missing_values(seed, missing, one_visit, log
                 jnp.array([0]),
                 1.0,
                 key=jax.random.key(0),
+                batch=jc.criteria.GivenBatch(),
             ),
             "members: a batch needs at least one experiment",
         ),

@@ -274,7 +274,7 @@ def test_visit_time_moves_where_a_grid_search_says(rate, interior):
     # (key 5: these six draws give the fast node a clear interior maximum, 10% above its
     # plateau; with other draws the BHC can be flat to 1e-10 past t ~ 1)
     key, N = jr.key(5), 6
-    design = jc.criteria.panel_design_scores(
+    design = jc.score_interventions(
         post,
         jc.intervention_space((2,)),  # none, do(A=0), do(A=1)
         jnp.array([0]),

@@ -255,7 +255,7 @@ def test_loop_with_panel_outcomes_equals_a_replay():
 def test_loop_with_chosen_visit_times_equals_a_replay():
     # PanelOutcome(num_visits=2): the design chooses each experiment's visit times with its
     # candidate; the loop records them and learns from the panel at those times. The first
-    # choice equals panel_design_scores' for the same key; replayed at the recorded times, the
+    # choice equals score_interventions' for the same key; replayed at the recorded times, the
     # same posterior results; a design that does not choose times observes at equal spacing
     from helpers import network_dict, replay_experiments
 
@@ -273,7 +273,7 @@ def test_loop_with_chosen_visit_times_equals_a_replay():
     times = np.asarray(result.observation_times)
     assert times.shape == (2, 2) and np.all(times > 0) and np.all(times <= 3.0)
     k_design = jax.random.split(jax.random.split(key, 2)[0], 3)[1]
-    first = jc.criteria.panel_design_scores(
+    first = jc.score_interventions(
         task.initial_posterior(),
         jc.intervention_space(truth.cardinalities),
         jnp.array([0, 0]),

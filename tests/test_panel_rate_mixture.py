@@ -380,7 +380,7 @@ def test_panel_parameter_criteria_under_a_mixture():
     ]
     assert np.all(np.isfinite(panel_scores[1])) and np.all(panel_scores[1] <= panel_scores[0])
     # and choosing each candidate's visit times (the loop's PanelOutcome(num_visits=K) designs)
-    chosen = jc.criteria.panel_design_scores(
+    chosen = jc.score_interventions(
         mixture,
         jax.tree_util.tree_map(lambda a: a[:3], space),
         init,

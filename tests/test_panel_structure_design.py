@@ -202,7 +202,7 @@ def test_structure_eig_against_enumeration_and_the_bounds_above_it():
 def test_structure_visit_times_never_below_equal_spacing():
     post = _posterior()
     design = jax.jit(
-        lambda: jc.criteria.panel_design_scores(
+        lambda: jc.score_interventions(
             post,
             CANDIDATES,
             START,

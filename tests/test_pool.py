@@ -150,7 +150,7 @@ def test_designs_draw_from_their_pools_without_repeats(prepared, all_subjects_st
 
 
 def test_vbhc_and_negative_choose_opposite_extremes(prepared):
-    """The VBHC pool design picks the option of the largest `pool_scores`, its negative the
+    """The VBHC pool design picks the option of the largest `option_scores`, its negative the
     smallest (one compiled program: `worst` is traced), never a closed option."""
     pool, _ = prepared
     key = jax.random.key(5)
@@ -158,7 +158,9 @@ def test_vbhc_and_negative_choose_opposite_extremes(prepared):
 
     @eqx.filter_jit
     def choices(post, pool, open_, worst):
-        scores = jaxctbn.experiments.pool_scores(post, pool, key=key, num_samples=2)
+        scores = jaxctbn.CriterionDesign(
+            jaxctbn.VBHC(), num_samples=2, assume_complete_path=True
+        ).option_scores(post, pool.candidates, pool.initial_states, pool.horizons, key)
         design = jaxctbn.CriterionDesign(jaxctbn.VBHC(), num_samples=2, worst=worst)
         return scores, design.choose_option(
             post, pool.candidates, pool.initial_states, pool.horizons, open_, key

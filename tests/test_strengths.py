@@ -13,7 +13,7 @@ from helpers import random_model
 
 import jaxctbn as jc
 from jaxctbn._criteria.parameter import design_statistics, kl_divergence, posterior_draws
-from jaxctbn.criteria import Strengths, strength_design_scores, uncertain_strength_scores
+from jaxctbn.criteria import Strengths, UncertainStrength
 
 CARDS = (2, 2)
 PARENTS = ((), (0,))
@@ -87,7 +87,7 @@ def _score_at(posterior, candidate, strengths, s, key):
 def optimised(problem):
     _, posterior, space = problem
     strengths = Strengths((1,), [0.2], [5.0], steps=20)
-    design = strength_design_scores(
+    design = jc.score_interventions(
         posterior, space, INIT, HORIZON, strengths=strengths, key=jr.key(1), num_samples=4
     )
     return strengths, design
@@ -187,8 +187,13 @@ def test_uncertain_strength_scores_average_the_scores_at_the_quantiles(problem):
     T = jnp.array([[2.0, 1.5], [1.0, 1.2]])
     strength = jc.learn_strength(M0, T, M1, T, alpha=2.0, beta=1.0, low=0.1, high=10.0)
     kwargs = {"key": jr.key(0), "num_samples": 4}
-    out = uncertain_strength_scores(
-        posterior, space, INIT, HORIZON, node=1, strength=strength, num_points=3, **kwargs
+    out = jc.score_interventions(
+        posterior,
+        space,
+        INIT,
+        HORIZON,
+        strengths=UncertainStrength(1, strength, num_points=3),
+        **kwargs,
     )
     s = strength.quantile(jnp.array([1 / 6, 1 / 2, 5 / 6]))
     np.testing.assert_allclose(out.strengths, s, rtol=1e-12)
@@ -208,8 +213,8 @@ def test_uncertain_strength_scores_average_the_scores_at_the_quantiles(problem):
     clamps = np.asarray(space.targets[:, 1])
     assert np.all(spread[clamps] < 1e-10) and np.all(spread[~clamps] > 1e-6)
     with pytest.raises(ValueError, match="node: a node index"):
-        uncertain_strength_scores(
-            posterior, space, INIT, HORIZON, node=5, strength=strength, **kwargs
+        jc.score_interventions(
+            posterior, space, INIT, HORIZON, strengths=UncertainStrength(5, strength), **kwargs
         )
 
 

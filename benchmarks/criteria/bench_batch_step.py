@@ -1,4 +1,5 @@
-"""The cost of choosing a batch: `choose_batch` with B = 1, 2, 4, 8 against one design step
+"""The cost of choosing a batch: `score_interventions` with `batch=Batch(B)`, B = 1, 2, 4, 8,
+against one design step
 (`score_interventions`) over the paper's 81 candidates, side by side in one run, for both
 targets (VBHC, N_S = 10, tau = 3, the paper's networks after a history of 5 trajectories).
 The target: a greedy batch of 4 within 4x a single design step.
@@ -53,7 +54,9 @@ def main():
         }
         for B in (1, 2, 4, 8):
             row[f"batch_{B}"] = timeit(
-                lambda B=B: jc.choose_batch(posterior, space, init, horizon, size=B, key=key),
+                lambda B=B: jc.score_interventions(
+                    posterior, space, init, horizon, key=key, batch=jc.Batch(B)
+                ),
                 repeat=5,
             )
         row["ratio_batch_4"] = row["batch_4"] / row["single"]

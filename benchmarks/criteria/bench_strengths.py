@@ -5,7 +5,8 @@ initial states uniform and revealed) where node X2 cannot be clamped, only its r
 drug of strength s in [0.5, 8]. Sequential VBHC designs, each experiment's candidates the 27
 perfect interventions on X1, X3, X4:
 
-- `optimised`: plus, for each, X2 scaled by its best strength (`strength_design_scores`);
+- `optimised`: plus, for each, X2 scaled by its best strength (`score_interventions` with
+  `strengths=Strengths(...)`);
 - `fixed`: plus, for each, X2 scaled by the fixed mid-range strength 2 (geometric midpoint);
 - `none`: no control of X2;
 - `clamp`: X2 perfectly clampable instead (the 81 candidates; a control that does not exist
@@ -82,7 +83,7 @@ def main():
             use = with_drug > plain
             values, scales = jnp.where(use, with_drug, plain), jnp.where(use, FIXED, 1.0)
         else:
-            found = jc.criteria.strength_design_scores(
+            found = jc.score_interventions(
                 posterior, perfect, init, TAU, strengths=strengths, key=key,
                 num_samples=NUM_SAMPLES,
             )  # fmt: skip

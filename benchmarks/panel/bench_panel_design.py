@@ -4,12 +4,13 @@ complete-path step in one run.
 The step: the paper's parameter experiment (`jaxctbn.paper_network(key(0), rates="softmax")`,
 4 binary nodes), a posterior after 5 trajectories of length 3 from the all-zero state, all 81
 interventions, N_S = 10 posterior draws, tau = 3. Complete paths: the (V)BHC in closed form
-(maths §3). Panel outcomes (maths §7), K = 3 visits: at 1, 2, 3 (`Panel(times)`: BHC, VBHC
-minimised by Adam, nested-Monte-Carlo EIG with 10 outcomes per draw and 100 inner draws), and
-chosen per candidate (`Panel(num_visits=3)`: BHC and VBHC). Each is one compiled call of
-`score_interventions` (or `panel_design_scores`), timed warm (best of 5) after its compilation
-(timed too); the ratio is against the complete-path VBHC step. Target: the panel step with given
-times within 3x the complete-path step.
+(maths §3). Panel outcomes (maths §7), K = 3 visits: at 1, 2, 3 (`PanelOutcome(times)`: BHC,
+VBHC minimised by Adam, nested-Monte-Carlo EIG with 10 outcomes per draw and 100 inner draws),
+and chosen per candidate (`PanelOutcome(num_visits=3)`: BHC and VBHC, whose
+`score_interventions` returns a `PanelDesign`, timed to its scores). Each is one compiled call
+of `score_interventions`, timed warm (best of 5) after its compilation (timed too); the ratio is
+against the complete-path VBHC step. Target: the panel step with given times within 3x the
+complete-path step.
 
 Run: `python benchmarks/panel/bench_panel_design.py`; writes `results/panel_design.{json,md}`.
 """
@@ -42,11 +43,11 @@ def main():
     )
     space = jc.intervention_space(truth.cardinalities)
     key = jax.random.key(2)
-    given = jc.criteria.Panel(jnp.array([1.0, 2.0, 3.0]))
-    chosen = jc.criteria.Panel(num_visits=3)
+    given = jc.PanelOutcome(jnp.array([1.0, 2.0, 3.0]))
+    chosen = jc.PanelOutcome(num_visits=3)
     cases = [
-        ("complete path", "VBHC", jc.VBHC(), jc.criteria.CompletePath(), False),
-        ("complete path", "BHC", jc.BHC(), jc.criteria.CompletePath(), False),
+        ("complete path", "VBHC", jc.VBHC(), jc.CompletePath(), False),
+        ("complete path", "BHC", jc.BHC(), jc.CompletePath(), False),
         ("panel, visits at 1, 2, 3", "BHC", jc.BHC(), given, False),
         ("panel, visits at 1, 2, 3", "VBHC (Adam, 100 steps)", jc.VBHC(), given, False),
         (
@@ -64,7 +65,8 @@ def main():
         if design:
 
             def step(k, criterion=criterion, outcome=outcome):
-                return jc.criteria.panel_design_scores(
+                # a PanelDesign: the scores, with the times chosen per candidate
+                return jc.score_interventions(
                     posterior, space, init, TAU, outcome=outcome, criterion=criterion, key=k,
                     num_samples=NUM_SAMPLES,
                 ).scores  # fmt: skip

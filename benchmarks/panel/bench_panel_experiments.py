@@ -216,7 +216,7 @@ def main():
     runs, summary, summary_mean, timing, failures, choices = {}, {}, {}, {}, {}, {}
     for K in visits:
         times = TAU * np.arange(1, K + 1) / K
-        panel = jc.criteria.Panel(times)
+        panel = jc.PanelOutcome(times)
         task = ParameterTaskWithMeanError(truth, outcome=panel, panel_posterior=family)
         runs[K] = {}
         for design in DESIGNS:

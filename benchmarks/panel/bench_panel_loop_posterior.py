@@ -114,7 +114,7 @@ def main():
     name = "panel_loop_posterior" + ("_quick" if args.quick else "")
     graph = jc.paper_network(jax.random.key(0), rates="softmax")
     space = jc.intervention_space(graph.cardinalities)
-    panel = jc.criteria.Panel(TIMES)
+    panel = jc.PanelOutcome(TIMES)
     prior = jc.GammaPrior(1.0, 1.0)
     base = jax.random.key(args.seed)
 

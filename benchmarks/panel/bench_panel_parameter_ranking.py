@@ -53,8 +53,8 @@ def main():
     truth = jc.paper_network(jax.random.key(0), rates="softmax")
     init = jnp.zeros(truth.num_nodes, jnp.int32)
     space = jc.intervention_space(truth.cardinalities)
-    panel = jc.criteria.Panel(jnp.array([1.0, 2.0, 3.0]))
-    path = jc.criteria.CompletePath()
+    panel = jc.PanelOutcome(jnp.array([1.0, 2.0, 3.0]))
+    path = jc.CompletePath()
     rows, records = [], []
     for h in (0, 3, 10):
         posterior = posterior_after(truth, h)

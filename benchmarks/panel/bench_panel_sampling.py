@@ -1,7 +1,7 @@
 """Structure learning from panel data at N = 6-50 binary nodes: structural EM with the sampled
-E-step (auxiliary-variable Gibbs sampling, `learn_structure_from_panels(sampler=, key=)`),
-with the importance-sampling E-step (`sampler=PanelImportanceSampler()`: the mean-field
-posterior as the proposal) and with the mean-field E-step (`mean_field=PanelMeanField()`)
+E-step (auxiliary-variable Gibbs sampling, `learn_structure_from_panels(e_step=, key=)`),
+with the importance-sampling E-step (`e_step=PanelImportanceSampler()`: the mean-field
+posterior as the proposal) and with the mean-field E-step (`e_step=PanelMeanField()`)
 against structural EM with
 exact forward-backward where the joint state space fits (tried up to N = 10: 1,024 states),
 on the same panels: SHD and AUROC of the edge marginals against the truth,
@@ -85,13 +85,13 @@ def worker(N: int, inference: str, quick: bool) -> dict:
     options: dict[str, Any] = {}
     if inference == "sampling":
         options = dict(
-            sampler=jc.panel.GibbsSampler(**_sampler_settings(N, quick)), key=jax.random.key(3)
+            e_step=jc.panel.GibbsSampler(**_sampler_settings(N, quick)), key=jax.random.key(3)
         )
     elif inference == "mean-field":
-        options = dict(mean_field=jc.panel.PanelMeanField())
+        options = dict(e_step=jc.panel.PanelMeanField())
     elif inference == "importance":
         options = dict(
-            sampler=jc.panel.PanelImportanceSampler(**_importance_settings(N, quick)),
+            e_step=jc.panel.PanelImportanceSampler(**_importance_settings(N, quick)),
             key=jax.random.key(3),
         )
     t0 = time.perf_counter()

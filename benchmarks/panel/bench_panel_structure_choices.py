@@ -38,7 +38,7 @@ def main():
     posterior = jax.jit(
         lambda p, o: jc.panel.panel_structure_posterior(p, o, family=jc.panel.StructuralEM())
     )(prior, jc.panel.observe_paths(paths, grid))
-    panel = jc.criteria.Panel(jnp.array([1.5, 3.0]))
+    panel = jc.PanelOutcome(jnp.array([1.5, 3.0]))
 
     def scores(criterion, outcome, num_samples):
         return np.asarray(
@@ -62,7 +62,7 @@ def main():
     for name, s in (
         ("panel EIG (200 x 10 outer, 100 inner)", eig),
         ("panel BHC, PlugIn(), N_S = 10", scores(jc.BHC(), panel, 10)),
-        ("complete-path BHC, N_S = 10", scores(jc.BHC(), jc.criteria.CompletePath(), 10)),
+        ("complete-path BHC, N_S = 10", scores(jc.BHC(), jc.CompletePath(), 10)),
     ):
         top = [int(i) for i in np.argsort(-s)[:5]]
         rho = float(scipy.stats.spearmanr(s, eig).statistic)

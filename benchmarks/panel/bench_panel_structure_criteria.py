@@ -69,12 +69,12 @@ def main():
         )
 
     rows, records = [], []
-    path_vbhc = scorer(jc.VBHC(), jc.criteria.CompletePath(), NS)
+    path_vbhc = scorer(jc.VBHC(), jc.CompletePath(), NS)
     path_scores = [np.asarray(path_vbhc(jax.random.key(10 + s))) for s in range(seeds)]
     path_time = timeit(lambda: path_vbhc(jax.random.key(10)).block_until_ready())
     for K in visits:
         times = TAU * jnp.arange(1, K + 1) / K
-        outcome = jc.criteria.Panel(times)
+        outcome = jc.PanelOutcome(times)
         with stopwatch() as sw:
             reference = scorer(jc.EIG(num_paths=10, num_inner=inner), outcome, outer, jc.Chunked(1))
             ref = np.asarray(reference(jax.random.key(100)))

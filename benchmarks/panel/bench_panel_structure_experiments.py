@@ -299,7 +299,7 @@ def main():
 
     for K in visits:
         times = TAU * np.arange(1, K + 1) / K
-        panel = jc.criteria.Panel(times)
+        panel = jc.PanelOutcome(times)
         task = jc.StructureLearningTask(
             truth, max_parents=max_parents, outcome=panel, panel_posterior=family
         )

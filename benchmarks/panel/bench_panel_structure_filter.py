@@ -165,7 +165,7 @@ def accuracy(args, families):
 def cost(args, families):
     truth = jc.paper_network(jax.random.key(0), rates="gamma")
     space = jc.intervention_space(truth.cardinalities)
-    panel = jc.criteria.Panel(jnp.array([1.0, 2.0, 3.0]))
+    panel = jc.PanelOutcome(jnp.array([1.0, 2.0, 3.0]))
     design = jc.CriterionDesign(jc.BHC(), num_samples=10, outcome=panel)
     base = jax.random.key(args.seed + 1)
     keys = jax.vmap(lambda r: jax.random.fold_in(base, r))(jnp.arange(args.cost_repetitions))

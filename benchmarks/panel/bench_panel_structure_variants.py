@@ -39,7 +39,7 @@ def main():
     )
     space = jc.intervention_space(truth.cardinalities)
     times = jnp.array([1.0, 2.0, 3.0])
-    outcome = jc.criteria.Panel(times)
+    outcome = jc.PanelOutcome(times)
 
     with stopwatch() as sw:
         reference = np.asarray(

@@ -132,9 +132,9 @@ def structure_task(truth, outcome, family):
 
 def make(name, K, tau):
     """The task and design of `name` with K visits in (0, tau]."""
-    equal = jc.criteria.Panel(tau * np.arange(1, K + 1) / K)
+    equal = jc.PanelOutcome(tau * np.arange(1, K + 1) / K)
     if name == "bhc-chosen":
-        chosen = jc.criteria.Panel(num_visits=K)
+        chosen = jc.PanelOutcome(num_visits=K)
         return chosen, jc.CriterionDesign(jc.BHC(), num_samples=NUM_SAMPLES, outcome=chosen)
     if name == "bhc-equal":
         return equal, jc.CriterionDesign(jc.BHC(), num_samples=NUM_SAMPLES, outcome=equal)

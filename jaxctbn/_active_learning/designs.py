@@ -25,7 +25,7 @@ from .._criteria.costs import AbstractRanking, affordable
 from .._criteria.criterion import AbstractCriterion
 from .._criteria.eig import EIG
 from .._criteria.outcomes import COMPLETE_PATH, AbstractOutcome, check_outcome
-from .._criteria.scoring import panel_design_scores, score_interventions
+from .._criteria.scoring import candidate_scores, check_scoring
 from .._criteria.structure import AbstractGraphDraws, StratifiedGraphDraws
 from .._learning.optimisers import LBFGS
 from .._learning.posterior import AbstractPosterior
@@ -99,7 +99,7 @@ class AbstractDesign(eqx.Module):
         default each slot takes the best candidate by `ranking` of `scores` and `costs` that
         the budget still affords: $B$ independent myopic picks, copies of the best unless the
         budget runs short. [`jaxctbn.CriterionDesign`][] chooses the members together
-        ([`jaxctbn.choose_batch`][]); [`jaxctbn.RandomDesign`][] draws them."""
+        ([`jaxctbn.Batch`][]); [`jaxctbn.RandomDesign`][] draws them."""
         scores = self.scores(posterior, candidates, initial_state, horizon, key)
         rank = ranking.rank(scores, costs)
         return _slots(
@@ -223,7 +223,7 @@ class CriterionDesign(AbstractDesign):
     design that ignores that its outcomes are panels (for comparison; the loop then does not
     require the design's outcome to match the task's), `greedy_batches` (static, default
     `True`): in rounds of several experiments (`batch_size` of the loop) the BHC/VBHC choose
-    the members together, greedily ([`jaxctbn.choose_batch`][]); `False` takes $B$ copies of
+    the members together, greedily ([`jaxctbn.Batch`][]); `False` takes $B$ copies of
     the best single candidate (the myopic baseline). With `assume_complete_path` a
     [`jaxctbn.StructureMixturePosterior`][] (the panel loop's structure posterior) is scored
     through its [`moment_matched`][jaxctbn.StructureMixturePosterior.moment_matched]
@@ -293,8 +293,10 @@ class CriterionDesign(AbstractDesign):
         return posterior
 
     def scores(self, posterior, candidates, initial_state, horizon, key):
-        s = score_interventions(
-            self._scored(posterior),
+        scored = self._scored(posterior)
+        check_scoring(scored, self.criterion, self.num_samples, self.scored_outcome)
+        s = candidate_scores(
+            scored,
             candidates,
             initial_state,
             horizon,
@@ -313,13 +315,18 @@ class CriterionDesign(AbstractDesign):
             return super().choose_with_times(
                 posterior, candidates, initial_state, horizon, key, outcome=outcome
             )
-        design = panel_design_scores(
+        check_scoring(posterior, self.criterion, self.num_samples, scored)
+        if not isinstance(self.criterion, AbstractBoxHillCriterion):
+            raise ValueError(
+                "criterion: panel designs with their visit times need the BHC or VBHC; the EIG "
+                "scores given times."
+            )
+        design = scored.design(
+            self.criterion,
             posterior,
             candidates,
             initial_state,
             horizon,
-            outcome=scored,
-            criterion=self.criterion,
             key=key,
             num_samples=self.num_samples,
             batching=self.batching,
@@ -342,7 +349,7 @@ class CriterionDesign(AbstractDesign):
         ranking,
     ):
         """With the BHC or VBHC: the members chosen together, greedily
-        ([`jaxctbn.choose_batch`][]: each round scores every candidate with the members already
+        ([`jaxctbn.Batch`][]: each round scores every candidate with the members already
         chosen; the negative control picks the least informative batch). With the EIG: $B$
         myopic picks (the default)."""
         scored = self.scored_outcome

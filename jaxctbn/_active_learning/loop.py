@@ -187,77 +187,29 @@ def _run_active_learning(
     max_events,
     batch_size=1,
 ):
-    truth = task.truth
     horizon = jnp.asarray(horizon, jnp.result_type(float))
     horizon = eqx.error_if(
         horizon, ~(horizon > 0) | ~jnp.isfinite(horizon), "horizon: must be positive and finite."
     )
-    cards = truth.cardinalities
-
-    def step(posterior, key):
-        k_init, k_design, k_path = jr.split(key, 3)
-        initial_state = initial_state_policy.draw(k_init, cards)
-        seen = initial_state_policy.revealed(initial_state, cards)
-        index, times = design.choose_with_times(
-            posterior, candidates, seen, horizon, k_design, outcome=outcome
-        )
-        iv = jax.tree_util.tree_map(lambda a: a[index], candidates)
-        path = sample_trajectory(
-            truth, initial_state, horizon, key=k_path, intervention=iv, max_events=max_events
-        )
-        posterior = _update(task, posterior, path, times, jr.fold_in(k_path, _UPDATE_STREAM))
-        record = (
-            task.metrics(posterior),
-            index,
-            iv.targets,
-            iv.states,
-            path.initial_states,
-            path.num_events,
-            times,
-        )
-        return posterior, record
-
-    outcome = task.outcome
-    prior = task.initial_posterior()
-    if batch_size > 1 or costs is not None:
-        return _run_rounds(
-            task,
-            design,
-            key,
-            horizon,
-            candidates,
-            initial_state_policy,
-            costs,
-            budget,
-            ranking,
-            num_experiments,
-            max_events,
-            batch_size,
-            outcome,
-            prior,
-        )
-    final, (metrics, index, targets, states, initial, events, times) = jax.lax.scan(
-        step, prior, jr.split(key, num_experiments)
-    )
-    start = task.metrics(prior)
-    metrics = {
-        name: jnp.concatenate([jnp.asarray(start[name])[None], m]) for name, m in metrics.items()
-    }
-    return ActiveLearningResult(
-        metrics=metrics,
-        intervention_index=index,
-        targets=targets,
-        states=states,
-        initial_states=initial,
-        num_events=events,
-        posterior=final,
-        observation_times=times,
-        rounds=jnp.arange(1, num_experiments + 1),
-        costs=jnp.zeros((num_experiments,), horizon.dtype),
+    return _run_in_rounds(
+        task,
+        design,
+        key,
+        horizon,
+        candidates,
+        initial_state_policy,
+        costs,
+        budget,
+        ranking,
+        num_experiments,
+        max_events,
+        batch_size,
+        task.outcome,
+        task.initial_posterior(),
     )
 
 
-def _run_rounds(
+def _run_in_rounds(
     task,
     design,
     key,
@@ -274,7 +226,8 @@ def _run_rounds(
     prior,
 ):
     """The loop in rounds of `batch_size` experiments chosen together, with costs and a
-    budget (see `run_active_learning`)."""
+    budget (see `run_active_learning`); a single experiment is a round of one, chosen by the
+    design's own `choose_with_times` when nothing is priced."""
     truth = task.truth
     cards = truth.cardinalities
     B = batch_size
@@ -298,18 +251,25 @@ def _run_rounds(
         k_init, k_design, k_path = jr.split(key, 3)
         initial_state = initial_state_policy.draw(k_init, cards)
         seen = initial_state_policy.revealed(initial_state, cards)
-        members, times = design.choose_batch(
-            posterior,
-            candidates,
-            seen,
-            horizon,
-            k_design,
-            outcome=outcome,
-            size=B,
-            costs=prices,
-            remaining=total - spent,
-            ranking=ranking,
-        )
+        if B == 1 and costs is None:  # one experiment, nothing priced: the design's choice
+            index, times = design.choose_with_times(
+                posterior, candidates, seen, horizon, k_design, outcome=outcome
+            )
+            members = jnp.asarray(index)[None]
+            times = None if times is None else times[None]
+        else:
+            members, times = design.choose_batch(
+                posterior,
+                candidates,
+                seen,
+                horizon,
+                k_design,
+                outcome=outcome,
+                size=B,
+                costs=prices,
+                remaining=total - spent,
+                ranking=ranking,
+            )
         run = members >= 0
         index = jnp.maximum(members, 0)
         ivs = jax.tree_util.tree_map(lambda a: a[index], candidates)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from .._files import write_json
 from .arguments import (
     _costs,
-    _costs_json,
     _empirical_bayes,
     _initial_state,
     _load_network,
@@ -17,6 +15,7 @@ from .arguments import (
 )
 from .jax_setup import _jit
 from .memory import within_memory
+from .ranking import write_ranking
 
 
 def _criterion(name: str, paths: int, box_hill: dict):
@@ -125,8 +124,8 @@ def _design(args):
 
 def _rank(args, posterior, space, names, init, initial, outcome):
     """Score `space` for the next experiment and write the ranking: with a panel outcome and a
-    Box-Hill criterion through `panel_design_scores` (the visit times chosen with `--visits`);
-    with `--batch` the greedy batch of `choose_batch`; with prices, each candidate's cost and
+    Box-Hill criterion with the visit times chosen with `--visits`; with `--batch` the greedy
+    batch of `Batch`; with prices, each candidate's cost and
     the best within `--budget` by `--rank-by`."""
     import jax
     import numpy as np
@@ -160,7 +159,7 @@ def _rank(args, posterior, space, names, init, initial, outcome):
             args, posterior, space, initial, _criterion(args.criterion, args.paths, options),
             key, costs, outcome,
         )  # fmt: skip
-        _write_ranking(
+        write_ranking(
             args,
             batch.round_scores[0],
             space,
@@ -172,14 +171,14 @@ def _rank(args, posterior, space, names, init, initial, outcome):
         )
         return
     if outcome is not None and args.criterion != "eig":
-        from .._criteria.scoring import panel_design_scores
+        from .._criteria.scoring import score_interventions
 
         options = {}
         if args.target == "structure":
             options = _box_hill_options(args, len(names))
         design = within_memory(
             "design --outcome panel",
-            panel_design_scores,
+            score_interventions,
             posterior,
             space,
             initial,
@@ -190,19 +189,20 @@ def _rank(args, posterior, space, names, init, initial, outcome):
             num_samples=args.samples,
         )
         design = jax.tree_util.tree_map(np.asarray, design)
-        _write_ranking(
+        chosen = outcome.chooses_times  # a PanelDesign with each candidate's visit times
+        write_ranking(
             args,
-            design.scores,
+            design.scores if chosen else design,
             space,
             names,
             init,
             args.duration,
-            panel=design,
+            panel=design if chosen else None,
             costs=candidate_costs,
         )
         return
     scores = _score_space(posterior, space, initial, args.duration, key, args, outcome)
-    _write_ranking(
+    write_ranking(
         args, np.asarray(scores), space, names, init, args.duration, costs=candidate_costs
     )
 
@@ -212,7 +212,7 @@ def _check_batch(args, outcome):
     if args.criterion == "eig":
         raise ValueError(
             "--batch: batches are chosen by --criterion bhc or vbhc (the EIG of a batch "
-            "is the reference, jaxctbn.criteria.score_batch)."
+            "is the reference, jaxctbn.criteria.GivenBatch)."
         )
     if args.visits is not None:
         raise ValueError(
@@ -231,23 +231,26 @@ def _choose_batch(args, posterior, candidates, initial, criterion, key, costs, o
     import jax
     import numpy as np
 
-    from .._criteria.batches import choose_batch
+    from .._criteria.batches import Batch
     from .._criteria.costs import ByScore, ByScorePerCost
+    from .._criteria.scoring import score_interventions
 
     batch = within_memory(
         "--batch",
-        choose_batch,
+        score_interventions,
         posterior,
         candidates,
         initial,
         args.duration,
-        size=args.batch,
         criterion=criterion,
         key=key,
         num_samples=args.samples,
-        costs=costs,
-        budget=args.budget,
-        ranking=ByScorePerCost() if args.rank_by == "score-per-cost" else ByScore(),
+        batch=Batch(
+            args.batch,
+            costs=costs,
+            budget=args.budget,
+            ranking=ByScorePerCost() if args.rank_by == "score-per-cost" else ByScore(),
+        ),
         splittable=False,
         **({} if outcome is None else {"outcome": outcome}),
     )
@@ -256,12 +259,12 @@ def _choose_batch(args, posterior, candidates, initial, criterion, key, costs, o
 
 def _rank_strengths(args, posterior, space, names, init, initial, outcome, costs, strengths, key):
     """`--strength`: every candidate, and every one that leaves a strength node free also with
-    that node's rates scaled by its best strength in range (`strength_design_scores`)."""
+    that node's rates scaled by its best strength in range (`Strengths`)."""
     import jax
     import numpy as np
 
     from .._criteria.outcomes import COMPLETE_PATH
-    from .._criteria.strengths import strength_design_scores
+    from .._criteria.scoring import score_interventions
 
     if args.batch is not None:
         _check_batch(args, outcome)
@@ -278,7 +281,7 @@ def _rank_strengths(args, posterior, space, names, init, initial, outcome, costs
     scores = _score_space(posterior, space, initial, args.duration, key, args, outcome)
     design = within_memory(
         "--strength",
-        strength_design_scores,
+        score_interventions,
         posterior,
         space,
         initial,
@@ -324,7 +327,7 @@ def _rank_strengths(args, posterior, space, names, init, initial, outcome, costs
             None if outcome is COMPLETE_PATH else outcome,
         )  # fmt: skip
         all_scores = batch.round_scores[0]
-    _write_ranking(
+    write_ranking(
         args,
         all_scores,
         space,
@@ -336,18 +339,6 @@ def _rank_strengths(args, posterior, space, names, init, initial, outcome, costs
         rate_scales=scales,
         batch=batch,
     )
-
-
-def _best(args, scores, costs):
-    """The best candidate by `--rank-by` among those `--budget` affords."""
-    import numpy as np
-
-    if costs is None:
-        return int(np.argmax(scores))
-    rank = scores / costs if args.rank_by == "score-per-cost" else scores.copy()
-    if args.budget is not None:
-        rank = np.where(costs <= args.budget * (1 + 1e-12), rank, -np.inf)
-    return int(np.argmax(rank))
 
 
 def _design_structure(args, outcome):
@@ -492,106 +483,3 @@ def _score_space(posterior, space, initial_state, horizon, key, args, outcome=No
         num_samples=args.samples,
         outcome=COMPLETE_PATH if outcome is None else outcome,
     )
-
-
-def _write_ranking(
-    args,
-    scores,
-    space,
-    names,
-    init,
-    duration,
-    panel=None,
-    costs=None,
-    batch=None,
-    rows=None,
-    rate_scales=None,
-):
-    """The ranking JSON. `rows[e]`: the candidate of entry `e` (default: entry e is candidate
-    e); `rate_scales[e]`: its strengths `{node: s}` (`None`: a perfect intervention)."""
-    import numpy as np
-
-    targets, states = np.asarray(space.targets), np.asarray(space.states)
-    rows = np.arange(len(scores)) if rows is None else rows
-
-    def label(i):
-        return {names[n]: int(states[i, n]) for n in range(len(names)) if targets[i, n]}
-
-    entries = [{"intervention": label(rows[e]), "score": float(v)} for e, v in enumerate(scores)]
-    if rate_scales is not None:
-        for entry, scale in zip(entries, rate_scales):
-            if scale is not None:
-                entry["rate_scales"] = scale
-    if costs is not None:
-        for entry, c in zip(entries, costs):
-            entry["cost"] = float(c)
-            if args.rank_by == "score-per-cost":
-                entry["score_per_cost"] = entry["score"] / float(c)
-    best = _best(args, np.asarray(scores), costs) if batch is None else int(batch.members[0])
-    best_entry = entries[best]
-    outcome: dict = {"type": args.outcome}
-    if args.outcome == "panel":
-        if args.visits is not None and panel is not None:
-            for i, entry in enumerate(entries):
-                entry["observation_times"] = [float(t) for t in panel.times[i]]
-                entry["score_equally_spaced"] = float(panel.equally_spaced_scores[i])
-            outcome.update(visits=args.visits, observation_times=best_entry["observation_times"])
-        else:
-            outcome["observation_times"] = [float(t) for t in args.observation_times]
-    out = {
-        "criterion": args.criterion,
-        "target": args.target,
-        "outcome": outcome,
-        "scores": entries,
-        "best": best_entry["intervention"],
-        "samples": args.samples,
-        "duration": duration,
-        "initial_state": init,
-        "seed": args.seed,
-        "prior": getattr(args, "fitted_prior", None) or _prior_json(args),
-    }
-    if rate_scales is not None:
-        out["rate_scales"] = best_entry.get("rate_scales", {})
-        out["strengths"] = ",".join(args.strength)
-    pricing = _costs_json(args)
-    if pricing is not None or args.rank_by != "score":
-        out["costs"] = pricing
-        out["rank_by"] = args.rank_by
-    if batch is not None:
-        members = [int(m) for m in batch.members if m >= 0]
-        out["batch"] = [
-            {
-                "intervention": label(rows[m]),
-                "score": float(batch.scores[j]),
-                "gain": float(batch.gains[j]),
-                "cost": float(batch.costs[j]),
-            }
-            for j, m in enumerate(members)
-        ]
-        if rate_scales is not None:
-            for entry, m in zip(out["batch"], members):
-                if rate_scales[m] is not None:
-                    entry["rate_scales"] = rate_scales[m]
-        out["batch_score"] = float(batch.batch_score)
-        out["batch_cost"] = float(batch.total_cost)
-        out["batch_size"] = args.batch
-    history = getattr(args, "history_posterior", None)
-    if history is not None:
-        out["history_posterior"] = history
-    if args.target == "structure" and args.criterion != "eig":
-        from .._experiments.config import default_graph_draws
-
-        draws, max_sets = default_graph_draws(len(names), args.graph_draws, args.max_sets)
-        out.update(graph_draws=draws, max_sets=max_sets)
-    write_json(args.out, out)
-    chosen = out["best"] or "no intervention"
-    what = f"best: {chosen}"
-    if out.get("rate_scales"):
-        what += " with rates scaled by " + ", ".join(
-            f"{node}: {s:.4g}" for node, s in out["rate_scales"].items()
-        )
-    if batch is not None:
-        what = (
-            f"batch of {len(out['batch'])}: {[e['intervention'] or 'none' for e in out['batch']]}"
-        )
-    print(f"scored {len(scores)} interventions; {what}; wrote {args.out}")

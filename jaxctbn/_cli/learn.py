@@ -295,12 +295,12 @@ def _cmd_learn(args):
                     max_node_events=args.max_node_events,
                 )
             )
-            sampling = {"sampler": sampler, "key": jax.random.key(args.seed)}
+            sampling = {"e_step": sampler, "key": jax.random.key(args.seed)}
             sampling["patience"] = args.patience
         elif args.inference == "mean-field":
             from .._panel.mean_field import PanelMeanField
 
-            sampling = {"mean_field": PanelMeanField(steps_per_gap=steps_per_gap)}
+            sampling = {"e_step": PanelMeanField(steps_per_gap=steps_per_gap)}
         fit = learn_structure_from_panels(
             observations,
             names,

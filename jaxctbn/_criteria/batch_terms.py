@@ -1,6 +1,6 @@
 r"""The quantities a batch's criterion is built from, member by member (maths §8), and the
-Monte Carlo EIG of a given batch: what [`jaxctbn.choose_batch`][] and
-[`jaxctbn.criteria.score_batch`][] compute through the criterion and the outcome (see
+Monte Carlo EIG of a given batch: what [`jaxctbn.Batch`][] and
+[`jaxctbn.criteria.GivenBatch`][] compute through the criterion and the outcome (see
 `batches.py`)."""
 
 from __future__ import annotations

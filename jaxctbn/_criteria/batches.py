@@ -14,34 +14,34 @@ quantities that add over the members:
   estimator, as for one experiment). The rates couple the members, so here neither criterion
   is the sum of the members'.
 
-[`jaxctbn.choose_batch`][] computes every candidate's quantities once (one batch of
-master-equation solves, as for [`jaxctbn.score_interventions`][]) and then adds members
-greedily: each round scores every candidate together with the members already chosen. The
-nested Monte Carlo EIG of a given batch ([`jaxctbn.criteria.score_batch`][] with
-[`jaxctbn.EIG`][]) is the reference.
+[`jaxctbn.Batch`][] (the `batch=` of [`jaxctbn.score_interventions`][]) computes every
+candidate's quantities once (one batch of master-equation solves, as for a single experiment)
+and then adds members greedily: each round scores every candidate together with the members
+already chosen. The nested Monte Carlo EIG of a given batch
+([`jaxctbn.criteria.GivenBatch`][] with [`jaxctbn.EIG`][]) is the reference.
 """
 
 from __future__ import annotations
 
+import abc
+from typing import Any
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float, Int
 
-from .._batching import AbstractBatching
-from .._learning.posterior import AbstractPosterior
-from .._master_equation import AUTOMATIC_SOLVER, StatisticsSolver
 from .._model.interventions import Intervention
 from .batch_terms import member_initial
-from .box_hill import VBHC, AbstractBoxHillCriterion
+from .box_hill import AbstractBoxHillCriterion
 from .costs import AbstractRanking, ByScore, Costs, affordable, check_budget
-from .criterion import AbstractCriterion
 from .eig import EIG
-from .outcomes import COMPLETE_PATH, AbstractOutcome, check_outcome
+from .outcomes import COMPLETE_PATH, AbstractOutcome
 
 
 class BatchDesign(eqx.Module):
-    """A batch chosen by [`jaxctbn.choose_batch`][]:
+    """A batch chosen by [`jaxctbn.score_interventions`][] with `batch=`[`jaxctbn.Batch`][]:
 
     - `members` `(size,)`: the chosen candidates' indices, in the order chosen; `-1` for a slot
       left empty because nothing affordable remained within the budget;
@@ -69,17 +69,12 @@ def _check_box_hill(criterion, what: str):
     if isinstance(criterion, EIG):
         raise ValueError(
             f"criterion: {what} adds members by the BHC or VBHC; the EIG of a given batch is "
-            "jaxctbn.criteria.score_batch(..., criterion=EIG())."
+            "score_interventions(..., criterion=EIG(), batch=GivenBatch())."
         )
     if not isinstance(criterion, AbstractBoxHillCriterion):
         raise ValueError(
             f"criterion: {what} needs jaxctbn.BHC() or jaxctbn.VBHC(), got {criterion!r}."
         )
-
-
-def _check_size(size):
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        raise ValueError(f"size: the batch size must be an integer >= 1, got {size!r}.")
 
 
 def _check_initial_states(initial_state, candidates, size: int):
@@ -93,96 +88,144 @@ def _check_initial_states(initial_state, candidates, size: int):
         )
 
 
-def _check_common(posterior, candidates, num_samples):
-    if not isinstance(posterior, AbstractPosterior):
-        raise TypeError(
-            f"posterior: expected a RatePosterior or StructurePosterior, got {type(posterior)}."
-        )
+def _check_candidates(candidates, what: str):
     if not isinstance(candidates, Intervention) or jnp.ndim(candidates.targets) != 2:
         raise ValueError(
-            "candidates: expected an Intervention with a leading axis (one row per candidate)."
+            f"{what}: expected an Intervention with a leading axis (one row per "
+            f"{'experiment' if what == 'members' else 'candidate'})."
         )
-    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
-        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}.")
 
 
-@eqx.filter_jit
-def choose_batch(
-    posterior: AbstractPosterior,
-    candidates: Intervention,
-    initial_state: ArrayLike,
-    horizon: ArrayLike,
-    *,
-    size: int,
-    criterion: AbstractCriterion = VBHC(),
-    key: PRNGKeyArray,
-    num_samples: int = 10,
-    solver: StatisticsSolver = AUTOMATIC_SOLVER,
-    batching: AbstractBatching | None = None,
-    outcome: AbstractOutcome = COMPLETE_PATH,
-    costs: Costs | None = None,
-    budget: ArrayLike | None = None,
-    ranking: AbstractRanking = ByScore(),
-) -> BatchDesign:
-    r"""Choose `size` experiments to run in parallel, greedily, as one compiled computation
-    (maths §8).
+class AbstractBatchQuestion(eqx.Module):
+    """A question about experiments run in parallel, passed to
+    [`jaxctbn.score_interventions`][] as `batch=`: [`jaxctbn.Batch`][] or
+    [`jaxctbn.criteria.GivenBatch`][]."""
+
+    @abc.abstractmethod
+    def answer(
+        self, criterion, posterior, candidates, initial_state, horizon, *, key, num_samples,
+        solver, batching, outcome,
+    ) -> Any:  # fmt: skip
+        """The answer for `candidates` (the other arguments those of `score_interventions`,
+        checked by it)."""
+
+
+class Batch(AbstractBatchQuestion):
+    r"""Choose `size` experiments to run in parallel, greedily (maths §8): the
+    `batch=` of [`jaxctbn.score_interventions`][], which returns a
+    [`jaxctbn.criteria.BatchDesign`][].
 
     Every candidate's quantities (expected statistics for parameters, per-draw statistics on
-    every parent set for structure) are computed once, with the same posterior draws as
-    [`jaxctbn.score_interventions`][] for the same `key`; then each of `size` rounds scores
-    every candidate together with the members already chosen and adds the best by `ranking`
-    among those the remaining `budget` affords. A candidate may be chosen again (a replicate).
-    With `size=1` the scores are exactly `score_interventions`'.
+    every parent set for structure) are computed once, with the same posterior draws as the
+    single-experiment scores for the same `key`; then each of `size` rounds scores every
+    candidate together with the members already chosen and adds the best by `ranking` among
+    those the remaining `budget` affords. A candidate may be chosen again (a replicate). With
+    `size=1` the scores are exactly the single-experiment scores. The criterion must be
+    [`jaxctbn.BHC`][] or [`jaxctbn.VBHC`][] (structure learning with the
+    [`jaxctbn.PlugIn`][] estimator); panel outcomes at given visit times.
 
-    **Arguments:** as for [`jaxctbn.score_interventions`][] (the criterion must be
-    [`jaxctbn.BHC`][] or [`jaxctbn.VBHC`][]; complete-path outcomes; structure learning with
-    the [`jaxctbn.PlugIn`][] estimator), and
+    **Arguments:**
 
-    - `initial_state`: one state `(N,)` every member starts from, or one per member
+    - `size`: the number of experiments in the batch (static). The `initial_state` given to
+      `score_interventions` is one state `(N,)` every member starts from, or one per member
       `(size, N)` (slot $b$'s experiment starts from row $b$: its candidates' quantities are
       computed from it, and the rounds are unrolled, one per slot);
-    - `size`: the number of experiments in the batch (static);
     - `costs`: a [`jaxctbn.Costs`][] pricing each candidate (default: free);
     - `budget`: the most the batch may cost (default: unbounded); the slots nothing affordable
       fills are left empty;
     - `ranking`: [`jaxctbn.criteria.ByScore`][] (default) or
       [`jaxctbn.criteria.ByScorePerCost`][] (gain per unit cost).
-
-    **Returns:** a [`jaxctbn.criteria.BatchDesign`][].
     """
-    _check_size(size)
-    _check_common(posterior, candidates, num_samples)
-    _check_initial_states(initial_state, candidates, size)
-    _check_box_hill(criterion, "choose_batch")
-    check_outcome(outcome)
-    check_budget(budget)
-    if not isinstance(ranking, AbstractRanking):
-        raise TypeError(f"ranking: expected ByScore() or ByScorePerCost(), got {ranking!r}.")
-    C = candidates.targets.shape[0]
-    dtype = jnp.result_type(float)
-    if costs is None:
-        candidate_costs = jnp.zeros((C,), dtype)
-    elif isinstance(costs, Costs):
-        candidate_costs = costs.of(candidates).astype(dtype)
-    else:
-        raise TypeError(f"costs: expected a jaxctbn.Costs or None, got {costs!r}.")
-    budget = jnp.asarray(jnp.inf if budget is None else budget, dtype)
-    return greedy_batch(
-        posterior,
-        candidates,
-        initial_state,
-        horizon,
-        size=size,
-        criterion=criterion,
-        key=key,
-        num_samples=num_samples,
-        solver=solver,
-        batching=batching,
-        candidate_costs=candidate_costs,
-        budget=budget,
-        ranking=ranking,
-        outcome=outcome,
-    )
+
+    size: int = eqx.field(static=True)
+    costs: Costs | None = eqx.field(default=None, kw_only=True)
+    budget: Float[Array, ""] | None = eqx.field(default=None, kw_only=True)
+    ranking: AbstractRanking = eqx.field(default=ByScore(), kw_only=True)
+
+    def __check_init__(self):
+        size = self.size
+        if not isinstance(size, int | np.integer) or isinstance(size, bool) or size < 1:
+            raise ValueError(f"size: the batch size must be an integer >= 1, got {size!r}.")
+        if self.costs is not None and not isinstance(self.costs, Costs):
+            raise TypeError(f"costs: expected a jaxctbn.Costs or None, got {self.costs!r}.")
+        check_budget(self.budget)
+        if not isinstance(self.ranking, AbstractRanking):
+            raise TypeError(
+                f"ranking: expected ByScore() or ByScorePerCost(), got {self.ranking!r}."
+            )
+
+    def answer(
+        self, criterion, posterior, candidates, initial_state, horizon, *, key, num_samples,
+        solver, batching, outcome,
+    ) -> BatchDesign:  # fmt: skip
+        size = int(self.size)
+        _check_candidates(candidates, "candidates")
+        _check_initial_states(initial_state, candidates, size)
+        _check_box_hill(criterion, "Batch")
+        C = candidates.targets.shape[0]
+        dtype = jnp.result_type(float)
+        if self.costs is None:
+            candidate_costs = jnp.zeros((C,), dtype)
+        else:
+            candidate_costs = self.costs.of(candidates).astype(dtype)
+        budget = jnp.asarray(jnp.inf if self.budget is None else self.budget, dtype)
+        return greedy_batch(
+            posterior, candidates, initial_state, horizon, size=size, criterion=criterion,
+            key=key, num_samples=num_samples, solver=solver, batching=batching,
+            candidate_costs=candidate_costs, budget=budget, ranking=self.ranking,
+            outcome=outcome,
+        )  # fmt: skip
+
+
+class GivenBatch(AbstractBatchQuestion):
+    r"""The candidates are the members of one batch of experiments run in parallel, one row per
+    experiment, all from `initial_state` `(N,)` or each from its own row of `initial_state`
+    `(members, N)`: the `batch=` of [`jaxctbn.score_interventions`][], which returns the
+    batch's criterion, a scalar (maths §8).
+
+    - [`jaxctbn.BHC`][], [`jaxctbn.VBHC`][]: from the members' summed quantities, with the same
+      draws as the single-experiment scores and [`jaxctbn.Batch`][] for the same `key` (one
+      member gives its single-experiment score).
+    - [`jaxctbn.EIG`][]: the batch's expected information gain by Monte Carlo, `num_paths`
+      outcomes per posterior draw, each outcome one independent path per member (member 0's
+      path is the one the single-experiment EIG samples, so one member gives its EIG): for
+      parameters by conjugacy, for structure Algorithm 4 with the stratum weights on the
+      members' summed statistics. The reference for the Box-Hill batches.
+    """
+
+    def answer(
+        self, criterion, posterior, candidates, initial_state, horizon, *, key, num_samples,
+        solver, batching, outcome,
+    ) -> Float[Array, ""]:  # fmt: skip
+        members = candidates
+        _check_candidates(members, "members")
+        if members.targets.shape[0] == 0:
+            raise ValueError("members: a batch needs at least one experiment, got none.")
+        _check_initial_states(initial_state, members, members.targets.shape[0])
+        if isinstance(criterion, EIG):
+            return outcome.batch_eig(
+                criterion, posterior, members, initial_state, horizon, key=key,
+                num_samples=num_samples,
+            )  # fmt: skip
+        _check_box_hill(criterion, "GivenBatch")
+        if jnp.ndim(initial_state) == 1:
+            terms = outcome.batch_terms(
+                criterion, posterior, members, initial_state, horizon, key=key,
+                num_samples=num_samples, solver=solver, batching=batching,
+            )  # fmt: skip
+            chosen = terms.empty
+            for b in range(members.targets.shape[0]):
+                chosen = terms.add(chosen, b)
+            return terms.value(chosen)
+        chosen = None
+        for b in range(members.targets.shape[0]):  # each member from its own initial state
+            member = jax.tree_util.tree_map(lambda a, b=b: a[b : b + 1], members)
+            terms = outcome.batch_terms(
+                criterion, posterior, member, member_initial(initial_state, b), horizon,
+                key=key, num_samples=num_samples, solver=solver, batching=batching,
+            )  # fmt: skip
+            chosen = terms.add(terms.empty if chosen is None else chosen, 0)
+        return terms.value(chosen)
 
 
 def greedy_batch(
@@ -203,7 +246,7 @@ def greedy_batch(
     sign: ArrayLike = 1.0,
     outcome: AbstractOutcome = COMPLETE_PATH,
 ) -> BatchDesign:
-    """[`jaxctbn.choose_batch`][]'s greedy rounds (the arguments checked by the caller), with
+    """[`jaxctbn.Batch`][]'s greedy rounds (the arguments checked by the caller), with
     every candidate's cost given as an array and the criterion multiplied by `sign` (-1 picks
     the least informative batch, the "negative" control); the active-learning loop calls it
     with the costs of its own outcome."""
@@ -275,62 +318,3 @@ def greedy_batch(
         total_cost=spent,
         round_scores=round_scores,
     )
-
-
-@eqx.filter_jit
-def score_batch(
-    posterior: AbstractPosterior,
-    members: Intervention,
-    initial_state: ArrayLike,
-    horizon: ArrayLike,
-    *,
-    criterion: AbstractCriterion = VBHC(),
-    key: PRNGKeyArray,
-    num_samples: int = 10,
-    solver: StatisticsSolver = AUTOMATIC_SOLVER,
-    batching: AbstractBatching | None = None,
-    outcome: AbstractOutcome = COMPLETE_PATH,
-) -> Float[Array, ""]:
-    r"""The criterion of one batch of experiments run in parallel, `members` (an
-    [`jaxctbn.Intervention`][] with a leading axis, one row per experiment, all from
-    `initial_state` `(N,)` or each from its own row of `initial_state` `(members, N)`, over
-    `horizon`; maths §8).
-
-    - [`jaxctbn.BHC`][], [`jaxctbn.VBHC`][]: from the members' summed quantities, with the same
-      draws as [`jaxctbn.score_interventions`][] and [`jaxctbn.choose_batch`][] for the same
-      `key` (one member gives `score_interventions`' score).
-    - [`jaxctbn.EIG`][]: the batch's expected information gain by Monte Carlo, `num_paths`
-      outcomes per posterior draw, each outcome one independent path per member (member 0's
-      path is the one `score_interventions` samples, so one member gives its EIG): for
-      parameters by conjugacy, for structure Algorithm 4 with the stratum weights on the
-      members' summed statistics. The reference for the Box-Hill batches.
-    """
-    _check_common(posterior, members, num_samples)
-    if members.targets.shape[0] == 0:
-        raise ValueError("members: a batch needs at least one experiment, got none.")
-    _check_initial_states(initial_state, members, members.targets.shape[0])
-    check_outcome(outcome)
-    if isinstance(criterion, EIG):
-        return outcome.batch_eig(
-            criterion, posterior, members, initial_state, horizon, key=key,
-            num_samples=num_samples,
-        )  # fmt: skip
-    _check_box_hill(criterion, "score_batch")
-    if jnp.ndim(initial_state) == 1:
-        terms = outcome.batch_terms(
-            criterion, posterior, members, initial_state, horizon, key=key,
-            num_samples=num_samples, solver=solver, batching=batching,
-        )  # fmt: skip
-        chosen = terms.empty
-        for b in range(members.targets.shape[0]):
-            chosen = terms.add(chosen, b)
-        return terms.value(chosen)
-    chosen = None
-    for b in range(members.targets.shape[0]):  # each member from its own initial state
-        member = jax.tree_util.tree_map(lambda a, b=b: a[b : b + 1], members)
-        terms = outcome.batch_terms(
-            criterion, posterior, member, member_initial(initial_state, b), horizon, key=key,
-            num_samples=num_samples, solver=solver, batching=batching,
-        )  # fmt: skip
-        chosen = terms.add(terms.empty if chosen is None else chosen, 0)
-    return terms.value(chosen)

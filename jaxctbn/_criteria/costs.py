@@ -4,7 +4,7 @@ A lab pays for what it does: a knockout more than a drug, a drug more than watch
 of a panel, and a fixed price per experiment (a plate, a cohort slot). [`jaxctbn.Costs`][]
 prices a candidate intervention; a ranking Module ([`jaxctbn.criteria.ByScore`][] or
 [`jaxctbn.criteria.ByScorePerCost`][]) says how a design trades information against cost, and a
-budget ([`jaxctbn.choose_batch`][]) bounds what a batch may spend (maths §8).
+budget ([`jaxctbn.Batch`][]) bounds what a batch may spend (maths §8).
 """
 
 from __future__ import annotations

@@ -157,7 +157,7 @@ class EIG(AbstractCriterion):
 
     def path_batch_eig(self, posterior, members, initial_state, horizon, *, key, num_samples):
         """The EIG of one batch of complete-path experiments
-        ([`jaxctbn.criteria.score_batch`][])."""
+        ([`jaxctbn.criteria.GivenBatch`][])."""
         if isinstance(posterior, StructureMixturePosterior):
             raise ValueError(
                 "posterior: the batch EIG scores a StructurePosterior (complete paths); a "

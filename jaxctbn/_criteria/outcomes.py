@@ -47,8 +47,8 @@ class AbstractOutcome(eqx.Module):
 
     Scoring (`criterion` any [`jaxctbn.AbstractCriterion`][], the other arguments those of
     [`jaxctbn.score_interventions`][]): `score_rates` and `score_structure` return one score per
-    candidate; `batch_terms` the quantities of [`jaxctbn.choose_batch`][] and `batch_eig` the
-    EIG of one batch ([`jaxctbn.criteria.score_batch`][]). The loop: `visit_times`,
+    candidate; `batch_terms` the quantities of [`jaxctbn.Batch`][] and `batch_eig` the
+    EIG of one batch ([`jaxctbn.criteria.GivenBatch`][]). The loop: `visit_times`,
     `chooses_times`, `num_priced_visits`, `check_simulated`, `matches`, and the posterior
     updates `initial_posterior`, `update_rates`, `update_structure`."""
 
@@ -84,7 +84,7 @@ class AbstractOutcome(eqx.Module):
         batching,
     ) -> PanelDesign:  # fmt: skip
         """Every candidate's score and the visit times it is seen at
-        ([`jaxctbn.criteria.panel_design_scores`][]): panel outcomes only."""
+        (`score_interventions` with `PanelOutcome(num_visits=K)`): panel outcomes only."""
         raise ValueError(f"outcome: expected a PanelOutcome(...), got {self!r}.")
 
     @property

@@ -13,32 +13,47 @@ so it is never below that grid's best.
 
 from __future__ import annotations
 
-from typing import cast
+import abc
+from collections.abc import Callable
+from typing import Any, cast
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
+from jaxtyping import Array, Float
 
-from .._learning.posterior import AbstractPosterior
 from .._learning.strength import StrengthPosterior
-from .._master_equation import AUTOMATIC_SOLVER, StatisticsSolver
 from .._model.interventions import Intervention, is_concrete
-from .box_hill import VBHC
-from .criterion import AbstractCriterion
-from .outcomes import COMPLETE_PATH, AbstractOutcome
-from .scoring import score_interventions
 
 #: Logits at which the scale is the end of its range (to rounding): sigma(40) = 1 - 4e-18.
 BOUNDARY = 40.0
 
 
-class Strengths(eqx.Module):
-    r"""The nodes whose rates an intervention can scale, and the range of each scale:
-    `nodes` (static, indices), `low`, `high` (arrays, $0<a\le b<\infty$; $a=b$ is a fixed
-    strength), and the search: `starts` starting points (relative positions in $[\ln a,\ln b]$,
-    evenly spaced), `steps` Adam steps of `learning_rate` on the logits."""
+class AbstractStrengthQuestion(eqx.Module):
+    """A question about the candidates' rate scales, passed to
+    [`jaxctbn.score_interventions`][] as `strengths=`: [`jaxctbn.criteria.Strengths`][] or
+    [`jaxctbn.criteria.UncertainStrength`][]."""
+
+    @abc.abstractmethod
+    def answer(self, scores: Callable[[Intervention], Array], candidates: Intervention) -> Any:
+        """The answer for perfect `candidates`, from `scores(variants)`: one score per variant
+        (the criterion under the arguments of `score_interventions`, the same key for all)."""
+
+
+class Strengths(AbstractStrengthQuestion):
+    r"""The nodes whose rates an intervention can scale, and the range of each scale: the
+    `strengths=` of [`jaxctbn.score_interventions`][], which returns a
+    [`jaxctbn.criteria.StrengthDesign`][]: every candidate (perfect part: which nodes it clamps)
+    with the strength nodes' rates scaled by the best $s$ in their ranges, the criterion
+    ascended over $s$ by Adam with gradients through the master equation from `starts`
+    starting points, the same posterior draws (`key`) for every candidate and every $s$ (maths
+    §8). The criterion must be deterministic in $s$ given the key (the (V)BHC; the EIG's
+    sampled paths are not differentiable in the rates).
+
+    **Arguments:** `nodes` (static, indices), `low`, `high` (arrays, $0<a\le b<\infty$; $a=b$
+    is a fixed strength), and the search: `starts` starting points (relative positions in
+    $[\ln a,\ln b]$, evenly spaced), `steps` Adam steps of `learning_rate` on the logits."""
 
     nodes: tuple[int, ...] = eqx.field(static=True)
     low: Float[Array, " strengths"]
@@ -81,9 +96,58 @@ class Strengths(eqx.Module):
             scales[n] = s[j]
         return candidate.with_rate_scales(scales)
 
+    def answer(self, scores, candidates) -> StrengthDesign:
+        import optax
+
+        num_nodes = candidates.targets.shape[-1]
+        if any(not 0 <= n < num_nodes for n in self.nodes):
+            raise ValueError(f"strengths: nodes must be in 0..{num_nodes - 1}, got {self.nodes}.")
+        if candidates.rate_scales is not None:
+            raise ValueError("candidates: give perfect interventions; Strengths adds the scales.")
+        dtype = jnp.result_type(float)
+        M = len(self.nodes)
+
+        def value(candidate, z):
+            iv = self.apply(candidate, self.scales(z))
+            return scores(jax.tree_util.tree_map(lambda a: a[None], iv))[0]
+
+        positions = (jnp.arange(self.starts, dtype=dtype) + 0.5) / self.starts
+        starts = jnp.broadcast_to(jnp.log(positions / (1 - positions))[:, None], (self.starts, M))
+        opt = optax.adam(self.learning_rate)
+
+        def one(candidate):
+            gradient = jax.grad(lambda z: -value(candidate, z))
+
+            def ascend(z0):
+                def step(state, _):
+                    z, opt_state = state
+                    g = gradient(z)
+                    ok = jnp.all(jnp.isfinite(g))
+                    updates, new_state = opt.update(jnp.where(ok, g, 0.0), opt_state, z)
+                    moved = cast(Array, optax.apply_updates(z, updates))
+                    return (jnp.where(ok, moved, z), new_state), None
+
+                (z, _), _ = jax.lax.scan(step, (z0, opt.init(z0)), None, length=self.steps)
+                return z
+
+            grid = jax.vmap(lambda z: value(candidate, z))(starts)
+            # the ascent's end points, and the ends of the range (which the logits only approach)
+            ends = jnp.concatenate([jax.vmap(ascend)(starts), jnp.full((2, M), -BOUNDARY, dtype)])
+            ends = ends.at[-1].set(BOUNDARY)
+            end_values = jax.vmap(lambda z: value(candidate, z))(ends)
+            points = jnp.concatenate([starts, ends])
+            values = jnp.concatenate([grid, end_values])
+            values = jnp.where(jnp.isfinite(values), values, -jnp.inf)
+            best = jnp.argmax(values)
+            return values[best], self.scales(points[best]), grid
+
+        best_scores, scales, grid = jax.lax.map(one, candidates)
+        free = ~candidates.targets[:, jnp.asarray(self.nodes)].all(-1)
+        return StrengthDesign(scores=best_scores, rate_scales=scales, grid_scores=grid, free=free)
+
 
 class StrengthDesign(eqx.Module):
-    """What [`jaxctbn.criteria.strength_design_scores`][] found for every candidate: `scores`
+    """What [`jaxctbn.criteria.Strengths`][] found for every candidate: `scores`
     `(candidates,)` the criterion at the chosen strengths, `rate_scales` `(candidates,
     strengths)` those strengths, `grid_scores` `(candidates, starts)` the criterion at the
     starting grid (its best is a lower bound on `scores`), and `free` `(candidates,)` whether
@@ -95,90 +159,8 @@ class StrengthDesign(eqx.Module):
     free: Array
 
 
-@eqx.filter_jit
-def strength_design_scores(
-    posterior: AbstractPosterior,
-    candidates: Intervention,
-    initial_state: ArrayLike,
-    horizon: ArrayLike,
-    *,
-    strengths: Strengths,
-    criterion: AbstractCriterion = VBHC(),
-    key: PRNGKeyArray,
-    num_samples: int = 10,
-    solver: StatisticsSolver = AUTOMATIC_SOLVER,
-    outcome: AbstractOutcome = COMPLETE_PATH,
-) -> StrengthDesign:
-    r"""Every candidate (perfect part: which nodes it clamps) with the strength nodes' rates
-    scaled by the best $s$ in their ranges: the criterion ascended over $s$ by Adam with
-    gradients through the master equation, from `strengths.starts` starting points,
-    the same posterior draws (`key`) for every candidate and every $s$ (maths §8). Arguments as
-    for [`jaxctbn.score_interventions`][]; the criterion must be deterministic in $s$ given the
-    key (the (V)BHC; the EIG's sampled paths are not differentiable in the rates)."""
-    import optax
-
-    if not isinstance(strengths, Strengths):
-        raise TypeError(f"strengths: expected a jaxctbn.criteria.Strengths, got {strengths!r}.")
-    num_nodes = candidates.targets.shape[-1]
-    if any(not 0 <= n < num_nodes for n in strengths.nodes):
-        raise ValueError(f"strengths: nodes must be in 0..{num_nodes - 1}, got {strengths.nodes}.")
-    if candidates.rate_scales is not None:
-        raise ValueError("candidates: give perfect interventions; Strengths adds the scales.")
-    dtype = jnp.result_type(float)
-    M = len(strengths.nodes)
-
-    def value(candidate, z):
-        iv = strengths.apply(candidate, strengths.scales(z))
-        batch = jax.tree_util.tree_map(lambda a: a[None], iv)
-        return score_interventions(
-            posterior,
-            batch,
-            initial_state,
-            horizon,
-            criterion=criterion,
-            key=key,
-            num_samples=num_samples,
-            solver=solver,
-            outcome=outcome,
-        )[0]
-
-    positions = (jnp.arange(strengths.starts, dtype=dtype) + 0.5) / strengths.starts
-    starts = jnp.broadcast_to(jnp.log(positions / (1 - positions))[:, None], (strengths.starts, M))
-    opt = optax.adam(strengths.learning_rate)
-
-    def one(candidate):
-        gradient = jax.grad(lambda z: -value(candidate, z))
-
-        def ascend(z0):
-            def step(state, _):
-                z, opt_state = state
-                g = gradient(z)
-                ok = jnp.all(jnp.isfinite(g))
-                updates, new_state = opt.update(jnp.where(ok, g, 0.0), opt_state, z)
-                moved = cast(Array, optax.apply_updates(z, updates))
-                return (jnp.where(ok, moved, z), new_state), None
-
-            (z, _), _ = jax.lax.scan(step, (z0, opt.init(z0)), None, length=strengths.steps)
-            return z
-
-        grid = jax.vmap(lambda z: value(candidate, z))(starts)
-        # the ascent's end points, and the ends of the range (which the logits only approach)
-        ends = jnp.concatenate([jax.vmap(ascend)(starts), jnp.full((2, M), -BOUNDARY, dtype)])
-        ends = ends.at[-1].set(BOUNDARY)
-        end_values = jax.vmap(lambda z: value(candidate, z))(ends)
-        points = jnp.concatenate([starts, ends])
-        values = jnp.concatenate([grid, end_values])
-        values = jnp.where(jnp.isfinite(values), values, -jnp.inf)
-        best = jnp.argmax(values)
-        return values[best], strengths.scales(points[best]), grid
-
-    scores, scales, grid = jax.lax.map(one, candidates)
-    free = ~candidates.targets[:, jnp.asarray(strengths.nodes)].all(-1)
-    return StrengthDesign(scores=scores, rate_scales=scales, grid_scores=grid, free=free)
-
-
 class UncertainStrengthScores(eqx.Module):
-    """What [`jaxctbn.criteria.uncertain_strength_scores`][] returns: `scores` `(candidates,)`
+    """What [`jaxctbn.criteria.UncertainStrength`][] returns: `scores` `(candidates,)`
     the criterion averaged over the strength's posterior, `strengths` `(points,)` the
     posterior quantiles it was evaluated at, and `scores_at_strengths` `(candidates, points)`
     the criterion at each."""
@@ -188,59 +170,49 @@ class UncertainStrengthScores(eqx.Module):
     scores_at_strengths: Float[Array, "candidates points"]
 
 
-@eqx.filter_jit
-def uncertain_strength_scores(
-    posterior: AbstractPosterior,
-    candidates: Intervention,
-    initial_state: ArrayLike,
-    horizon: ArrayLike,
-    *,
-    node: int,
-    strength: StrengthPosterior,
-    num_points: int = 5,
-    criterion: AbstractCriterion = VBHC(),
-    key: PRNGKeyArray,
-    num_samples: int = 10,
-    solver: StatisticsSolver = AUTOMATIC_SOLVER,
-    outcome: AbstractOutcome = COMPLETE_PATH,
-) -> UncertainStrengthScores:
-    r"""Candidates that give a drug of **uncertain** effect: every candidate with node
-    `node`'s rates scaled by $s$, scored at the `num_points` quantiles $(j+\frac12)/J$ of the
-    strength's posterior `strength` (a [`jaxctbn.StrengthPosterior`][], e.g. learned by
+class UncertainStrength(AbstractStrengthQuestion):
+    r"""Candidates that give a drug of **uncertain** effect: the `strengths=` of
+    [`jaxctbn.score_interventions`][], which returns a
+    [`jaxctbn.criteria.UncertainStrengthScores`][]: every candidate with node `node`'s rates
+    scaled by $s$, scored at the `num_points` quantiles $(j+\frac12)/J$ of the strength's
+    posterior `posterior` (a [`jaxctbn.StrengthPosterior`][], e.g. learned by
     [`jaxctbn.learn_strength`][] from earlier experiments with the drug) and averaged: the
     expected criterion over what the drug does, with the same posterior draws (`key`) at
     every strength (maths §8). It is the criterion of an experiment whose strength will be
     known when it is analysed (what the experiment teaches about $s$ itself is not counted).
-    A candidate that clamps `node` scores the same at every strength. Arguments otherwise as
-    for [`jaxctbn.score_interventions`][]."""
-    if not isinstance(strength, StrengthPosterior):
-        raise TypeError(f"strength: expected a jaxctbn.StrengthPosterior, got {strength!r}.")
-    num_nodes = candidates.targets.shape[-1]
-    if not isinstance(node, int) or not 0 <= node < num_nodes:
-        raise ValueError(f"node: a node index in 0..{num_nodes - 1}, got {node!r}.")
-    if not isinstance(num_points, int) or isinstance(num_points, bool) or num_points < 1:
-        raise ValueError(f"num_points: an integer >= 1, got {num_points!r}.")
-    if candidates.rate_scales is not None:
-        raise ValueError("candidates: give perfect interventions; the strength adds the scale.")
-    dtype = jnp.result_type(float)
-    quantiles = (jnp.arange(num_points, dtype=dtype) + 0.5) / num_points
-    strengths = strength.quantile(quantiles)
-    C = candidates.targets.shape[0]
-    expanded = jax.tree_util.tree_map(lambda a: jnp.repeat(a, num_points, axis=0), candidates)
-    ones = jnp.ones((C * num_points,), dtype)
-    scales = [ones] * num_nodes
-    scales[node] = jnp.tile(strengths, C)
-    scores = score_interventions(
-        posterior,
-        expanded.with_rate_scales(scales),
-        initial_state,
-        horizon,
-        criterion=criterion,
-        key=key,
-        num_samples=num_samples,
-        solver=solver,
-        outcome=outcome,
-    ).reshape(C, num_points)
-    return UncertainStrengthScores(
-        scores=scores.mean(1), strengths=strengths, scores_at_strengths=scores
-    )
+    A candidate that clamps `node` scores the same at every strength."""
+
+    node: int = eqx.field(static=True)
+    posterior: StrengthPosterior
+    num_points: int = eqx.field(default=5, static=True, kw_only=True)
+
+    def __check_init__(self):
+        if not isinstance(self.posterior, StrengthPosterior):
+            raise TypeError(
+                f"strength: expected a jaxctbn.StrengthPosterior, got {self.posterior!r}."
+            )
+        if not isinstance(self.node, int) or isinstance(self.node, bool) or self.node < 0:
+            raise ValueError(f"node: a node index >= 0, got {self.node!r}.")
+        n = self.num_points
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"num_points: an integer >= 1, got {n!r}.")
+
+    def answer(self, scores, candidates) -> UncertainStrengthScores:
+        node, num_points = self.node, self.num_points
+        num_nodes = candidates.targets.shape[-1]
+        if not 0 <= node < num_nodes:
+            raise ValueError(f"node: a node index in 0..{num_nodes - 1}, got {node!r}.")
+        if candidates.rate_scales is not None:
+            raise ValueError("candidates: give perfect interventions; the strength adds the scale.")
+        dtype = jnp.result_type(float)
+        quantiles = (jnp.arange(num_points, dtype=dtype) + 0.5) / num_points
+        strengths = self.posterior.quantile(quantiles)
+        C = candidates.targets.shape[0]
+        expanded = jax.tree_util.tree_map(lambda a: jnp.repeat(a, num_points, axis=0), candidates)
+        ones = jnp.ones((C * num_points,), dtype)
+        scales = [ones] * num_nodes
+        scales[node] = jnp.tile(strengths, C)
+        values = scores(expanded.with_rate_scales(scales)).reshape(C, num_points)
+        return UncertainStrengthScores(
+            scores=values.mean(1), strengths=strengths, scores_at_strengths=values
+        )

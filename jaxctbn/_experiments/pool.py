@@ -62,7 +62,6 @@ from jaxtyping import Array, Float, Int, Key, PRNGKeyArray
 from .._active_learning.designs import AbstractDesign, CriterionDesign, PassiveDesign, RandomDesign
 from .._active_learning.metrics import edge_aupr, edge_auroc
 from .._criteria.box_hill import VBHC
-from .._criteria.criterion import AbstractCriterion
 from .._learning.family_statistics import FamilyStatistics
 from .._learning.structure_mixture import StructureMixturePosterior
 from .._learning.structure_posterior import StructurePosterior
@@ -77,21 +76,6 @@ POOL_METRICS = METRICS["pool"]
 
 
 # --------------------------------------------------------------------------- designs
-def pool_scores(
-    posterior: StructurePosterior,
-    pool: PoolExperiment,
-    *,
-    key: PRNGKeyArray,
-    criterion: AbstractCriterion = VBHC(),
-    num_samples: int = 40,
-) -> Float[Array, " options"]:
-    """The criterion's score of every option's intervention, each from the option's own initial
-    state and horizon, with the same posterior draws for all (`key` shared):
-    [`jaxctbn.AbstractDesign.option_scores`][] of [`jaxctbn.CriterionDesign`][]."""
-    design = CriterionDesign(criterion, num_samples=num_samples, assume_complete_path=True)
-    return design.option_scores(posterior, pool.candidates, pool.initial_states, pool.horizons, key)
-
-
 def pool_design_from_name(name: str, *, num_samples: int = 40) -> AbstractDesign:
     """`"passive"`, `"random"`, `"vbhc"` or `"negative-vbhc"` as a design of the pool
     experiment (`num_samples` posterior draws for the VBHC)."""

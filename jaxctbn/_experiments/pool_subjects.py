@@ -22,6 +22,7 @@ from .._master_equation import AbstractMasterEquationSolver
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import Intervention
 from .._panel.buckets import PanelBuckets, as_flat_buckets, per_trajectory_on_host
+from .._panel.e_step import ForwardBackward
 from .._panel.inference import panel_expected_statistics
 from .._panel.observations import PanelObservations
 from .._panel.panel_families import expected_family_statistics
@@ -241,7 +242,7 @@ def prepare_pool(
             prior=prior,
             tolerance=tolerance,
             max_iterations=max_iterations,
-            solver=solver,
+            e_step=ForwardBackward(solver),
         )
     graph = fit.posterior.map_graph()
     if graph[root]:

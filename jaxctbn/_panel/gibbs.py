@@ -38,6 +38,8 @@ sample.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -48,6 +50,7 @@ from .._learning.chain_diagnostics import autocovariance
 from .._model.ctbn import AbstractCTBN
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import NodeStatistics, node_statistics
+from .e_step import AbstractPanelEStep
 from .gibbs_kernel import (
     Path,
     Tables,
@@ -67,13 +70,15 @@ from .observations import (
 )
 
 
-class GibbsSampler(eqx.Module):
+class GibbsSampler(AbstractPanelEStep):
     """Auxiliary-variable Gibbs sampling of complete paths given panel observations (module
     docstring): `burn_in` sweeps, then `num_samples` samples `thin` sweeps apart (all static).
     Static buffer sizes: `max_events` jumps per sampled path, `max_node_events` jumps per
     node of a path, `max_virtual` virtual jump times per node update; a path or update that
     needs more raises. A node update costs about
     $(1+b)\\cdot$`max_node_events` + `max_virtual` steps, $b$ the largest Markov blanket."""
+
+    samples: ClassVar[bool] = True
 
     num_samples: int = eqx.field(default=200, static=True)
     burn_in: int = eqx.field(default=50, static=True)

@@ -37,6 +37,8 @@ $\mathsf E_Q[\ln w]$ (the proposal's evidence lower bound) and $\ln p(Y)$.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -49,6 +51,7 @@ from .._model.layout import config_index
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import segments
 from .bridges import bridge, draw_index
+from .e_step import AbstractPanelEStep
 from .gibbs_kernel import Path, compacted, to_trajectories, whole
 from .mean_field import (
     DEFAULT_MEAN_FIELD,
@@ -62,7 +65,7 @@ from .mean_field import (
 from .observations import PanelObservations, require_batch
 
 
-class PanelImportanceSampler(eqx.Module):
+class PanelImportanceSampler(AbstractPanelEStep):
     """Importance sampling of complete paths given panel observations, the mean-field
     posterior as the proposal (module docstring). Keyword-only:
 
@@ -71,6 +74,8 @@ class PanelImportanceSampler(eqx.Module):
     - `max_events` (static): jumps per sampled path (default 64); `max_node_events` (static):
       jumps per node of a path (default 32); `max_candidates` (static): uniformisation
       candidate times per node and step (default 16). A path that needs more raises."""
+
+    samples: ClassVar[bool] = True
 
     num_samples: int = eqx.field(default=256, static=True, kw_only=True)
     proposal: PanelMeanField = eqx.field(default=DEFAULT_MEAN_FIELD, kw_only=True)

@@ -60,12 +60,13 @@ from .._master_equation import (
     projection_parents,
 )
 from .._model.ctbn import AbstractCTBN
+from .e_step import AbstractPanelEStep
 from .observations import PanelObservations, per_trajectory_tables, require_batch
 
 
-class PanelMeanField(eqx.Module):
+class PanelMeanField(AbstractPanelEStep):
     r"""Mean-field inference under panel evidence (module docstring): the choice passed to
-    `panel_mean_field_statistics` and, as `mean_field=`, to
+    `panel_mean_field_statistics` and, as `e_step=`, to
     [`jaxctbn.panel.learn_structure_from_panels`][].
 
     **Arguments (keyword-only):**

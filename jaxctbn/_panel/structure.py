@@ -40,12 +40,12 @@ from .._learning.priors import AbstractPrior, GammaPrior
 from .._learning.scores import candidate_sets_within_budget
 from .._learning.structure_posterior import StructurePosterior
 from .._master_equation import (
-    AbstractMasterEquationSolver,
     MatrixExponential,
 )
 from .._model.ctbn import CTBN, AbstractCTBN, PaddedCTBN
 from .buckets import PanelBuckets, as_flat_buckets
 from .checks import check_possible
+from .e_step import EXACT_E_STEP, AbstractPanelEStep, ForwardBackward
 from .expected_statistics import PanelExpectedStatistics
 from .gap_groups import gap_groups, pooled_by_gaps
 from .gibbs import GibbsSampler, SampledPaths, sample_unguarded
@@ -82,7 +82,7 @@ class PanelStructureFit(eqx.Module):
     - `trace`: the log-likelihood (mean-field: the bound) after each iteration,
       `(iterations,)` (empty with a sampled E-step).
     - `iterations`, `converged`: the number of E-steps, and whether the graph was unchanged and
-      the log-likelihood had converged (sampled: the rule under `sampler` below)
+      the log-likelihood had converged (sampled: the rule under the sampling `e_step` below)
       before `max_iterations`.
     - `effective_sample_size`: with a sampled E-step, per node, the smallest effective sample
       size over the trajectories of the jump count's chain in the last E-step (`None` with exact
@@ -226,12 +226,10 @@ def learn_structure_from_panels(
     tolerance: float = 1e-6,
     max_iterations: int = 50,
     emissions: Emissions | None = None,
-    solver: AbstractMasterEquationSolver = DENSE_SOLVER,
+    e_step: AbstractPanelEStep = EXACT_E_STEP,
     memory_budget: int | float | str | None = None,
-    sampler: GibbsSampler | PanelImportanceSampler | None = None,
     key: PRNGKeyArray | None = None,
     patience: int = 3,
-    mean_field: PanelMeanField | None = None,
 ) -> PanelStructureFit:
     r"""Exhaustive Bayesian structure learning from panel trajectories, by structural EM (see
     the module docstring for the approximation it makes).
@@ -250,11 +248,15 @@ def learn_structure_from_panels(
       node (observed changes per unit time). `start=m, max_iterations=1` is the paper's
       approach: one E-step under a given model.
     - `tolerance`, `max_iterations`: the stopping rule above.
-    - `emissions`, `solver`: as for [`jaxctbn.panel.panel_expected_statistics`][]. The default dense
-      [`jaxctbn.MatrixExponential`][] has no limit on the length of a gap; the E-step is
-      exponential in the number of nodes whatever the solver (the amalgamated state space).
+    - `emissions`: as for [`jaxctbn.panel.panel_expected_statistics`][] (the exact E-step only).
+    - `e_step`: how each E-step infers the hidden paths: [`jaxctbn.panel.ForwardBackward`][]
+      (default: exact, with its master-equation `solver`; the default dense
+      [`jaxctbn.MatrixExponential`][] has no limit on the length of a gap; exponential in the
+      number of nodes whatever the solver, the amalgamated state space),
+      [`jaxctbn.panel.PanelMeanField`][], [`jaxctbn.panel.GibbsSampler`][] or
+      [`jaxctbn.panel.PanelImportanceSampler`][] (below).
 
-    **Inference under evidence by sampling** (`sampler`, a [`jaxctbn.panel.GibbsSampler`][],
+    **Inference under evidence by sampling** (`e_step=`[`jaxctbn.panel.GibbsSampler`][],
     with `key`): for networks beyond exact forward-backward, each E-step draws complete paths
     given the observations (`sample_panel_paths`) and averages their family
     statistics over the samples (Monte Carlo structural EM). The statistics of the E-steps since
@@ -271,7 +273,7 @@ def learn_structure_from_panels(
     redone (each up to 16,384; then a `ValueError`), so the buffers need no tuning. Reports
     the chains' effective sample sizes; the log-likelihood is not computed.
 
-    **Importance sampling** (`sampler`, a [`jaxctbn.panel.PanelImportanceSampler`][], with
+    **Importance sampling** (`e_step=`[`jaxctbn.panel.PanelImportanceSampler`][], with
     `key`): each E-step fits the mean-field product law to the observations, draws paths from
     it, weighs them towards the exact posterior
     (`sample_panel_paths_by_importance`) and resamples them to equal weights
@@ -289,7 +291,7 @@ def learn_structure_from_panels(
     times both reached the truth. Compare fits from several `start`s by their `log_likelihood`
     and their posteriors before trusting an edge.
 
-    **Mean-field inference under evidence** (`mean_field`, a [`jaxctbn.panel.PanelMeanField`][]):
+    **Mean-field inference under evidence** (`e_step=`[`jaxctbn.panel.PanelMeanField`][]):
     each E-step approximates the posterior of the paths by a product of node processes fitted
     to the observations (`panel_mean_field_statistics`); deterministic, its
     cost grows with the number of nodes, not with $\prod_n k_n$. The stopping rule is the exact
@@ -323,27 +325,22 @@ def learn_structure_from_panels(
         raise ValueError(f"tolerance: must be a number >= 0, got {tolerance!r}.")
     if not (isinstance(max_iterations, int) and max_iterations >= 1):
         raise ValueError(f"max_iterations: must be an integer >= 1, got {max_iterations!r}.")
-    if sampler is not None and mean_field is not None:
-        raise ValueError("mean_field: give either sampler= or mean_field=, not both.")
-    if mean_field is not None:
-        if not isinstance(mean_field, PanelMeanField):
-            raise ValueError(
-                f"mean_field: expected a jaxctbn.panel.PanelMeanField, got {mean_field!r}."
-            )
-        if emissions is not None:
-            raise ValueError("emissions: not supported with mean_field= (exact observations only).")
-    if sampler is not None:
-        if not isinstance(sampler, GibbsSampler | PanelImportanceSampler):
-            raise ValueError(
-                "sampler: expected a jaxctbn.panel.GibbsSampler or PanelImportanceSampler, got "
-                f"{sampler!r}."
-            )
+    if not isinstance(e_step, AbstractPanelEStep):
+        raise ValueError(
+            "e_step: expected ForwardBackward(), PanelMeanField(), GibbsSampler() or "
+            f"PanelImportanceSampler() (jaxctbn.panel), got {e_step!r}."
+        )
+    e_step.check_emissions(emissions)
+    if e_step.samples:
         if key is None:
-            raise ValueError("key: a PRNG key is needed to sample (sampler= was given).")
-        if emissions is not None:
-            raise ValueError("emissions: not supported with sampler= (exact observations only).")
+            raise ValueError(
+                f"key: a PRNG key is needed to sample (e_step={type(e_step).__name__}(...))."
+            )
         if not (isinstance(patience, int) and not isinstance(patience, bool) and patience >= 1):
             raise ValueError(f"patience: must be an integer >= 1, got {patience!r}.")
+    sampler = e_step if isinstance(e_step, GibbsSampler | PanelImportanceSampler) else None
+    mean_field = e_step if isinstance(e_step, PanelMeanField) else None
+    solver = e_step.solver if isinstance(e_step, ForwardBackward) else DENSE_SOLVER
     sets = candidate_sets_within_budget(
         "learn_structure_from_panels",
         names,
@@ -368,8 +365,6 @@ def learn_structure_from_panels(
     else:
         targets = jnp.broadcast_to(intervention.targets, (R, N))
     sets = tuple(jnp.asarray(s, jnp.int32) for s in sets)
-    if not isinstance(solver, AbstractMasterEquationSolver):
-        raise ValueError(f"solver: expected a master-equation solver, got {type(solver).__name__}.")
     groups = None
     if intervention is None and solver.tabulates_gaps:
         groups = gap_groups(observations)
