@@ -12,6 +12,7 @@ import numpy as np
 from _common import argument_parser
 
 import jaxctbn as jc
+from jaxctbn._active_learning.designs import design_from_name
 
 #: The sequential panel benchmarks' settings: tau, posterior draws per design step, fixed-point
 #: iterations of the panel posterior, and the designs compared with the panel-aware BHC.
@@ -35,7 +36,7 @@ def make_design(name, panel):
     if name == "path-bhc":
         # scored as if the whole path were seen (the parameter results were computed with an
         # equivalent subclass calling score_interventions(..., outcome=CompletePath()))
-        return jc.experiments.design_from_name("bhc-path", num_samples=NUM_SAMPLES, outcome=panel)
+        return design_from_name("bhc-path", num_samples=NUM_SAMPLES, outcome=panel)
     if name == "random":
         return jc.RandomDesign()
     if name == "passive":

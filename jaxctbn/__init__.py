@@ -22,8 +22,6 @@ from ._model.random_networks import random_ctbn as random_ctbn
 
 # generator
 from ._master_equation.generator import AbstractGenerator as AbstractGenerator
-from ._master_equation.generator import ExpandedGenerator as ExpandedGenerator
-from ._master_equation.generator import FactoredGenerator as FactoredGenerator
 
 # master equation
 from ._master_equation.solver import AbstractMasterEquationSolver as AbstractMasterEquationSolver
@@ -58,6 +56,7 @@ from ._learning.gamma_mixture import GammaMixturePosterior as GammaMixturePoster
 from ._learning.posterior import path_log_likelihood as path_log_likelihood
 from ._learning.structure_posterior import StructurePosterior as StructurePosterior
 from ._learning.structure_posterior import learn_structure as learn_structure
+from ._learning.knowledge import PriorKnowledge as PriorKnowledge
 from ._learning.structure_mixture import StructureMixturePosterior as StructureMixturePosterior
 from ._learning.search import Exhaustive as Exhaustive
 from ._learning.search import HillClimbing as HillClimbing

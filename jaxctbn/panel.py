@@ -13,7 +13,6 @@ from ._panel.observations import PanelObservations as PanelObservations
 from ._panel.buckets import PanelBuckets as PanelBuckets
 from ._panel.inference import panel_expected_statistics as panel_expected_statistics
 from ._panel.inference import panel_log_likelihood as panel_log_likelihood
-from ._panel.inference import panel_marginals as panel_marginals
 from ._panel.fit_methods import AbstractRateFitMethod as AbstractRateFitMethod
 from ._panel.fit_methods import EMFit as EMFit
 from ._panel.fit_methods import GradientFit as GradientFit

@@ -9,6 +9,7 @@ import numpy as np
 import scipy.linalg
 
 import jaxctbn as jc
+from jaxctbn._paths.sampling import sample_trajectory
 
 
 def brute_force_generator(model: jc.CTBN) -> np.ndarray:
@@ -162,9 +163,7 @@ def _replay_experiments(truth, result, horizon, key):
 
     def one(k, s0, targets, states):
         iv = jc.Intervention(targets=targets, states=states)
-        return jc.internal.sample_trajectory(
-            truth, s0, horizon, key=k, intervention=iv, max_events=512
-        )
+        return sample_trajectory(truth, s0, horizon, key=k, intervention=iv, max_events=512)
 
     return jax.vmap(one)(path_keys, result.initial_states, result.targets, result.states)
 

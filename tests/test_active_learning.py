@@ -26,6 +26,7 @@ from helpers import (
 )
 
 import jaxctbn as jc
+from jaxctbn._active_learning.designs import design_from_name
 from jaxctbn._model.interventions import design_space
 from jaxctbn._paths.sampling import automatic_max_events
 
@@ -113,7 +114,7 @@ def test_designs_choose_what_their_scores_say():
     best, worst = (
         jc.run_repetitions(
             TASK,
-            jc.experiments.design_from_name(name, num_samples=3),
+            design_from_name(name, num_samples=3),
             KEYS,
             num_experiments=K,
             candidates=SPACE,
@@ -165,7 +166,7 @@ def test_active_learning_bad_input(getkey):
     with pytest.raises(ValueError, match="max_parents must be in 0..2"):
         jc.StructureLearningTask(truth, max_parents=3)
     with pytest.raises(ValueError, match="unknown name 'mi'"):
-        jc.experiments.design_from_name("mi")
+        design_from_name("mi")
     with pytest.raises(ValueError, match="criterion: expected a criterion Module"):
         jc.CriterionDesign("mutual-information")
     with pytest.raises(eqx.EquinoxRuntimeError, match="horizon: must be positive"):

@@ -12,6 +12,7 @@ import pytest
 from helpers import random_model
 
 import jaxctbn as jc
+from jaxctbn._paths.sampling import sample_trajectory
 from jaxctbn.criteria import ByScorePerCost
 
 CARDS = (2, 2)
@@ -70,7 +71,7 @@ def test_a_replay_of_the_rounds_gives_the_loops_posterior(setting):
     np.testing.assert_array_equal(result.rounds, [1, 1, 2, 2])
     posterior = task.initial_posterior()
     init = jnp.array([1, 0])
-    sample = eqx.filter_jit(jc.internal.sample_trajectory)
+    sample = eqx.filter_jit(sample_trajectory)
     for r, key in enumerate(jr.split(jr.key(4), 2)):
         _, k_design, k_path = jr.split(key, 3)
         members = np.asarray(result.intervention_index[2 * r : 2 * r + 2])

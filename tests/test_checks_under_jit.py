@@ -14,7 +14,11 @@ import jax.numpy as jnp
 import pytest
 
 import jaxctbn as jc
+from jaxctbn._learning.candidates import candidate_parent_sets
+from jaxctbn._learning.scores import score_parent_sets
+from jaxctbn._master_equation.preparation import initial_distribution
 from jaxctbn._paths.sampling import Trajectories
+from jaxctbn._paths.sufficient_statistics import node_statistics
 
 
 def _raises(fn, args, match):
@@ -177,7 +181,7 @@ def test_initial_distribution_checks_guard_every_output():
 
     def p0(s0, states):
         iv = jc.Intervention(targets=jnp.array([False, True]), states=states)
-        return jc.internal.initial_distribution(_model(CIM_A), s0, iv)
+        return initial_distribution(_model(CIM_A), s0, iv)
 
     good = (jnp.array([0, 0]), jnp.array([0, 1]))
     cases = [
@@ -194,7 +198,7 @@ def test_initial_distribution_checks_guard_every_output():
     ]
     _check_outputs(lambda select: p0, {"p0": None}, good, cases)
     message = "initial distribution: probabilities must be finite, non-negative and sum to 1"
-    dist = jax.jit(lambda p: jc.internal.initial_distribution(_model(CIM_A), p))
+    dist = jax.jit(lambda p: initial_distribution(_model(CIM_A), p))
     _raises(dist, (jnp.full((4,), 0.5),), message)
     solve = jax.jit(lambda p: jc.expected_statistics(_model(CIM_A), p, 1.0).dwell_times)
     jax.block_until_ready(solve(jnp.full((4,), 0.25)))
@@ -268,7 +272,7 @@ def test_node_statistics_checks_guard_every_output():
     def program(select):
         def f(*arrays):
             t = jax.tree_util.tree_map(lambda x: x[0], _trajectories(*arrays))
-            return select(jc.internal.node_statistics(t, 1, (0,), (2, 2)))
+            return select(node_statistics(t, 1, (0,), (2, 2)))
 
         return f
 
@@ -301,7 +305,7 @@ def test_learn_structure_checks_guard_every_output():
 
 def test_family_statistics_scatter_checks_guard_every_output():
     outputs = {"transitions": lambda s: s.transitions[1], "dwell_times": lambda s: s.dwell_times[0]}
-    sets = jc.internal.candidate_parent_sets(2, 1)
+    sets = candidate_parent_sets(2, 1)
 
     def program(select):
         def f(*arrays):
@@ -320,7 +324,7 @@ def test_family_statistics_scatter_checks_guard_every_output():
 # ----------------------------------------------------------------------- posteriors
 def _family(T0, M1):
     """Family statistics of two binary nodes with max_parents=1 (sets: {}, {other})."""
-    sets = jc.internal.candidate_parent_sets(2, 1)
+    sets = candidate_parent_sets(2, 1)
     return jc.internal.FamilyStatistics(
         transitions=(jnp.ones((2, 2, 2, 2)), M1),
         dwell_times=(T0, jnp.ones((2, 2, 2))),
@@ -343,7 +347,7 @@ S_CASES = [
 def test_structure_posterior_statistics_checks_guard_every_output():
     """`score_parent_sets`, `StructurePosterior.from_statistics` and `.update`."""
     outputs = {
-        "score_parent_sets": lambda T0, M1: jc.internal.score_parent_sets(_family(T0, M1))[1],
+        "score_parent_sets": lambda T0, M1: score_parent_sets(_family(T0, M1))[1],
         "stored_statistics": lambda T0, M1: jc.StructurePosterior.from_statistics(
             _family(T0, M1), ("A", "B")
         ).statistics.dwell_times[1],
@@ -411,12 +415,8 @@ def test_rate_posterior_update_checks_guard_every_output():
 def test_traced_prior_parameters_are_checked():
     """A prior built inside jit (traced parameters) is checked where its parameters are used."""
     outputs = {
-        "score0": lambda a: jc.internal.score_parent_sets(
-            _family(*S_GOOD), prior=jc.GammaPrior(a, 1.0)
-        )[0],
-        "score1": lambda a: jc.internal.score_parent_sets(
-            _family(*S_GOOD), prior=jc.NodelmanPrior(1.0, a)
-        )[1],
+        "score0": lambda a: score_parent_sets(_family(*S_GOOD), prior=jc.GammaPrior(a, 1.0))[0],
+        "score1": lambda a: score_parent_sets(_family(*S_GOOD), prior=jc.NodelmanPrior(1.0, a))[1],
     }
     good = (jnp.asarray(1.0),)
     cases = [

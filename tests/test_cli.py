@@ -33,6 +33,7 @@ import jaxctbn as jc
 from jaxctbn._cli.design import _box_hill_options
 from jaxctbn._cli.main import build_parser, main
 from jaxctbn._experiments.config import default_graph_draws
+from jaxctbn._master_equation.automatic_solver import resolve_solver
 from jaxctbn._model.interventions import design_space
 
 
@@ -153,11 +154,8 @@ def test_moments_solver_choice(network, ternary_chain, tmp_path, capsys):
         np.testing.assert_allclose(
             res["nodes"][chain.names[n]]["expected_dwell"], dwell, rtol=1e-12
         )
-    assert jc.internal.resolve_solver(jc.AutomaticSolver(), chain) == jc.MeanField()
-    assert (
-        jc.internal.resolve_solver(jc.AutomaticSolver(max_global_states=3**9), chain)
-        == jc.Uniformisation()
-    )
+    assert resolve_solver(jc.AutomaticSolver(), chain) == jc.MeanField()
+    assert resolve_solver(jc.AutomaticSolver(max_global_states=3**9), chain) == jc.Uniformisation()
     with pytest.raises(ValueError, match="max_global_states must be an integer >= 1"):
         jc.AutomaticSolver(max_global_states=0)
 
@@ -599,7 +597,7 @@ def test_design_parameters_on_a_large_network(ternary_chain, tmp_path):
     assert res["scores"][0]["intervention"] == {}
     assert res["scores"][1]["intervention"] == {chain.names[0]: 0}
     assert all(len(r["intervention"]) <= 1 for r in res["scores"])
-    assert jc.internal.resolve_solver(jc.AutomaticSolver(), chain) == jc.MeanField()
+    assert resolve_solver(jc.AutomaticSolver(), chain) == jc.MeanField()
     ref = jc.score_interventions(
         jc.RatePosterior.for_model(chain),
         jc.single_node_interventions(chain.cardinalities),

@@ -24,6 +24,7 @@ from jaxctbn._master_equation.dense_linalg import (
     solve_batched,
     vector_matrix,
 )
+from jaxctbn._master_equation.generator import amalgamate
 from jaxctbn._panel.fit import _fit
 from jaxctbn._panel.gap_groups import gap_groups
 
@@ -261,7 +262,7 @@ def test_matrix_exponential_solver_compiles_without_batched_lapack():
         cims=[jnp.full((1, 2, 2), 0.7), jnp.full((2, 2, 2), 1.3), jnp.full((2, 2, 2), 0.4)],
         parents=((), (0,), (1,)),
     )
-    generator = jc.internal.amalgamate(model)
+    generator = amalgamate(model)
     p0 = jnp.full((4, 8), 1 / 8)
     solver = jc.MatrixExponential()
 

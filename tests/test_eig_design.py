@@ -14,12 +14,14 @@ import jaxctbn as jc
 from jaxctbn._active_learning.initial_states import _random_state
 from jaxctbn._criteria.node_divergences import rescorer
 from jaxctbn._criteria.structure import structure_draws, structure_eig
+from jaxctbn._paths.sampling import sample_trajectory
+from jaxctbn._paths.sufficient_statistics import node_statistics
 
 
 def reference_eig(posterior, draws, initial_state, horizon, *, path_key, num_paths, intervention):
     """The structure EIG (maths §6, Algorithm 4 with the stratum weights) path by path, as it was
-    first written: every path a `jc.internal.sample_trajectory`, node n's statistics under each candidate
-    set cut from it by `jc.internal.node_statistics`, the sets rescored by the prior's marginal
+    first written: every path a `sample_trajectory`, node n's statistics under each candidate
+    set cut from it by `node_statistics`, the sets rescored by the prior's marginal
     likelihood. Same draws and path keys as the batched scorer (`fold_in(path_key, n)`, then one
     key per draw and path), so the two must agree to rounding."""
     cards = posterior.cardinalities
@@ -37,12 +39,12 @@ def reference_eig(posterior, draws, initial_state, horizon, *, path_key, num_pat
 
         def gain(model, ks, P, n=n, sets=sets, M_bar=M_bar, T_bar=T_bar, configs=configs, U=U):
             def one_path(k):
-                path = jc.internal.sample_trajectory(
+                path = sample_trajectory(
                     model, initial_state, horizon, key=k, intervention=intervention
                 )
-                st = jax.vmap(
-                    lambda S: jc.internal.node_statistics(path, n, S, cards, num_configs=configs)
-                )(sets)
+                st = jax.vmap(lambda S: node_statistics(path, n, S, cards, num_configs=configs))(
+                    sets
+                )
                 scores = jax.vmap(
                     lambda M, T, Mb, Tb, u: posterior.prior.log_marginal_likelihood(
                         n, Mb + M, Tb + T, u

@@ -18,6 +18,7 @@ import scipy.linalg
 from helpers import brute_force_generator, random_model
 
 import jaxctbn as jc
+from jaxctbn._master_equation.generator import amalgamate as _amalgamate
 
 SOLVERS = [jc.Uniformisation(), jc.DiffraxSolver(), jc.MatrixExponential()]
 SOLVER_IDS = ["uniformisation", "diffrax", "expm"]
@@ -33,7 +34,7 @@ CASES = {
 TAU = 0.7
 BETA_KINDS = ("random", "indicator", "ones")
 
-amalgamate = eqx.filter_jit(jc.internal.amalgamate)  # one program per model shape (eagerly: dozens)
+amalgamate = eqx.filter_jit(_amalgamate)  # one program per model shape (eagerly: dozens)
 
 
 def _both(solver, gen, alpha, beta, tau):
@@ -179,7 +180,7 @@ def test_grad_of_smoothed_statistics_matches_finite_differences():
     weights = rng.normal(size=model.num_global_states)
 
     def loss(cims, solver):
-        gen = jc.internal.amalgamate(jc.CTBN(cims=cims, parents=parents))
+        gen = _amalgamate(jc.CTBN(cims=cims, parents=parents))
         beta0, _ = solver.solve_backward(gen, beta, TAU)
         Z = alpha @ beta0
         dwell, flux = solver.forward_backward(gen, alpha, beta, TAU)

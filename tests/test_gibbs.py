@@ -364,7 +364,7 @@ def test_structural_em_with_sampled_paths_and_mean_field_reaches_the_exact_route
         truth, jr.randint(jr.key(1), (R, 3), 0, 2), 4.0, key=jr.key(2), num_trajectories=R
     )
     observations = jc.panel.observe_paths(paths, jnp.linspace(0.0, 4.0, 9))
-    common = dict(max_parents=2, forbidden_edges=[(2, 0)])
+    common = dict(max_parents=2, knowledge=jc.PriorKnowledge(forbidden_edges=[(2, 0)]))
     exact = jc.panel.learn_structure_from_panels(observations, truth.names, (2, 2, 2), **common)
     mf = jc.panel.learn_structure_from_panels(
         observations, truth.names, (2, 2, 2), **common, e_step=jc.panel.PanelMeanField()

@@ -14,8 +14,10 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import jaxctbn as jc
+from jaxctbn._errors import error_message
 from jaxctbn._experiments.pool import run_pool_repetitions
 from jaxctbn._learning.priors import MAX_HYPERPARAMETER
+from jaxctbn._master_equation.automatic_solver import resolve_solver
 
 jax.config.update("jax_enable_x64", True)
 
@@ -111,15 +113,15 @@ def test_traced_hyperparameters_are_checked_where_used():
         score(jnp.inf).block_until_ready()
     # docs/faq.md: under a plain jax.jit XLA wraps the check's error ("INTERNAL: CpuCallback
     # error"), under eqx.filter_jit it is an EquinoxRuntimeError after JAX's stack summary;
-    # jaxctbn.internal.error_message gives the one line either way (what the CLI prints)
+    # error_message gives the one line either way (what the CLI prints)
     message = "alpha: prior parameters must be > 0 and finite."
     with pytest.raises(Exception) as plain:
         score(jnp.inf).block_until_ready()
     assert not isinstance(plain.value, eqx.EquinoxRuntimeError)
-    assert jc.internal.error_message(plain.value) == message
+    assert error_message(plain.value) == message
     with pytest.raises(eqx.EquinoxRuntimeError) as filtered:
         eqx.filter_jit(score.__wrapped__)(jnp.asarray(jnp.inf))
-    assert jc.internal.error_message(filtered.value) == message
+    assert error_message(filtered.value) == message
 
 
 #: Sets the file-size limit, then becomes `python -m jaxctbn._cli ARGV` (set in the child
@@ -236,7 +238,7 @@ def test_exact_solvers_refuse_state_spaces_they_cannot_hold(tmp_path, capsys):
     with pytest.raises(ValueError, match=message + r" Uniformisation .*MeanField\(\) or Gillespie"):
         jc.expected_statistics(big, init, 1.0, solver=jc.Uniformisation())
     # the automatic solver switches to MeanField instead (tests/test_mean_field.py solves)
-    assert jc.internal.resolve_solver(jc.AutomaticSolver(), big) == jc.MeanField()
+    assert resolve_solver(jc.AutomaticSolver(), big) == jc.MeanField()
     # the dense exponential of panel inference stops far earlier (4S x 4S matrices)
     thirteen = _independent_binary_nodes(13)
     panel = jc.panel.PanelObservations([[0.0, 1.0]], [[[0] * 13, [1] * 13]])
@@ -510,13 +512,19 @@ def test_pool_on_ragged_panels_with_missing_values(seed, missing, one_visit, log
         ),
         (
             lambda: jc.StructurePosterior.from_prior(
-                NAMES, CARDS, max_parents=1, required_edges=[("A", "C")]
+                NAMES,
+                CARDS,
+                max_parents=1,
+                knowledge=jc.PriorKnowledge(required_edges=[("A", "C")]),
             ),
             "required_edges: unknown node 'C'",
         ),
         (
             lambda: jc.StructurePosterior.from_prior(
-                NAMES, CARDS, max_parents=1, forbidden_edges=[("A", 1)]
+                NAMES,
+                CARDS,
+                max_parents=1,
+                knowledge=jc.PriorKnowledge(forbidden_edges=[("A", 1)]),
             ),
             r"forbidden_edges: each edge is a \(parent, child\) pair",
         ),
@@ -558,10 +566,10 @@ def test_structure_and_panel_inputs_are_one_line(call, message):
 
 def test_required_edges_by_name_are_those_by_index():
     by_name = jc.StructurePosterior.from_prior(
-        NAMES, CARDS, max_parents=1, required_edges=[("A", "B")]
+        NAMES, CARDS, max_parents=1, knowledge=jc.PriorKnowledge(required_edges=[("A", "B")])
     )
     by_index = jc.StructurePosterior.from_prior(
-        NAMES, CARDS, max_parents=1, required_edges=[(0, 1)]
+        NAMES, CARDS, max_parents=1, knowledge=jc.PriorKnowledge(required_edges=[(0, 1)])
     )
     for a, b in zip(by_name.parent_sets, by_index.parent_sets):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -209,8 +209,8 @@ def test_learn_structure_with_ctpc_keeps_the_knowledge(paths):
     model, traj = paths
     names = [f"X{i}" for i in range(len(CARDS))]
     post = jc.learn_structure(
-        traj, names, CARDS, max_parents=2, search=jc.CTPC(), forbidden_edges=[(0, 1)],
-        required_edges=[(4, 2)],
+        traj, names, CARDS, max_parents=2, search=jc.CTPC(),
+        knowledge=jc.PriorKnowledge(forbidden_edges=[(0, 1)], required_edges=[(4, 2)]),
     )  # fmt: skip
     edges = np.asarray(post.edge_marginals())
     assert edges[0, 1] == 0 and edges[4, 2] == pytest.approx(1.0)

@@ -11,6 +11,8 @@ from helpers import random_model
 from helpers import sample_trajectories_jit as sample
 
 import jaxctbn as jc
+from jaxctbn._learning.candidates import candidate_parent_sets, enumerate_parent_sets
+from jaxctbn._paths.sufficient_statistics import node_statistics
 
 # Called eagerly, `jc.sample_trajectories` and `jc.internal.family_statistics` compile one small program
 # per primitive (hundreds per test); compiled whole, one program per shape, which the tests
@@ -120,7 +122,7 @@ def test_node_score_invariant_to_parent_order(getkey):
     def node_scores(traj):  # node 1 under both orders of its parents, by both priors
         scores = []
         for order in [(0, 2), (2, 0)]:
-            st = jax.vmap(lambda t: jc.internal.node_statistics(t, 1, order, cards))(traj)
+            st = jax.vmap(lambda t: node_statistics(t, 1, order, cards))(traj)
             M, T = st.transitions.sum(0), st.dwell_times.sum(0)
             for prior in (jc.GammaPrior(2.0, 1.5), jc.NodelmanPrior(2.0, 1.5)):
                 scores.append(prior.log_marginal_likelihood(1, M, T, 4))
@@ -168,7 +170,7 @@ def pooled4():
     X2 clamped (pooling), the candidate sets of up to two parents, and the family statistics
     by the scatter route (the reference of the other routes): shared by the route tests."""
     _, traj = _pooled(jax.random.key(4), CARDS4, PARENTS4, {"X2": 1})
-    sets = jc.internal.candidate_parent_sets(4, 2)
+    sets = candidate_parent_sets(4, 2)
     return traj, sets, family_statistics(traj, CARDS4, sets, method="scatter")
 
 
@@ -192,14 +194,12 @@ def test_scatter_and_matmul_routes_agree_with_node_statistics(pooled4):
             per_set.append(
                 jax.vmap(
                     lambda P, n=n, configs=configs: jax.vmap(
-                        lambda t: jc.internal.node_statistics(t, n, P, cards, num_configs=configs)
+                        lambda t: node_statistics(t, n, P, cards, num_configs=configs)
                     )(traj)
                 )(sets[n])
             )
             # and on the last (two-parent) set as a static tuple
-            static.append(
-                jax.vmap(lambda t, n=n: jc.internal.node_statistics(t, n, last[n], cards))(traj)
-            )
+            static.append(jax.vmap(lambda t, n=n: node_statistics(t, n, last[n], cards))(traj))
         return per_set, static
 
     per_sets, statics = independent(traj)
@@ -221,17 +221,17 @@ def test_scatter_and_matmul_routes_agree_with_node_statistics(pooled4):
 
 
 def test_enumeration_and_constraints():
-    sets = jc.internal.enumerate_parent_sets(4, 1, 2)
+    sets = enumerate_parent_sets(4, 1, 2)
     assert sets.shape == (1 + 3 + 3, 2)
     assert sets[0].tolist() == [-1, -1] and sets[-1].tolist() == [2, 3]
-    sets = jc.internal.enumerate_parent_sets(4, 1, 2, required=[0], forbidden=[3])
+    sets = enumerate_parent_sets(4, 1, 2, required=[0], forbidden=[3])
     assert sets.tolist() == [[0, -1], [0, 2]]
     with pytest.raises(ValueError, match="max_parents must be between 0 and 3"):
-        jc.internal.enumerate_parent_sets(4, 1, 4)
+        enumerate_parent_sets(4, 1, 4)
     with pytest.raises(ValueError, match="both required and forbidden"):
-        jc.internal.enumerate_parent_sets(4, 1, 2, required=[0], forbidden=[0])
+        enumerate_parent_sets(4, 1, 2, required=[0], forbidden=[0])
     with pytest.raises(ValueError, match="self-loops"):
-        jc.internal.candidate_parent_sets(3, 1, required_edges=[(1, 1)])
+        candidate_parent_sets(3, 1, required_edges=[(1, 1)])
 
 
 # ----------------------------------------------------------------------------- posterior
@@ -281,8 +281,10 @@ def test_scores_and_log_prior_grouped_over_nodes_equal_node_by_node(prior, getke
         cards,
         max_parents=2,
         prior=prior,
-        edge_prior=pi,
-        forbidden_edges=[(1, 0), (3, 0)],  # node 0: fewer sets than node 2
+        knowledge=jc.PriorKnowledge(
+            edge_prior=pi,
+            forbidden_edges=[(1, 0), (3, 0)],  # node 0: fewer sets than node 2
+        ),
     )
     stats = post.statistics
     assert len(post.parent_sets[0]) < len(post.parent_sets[2])
@@ -311,7 +313,7 @@ def test_factorised_posterior_matches_graph_enumeration(prior, getkey):
         cards,
         max_parents=2,
         prior=prior,
-        edge_prior=jnp.full((3, 3), 0.3),
+        knowledge=jc.PriorKnowledge(edge_prior=jnp.full((3, 3), 0.3)),
     )
     edges, entropy, best = _brute_force_graph_posterior(post)
     ours = eqx.filter_jit(lambda post: (post.edge_marginals(), post.entropy()))(post)
@@ -392,7 +394,7 @@ def test_incremental_update_equals_batch(getkey):
         num_trajectories=1,
         intervention=jc.Intervention.perfect(model, {"X1": 1}),
     )
-    sets = jc.internal.candidate_parent_sets(3, 2)
+    sets = candidate_parent_sets(3, 2)
 
     @eqx.filter_jit
     def incremental(t1, t2):  # the posterior of t1, updated with the statistics of t2
@@ -648,13 +650,16 @@ def test_learning_bad_input(getkey):
     with pytest.raises(
         eqx.EquinoxRuntimeError, match="edge_prior: off-diagonal edge probabilities"
     ):
-        jc.learn_structure(traj, model.names, cards, max_parents=1, edge_prior=jnp.ones((2, 2)))
+        jc.learn_structure(
+            traj, model.names, cards, max_parents=1,
+            knowledge=jc.PriorKnowledge(edge_prior=jnp.ones((2, 2))),
+        )  # fmt: skip
     with pytest.raises(ValueError, match="beta: need a scalar or one value per node"):
         jc.learn_structure(
             traj, model.names, cards, max_parents=1, prior=jc.GammaPrior(1.0, jnp.ones(3))
         )
     with pytest.raises(ValueError, match="cardinalities"):
-        jc.internal.family_statistics(traj, (2, 2, 2), jc.internal.candidate_parent_sets(3, 1))
+        jc.internal.family_statistics(traj, (2, 2, 2), candidate_parent_sets(3, 1))
 
 
 def test_matmul_route_without_aggregation(getkey):
@@ -665,7 +670,7 @@ def test_matmul_route_without_aggregation(getkey):
     traj = sample(model, [0, 1, 0, 1, 2, 0], 0.5, key=getkey(), num_trajectories=3, max_events=16)
     assert not bool(traj.truncated.any())
     assert 3 * (traj.max_events + 1) < np.prod(cards)
-    sets = jc.internal.candidate_parent_sets(6, 2)
+    sets = candidate_parent_sets(6, 2)
 
     @jax.jit
     def both_routes(traj):
@@ -697,7 +702,7 @@ def test_jumps_route_many_nodes_and_auto_choice(getkey):
     N = 12
     parents = tuple((n - 1,) if n % 3 else () for n in range(N))
     _, traj = _pooled(getkey(), (2,) * N, parents, {"X4": 1}, horizon=1.0, num=(6, 4))
-    sets = jc.internal.candidate_parent_sets(N, 2)
+    sets = candidate_parent_sets(N, 2)
     plan = lambda method: _plan_family_statistics(  # noqa: E731
         "test",
         traj,
@@ -721,7 +726,7 @@ def test_jumps_route_refuses_what_it_cannot_sum(getkey):
     cards, parents = (2, 2, 2), ((), (0,), (1,))
     # 40 intervened paths: the sampler's program of the pooling test above
     _, traj = _pooled(getkey(), cards, parents, {"X2": 1}, num=(12, 40))
-    sets = jc.internal.candidate_parent_sets(3, 2)
+    sets = candidate_parent_sets(3, 2)
     from jaxctbn._learning.memory import _plan_family_statistics
 
     plan = lambda t: _plan_family_statistics(  # noqa: E731

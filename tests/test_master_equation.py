@@ -8,6 +8,9 @@ import pytest
 from helpers import brute_force_generator, one_hot_state, random_model, scipy_moments
 
 import jaxctbn as jc
+from jaxctbn._learning.candidates import candidate_parent_sets
+from jaxctbn._master_equation.generator import amalgamate
+from jaxctbn._paths.sampling import sample_trajectory
 
 SOLVERS = [jc.Uniformisation(), jc.DiffraxSolver(), jc.MatrixExponential()]
 SOLVER_IDS = ["uniformisation", "diffrax", "expm"]
@@ -22,7 +25,7 @@ CASES = {
 @eqx.filter_jit
 def _generator_maps(model, p, *, expanded):
     """The dense generator and its products with `p`, in one compiled program."""
-    gen = jc.internal.amalgamate(model, expanded=expanded)
+    gen = amalgamate(model, expanded=expanded)
     return gen.dense(), gen.apply(p), gen.apply_transpose(p)
 
 
@@ -90,7 +93,7 @@ def test_node_projections_against_brute_force(getkey):
         for r in range(len(others) + 1):
             for P in itertools.combinations(others, r):
                 orders += [(n, P), (n, P[::-1])]
-    sets = jc.internal.candidate_parent_sets(len(cards), len(cards) - 1)
+    sets = candidate_parent_sets(len(cards), len(cards) - 1)
 
     @eqx.filter_jit
     def projections(stats):  # every projection below, in one compiled program
@@ -185,7 +188,7 @@ def _dwell_under(model, initial_state, intervention):
 
 @eqx.filter_jit
 def _jump_times_under(model, initial_state, intervention, key):
-    return jc.internal.sample_trajectory(
+    return sample_trajectory(
         model, initial_state, 1.0, key=key, intervention=intervention
     ).jump_times
 
@@ -442,7 +445,7 @@ def test_uniformisation_batch_in_rate_groups(getkey):
 
     def generators(scales):
         scaled = jax.vmap(lambda s, m: jc.CTBN(cims=[c * s for c in m.cims], parents=parents))
-        return jax.vmap(jc.internal.amalgamate)(scaled(scales, base))
+        return jax.vmap(amalgamate)(scaled(scales, base))
 
     S = int(np.prod(cards))
     rng = np.random.default_rng(7)

@@ -10,14 +10,14 @@ import pytest
 from helpers import random_model
 
 import jaxctbn as jc
+from jaxctbn._paths.sampling import automatic_max_events
+from jaxctbn._paths.sufficient_statistics import node_statistics
 
 CARDS, PARENTS = (2, 3, 2, 2), ((), (0,), (0, 1), (2,))
 INIT = jnp.array([1, 0, 0, 1])
 TAU = 2.0
 EXACT = jc.Uniformisation()  # the exact reference (not a default that may change)
-MAX_EVENTS = (
-    64  # above jc.internal.automatic_max_events of these rates (<= 2) x the rate scales (<= 3)
-)
+MAX_EVENTS = 64  # above automatic_max_events of these rates (<= 2) x the rate scales (<= 3)
 # (node, parent set): own parents (None), the empty set, sets with and without the true parents
 CASES = [
     (0, None),
@@ -174,9 +174,7 @@ def test_paths_and_estimates_by_an_independent_route(sampled):
                 intervention=iv,
                 max_events=MAX_EVENTS,
             )
-            return paths, jax.vmap(lambda t: jc.internal.node_statistics(t, node, parents, CARDS))(
-                paths
-            )
+            return paths, jax.vmap(lambda t: node_statistics(t, node, parents, CARDS))(paths)
 
         return jax.vmap(one)(keys)
 
@@ -245,9 +243,7 @@ def test_a_network_too_large_for_the_global_state_space(getkey):
     N, tau = 40, 2.0
     chain = ((),) + tuple((n - 1,) for n in range(1, N))
     model = random_model(getkey(), (2,) * N, chain)
-    solver = jc.Gillespie(
-        key=getkey(), num_paths=300, max_events=jc.internal.automatic_max_events(model, tau)
-    )
+    solver = jc.Gillespie(key=getkey(), num_paths=300, max_events=automatic_max_events(model, tau))
     nodes = (0, 39)
 
     @jax.jit
@@ -307,6 +303,6 @@ def test_bad_input_truncation_and_automatic_buffer(getkey):
     # outside jit, max_events=None sizes the buffer; float32 rates stay float32
     model32 = jax.tree_util.tree_map(lambda c: c.astype(jnp.float32), model)
     stats = jc.expected_statistics(model32, jnp.array([0, 1]), 1.0, solver=automatic)
-    assert stats.segment_states.shape[1] - 1 == jc.internal.automatic_max_events(model32, 1.0)
+    assert stats.segment_states.shape[1] - 1 == automatic_max_events(model32, 1.0)
     assert stats.segment_durations.dtype == jnp.float32
     assert jax.jit(lambda st: st.node_transitions(1))(stats).dtype == jnp.float32

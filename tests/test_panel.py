@@ -18,6 +18,7 @@ import scipy.linalg
 from helpers import brute_force_generator, random_model, state_at
 
 import jaxctbn as jc
+from jaxctbn._panel.inference import panel_marginals
 
 CARDS = (2, 3, 2)
 PARENTS = ((2,), (0,), (1, 0))
@@ -203,7 +204,7 @@ def _panel_results(model, obs, emissions, p0, grid):
     conditional = jc.panel.panel_log_likelihood(model, obs)
     options = dict(emissions=emissions, initial_distribution=p0)
     stats = jc.panel.panel_expected_statistics(model, obs, **options)
-    marg = jc.panel.panel_marginals(model, obs, grid, **options)
+    marg = panel_marginals(model, obs, grid, **options)
     pooled = stats.sum()
     per_family = [
         (pooled.node_transitions(n, u), pooled.node_dwell_times(n, u)) for n, u in FAMILIES

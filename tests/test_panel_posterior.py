@@ -10,6 +10,7 @@ import pytest
 from helpers import sample_trajectories_jit, state_at
 
 import jaxctbn as jc
+from jaxctbn._active_learning.designs import design_from_name
 from jaxctbn._panel.rate_families import MomentMatchedGamma
 from jaxctbn._panel.rate_posterior import panel_rate_posterior
 
@@ -237,7 +238,7 @@ def test_loop_with_panel_outcomes_equals_a_replay():
         )
     # a design that says it assumes complete paths runs in the panel loop and scores as the
     # complete-path criterion does
-    path_design = jc.experiments.design_from_name("bhc-path", num_samples=3, outcome=outcome)
+    path_design = design_from_name("bhc-path", num_samples=3, outcome=outcome)
     assert path_design == jc.CriterionDesign(
         jc.BHC(), num_samples=3, outcome=outcome, assume_complete_path=True
     )
@@ -401,7 +402,7 @@ def test_structure_loop_with_the_particle_filter_equals_a_replay():
     )
     np.testing.assert_allclose(posterior.entropy(), -np.sum(p_graph * np.log(p_graph)), rtol=1e-10)
     # the path-assuming design runs in the panel loop, scoring the moment-matched posterior
-    path_design = jc.experiments.design_from_name("bhc-path", num_samples=3, outcome=outcome)
+    path_design = design_from_name("bhc-path", num_samples=3, outcome=outcome)
     space = jc.intervention_space(truth.cardinalities)
     init = jnp.array([0, 0])
     np.testing.assert_array_equal(

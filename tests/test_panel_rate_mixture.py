@@ -14,6 +14,7 @@ import scipy.stats
 from helpers import sample_trajectories_jit, state_at
 
 import jaxctbn as jc
+from jaxctbn._learning.chain_diagnostics import effective_sample_size, split_r_hat
 
 jax.config.update("jax_enable_x64", True)
 
@@ -174,14 +175,14 @@ def test_multi_chain_diagnostics_of_autoregressive_traces():
         x = np.zeros((chains, S))
         for t in range(1, S):
             x[:, t] = phi * x[:, t - 1] + rng.normal(size=chains)
-        ess = float(jc.internal.effective_sample_size(jnp.asarray(x)))
+        ess = float(effective_sample_size(jnp.asarray(x)))
         expected = chains * S * (1 - phi) / (1 + phi)
         assert abs(ess / expected - 1) < 0.15, (phi, ess, expected)
-        assert float(jc.internal.split_r_hat(jnp.asarray(x))) < 1.01
+        assert float(split_r_hat(jnp.asarray(x))) < 1.01
     apart = x + np.arange(chains)[:, None]
-    assert float(jc.internal.split_r_hat(jnp.asarray(apart))) > 1.1
+    assert float(split_r_hat(jnp.asarray(apart))) > 1.1
     with pytest.raises(ValueError, match="at least 4 draws"):
-        jc.internal.split_r_hat(jnp.zeros((2, 3)))
+        split_r_hat(jnp.zeros((2, 3)))
 
 
 # the sampled posterior against the exact one: test_sampled_posterior_matches_the_exact_posterior

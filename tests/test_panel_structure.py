@@ -12,6 +12,7 @@ import numpy as np
 from helpers import state_at
 
 import jaxctbn as jc
+from jaxctbn._learning.candidates import candidate_parent_sets
 from jaxctbn._panel.panel_families import panel_family_statistics
 
 
@@ -64,7 +65,7 @@ def test_dense_grid_expected_family_statistics_match_complete_paths(getkey):
     assert not np.any(paths.truncated)
     grid = np.linspace(0.0, horizon, 401)
     observations = _panel(paths, grid)
-    sets = jc.internal.candidate_parent_sets(2, 1)
+    sets = candidate_parent_sets(2, 1)
     expected, complete, (panel_scores, path_scores) = _expected_and_complete(
         truth, observations, paths, sets
     )
@@ -102,7 +103,7 @@ def test_pooling_excludes_perfectly_intervened_nodes(getkey):
         targets=jnp.asarray(targets), states=jnp.array([[0, 0], [0, 0], [0, 1]])
     )
     observations = jc.panel.PanelObservations(times, states, intervention=intervention)
-    sets = jc.internal.candidate_parent_sets(2, 1)
+    sets = candidate_parent_sets(2, 1)
     families = [
         (n, tuple(int(p) for p in row if p >= 0)) for n in range(2) for row in np.asarray(sets[n])
     ]

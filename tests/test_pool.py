@@ -13,7 +13,7 @@ import pytest
 import jaxctbn
 from jaxctbn._active_learning.metrics import edge_auroc
 from jaxctbn._cli import main
-from jaxctbn._experiments.pool import run_pool_repetitions
+from jaxctbn._experiments.pool import pool_design_from_name, run_pool_repetitions
 from jaxctbn._experiments.pool_subjects import pool_membership
 from jaxctbn._learning.candidates import candidate_parent_sets
 from jaxctbn._panel.panel_families import panel_family_statistics
@@ -124,7 +124,7 @@ def test_designs_draw_from_their_pools_without_repeats(prepared, all_subjects_st
     """Each design draws every subject once (K = all subjects), from its option's pool; the
     posterior after all of them is that of all subjects' statistics computed at once."""
     pool, _ = prepared
-    design = jaxctbn.experiments.pool_design_from_name(name, num_samples=2)
+    design = pool_design_from_name(name, num_samples=2)
     keys = jax.vmap(lambda r: jax.random.fold_in(jax.random.key(1), r))(jnp.arange(2))
     K = pool.num_subjects  # (the criterion designs: in the CLI test)
     # the paper's update: each subject's expected statistics under the full-data network
@@ -182,7 +182,7 @@ def test_vbhc_and_negative_choose_opposite_extremes(prepared):
 
 def test_same_key_same_result(prepared):
     pool, _ = prepared
-    design = jaxctbn.experiments.pool_design_from_name("random")
+    design = pool_design_from_name("random")
     run = eqx.filter_jit(jaxctbn.experiments.run_pool)  # one program (eagerly: one per operation)
     a = run(pool, design, jax.random.key(7), num_experiments=6, panel_posterior=None)
     b = run(pool, design, jax.random.key(7), num_experiments=6, panel_posterior=None)
@@ -199,7 +199,7 @@ def test_particle_filter_pool_equals_a_replay(prepared):
     a subject drawn from a sub-pool adds nothing to the root's own statistics."""
     pool, _ = prepared
     family = jaxctbn.panel.StructureParticleFilter(num_particles=8)
-    design = jaxctbn.experiments.pool_design_from_name("random")
+    design = pool_design_from_name("random")
     key = jax.random.key(3)
     K = 6
 

@@ -14,6 +14,7 @@ from helpers import state_at
 
 import jaxctbn as jc
 from jaxctbn._cli.main import main
+from jaxctbn._learning.candidates import candidate_parent_sets
 
 jax.config.update("jax_enable_x64", True)
 
@@ -26,7 +27,8 @@ MAX_PARENTS = (1, 2, 2, 3)
 KNOWLEDGE = dict(tiers=TIERS, forbidden=FORBIDDEN, required=REQUIRED, max_parents=MAX_PARENTS)
 # the same, as the learners take it
 LEARNER_KNOWLEDGE = dict(
-    max_parents=MAX_PARENTS, required_edges=REQUIRED, forbidden_edges=FORBIDDEN, tiers=TIERS
+    max_parents=MAX_PARENTS,
+    knowledge=jc.PriorKnowledge(required_edges=REQUIRED, forbidden_edges=FORBIDDEN, tiers=TIERS),
 )
 
 
@@ -41,7 +43,7 @@ def _allowed(n, parents, *, tiers, forbidden, required, max_parents):
 
 
 def test_candidate_sets_are_the_allowed_subsets():
-    sets = jc.internal.candidate_parent_sets(
+    sets = candidate_parent_sets(
         4, MAX_PARENTS, required_edges=REQUIRED, forbidden_edges=FORBIDDEN, tiers=TIERS
     )
     assert all(s.shape[-1] == 3 for s in sets)  # padded to the largest in-degree
@@ -57,13 +59,13 @@ def test_candidate_sets_are_the_allowed_subsets():
         assert got == expected, n
     assert {tuple(r[r >= 0]) for r in np.asarray(sets[0])} == {()}  # A: first tier, alone
     with pytest.raises(ValueError, match=r"required edge \(3, 0\): node 3 is in a later tier"):
-        jc.internal.candidate_parent_sets(4, 2, required_edges=[(3, 0)], tiers=TIERS)
+        candidate_parent_sets(4, 2, required_edges=[(3, 0)], tiers=TIERS)
     with pytest.raises(ValueError, match="tiers: expected one integer tier per node"):
-        jc.internal.candidate_parent_sets(4, 2, tiers=(0, 1))
+        candidate_parent_sets(4, 2, tiers=(0, 1))
     with pytest.raises(ValueError, match="max_parents: expected an integer or one integer"):
-        jc.internal.candidate_parent_sets(4, (1, 2))
+        candidate_parent_sets(4, (1, 2))
     with pytest.raises(ValueError, match="max_parents must be between 0 and 3"):
-        jc.internal.candidate_parent_sets(4, (1, 2, 4, 0))
+        candidate_parent_sets(4, (1, 2, 4, 0))
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +143,12 @@ def test_cli_learn_with_knowledge(paths, tmp_path, capsys):
     pi = np.full((4, 4), 0.2)
     pi[1, 3], pi[2, 3] = 0.7, 0.6
     traj, _ = jc.read_trajectories_csv(data, truth)
-    ref = jc.learn_structure(traj, NAMES, (2,) * 4, **LEARNER_KNOWLEDGE, edge_prior=pi)
+    ref = jc.learn_structure(
+        traj, NAMES, (2,) * 4, max_parents=MAX_PARENTS,
+        knowledge=jc.PriorKnowledge(
+            required_edges=REQUIRED, forbidden_edges=FORBIDDEN, tiers=TIERS, edge_prior=pi
+        ),
+    )  # fmt: skip
     for n, name in enumerate(NAMES):
         got = [s["posterior"] for s in res["nodes"][name]["parent_sets"]]
         np.testing.assert_allclose(got, ref.parent_set_probabilities()[n], rtol=1e-9)
@@ -171,7 +178,9 @@ def test_cli_learn_with_knowledge(paths, tmp_path, capsys):
         assert main([*learn, "--max-parents", "2", *flags]) == 0
         other = json.loads(out.read_text())
         printed = capsys.readouterr().out
-        ref = jc.learn_structure(traj, NAMES, (2,) * 4, max_parents=2, edge_prior=pi)
+        ref = jc.learn_structure(
+            traj, NAMES, (2,) * 4, max_parents=2, knowledge=jc.PriorKnowledge(edge_prior=pi)
+        )
         for n, name in enumerate(NAMES):
             got = [s["posterior"] for s in other["nodes"][name]["parent_sets"]]
             np.testing.assert_allclose(got, ref.parent_set_probabilities()[n], rtol=1e-9)

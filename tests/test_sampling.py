@@ -8,6 +8,8 @@ from helpers import random_model
 from helpers import sample_trajectories_jit as sample
 
 import jaxctbn as jc
+from jaxctbn._paths.sampling import sample_trajectory
+from jaxctbn._paths.sufficient_statistics import node_statistics
 
 # Called eagerly, the sampler and the statistics compile one small program per primitive
 # (hundreds per test); compiled whole, one program per shape. The same paths: the compiled and
@@ -58,8 +60,7 @@ def test_statistics_match_brute_force_loop(getkey):
     @jax.jit
     def per_trajectory(traj):  # node_statistics of one trajectory at a time, vmapped
         return [
-            jax.vmap(lambda t, n=n, P=P: jc.internal.node_statistics(t, n, P, cards))(traj)
-            for n, P in cases
+            jax.vmap(lambda t, n=n, P=P: node_statistics(t, n, P, cards))(traj) for n, P in cases
         ]
 
     stats = per_trajectory(traj)
@@ -316,15 +317,15 @@ def test_statistics_are_additive_and_pooling_skips_intervened(getkey):
 def test_sampling_bad_input(getkey):
     model = random_model(getkey(), (2, 2), ((), (0,)))
     with pytest.raises(ValueError, match="max_events must be >= 1"):
-        jc.internal.sample_trajectory(model, jnp.array([0, 0]), 1.0, key=getkey(), max_events=0)
+        sample_trajectory(model, jnp.array([0, 0]), 1.0, key=getkey(), max_events=0)
     with pytest.raises(ValueError, match="initial_state"):
-        jc.internal.sample_trajectory(model, jnp.array([0, 0, 0]), 1.0, key=getkey())
+        sample_trajectory(model, jnp.array([0, 0, 0]), 1.0, key=getkey())
     with pytest.raises(eqx.EquinoxRuntimeError, match="node states must be in"):
-        jc.internal.sample_trajectory(
+        sample_trajectory(
             model, jnp.array([0, 5]), 1.0, key=getkey()
         ).num_events.block_until_ready()
     with pytest.raises(eqx.EquinoxRuntimeError, match="horizon"):
-        jc.internal.sample_trajectory(
+        sample_trajectory(
             model, jnp.array([0, 0]), -1.0, key=getkey()
         ).num_events.block_until_ready()
 
@@ -344,7 +345,7 @@ def test_rates_are_checked_before_and_after_an_intervention(getkey):
     )
     for m, intervention, message in cases:
         with pytest.raises(eqx.EquinoxRuntimeError, match=message):
-            jc.internal.sample_trajectory(
+            sample_trajectory(
                 m, jnp.array([0, 0]), 1.0, key=getkey(), intervention=intervention
             ).num_events.block_until_ready()
 
@@ -366,7 +367,7 @@ def test_initial_distribution_is_sampled(getkey):
     z = (mc.mean(0) - np.asarray(exact)) / (mc.std(0) / np.sqrt(20000))
     assert np.max(np.abs(z)) < 4.5
     with pytest.raises(ValueError, match="needs 6 probabilities"):
-        jc.internal.sample_trajectory(model, jnp.ones(5) / 5, 1.0, key=getkey())
+        sample_trajectory(model, jnp.ones(5) / 5, 1.0, key=getkey())
 
 
 @pytest.mark.usefixtures("no_runtime_typecheck")

@@ -14,6 +14,7 @@ import pytest
 import jaxctbn as jc
 from jaxctbn._learning.candidates import knowledge_arrays
 from jaxctbn._learning.moves import move_scores
+from jaxctbn._learning.scores import score_parent_sets
 from jaxctbn._learning.search import _set_scores, hill_climb
 from jaxctbn._learning.search_data import search_data
 
@@ -84,7 +85,7 @@ def _from_scratch(traj, cards, wanted, prior, log_odds):
     stats = jc.internal.family_statistics(
         traj, cards, [np.stack(r) for r in rows], method="scatter"
     )
-    scores = [np.asarray(s) for s in jc.internal.score_parent_sets(stats, prior=prior)]
+    scores = [np.asarray(s) for s in score_parent_sets(stats, prior=prior)]
     return [
         float(scores[n][i]) + sum(float(log_odds[m, n]) for m in parents)
         for (n, i), (_, parents) in zip(where, wanted)
@@ -312,8 +313,10 @@ def test_hill_climbing_keeps_the_prior_knowledge(ten_nodes):
     if tiers[spare] > tiers[child]:
         tiers = [0] * 10
     post = jc.learn_structure(
-        traj, names, (2,) * 10, max_parents=3, forbidden_edges=forbidden,
-        required_edges=required, tiers=tiers, search=jc.HillClimbing(),
+        traj, names, (2,) * 10, max_parents=3, search=jc.HillClimbing(),
+        knowledge=jc.PriorKnowledge(
+            forbidden_edges=forbidden, required_edges=required, tiers=tiers
+        ),
     )  # fmt: skip
     edges = np.asarray(post.edge_marginals())
     assert edges[parent, child] == 0 and edges[spare, child] == pytest.approx(1.0)

@@ -12,6 +12,7 @@ import pytest
 from helpers import brute_force_generator, one_hot_state, random_model
 
 import jaxctbn as jc
+from jaxctbn._master_equation.generator import amalgamate
 
 
 def reference_moments(W, p0, tau):
@@ -115,7 +116,7 @@ def test_float32_runs_in_float32(getkey):
 def test_many_steps_match_reference(transpose, getkey):
     # a small max_step_mean forces many chained steps (~80) at a cheap lambda tau (~300)
     model = random_model(getkey(), (3, 2), ((1,), (0,)), scale=5.0)
-    gen = jax.jit(jc.internal.amalgamate)(model)
+    gen = jax.jit(amalgamate)(model)
     W = brute_force_generator(model)
     v = np.random.default_rng(6).dirichlet(np.ones(6))
     tau = 300.0 / float(np.max(-np.diag(W)))
@@ -169,7 +170,7 @@ def test_max_terms_check_guards_each_output_under_jit(output):
 @pytest.mark.parametrize("which", [0, 1])
 def test_max_terms_check_guards_each_output_under_vmap(which):
     model, solver = _too_long()
-    gen = jc.internal.amalgamate(model)
+    gen = amalgamate(model)
     p0 = jnp.array([[1.0, 0.0], [0.5, 0.5]])
     with pytest.raises(RUNTIME_ERRORS, match="max_terms reached"):
         jax.jit(jax.vmap(lambda p: solver.solve(gen, p, 40.0)[which]))(p0).block_until_ready()
@@ -180,14 +181,14 @@ def test_max_terms_check_guards_each_output_under_vmap(which):
 
 def test_non_finite_horizon_is_an_error_not_nan():
     model, _ = _too_long()
-    gen = jc.internal.amalgamate(model)
+    gen = amalgamate(model)
     with pytest.raises(RUNTIME_ERRORS, match="not finite"):
         jax.jit(lambda: jc.Uniformisation().solve(gen, jnp.array([1.0, 0.0]), jnp.inf)[1])()
 
 
 @pytest.mark.parametrize("which", [0, 1], ids=["dwell", "flux"])
 def test_forward_backward_check_guards_each_output(which, getkey):
-    gen = jc.internal.amalgamate(random_model(getkey(), (2, 2), ((), (0,)), scale=100.0))
+    gen = amalgamate(random_model(getkey(), (2, 2), ((), (0,)), scale=100.0))
     solver = jc.Uniformisation(fb_max_terms=16)
     p = jnp.full(4, 0.25)
     with pytest.raises(RUNTIME_ERRORS, match="fb_max_terms"):
@@ -204,7 +205,7 @@ def test_forward_backward_check_guards_each_output(which, getkey):
 def test_matrix_exponential_check_guards_each_output(which):
     # jax's expm returns NaN past its squaring limit; MatrixExponential must raise instead
     model, _ = _too_long()
-    gen = jc.internal.amalgamate(model)
+    gen = amalgamate(model)
     solver = jc.MatrixExponential()
     p0 = jnp.array([[1.0, 0.0], [0.5, 0.5]])
     with pytest.raises(RUNTIME_ERRORS, match="MatrixExponential: the matrix exponential"):

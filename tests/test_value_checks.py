@@ -11,8 +11,11 @@ import numpy as np
 import pytest
 
 import jaxctbn as jc
+from jaxctbn._learning.candidates import candidate_parent_sets
 from jaxctbn._learning.memory import memory_budget_bytes
-from jaxctbn._paths.sampling import Trajectories
+from jaxctbn._master_equation.preparation import initial_distribution
+from jaxctbn._paths.sampling import Trajectories, sample_trajectory
+from jaxctbn._paths.sufficient_statistics import node_statistics
 
 
 def _trajectories(states, cards_n=2):
@@ -39,9 +42,9 @@ def test_states_beyond_the_cardinalities_are_refused_on_the_array_route():
     with pytest.raises(ValueError, match=re.escape(MESSAGE.replace("'A'", "0"))):
         jc.SufficientStatistics.from_trajectories(BAD, (2, 2), ((), ()))
     with pytest.raises(ValueError, match=r"node 0 has states 0\.\.2"):
-        jc.internal.family_statistics(BAD, (2, 2), jc.internal.candidate_parent_sets(2, 1))
+        jc.internal.family_statistics(BAD, (2, 2), candidate_parent_sets(2, 1))
     with pytest.raises(ValueError, match=r"node 0 has states 0\.\.2"):
-        jc.internal.node_statistics(jax.tree_util.tree_map(lambda x: x[0], BAD), 0, (), (2, 2))
+        node_statistics(jax.tree_util.tree_map(lambda x: x[0], BAD), 0, (), (2, 2))
     with pytest.raises(ValueError, match=re.escape(MESSAGE)):
         jc.learn_structure(BAD, ("A", "B"), (2, 2), max_parents=1)
     negative = _trajectories([[-1, 0], [1, 0]])
@@ -76,20 +79,16 @@ def test_clamped_state_out_of_range_is_reported_as_the_intervention(getkey):
     with pytest.raises(ValueError, match=message):
         jc.expected_statistics(MODEL, jnp.array([0, 0]), 1.0, intervention=by_hand)
     with pytest.raises(ValueError, match=message):
-        jc.internal.initial_distribution(MODEL, jnp.array([0, 0]), by_hand)
+        initial_distribution(MODEL, jnp.array([0, 0]), by_hand)
     with pytest.raises(ValueError, match=message):
         by_hand.apply(MODEL)
     with pytest.raises(ValueError, match=message):
-        jc.internal.sample_trajectory(
-            MODEL, jnp.array([0, 0]), 1.0, key=getkey(), intervention=by_hand
-        )
+        sample_trajectory(MODEL, jnp.array([0, 0]), 1.0, key=getkey(), intervention=by_hand)
     key = getkey()  # traced intervention: the check runs inside jit, still naming the node
 
     @jax.jit
     def sample(intervention):
-        path = jc.internal.sample_trajectory(
-            MODEL, jnp.array([0, 0]), 1.0, key=key, intervention=intervention
-        )
+        path = sample_trajectory(MODEL, jnp.array([0, 0]), 1.0, key=key, intervention=intervention)
         return path.jump_times
 
     with pytest.raises(
@@ -121,7 +120,7 @@ def test_memory_budget_refuses_large_requests(monkeypatch):
         jc.learn_structure(traj, ("A", "B"), (2, 2), max_parents=1)
     assert "JAXCTBN_MEMORY_BUDGET" in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(ValueError, match=r"family_statistics: needs about"):
-        jc.internal.family_statistics(traj, (2, 2), jc.internal.candidate_parent_sets(2, 1))
+        jc.internal.family_statistics(traj, (2, 2), candidate_parent_sets(2, 1))
     with pytest.raises(ValueError, match=r"StructurePosterior.from_prior: needs about"):
         jc.StructurePosterior.from_prior(("A", "B"), (2, 2), max_parents=1)
     # a node with many states is named as the large part, with the states seen in the data

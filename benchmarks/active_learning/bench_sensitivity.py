@@ -43,8 +43,10 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import jaxctbn as jc
+from jaxctbn._active_learning.designs import design_from_name
 from jaxctbn._experiments.config import default_truth
 from jaxctbn._files import write_atomically as _atomic
+from jaxctbn._paths.sampling import automatic_max_events
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 import _common
@@ -138,7 +140,7 @@ def run_ensemble(prior_name, policy_name, size, experiments, chunk):
     policy = POLICIES[policy_name]
     seeds = list(range(100, 100 + size))
     truths = [default_truth("structure", s) for s in seeds]
-    max_events = max(jc.internal.automatic_max_events(t, 3.0) or 512 for t in truths)
+    max_events = max(automatic_max_events(t, 3.0) or 512 for t in truths)
     stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *truths)
     base = jax.random.key(0)
     keys = jax.vmap(lambda s: jax.random.fold_in(base, s))(jnp.asarray(seeds))
@@ -147,7 +149,7 @@ def run_ensemble(prior_name, policy_name, size, experiments, chunk):
     os.makedirs(directory, exist_ok=True)
     results, seconds = {}, {}
     for design_name in DESIGNS:
-        design = jc.experiments.design_from_name(design_name, num_samples=10)
+        design = design_from_name(design_name, num_samples=10)
         parts, t0 = [], time.perf_counter()
         for start in range(0, size, chunk):
             stop = min(start + chunk, size)

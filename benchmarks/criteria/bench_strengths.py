@@ -39,6 +39,7 @@ from _paired import mean_ci
 jax.config.update("jax_enable_x64", True)
 
 import jaxctbn as jc  # noqa: E402
+from jaxctbn._paths.sampling import sample_trajectory  # noqa: E402
 
 NODE = 1  # X2
 LOW, HIGH, FIXED = 0.5, 8.0, 2.0
@@ -100,9 +101,7 @@ def main():
             init = jr.randint(k_init, (4,), 0, 2)
             iv = choose(design, posterior, init, k_design)
             one = jax.tree_util.tree_map(lambda a: a[0], iv)
-            path = jc.internal.sample_trajectory(
-                truth, init, TAU, key=k_path, intervention=one, max_events=256
-            )
+            path = sample_trajectory(truth, init, TAU, key=k_path, intervention=one, max_events=256)
             batch = jax.tree_util.tree_map(lambda a: a[None], path)
             stats = jc.SufficientStatistics.from_trajectories(
                 batch, truth.cardinalities, truth.parents

@@ -179,7 +179,13 @@ def worker(N: int, search: str, K: int, path: str, edge_prior: float | None) -> 
     for _ in range(2):
         t0 = time.perf_counter()
         post = jc.learn_structure(
-            traj, names, (2,) * N, max_parents=K, search=choice, edge_prior=pi, prior=prior
+            traj,
+            names,
+            (2,) * N,
+            max_parents=K,
+            search=choice,
+            prior=prior,
+            knowledge=jc.PriorKnowledge(edge_prior=pi),
         )
         edges = np.asarray(post.edge_marginals())
         graph = post.map_graph()

@@ -24,6 +24,7 @@ import scipy.special
 jax.config.update("jax_enable_x64", True)
 
 import jaxctbn as jc
+from jaxctbn._learning.candidates import candidate_parent_sets, enumerate_parent_sets
 from jaxctbn._learning.family_statistics import _segments
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
@@ -69,7 +70,7 @@ def numpy_search(traj, cards, max_parents):
         keep_seg = ~targets[seg_traj, n]
         moved = valid & (pre[:, n] != post[:, n]) & ~targets[ev_traj, n]
         node_scores = []
-        for P in np.asarray(jc.internal.enumerate_parent_sets(N, n, max_parents)):
+        for P in np.asarray(enumerate_parent_sets(N, n, max_parents)):
             P = [int(p) for p in P if p >= 0]
             C = int(np.prod([cards[p] for p in P]))
             c_seg = np.zeros(len(seg), np.int64)
@@ -108,7 +109,7 @@ def main():
         truth, traj = make_data(N, k)
         cards = truth.cardinalities
         events = int(traj.num_events.sum())
-        sets = jc.internal.candidate_parent_sets(N, 2)
+        sets = candidate_parent_sets(N, 2)
         stats_fn = jax.jit(lambda t: jc.internal.family_statistics(t, cards, sets))
         score_fn = jax.jit(
             lambda s: (lambda p: (p.log_marginal_likelihoods, p.edge_marginals(), p.map_indices()))(

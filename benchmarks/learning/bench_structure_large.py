@@ -37,6 +37,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import jaxctbn as jc
+from jaxctbn._paths.sampling import automatic_max_events
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 import _ctbnrle
@@ -54,7 +55,7 @@ def make_data(N: int, num: int = R, seed: int = 0):
     parents = jc.experiments.random_graph(kg, N, max_parents=2)
     truth = jc.random_ctbn(kr, parents, [2] * N, alpha_fast=2.0, beta=2.0)
     inits = jax.random.randint(ki, (num, N), 0, 2).astype(jnp.int32)
-    cap = jc.internal.automatic_max_events(truth, TAU)
+    cap = automatic_max_events(truth, TAU)
     traj = jax.jit(
         lambda: jc.sample_trajectories(
             truth, inits, TAU, key=ks, num_trajectories=num, max_events=cap

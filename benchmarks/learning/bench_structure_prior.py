@@ -67,7 +67,7 @@ def learn(traj, N, K, search, pi_name, prior=None):
     edge_prior = None if pi is None else np.full((N, N), pi)
     post = jc.learn_structure(
         traj, [f"X{i}" for i in range(N)], (2,) * N, max_parents=K, search=search,
-        edge_prior=edge_prior, prior=prior,
+        knowledge=jc.PriorKnowledge(edge_prior=edge_prior), prior=prior,
     )  # fmt: skip
     graph = post.map_graph()
     learned = _edge_matrix(graph, N)

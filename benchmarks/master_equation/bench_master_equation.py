@@ -33,7 +33,8 @@ import scipy.sparse
 jax.config.update("jax_enable_x64", True)
 
 import jaxctbn as jc  # noqa: E402
-from jaxctbn._master_equation.generator import shift_indices  # noqa: E402
+from jaxctbn._master_equation.generator import amalgamate, shift_indices  # noqa: E402
+from jaxctbn._master_equation.preparation import initial_distribution  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 from _common import (  # noqa: E402
@@ -64,7 +65,7 @@ def make_problem(num_nodes, batch, seed=0):
 
 def scipy_baseline(models, p0s, samples):
     """Per-sample solve_ivp (RK45) with a scipy.sparse generator: [p, I]' = [W^T p, p]."""
-    gens = jax.vmap(lambda m: jc.internal.amalgamate(m, expanded=True))(models)
+    gens = jax.vmap(lambda m: amalgamate(m, expanded=True))(models)
     cards = gens.cardinalities
     src, dst = shift_indices(cards)
     rates = np.asarray(gens.expanded_rates)
@@ -127,8 +128,8 @@ def main():
         models, inits = make_problem(N, B)
         S = 2**N
         J = N
-        gens = jax.vmap(jc.internal.amalgamate)(models)
-        p0s = jax.vmap(lambda m, s: jc.internal.initial_distribution(m, s))(models, inits)
+        gens = jax.vmap(amalgamate)(models)
+        p0s = jax.vmap(lambda m, s: initial_distribution(m, s))(models, inits)
         unif = jc.Uniformisation()
         products = np.asarray(jax.vmap(lambda g: unif.num_products(g, TAU))(gens))
         solvers = {

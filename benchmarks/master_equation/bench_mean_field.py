@@ -33,6 +33,7 @@ import scipy.stats
 jax.config.update("jax_enable_x64", True)
 
 import jaxctbn as jc
+from jaxctbn._paths.sampling import automatic_max_events
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 from _common import argument_parser, compile_time, environment, fmt, repeat_time, write_results
@@ -81,7 +82,7 @@ def history(model: jc.CTBN, seed: int, n: int):
         TAU,
         key=jax.random.key(1000 + seed),
         num_trajectories=n,
-        max_events=jc.internal.automatic_max_events(model, TAU) or 256,
+        max_events=automatic_max_events(model, TAU) or 256,
     )
 
 

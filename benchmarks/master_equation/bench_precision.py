@@ -42,6 +42,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import jaxctbn as jc  # noqa: E402
+from jaxctbn._master_equation.generator import amalgamate  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/
@@ -270,7 +271,7 @@ def step_size(Ls, quick):
     rows = []
     parents = jc.experiments.random_graph(jax.random.key(10), 10, max_parents=2)
     big = jc.random_ctbn(jax.random.key(1), parents)
-    gen = jc.internal.amalgamate(big)
+    gen = amalgamate(big)
     lam = float(gen.max_exit_rate())
     lt = 1e3 if quick else 1e4
     p0 = jnp.zeros(gen.num_states).at[0].set(1.0)
@@ -279,7 +280,7 @@ def step_size(Ls, quick):
         solver = jc.Uniformisation(max_step_mean=L, max_terms=10**8)
         row = {"L": L, "products": int(solver.num_products(gen, lt / lam)), "lam_tau": lt}
         for dname, dtype in DTYPES.items():
-            g = jc.internal.amalgamate(cast(big, dtype))
+            g = amalgamate(cast(big, dtype))
             _, t = timed(jax.jit(solver.solve), g, p0.astype(dtype), jnp.asarray(lt / lam, dtype))
             row[f"time_{dname}"] = t
             worst = 0.0

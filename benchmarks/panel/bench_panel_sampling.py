@@ -96,7 +96,7 @@ def worker(N: int, inference: str, quick: bool) -> dict:
         )
     t0 = time.perf_counter()
     fit = jc.panel.learn_structure_from_panels(
-        observations, names, (2,) * N, max_parents=2, edge_prior=np.full((N, N), 1.0 / N),
+        observations, names, (2,) * N, max_parents=2, knowledge=jc.PriorKnowledge(edge_prior=np.full((N, N), 1.0 / N)),
         max_iterations=30, **options,
     )  # fmt: skip
     edges = np.asarray(fit.posterior.edge_marginals())

@@ -21,7 +21,7 @@ whose posterior is updated by `jaxctbn.panel.panel_structure_posterior` after ea
   `CriterionDesign(BHC(), outcome=Panel(times))` (panel-aware; its panel structure divergences
   use the default `PlugIn()` estimator: each drawn graph at its posterior-mean rates);
 - `path-bhc`: the BHC scored as if the whole path were seen (the paper's design),
-  `jaxctbn.experiments.design_from_name("bhc-path", outcome=Panel(times))` =
+  `design_from_name("bhc-path", outcome=Panel(times))` =
   `CriterionDesign(BHC(), outcome=Panel(times), assume_complete_path=True)`;
 - `random` (uniform over the 81) and `passive` (no intervention).
 

@@ -49,6 +49,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import jaxctbn as jc  # noqa: E402
+from jaxctbn._paths.sampling import sample_trajectory  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 from _common import argument_parser, environment, repeat_time, write_results  # noqa: E402
@@ -132,9 +133,9 @@ def accuracy(args, families):
             key = jax.random.fold_in(jax.random.key(args.seed), 1000 * K + d)
             k_start, k_paths, k_filter = jax.random.split(key, 3)
             starts = jax.random.randint(k_start, (args.experiments, 2), 0, 2)
-            paths = jax.vmap(
-                lambda s, k: jc.internal.sample_trajectory(TRUTH, s, TAU, key=k, max_events=256)
-            )(starts, jax.random.split(k_paths, args.experiments))
+            paths = jax.vmap(lambda s, k: sample_trajectory(TRUTH, s, TAU, key=k, max_events=256))(
+                starts, jax.random.split(k_paths, args.experiments)
+            )
             observations = jc.panel.observe_paths(paths, jnp.asarray(grid))
             exact, se = exact_edges(np.asarray(observations.states), grid, args.rate_draws, rng)
             exact_se.append(se.max())

@@ -279,9 +279,11 @@ def scaling(args):
             truth.cardinalities,
             max_parents=1,
             prior=jc.GammaPrior(ALPHA, BETA),
-            forbidden_edges=[
-                (m, n) for n in range(N) for m in range(N) if m != n and m not in neighbours[n]
-            ],
+            knowledge=jc.PriorKnowledge(
+                forbidden_edges=[
+                    (m, n) for n in range(N) for m in range(N) if m != n and m not in neighbours[n]
+                ]
+            ),
         )
         grid = jnp.arange(6) * 0.5
         key = jr.key(N)

@@ -414,7 +414,7 @@ DesignName = Literal[
     "bhc-path",
     "vbhc-copies",
 ]
-#: Design names understood by [`jaxctbn.experiments.design_from_name`][] and `jaxctbn run --designs`.
+#: Design names understood by `design_from_name` and `jaxctbn run --designs`.
 DESIGN_NAMES: tuple[str, ...] = get_args(DesignName)
 
 

@@ -121,6 +121,18 @@ def _panel_posterior_method(args, panel: bool, cards=()) -> str | None:
     return method
 
 
+def _as_module(knowledge: dict, edge_prior):
+    """The flags' prior knowledge (`_prior_knowledge`, `--edge-prior`) as a `PriorKnowledge`."""
+    from .._learning.knowledge import PriorKnowledge
+
+    return PriorKnowledge(
+        required_edges=knowledge["required_edges"],
+        forbidden_edges=knowledge["forbidden_edges"],
+        tiers=knowledge["tiers"],
+        edge_prior=edge_prior,
+    )
+
+
 def _sampled_structure(args, method, observations, names, cards, knowledge, edge_prior):
     """The JSON's `"panel_posterior"` and, for `sampled`, the sampled structure posterior
     (else `None`: the structural-EM posterior is reported)."""
@@ -144,8 +156,9 @@ def _sampled_structure(args, method, observations, names, cards, knowledge, edge
     from .._learning.structure_posterior import StructurePosterior
 
     prior = StructurePosterior.from_prior(
-        names, cards, **knowledge, prior=_prior(args, len(names)), edge_prior=edge_prior
-    )
+        names, cards, max_parents=knowledge["max_parents"], prior=_prior(args, len(names)),
+        knowledge=_as_module(knowledge, edge_prior),
+    )  # fmt: skip
     path_sampler = None
     if args.inference == "sampling":
         from .._panel.gibbs import GibbsSampler
@@ -305,9 +318,9 @@ def _cmd_learn(args):
             observations,
             names,
             cards,
-            **knowledge,
+            max_parents=max_parents,
             prior=_prior(args, N),
-            edge_prior=edge_prior,
+            knowledge=_as_module(knowledge, edge_prior),
             tolerance=args.tolerance,
             max_iterations=args.max_iterations,
             **sampling,
@@ -361,8 +374,8 @@ def _cmd_learn(args):
         traj, ids = trajectories_from_dataframe(df, nodes)
         num_trajectories = len(dict.fromkeys(ids))
         post = learn_structure(
-            traj, names, cards, **knowledge, prior=_prior(args, N), edge_prior=edge_prior,
-            search=search,
+            traj, names, cards, max_parents=max_parents, prior=_prior(args, N),
+            knowledge=_as_module(knowledge, edge_prior), search=search,
         )  # fmt: skip
     eb = _empirical_bayes(args)
     if eb is not None:

@@ -97,7 +97,7 @@ class ExperimentConfig(eqx.Module):
     """Every setting of the paper's synthetic experiment (the fields of `config.json`).
 
     **Arguments (keyword-only, all optional):** `target` (`"structure"` or `"parameters"`),
-    `designs` (names, see [`jaxctbn.experiments.design_from_name`][]), `repetitions` and `experiments`
+    `designs` (names, see `design_from_name`), `repetitions` and `experiments`
     (default 20 and 10), `samples` ($N_S$), `horizon` ($\\tau$), `seed` (repetition $r$ uses
     `fold_in(key(seed), r)` for every design: common random numbers), `truth` (a
     [`jaxctbn.CTBN`][]; default the built-in fast/slow network drawn from `truth_seed`),

@@ -69,7 +69,7 @@ from .._panel.structure_posterior import StructureParticleFilter, panel_structur
 from .config import METRICS
 from .pool_subjects import PoolExperiment
 
-#: Design names understood by [`jaxctbn.experiments.pool_design_from_name`][] and `jaxctbn run pool`.
+#: Design names understood by `pool_design_from_name` and `jaxctbn run pool`.
 POOL_DESIGN_NAMES = ("passive", "random", "vbhc", "negative-vbhc")
 #: The metrics recorded after every experiment: name -> (label, better is "higher"/"lower").
 POOL_METRICS = METRICS["pool"]

@@ -59,7 +59,7 @@ def candidate_parent_sets(
     tiers: Sequence[int] | None = None,
     within: np.ndarray | None = None,
 ) -> tuple[Int[Array, "_sets max_parents"], ...]:
-    """Candidate parent sets of every node (see [`jaxctbn.internal.enumerate_parent_sets`][]); edges are
+    """Candidate parent sets of every node (see `enumerate_parent_sets`); edges are
     `(parent, child)` index pairs. Prior knowledge about the graph, all of it hard (a set that
     breaks it is not a candidate, so its posterior is 0 and it is never drawn):
 
@@ -124,7 +124,7 @@ def knowledge_arrays(
 ) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """The prior knowledge checked, as host arrays: `allowed` `(N, N)` (`[parent, child]`: not
     forbidden, not into an earlier tier, no self-loop), `required` `(N, N)` and the in-degree
-    of every node (see [`jaxctbn.internal.candidate_parent_sets`][])."""
+    of every node (see `candidate_parent_sets`)."""
     per_node = check_max_parents(num_nodes, max_parents)
     for flag, edges in (("required_edges", required_edges), ("forbidden_edges", forbidden_edges)):
         for edge in edges:

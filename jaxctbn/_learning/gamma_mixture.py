@@ -40,7 +40,7 @@ class ChainDiagnostics(eqx.Module):
     - `rate_draws[n]`: the chains' retained draws of node $n$'s rates, `(chains, draws,
       configs, k, k)` (e.g. for ArviZ);
     - `split_r_hat[n]`, `effective_sample_size[n]`: of the log-rate draws over all chains
-      ([`jaxctbn.internal.split_r_hat`][], [`jaxctbn.internal.effective_sample_size`][]);
+      (`split_r_hat`, `effective_sample_size`);
     - `divergent_transitions`: the number of divergent transitions (Hamiltonian samplers).
     """
 

@@ -53,7 +53,7 @@ class StructureChainDiagnostics(eqx.Module):
     - `edge_marginal_draws`: per retained sweep, the Rao-Blackwellised edge marginals
       $p(m\to n\mid S_c)$, `(chains, sweeps, N, N)`;
     - `split_r_hat`, `effective_sample_size`: of the Rao-Blackwellised edge marginals over all
-      chains ([`jaxctbn.internal.split_r_hat`][], [`jaxctbn.internal.effective_sample_size`][];
+      chains (`split_r_hat`, `effective_sample_size`;
       an edge that is certain in every sweep, e.g. the diagonal: $\hat R$ 1, ESS the draws'
       total).
     """

@@ -30,9 +30,10 @@ from .._model.layout import (
 )
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import check_states_now
-from .candidates import candidate_parent_sets, edges_by_index
+from .candidates import candidate_parent_sets
 from .family_statistics import FamilyStatistics, family_statistics
 from .independence import CTPC, ctpc_pools
+from .knowledge import NO_KNOWLEDGE, PriorKnowledge, check_knowledge
 from .memory import _plan_family_statistics, memory_budget_bytes
 from .posterior import AbstractPosterior
 from .priors import AbstractPrior, GammaPrior, check_prior
@@ -100,10 +101,7 @@ class StructurePosterior(AbstractPosterior):
         *,
         max_parents: int | Sequence[int],
         prior: AbstractPrior = GammaPrior(),
-        edge_prior: Array | None = None,
-        required_edges: Sequence[tuple[int, int]] = (),
-        forbidden_edges: Sequence[tuple[int, int]] = (),
-        tiers: Sequence[int] | None = None,
+        knowledge: PriorKnowledge = NO_KNOWLEDGE,
         memory_budget: int | float | str | None = None,
     ) -> "StructurePosterior":
         """The posterior before any data (zero statistics), e.g. the start of an active-learning
@@ -114,16 +112,14 @@ class StructurePosterior(AbstractPosterior):
         N = len(cards)
         if len(names) != N:
             raise ValueError(f"names: need {N} node names, got {len(names)}.")
-        required_edges = edges_by_index(required_edges, names, "required_edges")
-        forbidden_edges = edges_by_index(forbidden_edges, names, "forbidden_edges")
+        check_knowledge(knowledge)
+        edge_prior = knowledge.edge_prior
         sets = candidate_sets_within_budget(
             "StructurePosterior.from_prior",
             names,
             cards,
             max_parents,
-            required_edges=required_edges,
-            forbidden_edges=forbidden_edges,
-            tiers=tiers,
+            **knowledge.constraints(names),
             memory_budget=memory_budget,
         )
         Ms, Ts = [], []
@@ -438,10 +434,7 @@ def learn_structure(
     *,
     max_parents: int | Sequence[int],
     prior: AbstractPrior = GammaPrior(),
-    edge_prior=None,
-    required_edges: Sequence[tuple[int, int]] = (),
-    forbidden_edges: Sequence[tuple[int, int]] = (),
-    tiers: Sequence[int] | None = None,
+    knowledge: PriorKnowledge = NO_KNOWLEDGE,
     search: AbstractStructureSearch = Exhaustive(),
     method: str = "auto",
     memory_budget: int | float | str | None = None,
@@ -450,12 +443,9 @@ def learn_structure(
     candidate sets, [`jaxctbn.internal.family_statistics`][] and [`jaxctbn.StructurePosterior`][] in one
     compiled call (arguments other than arrays are static).
 
-    **Prior knowledge** (hard: a set that breaks it is no candidate, its posterior is 0):
-    `max_parents` (one in-degree, or one per node), `required_edges` and `forbidden_edges`
-    (`(parent, child)` index pairs), `tiers` (one integer per node: a node's parents come from
-    its own tier or earlier ones); soft: `edge_prior` (per-edge probabilities, as for
-    [`jaxctbn.internal.structure_log_prior`][]). See
-    [`jaxctbn.internal.candidate_parent_sets`][].
+    **Prior knowledge**: `max_parents` (one in-degree, or one per node) and `knowledge`, a
+    [`jaxctbn.PriorKnowledge`][] (hard: required and forbidden edges and tiers, a set that breaks
+    them is no candidate, its posterior is 0; soft: per-edge probabilities).
 
     Before compiling: node states in the data must be in `0..k-1` for `cardinalities`
     (`ValueError` naming the node, when the arrays are concrete; inside jit an `eqx.error_if`),
@@ -470,9 +460,9 @@ def learn_structure(
     budget = memory_budget_bytes(memory_budget)
     # concrete data: a state >= k is reported now, naming the node
     check_states_now(trajectories, cards, names)
-    knowledge: dict[str, Any] = dict(
-        required_edges=required_edges, forbidden_edges=forbidden_edges, tiers=tiers
-    )
+    check_knowledge(knowledge)
+    edge_prior = knowledge.edge_prior
+    constraints: dict[str, Any] = knowledge.constraints(names)
     if isinstance(search, (HillClimbing, CTPC)):
         if not is_concrete(trajectories.jump_times, trajectories.states):
             raise ValueError(
@@ -484,17 +474,17 @@ def learn_structure(
         if isinstance(search, HillClimbing):
             pools = hill_climb(
                 trajectories, cards, search, prior=prior, max_parents=max_parents,
-                edge_prior=edge_prior, data=data, **knowledge,
+                edge_prior=edge_prior, data=data, **constraints,
             ).pools  # fmt: skip
         else:
             pools, _ = ctpc_pools(
-                trajectories, cards, search, max_parents=max_parents, data=data, **knowledge
+                trajectories, cards, search, max_parents=max_parents, data=data, **constraints
             )
-        sets = pool_parent_sets(pools, max_parents, **knowledge)
+        sets = pool_parent_sets(pools, max_parents, **constraints)
         stats = pool_statistics(data, cards, jnp.asarray(pools), sets, search.chunk)
         return _from_statistics(stats, names, prior, edge_prior)
     elif isinstance(search, Exhaustive):
-        sets = candidate_parent_sets(len(cards), max_parents, **knowledge)
+        sets = candidate_parent_sets(len(cards), max_parents, **constraints)
     else:
         raise ValueError(
             f"search: expected Exhaustive(), HillClimbing(...) or CTPC(...), got {search!r}."

@@ -1,5 +1,5 @@
 r"""[`jaxctbn.AutomaticSolver`][], the default solver of the expected statistics: exact up to a
-number of global states, approximate beyond; and [`jaxctbn.internal.resolve_solver`][], which says
+number of global states, approximate beyond; and `resolve_solver`, which says
 what a solver stands for on a model."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class AutomaticSolver(AbstractStatisticsSolver):
     `max_global_states` states, the approximate solver `approximate` beyond (default
     [`jaxctbn.MeanField`][]). The default `solver` of [`jaxctbn.expected_statistics`][], the
     design criteria and the active-learning loop; the choice is static (the cardinalities are),
-    so it costs nothing under `jax.jit`, and [`jaxctbn.internal.resolve_solver`][] says which one a model
+    so it costs nothing under `jax.jit`, and `resolve_solver` says which one a model
     gets.
 
     The threshold, $2^{14}=16384$ states (14 binary nodes), is where the exact design step

@@ -9,10 +9,10 @@ $$(pW)(s') = -d(s')\,p(s') + \sum_{n}\sum_{j=1}^{k_n-1}\mathrm{roll}_n\big(R_{n,
 where $d=\sum_{n,j}R_{n,j}$ are the exit rates and $\mathrm{roll}_n$ rolls the tensor axis of node
 $n$ (a flip for binary nodes). Two storage forms of $R_{n,j}$:
 
-- [`jaxctbn.FactoredGenerator`][] (graphs known statically, [`jaxctbn.CTBN`][]): $R_{n,j}$ is kept
+- [`FactoredGenerator`][jaxctbn._master_equation.generator.FactoredGenerator] (graphs known statically, [`jaxctbn.CTBN`][]): $R_{n,j}$ is kept
   as a small tensor over the axes of node $n$ and its parents only, broadcast against $p$ inside
   the fused product. A product reads and writes $O(S)$ numbers and no rate table.
-- [`jaxctbn.ExpandedGenerator`][] (graphs as data, [`jaxctbn.PaddedCTBN`][]): $R_{n,j}$ expanded
+- [`ExpandedGenerator`][jaxctbn._master_equation.generator.ExpandedGenerator] (graphs as data, [`jaxctbn.PaddedCTBN`][]): $R_{n,j}$ expanded
   over all $S$ global states, memory $S\sum_n(k_n-1)$ (linear in $S$) and the same shapes for
   every graph over the same nodes, so batches over graphs share one compiled function.
 """
@@ -60,7 +60,7 @@ class AbstractGenerator(eqx.Module):
 
     @property
     def batch_shape(self) -> tuple[int, ...]:
-        """Trailing batch axes (see [`jaxctbn.internal.batch_last`][]); `()` for one generator."""
+        """Trailing batch axes (see `batch_last`); `()` for one generator."""
         return tuple(self.exit_rates.shape[1:])
 
     def shift_rates(self, r: int) -> Float[Array, " global_states *batch"]:
@@ -74,7 +74,7 @@ class AbstractGenerator(eqx.Module):
         r"""The row-vector product $p\mapsto pW$ (right-hand side of the master equation).
 
         `p` has shape `(S, *batch_shape)`: a batch in trailing position (see
-        [`jaxctbn.internal.batch_last`][]) runs as one fused, vectorised product."""
+        `batch_last`) runs as one fused, vectorised product."""
         shape = self.cardinalities + self.batch_shape
         pt = p.reshape(shape)
         out = -self.exit_rates.reshape(shape) * pt
@@ -207,8 +207,8 @@ def _expanded(model: AbstractCTBN) -> ExpandedGenerator:
 def amalgamate(model: AbstractCTBN, *, expanded: bool | None = None) -> AbstractGenerator:
     """The global generator of `model` (apply an intervention to the model first).
 
-    A [`jaxctbn.CTBN`][] (static graph) gives a [`jaxctbn.FactoredGenerator`][]; a
-    [`jaxctbn.PaddedCTBN`][] (graph as data) an [`jaxctbn.ExpandedGenerator`][]. Pass
+    A [`jaxctbn.CTBN`][] (static graph) gives a [`FactoredGenerator`][jaxctbn._master_equation.generator.FactoredGenerator]; a
+    [`jaxctbn.PaddedCTBN`][] (graph as data) an [`ExpandedGenerator`][jaxctbn._master_equation.generator.ExpandedGenerator]. Pass
     `expanded=True` to force the expanded form.
     """
     if isinstance(model, CTBN) and not expanded:

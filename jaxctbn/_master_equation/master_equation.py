@@ -58,10 +58,10 @@ def expected_statistics(
       route measured in `benchmarks/master_equation/bench_master_equation.py`, ...), an approximate one for
       networks too large for the global state space ([`jaxctbn.MeanField`][]), or the default
       [`jaxctbn.AutomaticSolver`][]: exact up to $2^{14}$ global states, mean-field beyond
-      ([`jaxctbn.internal.resolve_solver`][] tells which).
+      (`resolve_solver` tells which).
 
     **Returns:** an [`jaxctbn.ExpectedStatistics`][] (exact solvers) or the approximate
-    solver's [`jaxctbn.AbstractExpectedStatistics`][] (e.g. [`jaxctbn.internal.MeanFieldStatistics`][]).
+    solver's [`jaxctbn.AbstractExpectedStatistics`][] (e.g. `MeanFieldStatistics`).
 
     Pure: works under `jax.jit`, `jax.vmap` (over models, interventions, initial states) and
     `jax.grad` (with respect to the rates). Compiled (`eqx.filter_jit`, like diffrax's

@@ -219,7 +219,7 @@ class MeanField(AbstractApproximateSolver):
     r"""Mean-field expected statistics (module docstring): a product of node marginals, each
     following its own master equation driven by its parents' marginals, solved by diffrax; node
     statistics on any parent set by composite Gauss-Legendre quadrature. Returns a
-    [`jaxctbn.internal.MeanFieldStatistics`][]. Exact for a network without edges; otherwise an
+    `MeanFieldStatistics`. Exact for a network without edges; otherwise an
     approximation whose error grows with the coupling between a node and its parents (measured
     in `benchmarks/master_equation/bench_mean_field.py`; results in `benchmarks/results/mean_field.md`).
 

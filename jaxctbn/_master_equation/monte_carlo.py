@@ -33,7 +33,7 @@ transitions.
 
 **Standard errors.** The $R$ per-path estimates are independent and identically distributed,
 so the standard error of a mean is their sample standard deviation over $\sqrt R$
-([`jaxctbn.internal.SampledStatistics.node_transitions_standard_error`][]).
+(`SampledStatistics.node_transitions_standard_error`).
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ class Gillespie(AbstractApproximateSolver):
     r"""Monte Carlo expected statistics: $R$ = `num_paths` exact Gillespie paths of the
     intervened model over $[0,\tau]$, kept as their segments (state $s_j$ held for $\Delta_j$)
     and projected onto any parent set $P$ afterwards. Returns a
-    [`jaxctbn.internal.SampledStatistics`][], whose statistics are means over the paths of
+    `SampledStatistics`, whose statistics are means over the paths of
 
     $$\hat T_n(x,u)=\sum_j\Delta_j\,1(s_{j,n}=x,\ s_{j,P}=u),\qquad
     \hat M_n(x,x',u)=\sum_j\Delta_j\,1(s_{j,n}=x,\ s_{j,P}=u)\,
@@ -219,7 +219,7 @@ class Gillespie(AbstractApproximateSolver):
     - `num_paths`: $R\ge2$ (static), default 1000.
     - `max_events`: the event buffer of a path (static). A path with more jumps raises an
       error naming `max_events` (never a silently cut path). `None` (default) sizes it from
-      the rates with [`jaxctbn.internal.automatic_max_events`][]; that needs concrete rates and
+      the rates with `automatic_max_events`; that needs concrete rates and
       horizon, so inside `jax.jit`, `jax.vmap` or `jax.grad` (the design criteria, a batch of
       models) give it explicitly.
 
@@ -282,7 +282,7 @@ class Gillespie(AbstractApproximateSolver):
             raise ValueError(
                 "Gillespie: max_events=None sizes the event buffer from concrete rates and "
                 "horizon; inside jax.jit, jax.vmap or jax.grad give Gillespie(max_events=...) "
-                "(e.g. jaxctbn.internal.automatic_max_events(model, horizon))."
+                "(the automatic size: Gillespie(...).sized(model, horizon, None) outside jit)."
             )
         return size
 

@@ -30,7 +30,7 @@ class AbstractStatisticsSolver(eqx.Module):
     @abc.abstractmethod
     def resolve(self, model) -> AbstractMasterEquationSolver | AbstractApproximateSolver:
         """The solver this one stands for on `model` (see
-        [`jaxctbn.internal.resolve_solver`][]), checked against the global states it handles."""
+        `resolve_solver`), checked against the global states it handles."""
 
     @abc.abstractmethod
     def sized(self, model, horizon, intervention) -> AbstractStatisticsSolver:
@@ -100,7 +100,7 @@ class AbstractMasterEquationSolver(AbstractStatisticsSolver):
         **Arguments:**
 
         - `generators`: a batch of generators, every array with a leading batch axis `B`
-          (e.g. from `jax.vmap(amalgamate)`); see [`jaxctbn.internal.batch_last`][] for a vectorised
+          (e.g. from `jax.vmap(amalgamate)`); see `batch_last` for a vectorised
           product over the batch.
         - `p0`: initial row vectors, shape `(B, S)`.
         - `horizon`: $\tau>0$, one scalar shared by the batch.

@@ -43,7 +43,7 @@ class PanelBuckets(eqx.Module):
     [`jaxctbn.panel.PanelBuckets.from_sequences`][] (or
     [`jaxctbn.panel.read_panel_csv`][]`(..., bucketed=True)`); pass it wherever a flat batch of
     [`jaxctbn.panel.PanelObservations`][] is accepted ([`jaxctbn.panel.panel_log_likelihood`][],
-    [`jaxctbn.panel.panel_expected_statistics`][], [`jaxctbn.panel.panel_marginals`][],
+    [`jaxctbn.panel.panel_expected_statistics`][], `panel_marginals`,
     [`jaxctbn.panel.fit_rates`][], [`jaxctbn.panel.learn_structure_from_panels`][],
     [`jaxctbn.experiments.prepare_pool`][]): per-trajectory results come back in the order the
     trajectories were given, and messages name a trajectory by that order.

@@ -12,7 +12,7 @@ from $p(S\mid Y,\Lambda)$ exactly (for networks small enough for the exact forwa
    just before $t_i$: $x_i$ itself, or, at an **exact entry time**, the state the jump came
    from, $b_i\sim\tilde\alpha_i(s')W(s',x_i)1[s'\notin O_i]$ (the entry jump is recorded);
 3. in each interval, an endpoint-conditioned path from $x_{i-1}$ to $b_i$ by uniformisation
-   ([`jaxctbn.internal.bridge`][], the module `bridges`).
+   (`bridge`, the module `bridges`).
 
 The path's dwell time in every global state and its transitions per shift of the generator are
 returned in the container of the smoothed statistics

@@ -36,6 +36,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._learning.family_statistics import FamilyStatistics
+from .._learning.knowledge import NO_KNOWLEDGE, PriorKnowledge, check_knowledge
 from .._learning.priors import AbstractPrior, GammaPrior
 from .._learning.scores import candidate_sets_within_budget
 from .._learning.structure_posterior import StructurePosterior
@@ -218,10 +219,7 @@ def learn_structure_from_panels(
     *,
     max_parents: int | Sequence[int],
     prior: AbstractPrior = GammaPrior(),
-    edge_prior=None,
-    required_edges: Sequence[tuple[int, int]] = (),
-    forbidden_edges: Sequence[tuple[int, int]] = (),
-    tiers: Sequence[int] | None = None,
+    knowledge: PriorKnowledge = NO_KNOWLEDGE,
     start: AbstractCTBN | None = None,
     tolerance: float = 1e-6,
     max_iterations: int = 50,
@@ -325,6 +323,8 @@ def learn_structure_from_panels(
         raise ValueError(f"tolerance: must be a number >= 0, got {tolerance!r}.")
     if not (isinstance(max_iterations, int) and max_iterations >= 1):
         raise ValueError(f"max_iterations: must be an integer >= 1, got {max_iterations!r}.")
+    check_knowledge(knowledge)
+    edge_prior = knowledge.edge_prior
     if not isinstance(e_step, AbstractPanelEStep):
         raise ValueError(
             "e_step: expected ForwardBackward(), PanelMeanField(), GibbsSampler() or "
@@ -346,9 +346,7 @@ def learn_structure_from_panels(
         names,
         cards,
         max_parents,
-        required_edges=required_edges,
-        forbidden_edges=forbidden_edges,
-        tiers=tiers,
+        **knowledge.constraints(names),
         memory_budget=memory_budget,
     )
     model = _independent_start(observations, names, cards) if start is None else start

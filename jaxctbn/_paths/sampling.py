@@ -196,7 +196,7 @@ class PathStatistics(eqx.Module):
     `jumps` `(*batch, S, k)` (the jumps of `node` out of each state to each of its `k` states).
     The node's statistics under any parent set are projections of these
     ([`PathStatistics.node_statistics_on_sets`][]); they equal those that
-    [`jaxctbn.internal.node_statistics`][] cuts from the same paths as trajectories, up to rounding."""
+    `node_statistics` cuts from the same paths as trajectories, up to rounding."""
 
     dwell_times: Float[Array, "*batch global_states"]
     jumps: Float[Array, "*batch global_states k"]
@@ -228,7 +228,7 @@ def path_statistics(
     """The `PathStatistics` of `node` for one path per key: `keys` has shape `(*batch, paths)`, and
     `model` and `intervention` carry the leading axes `batch` (one model and intervention per
     group of paths; broadcast them yourself); `initial_state` (as for
-    [`jaxctbn.internal.sample_trajectory`][]) and `horizon` are shared. Each path is the one
+    `sample_trajectory`) and `horizon` are shared. Each path is the one
     `sample_trajectory` draws with the same model, intervention and key, all of them in one
     loop, and no jumps are stored, so the cost does not grow with `max_events`. A path with
     more than `max_events` jumps raises an error, as its statistics from `sample_trajectory`
@@ -279,7 +279,7 @@ def sample_trajectories(
     intervention: Intervention | None = None,
     max_events: int = 256,
 ) -> Trajectories:
-    """`num_trajectories` independent trajectories (vmapped [`jaxctbn.internal.sample_trajectory`][]).
+    """`num_trajectories` independent trajectories (vmapped `sample_trajectory`).
 
     `initial_states` is one state `(N,)` shared by all trajectories or one per trajectory
     `(num_trajectories, N)`.
