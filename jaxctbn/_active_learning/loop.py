@@ -187,47 +187,14 @@ def _run_active_learning(
     max_events,
     batch_size=1,
 ):
+    """The loop in rounds of `batch_size` experiments chosen together, with costs and a
+    budget (see `run_active_learning`); a single experiment is a round of one, chosen by the
+    design's own `choose_with_times` when nothing is priced."""
     horizon = jnp.asarray(horizon, jnp.result_type(float))
     horizon = eqx.error_if(
         horizon, ~(horizon > 0) | ~jnp.isfinite(horizon), "horizon: must be positive and finite."
     )
-    return _run_in_rounds(
-        task,
-        design,
-        key,
-        horizon,
-        candidates,
-        initial_state_policy,
-        costs,
-        budget,
-        ranking,
-        num_experiments,
-        max_events,
-        batch_size,
-        task.outcome,
-        task.initial_posterior(),
-    )
-
-
-def _run_in_rounds(
-    task,
-    design,
-    key,
-    horizon,
-    candidates,
-    initial_state_policy,
-    costs,
-    budget,
-    ranking,
-    num_experiments,
-    max_events,
-    batch_size,
-    outcome,
-    prior,
-):
-    """The loop in rounds of `batch_size` experiments chosen together, with costs and a
-    budget (see `run_active_learning`); a single experiment is a round of one, chosen by the
-    design's own `choose_with_times` when nothing is priced."""
+    outcome, prior = task.outcome, task.initial_posterior()
     truth = task.truth
     cards = truth.cardinalities
     B = batch_size
