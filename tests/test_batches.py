@@ -380,6 +380,14 @@ def test_costs_and_budgets_in_a_batch(problem, greedy):
     cheap = jc.Costs.of_nodes(names, CARDS, default_clamp=100.0, experiment=1.0)
     chosen = choose(costs=cheap, ranking=ByScorePerCost())
     assert not np.asarray(space.targets)[np.asarray(chosen.members)].any()
+    # a panel's visits are priced (as the loop prices them): 1 + 2 visits x 0.5 per member
+    visits = jc.Costs.of_nodes(names, CARDS, experiment=1.0, visit=0.5)
+    panel = jc.score_interventions(
+        rates, space, INIT, HORIZON, criterion=jc.BHC(), key=key, num_samples=NUM_DRAWS,
+        outcome=jc.PanelOutcome(jnp.array([1.0, 2.0])), batch=jc.Batch(2, costs=visits),
+    )  # fmt: skip
+    np.testing.assert_allclose(panel.costs, [2.0, 2.0])
+    assert float(panel.total_cost) == 4.0
 
 
 def test_batch_bad_input(problem):

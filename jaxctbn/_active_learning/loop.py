@@ -26,7 +26,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, PRNGKeyArray
 
-from .._criteria.costs import AbstractRanking, ByScore, Costs, check_budget
+from .._criteria.costs import AbstractRanking, ByScore, Costs, check_pricing
 from .._model.interventions import Intervention, design_space
 from .._paths.sampling import automatic_max_events, check_count, sample_trajectory
 from .designs import AbstractDesign
@@ -164,11 +164,7 @@ def check_batches(batch_size, num_experiments, costs, budget, ranking) -> None:
             f"batch_size: {batch_size} must divide num_experiments ({num_experiments}): the "
             "experiments run in whole rounds."
         )
-    if costs is not None and not isinstance(costs, Costs):
-        raise ValueError(f"costs: expected a jaxctbn.Costs or None, got {costs!r}.")
-    if not isinstance(ranking, AbstractRanking):
-        raise ValueError(f"ranking: expected ByScore() or ByScorePerCost(), got {ranking!r}.")
-    check_budget(budget)
+    check_pricing(costs, budget, ranking, error=ValueError)
 
 
 @eqx.filter_jit

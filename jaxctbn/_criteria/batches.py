@@ -35,7 +35,7 @@ from jaxtyping import Array, ArrayLike, Float, Int
 from .._model.interventions import Intervention
 from .batch_terms import member_initial
 from .box_hill import AbstractBoxHillCriterion
-from .costs import AbstractRanking, ByScore, Costs, affordable, check_budget
+from .costs import AbstractRanking, ByScore, Costs, affordable, check_pricing
 from .eig import EIG
 from .outcomes import COMPLETE_PATH, AbstractOutcome
 
@@ -130,7 +130,8 @@ class Batch(AbstractBatchQuestion):
       `score_interventions` is one state `(N,)` every member starts from, or one per member
       `(size, N)` (slot $b$'s experiment starts from row $b$: its candidates' quantities are
       computed from it, and the rounds are unrolled, one per slot);
-    - `costs`: a [`jaxctbn.Costs`][] pricing each candidate (default: free);
+    - `costs`: a [`jaxctbn.Costs`][] pricing each candidate, with a panel outcome's visits
+      (default: free);
     - `budget`: the most the batch may cost (default: unbounded); the slots nothing affordable
       fills are left empty;
     - `ranking`: [`jaxctbn.criteria.ByScore`][] (default) or
@@ -146,13 +147,7 @@ class Batch(AbstractBatchQuestion):
         size = self.size
         if not isinstance(size, int | np.integer) or isinstance(size, bool) or size < 1:
             raise ValueError(f"size: the batch size must be an integer >= 1, got {size!r}.")
-        if self.costs is not None and not isinstance(self.costs, Costs):
-            raise TypeError(f"costs: expected a jaxctbn.Costs or None, got {self.costs!r}.")
-        check_budget(self.budget)
-        if not isinstance(self.ranking, AbstractRanking):
-            raise TypeError(
-                f"ranking: expected ByScore() or ByScorePerCost(), got {self.ranking!r}."
-            )
+        check_pricing(self.costs, self.budget, self.ranking, error=TypeError)
 
     def answer(
         self, criterion, posterior, candidates, initial_state, horizon, *, key, num_samples,
@@ -167,7 +162,9 @@ class Batch(AbstractBatchQuestion):
         if self.costs is None:
             candidate_costs = jnp.zeros((C,), dtype)
         else:
-            candidate_costs = self.costs.of(candidates).astype(dtype)
+            # a panel's visits are priced too, as in the active-learning loop
+            visits = outcome.num_priced_visits
+            candidate_costs = self.costs.of(candidates, num_visits=visits).astype(dtype)
         budget = jnp.asarray(jnp.inf if self.budget is None else self.budget, dtype)
         return greedy_batch(
             posterior, candidates, initial_state, horizon, size=size, criterion=criterion,

@@ -202,3 +202,13 @@ def check_budget(budget) -> None:
         value = np.asarray(budget, float)
         if value.shape != () or not np.isfinite(value) or value < 0:
             raise ValueError(f"budget: must be a finite number >= 0, got {budget!r}.")
+
+
+def check_pricing(costs, budget, ranking, *, error: type[Exception]) -> None:
+    """The pricing of a batch or a loop, one line each: `costs` a `Costs` or `None` (`error`),
+    `budget` as `check_budget`, `ranking` a ranking Module (`error`)."""
+    if costs is not None and not isinstance(costs, Costs):
+        raise error(f"costs: expected a jaxctbn.Costs or None, got {costs!r}.")
+    check_budget(budget)
+    if not isinstance(ranking, AbstractRanking):
+        raise error(f"ranking: expected ByScore() or ByScorePerCost(), got {ranking!r}.")
