@@ -78,7 +78,7 @@ def _release_compiled_programs():
     """Free the compiled programs after a test module when the worker's memory mappings near
     the kernel's limit. XLA's CPU executables each hold memory mappings, and a worker that
     keeps a few hundred modules' programs reaches `vm.max_map_count` (65530 by default;
-    measured ~5000 for tests/test_panel.py alone), after which LLVM's next allocation fails and
+    measured ~5000 for tests/panel/test_panel.py alone), after which LLVM's next allocation fails and
     the worker dies (a crash, not a test failure). Below half the limit the programs are kept,
     so later modules that compile the same programs reuse them: a release costs ~5 s (freeing
     ~21,000 mappings) plus the tracing of every program used again, and happened four times a
@@ -162,16 +162,18 @@ _RANK = {name: i for i, name in enumerate(_LONGEST_FIRST)}
 #: run without those checks, they are collected only when named on the command line (the
 #: checked run covers them, so `make test` runs them once).
 RUNTIME_TYPED = (
-    "test_model.py",
+    "model/test_model.py",
     "test_value_checks.py",
-    "test_metrics_ties.py",
-    "test_panel_io.py",
-    "test_csv_errors.py",
+    "active_learning/test_metrics_ties.py",
+    "panel/test_panel_io.py",
+    "paths/test_csv_errors.py",
 )
+_TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 def pytest_ignore_collect(collection_path, config):
-    if collection_path.name not in RUNTIME_TYPED or config.getoption("jaxtyping_packages", None):
+    relative = os.path.relpath(collection_path, _TESTS)
+    if relative not in RUNTIME_TYPED or config.getoption("jaxtyping_packages", None):
         return None
     named = {os.path.realpath(arg.split("::")[0]) for arg in config.args}
     return None if os.path.realpath(collection_path) in named else True

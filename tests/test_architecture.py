@@ -227,3 +227,14 @@ def test_modules_stay_small():
     assert {
         name for name in OVER_THE_BOUND if name in sizes and sizes[name] <= MAX_MODULE_LINES
     } <= {"_cli/arguments.py"}, "remove the modules now within the bound from OVER_THE_BOUND"
+
+
+def test_the_tests_mirror_the_package():
+    """Each folder of tests/ is named after the layer it tests (`tests/panel/` for
+    `jaxctbn/_panel/`); the files at the top are the cross-cutting checks (the architecture,
+    the surface's types and checks, compilation counts, devices, the README and notebooks)."""
+    tests = pathlib.Path(__file__).resolve().parent
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    assert folders <= {layer.lstrip("_") for layer in LAYERS}, folders
+    for folder in folders:
+        assert any((tests / folder).glob("test_*.py")), folder

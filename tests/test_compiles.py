@@ -161,7 +161,7 @@ def test_best_and_worst_vbhc_share_one_loop(getkey):
 
     _first_then_nothing(first, second)
     # the same key, so the same revealed initial state: the worst design picks another candidate
-    # (that it is the argmin of the VBHC: tests/test_active_learning.py)
+    # (that it is the argmin of the VBHC: tests/active_learning/test_active_learning.py)
     np.testing.assert_array_equal(results[True].initial_states, results[False].initial_states)
     assert int(results[True].intervention_index[0]) != int(results[False].intervention_index[0])
     # the flag is a value (a NumPy boolean: traced, hashable), read on the host as before

@@ -237,7 +237,7 @@ def test_exact_solvers_refuse_state_spaces_they_cannot_hold(tmp_path, capsys):
     message = r"^solver: 40 nodes have 1,099,511,627,776 global states, more than the exact"
     with pytest.raises(ValueError, match=message + r" Uniformisation .*MeanField\(\) or Gillespie"):
         jc.expected_statistics(big, init, 1.0, solver=jc.Uniformisation())
-    # the automatic solver switches to MeanField instead (tests/test_mean_field.py solves)
+    # the automatic solver switches to MeanField instead (tests/master_equation/test_mean_field.py solves)
     assert resolve_solver(jc.AutomaticSolver(), big) == jc.MeanField()
     # the dense exponential of panel inference stops far earlier (4S x 4S matrices)
     thirteen = _independent_binary_nodes(13)
@@ -458,7 +458,7 @@ def test_panel_likelihood_with_missing_values_and_extreme_gaps_equals_brute_forc
 )
 def test_pool_on_ragged_panels_with_missing_values(seed, missing, one_visit, log_scale):
     """The pool experiment on panels with missing values anywhere (the root too), one-visit
-    subjects and time scales 1e-2..1e3 (tests/test_pool.py's simulated subjects, R -> A -> B):
+    subjects and time scales 1e-2..1e3 (tests/experiments/test_pool.py's simulated subjects, R -> A -> B):
     the sub-pools are those of a hand-written rule, every subject is drawn once and from its
     option, and every metric is finite; or a clear error when the data allow no pool."""
     from test_pool import NAMES, _simulate

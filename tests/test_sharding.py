@@ -132,7 +132,7 @@ def test_structure_candidates_sharded_on_eight_devices():
     """The structure criteria's chunks of candidates (stratified draws, each node's chunks that
     clamp it skipped; the EIG's sampled paths) are split across 8 devices, with the numbers of
     one device. (The one-device calls are those of `jaxctbn design --target structure` in
-    tests/test_cli.py.)"""
+    tests/cli/test_cli.py.)"""
     chain, paths = structure_design_problem()
     post = jc.learn_structure(paths, chain.names, (2, 2, 2), max_parents=2)
     space = jc.intervention_space((2, 2, 2))  # 27 candidates: padded to 32

@@ -3,7 +3,7 @@ issue 10, against an extended-precision dense reference.
 
 Three parts:
 
-1. **Random sweep** (seeded numpy, like `tests/test_properties.py` but larger): random cCTBNs
+1. **Random sweep** (seeded numpy, like `tests/master_equation/test_properties.py` but larger): random cCTBNs
    with 1-5 nodes of cardinality 2-3 (S <= 48), random graphs, rates log-uniform over up to four
    decades, horizons 1e-2..1e3, lambda * tau up to 1e5, none / perfect / imperfect interventions.
    Max and median errors of p_tau (absolute: p sums to 1) and of the dwell times (relative to
@@ -17,7 +17,7 @@ Three parts:
 `legacy` is `jaxctbn/_solvers.py` at commit 8603385 (the last one before the stepped solver),
 loaded from git into a temporary module. The reference, in numpy longdouble (64-bit mantissa): the
 Taylor series of the block matrix exponential with scaling and squaring
-(`tests/test_solver_precision.py::reference_moments`, ~1e-12 at lambda * tau = 1e5, 6e-12 at
+(`tests/master_equation/test_solver_precision.py::reference_moments`, ~1e-12 at lambda * tau = 1e5, 6e-12 at
 1e6), and from lambda * tau = 1e6, once the chain has mixed (exp(-gap * tau) < 1e-25), the
 stationary distribution and the deviation matrix (`stationary_moments`, error independent of
 tau).

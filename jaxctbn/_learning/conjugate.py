@@ -81,7 +81,7 @@ def log_gamma_positive(x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
     Stirling series with seven terms, $(x-\tfrac12)\ln x-x+\tfrac12\ln2\pi
     +\sum_{m=1}^7\frac{B_{2m}}{2m(2m-1)x^{2m-1}}$ (truncation below 1e-17 there); below, the
     same at $x+10$ less $\ln\prod_{i=0}^{9}(x+i)$. Absolute error about 1e-14 in float64
-    (`tests/test_conjugate.py` checks it against SciPy); differentiable."""
+    (`tests/learning/test_conjugate.py` checks it against SciPy); differentiable."""
     x = jnp.asarray(x)
     small = x < _STIRLING_FROM
     z = jnp.where(small, x + _STIRLING_FROM, x)

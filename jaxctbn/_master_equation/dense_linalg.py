@@ -16,7 +16,7 @@ So [`solve_batched`][jaxctbn._master_equation.dense_linalg.solve_batched] solves
 ($n\le8$) by Gauss–Jordan elimination with partial pivoting in plain XLA operations (faster than
 LAPACK for such sizes), and larger ones one matrix at a time (`jax.lax.map` of an unbatched LAPACK
 solve on the CPU; batched on other platforms), with a custom `vmap` rule so that a caller's
-`jax.vmap` keeps it one matrix at a time. `tests/test_dense_linalg.py` checks the compiled programs of the
+`jax.vmap` keeps it one matrix at a time. `tests/master_equation/test_dense_linalg.py` checks the compiled programs of the
 library's dense routes for batched LAPACK calls.
 """
 

@@ -23,7 +23,7 @@ $\mathsf E[\hat M_n(x,x',u)]=\mathsf E\big[\int_0^\tau1(X_n=x,X_P=u)\,
 process of those jumps (count minus integral is a martingale that starts at zero), so both
 estimators are unbiased. The integral drops the Poisson noise of the jump times and of the
 choice among the destinations $x'$, and usually has the smaller variance (about half, for
-the network of `tests/test_monte_carlo.py`), but not always: a jump that almost surely
+the network of `tests/master_equation/test_monte_carlo.py`), but not always: a jump that almost surely
 happens exactly once (into an absorbing state, rate 1 over $\tau=3$) has a count of variance
 0.05 and an integral of variance 0.70. It is also positive for every possible transition of a
 visited $(x,u)$, even one that no path took, it is differentiable in the rates given the

@@ -88,7 +88,7 @@ class Uniformisation(AbstractMasterEquationSolver):
     unbiased where `generator.apply` (which subtracts a once-rounded exit rate) is biased by
     about eps per product; in float64 that bias is negligible and `apply` (half the flops) is
     used. Measured against an extended-precision dense reference
-    (`benchmarks/master_equation/bench_precision.py`, `tests/test_properties.py`): errors of $p_\tau$ and of the
+    (`benchmarks/master_equation/bench_precision.py`, `tests/master_equation/test_properties.py`): errors of $p_\tau$ and of the
     dwell times (relative to $\tau$) below 4e-6 in float32 (mostly from rounding in the first,
     direct step: about $\sqrt{K}\,$eps) and 1e-12 in float64, for $\lambda\tau$ up to $10^8$
     and rate ratios up to $10^4$; the tests assert 1e-5 and 1e-10.

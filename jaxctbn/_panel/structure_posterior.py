@@ -13,7 +13,7 @@ $p(G\mid Y)=\int p(G\mid S)\,p(S\mid Y)\,dS$ has no closed form.
 - [`jaxctbn.panel.StructuralEM`][]: every candidate set scored on the expected statistics
   under the current MAP graph with posterior-mean rates, iterated (maths §7). It treats
   imputed statistics as observed, so it is **overconfident** where the visits say little
-  (measured in `tests/test_panel_structure_design.py`: $p(A\to B)$ 0.99 where the exact
+  (measured in `tests/panel/test_panel_structure_design.py`: $p(A\to B)$ 0.99 where the exact
   posterior gives 0.84).
 """
 

@@ -2,7 +2,7 @@
 one batch, sklearn's metrics, single runs against the vmapped repetitions, and the designs'
 choices against their scores.
 
-The parameter-learning tests share one problem with tests/test_sharding.py and tests/test_cli.py
+The parameter-learning tests share one problem with tests/test_sharding.py and tests/cli/test_cli.py
 (the 2-node network of `helpers.network_dict`, 3 repetitions with `jaxctbn run --seed 0`'s keys,
 2 experiments, 3 posterior draws), so that the compiled loops are shared."""
 

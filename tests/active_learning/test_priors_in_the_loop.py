@@ -240,7 +240,7 @@ def test_cli_priors_policy_and_old_directories(tmp_path, capsys):
     Bayes compiles in half the time of the built-in 4-node truth's) writes them to config.json
     and summary.md; a directory of the built-in truth written before these settings existed
     resumes under the defaults (the loop of `run_experiment`'s test in
-    tests/test_active_learning.py: one repetition of one experiment)."""
+    tests/active_learning/test_active_learning.py: one repetition of one experiment)."""
     net = tmp_path / "net.json"
     net.write_text(json.dumps(network_dict()))
     out = tmp_path / "run"

@@ -157,7 +157,7 @@ def test_fit_rates_problem_equals_the_padded_batch(data):
         intervention=intervention,
     )
     buckets = _buckets_by_hand(padded, GROUPS)
-    # one EM iteration of the fit's problem (the full loop: tests/test_panel_fit.py; the
+    # one EM iteration of the fit's problem (the full loop: tests/panel/test_panel_fit.py; the
     # public fit_rates on buckets: the command line's fit, which reads buckets)
     no_prior = (jnp.ones(2), jnp.zeros(2), jnp.asarray(False))
 

@@ -755,7 +755,9 @@ def test_cli_compilation_cache(network, tmp_path, monkeypatch):
     _, path = network
     cache = tmp_path / "cache"
     argv = ["moments", "--network", str(path), "--duration", "1", "--initial-state", "A=0,B=1"]
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout
+    root = os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    )  # this checkout
     env = dict(os.environ, JAXCTBN_CACHE_DIR=str(cache), PYTHONPATH=root)
     proc = subprocess.run(
         [sys.executable, "-m", "jaxctbn._cli", *argv, "--out", str(tmp_path / "m.json")],
