@@ -18,7 +18,8 @@ benchmarks/<layer>/bench_x.py`) and takes from here:
 - the environment: `environment()` (platform, CPU count, jax version, device, x64, date);
 - timing: `timeit` (best of `repeat`, each at least `min_time` s of calls), `timings` (the same
   runs, with their min and median), `repeat_time` (one call timed `repeats` times: min and
-  median), `stopwatch` (one timed block), `compile_time` (compilation alone);
+  median), `stopwatch` (one timed block, or a span: `sw.elapsed`), `compile_time` (compilation
+  alone). Scripts time through these, never with `time.perf_counter()` by hand;
 - results: `write_results(name, payload, table_lines)` writes `RESULTS/<name>.json` and
   `RESULTS/<name>.md` (the table, then the machine and date) and prints the table; `fmt` formats
   seconds; `measure_process` runs a whole process (wall time, peak RSS)."""
@@ -32,7 +33,9 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar, cast
 
 import jax
 import jax.numpy as jnp
@@ -126,6 +129,9 @@ def argument_parser(doc: str | None = None, **flags) -> BenchmarkParser:
     return BenchmarkParser(description=_description(doc)).add_common(**flags)
 
 
+T = TypeVar("T")
+
+
 def block(x):
     return jax.tree_util.tree_map(
         lambda a: a.block_until_ready() if hasattr(a, "block_until_ready") else a, x
@@ -171,7 +177,7 @@ def timeit(fn, *args, repeat=5, min_time=0.2):
     return timings(fn, *args, repeat=repeat, min_time=min_time).min
 
 
-def repeat_time(fn, *args, repeats=1):
+def repeat_time(fn: Callable[..., T], *args, repeats: int = 1) -> tuple[T, Timing]:
     """`fn(*args)` called `repeats` times, each call timed alone (blocked until ready): the last
     result and the `Timing` (min, median). One repeat (the default) is one timed call."""
     out, result = Timing(), None
@@ -179,14 +185,24 @@ def repeat_time(fn, *args, repeats=1):
         t0 = time.perf_counter()
         result = block(fn(*args))
         out.times.append(time.perf_counter() - t0)
-    return result, out
+    return cast(T, result), out
 
 
 class stopwatch:
     """`with stopwatch() as sw: ...` times the block (wall clock); `sw.seconds` after it. Nothing
-    is blocked: block the block's results inside it where they are asynchronous."""
+    is blocked: block the block's results inside it where they are asynchronous. A stopwatch also
+    runs from its creation: `sw = stopwatch()`, then `sw.elapsed` (seconds so far) times a span
+    that is not one block (a whole run, with progress lines on the way)."""
 
     seconds: float
+
+    def __init__(self):
+        self._t0 = time.perf_counter()
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the start (creation, or entering the `with` block)."""
+        return time.perf_counter() - self._t0
 
     def __enter__(self):
         self._t0 = time.perf_counter()

@@ -27,7 +27,7 @@ from ._panel.comparison import likelihood_ratio_test as likelihood_ratio_test
 from ._panel.prevalence import prevalence as prevalence
 from ._panel.uncertainty import RateUncertainty as RateUncertainty
 from ._panel.uncertainty import rate_uncertainty as rate_uncertainty
-from ._panel.structure import PanelStructureFit as PanelStructureFit
+from ._panel.structural_em import PanelStructureFit as PanelStructureFit
 from ._panel.structure import learn_structure_from_panels as learn_structure_from_panels
 from ._panel.structure_posterior import panel_structure_posterior as panel_structure_posterior
 from ._panel.structure_posterior import AbstractPanelStructureFamily as AbstractPanelStructureFamily
@@ -42,7 +42,7 @@ from ._panel.rate_families import MomentMatchedGamma as MomentMatchedGamma
 from ._panel.rate_families import ParticleFilter as ParticleFilter
 from ._panel.strength import StrengthProfile as StrengthProfile
 from ._panel.strength import learn_strength_from_panels as learn_strength_from_panels
-from ._panel.e_step import ForwardBackward as ForwardBackward
+from ._panel.exact_e_step import ForwardBackward as ForwardBackward
 from ._panel.gibbs import GibbsSampler as GibbsSampler
 from ._panel.importance import PanelImportanceSampler as PanelImportanceSampler
 from ._panel.mean_field import PanelMeanField as PanelMeanField

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import equinox as eqx
 import jax
@@ -50,7 +49,7 @@ from jaxctbn._paths.sampling import automatic_max_events
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 import _common
-from _common import argument_parser, environment, write_results
+from _common import argument_parser, environment, stopwatch, write_results
 
 RESULTS = _common.RESULTS
 
@@ -150,7 +149,7 @@ def run_ensemble(prior_name, policy_name, size, experiments, chunk):
     results, seconds = {}, {}
     for design_name in DESIGNS:
         design = design_from_name(design_name, num_samples=10)
-        parts, t0 = [], time.perf_counter()
+        parts, sw = [], stopwatch()
         for start in range(0, size, chunk):
             stop = min(start + chunk, size)
             path = os.path.join(directory, f"{design_name}_{start}-{stop - 1}_max{max_events}.npz")
@@ -166,7 +165,7 @@ def run_ensemble(prior_name, policy_name, size, experiments, chunk):
             _atomic(path, lambda f, part=part: np.savez(f, **part))
             parts.append(part)
         results[design_name] = {m: np.concatenate([p[m] for p in parts]) for m in METRICS}
-        seconds[design_name] = time.perf_counter() - t0
+        seconds[design_name] = sw.elapsed
     return results, seconds
 
 
@@ -251,31 +250,31 @@ def main():
         RESULTS = _common.RESULTS = os.path.join(RESULTS, "quick")
         args.repetitions, args.experiments, args.ensemble, args.chunk = 2, 2, 2, 2
         args.eb_repetitions = args.eb_repetitions_other = args.eb_ensemble = 2
-    grid, t_start = {}, time.perf_counter()
+    grid, total = {}, stopwatch()
     for prior in PRIORS:
         for policy in POLICIES:
             for seed in TRUTH_SEEDS:
-                t0 = time.perf_counter()
+                sw = stopwatch()
                 reps = _repetitions(prior, seed, policy, args)
                 results, _ = run_cell(prior, seed, policy, reps, args.experiments, args.chunk)
                 grid[f"{prior} | seed {seed} | {policy}"] = {
                     "repetitions": reps,
                     "differences": differences(results),
-                    "seconds": time.perf_counter() - t0,
+                    "seconds": sw.elapsed,
                 }
                 print(
-                    f"{prior} | seed {seed} | {policy}: {time.perf_counter() - t0:.0f} s",
+                    f"{prior} | seed {seed} | {policy}: {sw.elapsed:.0f} s",
                     flush=True,
                 )
-            t0 = time.perf_counter()
+            sw = stopwatch()
             size = args.ensemble if prior not in COSTLY else min(args.ensemble, args.eb_ensemble)
             results, _ = run_ensemble(prior, policy, size, args.experiments, args.chunk)
             grid[f"{prior} | ensemble | {policy}"] = {
                 "repetitions": size,
                 "differences": differences(results),
-                "seconds": time.perf_counter() - t0,
+                "seconds": sw.elapsed,
             }
-            print(f"{prior} | ensemble | {policy}: {time.perf_counter() - t0:.0f} s", flush=True)
+            print(f"{prior} | ensemble | {policy}: {sw.elapsed:.0f} s", flush=True)
     command = "python benchmarks/active_learning/bench_sensitivity.py" + (
         " --quick" if args.quick else ""
     )
@@ -288,7 +287,7 @@ def main():
         f"{args.eb_repetitions_other} on the other truths and {args.eb_ensemble} ensemble "
         f"truths; {args.experiments} "
         "experiments, tau = 3, N_S = 10, all 81 interventions, in-degree <= 3, float64). "
-        f"Total {time.perf_counter() - t_start:.0f} s.",
+        f"Total {total.elapsed:.0f} s.",
         "",
         "Paired differences (same repetition keys) of the area under the learning curve (mean "
         "over experiments 1..K) and of the last experiment, ± 95% interval. Entropy: lower is "

@@ -19,7 +19,6 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 
 import jax
 
@@ -28,7 +27,7 @@ jax.config.update("jax_enable_x64", True)
 import jaxctbn as jc  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
-from _common import ROOT, argument_parser, environment, write_results  # noqa: E402
+from _common import ROOT, argument_parser, environment, stopwatch, write_results  # noqa: E402
 
 INITIAL = ["--initial-state", "X1=0,X2=0,X3=0,X4=0"]
 
@@ -56,9 +55,9 @@ def run(argv, cache):
     """Wall and child CPU seconds of one process; `cache` is the JAXCTBN_CACHE_DIR value."""
     env = dict(os.environ, PYTHONPATH=ROOT, JAXCTBN_CACHE_DIR=cache)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
+    with stopwatch() as sw:
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+    wall = sw.seconds
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"{argv} failed:\n{proc.stderr}")

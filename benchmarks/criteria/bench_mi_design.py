@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import equinox as eqx
 import jax
@@ -40,7 +39,15 @@ jax.config.update("jax_enable_x64", True)
 import jaxctbn as jc
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
-from _common import RESULTS, argument_parser, compile_time, environment, fmt, write_results
+from _common import (
+    RESULTS,
+    argument_parser,
+    compile_time,
+    environment,
+    fmt,
+    stopwatch,
+    write_results,
+)
 
 NAMES = ("X1", "X2", "X3")
 CARDS = (2, 2, 2)
@@ -207,14 +214,14 @@ def main():
     }
     criteria = {c: criteria[c] for c in args.criteria}
     num_candidates = int(jc.intervention_space(CARDS).targets.shape[0])
-    t_start = time.perf_counter()
+    total = stopwatch()
 
     # -- ground truths and histories (shared by every criterion and N_S: paired comparisons)
     root = jr.key(args.seed)
     k_problems, k_design = jr.split(root)
     graphs, data = [], []
     template = None
-    t0 = time.perf_counter()
+    sw_histories = stopwatch()
     for g in range(args.graphs):
         info, posteriors = random_problem(
             jr.fold_in(k_problems, g), histories=args.histories, trajectories=args.trajectories
@@ -224,7 +231,7 @@ def main():
         if template is None:
             template = jax.tree_util.tree_map(lambda a: a[0], posteriors)
         print(f"graph {g}: parents {info['parents']}, fast {info['fast']}", flush=True)
-    t_histories = time.perf_counter() - t0
+    t_histories = sw_histories.elapsed
     keys = [
         jr.split(jr.fold_in(k_design, g), (args.histories, args.keys)) for g in range(args.graphs)
     ]
@@ -236,7 +243,7 @@ def main():
         for ns in args.samples:
             jitted = recommender(criterion, ns, batching)
             ctime, compiled = compile_time(jitted, template, data[0], keys[0])
-            t0 = time.perf_counter()
+            sw_run = stopwatch()
             recs, fallback, reruns = [], None, []
             for g in range(args.graphs):
                 try:
@@ -255,7 +262,7 @@ def main():
                         )
                     recs.append(np.asarray(fallback(template, data[g], keys[g])))
                     reruns.append(g)
-            run = time.perf_counter() - t0
+            run = sw_run.elapsed
             per_scoring = run / (args.graphs * args.histories * args.keys)
             timings.append(
                 {
@@ -289,7 +296,7 @@ def main():
                 f"({fmt(per_scoring)} per scoring of {num_candidates} candidates)",
                 flush=True,
             )
-    wall = time.perf_counter() - t_start
+    wall = total.elapsed
 
     # -- summaries over graphs
     summary = []

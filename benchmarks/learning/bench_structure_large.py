@@ -28,7 +28,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 
 import jax
 import jax.numpy as jnp
@@ -41,7 +40,14 @@ from jaxctbn._paths.sampling import automatic_max_events
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 import _ctbnrle
-from _common import argument_parser, environment, fmt, measure_process, write_results
+from _common import (
+    argument_parser,
+    environment,
+    fmt,
+    measure_process,
+    repeat_time,
+    write_results,
+)
 
 TAU, R, ALPHA, TAU_PRIOR = 100.0, 300, 1.0, 1.0
 PRIOR = jc.NodelmanPrior(ALPHA, TAU_PRIOR)
@@ -78,13 +84,14 @@ def worker(path: str, method: str) -> None:
         traj = jc.Trajectories(**{f: jnp.asarray(data[f]) for f in FIELDS})
     N = int(traj.initial_states.shape[-1])
     names = [f"X{n}" for n in range(N)]
-    times, post = [], None
-    for _ in range(2):
-        t0 = time.perf_counter()
+
+    def learn():
         post = jc.learn_structure(traj, names, [2] * N, max_parents=2, prior=PRIOR, method=method)
         jax.block_until_ready(post.log_marginal_likelihoods)
-        times.append(time.perf_counter() - t0)
-    assert post is not None
+        return post
+
+    post, timing = repeat_time(learn, repeats=2)  # compile + run, then run
+    times = timing.times
     print(
         json.dumps(
             {

@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 
@@ -78,6 +77,7 @@ def random_networks(sizes, gamma, R, tau, seed):
     import jax
     import jax.numpy as jnp
     import numpy as np
+    from _common import stopwatch
     from bench_graph_search import accuracy
 
     import jaxctbn as jc
@@ -93,9 +93,9 @@ def random_networks(sizes, gamma, R, tau, seed):
         )  # fmt: skip
         assert not np.any(traj.truncated)
         for name in PRIORS:
-            t0 = time.perf_counter()
-            post, learned = learn(traj, N, 3, jc.HillClimbing(swaps=False), name)
-            seconds = time.perf_counter() - t0
+            with stopwatch() as sw:
+                post, learned = learn(traj, N, 3, jc.HillClimbing(swaps=False), name)
+            seconds = sw.seconds
             row = {
                 "nodes": N,
                 "gamma": gamma,
@@ -154,7 +154,7 @@ def paper_network(Rs, datasets, tau, seed):
 
 
 def main():
-    from _common import argument_parser
+    from _common import argument_parser, stopwatch
 
     ap = argument_parser(__doc__)
     ap.add_argument("--sizes", default="10,50,150,500")
@@ -173,11 +173,11 @@ def main():
     Rs = (1, 2, 5, 10, 20)
     if args.quick:
         sizes, weak, Rs, args.datasets = [10, 20], [10], (2, 5), 3
-    t0 = time.perf_counter()
+    total = stopwatch()
     random_rows = random_networks(sizes, args.gamma, args.trajectories, args.tau, args.seed)
     random_rows += random_networks(weak, 1.0, args.trajectories, args.tau, args.seed)
     paper_rows = paper_network(Rs, args.datasets, 3.0, args.seed)
-    wall = time.perf_counter() - t0
+    wall = total.elapsed
     command = "python benchmarks/learning/bench_structure_prior.py" + "".join(
         " " + a for a in sys.argv[1:]
     )

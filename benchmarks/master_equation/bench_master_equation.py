@@ -22,7 +22,6 @@ from __future__ import annotations
 import glob
 import os
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -43,6 +42,7 @@ from _common import (  # noqa: E402
     environment,
     fmt,
     machine_rates,
+    stopwatch,
     timeit,
     write_results,
 )
@@ -73,7 +73,7 @@ def scipy_baseline(models, p0s, samples):
     p0s = np.asarray(p0s)
     S = p0s.shape[1]
     out = []
-    t0 = time.perf_counter()
+    sw = stopwatch()
     for b in range(samples):
         WT = scipy.sparse.csr_matrix(
             (rates[b].ravel(), (dst.ravel(), src.ravel())), shape=(S, S)
@@ -92,7 +92,7 @@ def scipy_baseline(models, p0s, samples):
             atol=ATOL,
         )
         out.append(sol.y[S:, -1])
-    return time.perf_counter() - t0, np.stack(out)
+    return sw.elapsed, np.stack(out)
 
 
 def last_level_cache_bytes() -> int:

@@ -27,7 +27,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 import jax
 import numpy as np
@@ -35,7 +34,7 @@ import pandas as pd
 import scipy.stats
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
-from _common import argument_parser, write_results
+from _common import argument_parser, stopwatch, write_results
 
 jax.config.update("jax_enable_x64", True)
 
@@ -74,14 +73,14 @@ def msm(csv, formula, workdir, tag, pci=None):
     spec_path, out_path = (os.path.join(workdir, f"{tag}.{x}.json") for x in ("spec", "out"))
     with open(spec_path, "w") as f:
         json.dump(spec, f)
-    t0 = time.perf_counter()
+    sw = stopwatch()
     subprocess.run(
         ["Rscript", os.path.join(MSM_DIR, "run_msm_intervals.R"), spec_path, out_path],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     with open(out_path) as f:
         out = json.load(f)
-    out["rscript_wall_s"] = time.perf_counter() - t0
+    out["rscript_wall_s"] = sw.elapsed
     with open(cache, "w") as f:
         json.dump({"spec": key, "out": out}, f)
     return out
@@ -97,17 +96,20 @@ def jaxctbn_fit(obs, covariates):
     method = (jc.panel.SquaremFit if covariates is None else jc.panel.GradientFit)(
         tolerance=TOLERANCE, max_iterations=5000
     )
-    t0 = time.perf_counter()
-    fit = jc.panel.fit_rates(start, obs, covariates=covariates, method=method)
-    unc = jc.panel.rate_uncertainty(
-        fit.model, obs, covariates=covariates, effects=None if covariates is None else fit.effects
-    )
-    jax.block_until_ready(unc)
-    first = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    fit = jc.panel.fit_rates(start, obs, covariates=covariates, method=method)
-    jax.block_until_ready(fit)
-    fit_time = time.perf_counter() - t0
+    with stopwatch() as sw:
+        fit = jc.panel.fit_rates(start, obs, covariates=covariates, method=method)
+        unc = jc.panel.rate_uncertainty(
+            fit.model,
+            obs,
+            covariates=covariates,
+            effects=None if covariates is None else fit.effects,
+        )
+        jax.block_until_ready(unc)
+    first = sw.seconds
+    with stopwatch() as sw:
+        fit = jc.panel.fit_rates(start, obs, covariates=covariates, method=method)
+        jax.block_until_ready(fit)
+    fit_time = sw.seconds
     return fit, unc, first, fit_time
 
 

@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from typing import ClassVar
 
 import jax
@@ -72,7 +71,7 @@ jax.config.update("jax_enable_x64", True)
 import jaxctbn as jc  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
-from _common import RESULTS, environment, write_results  # noqa: E402
+from _common import RESULTS, environment, stopwatch, write_results  # noqa: E402
 from _paired import (  # noqa: E402
     DESIGNS,
     LABELS,
@@ -212,7 +211,7 @@ def main():
     space = jc.intervention_space(truth.cardinalities)
     base = jax.random.key(args.seed)
     keys = jax.vmap(lambda r: jax.random.fold_in(base, r))(jnp.arange(R))
-    t_start = time.perf_counter()
+    total = stopwatch()
     runs, summary, summary_mean, timing, failures, choices = {}, {}, {}, {}, {}, {}
     for K in visits:
         times = TAU * np.arange(1, K + 1) / K
@@ -220,7 +219,7 @@ def main():
         task = ParameterTaskWithMeanError(truth, outcome=panel, panel_posterior=family)
         runs[K] = {}
         for design in DESIGNS:
-            t0 = time.perf_counter()
+            sw = stopwatch()
             run = run_design(
                 task,
                 make_design(design, panel),
@@ -234,7 +233,7 @@ def main():
             )
             runs[K][design] = run
             timing[f"{K}/{design}"] = {
-                "seconds": time.perf_counter() - t0,
+                "seconds": sw.elapsed,
                 "chunk_seconds": run["chunk_seconds"],
             }
             if run["failed"]:
@@ -243,7 +242,7 @@ def main():
             choices[f"{K}/{design}"] = float((run["index"] != 0).mean())
         summary[str(K)] = summarise(runs[K], E)
         summary_mean[str(K)] = summarise(runs[K], E, "mean_se")
-    wall = time.perf_counter() - t_start
+    wall = total.elapsed
 
     mid = E // 2
     settings = {

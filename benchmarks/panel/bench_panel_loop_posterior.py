@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -47,7 +46,13 @@ jax.config.update("jax_enable_x64", True)
 import jaxctbn as jc  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
-from _common import argument_parser, environment, repeat_time, write_results  # noqa: E402
+from _common import (  # noqa: E402
+    argument_parser,
+    environment,
+    repeat_time,
+    stopwatch,
+    write_results,
+)
 
 TAU = 3.0
 TIMES = np.array([1.0, 2.0, 3.0])
@@ -143,7 +148,7 @@ def main():
             return res.posterior, truth.cims
 
         run = jax.jit(jax.vmap(one))
-        t0 = time.perf_counter()
+        sw = stopwatch()
         parts = []
         for start in range(0, R, args.chunk):
             keys = jax.vmap(lambda r: jax.random.fold_in(base, r))(
@@ -161,7 +166,7 @@ def main():
             "mean_sd": float(sds.mean()),
             "mse_of_mean": float(errors.mean()),
             "rates": int(pit.size),
-            "seconds": time.perf_counter() - t0,
+            "seconds": sw.elapsed,
         }
         print(label, results[label], flush=True)
 

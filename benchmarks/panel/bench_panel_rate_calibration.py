@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -22,7 +21,7 @@ import numpy as np
 import scipy.stats
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
-from _common import argument_parser, environment, write_results
+from _common import argument_parser, environment, stopwatch, write_results
 
 import jaxctbn as jc
 from jaxctbn._panel.gap_groups import gap_groups
@@ -99,11 +98,11 @@ def main():
 
     keys = jax.random.split(jax.random.key(0), args.datasets)
     out = []
-    t0 = time.perf_counter()
+    sw = stopwatch()
     for start in range(0, args.datasets, args.chunk):
         out.append(jax.device_get(chunk(keys[start : start + args.chunk])))
-        print(f"{start + args.chunk} data sets, {time.perf_counter() - t0:.0f} s", flush=True)
-    seconds = time.perf_counter() - t0
+        print(f"{start + args.chunk} data sets, {sw.elapsed:.0f} s", flush=True)
+    seconds = sw.elapsed
     rates, ranks, q, a, b, r_hat, ess, divergent = (
         np.concatenate([np.asarray(o[i]) for o in out]) for i in range(8)
     )

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
@@ -68,6 +67,7 @@ def worker(N: int, inference: str, quick: bool) -> dict:
     import numpy as np
 
     jax.config.update("jax_enable_x64", True)
+    from _common import stopwatch
     from bench_graph_search import _network, _truth, accuracy
 
     import jaxctbn as jc
@@ -94,13 +94,13 @@ def worker(N: int, inference: str, quick: bool) -> dict:
             e_step=jc.panel.PanelImportanceSampler(**_importance_settings(N, quick)),
             key=jax.random.key(3),
         )
-    t0 = time.perf_counter()
+    sw = stopwatch()
     fit = jc.panel.learn_structure_from_panels(
         observations, names, (2,) * N, max_parents=2, knowledge=jc.PriorKnowledge(edge_prior=np.full((N, N), 1.0 / N)),
         max_iterations=30, **options,
     )  # fmt: skip
     edges = np.asarray(fit.posterior.edge_marginals())
-    seconds = time.perf_counter() - t0
+    seconds = sw.elapsed
     learned = np.zeros((N, N), bool)
     for n, ps in enumerate(fit.posterior.map_graph()):
         learned[list(ps), n] = True

@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -68,7 +67,7 @@ import jaxctbn as jc  # noqa: E402
 from jaxctbn._experiments.config import default_max_parents  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
-from _common import RESULTS, environment, write_results  # noqa: E402
+from _common import RESULTS, environment, stopwatch, write_results  # noqa: E402
 from _paired import (  # noqa: E402
     DESIGNS,
     LABELS,
@@ -174,12 +173,12 @@ def main():
     space = jc.intervention_space(truth.cardinalities)
     base = jax.random.key(args.seed)
     keys = jax.vmap(lambda r: jax.random.fold_in(base, r))(jnp.arange(R))
-    t_start = time.perf_counter()
+    total = stopwatch()
     runs, summary, timing, failures, choices = {}, {}, {}, {}, {}
 
     def write(done):
         """Write the results of the K values done so far (all of them at the end)."""
-        wall = time.perf_counter() - t_start
+        wall = total.elapsed
         mid = E // 2
         settings = {
             "truth": "paper_network(key(0), rates='gamma')",
@@ -305,7 +304,7 @@ def main():
         )
         runs[K] = {}
         for design in DESIGNS:
-            t0 = time.perf_counter()
+            sw = stopwatch()
             run = run_design(
                 task,
                 make_design(design, panel),
@@ -319,7 +318,7 @@ def main():
             )
             runs[K][design] = run
             timing[f"{K}/{design}"] = {
-                "seconds": time.perf_counter() - t0,
+                "seconds": sw.elapsed,
                 "chunk_seconds": run["chunk_seconds"],
             }
             if run["failed"]:

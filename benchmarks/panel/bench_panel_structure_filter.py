@@ -39,7 +39,6 @@ from __future__ import annotations
 import itertools
 import os
 import sys
-import time
 
 import equinox as eqx
 import jax
@@ -52,7 +51,13 @@ import jaxctbn as jc  # noqa: E402
 from jaxctbn._paths.sampling import sample_trajectory  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
-from _common import argument_parser, environment, repeat_time, write_results  # noqa: E402
+from _common import (  # noqa: E402
+    argument_parser,
+    environment,
+    repeat_time,
+    stopwatch,
+    write_results,
+)
 
 NAMES, CARDS = ("A", "B"), (2, 2)
 TRUTH = jc.CTBN(
@@ -212,7 +217,7 @@ def main():
         "particle-filter": jc.panel.StructureParticleFilter(num_particles=args.particles),
         "structural-em": jc.panel.StructuralEM(10),
     }
-    t_start = time.perf_counter()
+    total = stopwatch()
     rows = accuracy(args, families)
     timing = {} if args.accuracy_only else cost(args, families)
     ratio = (
@@ -220,7 +225,7 @@ def main():
         if timing
         else None
     )
-    wall = time.perf_counter() - t_start
+    wall = total.elapsed
     command = "python benchmarks/panel/bench_panel_structure_filter.py" + "".join(
         " " + a for a in sys.argv[1:]
     )

@@ -29,7 +29,6 @@ from __future__ import annotations
 import itertools
 import os
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -37,7 +36,7 @@ import jax.random as jr
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
-from _common import argument_parser, environment, write_results
+from _common import argument_parser, environment, stopwatch, write_results
 
 import jaxctbn as jc
 
@@ -159,29 +158,29 @@ def main():
         observations = jc.panel.observe_paths(paths, grid)
         states = np.asarray(observations.states) @ (2 ** np.arange(N - 1, -1, -1))
         off = ~np.eye(N, dtype=bool)
-        t = time.perf_counter()
-        exact, ess = exact_edges(N, states, gap, args.draws, seed=subjects)
-        t_exact = time.perf_counter() - t
-        t = time.perf_counter()
-        em = jc.panel.panel_structure_posterior(
-            prior, observations, family=jc.panel.StructuralEM()
-        ).edge_marginals()
-        em = np.asarray(em)
-        t_em = time.perf_counter() - t
-        t = time.perf_counter()
-        mixture = jc.panel.panel_structure_posterior(
-            prior, observations, family=family, key=jr.fold_in(key, 1)
-        )
-        sampled = np.asarray(mixture.edge_marginals())
-        t_sampled = time.perf_counter() - t
+        with stopwatch() as sw:
+            exact, ess = exact_edges(N, states, gap, args.draws, seed=subjects)
+        t_exact = sw.seconds
+        with stopwatch() as sw:
+            em = jc.panel.panel_structure_posterior(
+                prior, observations, family=jc.panel.StructuralEM()
+            ).edge_marginals()
+            em = np.asarray(em)
+        t_em = sw.seconds
+        with stopwatch() as sw:
+            mixture = jc.panel.panel_structure_posterior(
+                prior, observations, family=family, key=jr.fold_in(key, 1)
+            )
+            sampled = np.asarray(mixture.edge_marginals())
+        t_sampled = sw.seconds
         d = mixture.diagnostics
         assert d is not None
-        t = time.perf_counter()
-        by_gibbs = jc.panel.panel_structure_posterior(
-            prior, observations, family=gibbs, key=jr.fold_in(key, 1)
-        )
-        gibbs_edges = np.asarray(by_gibbs.edge_marginals())
-        t_gibbs = time.perf_counter() - t
+        with stopwatch() as sw:
+            by_gibbs = jc.panel.panel_structure_posterior(
+                prior, observations, family=gibbs, key=jr.fold_in(key, 1)
+            )
+            gibbs_edges = np.asarray(by_gibbs.edge_marginals())
+        t_gibbs = sw.seconds
         dg = by_gibbs.diagnostics
         assert dg is not None
         edges = [f"{truth.names[m]}->{truth.names[n]}" for m, n in zip(*np.nonzero(off))]
@@ -294,12 +293,12 @@ def scaling(args):
         family = jc.panel.SampledStructure(
             num_sweeps=args.scaling_sweeps, path_sampler=jc.panel.GibbsSampler()
         )
-        t = time.perf_counter()
-        mixture = jc.panel.panel_structure_posterior(
-            prior, observations, family=family, key=jr.fold_in(key, 1)
-        )
-        edges = np.asarray(mixture.edge_marginals())
-        seconds = time.perf_counter() - t
+        with stopwatch() as sw:
+            mixture = jc.panel.panel_structure_posterior(
+                prior, observations, family=family, key=jr.fold_in(key, 1)
+            )
+            edges = np.asarray(mixture.edge_marginals())
+        seconds = sw.seconds
         true = np.zeros((N, N), bool)
         for n in range(1, N):
             true[n - 1, n] = True

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from typing import ClassVar
 
 import jax
@@ -61,7 +60,7 @@ jax.config.update("jax_enable_x64", True)
 import jaxctbn as jc  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
-from _common import argument_parser, environment, write_results  # noqa: E402
+from _common import argument_parser, environment, stopwatch, write_results  # noqa: E402
 from _paired import (  # noqa: E402
     NUM_SAMPLES,
     paired_summary,
@@ -191,7 +190,7 @@ def main():
     space = jc.intervention_space(truth.cardinalities)
     base = jax.random.key(args.seed)
     keys = jax.vmap(lambda r: jax.random.fold_in(base, r))(jnp.arange(R))
-    t_start = time.perf_counter()
+    total = stopwatch()
     runs, timing = {}, {}
     for design_name in designs:
         outcome, design = make(design_name, K, tau)
@@ -199,20 +198,20 @@ def main():
             task = structure_task(truth, outcome, family)
         else:
             task = ParameterTaskWithEntropy(truth, outcome=outcome, panel_posterior=family)
-        t0 = time.perf_counter()
-        runs[design_name] = run_design(
-            task,
-            design,
-            keys,
-            metrics=tuple(metrics),
-            horizon=tau,
-            experiments=E,
-            chunk=chunk,
-            space=space,
-            label=design_name,
-        )
-        timing[design_name] = time.perf_counter() - t0
-    wall = time.perf_counter() - t_start
+        with stopwatch() as sw:
+            runs[design_name] = run_design(
+                task,
+                design,
+                keys,
+                metrics=tuple(metrics),
+                horizon=tau,
+                experiments=E,
+                chunk=chunk,
+                space=space,
+                label=design_name,
+            )
+        timing[design_name] = sw.seconds
+    wall = total.elapsed
     summary = {m: paired_summary(runs, REFERENCE, m) for m in metrics}
     equal_times = tau * np.arange(1, K + 1) / K
     intervenes = {d: float((runs[d]["index"] != 0).mean()) for d in designs}

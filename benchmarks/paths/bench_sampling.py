@@ -32,7 +32,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +48,8 @@ from _common import (  # noqa: E402
     compile_time,
     environment,
     fmt,
+    repeat_time,
+    stopwatch,
     timeit,
     write_results,
 )
@@ -129,13 +130,13 @@ def peer_comparison(model, R, driver, notes):
         argv = [*_jaxctbn_cli(), "sample", "--network", network, "--trajectories", str(R)]
         argv += ["--duration", repr(TAU), "--seed", str(PEER_SEED)]
         argv += ["--max-events", str(PEER_MAX_EVENTS), "--out", out]
-        runs = []
-        for _ in range(3):  # cold (empty cache), then warm twice
-            t0 = time.perf_counter()
-            proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
-            runs.append(time.perf_counter() - t0)
-        rec["cli_cold_s"] = runs[0]
-        rec["cli_warm_s"] = min(runs[1:])
+        # cold (empty cache), then warm twice
+        proc, runs = repeat_time(
+            lambda: subprocess.run(argv, env=env, capture_output=True, text=True, check=True),
+            repeats=3,
+        )
+        rec["cli_cold_s"] = runs.times[0]
+        rec["cli_warm_s"] = min(runs.times[1:])
         rec["cli_output"] = proc.stdout.strip()
         rec["cli_csv_bytes"] = os.path.getsize(out)
         # twice: the CLI's cache entry did not serve this script's first call (it compiled), the
@@ -288,9 +289,9 @@ def main():
         events = int(num.sum())
         t_jax = timeit(compiled, key, inits, repeat=3, min_time=0.2)
         rng = np.random.default_rng(0)
-        t0 = time.perf_counter()
-        ev_np = numpy_gillespie(model, np.asarray(inits[:R_np]), TAU, rng)
-        t_np = time.perf_counter() - t0
+        with stopwatch() as sw:
+            ev_np = numpy_gillespie(model, np.asarray(inits[:R_np]), TAU, rng)
+        t_np = sw.seconds
         rate_jax, rate_np = events / t_jax, ev_np / t_np
         rec = {
             "network": label,

@@ -1,4 +1,4 @@
-"""[`jaxctbn.experiments.run_pool_experiment`][]: the pool experiment on the host, every design in
+"""`run_pool_experiment`: the pool experiment on the host, every design in
 resumable chunks, then the summary and the output files (`jaxctbn run pool`)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import jax.random as jr
 import numpy as np
 
 from .._panel.path_statistics import with_candidate_growth
-from .._panel.structure import PanelStructureFit
+from .._panel.structural_em import PanelStructureFit
 from .._panel.structure_posterior import StructureParticleFilter
 from .pool import (
     DEFAULT_POOL_FILTER,

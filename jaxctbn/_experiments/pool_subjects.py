@@ -22,15 +22,13 @@ from .._master_equation import AbstractMasterEquationSolver
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import Intervention
 from .._panel.buckets import PanelBuckets, as_flat_buckets, per_trajectory_on_host
-from .._panel.e_step import ForwardBackward
+from .._panel.e_step import DENSE_SOLVER
+from .._panel.exact_e_step import ForwardBackward
 from .._panel.inference import panel_expected_statistics
 from .._panel.observations import PanelObservations
 from .._panel.panel_families import expected_family_statistics
-from .._panel.structure import (
-    DENSE_SOLVER,
-    PanelStructureFit,
-    learn_structure_from_panels,
-)
+from .._panel.structural_em import PanelStructureFit
+from .._panel.structure import learn_structure_from_panels
 
 
 # --------------------------------------------------------------------------- the pool

@@ -16,11 +16,19 @@ Four E-steps, each a Module:
 
 from __future__ import annotations
 
-from typing import ClassVar
+import abc
+from typing import TYPE_CHECKING, ClassVar
 
 import equinox as eqx
 
-from .._master_equation import AbstractMasterEquationSolver, MatrixExponential
+from .._master_equation import MatrixExponential
+
+if TYPE_CHECKING:
+    from .structural_em import PanelStructureFit, StructuralEMProblem
+
+#: The default solver of exact panel inference: panel gaps are long relative to the rates, and
+#: the dense exponential has no limit on a gap's length.
+DENSE_SOLVER = MatrixExponential()
 
 
 class AbstractPanelEStep(eqx.Module):
@@ -31,6 +39,11 @@ class AbstractPanelEStep(eqx.Module):
     samples: ClassVar[bool] = False
     exact_observations: ClassVar[bool] = True
 
+    @abc.abstractmethod
+    def structural_em(self, problem: StructuralEMProblem) -> PanelStructureFit:
+        """Structural EM with this E-step (`structural_em.py`): the loop to a fixed point for
+        the deterministic E-steps, Monte Carlo structural EM for the sampling ones."""
+
     def check_emissions(self, emissions) -> None:
         """A one-line `ValueError` if this E-step cannot take `emissions`."""
         if emissions is not None and self.exact_observations:
@@ -38,23 +51,3 @@ class AbstractPanelEStep(eqx.Module):
                 f"emissions: not supported with e_step={type(self).__name__}(...) (exact "
                 "observations only); use e_step=ForwardBackward()."
             )
-
-
-class ForwardBackward(AbstractPanelEStep):
-    """Exact inference under panel evidence: each E-step's expected statistics by
-    forward-backward filtering with `solver` (default [`jaxctbn.MatrixExponential`][], no limit
-    on the length of a gap), exponential in the number of nodes whatever the solver (the
-    amalgamated state space). Takes `emissions`; reports the log-likelihood."""
-
-    solver: AbstractMasterEquationSolver = MatrixExponential()
-    exact_observations: ClassVar[bool] = False
-
-    def __check_init__(self):
-        if not isinstance(self.solver, AbstractMasterEquationSolver):
-            raise ValueError(
-                f"solver: expected a master-equation solver, got {type(self.solver).__name__}."
-            )
-
-
-#: The default E-step: exact forward-backward with the dense matrix exponential.
-EXACT_E_STEP = ForwardBackward()

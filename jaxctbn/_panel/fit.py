@@ -51,12 +51,13 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._learning.priors import GammaPrior, check_prior
-from .._master_equation import AbstractMasterEquationSolver, MatrixExponential
+from .._master_equation import AbstractMasterEquationSolver
 from .._model.ctbn import CTBN
 from .._model.interventions import is_concrete
 from .buckets import PanelBuckets, as_flat_buckets
 from .checks import check_possible
 from .covariates import Covariates
+from .e_step import DENSE_SOLVER
 from .fit_methods import AbstractRateFitMethod, GradientFit, SquaremFit
 from .fit_problem import PUSH, fit_problem
 from .gap_groups import gap_groups
@@ -113,7 +114,7 @@ class RateFit(eqx.Module):
 
 # --------------------------------------------------------------------------- entry point
 DEFAULT_METHOD = SquaremFit()
-DEFAULT_PANEL_SOLVER = MatrixExponential()
+DEFAULT_PANEL_SOLVER = DENSE_SOLVER
 
 
 def fit_rates(

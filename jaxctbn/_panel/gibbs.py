@@ -50,7 +50,6 @@ from .._learning.chain_diagnostics import autocovariance
 from .._model.ctbn import AbstractCTBN
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import NodeStatistics, node_statistics
-from .e_step import AbstractPanelEStep
 from .gibbs_kernel import (
     Path,
     Tables,
@@ -68,9 +67,11 @@ from .observations import (
     require_batch,
     trajectory_tables,
 )
+from .panel_families import sampled_family_statistics
+from .sampled_structural_em import AbstractSamplingEStep
 
 
-class GibbsSampler(AbstractPanelEStep):
+class GibbsSampler(AbstractSamplingEStep):
     """Auxiliary-variable Gibbs sampling of complete paths given panel observations (module
     docstring): `burn_in` sweeps, then `num_samples` samples `thin` sweeps apart (all static).
     Static buffer sizes: `max_events` jumps per sampled path, `max_node_events` jumps per
@@ -78,7 +79,7 @@ class GibbsSampler(AbstractPanelEStep):
     needs more raises. A node update costs about
     $(1+b)\\cdot$`max_node_events` + `max_virtual` steps, $b$ the largest Markov blanket."""
 
-    samples: ClassVar[bool] = True
+    em_buffers: ClassVar[tuple[str, ...]] = ("max_events", "max_node_events", "max_virtual")
 
     num_samples: int = eqx.field(default=200, static=True)
     burn_in: int = eqx.field(default=50, static=True)
@@ -96,6 +97,31 @@ class GibbsSampler(AbstractPanelEStep):
             raise ValueError(
                 f"GibbsSampler: burn_in must be an integer >= 0, got {self.burn_in!r}."
             )
+
+    # ------------------------------------------------------------ Monte Carlo structural EM
+    def em_start(self, model, buckets):
+        return self, [None] * len(buckets)
+
+    def em_bounds(self, model):
+        return sampler_bounds(model)
+
+    def em_step(self, model, bucket, parent_sets, key, state, bounds):
+        family, diagnostics, infeasible, overflow = _structure_e_step(
+            model, bucket, self, parent_sets, key, bounds
+        )
+        return family, diagnostics, infeasible, overflow, state
+
+    def em_fit_fields(self, diagnostics, num_nodes, infeasible):
+        ess = jnp.concatenate([d[0] for d in diagnostics])  # (trajectories, nodes)
+        r_hat = None
+        if diagnostics[0][1] is not None:
+            r_hat = jnp.concatenate([d[1] for d in diagnostics]).max(0)
+        return dict(
+            effective_sample_size=ess.min(0),
+            median_effective_sample_size=jnp.median(ess, axis=0),
+            split_r_hat=r_hat,
+            infeasible_updates=infeasible,
+        )
 
 
 #: The default sampler of `sample_panel_paths`.
@@ -363,3 +389,17 @@ def sampled_node_statistics(
             )
         )
     return tuple(out)
+
+
+@eqx.filter_jit
+def _structure_e_step(model, bucket, sampler, parent_sets, key, bounds):
+    """The Monte Carlo E-step of structural EM on one bucket: the family statistics of the
+    sampled paths (pooled by their interventions), averaged over the samples; the chains'
+    diagnostics (effective sample sizes and split-R-hat, per trajectory and node), the number
+    of infeasible updates and the overflow flags."""
+    paths: SampledPaths
+    paths, overflow = sample_unguarded(model, bucket, key, sampler, bounds)
+    family = sampled_family_statistics(paths.trajectories, model.cardinalities, parent_sets)
+    r_hat = paths.split_r_hat() if sampler.num_samples >= 4 else None
+    diagnostics = (paths.effective_sample_size(), r_hat)
+    return family, diagnostics, paths.infeasible_updates.sum(), overflow

@@ -51,21 +51,22 @@ from .._model.layout import config_index
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import segments
 from .bridges import bridge, draw_index
-from .e_step import AbstractPanelEStep
 from .gibbs_kernel import Path, compacted, to_trajectories, whole
 from .mean_field import (
     DEFAULT_MEAN_FIELD,
     NodeProcesses,
     PanelMeanField,
-    _as_start,
     as_data,
+    as_start,
     children_bound,
     fitted_product_law,
 )
 from .observations import PanelObservations, require_batch
+from .panel_families import sampled_family_statistics
+from .sampled_structural_em import AbstractSamplingEStep
 
 
-class PanelImportanceSampler(AbstractPanelEStep):
+class PanelImportanceSampler(AbstractSamplingEStep):
     """Importance sampling of complete paths given panel observations, the mean-field
     posterior as the proposal (module docstring). Keyword-only:
 
@@ -75,7 +76,7 @@ class PanelImportanceSampler(AbstractPanelEStep):
       jumps per node of a path (default 32); `max_candidates` (static): uniformisation
       candidate times per node and step (default 16). A path that needs more raises."""
 
-    samples: ClassVar[bool] = True
+    em_buffers: ClassVar[tuple[str, ...]] = ("max_events", "max_node_events", "max_candidates")
 
     num_samples: int = eqx.field(default=256, static=True, kw_only=True)
     proposal: PanelMeanField = eqx.field(default=DEFAULT_MEAN_FIELD, kw_only=True)
@@ -95,6 +96,32 @@ class PanelImportanceSampler(AbstractPanelEStep):
                 "PanelImportanceSampler: proposal must be a jaxctbn.panel.PanelMeanField, got "
                 f"{self.proposal!r}."
             )
+
+    # ------------------------------------------------------------ Monte Carlo structural EM
+    def em_start(self, model, buckets):
+        # the proposal's sweeps and tolerance as data (one program); each bucket's mean-field
+        # fit starts the next E-step's proposal
+        sampler = eqx.tree_at(lambda s: s.proposal, self, as_data(self.proposal))
+        return sampler, [as_start(model, b, sampler.proposal, None) for b in buckets]
+
+    def em_bounds(self, model):
+        return children_bound(model)
+
+    def em_step(self, model, bucket, parent_sets, key, state, bounds):
+        family, diagnostics, overflow, fitted = _structure_e_step(
+            model, bucket, self, parent_sets, key, state, bounds
+        )
+        return family, diagnostics, 0, overflow, fitted
+
+    def em_fit_fields(self, diagnostics, num_nodes, infeasible):
+        # the weights' effective sample sizes (the same for every node)
+        ess = jnp.concatenate([d[0] for d in diagnostics])[:, None]
+        ess = jnp.broadcast_to(ess, (ess.shape[0], num_nodes))
+        return dict(
+            effective_sample_size=ess.min(0),
+            median_effective_sample_size=jnp.median(ess, axis=0),
+            log_likelihood_estimate=jnp.asarray(sum(float(d[1]) for d in diagnostics)),
+        )
 
 
 #: The default sampler of `sample_panel_paths_by_importance`.
@@ -251,7 +278,7 @@ def sample_panel_paths_by_importance(
         raise ValueError(
             f"sampler: expected a jaxctbn.panel.PanelImportanceSampler, got {sampler!r}."
         )
-    start = _as_start(model, observations, sampler.proposal, None)
+    start = as_start(model, observations, sampler.proposal, None)
     sampler = eqx.tree_at(lambda s: s.proposal, sampler, as_data(sampler.proposal))
     return _weighted_paths(model, observations, key, sampler, start, children_bound(model))
 
@@ -330,3 +357,22 @@ def weighted_unguarded(model, observations, key, sampler, start, max_children):
         evidence_lower_bound=statistics.evidence_lower_bound,
     )
     return weighted, flags[:3], (statistics.dwell_times, statistics.transitions)
+
+
+@eqx.filter_jit
+def _structure_e_step(model, bucket, sampler, parent_sets, key, start, max_children):
+    """The importance-sampling E-step of structural EM on one bucket: the family statistics of
+    the weighted paths resampled to equal weights (systematic resampling), averaged over the
+    samples; the weights' effective sample size per trajectory and the summed likelihood
+    estimate; which buffers overflowed; and the proposal's fit `(dwell, transitions, given)`
+    (the next E-step starts its mean-field sweeps there; `start`: the same from the previous
+    E-step)."""
+    key_draw, key_resample = jax.random.split(key)
+    paths: WeightedPaths
+    paths, overflow, fitted = weighted_unguarded(
+        model, bucket, key_draw, sampler, start, max_children
+    )
+    resampled = paths.resampled(key_resample)
+    family = sampled_family_statistics(resampled, model.cardinalities, parent_sets)
+    diagnostics = (paths.effective_sample_size(), paths.log_likelihood().sum())
+    return family, diagnostics, overflow, (*fitted, jnp.asarray(True))

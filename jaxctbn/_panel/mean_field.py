@@ -48,20 +48,20 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, Float
 
 from .._master_equation import (
-    AbstractExpectedStatistics,
-    configuration_digits,
     expm,
     expm_batched,
     node_tables,
-    padded_parents,
-    projection_parents,
 )
 from .._model.ctbn import AbstractCTBN
+from .buckets import as_flat_buckets
 from .e_step import AbstractPanelEStep
+from .mean_field_statistics import PanelMeanFieldStatistics
 from .observations import PanelObservations, per_trajectory_tables, require_batch
+from .panel_families import project_families
+from .structural_em import PanelStructureFit, StructuralEMProblem, iterate_to_fixed_point
 
 
 class PanelMeanField(AbstractPanelEStep):
@@ -93,93 +93,26 @@ class PanelMeanField(AbstractPanelEStep):
                 f"PanelMeanField: tolerance must be a number >= 0, got {self.tolerance!r}."
             )
 
+    def structural_em(self, problem: StructuralEMProblem) -> PanelStructureFit:
+        """Structural EM with mean-field E-steps; each bucket's sweeps start from its last
+        E-step's fit (one program for all E-steps)."""
+        buckets = as_flat_buckets(problem.observations)
+        approximation = as_data(self)  # the sweeps and tolerance as data
+        starts = [as_start(problem.model, b, approximation, None) for b in buckets]
 
-class PanelMeanFieldStatistics(AbstractExpectedStatistics):
-    r"""Mean-field expected statistics of panel trajectories (module docstring), per step.
+        def e_step(model, starts):
+            bound = children_bound(model)  # (static: a power of two, one program mostly)
+            parts = [
+                _structure_e_step(model, b, approximation, problem.parent_sets, start, bound)
+                for b, start in zip(buckets, starts)
+            ]
+            family = parts[0][0]
+            for part in parts[1:]:
+                family = family + part[0]
+            evidence_lower_bound = sum(float(part[1]) for part in parts)
+            return family, evidence_lower_bound, [(*part[3], jnp.asarray(True)) for part in parts]
 
-    - `dwell_times`: $T_n(x;s)$, `(*batch, steps, N, k_max)` (states past $k_n$ are 0).
-    - `transitions`: $M_n(x,x';s)$, `(*batch, steps, N, k_max, k_max)`.
-    - `step_marginals`: $\bar\mu_n(x;s)$, the step averages, `(*batch, steps, N, k_max)`.
-    - `evidence_lower_bound`: $\mathcal F\le\ln p(Y)$ per trajectory, conditional on the first
-      observation as [`jaxctbn.panel.panel_log_likelihood`][] (`(*batch,)`; after `sum`, the
-      total).
-    - `sweeps`: the sweeps over the nodes each trajectory took.
-    - `model`: the model (not intervened).
-
-    `sum` pools trajectories (optionally only where `where`); the projections
-    (`node_statistics_on_sets` and friends) sum over the steps (and the pooled trajectories).
-    """
-
-    dwell_times: Float[Array, "*batch steps nodes kmax"]
-    transitions: Float[Array, "*batch steps nodes kmax kmax"]
-    step_marginals: Float[Array, "*batch steps nodes kmax"]
-    evidence_lower_bound: Float[Array, "*batch"]
-    sweeps: Int[Array, "*batch"]
-    model: AbstractCTBN
-
-    def sum(self, where: Bool[Array, " batch"] | None = None) -> "PanelMeanFieldStatistics":
-        """The trajectories pooled (optionally only where `where` is `True`, e.g. those in
-        which a node was not intervened on): their steps concatenated, each trajectory's
-        statistics weighted by `where`."""
-        if self.evidence_lower_bound.ndim != 1:
-            raise ValueError("sum: expected statistics with one trajectory axis.")
-        R = self.evidence_lower_bound.shape[0]
-        w = jnp.ones((R,), bool) if where is None else jnp.asarray(where)
-        w = w.astype(self.dwell_times.dtype)
-
-        def rows(x):
-            return x.reshape((-1,) + x.shape[2:])
-
-        return PanelMeanFieldStatistics(
-            dwell_times=rows(self.dwell_times * w[:, None, None, None]),
-            transitions=rows(self.transitions * w[:, None, None, None, None]),
-            step_marginals=rows(self.step_marginals),
-            evidence_lower_bound=(self.evidence_lower_bound * w).sum(),
-            sweeps=self.sweeps.max(),
-            model=self.model,
-        )
-
-    def _project(self, node: int, parents: Array, configs: int):
-        mu = self.step_marginals  # (*batch, steps, N, kmax)
-        k = self.model.cardinalities[node]
-        present, safe, digits, valid = configuration_digits(
-            parents, self.model.cardinalities, configs
-        )
-        picked = mu[..., safe[:, None], digits]  # (*batch, steps, slots, configs)
-        picked = jnp.where(present[:, None], picked, 1.0)
-        weights = jnp.prod(picked, axis=-2) * valid  # (*batch, steps, configs)
-        T = jnp.einsum("...su,...sx->...ux", weights, self.dwell_times[..., node, :k])
-        M = jnp.einsum("...su,...sxy->...uxy", weights, self.transitions[..., node, :k, :k])
-        return M, T
-
-    def _resolve(self, node, parents):
-        node = self.model.node_index(node)
-        parents, configs = projection_parents(self.model, node, parents)
-        return node, padded_parents(parents), configs
-
-    def node_dwell_times(self, node: int | str, parents=None) -> Float[Array, "*batch configs k"]:
-        return self._project(*self._resolve(node, parents))[1]
-
-    def node_transitions(self, node: int | str, parents=None) -> Float[Array, "*batch configs k k"]:
-        return self._project(*self._resolve(node, parents))[0]
-
-    def node_statistics_on_sets(self, node: int, parent_sets: Int[Array, "sets max_parents"]):
-        """The projections onto every set in `parent_sets`, `_SETS_PER_PASS` sets at a time
-        (sequentially), so that the product weights held at once are `(_SETS_PER_PASS, steps,
-        configs)`, not one per set: at 50 nodes all sets at once held 6.7 GB."""
-        _, configs = projection_parents(self.model, node, parent_sets)
-        sets = jnp.asarray(parent_sets, jnp.int32)
-        out = jax.lax.map(
-            lambda P: self._project(node, P, configs),
-            sets,
-            batch_size=min(_SETS_PER_PASS, sets.shape[0]),
-        )
-        ndim = self.evidence_lower_bound.ndim
-        return jax.tree_util.tree_map(lambda x: jnp.moveaxis(x, 0, ndim), out)
-
-
-#: candidate sets projected at once by `PanelMeanFieldStatistics.node_statistics_on_sets`
-_SETS_PER_PASS = 64
+        return iterate_to_fixed_point(problem, e_step, starts, bound=True)
 
 
 # --------------------------------------------------------------------------- one trajectory
@@ -473,7 +406,7 @@ def panel_mean_field_statistics(
                 "(a result for the same observations and steps_per_gap)."
             )
         given = (initial.dwell_times, initial.transitions)
-    start = _as_start(model, observations, approximation, given)
+    start = as_start(model, observations, approximation, given)
     approximation = as_data(approximation)
     return _statistics(model, observations, approximation, start, children_bound(model))
 
@@ -497,7 +430,7 @@ def children_bound(model: AbstractCTBN) -> int | None:
     return max(8, 1 << max(most - 1, 0).bit_length())
 
 
-def _as_start(model, observations, approximation, initial):
+def as_start(model, observations, approximation, initial):
     """`(dwell, transitions, given)` for `_statistics`: the given `(dwell, transitions)`, or
     zeros with `given = False` (the default start)."""
     if initial is not None:
@@ -563,3 +496,24 @@ def fitted_product_law(model, observations, approximation, initial, max_children
         return statistics, None, None
     fitted = cast(NodeProcesses, out[-1])
     return statistics, fitted, (tables, targets, clamps, observations)
+
+
+@eqx.filter_jit
+def _structure_e_step(model, bucket, approximation, parent_sets, initial, max_children):
+    """The mean-field E-step of structural EM on one bucket: the pooled family statistics (node
+    $n$ pools the trajectories in which it is not clamped), the summed bound, the most sweeps
+    taken, and the fitted `(dwell, transitions)` (the next E-step starts from them; `initial`:
+    `None` or the previous E-step's, `(dwell, transitions, given)`)."""
+    stats: PanelMeanFieldStatistics = _statistics(
+        model, bucket, approximation, initial, max_children
+    )
+    R, N = bucket.times.shape[0], model.num_nodes
+    if bucket.intervention is None:
+        targets = jnp.zeros((R, N), bool)
+    else:
+        targets = jnp.broadcast_to(bucket.intervention.targets, (R, N))
+    family = project_families(
+        lambda n: stats.sum(where=~targets[:, n]), parent_sets, model.cardinalities
+    )
+    fitted = (stats.dwell_times, stats.transitions)
+    return family, stats.evidence_lower_bound.sum(), stats.sweeps.max(), fitted

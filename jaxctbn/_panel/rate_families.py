@@ -19,10 +19,11 @@ from .._learning.conjugate import off_diagonal_entries, with_zero_diagonal
 from .._learning.gamma_mixture import ChainDiagnostics, GammaMixturePosterior
 from .._learning.posterior import RatePosterior
 from .._learning.resampling import reweighted_ancestors, systematic_indices
-from .._master_equation import AbstractMasterEquationSolver, MatrixExponential
+from .._master_equation import AbstractMasterEquationSolver
 from .._model.interventions import exposure_scale
 from .._paths.sufficient_statistics import NodeStatistics
 from .buckets import PanelBuckets
+from .e_step import DENSE_SOLVER
 from .expected_statistics import PanelExpectedStatistics
 from .gap_groups import GapGroups
 from .inference import panel_expected_statistics
@@ -41,7 +42,6 @@ from .rate_sampling import (
 from .update_checks import check_integer_fields
 
 # panel gaps are long relative to the rates: the dense exponential has no limit on a gap
-DENSE_SOLVER = MatrixExponential()
 
 
 def pooled_node_statistics(

@@ -33,9 +33,10 @@ from .._errors import error_message
 from .._learning.resampling import reweighted_ancestors, systematic_indices
 from .._learning.structure_mixture import StructureChainDiagnostics, StructureMixturePosterior
 from .._learning.structure_posterior import StructurePosterior
-from .._master_equation import AbstractMasterEquationSolver, MatrixExponential
+from .._master_equation import AbstractMasterEquationSolver
 from .._model.interventions import is_concrete
 from .buckets import PanelBuckets, as_flat_buckets
+from .e_step import DENSE_SOLVER
 from .gap_groups import GapGroups, gap_groups
 from .gibbs import GibbsSampler, PathChains
 from .gibbs_kernel import candidate_sampler_bounds
@@ -47,7 +48,6 @@ from .rate_sampling import sampled_statistics
 from .update_checks import check_integer_fields, checked_panel_update, warn_unconverged
 
 # panel gaps are long relative to the rates: the dense exponential has no limit on a gap's length
-DENSE_SOLVER = MatrixExponential()
 
 
 class AbstractPanelStructureFamily(eqx.Module):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import jaxctbn as jc
-import jaxctbn._panel.structure as structure_module
+import jaxctbn._panel.gibbs as gibbs_module
 from jaxctbn._learning.family_statistics import family_statistics
 from jaxctbn._panel.gibbs import SampledPaths, sample_panel_paths, sampled_node_statistics
 from jaxctbn._panel.panel_families import panel_family_statistics, sampled_family_statistics
@@ -407,7 +407,7 @@ def test_structural_em_with_sampled_paths_and_mean_field_reaches_the_exact_route
     # a path buffer and virtual times of 32 are too small for these paths (measured): the
     # E-step doubles those two (not the node buffer) and redoes the step. (The first try is
     # answered here without sampling, to save a compilation.)
-    real_e_step, tried = structure_module._sampled_e_step, []
+    real_e_step, tried = gibbs_module._structure_e_step, []
 
     def e_step(model, bucket, sampler, *args):
         tried.append(sampler.max_events)
@@ -415,7 +415,7 @@ def test_structural_em_with_sampled_paths_and_mean_field_reaches_the_exact_route
             return None, None, 0, jnp.array([True, False, True])
         return real_e_step(model, bucket, sampler, *args)
 
-    monkeypatch.setattr(structure_module, "_sampled_e_step", e_step)
+    monkeypatch.setattr(gibbs_module, "_structure_e_step", e_step)
     sampled = jc.panel.learn_structure_from_panels(
         observations,
         truth.names,
@@ -439,7 +439,7 @@ def test_structural_em_with_sampled_paths_and_mean_field_reaches_the_exact_route
     assert sampled.sampler.max_virtual == 64 and sampled.sampler.max_node_events == 16
     # paths that would need more than the largest buffer: one clear error
     monkeypatch.setattr(
-        structure_module, "_sampled_e_step", lambda *a: (None, None, 0, jnp.ones(3, bool))
+        gibbs_module, "_structure_e_step", lambda *a: (None, None, 0, jnp.ones(3, bool))
     )
     with pytest.raises(ValueError, match="the paths need more than 16384 jumps"):
         jc.panel.learn_structure_from_panels(
