@@ -7,9 +7,6 @@ from ._model.random_networks import scaled_softmax_ctbn as scaled_softmax_ctbn
 from ._active_learning.repetitions import RepetitionStatus as RepetitionStatus
 from ._experiments.config import ExperimentConfig as ExperimentConfig
 from ._experiments.run import run_experiment as run_experiment
-from ._active_learning.metrics import adjacency_from_parents as adjacency_from_parents
-from ._active_learning.metrics import aupr as aupr
-from ._active_learning.metrics import auroc as auroc
 from ._active_learning.metrics import edge_aupr as edge_aupr
 from ._active_learning.metrics import edge_auroc as edge_auroc
 from ._active_learning.metrics import structural_hamming_distance as structural_hamming_distance
@@ -17,4 +14,3 @@ from ._experiments.pool_subjects import PoolExperiment as PoolExperiment
 from ._experiments.pool import PoolResult as PoolResult
 from ._experiments.pool_subjects import prepare_pool as prepare_pool
 from ._experiments.pool import run_pool as run_pool
-from ._experiments.pool_run import run_pool_experiment as run_pool_experiment

@@ -5,7 +5,6 @@ structure learning from panels."""
 
 from ._panel.csv import panel_from_dataframe as panel_from_dataframe
 from ._panel.csv import read_panel_csv as read_panel_csv
-from ._panel.csv import covariates_from_dataframe as covariates_from_dataframe
 from ._panel.datasets import dataset_path as dataset_path
 from ._panel.observations import Emissions as Emissions
 from ._panel.expected_statistics import PanelExpectedStatistics as PanelExpectedStatistics
@@ -23,10 +22,7 @@ from ._panel.covariates import Covariates as Covariates
 from ._panel.periods import with_time_periods as with_time_periods
 from ._panel.prevalence import Prevalence as Prevalence
 from ._panel.comparison import LikelihoodRatioTest as LikelihoodRatioTest
-from ._panel.comparison import likelihood_ratio_test as likelihood_ratio_test
-from ._panel.prevalence import prevalence as prevalence
 from ._panel.uncertainty import RateUncertainty as RateUncertainty
-from ._panel.uncertainty import rate_uncertainty as rate_uncertainty
 from ._panel.structural_em import PanelStructureFit as PanelStructureFit
 from ._panel.structure import learn_structure_from_panels as learn_structure_from_panels
 from ._panel.structure_posterior import panel_structure_posterior as panel_structure_posterior

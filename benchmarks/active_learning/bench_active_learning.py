@@ -24,7 +24,7 @@ run directories);
 CLI's `run --shard`: the same results), and `--cpu-devices D` makes the CPU D devices
 (`jax_num_cpu_devices`, as `XLA_FLAGS=--xla_force_host_platform_device_count=D` does), so that
 on a CPU with D cores each core runs a share of the repetitions; the random hash is compiled
-straight-line (`jaxctbn.internal.use_unrolled_threefry_on_cpu()`, as the CLI does) unless
+straight-line (`use_unrolled_threefry_on_cpu()`, as the CLI does) unless
 `--rolled-threefry` keeps JAX's default;
 `--profile-only` times just the pieces of one structure VBHC step (seconds, not the full
 experiment) and prints them as JSON without writing any results file.
@@ -47,6 +47,7 @@ import jaxctbn as jc
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 from _common import RESULTS, argument_parser, environment, fmt, stopwatch, timeit, write_results
 
+from jaxctbn._cli.threefry_lowering import use_unrolled_threefry_on_cpu
 from jaxctbn._criteria.structure import structure_draws
 
 
@@ -105,7 +106,7 @@ def main():
         "--rolled-threefry",
         action="store_true",
         help="keep JAX 0.10's CPU lowering of the random hash (a loop) instead of the "
-        "straight-line one of jaxctbn.internal.use_unrolled_threefry_on_cpu() (as the CLI); to compare",
+        "straight-line one of use_unrolled_threefry_on_cpu() (as the CLI); to compare",
     )
     ap.add_argument(
         "--profile-only",
@@ -115,7 +116,7 @@ def main():
     args = ap.parse_args()
     if args.cpu_devices is not None:  # before anything starts the CPU backend
         jax.config.update("jax_num_cpu_devices", args.cpu_devices)
-    unrolled = not args.rolled_threefry and jc.internal.use_unrolled_threefry_on_cpu()
+    unrolled = not args.rolled_threefry and use_unrolled_threefry_on_cpu()
     if args.profile_only:
         prof = profile_structure_step(jc.paper_network(jax.random.key(0)))
         print(json.dumps({"environment": environment(), "profile": prof}, indent=1))
@@ -180,7 +181,7 @@ def main():
         + ("split across them (`jaxctbn.Sharded()`)." if args.shard else "on one device.")
         + " Random hash: "
         + (
-            "straight-line (`jaxctbn.internal.use_unrolled_threefry_on_cpu()`, as the CLI)."
+            "straight-line (`use_unrolled_threefry_on_cpu()`, as the CLI)."
             if unrolled
             else "JAX's default lowering."
         ),

@@ -24,6 +24,7 @@ import scipy.special
 jax.config.update("jax_enable_x64", True)
 
 import jaxctbn as jc
+from jaxctbn._active_learning.metrics import adjacency_from_parents
 from jaxctbn._learning.candidates import candidate_parent_sets, enumerate_parent_sets
 from jaxctbn._learning.family_statistics import _segments
 
@@ -134,7 +135,7 @@ def main():
         post = jc.StructurePosterior.from_statistics(
             stats, truth.names, prior=jc.GammaPrior(ALPHA, BETA)
         )
-        adj = jc.experiments.adjacency_from_parents(truth.parents, N)
+        adj = adjacency_from_parents(truth.parents, N)
         shd = int(jc.experiments.structural_hamming_distance(post.map_adjacency(), adj))
         auroc = float(jc.experiments.edge_auroc(edges, adj))
         total = t_stats + t_score

@@ -36,6 +36,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import jaxctbn as jc
+from jaxctbn._active_learning.metrics import adjacency_from_parents
 from jaxctbn._paths.sampling import automatic_max_events
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
@@ -117,7 +118,7 @@ def run_worker(path: str, method: str, timeout: float) -> dict:
 def recovery(truth, traj) -> tuple[int, float]:
     N = truth.num_nodes
     post = jc.learn_structure(traj, truth.names, [2] * N, max_parents=2, prior=PRIOR)
-    adj = jc.experiments.adjacency_from_parents(truth.parents, N)
+    adj = adjacency_from_parents(truth.parents, N)
     shd = int(jc.experiments.structural_hamming_distance(post.map_adjacency(), adj))
     return shd, float(jc.experiments.edge_auroc(post.edge_marginals(), adj))
 
@@ -148,7 +149,7 @@ def main():
         events = int(traj.num_events.sum())
         path = os.path.join(tmp, f"data{N}.npz")
         np.savez(path, **{f: np.asarray(getattr(traj, f)) for f in FIELDS})
-        adj = jc.experiments.adjacency_from_parents(truth.parents, N)
+        adj = adjacency_from_parents(truth.parents, N)
         runs = [("jaxctbn (auto)", "auto")]
         if N in baseline:
             runs.append(("jaxctbn matmul (baseline)", "matmul"))
@@ -158,7 +159,7 @@ def main():
             results[method] = res
             shd = int(
                 jc.experiments.structural_hamming_distance(
-                    jc.experiments.adjacency_from_parents([tuple(p) for p in res["map_graph"]], N),
+                    adjacency_from_parents([tuple(p) for p in res["map_graph"]], N),
                     adj,
                 )
             )
@@ -205,7 +206,7 @@ def main():
             same = [tuple(sorted(p)) for p in results["auto"]["map_graph"]] == list(peer["parents"])
             shd = int(
                 jc.experiments.structural_hamming_distance(
-                    jc.experiments.adjacency_from_parents(list(peer["parents"]), N), adj
+                    adjacency_from_parents(list(peer["parents"]), N), adj
                 )
             )
             rec = {

@@ -90,9 +90,7 @@ def one_size(num_subjects: int, reps: int, seed: int) -> dict:
                 observations, [CUT], covariates=covariates
             )
             fit = jc.panel.fit_rates(start, periods, covariates=covariates)
-            errors = jc.panel.rate_uncertainty(
-                fit.model, periods, covariates=covariates, effects=fit.effects
-            )
+            errors = fit.uncertainty(periods, covariates=covariates)
             jax.block_until_ready(errors)
         if rep > 0:  # the first data set compiles
             seconds.append(sw.seconds)

@@ -98,12 +98,7 @@ def jaxctbn_fit(obs, covariates):
     )
     with stopwatch() as sw:
         fit = jc.panel.fit_rates(start, obs, covariates=covariates, method=method)
-        unc = jc.panel.rate_uncertainty(
-            fit.model,
-            obs,
-            covariates=covariates,
-            effects=None if covariates is None else fit.effects,
-        )
+        unc = fit.uncertainty(obs, covariates=covariates)
         jax.block_until_ready(unc)
     first = sw.seconds
     with stopwatch() as sw:

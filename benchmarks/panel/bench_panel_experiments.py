@@ -69,6 +69,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import jaxctbn as jc  # noqa: E402
+from jaxctbn._cli.threefry_lowering import use_unrolled_threefry_on_cpu  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 from _common import RESULTS, environment, stopwatch, write_results  # noqa: E402
@@ -206,7 +207,7 @@ def main():
     name = "panel_experiments" + ("_moment" if args.panel_posterior == "moment" else "")
     name += "_quick" if args.quick else ""
     family, family_text = panel_family(args)
-    unrolled = jc.internal.use_unrolled_threefry_on_cpu()  # as the CLI: the same random bits
+    unrolled = use_unrolled_threefry_on_cpu()  # as the CLI: the same random bits
     truth = jc.paper_network(jax.random.key(0), rates="softmax")
     space = jc.intervention_space(truth.cardinalities)
     base = jax.random.key(args.seed)

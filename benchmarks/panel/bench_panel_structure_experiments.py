@@ -64,6 +64,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import jaxctbn as jc  # noqa: E402
+from jaxctbn._cli.threefry_lowering import use_unrolled_threefry_on_cpu  # noqa: E402
 from jaxctbn._experiments.config import default_max_parents  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
@@ -167,7 +168,7 @@ def main():
     visits = [int(k) for k in args.visits.split(",")]
     if args.quick:
         R, E, chunk, visits = 4, 3, 4, [2]
-    unrolled = jc.internal.use_unrolled_threefry_on_cpu()  # as the CLI: the same random bits
+    unrolled = use_unrolled_threefry_on_cpu()  # as the CLI: the same random bits
     truth = jc.paper_network(jax.random.key(0), rates="gamma")
     max_parents = default_max_parents(truth.num_nodes, None)
     space = jc.intervention_space(truth.cardinalities)

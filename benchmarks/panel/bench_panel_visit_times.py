@@ -58,6 +58,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import jaxctbn as jc  # noqa: E402
+from jaxctbn._cli.threefry_lowering import use_unrolled_threefry_on_cpu  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 from _common import argument_parser, environment, stopwatch, write_results  # noqa: E402
@@ -176,7 +177,7 @@ def main():
     if designs != DESIGNS:
         name += "_" + "-".join(designs)
     name += "_quick" if args.quick else ""
-    unrolled = jc.internal.use_unrolled_threefry_on_cpu()  # as the CLI: the same random bits
+    unrolled = use_unrolled_threefry_on_cpu()  # as the CLI: the same random bits
     if args.truth == "paper":
         truth, tau = jc.paper_network(jax.random.key(0), rates="softmax"), 3.0
     elif args.truth == "structure":

@@ -68,7 +68,7 @@ def one_size(num_subjects: int, reps: int, seed: int) -> dict:
         observations = jc.panel.observe_paths(paths, VISITS)
         with stopwatch() as sw:
             fit = jc.panel.fit_rates(start(), observations)
-            uncertainty = jc.panel.rate_uncertainty(fit.model, observations)
+            uncertainty = fit.uncertainty(observations)
             jax.block_until_ready(uncertainty)
         if rep > 0:  # the first data set compiles
             seconds.append(sw.seconds)

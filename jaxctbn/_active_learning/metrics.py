@@ -155,7 +155,7 @@ def aupr(scores: ArrayLike, labels: ArrayLike, *, rtol: float = 1e-9) -> Float[A
     r"""Area under the precision–recall curve as average precision,
     $\sum_j (R_j-R_{j-1})P_j$ over the score thresholds $j$, one threshold per tie group.
 
-    Tie groups as in [`jaxctbn.experiments.auroc`][]: sorted in descending order, neighbours $a\ge b$ are
+    Tie groups as in `auroc`: sorted in descending order, neighbours $a\ge b$ are
     tied when $a-b\le\mathrm{rtol}\cdot\max(|a|,|b|)$, and the groups are the maximal (chained)
     runs. With `rtol=0` only equal scores tie and the value is
     `sklearn.metrics.average_precision_score`.
@@ -244,7 +244,7 @@ def edge_auroc(
     edge_probabilities: ArrayLike, true_adjacency: ArrayLike, *, rtol: float = 1e-9
 ) -> Float[Array, ""]:
     """AUROC of edge marginals `[m, n] = p(m -> n)` against a true adjacency (diagonal ignored):
-    [`jaxctbn.experiments.auroc`][] of the off-diagonal entries, with the same tie tolerance `rtol`
+    `auroc` of the off-diagonal entries, with the same tie tolerance `rtol`
     (keyword-only, default $10^{-9}$; marginals equal up to rounding are tied). The off-diagonal
     marginals must be finite. Raises when the true graph has no edge or no absent edge (the
     AUROC is then undefined)."""
@@ -254,7 +254,7 @@ def edge_auroc(
 def edge_aupr(
     edge_probabilities: ArrayLike, true_adjacency: ArrayLike, *, rtol: float = 1e-9
 ) -> Float[Array, ""]:
-    """AUPR of edge marginals against a true adjacency (diagonal ignored): [`jaxctbn.experiments.aupr`][] of
+    """AUPR of edge marginals against a true adjacency (diagonal ignored): `aupr` of
     the off-diagonal entries, with the same tie tolerance `rtol` (keyword-only, default
     $10^{-9}$). The off-diagonal marginals must be finite. Raises when the true graph has no edge
     or no absent edge (as for [`jaxctbn.experiments.edge_auroc`][])."""

@@ -47,16 +47,15 @@ def covariates_of(
     model, df, ids, columns: str, rates: str | None, observations, shared: str | None = None
 ):
     """`--covariates` / `--covariate-rates`: the `Covariates` of
-    [`jaxctbn.panel.covariates_from_dataframe`][] acting on the listed rates, and a summary for
+    [`Covariates.from_dataframe`][jaxctbn.panel.Covariates.from_dataframe] acting on the listed rates, and a summary for
     the JSON (names, columns, reference levels, the time-varying columns)."""
     import numpy as np
 
     from .._panel.covariates import Covariates
-    from .._panel.csv import covariates_from_dataframe
 
     names = covariate_columns(columns, df, model)
     try:
-        covariates, summary = covariates_from_dataframe(df, names, observations, ids)
+        covariates, summary = Covariates.from_dataframe(df, names, observations, ids)
     except ValueError as e:
         raise ValueError("--covariates: " + str(e).removeprefix("columns: ")) from None
     labels = covariates.names

@@ -110,7 +110,6 @@ def _cmd_fit(args):
     from .._panel.csv import panel_from_dataframe
     from .._panel.fit import fit_rates
     from .._panel.fit_methods import EMFit, GradientFit, SquaremFit
-    from .._panel.uncertainty import rate_uncertainty
     from .._paths.csv import read_csv
 
     model = _load_network(args.network)
@@ -190,9 +189,7 @@ def _cmd_fit(args):
             assert prior is not None
             out["posterior"], draws = panel_posterior(args, model, observations, prior)
         fitted = fit.model
-        uncertainty = rate_uncertainty(
-            fitted, observations, prior=prior, covariates=covariates, effects=fit.effects
-        )
+        uncertainty = fit.uncertainty(observations, prior=prior, covariates=covariates)
         log_rate_se = uncertainty.log_rate_standard_errors
         definite = bool(uncertainty.positive_definite)
         if covariates is not None:

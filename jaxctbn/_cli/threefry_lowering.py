@@ -9,7 +9,7 @@ their compile time. Upstream JAX has since changed the CPU lowering to straight-
 (jax-ml/jax#37872: with XLA's thunk runtime the loop no longer saves compile time, and it costs
 run time).
 
-[`jaxctbn.internal.use_unrolled_threefry_on_cpu`][] makes the installed JAX do the same: the same
+`use_unrolled_threefry_on_cpu` makes the installed JAX do the same: the same
 hash, so **the same random bits** for every key, compiled faster, at about the same run time
 per step (`benchmarks/active_learning/bench_active_learning.py` reports the compile and step times, with JAX's
 loop under `--rolled-threefry`; results in `benchmarks/results/vbhc_run.md`).

@@ -30,7 +30,7 @@ and uses nothing but those subjects. A subject drawn from a sub-pool is an inter
 experiment (the root clamped at $r$), so by the pooling rule (§4) the root's own transitions
 are not learnt from it. On real panels with long gaps (years between visits) a path draw can
 need more uniformisation times than the filter's `max_candidates`:
-[`jaxctbn.experiments.run_pool_experiment`][] (`run pool`) then redoes the chunk with the bound
+`run_pool_experiment` (`run pool`) then redoes the chunk with the bound
 doubled.
 
 **The paper's approximation** (`panel_posterior=None`; `run pool --panel-posterior moment`):
@@ -158,7 +158,7 @@ def run_pool(
     borrows that network's information and is overconfident where the visits are sparse).
     Under `jit` a path that needs more uniformisation times than the filter's
     `max_candidates` raises an error naming it
-    ([`jaxctbn.experiments.run_pool_experiment`][] grows it instead)."""
+    (`run_pool_experiment` grows it instead)."""
     if not 1 <= num_experiments <= pool.num_subjects:
         raise ValueError(
             f"num_experiments: must be in 1..{pool.num_subjects} (subjects are drawn without "

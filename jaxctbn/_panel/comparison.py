@@ -16,11 +16,9 @@ import jax.numpy as jnp
 import jax.scipy.stats
 from jaxtyping import Array, ArrayLike, Float
 
-from .fit import RateFit
-
 
 class LikelihoodRatioTest(eqx.Module):
-    """What [`jaxctbn.panel.likelihood_ratio_test`][] returns: `lr_statistic` $D$, `df`
+    """What [`jaxctbn.panel.RateFit.likelihood_ratio_test`][] returns: `lr_statistic` $D$, `df`
     $p_1-p_0$, `p_value`, and `aic` `(2,)` of the smaller and the larger fit."""
 
     lr_statistic: Float[Array, ""]
@@ -42,19 +40,15 @@ def lr_test(
     return LikelihoodRatioTest(lr_statistic=statistic, df=df, p_value=p_value, aic=m2ll + 2 * p)
 
 
-def likelihood_ratio_test(smaller: RateFit, larger: RateFit) -> LikelihoodRatioTest:
-    r"""The likelihood-ratio test of `smaller` nested in `larger` (two
-    [`jaxctbn.panel.RateFit`][]s of the same data, maximum likelihood), and their AIC (see the
-    module docstring).
+def likelihood_ratio_test(smaller, larger) -> LikelihoodRatioTest:
+    r"""The likelihood-ratio test of `smaller` nested in `larger`, two
+    [`jaxctbn.panel.RateFit`][]s (`RateFit.likelihood_ratio_test`, which checks their type).
 
-    Refused with a `ValueError`: a fit that is not a `RateFit`, networks with different
-    nodes. Inside `jit`, an error when `larger` does not have more parameters or a fit is a
-    MAP fit (its log-posterior differs from its log-likelihood). A negative statistic (the
-    larger fit stopped short of its optimum) gives the p-value 1; refit it.
+    Refused with a `ValueError`: networks with different nodes. Inside `jit`, an error when
+    `larger` does not have more parameters or a fit is a MAP fit (its log-posterior differs
+    from its log-likelihood). A negative statistic (the larger fit stopped short of its
+    optimum) gives the p-value 1; refit it.
     """
-    for name, fit in (("smaller", smaller), ("larger", larger)):
-        if not isinstance(fit, RateFit):
-            raise ValueError(f"{name}: expected a RateFit of jaxctbn.panel.fit_rates.")
     if smaller.model.names != larger.model.names or (
         smaller.model.cardinalities != larger.model.cardinalities
     ):

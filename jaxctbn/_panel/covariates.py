@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -30,7 +31,11 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._model.interventions import Intervention, is_concrete
+from .buckets import PanelBuckets
 from .observations import PanelObservations
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: the largest absolute covariate value accepted (products and squares of centred values stay
 #: far from float64's overflow)
@@ -57,7 +62,7 @@ class Covariates(eqx.Module):
     - `per_observation` (keyword-only, default `False`): `values` are `(*batch, O, C)`, one
       row per observation of each trajectory (aligned with its observations, padding
       ignored), each holding until the next observation: time-varying covariates. They enter
-      the likelihood (the fit and [`jaxctbn.panel.rate_uncertainty`][]) only.
+      the likelihood (the fit and [`RateFit.uncertainty`][jaxctbn.panel.RateFit.uncertainty]) only.
 
     Structure is checked here (a `ValueError` naming the argument); concrete values must be
     finite, and a covariate that is constant over the trajectories is refused (its effect is
@@ -150,6 +155,104 @@ class Covariates(eqx.Module):
                     raise ValueError(f"shared[{n}]: labels are -1 (not shared) or >= 0.")
             self.shared = tuple(jnp.asarray(a, jnp.int32) for a in labels)
             self.num_labels = int(max((int(a.max(initial=-1)) for a in labels), default=-1)) + 1
+
+    @classmethod
+    def from_dataframe(
+        cls,
+        df: pd.DataFrame,
+        columns: Sequence[str],
+        observations: PanelObservations | PanelBuckets,
+        ids: Sequence[Any],
+    ) -> tuple[Covariates, dict]:
+        """The covariates of the data columns `columns` of the long-format `df`
+        that [`jaxctbn.panel.panel_from_dataframe`][] read as `(observations, ids)` (the columns
+        are not nodes: drop them from the frame given to it).
+
+        - A column constant within every trajectory is a baseline covariate, one row per
+          trajectory in the order of `ids`. When some column changes within a trajectory, every
+          column is per observation (`per_observation=True`): the value recorded with each
+          observation, holding until the next (rows at one time must agree; the values of rows
+          that observe no node, which the reader drops, are not used).
+        - A column whose values are not all numbers is categorical: one 0/1 column `COL=level`
+          per level but the first in sorted order (the reference).
+
+        The covariates act on every free rate (`acts_on=None`; rebuild them with an `acts_on` to
+        choose). **Returns** `(covariates, summary)`, the summary a dict with `names` (of the
+        covariate columns), `columns`, `reference_levels` `{COL: level}` and `time_varying` (the
+        columns that change within a trajectory). Bad input (an unknown column, missing values,
+        two values at one visit, a single level) raises a `ValueError` naming the column."""
+        import pandas as pd
+
+        names = list(columns)
+        if not names:
+            raise ValueError("columns: give at least one covariate column.")
+        for name in names:
+            if name in ("trajectory_id", "time", "intervention"):
+                raise ValueError(f"columns: {name!r} is a reserved column.")
+            if name not in df.columns:
+                raise ValueError(f"columns: no column {name!r} in the data.")
+        grouped = df.groupby("trajectory_id", sort=False)
+        for name in names:
+            missing = df[name].isna().to_numpy()
+            if missing.any():
+                tid = df["trajectory_id"].to_numpy()[missing][0]
+                raise ValueError(
+                    f"columns: column {name!r} has missing values (trajectory {tid!r})."
+                )
+        varying = [name for name in names if (grouped[name].nunique() > 1).any()]
+        if varying:  # every column per observation, aligned with the observations' slots
+            flat = observations.padded() if isinstance(observations, PanelBuckets) else observations
+            times = np.asarray(flat.times, float)
+            counts = np.asarray(flat.num_observations)
+            R, slots = times.shape
+            real = np.arange(slots)[None, :] < counts[:, None]
+            keys = pd.MultiIndex.from_arrays(
+                [np.repeat(np.asarray(ids, dtype=object), counts), times[real]]
+            )
+            at_visits = df.groupby(["trajectory_id", "time"], sort=False)
+            raw = []
+            for name in names:
+                conflict = at_visits[name].nunique() > 1
+                if conflict.any():
+                    tid, t = conflict.index[int(np.argmax(conflict.to_numpy()))]
+                    raise ValueError(
+                        f"columns: column {name!r} has two values at time {t:g} of trajectory {tid!r}."
+                    )
+                column = np.empty((R, slots), dtype=object)
+                column[real] = at_visits[name].first().reindex(keys).to_numpy()
+                last = column[np.arange(R), counts - 1]
+                column[~real] = np.broadcast_to(last[:, None], (R, slots))[~real]
+                raw.append(column)
+        else:
+            raw = [
+                grouped[name].first().reindex(pd.Index(list(ids))).to_numpy(dtype=object)
+                for name in names
+            ]
+        values, labels, reference = [], [], {}
+        for name, column in zip(names, raw):
+            numeric = np.asarray(pd.to_numeric(pd.Series(column.ravel()), errors="coerce"), float)
+            if not np.isnan(numeric).any():
+                if np.ptp(numeric) == 0:
+                    raise ValueError(f"columns: column {name!r} has a single value.")
+                values.append(numeric.reshape(column.shape))
+                labels.append(name)
+                continue
+            text = np.vectorize(str, otypes=[object])(column)
+            levels = sorted(set(text.ravel().tolist()))
+            if len(levels) < 2:
+                raise ValueError(f"columns: column {name!r} has a single value.")
+            reference[name] = levels[0]
+            for level in levels[1:]:
+                values.append((text == level).astype(float))
+                labels.append(f"{name}={level}")
+        covariates = cls(np.stack(values, -1), names=labels, per_observation=bool(varying))
+        summary = {
+            "names": labels,
+            "columns": names,
+            "reference_levels": reference,
+            "time_varying": varying,
+        }
+        return covariates, summary
 
     @property
     def num_covariates(self) -> int:

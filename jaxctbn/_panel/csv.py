@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 import numpy as np
@@ -13,7 +12,6 @@ import numpy as np
 from .._model.interventions import Intervention
 from .._model.layout import parse_assignment
 from .buckets import PanelBuckets
-from .covariates import Covariates
 from .observations import PanelObservations
 
 if TYPE_CHECKING:
@@ -30,7 +28,7 @@ def panel_from_dataframe(
 ) -> tuple[PanelObservations | PanelBuckets, list]:
     """Parse the long format as **panel** data: each row is an observation of the nodes at that
     time (an empty cell = that node was not observed then), the process being hidden between
-    rows. Same columns as [`jaxctbn.internal.trajectories_from_dataframe`][]:
+    rows. Same columns as the trajectory CSV ([`jaxctbn.read_trajectories_csv`][]):
     `trajectory_id, time, <nodes>[, intervention]`.
 
     - Rows of a trajectory are sorted by time. Two rows at the same time are merged when they
@@ -173,98 +171,3 @@ def read_panel_csv(
 ) -> tuple[PanelObservations | PanelBuckets, list]:
     """Read a long-format CSV as panel data (see [`jaxctbn.panel.panel_from_dataframe`][])."""
     return panel_from_dataframe(read_csv(path), model, exact_entry=exact_entry, bucketed=bucketed)
-
-
-def covariates_from_dataframe(
-    df: pd.DataFrame,
-    columns: Sequence[str],
-    observations: PanelObservations | PanelBuckets,
-    ids: Sequence[Any],
-) -> tuple[Covariates, dict]:
-    """The [`jaxctbn.panel.Covariates`][] of the data columns `columns` of the long-format `df`
-    that [`jaxctbn.panel.panel_from_dataframe`][] read as `(observations, ids)` (the columns
-    are not nodes: drop them from the frame given to it).
-
-    - A column constant within every trajectory is a baseline covariate, one row per
-      trajectory in the order of `ids`. When some column changes within a trajectory, every
-      column is per observation (`per_observation=True`): the value recorded with each
-      observation, holding until the next (rows at one time must agree; the values of rows
-      that observe no node, which the reader drops, are not used).
-    - A column whose values are not all numbers is categorical: one 0/1 column `COL=level`
-      per level but the first in sorted order (the reference).
-
-    The covariates act on every free rate (`acts_on=None`; rebuild them with an `acts_on` to
-    choose). **Returns** `(covariates, summary)`, the summary a dict with `names` (of the
-    covariate columns), `columns`, `reference_levels` `{COL: level}` and `time_varying` (the
-    columns that change within a trajectory). Bad input (an unknown column, missing values,
-    two values at one visit, a single level) raises a `ValueError` naming the column."""
-    import pandas as pd
-
-    names = list(columns)
-    if not names:
-        raise ValueError("columns: give at least one covariate column.")
-    for name in names:
-        if name in ("trajectory_id", "time", "intervention"):
-            raise ValueError(f"columns: {name!r} is a reserved column.")
-        if name not in df.columns:
-            raise ValueError(f"columns: no column {name!r} in the data.")
-    grouped = df.groupby("trajectory_id", sort=False)
-    for name in names:
-        missing = df[name].isna().to_numpy()
-        if missing.any():
-            tid = df["trajectory_id"].to_numpy()[missing][0]
-            raise ValueError(f"columns: column {name!r} has missing values (trajectory {tid!r}).")
-    varying = [name for name in names if (grouped[name].nunique() > 1).any()]
-    if varying:  # every column per observation, aligned with the observations' slots
-        flat = observations.padded() if isinstance(observations, PanelBuckets) else observations
-        times = np.asarray(flat.times, float)
-        counts = np.asarray(flat.num_observations)
-        R, slots = times.shape
-        real = np.arange(slots)[None, :] < counts[:, None]
-        keys = pd.MultiIndex.from_arrays(
-            [np.repeat(np.asarray(ids, dtype=object), counts), times[real]]
-        )
-        at_visits = df.groupby(["trajectory_id", "time"], sort=False)
-        raw = []
-        for name in names:
-            conflict = at_visits[name].nunique() > 1
-            if conflict.any():
-                tid, t = conflict.index[int(np.argmax(conflict.to_numpy()))]
-                raise ValueError(
-                    f"columns: column {name!r} has two values at time {t:g} of trajectory {tid!r}."
-                )
-            column = np.empty((R, slots), dtype=object)
-            column[real] = at_visits[name].first().reindex(keys).to_numpy()
-            last = column[np.arange(R), counts - 1]
-            column[~real] = np.broadcast_to(last[:, None], (R, slots))[~real]
-            raw.append(column)
-    else:
-        raw = [
-            grouped[name].first().reindex(pd.Index(list(ids))).to_numpy(dtype=object)
-            for name in names
-        ]
-    values, labels, reference = [], [], {}
-    for name, column in zip(names, raw):
-        numeric = np.asarray(pd.to_numeric(pd.Series(column.ravel()), errors="coerce"), float)
-        if not np.isnan(numeric).any():
-            if np.ptp(numeric) == 0:
-                raise ValueError(f"columns: column {name!r} has a single value.")
-            values.append(numeric.reshape(column.shape))
-            labels.append(name)
-            continue
-        text = np.vectorize(str, otypes=[object])(column)
-        levels = sorted(set(text.ravel().tolist()))
-        if len(levels) < 2:
-            raise ValueError(f"columns: column {name!r} has a single value.")
-        reference[name] = levels[0]
-        for level in levels[1:]:
-            values.append((text == level).astype(float))
-            labels.append(f"{name}={level}")
-    covariates = Covariates(np.stack(values, -1), names=labels, per_observation=bool(varying))
-    summary = {
-        "names": labels,
-        "columns": names,
-        "reference_levels": reference,
-        "time_varying": varying,
-    }
-    return covariates, summary

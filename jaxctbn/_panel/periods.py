@@ -10,7 +10,7 @@ covariate. A trajectory's interval that spans a cut is split there by a **censor
 node observed: the likelihood is unchanged, the filter only changes generator there), and the
 period dummies are per-observation covariates ([`jaxctbn.panel.Covariates`][] with
 `per_observation=True`), so [`jaxctbn.panel.fit_rates`][] and
-[`jaxctbn.panel.rate_uncertainty`][] fit and report the periods' hazard ratios as covariate
+[`RateFit.uncertainty`][jaxctbn.panel.RateFit.uncertainty] fit and report the periods' hazard ratios as covariate
 effects, the way msm reports `timeperiod[c1,c2)`.
 """
 

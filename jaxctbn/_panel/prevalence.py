@@ -37,7 +37,7 @@ from .observations import PanelObservations
 
 
 class Prevalence(eqx.Module):
-    r"""What [`jaxctbn.panel.prevalence`][] returns, for the times `(G,)` and the nodes, states
+    r"""What [`RateFit.prevalence`][jaxctbn.panel.RateFit.prevalence] returns, for the times `(G,)` and the nodes, states
     padded to the largest cardinality `K` (0 beyond a node's own):
 
     - `times` `(G,)`;

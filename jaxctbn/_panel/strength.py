@@ -30,7 +30,8 @@ from .._learning.priors import GammaPrior
 from .._master_equation import AbstractMasterEquationSolver
 from .._model.ctbn import CTBN
 from .._model.interventions import Intervention
-from .fit import DEFAULT_PANEL_SOLVER, fit_rates
+from .fit import fit_rates
+from .fit_arguments import DEFAULT_PANEL_SOLVER
 from .fit_methods import AbstractRateFitMethod, GradientFit
 from .observations import PanelObservations
 

@@ -53,7 +53,12 @@ from .._master_equation import AbstractMasterEquationSolver, solve_batched
 from .._model.ctbn import CTBN
 from .buckets import PanelBuckets
 from .covariates import Covariates
-from .fit import DEFAULT_METHOD, DEFAULT_PANEL_SOLVER, check_fit_covariates, checked_fit_arguments
+from .fit_arguments import (
+    DEFAULT_METHOD,
+    DEFAULT_PANEL_SOLVER,
+    check_fit_covariates,
+    checked_fit_arguments,
+)
 from .fit_methods import GradientFit
 from .fit_problem import fit_problem
 from .observations import Emissions, PanelObservations
@@ -67,7 +72,7 @@ _UNIDENTIFIED_ROUNDS = 3
 
 
 class RateUncertainty(eqx.Module):
-    r"""What [`jaxctbn.panel.rate_uncertainty`][] returns. Per node, arrays shaped like its CIMs
+    r"""What [`RateFit.uncertainty`][jaxctbn.panel.RateFit.uncertainty] returns. Per node, arrays shaped like its CIMs
     `(configs, k, k)`:
 
     - `rates`: the fitted rates $\hat\lambda$ (0 on the diagonal and for structural zeros);
@@ -163,7 +168,7 @@ def rate_uncertainty(
 
     ```python
     fit = jaxctbn.panel.fit_rates(start, observations)
-    uncertainty = jaxctbn.panel.rate_uncertainty(fit.model, observations)
+    uncertainty = fit.uncertainty(observations)
     uncertainty.lower[0], uncertainty.upper[0], uncertainty.positive_definite
     ```
     """

@@ -75,7 +75,7 @@ def trajectories_to_dataframe(trajectories: Trajectories, model: AbstractCTBN) -
 
 
 def write_trajectories_csv(trajectories: Trajectories, model: AbstractCTBN, path) -> None:
-    """Write [`jaxctbn.internal.trajectories_to_dataframe`][]'s long format to the CSV file `path` (the
+    """Write `trajectories_to_dataframe`'s long format to the CSV file `path` (the
     same text as `DataFrame.to_csv(path, index=False)`, written without pandas: the per-cell
     formatting of `to_csv` dominated the time of `jaxctbn sample` on large samples)."""
     import csv
@@ -263,7 +263,7 @@ def _event_slots(num_jumps: np.ndarray, max_events: int | None) -> int:
 def trajectories_from_dataframe(
     df: pd.DataFrame, model, *, dtype=None, max_events: int | None = None
 ) -> tuple[Trajectories, list]:
-    """Parse the long format (see [`jaxctbn.internal.trajectories_to_dataframe`][]).
+    """Parse the long format (see `trajectories_to_dataframe`).
 
     Rows of a trajectory are taken in file order; times must be non-decreasing, consecutive rows
     may share a time stamp (a zero-length stay). Consecutive rows may differ in at most one node
@@ -386,7 +386,7 @@ def trajectories_from_dataframe(
 def read_csv(path: str | os.PathLike) -> pd.DataFrame:
     """Read a long-format CSV, with one-line `ValueError`s naming the file for a missing,
     unreadable or malformed file (a directory, not UTF-8, a repeated or empty header name; the
-    checks of the columns and rows follow in [`jaxctbn.internal.trajectories_from_dataframe`][])."""
+    checks of the columns and rows follow in `trajectories_from_dataframe`)."""
     import csv
 
     import pandas as pd
@@ -424,6 +424,6 @@ def read_csv(path: str | os.PathLike) -> pd.DataFrame:
 def read_trajectories_csv(
     path: str | os.PathLike, model, *, max_events: int | None = None
 ) -> tuple[Trajectories, list]:
-    """Read the long-format CSV (see [`jaxctbn.internal.trajectories_from_dataframe`][], which also
+    """Read the long-format CSV (see `trajectories_from_dataframe`, which also
     describes `max_events`)."""
     return trajectories_from_dataframe(read_csv(path), model, max_events=max_events)

@@ -12,9 +12,10 @@ import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 import jaxctbn as jc
+from jaxctbn._active_learning.metrics import adjacency_from_parents, aupr, auroc
 
 # compiled once per (shape, rtol): the eager route compiles every primitive, which is slower
-AUROC, AUPR = eqx.filter_jit(jc.experiments.auroc), eqx.filter_jit(jc.experiments.aupr)
+AUROC, AUPR = eqx.filter_jit(auroc), eqx.filter_jit(aupr)
 METRICS = ((AUROC, roc_auc_score), (AUPR, average_precision_score))
 
 
@@ -110,8 +111,8 @@ def test_eager_jit_vmap_and_scan_agree():
     scores = np.stack([_perturb(s, rng) for s, _ in problems])
     labels = np.stack([y for _, y in problems])
     for metric, theirs in (
-        (jc.experiments.auroc, roc_auc_score),
-        (jc.experiments.aupr, average_precision_score),
+        (auroc, roc_auc_score),
+        (aupr, average_precision_score),
     ):
         expect = [theirs(y, s) for (s, y) in problems]
         for rtol in (1e-9, 0.0):
@@ -148,7 +149,7 @@ def test_non_finite_scores_and_bad_rtol_raise():
     for bad in (jnp.nan, jnp.inf, -jnp.inf):
         scores = jnp.array([0.2, bad, 0.5])
         probs = jnp.array([[0.0, bad], [0.3, 0.0]])
-        for metric in (jc.experiments.auroc, jc.experiments.aupr):
+        for metric in (auroc, aupr):
             with pytest.raises(ValueError, match="scores: must be finite"):
                 metric(scores, labels)
         for metric in (jc.experiments.edge_auroc, jc.experiments.edge_aupr):
@@ -165,7 +166,7 @@ def test_non_finite_scores_and_bad_rtol_raise():
     # a non-finite diagonal is ignored, as the diagonal is
     np.testing.assert_allclose(edge(jnp.array([[jnp.nan, 0.6], [0.3, 0.0]]), truth), 1.0)
     for rtol in (-1e-9, np.nan, np.inf):
-        for metric in (jc.experiments.auroc, jc.experiments.aupr):
+        for metric in (auroc, aupr):
             with pytest.raises(ValueError, match="rtol: must be a finite number >= 0"):
                 metric(jnp.array([0.2, 0.5, 0.5]), labels, rtol=rtol)
         with pytest.raises(ValueError, match="rtol: must be a finite number >= 0"):
@@ -176,7 +177,7 @@ def test_non_finite_scores_and_bad_rtol_raise():
 def test_traced_rtol_is_checked():
     # jax.jit traces keyword arguments too
     scores, labels = jnp.array([0.5, 0.5 + 1e-12, 0.2]), jnp.array([0, 1, 1])
-    traced = jax.jit(jc.experiments.auroc)
+    traced = jax.jit(auroc)
     np.testing.assert_allclose(traced(scores, labels, rtol=1e-9), 0.25)
     np.testing.assert_allclose(traced(scores, labels, rtol=0.0), 0.5)
     with pytest.raises(RAISED, match="rtol: must be a finite number >= 0"):
@@ -216,7 +217,7 @@ def test_edge_marginals_of_a_node_that_never_moves():
     task = jc.StructureLearningTask(truth, max_parents=2)
     metrics = eqx.filter_jit(task.metrics)(posterior)  # as in the compiled loop
     edges = np.asarray(posterior.edge_marginals())
-    adjacency = np.asarray(jc.experiments.adjacency_from_parents(parents, 3))
+    adjacency = np.asarray(adjacency_from_parents(parents, 3))
     off = ~np.eye(3, dtype=bool)
     half = off & (np.abs(edges - 0.5) < 1e-12)
     assert half[0, 1:].all() and half[1:, 0].all()  # the 4 edges at X0, true and absent ones

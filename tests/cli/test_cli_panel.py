@@ -15,6 +15,7 @@ from helpers import sample_trajectories_jit, state_at
 
 import jaxctbn as jc
 from jaxctbn._cli import main
+from jaxctbn._panel.uncertainty import rate_uncertainty
 
 TRUTH = jc.CTBN(
     cims=[
@@ -89,7 +90,7 @@ def test_fit_panel_default_and_gradient_agree_and_write_the_contract(files, tmp_
     # the command line reads them: its compiled program)
     fitted = jc.CTBN.from_dict(outs["squarem"]["network"])
     observations, _ = jc.panel.read_panel_csv(panel, fitted, bucketed=True)
-    uncertainty = jc.panel.rate_uncertainty(fitted, observations)
+    uncertainty = rate_uncertainty(fitted, observations)
     entry = outs["squarem"]["rates"][0]
     n = fitted.names.index(entry["node"])
     u = 0 if not entry["parent_states"] else entry["parent_states"]["A"]

@@ -10,6 +10,7 @@ _SCRIPT = textwrap.dedent(
     import jax, jax.numpy as jnp, jax.random as jr, numpy as np
     jax.config.update("jax_enable_x64", True)
     import jaxctbn as jc
+    from jaxctbn._cli.threefry_lowering import use_unrolled_threefry_on_cpu
     from jaxctbn._learning.gamma_variates import gamma_variates
 
     def draws():  # new function objects each time, so every call lowers afresh
@@ -35,7 +36,7 @@ _SCRIPT = textwrap.dedent(
         return out
 
     before = draws()
-    assert jc.internal.use_unrolled_threefry_on_cpu() is True
+    assert use_unrolled_threefry_on_cpu() is True
     after = draws()
     for name in before:
         (x, loop_before), (y, loop_after) = before[name], after[name]

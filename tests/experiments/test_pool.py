@@ -17,6 +17,7 @@ from jaxctbn._experiments.pool import pool_design_from_name, run_pool_repetition
 from jaxctbn._experiments.pool_subjects import pool_membership
 from jaxctbn._learning.candidates import candidate_parent_sets
 from jaxctbn._panel.panel_families import panel_family_statistics
+from jaxctbn._paths.csv import infer_cardinalities
 
 jax.config.update("jax_enable_x64", True)
 
@@ -262,14 +263,14 @@ def test_filter_bound_carries_across_chunks_and_resumes(prepared, tmp_path, monk
     family = jaxctbn.panel.StructureParticleFilter(num_particles=8, max_candidates=1)
     out = tmp_path / "run"
     settings = dict(designs=["passive"], repetitions=3, experiments=2, chunk=1, out=str(out))
-    first = jaxctbn.experiments.run_pool_experiment(
+    first = pool_module.run_pool_experiment(
         pool, fit, **settings, progress=False, panel_posterior=family
     )
     assert tried == [1, 2, 4]
     assert first["results"]["passive"]["max_candidates"].tolist() == [2, 4, 8]
     os.remove(out / "chunks" / "passive" / "2-2.npz")
     tried.clear()
-    again = jaxctbn.experiments.run_pool_experiment(
+    again = pool_module.run_pool_experiment(
         pool, fit, **settings, progress=False, panel_posterior=family
     )
     assert tried == [4]
@@ -400,7 +401,7 @@ def test_shipped_pbcseq_panel_matches_its_readme():
     arms = df.groupby("trajectory_id").trt.agg(["min", "max"])
     assert (arms["min"] == arms["max"]).all()
     assert np.bincount(arms["min"].to_numpy()).tolist() == [154, 158]
-    cards = jaxctbn.internal.infer_cardinalities(df, missing=True)
+    cards = infer_cardinalities(df, missing=True)
     assert cards == dict.fromkeys(["trt", "ascites", "hepato", "spiders", "edema"], 2)
     with pytest.warns(UserWarning, match="single observation"):
         observations, ids = jaxctbn.panel.read_panel_csv(path, cards)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import jaxctbn as jc
+from jaxctbn._active_learning.metrics import auroc
 from jaxctbn._cli import main
 
 
@@ -70,7 +71,7 @@ def test_structure_needs_two_nodes_and_defined_metrics(tmp_path, capsys):
     with pytest.raises(ValueError, match="edge AUROC needs"):
         jc.experiments.edge_auroc(probs, jnp.ones((2, 2), int))
     with pytest.raises(ValueError, match="scores: empty"):
-        jc.experiments.auroc(jnp.zeros(0), jnp.zeros(0))
+        auroc(jnp.zeros(0), jnp.zeros(0))
     traced = eqx.filter_jit(jc.experiments.edge_auroc)
     with pytest.raises(eqx.EquinoxRuntimeError, match="edge AUROC needs a true graph"):
         traced(probs, jnp.zeros((2, 2), int)).block_until_ready()

@@ -11,6 +11,7 @@ from helpers import random_model
 from helpers import sample_trajectories_jit as sample
 
 import jaxctbn as jc
+from jaxctbn._active_learning.metrics import adjacency_from_parents, aupr, auroc
 from jaxctbn._learning.candidates import candidate_parent_sets, enumerate_parent_sets
 from jaxctbn._paths.sufficient_statistics import node_statistics
 
@@ -339,7 +340,7 @@ def test_map_graph_recovers_truth(cards, parents, getkey):
         jnp.int32
     )
     traj = sample(truth, inits, 10.0, key=getkey(), num_trajectories=150, max_events=512)
-    adj = jc.experiments.adjacency_from_parents(parents, N)
+    adj = adjacency_from_parents(parents, N)
 
     @eqx.filter_jit
     def metrics(post):
@@ -569,9 +570,7 @@ def test_metrics_match_sklearn_with_ties():
         scores = rng.integers(0, 4, n) / 3 if trial % 4 < 2 else rng.uniform(size=n)
         problems[n].append((scores, labels))
     problems[7].append((np.full(7, 0.3), np.array([0, 1, 1, 0, 1, 0, 0])))  # all scores tied
-    metrics = jax.jit(
-        jax.vmap(lambda s, y: (jc.experiments.auroc(s, y), jc.experiments.aupr(s, y)))
-    )
+    metrics = jax.jit(jax.vmap(lambda s, y: (auroc(s, y), aupr(s, y))))
     for n, batch in problems.items():
         scores, labels = (np.stack(a) for a in zip(*batch))
         roc, pr = metrics(scores, labels)
@@ -586,16 +585,16 @@ def test_metrics_degenerate_cases_raise_instead_of_nan():
     scores = jnp.array([0.1, 0.5, 0.9])
     for labels in ([1, 1, 1], [0, 0, 0]):
         with pytest.raises(ValueError, match="AUROC needs at least one positive and one negative"):
-            jc.experiments.auroc(scores, jnp.array(labels))
+            auroc(scores, jnp.array(labels))
         with pytest.raises(Exception, match="AUROC needs at least one positive and one negative"):
-            jax.jit(jc.experiments.auroc)(scores, jnp.array(labels))
+            jax.jit(auroc)(scores, jnp.array(labels))
     with pytest.raises(ValueError, match="AUPR needs at least one positive label"):
-        jc.experiments.aupr(scores, jnp.array([0, 0, 0]))
+        aupr(scores, jnp.array([0, 0, 0]))
     with pytest.raises(Exception, match="AUPR needs at least one positive label"):
-        jax.jit(jax.vmap(jc.experiments.aupr))(scores[None], jnp.array([[0, 0, 0]]))
-    np.testing.assert_allclose(jc.experiments.aupr(scores, jnp.array([1, 1, 1])), 1.0)
+        jax.jit(jax.vmap(aupr))(scores[None], jnp.array([[0, 0, 0]]))
+    np.testing.assert_allclose(aupr(scores, jnp.array([1, 1, 1])), 1.0)
     with pytest.raises(ValueError, match="same size"):
-        jc.experiments.auroc(scores, jnp.array([1, 0]))
+        auroc(scores, jnp.array([1, 0]))
 
 
 def test_metrics_jit_inside_scan():

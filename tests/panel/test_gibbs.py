@@ -317,7 +317,7 @@ def test_monte_carlo_em_reaches_the_exact_em_optimum():
     assert best - first > 10
     assert -1e-6 < best - got < 0.15, (best, got, first)
     # the rates: their Monte Carlo error well inside the exact fit's own standard errors
-    se = jc.panel.rate_uncertainty(exact.model, observations).standard_errors
+    se = exact.uncertainty(observations).standard_errors
     for q, r, e in zip(fit.model.cims, exact.model.cims, se):
         off = ~np.eye(2, dtype=bool)
         ratio = np.abs(np.asarray(q) - np.asarray(r))[:, off] / np.asarray(e)[:, off]

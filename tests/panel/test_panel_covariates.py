@@ -14,6 +14,8 @@ import scipy.optimize
 from helpers import finite_difference_hessian, illness_death_start
 
 import jaxctbn as jc
+from jaxctbn._panel.prevalence import prevalence
+from jaxctbn._panel.uncertainty import rate_uncertainty
 
 GRID = np.arange(0.0, 6.0, 1.0)
 RATES = np.array([[0.0, 0.4, 0.1], [0.3, 0.0, 0.3], [0.0, 0.0, 0.0]])  # state 2 absorbing
@@ -74,9 +76,7 @@ def _fit():
     obs = jc.panel.PanelObservations(np.broadcast_to(GRID, paths.shape), paths[..., None])
     start = illness_death_start()
     fit = jc.panel.fit_rates(start, obs, covariates=_covariates())
-    uncertainty = jc.panel.rate_uncertainty(
-        fit.model, obs, covariates=_covariates(), effects=fit.effects
-    )
+    uncertainty = fit.uncertainty(obs, covariates=_covariates())
     return obs, fit, uncertainty
 
 
@@ -153,7 +153,7 @@ def test_bad_covariates_are_refused():
     with pytest.raises(ValueError, match="method: covariate effects have no closed-form EM"):
         jc.panel.fit_rates(start, obs, covariates=_covariates(), method=jc.panel.EMFit())
     with pytest.raises(ValueError, match="covariates, effects: give both"):
-        jc.panel.rate_uncertainty(start, obs, covariates=_covariates())
+        rate_uncertainty(start, obs, covariates=_covariates())
     # exactly collinear (age2 = 2 age + 1) where they act together: not identifiable, named;
     # acting on different rates they are identifiable and pass the check
     collinear = np.stack([Z[:, 1], 2 * Z[:, 1] + 1, Z[:, 0]], 1)
@@ -162,7 +162,7 @@ def test_bad_covariates_are_refused():
         jc.panel.fit_rates(start, obs, covariates=jc.panel.Covariates(collinear, names=names))
     apart = np.zeros((3, 1, 3, 3), bool)
     apart[0, 0, 0, 1] = apart[1, 0, 1, 2] = apart[2, 0, 0, 1] = True
-    from jaxctbn._panel.fit import _check_identifiable
+    from jaxctbn._panel.fit_arguments import check_identifiable as _check_identifiable
 
     _check_identifiable(jc.panel.Covariates(collinear, names=names, acts_on=[apart]))
 
@@ -258,14 +258,14 @@ def test_fit_with_covariates_from_the_command_line(tmp_path, capsys):
         effects[0][["sex=M", "age"].index(e["covariate"]), 0, e["from"], e["to"]] = e[
             "log_hazard_ratio"
         ]
-    library = jc.panel.prevalence(
+    library = prevalence(
         jc.CTBN.from_dict(d["network"]), obs, [0.0, 2.0, 5.0], covariates=sex, effects=effects
     )
     np.testing.assert_allclose(
         table.expected.to_numpy().reshape(3, 3), np.asarray(library.expected)[:, 0], rtol=1e-10
     )
     # with covariates the forecast differs from the one at the covariates' means
-    plain = jc.panel.prevalence(jc.CTBN.from_dict(d["network"]), obs, [0.0, 2.0, 5.0])
+    plain = prevalence(jc.CTBN.from_dict(d["network"]), obs, [0.0, 2.0, 5.0])
     assert np.abs(np.asarray(plain.expected) - np.asarray(library.expected)).max() > 0.1
     # the fit without covariates checked on the same file: its covariate columns ignored with
     # one note (as fit does), the forecast the library's without covariates
@@ -275,7 +275,7 @@ def test_fit_with_covariates_from_the_command_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "column(s) ['sex', 'age'] are neither nodes" in err[0], err
     p = __import__("json").loads((tmp_path / "plain.json").read_text())
-    reference = jc.panel.prevalence(jc.CTBN.from_dict(p["network"]), obs, [0.0, 2.0, 5.0])
+    reference = prevalence(jc.CTBN.from_dict(p["network"]), obs, [0.0, 2.0, 5.0])
     table = __import__("pandas").read_csv(tmp_path / "plain_prev" / "prevalence.csv")
     np.testing.assert_allclose(
         table.expected.to_numpy().reshape(3, 3), np.asarray(reference.expected)[:, 0], rtol=1e-10
@@ -294,9 +294,7 @@ def test_shared_effects_reach_scipys_optimum_of_the_tied_likelihood():
     covariates = jc.panel.Covariates(Z, names=base.names, acts_on=base.acts_on, shared=[shared])
     start = illness_death_start()
     fit = jc.panel.fit_rates(start, obs, covariates=covariates)
-    uncertainty = jc.panel.rate_uncertainty(
-        fit.model, obs, covariates=covariates, effects=fit.effects
-    )
+    uncertainty = fit.uncertainty(obs, covariates=covariates)
     assert int(fit.num_parameters) == 6 and bool(fit.converged)
 
     def tied(x):
@@ -357,8 +355,6 @@ def test_an_effect_the_data_drive_to_infinity_is_flagged_not_estimated():
     flagged = np.asarray(fit.effects_at_bound[0])[:, 0]
     assert flagged[0, 0, 1] and np.asarray(fit.effects[0])[0, 0, 0, 1] < 0
     assert flagged.sum() == 1  # age, and the other transitions, are not at a bound
-    errors = jc.panel.rate_uncertainty(
-        fit.model, obs, covariates=_covariates(), effects=fit.effects
-    )
+    errors = fit.uncertainty(obs, covariates=_covariates())
     assert not np.asarray(errors.effect_estimated[0])[0, 0, 0, 1]
     assert np.isinf(np.asarray(errors.effect_standard_errors[0])[0, 0, 0, 1])

@@ -368,7 +368,7 @@ def test_standard_errors_are_the_inverse_of_afinite_difference_hessian():
     fit = _illness_fits()["gradient"]
     obs = _illness_observations(_misclassified())
     emissions = jc.panel.Emissions([ILLNESS_EMISSIONS])
-    uncertainty = jc.panel.rate_uncertainty(fit.model, obs, emissions=emissions)
+    uncertainty = fit.uncertainty(obs, emissions=emissions)
     q = np.asarray(fit.model.cims[0][0])
     theta = np.log([q[x, y] for x, y in ILLNESS_FREE])
     H = finite_difference_hessian(lambda t: _illness_objective(np.exp(t)), theta)
@@ -401,7 +401,7 @@ def test_a_rate_at_a_bound_is_not_estimated_and_the_other_has_its_closed_form_er
     # log lambda (log 2)^2 6
     fit = _never_left_fit("squarem")
     obs = jc.panel.PanelObservations(TIMES, np.asarray(NEVER_LEFT)[..., None])
-    uncertainty = jc.panel.rate_uncertainty(fit.model, obs)
+    uncertainty = fit.uncertainty(obs)
     se_log = np.asarray(uncertainty.log_rate_standard_errors[0][0])
     np.testing.assert_allclose(se_log[0, 1], 1 / (np.log(2) * np.sqrt(6)), rtol=1e-5)
     assert np.isinf(se_log[1, 0]) and np.isinf(np.asarray(uncertainty.standard_errors[0])[0, 1, 0])
@@ -409,7 +409,7 @@ def test_a_rate_at_a_bound_is_not_estimated_and_the_other_has_its_closed_form_er
     np.testing.assert_array_equal(uncertainty.estimated[0][0], [[False, True], [False, False]])
     assert bool(uncertainty.positive_definite)
     with pytest.raises(ValueError, match="level: expected a number in"):
-        jc.panel.rate_uncertainty(fit.model, obs, level=1.5)
+        fit.uncertainty(obs, level=1.5)
 
 
 def test_em_and_gradient_reach_the_scipy_optimum_with_misclassification_and_exact_entry():

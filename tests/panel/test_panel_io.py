@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 import jaxctbn as jc
-from jaxctbn._paths.csv import infer_cardinalities
+from jaxctbn._paths.csv import infer_cardinalities, trajectories_from_dataframe
 
 NET = {"A": 2, "B": 3}
 
@@ -58,9 +58,7 @@ def test_panel_conflicts_and_bad_cells_are_clear_errors():
         )
     # complete paths: an empty cell is an error that points to panel data
     with pytest.raises(ValueError, match=r"row 1 .* allowed only for panel data"):
-        jc.internal.trajectories_from_dataframe(
-            _frame("trajectory_id,time,A,B\ns1,0,0,0\ns1,1,,0\n"), NET
-        )
+        trajectories_from_dataframe(_frame("trajectory_id,time,A,B\ns1,0,0,0\ns1,1,,0\n"), NET)
 
 
 def test_exact_entry_flags_and_interventions():

@@ -15,6 +15,7 @@ import scipy.stats
 from helpers import finite_difference_hessian, illness_death_start
 
 import jaxctbn as jc
+from jaxctbn._panel.prevalence import prevalence
 
 GRID = np.arange(0.0, 5.0, 1.0)
 CUT = 2.5  # between two visits: every interval across it is split there
@@ -95,9 +96,7 @@ def _fit():
     # a tight tolerance: the gradient at the fit is then below 1e-6 (1 + |l|) by the stopping rule
     method = jc.panel.GradientFit(tolerance=1e-12)
     fit = jc.panel.fit_rates(start, periods, covariates=covariates, method=method)
-    uncertainty = jc.panel.rate_uncertainty(
-        fit.model, periods, covariates=covariates, effects=fit.effects
-    )
+    uncertainty = fit.uncertainty(periods, covariates=covariates)
     return periods, covariates, fit, uncertainty
 
 
@@ -153,9 +152,7 @@ def test_standard_errors_against_finite_differences():
 def test_prevalence_forecast_follows_the_covariates_and_periods():
     periods, covariates, fit, _ = _fit()
     grid = np.array([0.5, 2.0, 3.0, 4.0])
-    result = jc.panel.prevalence(
-        fit.model, periods, grid, covariates=covariates, effects=fit.effects
-    )
+    result = fit.prevalence(periods, grid, covariates=covariates)
     Z, paths = _data()
     means = np.asarray(fit.covariate_means)
     Q, b_z, b_p = _unpack(_parameters(fit), means)
@@ -266,7 +263,7 @@ def test_time_varying_covariates_and_pci_from_the_command_line(tmp_path, capsys)
     for e in d["covariate_effects"]:
         c = d["covariates"]["names"].index(e["covariate"])
         effects[0][c, 0, e["from"], e["to"]] = e["log_hazard_ratio"]
-    library = jc.panel.prevalence(
+    library = prevalence(
         jc.CTBN.from_dict(d["network"]), periods, [0.5, 2, 3, 4],
         covariates=covariates_, effects=effects,
     )  # fmt: skip
@@ -292,7 +289,7 @@ def test_likelihood_ratio_test_of_the_covariates_and_periods():
     start = illness_death_start()
     plain = jc.panel.fit_rates(start, periods)  # (the censored rows change nothing here)
     assert int(plain.num_parameters) == 4 and int(fit.num_parameters) == 4 + 2 + 4
-    test = jc.panel.likelihood_ratio_test(plain, fit)
+    test = plain.likelihood_ratio_test(fit)
     statistic = 2 * (float(fit.log_likelihood) - float(plain.log_likelihood))
     np.testing.assert_allclose(float(test.lr_statistic), statistic, rtol=1e-12)
     assert float(test.df) == 6
@@ -305,7 +302,7 @@ def test_likelihood_ratio_test_of_the_covariates_and_periods():
         rtol=1e-12,
     )
     with pytest.raises(Exception, match="larger: must have more parameters"):
-        jc.panel.likelihood_ratio_test(fit, plain)
+        fit.likelihood_ratio_test(plain)
 
 
 def test_covariates_from_a_dataframe_align_with_the_observations():
@@ -323,7 +320,7 @@ def test_covariates_from_a_dataframe_align_with_the_observations():
         }
     )
     obs, ids = jc.panel.panel_from_dataframe(df[["trajectory_id", "time", "h"]], {"h": 2})
-    covariates, summary = jc.panel.covariates_from_dataframe(df, ["dose", "sex"], obs, ids)
+    covariates, summary = jc.panel.Covariates.from_dataframe(df, ["dose", "sex"], obs, ids)
     assert ids == [7, 3] and covariates.per_observation
     assert summary["names"] == ["dose", "sex=m"] and summary["time_varying"] == ["dose"]
     assert summary["reference_levels"] == {"sex": "f"}
@@ -332,7 +329,7 @@ def test_covariates_from_a_dataframe_align_with_the_observations():
     np.testing.assert_array_equal(values[1, :2, 0], [5, 5])
     np.testing.assert_array_equal(values[:, 0, 1], [1, 0])
     # constant within subjects: baseline, one row per subject
-    baseline, summary = jc.panel.covariates_from_dataframe(df, ["sex"], obs, ids)
+    baseline, summary = jc.panel.Covariates.from_dataframe(df, ["sex"], obs, ids)
     assert not baseline.per_observation and summary["time_varying"] == []
     np.testing.assert_array_equal(np.asarray(baseline.values)[:, 0], [1, 0])
     for bad, message in [
@@ -341,6 +338,6 @@ def test_covariates_from_a_dataframe_align_with_the_observations():
         (pd.concat([df, df.iloc[[1]].assign(dose=8.0)]), "two values at time 0"),
     ]:
         with pytest.raises(ValueError, match=message):
-            jc.panel.covariates_from_dataframe(bad, ["dose"], obs, ids)
+            jc.panel.Covariates.from_dataframe(bad, ["dose"], obs, ids)
     with pytest.raises(ValueError, match="columns: no column 'age'"):
-        jc.panel.covariates_from_dataframe(df, ["age"], obs, ids)
+        jc.panel.Covariates.from_dataframe(df, ["age"], obs, ids)

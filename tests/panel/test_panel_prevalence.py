@@ -14,6 +14,7 @@ from helpers import brute_force_generator
 
 import jaxctbn as jc
 from jaxctbn._cli import main
+from jaxctbn._panel.prevalence import prevalence
 
 MODEL = jc.CTBN(
     cims=[
@@ -49,7 +50,7 @@ def _observations():
 
 
 def test_counts_and_forecasts_against_loops_and_dense_exponentials():
-    result = jc.panel.prevalence(MODEL, _observations(), GRID)
+    result = prevalence(MODEL, _observations(), GRID)
     states = list(itertools.product(range(2), range(2)))
     for g, t in enumerate(GRID):
         at_risk = np.zeros(2, int)
@@ -81,9 +82,9 @@ def test_counts_and_forecasts_against_loops_and_dense_exponentials():
 
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="times: must be strictly increasing"):
-        jc.panel.prevalence(MODEL, _observations(), [1.0, 1.0])
+        prevalence(MODEL, _observations(), [1.0, 1.0])
     with pytest.raises(ValueError, match="observations: expected a PanelObservations with one"):
-        jc.panel.prevalence(MODEL, _observations().times, GRID)  # pyright: ignore
+        prevalence(MODEL, _observations().times, GRID)  # pyright: ignore
 
 
 def test_prevalence_from_the_command_line(tmp_path, capsys):
@@ -106,7 +107,7 @@ def test_prevalence_from_the_command_line(tmp_path, capsys):
     assert main([*args, "--times", times, "--out", str(out)]) == 0
     table = pd.read_csv(out / "prevalence.csv")
     assert (out / "prevalence.png").stat().st_size > 0
-    expected = jc.panel.prevalence(MODEL, _observations(), GRID)
+    expected = prevalence(MODEL, _observations(), GRID)
     assert len(table) == len(GRID) * 2 * 2
     for _, row in table.iterrows():
         g, n = list(GRID).index(row.time), ["A", "B"].index(row.node)

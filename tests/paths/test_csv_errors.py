@@ -10,7 +10,7 @@ from helpers import network_dict
 
 import jaxctbn as jc
 from jaxctbn._cli.demo import run_demo
-from jaxctbn._paths.csv import infer_cardinalities, read_csv
+from jaxctbn._paths.csv import infer_cardinalities, read_csv, trajectories_from_dataframe
 
 HEADER = "trajectory_id,time,A,B\n"
 
@@ -53,7 +53,7 @@ def test_missing_file_or_directory(tmp_path):
 def test_dataframe_with_repeated_column():
     df = pd.DataFrame([[0, 0.0, 0, 0], [0, 1.0, 1, 1]], columns=["trajectory_id", "time", "A", "A"])
     with pytest.raises(ValueError, match=r"duplicate column\(s\) \['A'\]"):
-        jc.internal.trajectories_from_dataframe(df, {"A": 2})
+        trajectories_from_dataframe(df, {"A": 2})
 
 
 @pytest.mark.parametrize(
@@ -121,8 +121,8 @@ def test_long_trajectories_are_cut_into_pieces_with_identical_statistics():
     frames.insert(50, _frame(rng, "long", 300, (2, 3)))
     frames.append(_frame(rng, "clamped", 60, (2, 3), intervention="A=0"))
     df = pd.concat(frames, ignore_index=True)
-    whole, whole_ids = jc.internal.trajectories_from_dataframe(df, cards, max_events=10**6)
-    pieces, piece_ids = jc.internal.trajectories_from_dataframe(df, cards)
+    whole, whole_ids = trajectories_from_dataframe(df, cards, max_events=10**6)
+    pieces, piece_ids = trajectories_from_dataframe(df, cards)
     assert whole.jump_times.shape == (202, 300)
     assert pieces.jump_times.shape == (200 + 100 + 20, 3)
     assert pieces.states.shape == (320, 3, 2)
@@ -154,14 +154,14 @@ def test_max_events_bounds_the_rows():
             _frame(np.random.default_rng(2), 1, 0, (2, 2)),
         ]
     )
-    traj, ids = jc.internal.trajectories_from_dataframe(df, {"A": 2, "B": 2}, max_events=4)
+    traj, ids = trajectories_from_dataframe(df, {"A": 2, "B": 2}, max_events=4)
     assert traj.jump_times.shape == (4, 4) and ids == [0, 0, 0, 1]
     np.testing.assert_array_equal(traj.num_events, [4, 4, 2, 0])
     # a piece ends with its last jump; the next starts there, in the state after it
     np.testing.assert_array_equal(traj.jump_times[0, 3], traj.durations[0])
     np.testing.assert_array_equal(traj.initial_states[1], traj.states[0, 3])
     with pytest.raises(ValueError, match="max_events: must be a positive integer"):
-        jc.internal.trajectories_from_dataframe(df, {"A": 2, "B": 2}, max_events=0)
+        trajectories_from_dataframe(df, {"A": 2, "B": 2}, max_events=0)
 
 
 def test_a_suspicious_inferred_cardinality_is_warned_about(tmp_path, capsys):

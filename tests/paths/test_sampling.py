@@ -8,6 +8,7 @@ from helpers import random_model
 from helpers import sample_trajectories_jit as sample
 
 import jaxctbn as jc
+from jaxctbn._paths.csv import trajectories_from_dataframe, trajectories_to_dataframe
 from jaxctbn._paths.sampling import sample_trajectory
 from jaxctbn._paths.sufficient_statistics import node_statistics
 
@@ -116,7 +117,7 @@ def test_truncation_is_flagged_and_refused(getkey):
     with pytest.raises(eqx.EquinoxRuntimeError, match="truncated"):
         statistics(traj, (2, 2), ((), (0,))).nodes[0].dwell_times.block_until_ready()
     with pytest.raises(ValueError, match="truncated"):
-        jc.internal.trajectories_to_dataframe(traj, model)
+        trajectories_to_dataframe(traj, model)
 
 
 def test_same_key_same_paths_and_buffer_growth_keeps_paths(getkey):
@@ -185,7 +186,7 @@ def test_csv_writer_writes_what_pandas_writes(tmp_path, getkey):
         )
         ours, theirs = tmp_path / "ours.csv", tmp_path / "pandas.csv"
         jc.write_trajectories_csv(traj, model, ours)
-        jc.internal.trajectories_to_dataframe(traj, model).to_csv(theirs, index=False)
+        trajectories_to_dataframe(traj, model).to_csv(theirs, index=False)
         assert ours.read_bytes() == theirs.read_bytes()
 
 
@@ -238,7 +239,7 @@ def test_dataframe_with_shared_time_stamps_and_repeated_rows():
             "B": [0, 0, 1, 1, 0, 0],
         }
     )
-    traj, ids = jc.internal.trajectories_from_dataframe(df, model)
+    traj, ids = trajectories_from_dataframe(df, model)
     assert ids == ["a"]
     A, B = statistics(traj, model.cardinalities, model.parents).total()
     np.testing.assert_allclose(A.dwell_times, [[0.5, 1.5]])
@@ -289,7 +290,7 @@ def test_dataframe_with_shared_time_stamps_and_repeated_rows():
 )
 def test_dataframe_bad_input(frame, message):
     with pytest.raises(ValueError, match=message):
-        jc.internal.trajectories_from_dataframe(pd.DataFrame(frame), _model_ab())
+        trajectories_from_dataframe(pd.DataFrame(frame), _model_ab())
 
 
 def test_statistics_are_additive_and_pooling_skips_intervened(getkey):
