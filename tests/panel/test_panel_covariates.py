@@ -3,6 +3,7 @@ the joint fit of rates and effects against scipy's L-BFGS-B on an independent nu
 (one scipy.linalg.expm per subject), and the standard errors of rates and effects against
 central second differences of that likelihood."""
 
+import dataclasses
 import functools
 import itertools
 
@@ -154,6 +155,18 @@ def test_bad_covariates_are_refused():
         jc.panel.fit_rates(start, obs, covariates=_covariates(), method=jc.panel.EMFit())
     with pytest.raises(ValueError, match="covariates, effects: give both"):
         rate_uncertainty(start, obs, covariates=_covariates())
+    # a fit's methods take its effects: the covariates must be the fit's, given exactly when
+    # it has effects (the compiled fit of `_fit`, no new program)
+    obs_fit, fit, _ = _fit()
+    with pytest.raises(ValueError, match="covariates: this fit was made with covariates"):
+        fit.uncertainty(obs_fit)
+    with pytest.raises(ValueError, match="covariates: this fit was made with covariates"):
+        fit.prevalence(obs_fit, [0.0, 1.0])
+    plain = dataclasses.replace(fit, effects=None, covariate_means=None, effects_at_bound=None)
+    with pytest.raises(ValueError, match="covariates: this fit was made without covariates"):
+        plain.uncertainty(obs_fit, covariates=_covariates())
+    with pytest.raises(ValueError, match="larger: expected a RateFit"):
+        plain.likelihood_ratio_test(fit.model)  # pyright: ignore
     # exactly collinear (age2 = 2 age + 1) where they act together: not identifiable, named;
     # acting on different rates they are identifiable and pass the check
     collinear = np.stack([Z[:, 1], 2 * Z[:, 1] + 1, Z[:, 0]], 1)
