@@ -17,14 +17,12 @@ Four E-steps, each a Module:
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import equinox as eqx
 
 from .._master_equation import MatrixExponential
-
-if TYPE_CHECKING:
-    from .structural_em import PanelStructureFit, StructuralEMProblem
+from .structural_em import PanelStructureFit, StructuralEMProblem
 
 #: The default solver of exact panel inference: panel gaps are long relative to the rates, and
 #: the dense exponential has no limit on a gap's length.

@@ -20,7 +20,6 @@ from .._learning.priors import AbstractPrior
 from .._learning.structure_posterior import StructurePosterior
 from .._model.ctbn import AbstractCTBN
 from .buckets import PanelBuckets
-from .e_step import AbstractPanelEStep
 from .observations import Emissions, PanelObservations
 
 
@@ -63,7 +62,7 @@ class PanelStructureFit(eqx.Module):
     converged: bool = eqx.field(static=True)
     effective_sample_size: Float[Array, " nodes"] | None = None
     infeasible_updates: int | None = None
-    sampler: AbstractPanelEStep | None = None
+    sampler: eqx.Module | None = None  # the sampling E-step, buffers as grown
     log_likelihood_estimate: Float[Array, ""] | None = None
     median_effective_sample_size: Float[Array, " nodes"] | None = None
     split_r_hat: Float[Array, " nodes"] | None = None
