@@ -124,9 +124,9 @@ def no_runtime_typecheck():
 #: waits. The rest follow in name order.
 _LONGEST_FIRST = (
     "test_gibbs.py",
+    "test_cli_panel.py",
     "test_notebooks.py",
     "test_panel_rate_mixture.py",
-    "test_cli_panel.py",
     "test_batches.py",
     "test_panel_fit.py",
     "test_structure_criteria.py",

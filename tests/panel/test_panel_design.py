@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import scipy.linalg
 import scipy.optimize
+import threadpoolctl
 from helpers import brute_force_generator, brute_force_panel_kl, network_dict
 
 import jaxctbn as jc
@@ -40,9 +41,20 @@ CANDIDATES = jc.Intervention(
 )
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_blas_thread():
+    """The numpy references' small scipy.linalg.expm on one OpenBLAS thread: on the test
+    machine's two busy cores OpenBLAS's threads wait on each other, and each expm takes up to
+    ~100 times longer (measured: 120 3 x 3 ones 1.7 s, on one thread 3 ms)."""
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):
+        yield
+
+
+@eqx.filter_jit
 def _criterion_draws(posterior, key, num_samples):
     """The posterior draws and the reparameterised draws at q = posterior that the panel
-    (V)BHC averages over (the same key split as the criterion's)."""
+    (V)BHC averages over (the same key split as the criterion's; one compiled program, not
+    op-by-op ones)."""
     key_draws, key_variational = jr.split(key)
     draws = posterior_draws(posterior, key_draws, num_samples)
     log_alpha, log_beta = posterior_log_kappa(posterior)
@@ -98,9 +110,11 @@ def test_vbhc_minimum_agrees_with_scipy_below_the_bhc():
     # the same objective minimised by scipy's L-BFGS-B (jax gradients), per candidate; its
     # value at the start (q = the posterior) is the BHC
     key_draws, key_variational = jr.split(key)
-    draws = posterior_draws(POSTERIOR, key_draws, N)
+    # (under `jit`: one compilation each instead of op-by-op ones)
+    draws = eqx.filter_jit(posterior_draws)(POSTERIOR, key_draws, N)
     keys = jr.split(key_variational, N)
-    flat, unflatten = jax.flatten_util.ravel_pytree(posterior_log_kappa(POSTERIOR))
+    log_kappa = eqx.filter_jit(posterior_log_kappa)(POSTERIOR)
+    flat, unflatten = jax.flatten_util.ravel_pytree(log_kappa)
 
     @jax.jit
     def objective(x, iv):

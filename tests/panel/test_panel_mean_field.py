@@ -8,6 +8,7 @@ E-step, on the same data). Importance sampling with the mean-field proposal
 weight the likelihood without edges; on the coupled network the likelihood and the
 statistics within their Monte Carlo errors, closer than the mean field."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -55,7 +56,8 @@ def _observations(model, key):
         return jax.tree_util.tree_map(lambda x: x[0], paths)
 
     starts = jnp.array([[0, 1, 0], [1, 1, 0], [0, 2, 1]])
-    paths = jax.vmap(one)(jr.split(key, R), INTERVENTION, starts)
+    # (under `jit`: one compilation instead of op-by-op ones)
+    paths = jax.jit(jax.vmap(one))(jr.split(key, R), INTERVENTION, starts)
     seen = jc.panel.observe_paths(paths, VISITS)
     states = np.asarray(seen.states).copy()
     states[0, 1, 2] = states[1, 2, 1] = states[2, 0, 0] = -1  # missing cells (one at t0)
@@ -70,28 +72,33 @@ def test_without_edges_the_statistics_and_the_bound_are_exact():
     observations = _observations(EDGELESS, jr.key(4))
     exact = jc.panel.panel_expected_statistics(EDGELESS, observations, solver=EXACT)
     log_likelihood = jc.panel.panel_log_likelihood(EDGELESS, observations, solver=EXACT)
+
+    @eqx.filter_jit  # (one compiled program per statistics type, not op-by-op ones)
+    def compared(stats):
+        """Each node's statistics on its own set; node 2's pooled on the set (0, 1)."""
+        own = [(stats.node_dwell_times(n), stats.node_transitions(n)) for n in range(3)]
+        return own, stats.sum().node_transitions(2, (0, 1))
+
+    exact_own, exact_pooled = compared(exact)
     errors = []
     for steps in (8, 32):  # (the coupled network's test uses these step sizes too)
         mf = panel_mean_field_statistics(
             EDGELESS, observations, approximation=jc.panel.PanelMeanField(steps_per_gap=steps)
         )
         np.testing.assert_allclose(mf.evidence_lower_bound, log_likelihood, rtol=1e-11)
-        for n in range(3):
-            np.testing.assert_allclose(
-                mf.node_dwell_times(n), exact.node_dwell_times(n), atol=1e-11
-            )
-            np.testing.assert_allclose(
-                mf.node_transitions(n), exact.node_transitions(n), atol=1e-11
-            )
-        pooled, pooled_exact = mf.sum(), exact.sum()
-        errors.append(
-            float(
-                jnp.abs(
-                    pooled.node_transitions(2, (0, 1)) - pooled_exact.node_transitions(2, (0, 1))
-                ).max()
-            )
-        )
+        own, pooled = compared(mf)
+        for (dwell, transitions), (dwell_exact, transitions_exact) in zip(own, exact_own):
+            np.testing.assert_allclose(dwell, dwell_exact, atol=1e-11)
+            np.testing.assert_allclose(transitions, transitions_exact, atol=1e-11)
+        errors.append(float(jnp.abs(pooled - exact_pooled).max()))
     assert errors[1] < errors[0] / 10 and errors[1] < 1e-3, errors
+
+
+@eqx.filter_jit  # (one compiled program per statistics type, not op-by-op ones)
+def _pooled_dwell_times(stats):
+    """Each node's dwell times on its own parents, summed over the trajectories."""
+    pooled = stats.sum()
+    return [pooled.node_dwell_times(n) for n in range(3)]
 
 
 def test_coupled_network_a_rising_lower_bound_that_converges_with_the_step():
@@ -122,7 +129,7 @@ def test_coupled_network_a_rising_lower_bound_that_converges_with_the_step():
         assert np.all(bound < log_likelihood), (bound, log_likelihood)
         assert np.all(bound > log_likelihood - 1.0)
     assert np.all(np.abs(by_steps[2] - by_steps[1]) < np.abs(by_steps[1] - by_steps[0]))
-    exact = jc.panel.panel_expected_statistics(COUPLED, observations, solver=EXACT).sum()
+    exact = jc.panel.panel_expected_statistics(COUPLED, observations, solver=EXACT)
     fitted = panel_mean_field_statistics(COUPLED, observations)
     # started from its own fixed point, a fit stops after the two sweeps it always takes
     again = panel_mean_field_statistics(COUPLED, observations, initial=fitted)
@@ -134,9 +141,8 @@ def test_coupled_network_a_rising_lower_bound_that_converges_with_the_step():
             COUPLED, observations, initial=fitted,
             approximation=jc.panel.PanelMeanField(steps_per_gap=4),
         )  # fmt: skip
-    mf = fitted.sum()
-    for n in range(3):  # within 10% of the total time (5.5% measured)
-        T, T_exact = mf.node_dwell_times(n), exact.node_dwell_times(n)
+    # within 10% of the total time (5.5% measured)
+    for T, T_exact in zip(_pooled_dwell_times(fitted), _pooled_dwell_times(exact)):
         assert float(jnp.abs(T - T_exact).sum()) < 0.1 * float(T_exact.sum())
 
 
@@ -171,10 +177,19 @@ def test_arguments_and_impossible_observations_are_reported():
 SAMPLER = jc.panel.PanelImportanceSampler(num_samples=1000)
 
 
+@eqx.filter_jit  # (one compiled program per statistics type, not op-by-op ones)
+def _on_parents(stats, graph):
+    """Per node, `(dwell times, transitions)` per trajectory on its parents in `graph`."""
+    return [
+        (stats.node_dwell_times(n, p), stats.node_transitions(n, p)) for n, p in enumerate(graph)
+    ]
+
+
+@eqx.filter_jit
 def _weighted_statistics(paths, parents, cards):
     """The self-normalised estimates of every node's statistics per trajectory and their
     standard errors: per node, `[(estimate, error)]` for the dwell times and the
-    transitions."""
+    transitions (one compiled program, not op-by-op ones)."""
     R, S = paths.log_weights.shape
     flat = jax.tree_util.tree_map(lambda x: x.reshape((R * S,) + x.shape[2:]), paths.trajectories)
     stats = jc.SufficientStatistics.from_trajectories(flat, cards, parents)
@@ -240,9 +255,8 @@ def test_importance_sampling_corrects_the_mean_field_on_a_coupled_network():
     z, sampled_error, mean_field_error = [], 0.0, 0.0
     graph = ((), (0,), (1,))
     sampled = _weighted_statistics(paths, graph, (2, 3, 2))
-    for n, parents in enumerate(graph):
-        truth = (exact.node_dwell_times(n, parents), exact.node_transitions(n, parents))
-        approx = (mean_field.node_dwell_times(n, parents), mean_field.node_transitions(n, parents))
+    truths, approxs = _on_parents(exact, graph), _on_parents(mean_field, graph)
+    for n, (truth, approx) in enumerate(zip(truths, approxs)):
         for (est, se), t, m in zip(sampled[n], truth, approx):
             varies = se > 1e-9  # (a clamped node's dwell time is the same in every path)
             z.append(np.asarray((est - t)[varies] / se[varies]))

@@ -3,6 +3,7 @@ expected statistics against importance sampling of the exact posterior (prior dr
 the exact panel likelihood, numpy), against the exact complete-path posterior as the visits
 become dense, and the active-learning loop with panel outcomes against a replay."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -162,9 +163,11 @@ def test_dense_visits_give_the_complete_path_posterior():
     grid = np.linspace(0.0, horizon, 301)
     prior = jc.RatePosterior.for_model(TRUTH, prior=jc.GammaPrior(2.0, 1.0))
     approx = panel_rate_posterior(prior, _panel(paths, grid), family=MomentMatchedGamma())
-    exact = prior.update_with(
-        jc.SufficientStatistics.from_trajectories(paths, TRUTH.cardinalities, TRUTH.parents)
-    )
+    exact = eqx.filter_jit(  # one program (eagerly: one per operation, ~2 s)
+        lambda prior, paths: prior.update_with(
+            jc.SufficientStatistics.from_trajectories(paths, TRUTH.cardinalities, TRUTH.parents)
+        )
+    )(prior, paths)
     np.testing.assert_allclose(approx.beta[0], exact.beta[0], rtol=0.01)
     off = ~np.eye(2, dtype=bool)
     np.testing.assert_allclose(

@@ -96,7 +96,8 @@ def test_sampled_posterior_matches_the_exact_posterior(sparse_panel):
     )
     assert np.all(moment_sds < 0.5 * sds)
 
-    # no visit after the first: the components are the prior itself (same shapes, one program)
+    # no visit after the first: the components are the prior itself (no gaps to group: a
+    # program of its own, ~15 s of compilation)
     unseen = jc.panel.PanelObservations(
         np.broadcast_to(grid, (R, len(grid))), states, num_observations=np.ones(R, int)
     )
@@ -119,30 +120,42 @@ def test_mixture_moments_quantiles_and_update():
         cardinalities=(2,),
         parents=((),),
     )
+    stats = [
+        jc.internal.NodeStatistics(
+            transitions=jnp.array([[[0.0, 3.0], [2.0, 0.0]]]), dwell_times=jnp.array([[1.5, 2.5]])
+        )
+    ]
+
+    @jax.jit  # one program for the mixture's numbers below (eagerly: one per operation)
+    def numbers(mixture, stats):
+        single = jc.GammaMixturePosterior.from_gamma(mixture.component(1))
+        draws = jax.vmap(mixture.sample)(jax.random.split(jax.random.key(0), 40_000))
+        return (
+            (mixture.rate_means()[0], mixture.rate_sds()[0]),
+            mixture.rate_quantiles(jnp.array([0.1, 0.5, 0.9]))[0],
+            single.rate_quantiles(jnp.array([0.025, 0.975]))[0],
+            mixture.update(stats),
+            draws.cims[0],
+        )
+
+    (means, sds), quantiles, single_quantiles, updated, drawn = numbers(mixture, stats)
     a, b, w = np.asarray(alpha)[:, 0, 0, 1], np.asarray(beta)[:, 0, 0], np.exp(log_w)
     mean = (w * a / b).sum()
     second = (w * a * (a + 1) / b**2).sum()
-    np.testing.assert_allclose(mixture.rate_means()[0][0, 0, 1], mean, rtol=1e-12)
-    np.testing.assert_allclose(mixture.rate_sds()[0][0, 0, 1], np.sqrt(second - mean**2))
-    q = np.asarray(mixture.rate_quantiles(jnp.array([0.1, 0.5, 0.9]))[0])[:, 0, 0, 1]
+    np.testing.assert_allclose(means[0, 0, 1], mean, rtol=1e-12)
+    np.testing.assert_allclose(sds[0, 0, 1], np.sqrt(second - mean**2))
+    q = np.asarray(quantiles)[:, 0, 0, 1]
     cdf = [(w * scipy.stats.gamma.cdf(x, a, scale=1 / b)).sum() for x in q]
     np.testing.assert_allclose(cdf, [0.1, 0.5, 0.9], atol=1e-9)
     # one component: the quantiles are scipy's
-    single = jc.GammaMixturePosterior.from_gamma(mixture.component(1))
     np.testing.assert_allclose(
-        np.asarray(single.rate_quantiles(jnp.array([0.025, 0.975]))[0])[:, 0, 1, 0],
+        np.asarray(single_quantiles)[:, 0, 1, 0],
         scipy.stats.gamma.ppf(
             [0.025, 0.975], np.asarray(alpha)[1, 0, 1, 0], scale=1 / np.asarray(beta)[1, 0, 1]
         ),
         rtol=1e-9,
     )
     # complete-path statistics: each component updated conjugately, reweighted by its marginal
-    stats = [
-        jc.internal.NodeStatistics(
-            transitions=jnp.array([[[0.0, 3.0], [2.0, 0.0]]]), dwell_times=jnp.array([[1.5, 2.5]])
-        )
-    ]
-    updated = mixture.update(stats)
     M, T = np.array([[0, 3], [2, 0]]), np.array([1.5, 2.5])
     log_marginal = []
     for c in range(C):
@@ -162,8 +175,7 @@ def test_mixture_moments_quantiles_and_update():
     )
     np.testing.assert_allclose(updated.beta[0], np.asarray(beta) + T, rtol=1e-12)
     # a draw picks a component by weight: the draws' mean is the mixture's
-    draws = jax.vmap(mixture.sample)(jax.random.split(jax.random.key(0), 40_000))
-    np.testing.assert_allclose(np.asarray(draws.cims[0][:, 0, 0, 1]).mean(), mean, rtol=0.02)
+    np.testing.assert_allclose(np.asarray(drawn[:, 0, 0, 1]).mean(), mean, rtol=0.02)
 
 
 def test_multi_chain_diagnostics_of_autoregressive_traces():
@@ -309,29 +321,38 @@ def test_parameter_criteria_under_a_mixture_against_independent_routes():
 
     truth, gamma, mixture = _two_node_mixture()
     init, tau = jnp.array([0, 0]), 2.0
-    stats = design_statistics(gamma, posterior_draws(gamma, jax.random.key(0), 50), init, tau)
-    one = jc.GammaMixturePosterior.from_gamma(gamma)
-    np.testing.assert_allclose(parameter_bhc(one, stats), parameter_bhc(gamma, stats), rtol=1e-12)
-    np.testing.assert_allclose(
-        parameter_vbhc_minimum(one, stats), parameter_vbhc_minimum(gamma, stats), rtol=1e-12
-    )
     N = 1000
-    draws = posterior_draws(mixture, jax.random.key(1), N)
-    stats = design_statistics(mixture, draws, init, tau)
-    others = posterior_draws(mixture, jax.random.key(2), N)
-    kls = jax.vmap(lambda m, o: kl_divergence(m, o, init, tau))(draws, others)
-    assert abs(parameter_bhc(mixture, stats) - kls.mean()) < 4 * kls.std() / np.sqrt(N)
 
-    def log_tilt(model):  # sum(m ln L - t L) over the free rates
-        off = ~np.eye(2, dtype=bool)
-        return sum(
-            jnp.where(off, m * jnp.log(jnp.where(off, q, 1.0)) - t[..., None] * q, 0.0).sum()
-            for q, m, t in zip(model.cims, stats.transitions, stats.dwell_times)
+    @jax.jit  # one program for the routes below (eagerly: one per operation, ~300 in all)
+    def routes(gamma, mixture):
+        stats = design_statistics(gamma, posterior_draws(gamma, jax.random.key(0), 50), init, tau)
+        one = jc.GammaMixturePosterior.from_gamma(gamma)
+        one_component = (
+            (parameter_bhc(one, stats), parameter_bhc(gamma, stats)),
+            (parameter_vbhc_minimum(one, stats), parameter_vbhc_minimum(gamma, stats)),
         )
+        draws = posterior_draws(mixture, jax.random.key(1), N)
+        stats = design_statistics(mixture, draws, init, tau)
+        others = posterior_draws(mixture, jax.random.key(2), N)
+        kls = jax.vmap(lambda m, o: kl_divergence(m, o, init, tau))(draws, others)
 
-    tilts = jax.vmap(log_tilt)(posterior_draws(mixture, jax.random.key(3), 50_000))
-    by_draws = stats.energy - (jax.nn.logsumexp(tilts) - np.log(tilts.shape[0]))
-    np.testing.assert_allclose(parameter_vbhc_minimum(mixture, stats), by_draws, rtol=0.01)
+        def log_tilt(model):  # sum(m ln L - t L) over the free rates
+            off = ~np.eye(2, dtype=bool)
+            return sum(
+                jnp.where(off, m * jnp.log(jnp.where(off, q, 1.0)) - t[..., None] * q, 0.0).sum()
+                for q, m, t in zip(model.cims, stats.transitions, stats.dwell_times)
+            )
+
+        tilts = jax.vmap(log_tilt)(posterior_draws(mixture, jax.random.key(3), 50_000))
+        by_draws = stats.energy - (jax.nn.logsumexp(tilts) - np.log(tilts.shape[0]))
+        vbhc = (parameter_vbhc_minimum(mixture, stats), by_draws)
+        return one_component, (parameter_bhc(mixture, stats), kls), vbhc
+
+    one_component, (bhc, kls), vbhc = routes(gamma, mixture)
+    for got, want in one_component:
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert abs(bhc - kls.mean()) < 4 * kls.std() / np.sqrt(N)
+    np.testing.assert_allclose(*vbhc, rtol=0.01)
     eig = parameter_eig(mixture, init, tau, key=jax.random.key(5), num_samples=200, num_paths=2)
     nested = parameter_eig_nested(
         mixture, init, tau, key=jax.random.key(5), num_samples=200, num_inner=1000, num_paths=2

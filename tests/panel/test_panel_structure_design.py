@@ -49,8 +49,14 @@ def _posterior():
     paths = jc.sample_trajectories(
         truth, START, 5.0, key=jr.key(0), num_trajectories=4, intervention=do_a0
     )
-    prior = jc.StructurePosterior.from_prior(NAMES, CARDS, max_parents=1, prior=PRIOR)
-    return prior.update(jc.internal.family_statistics(paths, CARDS, prior.parent_sets))
+    prior = eqx.filter_jit(jc.StructurePosterior.from_prior)(
+        NAMES, CARDS, max_parents=1, prior=PRIOR
+    )
+    return prior.update(_family_statistics(paths, CARDS, prior.parent_sets))
+
+
+# one compiled program each (eagerly, one per operation: ~7 s for the prior and the statistics)
+_family_statistics = eqx.filter_jit(jc.internal.family_statistics)
 
 
 def _unbatch(tree, *index):
@@ -93,12 +99,14 @@ def test_coupled_divergences_are_exact_panel_kls_and_zero_for_the_same_graph():
 
 def test_plug_in_divergences_compare_the_graphs_at_their_posterior_mean_rates():
     post = _posterior()
-    draws = panel_structure_draws(post, jr.key(1), 4, coupled=False)
+    # one program each (eagerly, one per operation)
+    draws = eqx.filter_jit(panel_structure_draws)(post, jr.key(1), 4, coupled=False)
     D = np.asarray(jax.jit(panel_structure_divergences)(draws, START, TIMES, None))
     idx, alt = np.asarray(draws.indices), np.asarray(draws.alternative_indices)
+    mean_rates_given = eqx.filter_jit(lambda post, graph: post.mean_rates_given(graph))
     for s, t in itertools.product(range(4), range(4)):
-        model = _as_ctbn(post.mean_rates_given(jnp.asarray(idx[s])), post, idx[s])
-        other = _as_ctbn(post.mean_rates_given(jnp.asarray(alt[t])), post, alt[t])
+        model = _as_ctbn(mean_rates_given(post, jnp.asarray(idx[s])), post, idx[s])
+        other = _as_ctbn(mean_rates_given(post, jnp.asarray(alt[t])), post, alt[t])
         want = brute_force_panel_kl(model, other, START, TIMES)
         np.testing.assert_allclose(D[s, t], want, rtol=1e-9, atol=1e-13)
         if (idx[s] == alt[t]).all():
@@ -332,7 +340,7 @@ def _mixture():
     paths = jc.sample_trajectories(
         truth, START, 5.0, key=jr.key(7), num_trajectories=4, intervention=free
     )
-    second = first.update(jc.internal.family_statistics(paths, CARDS, first.parent_sets))
+    second = first.update(_family_statistics(paths, CARDS, first.parent_sets))
     components = jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), first, second)
     return jc.StructureMixturePosterior(components, jnp.log(jnp.array([0.3, 0.7]))), (
         (0.3, first),
