@@ -91,6 +91,18 @@ def _release_compiled_programs():
         gc.collect()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_blas_thread():
+    """numpy's and scipy's references on one OpenBLAS thread per worker: the two workers
+    already share the two cores, and OpenBLAS's threads then wait on each other, so a small
+    dense routine takes up to ~100 times longer (measured: 120 `scipy.linalg.expm` of 3 x 3
+    matrices 1.7 s, on one thread 3 ms). threadpoolctl comes with scikit-learn (dev extras)."""
+    import threadpoolctl
+
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):
+        yield
+
+
 @pytest.fixture
 def getkey():
     """A fresh key on each call, deterministic per test."""

@@ -130,8 +130,8 @@ class RateFit(eqx.Module):
     ) -> RateUncertainty:
         r"""Standard errors and `level` intervals of this fit's rates (and covariate effects),
         from the exact observed information in the log-rates at the fit (R msm's
-        `qmatrix.msm(ci="delta")`; module docstring of `uncertainty.py` in the API pages of
-        [`jaxctbn.panel.RateUncertainty`][]).
+        `qmatrix.msm(ci="delta")`): the delta method's standard errors and intervals symmetric
+        on the log scale ([`jaxctbn.panel.RateUncertainty`][]).
 
         **Arguments:** as given to the fit: the same `observations`, `prior`, `emissions`,
         `initial_distribution`, `solver` and `covariates` (the fit's `effects` are taken from

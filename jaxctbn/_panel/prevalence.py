@@ -147,17 +147,10 @@ def prevalence(
     covariates: Covariates | None = None,
     effects=None,
 ) -> Prevalence:
-    r"""Observed and expected counts of each node's states over `times` (see the module
-    docstring).
-
-    **Arguments:** `model`: the fitted [`jaxctbn.CTBN`][]; `observations`: the
-    [`jaxctbn.panel.PanelObservations`][] it was fitted to, one batch axis (read with
-    `bucketed=False`); `times`: finite, increasing; `covariates`, `effects`: those of a fit with
-    covariates (the forecast then uses each trajectory's scaled rates).
-
-    **Returns:** a [`jaxctbn.panel.Prevalence`][]. Percentages are `observed / at_risk` and
-    `expected / at_risk` (the same denominator).
-    """
+    r"""Observed and expected counts of each node's states over `times` under `model` (module
+    docstring; `covariates`, `effects`: a fit's): what
+    [`RateFit.prevalence`][jaxctbn.panel.RateFit.prevalence] computes, and the command line
+    with a fit read from its JSON."""
     if not isinstance(model, CTBN):
         raise ValueError(f"model: expected a CTBN, got {type(model).__name__}.")
     if not isinstance(observations, PanelObservations) or len(observations.batch_shape) != 1:

@@ -144,34 +144,11 @@ def rate_uncertainty(
     covariates: Covariates | None = None,
     effects: Sequence[ArrayLike] | None = None,
 ) -> RateUncertainty:
-    r"""Standard errors and intervals of the rates fitted to panel data, from the exact observed
-    information in the log-rates (see the module docstring).
-
-    **Arguments:** `model`: the fitted [`jaxctbn.CTBN`][] (`fit.model` of
-    [`jaxctbn.panel.fit_rates`][]; its rates that are exactly 0 are structural zeros); the
-    other arguments as given to the fit (the same `observations`, `prior`, `emissions`,
-    `initial_distribution`, `solver` and `covariates`, with the fit's `effects`); `level` in
-    $(0, 1)$ (default 0.95).
-
-    **Returns:** a [`jaxctbn.panel.RateUncertainty`][].
-
-    The information costs one reverse-over-reverse pass through the filter per parameter
-    (off-diagonal rate, and effect), a few at a time (a Hessian, not an optimisation). Without
-    covariates the exponentials are shared by intervals of equal length (cav: 0.1 s); with
-    covariates every interval has its own, and its second derivative is that of a Van Loan
-    block exponential, so it grows with the number of intervals times $S^3$ (the 16-state
-    pbcseq network of `notebooks/clinician_pbcseq.ipynb`, 312 patients, 56 parameters with a
-    time-varying covariate: 740 s for the fit and its intervals on one CPU core). Pure and `jax.jit`-compatible; bad arguments raise
-    `ValueError` as for [`jaxctbn.panel.fit_rates`][].
-
-    **Example:**
-
-    ```python
-    fit = jaxctbn.panel.fit_rates(start, observations)
-    uncertainty = fit.uncertainty(observations)
-    uncertainty.lower[0], uncertainty.upper[0], uncertainty.positive_definite
-    ```
-    """
+    r"""Standard errors and `level` intervals at `model` (a fit's rates; `effects` the fit's
+    covariate effects), from the exact observed information in the log-rates (module
+    docstring): what [`RateFit.uncertainty`][jaxctbn.panel.RateFit.uncertainty] computes, and
+    the command line with a fit read from its JSON. Bad arguments raise `ValueError` as for
+    [`jaxctbn.panel.fit_rates`][]."""
     if isinstance(level, bool) or not isinstance(level, int | float | np.floating):
         raise ValueError(f"level: expected a number in (0, 1), got {level!r}.")
     if not (0 < float(level) < 1):

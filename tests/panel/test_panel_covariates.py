@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import scipy.linalg
 import scipy.optimize
-import threadpoolctl
 from helpers import finite_difference_hessian, illness_death_start
 
 import jaxctbn as jc
@@ -25,15 +24,6 @@ FREE = [(0, 1), (0, 2), (1, 0), (1, 2)]
 ACTS_ON = [(0, 1), (1, 2)]  # sex and age act on 0 -> 1 and 1 -> 2
 TRUE_EFFECTS = {(0, 1): (0.7, 0.3), (1, 2): (-0.5, 0.4)}
 R = 120
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_blas_thread():
-    """The numpy reference's 3 x 3 scipy.linalg.expm on one OpenBLAS thread: on the test
-    machine's two busy cores OpenBLAS's threads wait on each other, and each expm takes ~100
-    times longer (measured: 120 of them 1.7 s, on one thread 3 ms)."""
-    with threadpoolctl.threadpool_limits(1, user_api="blas"):
-        yield
 
 
 def _generator(rates, effects, z):

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 import scipy.linalg
 import scipy.optimize
-import threadpoolctl
 from helpers import brute_force_generator, brute_force_panel_kl, network_dict
 
 import jaxctbn as jc
@@ -39,15 +38,6 @@ CANDIDATES = jc.Intervention(
     targets=jnp.array([[False, False], [True, False], [False, True]]),
     states=jnp.array([[0, 0], [1, 0], [0, 0]]),
 )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_blas_thread():
-    """The numpy references' small scipy.linalg.expm on one OpenBLAS thread: on the test
-    machine's two busy cores OpenBLAS's threads wait on each other, and each expm takes up to
-    ~100 times longer (measured: 120 3 x 3 ones 1.7 s, on one thread 3 ms)."""
-    with threadpoolctl.threadpool_limits(1, user_api="blas"):
-        yield
 
 
 @eqx.filter_jit

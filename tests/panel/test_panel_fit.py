@@ -21,19 +21,9 @@ import pytest
 import scipy.linalg
 import scipy.optimize
 import scipy.special
-import threadpoolctl
 from helpers import brute_force_generator, finite_difference_hessian
 
 import jaxctbn as jc
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_blas_thread():
-    """The numpy references' small scipy.linalg.expm on one OpenBLAS thread: on the test
-    machine's two busy cores OpenBLAS's threads wait on each other, and each expm takes up to
-    ~100 times longer (measured: 120 3 x 3 ones 1.7 s, on one thread 3 ms)."""
-    with threadpoolctl.threadpool_limits(1, user_api="blas"):
-        yield
 
 
 # --------------------------------------------------------------------------- numpy references

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import scipy.linalg
 import scipy.stats
-import threadpoolctl
 from helpers import finite_difference_hessian, illness_death_start
 
 import jaxctbn as jc
@@ -24,15 +23,6 @@ RATES = np.array([[0.0, 0.5, 0.3], [0.4, 0.0, 0.3], [0.0, 0.0, 0.0]])  # state 2
 FREE = [(0, 1), (0, 2), (1, 0), (1, 2)]
 Z_ACTS_ON = [(0, 1), (1, 2)]  # the time-varying z; the period acts on every free rate
 R = 60
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_blas_thread():
-    """The numpy reference's 3 x 3 scipy.linalg.expm on one OpenBLAS thread: on the test
-    machine's two busy cores OpenBLAS's threads wait on each other, and each expm takes up to
-    ~100 times longer (measured: 120 of them 1.7 s, on one thread 3 ms)."""
-    with threadpoolctl.threadpool_limits(1, user_api="blas"):
-        yield
 
 
 def _generator(Q, b_z, z, b_p, d):
