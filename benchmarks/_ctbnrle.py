@@ -62,7 +62,7 @@ nothing written; prints the in-process sampling time) and ``ctbnrle_driver sampl
 TEND SEED OUT.csv`` (the same, then writes the long CSV: the whole-process peer of `jaxctbn
 sample`). SPEC is the plain-text network that `write_spec` writes.
 
-The data file is jaxctbn's own long CSV (`jaxctbn.write_trajectories_csv`:
+The data file is jaxctbn's own long CSV (`jaxctbn.Trajectories.write_csv`:
 `trajectory_id,time,<node columns>,intervention`, first row of a trajectory its initial state at
 time 0, one row per jump, a last row at the end of observation carrying the final state), which
 is what the driver reads: it takes the last row's time as the trajectory's end, ignores column
@@ -95,11 +95,10 @@ def find_driver() -> str | None:
 
 def write_long_csv(trajectories, path, model=None) -> None:
     """Write `trajectories` (complete, untruncated, no interventions) as the long CSV the driver
-    reads, with jaxctbn's own writer (`jaxctbn.write_trajectories_csv`). `model` (a CTBN) gives
+    reads, with jaxctbn's own writer (`jaxctbn.Trajectories.write_csv`). `model` (a CTBN) gives
     the column names and cardinalities; without it the columns are `X0..X{N-1}`. Raises
     `ValueError` for interventions (the driver refuses them) and, with `model`, when some node
     never takes its largest state (the driver would infer a smaller cardinality)."""
-    import jaxctbn as jc
 
     t = types.SimpleNamespace(
         initial_states=np.asarray(trajectories.initial_states),
@@ -129,7 +128,7 @@ def write_long_csv(trajectories, path, model=None) -> None:
                 "write_long_csv: the driver infers cardinalities from the data; nodes not "
                 "reaching their largest state: " + ", ".join(short)
             )
-    jc.write_trajectories_csv(trajectories, model, path)
+    trajectories.write_csv(path, model)
 
 
 _HEADER = re.compile(r"^ctbnrle learn: (.*)$", re.M)

@@ -42,8 +42,6 @@ from ._master_equation.monte_carlo import Gillespie as Gillespie
 from ._paths.sampling import Trajectories as Trajectories
 from ._paths.sampling import sample_trajectories as sample_trajectories
 from ._paths.sufficient_statistics import SufficientStatistics as SufficientStatistics
-from ._paths.csv import read_trajectories_csv as read_trajectories_csv
-from ._paths.csv import write_trajectories_csv as write_trajectories_csv
 
 # priors and posteriors
 from ._learning.priors import AbstractPrior as AbstractPrior

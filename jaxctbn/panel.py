@@ -3,8 +3,6 @@ structure learning from panels."""
 
 # ruff: noqa: I001  (grouped as in the package, not alphabetically)
 
-from ._panel.csv import panel_from_dataframe as panel_from_dataframe
-from ._panel.csv import read_panel_csv as read_panel_csv
 from ._panel.datasets import dataset_path as dataset_path
 from ._panel.observations import Emissions as Emissions
 from ._panel.expected_statistics import PanelExpectedStatistics as PanelExpectedStatistics
@@ -19,7 +17,6 @@ from ._panel.fit_methods import SquaremFit as SquaremFit
 from ._panel.fit import RateFit as RateFit
 from ._panel.fit import fit_rates as fit_rates
 from ._panel.covariates import Covariates as Covariates
-from ._panel.periods import with_time_periods as with_time_periods
 from ._panel.prevalence import Prevalence as Prevalence
 from ._panel.comparison import LikelihoodRatioTest as LikelihoodRatioTest
 from ._panel.uncertainty import RateUncertainty as RateUncertainty
@@ -30,7 +27,6 @@ from ._panel.structure_posterior import AbstractPanelStructureFamily as Abstract
 from ._panel.structure_posterior import SampledStructure as SampledStructure
 from ._panel.structure_posterior import StructuralEM as StructuralEM
 from ._panel.structure_posterior import StructureParticleFilter as StructureParticleFilter
-from ._panel.observations import observe_paths as observe_paths
 from ._panel.rate_posterior import panel_rate_posterior as panel_rate_posterior
 from ._panel.rate_families import AbstractPanelRateFamily as AbstractPanelRateFamily
 from ._panel.rate_families import SampledGammaMixture as SampledGammaMixture

@@ -118,7 +118,7 @@ def _public_names(module) -> set[str]:
 
 #: The most public names over the top level and the namespaces (lowered as names fold into
 #: Modules and methods; issue 62's target is 150).
-MAX_PUBLIC_NAMES = 155
+MAX_PUBLIC_NAMES = 150
 
 
 def test_a_small_public_surface_and_every_name_in_one_place():

@@ -469,7 +469,7 @@ def test_pool_on_ragged_panels_with_missing_values(seed, missing, one_visit, log
     short = rng.choice(np.arange(1, 24), one_visit, replace=False)  # subject 0 keeps 5 visits
     df = df[~(df.trajectory_id.isin(short) & (df.time > 0))]
     df["time"] = df["time"] * 10.0**log_scale
-    obs, ids = jc.panel.panel_from_dataframe(df, {n: 2 for n in NAMES})
+    obs, ids = jc.panel.PanelObservations.from_dataframe(df, {n: 2 for n in NAMES})
     expected = np.zeros((3, len(ids)), bool)
     expected[0] = True
     for s, subject in enumerate(ids):

@@ -83,7 +83,7 @@ def panel_route(model, keys, num_visits):
 
     def one(key):
         plain, under = simulate(model, key)
-        seen = [jc.panel.observe_paths(p, visits) for p in (plain, under)]
+        seen = [jc.panel.PanelObservations.from_paths(p, visits) for p in (plain, under)]
         obs = jc.panel.PanelObservations(
             jnp.concatenate([s.times for s in seen]), jnp.concatenate([s.states for s in seen])
         )

@@ -86,9 +86,7 @@ def one_size(num_subjects: int, reps: int, seed: int) -> dict:
         values = np.stack([np.broadcast_to(sex[:, None], z.shape), z], -1)
         covariates = jc.panel.Covariates(values, names=("sex", "z"), per_observation=True)
         with stopwatch() as sw:
-            periods, covariates = jc.panel.with_time_periods(
-                observations, [CUT], covariates=covariates
-            )
+            periods, covariates = observations.with_time_periods([CUT], covariates=covariates)
             fit = jc.panel.fit_rates(start, periods, covariates=covariates)
             errors = fit.uncertainty(periods, covariates=covariates)
             jax.block_until_ready(errors)

@@ -65,7 +65,7 @@ def main():
             truth, jnp.zeros(2, jnp.int32), 6.0, key=jr.key(4), num_trajectories=1446,
             max_events=256,
         )  # fmt: skip
-        obs = jc.panel.observe_paths(paths, jnp.arange(7.0))
+        obs = jc.panel.PanelObservations.from_paths(paths, jnp.arange(7.0))
         results = {}
         for name, method in METHODS.items():
             with stopwatch() as first:

@@ -127,7 +127,7 @@ def covariates_of(cav, obs, columns, pci):
                 values[r, : len(v)], values[r, len(v) :] = v, v[-1]
             covariates = jc.panel.Covariates(values, names=columns, per_observation=True)
     if pci is not None:
-        obs, covariates = jc.panel.with_time_periods(obs, pci, covariates=covariates)
+        obs, covariates = obs.with_time_periods(pci, covariates=covariates)
     return obs, covariates
 
 

@@ -5,7 +5,7 @@ before issue 35), in the same run, each in its own process.
 
 Data (seed 0): two binary nodes seen at gaps uniform in [0.2, 1]; one subject with L visits
 among S subjects with ten (the issue's case: L = 50,000, S = 5,000, 100,000 rows). Each
-process reads the CSV with `jaxctbn.panel.read_panel_csv` and runs
+process reads the CSV with `jaxctbn.panel.PanelObservations.read_csv` (or `PanelBuckets.read_csv`) and runs
 `learn_structure_from_panels(max_parents=1, max_iterations=3)`; peak RSS by GNU `time -v`. The
 padded route runs under a virtual-memory limit (`--padded-limit-gib`, default 12 GiB) and is
 reported as failed when it needs more.
@@ -31,7 +31,8 @@ import sys, time, jax
 jax.config.update("jax_enable_x64", True)
 import jaxctbn as jc
 t0 = time.perf_counter()
-obs, ids = jc.panel.read_panel_csv(sys.argv[1], {"A": 2, "B": 2}, bucketed=sys.argv[2] == "1")
+reader = jc.panel.PanelBuckets if sys.argv[2] == "1" else jc.panel.PanelObservations
+obs, ids = reader.read_csv(sys.argv[1], {"A": 2, "B": 2})
 fit = jc.panel.learn_structure_from_panels(
     obs, ["A", "B"], [2, 2], max_parents=1, max_iterations=3
 )
@@ -110,7 +111,7 @@ def main():
         "",
         "One subject with L visits among S with ten (two binary nodes); "
         "`learn_structure_from_panels(max_parents=1, max_iterations=3)` after "
-        "`read_panel_csv`, each route in its own process; peak RSS by GNU `time -v`; the padded "
+        "`PanelObservations.read_csv`/`PanelBuckets.read_csv`, each route in its own process; peak RSS by GNU `time -v`; the padded "
         f"route under a {args.padded_limit_gib:g} GiB virtual-memory limit.",
         "",
         "| L | S | rows | padded cells | buckets: peak RSS | buckets: time | padded: peak RSS "

@@ -45,7 +45,7 @@ def posterior_after(truth, h):
     # the criteria score Gamma posteriors: the moment-matched family
     family = jc.panel.MomentMatchedGamma()
     return jax.jit(lambda p, o: jc.panel.panel_rate_posterior(p, o, family=family))(
-        posterior, jc.panel.observe_paths(paths, grid)
+        posterior, jc.panel.PanelObservations.from_paths(paths, grid)
     )
 
 

@@ -61,7 +61,7 @@ def main():
         paths = jc.sample_trajectories(
             model, starts, grid[-1], key=key_paths, num_trajectories=R, max_events=512
         )
-        return rates, jc.panel.observe_paths(paths, jnp.asarray(grid))
+        return rates, jc.panel.PanelObservations.from_paths(paths, jnp.asarray(grid))
 
     # every data set has the same visits: one gap grouping serves them all
     groups = gap_groups(

@@ -92,7 +92,7 @@ def main():
                 key=key,
                 num_trajectories=args.subjects,
             )
-            observations = jc.panel.observe_paths(paths, jnp.asarray(grid))
+            observations = jc.panel.PanelObservations.from_paths(paths, jnp.asarray(grid))
             states = np.asarray(observations.states)[..., 0]
             lam, marginals, means, sds = exact_posterior(states, grid, 1.0, 1.0)
             with stopwatch() as sw:

@@ -80,7 +80,7 @@ def worker(N: int, inference: str, quick: bool) -> dict:
         max_events=int(4 * N * DURATION),
     )  # fmt: skip
     assert not np.any(paths.truncated)
-    observations = jc.panel.observe_paths(paths, jnp.linspace(0.0, DURATION, VISITS))
+    observations = jc.panel.PanelObservations.from_paths(paths, jnp.linspace(0.0, DURATION, VISITS))
     names = [f"X{i}" for i in range(N)]
     options: dict[str, Any] = {}
     if inference == "sampling":

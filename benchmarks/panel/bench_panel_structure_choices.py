@@ -37,7 +37,7 @@ def main():
     grid = jnp.array([0.0, 1.5, 3.0])
     posterior = jax.jit(
         lambda p, o: jc.panel.panel_structure_posterior(p, o, family=jc.panel.StructuralEM())
-    )(prior, jc.panel.observe_paths(paths, grid))
+    )(prior, jc.panel.PanelObservations.from_paths(paths, grid))
     panel = jc.PanelOutcome(jnp.array([1.5, 3.0]))
 
     def scores(criterion, outcome, num_samples):

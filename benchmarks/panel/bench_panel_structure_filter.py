@@ -141,7 +141,7 @@ def accuracy(args, families):
             paths = jax.vmap(lambda s, k: sample_trajectory(TRUTH, s, TAU, key=k, max_events=256))(
                 starts, jax.random.split(k_paths, args.experiments)
             )
-            observations = jc.panel.observe_paths(paths, jnp.asarray(grid))
+            observations = jc.panel.PanelObservations.from_paths(paths, jnp.asarray(grid))
             exact, se = exact_edges(np.asarray(observations.states), grid, args.rate_draws, rng)
             exact_se.append(se.max())
             for name, family in families.items():

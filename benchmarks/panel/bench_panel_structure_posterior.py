@@ -155,7 +155,7 @@ def main():
         paths = jc.sample_trajectories(
             truth, jnp.zeros(N, jnp.int32), float(grid[-1]), key=key, num_trajectories=subjects
         )
-        observations = jc.panel.observe_paths(paths, grid)
+        observations = jc.panel.PanelObservations.from_paths(paths, grid)
         states = np.asarray(observations.states) @ (2 ** np.arange(N - 1, -1, -1))
         off = ~np.eye(N, dtype=bool)
         with stopwatch() as sw:
@@ -289,7 +289,7 @@ def scaling(args):
         paths = jc.sample_trajectories(
             truth, jnp.zeros(N, jnp.int32), float(grid[-1]), key=key, num_trajectories=20
         )
-        observations = jc.panel.observe_paths(paths, grid)
+        observations = jc.panel.PanelObservations.from_paths(paths, grid)
         family = jc.panel.SampledStructure(
             num_sweeps=args.scaling_sweeps, path_sampler=jc.panel.GibbsSampler()
         )

@@ -114,7 +114,7 @@ def pbcseq_truth() -> jc.CTBN:
     cards = infer_cardinalities(df, missing=True)
     with warnings.catch_warnings():  # patients with a single visit: reported by the reader
         warnings.simplefilter("ignore")
-        observations, _ = jc.panel.panel_from_dataframe(df, cards, bucketed=True)
+        observations, _ = jc.panel.PanelBuckets.from_dataframe(df, cards)
     fit = jc.panel.learn_structure_from_panels(
         observations, list(PBC_NODES), [cards[n] for n in PBC_NODES], max_parents=2
     )

@@ -2,7 +2,7 @@
 
 A <-> B (two binary nodes, every rate depends on the other node: 8 free rates), panels of R
 subjects seen at 7 yearly visits from a random start, simulated exactly (`sample_trajectories`
-then `observe_paths`); per data set the default fit (`fit_rates`, SQUAREM) and the observed
+then `PanelObservations.from_paths`); per data set the default fit (`fit_rates`, SQUAREM) and the observed
 information (`rate_uncertainty`). Reported per sample size: the coverage of the true rate by
 each rate's interval (pooled over the 8 rates, with its binomial 95% interval; and the range
 over the rates), the ratio of the mean reported standard error of log(rate) to the spread of
@@ -65,7 +65,7 @@ def one_size(num_subjects: int, reps: int, seed: int) -> dict:
         paths = jc.sample_trajectories(
             model, initial, float(VISITS[-1]), key=k1, num_trajectories=num_subjects
         )
-        observations = jc.panel.observe_paths(paths, VISITS)
+        observations = jc.panel.PanelObservations.from_paths(paths, VISITS)
         with stopwatch() as sw:
             fit = jc.panel.fit_rates(start(), observations)
             uncertainty = fit.uncertainty(observations)

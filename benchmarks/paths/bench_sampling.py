@@ -81,7 +81,7 @@ traj = sample_within_cap(model, initial, tau, key=key_paths, num_trajectories=R,
                          max_events=max_events, name="--max-events")
 jax.block_until_ready(traj)
 t3 = time.perf_counter()
-jc.write_trajectories_csv(traj, model, out)
+traj.write_csv(out, model)
 t4 = time.perf_counter()
 print(json.dumps({"import_s": t1 - t0, "setup_s": t2 - t1, "sample_s": t3 - t2,
                   "write_s": t4 - t3, "events": int(np.asarray(traj.num_events).sum())}))

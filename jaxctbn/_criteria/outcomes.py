@@ -27,7 +27,7 @@ from .._learning.posterior import AbstractRatePosterior
 from .._learning.structure_mixture import StructureMixturePosterior
 from .._learning.structure_posterior import StructurePosterior
 from .._model.interventions import is_concrete
-from .._panel.observations import Emissions, PanelObservations, observe_paths
+from .._panel.observations import Emissions, PanelObservations
 from .._panel.outcome_law import checked_observation_times, global_emission_matrix
 from .._panel.rate_posterior import panel_rate_posterior
 from .._panel.structure_posterior import panel_structure_posterior
@@ -430,7 +430,9 @@ class PanelOutcome(AbstractOutcome):
                     f"shape ({self.size},), got {times.shape}."
                 )
             times = checked_observation_times(times, dtype, path.durations)
-        return observe_paths(_as_batch(path), jnp.concatenate([jnp.zeros((1,), dtype), times]))
+        return PanelObservations.from_paths(
+            _as_batch(path), jnp.concatenate([jnp.zeros((1,), dtype), times])
+        )
 
     def update_rates(self, posterior, path, *, family, observation_times, key):
         observations = self.observed(path, posterior.beta[0].dtype, observation_times)

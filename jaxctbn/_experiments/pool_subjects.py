@@ -182,7 +182,7 @@ def prepare_pool(
     **Arguments:**
 
     - `observations`: one panel trajectory per subject (a batch with one leading axis, or a
-      [`jaxctbn.panel.PanelBuckets`][], e.g. from [`jaxctbn.panel.read_panel_csv`][]),
+      [`jaxctbn.panel.PanelBuckets`][], e.g. from [`jaxctbn.panel.PanelBuckets.read_csv`][]),
       observational (no intervention labels).
     - `names`, `cardinalities`: the nodes.
     - `root` (keyword-only): the root node's name or index. It should have no parents in the

@@ -41,7 +41,7 @@ class PanelBuckets(eqx.Module):
     r"""A flat batch of panel trajectories stored as buckets of similar lengths, each padded only
     to its own longest trajectory (see the module page). Build it with
     [`jaxctbn.panel.PanelBuckets.from_sequences`][] (or
-    [`jaxctbn.panel.read_panel_csv`][]`(..., bucketed=True)`); pass it wherever a flat batch of
+    [`jaxctbn.panel.PanelBuckets.read_csv`][]); pass it wherever a flat batch of
     [`jaxctbn.panel.PanelObservations`][] is accepted ([`jaxctbn.panel.panel_log_likelihood`][],
     [`jaxctbn.panel.panel_expected_statistics`][], `panel_marginals`,
     [`jaxctbn.panel.fit_rates`][], [`jaxctbn.panel.learn_structure_from_panels`][],
@@ -170,6 +170,38 @@ class PanelBuckets(eqx.Module):
                 )
             )
         return cls(buckets, np.concatenate(groups))
+
+    @classmethod
+    def from_dataframe(
+        cls, frame: Any, model, *, exact_entry: dict[str, int] | None = None
+    ) -> tuple[PanelBuckets, list]:
+        """The long format as panel data in buckets: read as
+        [`jaxctbn.panel.PanelObservations.from_dataframe`][] reads it, with the trajectories
+        grouped by length, each group padded to its own longest. **Returns:** the buckets and
+        the trajectory id of each trajectory, in the order the results come back in."""
+        from .csv import panel_from_dataframe
+
+        return panel_from_dataframe(frame, model, exact_entry=exact_entry, bucketed=True)
+
+    @classmethod
+    def read_csv(
+        cls, path: Any, model, *, exact_entry: dict[str, int] | None = None
+    ) -> tuple[PanelBuckets, list]:
+        """Read a long-format CSV file as panel data in buckets (see
+        [`jaxctbn.panel.PanelBuckets.from_dataframe`][])."""
+        from .._paths.csv import read_csv
+        from .csv import panel_from_dataframe
+
+        return panel_from_dataframe(read_csv(path), model, exact_entry=exact_entry, bucketed=True)
+
+    def with_time_periods(
+        self, cut_times: Any, *, covariates: Any = None
+    ) -> tuple[PanelBuckets, Any]:
+        """[`jaxctbn.panel.PanelObservations.with_time_periods`][] for buckets (regrouped by the
+        new lengths, in the same given order)."""
+        from .periods import with_time_periods
+
+        return with_time_periods(self, cut_times, covariates=covariates)
 
     def padded(self) -> PanelObservations:
         """The same trajectories as one batch padded to the longest, in the given order."""

@@ -15,7 +15,7 @@ of [`jaxctbn.Intervention`][]), so every route of the filter applies unchanged.
 observation time $t_i$, taken as constant until the next observation (msm's convention: the
 value at the start of an interval holds over it), so the rates are piecewise constant and the
 filter propagates interval $(t_i,t_{i+1}]$ with the generator at $z_{ri}$.
-[`jaxctbn.panel.with_time_periods`][] builds such covariates for
+[`with_time_periods`][jaxctbn.panel.PanelObservations.with_time_periods] builds such covariates for
 piecewise-constant baseline rates (msm's `pci`).
 """
 
@@ -165,7 +165,7 @@ class Covariates(eqx.Module):
         ids: Sequence[Any],
     ) -> tuple[Covariates, dict]:
         """The covariates of the data columns `columns` of the long-format `df`
-        that [`jaxctbn.panel.panel_from_dataframe`][] read as `(observations, ids)` (the columns
+        that [`PanelObservations.from_dataframe`][jaxctbn.panel.PanelObservations.from_dataframe] read as `(observations, ids)` (the columns
         are not nodes: drop them from the frame given to it).
 
         - A column constant within every trajectory is a baseline covariate, one row per

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
 import jax.numpy as jnp
 import numpy as np
@@ -16,7 +15,37 @@ from .observations import PanelObservations
 
 if TYPE_CHECKING:
     import pandas as pd
-from .._paths.csv import node_spec, node_values, parse_intervention_label, read_csv
+from .._paths.csv import node_spec, node_values, parse_intervention_label
+
+
+@overload
+def panel_from_dataframe(
+    df: pd.DataFrame,
+    model,
+    *,
+    exact_entry: dict[str, int] | None = None,
+    bucketed: Literal[False] = False,
+) -> tuple[PanelObservations, list]: ...
+
+
+@overload
+def panel_from_dataframe(
+    df: pd.DataFrame,
+    model,
+    *,
+    exact_entry: dict[str, int] | None = None,
+    bucketed: Literal[True],
+) -> tuple[PanelBuckets, list]: ...
+
+
+@overload
+def panel_from_dataframe(
+    df: pd.DataFrame,
+    model,
+    *,
+    exact_entry: dict[str, int] | None = None,
+    bucketed: bool = False,
+) -> tuple[PanelObservations | PanelBuckets, list]: ...
 
 
 def panel_from_dataframe(
@@ -26,33 +55,9 @@ def panel_from_dataframe(
     exact_entry: dict[str, int] | None = None,
     bucketed: bool = False,
 ) -> tuple[PanelObservations | PanelBuckets, list]:
-    """Parse the long format as **panel** data: each row is an observation of the nodes at that
-    time (an empty cell = that node was not observed then), the process being hidden between
-    rows. Same columns as the trajectory CSV ([`jaxctbn.read_trajectories_csv`][]):
-    `trajectory_id, time, <nodes>[, intervention]`.
-
-    - Rows of a trajectory are sorted by time. Two rows at the same time are merged when they
-      agree on every node observed in both, and are an error naming the trajectory and time when
-      they conflict.
-    - A row with no observed node is dropped (it carries no information).
-    - A trajectory with a single observation time is kept; under the default likelihood,
-      conditional on the first observation, it contributes nothing (see
-      [`jaxctbn.panel.panel_log_likelihood`][]).
-    - `exact_entry` `{node: state}` (msm's `deathexact`): a row observing `node` in `state`
-      is an **exact entry time** (the process entered the state by a jump at that time; the
-      state before is unknown) unless it is the trajectory's first row or the previous row
-      already observed `node` in `state`.
-    - `intervention` labels (`A=1;B=0`) are per trajectory as for paths; a clamped node must
-      be observed only in its clamped state.
-
-    `model` is a CTBN or a dict `{node name: cardinality}`. **Returns:** the
-    [`jaxctbn.panel.PanelObservations`][] (a batch padded to the longest trajectory), or with
-    `bucketed=True` a [`jaxctbn.panel.PanelBuckets`][] (trajectories grouped by length, each
-    group padded to its own longest: use it when the numbers of visits differ a lot, e.g. one
-    subject with 50,000 visits among thousands with ten), and the trajectory id of each
-    trajectory, in the order of the batch (for buckets: the order the results come back in).
-    Without `bucketed`, a warning names it when padding would take more than four times the
-    data's own size (and more than 64 MiB)."""
+    """The long format as panel data (see
+    [`jaxctbn.panel.PanelObservations.from_dataframe`][]); `bucketed=True` returns
+    [`jaxctbn.panel.PanelBuckets`][]."""
     names, cards = node_spec(model)
     values = node_values(df, names, cards, missing=True)
     entry = parse_assignment(
@@ -160,14 +165,3 @@ def panel_from_dataframe(
         all_times, all_states, exact_entry=all_entry, intervention=intervention
     )
     return observations, kept
-
-
-def read_panel_csv(
-    path: str | os.PathLike,
-    model,
-    *,
-    exact_entry: dict[str, int] | None = None,
-    bucketed: bool = False,
-) -> tuple[PanelObservations | PanelBuckets, list]:
-    """Read a long-format CSV as panel data (see [`jaxctbn.panel.panel_from_dataframe`][])."""
-    return panel_from_dataframe(read_csv(path), model, exact_entry=exact_entry, bucketed=bucketed)

@@ -18,7 +18,7 @@ DATASETS = {
 
 
 def dataset_path(name: str = "pbcseq_panel") -> str:
-    """The path of a data set shipped with jaxctbn, for [`jaxctbn.panel.read_panel_csv`][] or the
+    """The path of a data set shipped with jaxctbn, for [`jaxctbn.panel.PanelObservations.read_csv`][] or the
     CLI's `--data`. `"pbcseq_panel"`: the Mayo Clinic PBC visits (survival package `pbcseq`;
     Fleming & Harrington 1991, Therneau & Grambsch 2000) with five binary signs;
     `"pbcseq_visits"`: the same visits with `age`, `sex` and `log2_bili` as covariates. See

@@ -181,7 +181,7 @@ class RateFit(eqx.Module):
         calibration.
 
         **Arguments:** `observations`: the [`jaxctbn.panel.PanelObservations`][] it was fitted
-        to, one batch axis (read with `bucketed=False`); `times`: finite, increasing;
+        to, one batch axis (read with `PanelObservations.read_csv`, not buckets); `times`: finite, increasing;
         `covariates`: those of the fit, when it has covariates (the forecast then uses each
         trajectory's scaled rates).
 
@@ -281,7 +281,7 @@ def fit_rates(
       not fitted).
     - `covariates`: `None`, or [`jaxctbn.panel.Covariates`][]: covariates per trajectory
       (baseline) or per observation (time-varying; the periods of
-      [`jaxctbn.panel.with_time_periods`][] among them) with log-linear effects on chosen
+      [`with_time_periods`][jaxctbn.panel.PanelObservations.with_time_periods] among them) with log-linear effects on chosen
       rates, fitted jointly with the rates by
       [`jaxctbn.panel.GradientFit`][] (the default then; the EM methods are refused: the
       effects have no closed-form update); the result's `effects` are the log hazard ratios

@@ -327,7 +327,7 @@ def _off_diagonal_rates(cim: Array) -> Array:
 def _time_scales(buckets: tuple[PanelObservations, ...], dtype) -> tuple[Array, Array, Array]:
     """The median, shortest and longest positive gaps of flat buckets (1 when there are
     none), between consecutive observations that observe some node (the censored rows of
-    [`jaxctbn.panel.with_time_periods`][] are passed over)."""
+    [`with_time_periods`][jaxctbn.panel.PanelObservations.with_time_periods] are passed over)."""
     gaps = []
     for bucket in buckets:
         times = bucket.times.astype(dtype)

@@ -149,6 +149,119 @@ class PanelObservations(eqx.Module):
             intervention=intervention,
         )
 
+    @classmethod
+    def from_paths(cls, paths, times: ArrayLike) -> PanelObservations:
+        r"""Complete `paths` seen only at `times` `(K,)` (every node, without error): a flat batch of
+        [`jaxctbn.panel.PanelObservations`][], the state of each path at each time (a jump at $t$
+        counts as seen at $t$), each trajectory under its recorded perfect intervention. `paths`: a
+        batch of [`jaxctbn.Trajectories`][] with one leading axis. Pure and jittable (the times are
+        values); times beyond a path's duration see its last state."""
+        jump_times = jnp.asarray(paths.jump_times)
+        if jump_times.ndim != 2:
+            raise ValueError("paths: expected a batch of trajectories with one leading axis.")
+        times = jnp.asarray(times, jump_times.dtype)
+        if times.ndim != 1 or times.shape[0] < 1:
+            raise ValueError(f"times: expected one or more times, shape (K,), got {times.shape}.")
+        R, E = jump_times.shape
+        happened = jnp.arange(E) < paths.num_events[:, None]
+        count = jnp.sum(
+            (jump_times[:, None, :] <= times[None, :, None]) & happened[:, None, :], axis=-1
+        )  # (R, K): jumps up to each time
+        after = jnp.take_along_axis(paths.states, jnp.maximum(count - 1, 0)[..., None], axis=1)
+        states = jnp.where((count > 0)[..., None], after, paths.initial_states[:, None, :])
+        intervention = Intervention(
+            targets=jnp.asarray(paths.intervention_targets, bool),
+            states=jnp.asarray(paths.intervention_states, jnp.int32),
+        )
+        return cls(jnp.broadcast_to(times, (R, times.shape[0])), states, intervention=intervention)
+
+    @classmethod
+    def from_dataframe(
+        cls, frame: Any, model, *, exact_entry: dict[str, int] | None = None
+    ) -> tuple[PanelObservations, list]:
+        """Parse the long format as **panel** data: each row is an observation of the nodes at that
+        time (an empty cell = that node was not observed then), the process being hidden between
+        rows. Same columns as the trajectory CSV ([`jaxctbn.Trajectories.read_csv`][]):
+        `trajectory_id, time, <nodes>[, intervention]`.
+
+        - Rows of a trajectory are sorted by time. Two rows at the same time are merged when they
+          agree on every node observed in both, and are an error naming the trajectory and time when
+          they conflict.
+        - A row with no observed node is dropped (it carries no information).
+        - A trajectory with a single observation time is kept; under the default likelihood,
+          conditional on the first observation, it contributes nothing (see
+          [`jaxctbn.panel.panel_log_likelihood`][]).
+        - `exact_entry` `{node: state}` (msm's `deathexact`): a row observing `node` in `state`
+          is an **exact entry time** (the process entered the state by a jump at that time; the
+          state before is unknown) unless it is the trajectory's first row or the previous row
+          already observed `node` in `state`.
+        - `intervention` labels (`A=1;B=0`) are per trajectory as for paths; a clamped node must
+          be observed only in its clamped state.
+
+        `model` is a CTBN or a dict `{node name: cardinality}`. **Returns:** the
+        [`jaxctbn.panel.PanelObservations`][] (a batch padded to the longest trajectory) and the
+        trajectory id of each trajectory, in the order of the batch. A warning names
+        [`jaxctbn.panel.PanelBuckets.from_dataframe`][] when padding would take more than four
+        times the data's own size (and more than 64 MiB): buckets group trajectories by length,
+        each group padded to its own longest (use them when the numbers of visits differ a lot,
+        e.g. one subject with 50,000 visits among thousands with ten)."""
+        from .csv import panel_from_dataframe
+
+        return panel_from_dataframe(frame, model, exact_entry=exact_entry)
+
+    @classmethod
+    def read_csv(
+        cls, path: Any, model, *, exact_entry: dict[str, int] | None = None
+    ) -> tuple[PanelObservations, list]:
+        """Read a long-format CSV file as panel data: the file's rows as
+        [`PanelObservations.from_dataframe`][jaxctbn.panel.PanelObservations.from_dataframe]
+        reads a data frame's (`path` a file name; a file that cannot be read or parsed is a
+        one-line error naming it)."""
+        from .._paths.csv import read_csv
+        from .csv import panel_from_dataframe
+
+        return panel_from_dataframe(read_csv(path), model, exact_entry=exact_entry)
+
+    def with_time_periods(
+        self, cut_times: ArrayLike, *, covariates: Any = None
+    ) -> tuple[PanelObservations, Any]:
+        r"""These observations and covariates for rates that are piecewise constant in time, changing
+        at `cut_times` (R msm's `pci`).
+
+        With cut times $c_1<\dots<c_P$, the time axis splits into periods $[c_0{=}{-}\infty,c_1),\
+        [c_1,c_2),\dots,[c_P,\infty)$, and every rate $\lambda$ a period acts on is
+        
+        $$\lambda(t)=\lambda\,\exp\Big(\sum_{p=1}^P\beta_p\,(1[t\in[c_p,c_{p+1})]-\bar d_p)\Big),$$
+        
+        a time-varying covariate per later period (dummy-coded against the first), centred like every
+        covariate. A trajectory's interval that spans a cut is split there by a **censored row** (no
+        node observed: the likelihood is unchanged, the filter only changes generator there), and the
+        period dummies are per-observation covariates ([`jaxctbn.panel.Covariates`][] with
+        `per_observation=True`), so [`jaxctbn.panel.fit_rates`][] and
+        [`RateFit.uncertainty`][jaxctbn.panel.RateFit.uncertainty] fit and report the periods' hazard ratios as covariate
+        effects, the way msm reports `timeperiod[c1,c2)`.
+
+        **Arguments** (the observations concrete, with one batch axis):
+
+        - `cut_times`: `(P,)` finite, strictly increasing, each strictly inside the data's
+          follow-up (after the earliest first observation, before the latest last one), and each
+          period after the first must hold the start of some interval (else its rates are not
+          identified).
+        - `covariates` (keyword-only): other covariates of the fit (baseline or per observation;
+          a censored row takes the value of the observation before it), kept in front of the
+          period dummies with their `acts_on`.
+
+        **Returns:** `(observations, covariates)`: the data with a censored row at every cut time
+        inside a trajectory's follow-up (not already an observation time), of the same kind as
+        given (buckets regrouped by the new lengths, in the same given order), and per-observation
+        covariates: the given ones, then one dummy per period after the first, named
+        `period[c1,c2)`, ..., `period[cP,Inf)`, acting on every free rate. Pass both to
+        [`jaxctbn.panel.fit_rates`][].
+        """
+        from .periods import with_time_periods
+
+        return with_time_periods(self, cut_times, covariates=covariates)
+
     def checked(
         self, model: AbstractCTBN, emissions: "Emissions | None" = None
     ) -> "PanelObservations":
@@ -478,31 +591,3 @@ class Emissions(eqx.Module):
                 )
             )
         return tuple(out)
-
-
-def observe_paths(paths, times: ArrayLike) -> PanelObservations:
-    r"""Complete paths seen only at `times` `(K,)` (every node, without error): a flat batch of
-    [`jaxctbn.panel.PanelObservations`][], the state of each path at each time (a jump at $t$
-    counts as seen at $t$), each trajectory under its recorded perfect intervention. `paths`: a
-    batch of [`jaxctbn.Trajectories`][] with one leading axis. Pure and jittable (the times are
-    values); times beyond a path's duration see its last state."""
-    jump_times = jnp.asarray(paths.jump_times)
-    if jump_times.ndim != 2:
-        raise ValueError("paths: expected a batch of trajectories with one leading axis.")
-    times = jnp.asarray(times, jump_times.dtype)
-    if times.ndim != 1 or times.shape[0] < 1:
-        raise ValueError(f"times: expected one or more times, shape (K,), got {times.shape}.")
-    R, E = jump_times.shape
-    happened = jnp.arange(E) < paths.num_events[:, None]
-    count = jnp.sum(
-        (jump_times[:, None, :] <= times[None, :, None]) & happened[:, None, :], axis=-1
-    )  # (R, K): jumps up to each time
-    after = jnp.take_along_axis(paths.states, jnp.maximum(count - 1, 0)[..., None], axis=1)
-    states = jnp.where((count > 0)[..., None], after, paths.initial_states[:, None, :])
-    intervention = Intervention(
-        targets=jnp.asarray(paths.intervention_targets, bool),
-        states=jnp.asarray(paths.intervention_states, jnp.int32),
-    )
-    return PanelObservations(
-        jnp.broadcast_to(times, (R, times.shape[0])), states, intervention=intervention
-    )

@@ -1,22 +1,11 @@
-r"""Piecewise-constant baseline rates (R msm's `pci`): the rates change at given times.
-
-With cut times $c_1<\dots<c_P$, the time axis splits into periods $[c_0{=}{-}\infty,c_1),\
-[c_1,c_2),\dots,[c_P,\infty)$, and every rate $\lambda$ a period acts on is
-
-$$\lambda(t)=\lambda\,\exp\Big(\sum_{p=1}^P\beta_p\,(1[t\in[c_p,c_{p+1})]-\bar d_p)\Big),$$
-
-a time-varying covariate per later period (dummy-coded against the first), centred like every
-covariate. A trajectory's interval that spans a cut is split there by a **censored row** (no
-node observed: the likelihood is unchanged, the filter only changes generator there), and the
-period dummies are per-observation covariates ([`jaxctbn.panel.Covariates`][] with
-`per_observation=True`), so [`jaxctbn.panel.fit_rates`][] and
-[`RateFit.uncertainty`][jaxctbn.panel.RateFit.uncertainty] fit and report the periods' hazard ratios as covariate
-effects, the way msm reports `timeperiod[c1,c2)`.
-"""
+"""Piecewise-constant baseline rates (R msm's `pci`): the rates change at given times, as
+censored rows and per-observation period dummies (see
+[`jaxctbn.panel.PanelObservations.with_time_periods`][] for the model)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import overload
 
 import numpy as np
 from jaxtyping import ArrayLike
@@ -34,34 +23,26 @@ def period_names(cut_times: Sequence[float]) -> list[str]:
     return [f"period[{a},{b})" for a, b in zip(ends[:-1], ends[1:])]
 
 
+@overload
+def with_time_periods(
+    observations: PanelObservations, cut_times: ArrayLike, *, covariates: Covariates | None = None
+) -> tuple[PanelObservations, Covariates]: ...
+
+
+@overload
+def with_time_periods(
+    observations: PanelBuckets, cut_times: ArrayLike, *, covariates: Covariates | None = None
+) -> tuple[PanelBuckets, Covariates]: ...
+
+
 def with_time_periods(
     observations: PanelObservations | PanelBuckets,
     cut_times: ArrayLike,
     *,
     covariates: Covariates | None = None,
 ) -> tuple[PanelObservations | PanelBuckets, Covariates]:
-    r"""Panel data and covariates for rates that are piecewise constant in time, changing at
-    `cut_times` (see the module docstring).
-
-    **Arguments:**
-
-    - `observations`: concrete [`jaxctbn.panel.PanelObservations`][] with one batch axis, or a
-      [`jaxctbn.panel.PanelBuckets`][].
-    - `cut_times`: `(P,)` finite, strictly increasing, each strictly inside the data's
-      follow-up (after the earliest first observation, before the latest last one), and each
-      period after the first must hold the start of some interval (else its rates are not
-      identified).
-    - `covariates` (keyword-only): other covariates of the fit (baseline or per observation;
-      a censored row takes the value of the observation before it), kept in front of the
-      period dummies with their `acts_on`.
-
-    **Returns:** `(observations, covariates)`: the data with a censored row at every cut time
-    inside a trajectory's follow-up (not already an observation time), of the same kind as
-    given (buckets regrouped by the new lengths, in the same given order), and per-observation
-    covariates: the given ones, then one dummy per period after the first, named by
-    `period_names`, acting on every free rate. Pass both to
-    [`jaxctbn.panel.fit_rates`][].
-    """
+    """See [`jaxctbn.panel.PanelObservations.with_time_periods`][] (also a method of
+    [`jaxctbn.panel.PanelBuckets`][])."""
     if isinstance(observations, PanelBuckets):
         flat = observations.padded()
     elif isinstance(observations, PanelObservations) and len(observations.batch_shape) == 1:

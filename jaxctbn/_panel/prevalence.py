@@ -14,7 +14,7 @@ the forecast of the fitted model from each trajectory's own first observation $y
 $t_{r,0}$ ($\pi_r$ uniform over the global states consistent with it: unobserved nodes
 uniform), with the trajectory's generator $W_r$ (its intervention, and its covariates'
 scales). With time-varying covariates (or the periods of
-[`jaxctbn.panel.with_time_periods`][]) the generator changes at the trajectory's observations,
+[`with_time_periods`][jaxctbn.panel.PanelObservations.with_time_periods]) the generator changes at the trajectory's observations,
 each value holding until the next, and the forecast is the product of the intervals'
 exponentials up to $t$. Agreement of the two curves is a check of fit: a model that is right forecasts the
 states it did not see; systematic gaps show where it is not (msm's `plot.prevalence.msm`).
@@ -156,7 +156,7 @@ def prevalence(
     if not isinstance(observations, PanelObservations) or len(observations.batch_shape) != 1:
         raise ValueError(
             "observations: expected a PanelObservations with one batch axis (trajectories); "
-            "read the data with bucketed=False."
+            "read the data as PanelObservations (not PanelBuckets)."
         )
     observations.checked(model, None)
     grid = np.asarray(times, float)

@@ -263,31 +263,7 @@ def _event_slots(num_jumps: np.ndarray, max_events: int | None) -> int:
 def trajectories_from_dataframe(
     df: pd.DataFrame, model, *, dtype=None, max_events: int | None = None
 ) -> tuple[Trajectories, list]:
-    """Parse the long format (see `trajectories_to_dataframe`).
-
-    Rows of a trajectory are taken in file order; times must be non-decreasing, consecutive rows
-    may share a time stamp (a zero-length stay). Consecutive rows may differ in at most one node
-    (a CTBN changes one node at a time); identical rows are allowed and ignored. The last row of
-    a trajectory marks the end of observation. `model` is a CTBN or a dict
-    `{node name: cardinality}`.
-
-    **Long trajectories are cut into pieces.** Every row of the result holds at most `E` jumps,
-    where `E` is `max_events` if given and otherwise the 99th percentile of the trajectories'
-    jump counts. A trajectory with more jumps becomes consecutive rows: each piece starts in the
-    state after the previous piece's last jump, at that jump's time (so the previous piece ends
-    with a jump at its own end, followed by a zero-length stay), and keeps the trajectory's
-    intervention. Dwell times and transition counts are sums over time, so the
-    [sufficient statistics][jaxctbn.SufficientStatistics] (pooled or total),
-    [`jaxctbn.internal.family_statistics`][] and the structure scores are those of the whole trajectory
-    (up to rounding of the time differences). Nothing in the library uses a trajectory's initial
-    state other than as the state of its first stay, so a piece's start state counts nowhere
-    else. The padded arrays hold `rows x E` slots, at most `(trajectories + jumps / E) x E`, so
-    one very long trajectory no longer makes every row as long as itself. Pass
-    `max_events` >= the longest trajectory's jump count to keep one row per trajectory.
-
-    **Returns:** the trajectories and, for each row, the id of its trajectory (the pieces of a
-    trajectory are consecutive rows with the same id).
-    """
+    """Parse the long format (see [`jaxctbn.Trajectories.from_dataframe`][])."""
     names, cards = node_spec(model)
     values = node_values(df, names, cards, missing=False)
     try:
@@ -419,11 +395,3 @@ def read_csv(path: str | os.PathLike) -> pd.DataFrame:
         raise ValueError(f"data file {name!r} is not a readable CSV: {reason}") from None
     except OSError as e:
         raise ValueError(f"data file {name!r} cannot be read: {e.strerror or e}.") from None
-
-
-def read_trajectories_csv(
-    path: str | os.PathLike, model, *, max_events: int | None = None
-) -> tuple[Trajectories, list]:
-    """Read the long-format CSV (see `trajectories_from_dataframe`, which also
-    describes `max_events`)."""
-    return trajectories_from_dataframe(read_csv(path), model, max_events=max_events)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import cast
+from typing import Any, cast
 
 import equinox as eqx
 import jax
@@ -49,6 +49,61 @@ class Trajectories(eqx.Module):
     @property
     def max_events(self) -> int:
         return int(self.jump_times.shape[-1])
+
+    @classmethod
+    def read_csv(
+        cls, path: Any, model, *, max_events: int | None = None
+    ) -> tuple[Trajectories, list]:
+        """Read trajectories from a long-format CSV file (`path`; a file that cannot be read or
+        parsed is a one-line error naming it): the rows as
+        [`jaxctbn.Trajectories.from_dataframe`][] reads a data frame's."""
+        from .csv import read_csv, trajectories_from_dataframe
+
+        return trajectories_from_dataframe(read_csv(path), model, max_events=max_events)
+
+    @classmethod
+    def from_dataframe(
+        cls, frame: Any, model, *, max_events: int | None = None
+    ) -> tuple[Trajectories, list]:
+        """Trajectories from a data frame in the long format `trajectory_id, time, <node names>[,
+        intervention]` (each row the state from that time on; see the Files page).
+
+        Rows of a trajectory are taken in file order; times must be non-decreasing, consecutive rows
+        may share a time stamp (a zero-length stay). Consecutive rows may differ in at most one node
+        (a CTBN changes one node at a time); identical rows are allowed and ignored. The last row of
+        a trajectory marks the end of observation. `model` is a CTBN or a dict
+        `{node name: cardinality}`.
+
+        **Long trajectories are cut into pieces.** Every row of the result holds at most `E` jumps,
+        where `E` is `max_events` if given and otherwise the 99th percentile of the trajectories'
+        jump counts. A trajectory with more jumps becomes consecutive rows: each piece starts in the
+        state after the previous piece's last jump, at that jump's time (so the previous piece ends
+        with a jump at its own end, followed by a zero-length stay), and keeps the trajectory's
+        intervention. Dwell times and transition counts are sums over time, so the
+        [sufficient statistics][jaxctbn.SufficientStatistics] (pooled or total),
+        [`jaxctbn.internal.family_statistics`][] and the structure scores are those of the whole trajectory
+        (up to rounding of the time differences). Nothing in the library uses a trajectory's initial
+        state other than as the state of its first stay, so a piece's start state counts nowhere
+        else. The padded arrays hold `rows x E` slots, at most `(trajectories + jumps / E) x E`, so
+        one very long trajectory no longer makes every row as long as itself. Pass
+        `max_events` >= the longest trajectory's jump count to keep one row per trajectory.
+
+        **Returns:** the trajectories and, for each row, the id of its trajectory (the pieces of a
+        trajectory are consecutive rows with the same id).
+        """
+        from .csv import trajectories_from_dataframe
+
+        return trajectories_from_dataframe(frame, model, max_events=max_events)
+
+    def write_csv(self, path: Any, model: AbstractCTBN) -> None:
+        """Write these trajectories (a batch with leading axes) to the CSV file `path` in the long
+        format `trajectory_id, time, <node names>, intervention` (see the Files page): per
+        trajectory, its initial state at time 0, one row per jump (the state from that time on)
+        and a last row at the end of observation; `model` names the nodes. The text is pandas'
+        `DataFrame.to_csv(path, index=False)`; a failed write leaves no partial file."""
+        from .csv import write_trajectories_csv
+
+        write_trajectories_csv(self, model, path)
 
 
 def sample_trajectory(

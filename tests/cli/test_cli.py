@@ -195,7 +195,7 @@ def test_sample_writes_csv_that_reads_back(network, tmp_path):
     df = pd.read_csv(out)
     assert list(df.columns) == ["trajectory_id", "time", "A", "B", "intervention"]
     assert (df["A"] == 1).all() and set(df["intervention"]) == {"A=1"}
-    traj, ids = jc.read_trajectories_csv(out, model)
+    traj, ids = jc.Trajectories.read_csv(out, model)
     assert len(ids) == 25 and not bool(traj.truncated.any())
     assert np.allclose(np.asarray(traj.durations), 3.0)
     # same seed, same file
@@ -556,7 +556,7 @@ def test_design_parameters_ranks_the_whole_space(small_network, tmp_path):
     assert res["best"] == res["scores"][int(np.argmax(values))]["intervention"]
     # the library call with the same key gives the same numbers (the posterior from the CSV in
     # one compiled function; the scores: the program of the sharding and loop tests)
-    traj, _ = jc.read_trajectories_csv(hist, model)
+    traj, _ = jc.Trajectories.read_csv(hist, model)
     post = eqx.filter_jit(
         lambda m, t: jc.RatePosterior.for_model(m).update_with(
             jc.SufficientStatistics.from_trajectories(t, m.cardinalities, m.parents)
@@ -677,7 +677,7 @@ def test_design_structure(tmp_path):
     with the same key; clamping every node scores zero."""
     chain, paths = structure_design_problem()
     hist = tmp_path / "hist.csv"
-    jc.write_trajectories_csv(paths, chain, hist)
+    paths.write_csv(hist, chain)
     out = tmp_path / "rank.json"
     args = ["design", "--data", str(hist), "--target", "structure", "--initial-state"]
     args += ["A=0,B=1,C=0", "--duration", "2", "--samples", "3", "--seed", "2", "--max-parents"]

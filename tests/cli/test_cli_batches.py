@@ -37,7 +37,7 @@ def test_design_batch_matches_the_library(history, tmp_path):
     assert len(res["batch"]) == 3 and res["batch_size"] == 3
     assert set(res["batch"][0]) == {"intervention", "score", "gain", "cost"}
     assert res["best"] == res["batch"][0]["intervention"]
-    traj, _ = jc.read_trajectories_csv(hist, model)
+    traj, _ = jc.Trajectories.read_csv(hist, model)
     post = eqx.filter_jit(
         lambda m, t: jc.RatePosterior.for_model(m).update_with(
             jc.SufficientStatistics.from_trajectories(t, m.cardinalities, m.parents)
@@ -197,7 +197,7 @@ def test_design_strength_matches_the_library(history, tmp_path):
     assert res["best"] == best["intervention"]
     assert res["rate_scales"] == best.get("rate_scales", {})
     # each scaled entry's score is the criterion of its intervention at its reported scale
-    traj, _ = jc.read_trajectories_csv(hist, model)
+    traj, _ = jc.Trajectories.read_csv(hist, model)
     post = eqx.filter_jit(
         lambda m, t: jc.RatePosterior.for_model(m).update_with(
             jc.SufficientStatistics.from_trajectories(t, m.cardinalities, m.parents)

@@ -50,7 +50,7 @@ def files(tmp_path_factory):
     panel = root / "panel.csv"
     pd.DataFrame(rows, columns=["trajectory_id", "time", "A", "B"]).to_csv(panel, index=False)
     complete = root / "paths.csv"
-    jc.write_trajectories_csv(paths, TRUTH, complete)
+    paths.write_csv(complete, TRUTH)
     network = root / "net.json"
     TRUTH.to_json(network)
     return panel, complete, network
@@ -71,7 +71,7 @@ def test_fit_panel_default_and_gradient_agree_and_write_the_contract(files, tmp_
         assert d["method"] == method and d["converged"] is True
         # the written network, re-read and re-evaluated by the library, gives the reported L
         fitted = jc.CTBN.from_dict(d["network"])
-        observations, _ = jc.panel.read_panel_csv(panel, fitted)
+        observations, _ = jc.panel.PanelObservations.read_csv(panel, fitted)
         again = float(jc.panel.panel_log_likelihood(fitted, observations).sum())
         np.testing.assert_allclose(d["log_likelihood"], again, rtol=1e-10)
         # the model-check contract: -2LL, AIC, one entry per free rate with its interval
@@ -92,7 +92,7 @@ def test_fit_panel_default_and_gradient_agree_and_write_the_contract(files, tmp_
     # the standard errors are the library's, at the fitted rates (the observations bucketed and
     # their shapes rounded up as the command line reads them: its compiled program)
     fitted = jc.CTBN.from_dict(outs["squarem"]["network"])
-    observations, _ = jc.panel.read_panel_csv(panel, fitted, bucketed=True)
+    observations, _ = jc.panel.PanelBuckets.read_csv(panel, fitted)
     uncertainty = rate_uncertainty(fitted, observations.with_rounded_shapes())
     entry = outs["squarem"]["rates"][0]
     n = fitted.names.index(entry["node"])
@@ -191,7 +191,7 @@ def test_fit_paths_closed_form_is_an_optimum(files, tmp_path):
     assert main(["fit", "--data", str(complete), "--network", str(network), "--out", str(out)]) == 0
     d = json.loads(out.read_text())
     fitted = jc.CTBN.from_dict(d["network"])
-    traj, _ = jc.read_trajectories_csv(complete, fitted)
+    traj, _ = jc.Trajectories.read_csv(complete, fitted)
 
     @eqx.filter_jit  # one program for every evaluation below (eagerly: one per operation)
     def log_likelihood(cims):
@@ -579,7 +579,7 @@ def test_design_from_a_panel_history(files, tmp_path, capsys):
     panel, _, network = files
     base = ["design", "--data", str(panel), "--observation", "panel", "--network", str(network)]
     base += ["--initial-state", "A=0,B=0", "--duration", "3", "--samples", "3", "--seed", "0"]
-    observations, _ = jc.panel.read_panel_csv(panel, TRUTH, bucketed=True)
+    observations, _ = jc.panel.PanelBuckets.read_csv(panel, TRUTH)
     space = jc.intervention_space(TRUTH.cardinalities)
     # by default the history's sampled posterior (short chains here), the library's mixture
     # with the same seed; --panel-posterior moment the moment-matched Gamma; each said in
@@ -691,7 +691,7 @@ def test_fit_posterior_writes_the_contract_and_the_library_numbers(files, tmp_pa
     assert [(r["node"], r["parent_states"], r["from"], r["to"]) for r in result["rates"]] == [
         (r["node"], r["parent_states"], r["from"], r["to"]) for r in written["rates"]
     ]
-    observations, _ = jc.panel.read_panel_csv(panel, TRUTH, bucketed=True)
+    observations, _ = jc.panel.PanelBuckets.read_csv(panel, TRUTH)
     observations = observations.with_rounded_shapes()
     mixture = jc.panel.panel_rate_posterior(
         jc.GammaMixturePosterior.from_gamma(
@@ -717,7 +717,7 @@ def test_fit_posterior_writes_the_contract_and_the_library_numbers(files, tmp_pa
                  "--out", str(out_paths)]) == 0  # fmt: skip
     exact = json.loads(out_paths.read_text())["posterior"]
     assert exact["method"] == "conjugate" and exact["diagnostics"] is None
-    paths, _ = jc.read_trajectories_csv(complete, TRUTH)
+    paths, _ = jc.Trajectories.read_csv(complete, TRUTH)
     stats = jc.SufficientStatistics.from_trajectories(paths, TRUTH.cardinalities, TRUTH.parents)
     gamma = jc.RatePosterior.for_model(TRUTH).update_with(stats)
     a, b = np.asarray(gamma.alpha[0])[0, 0, 1], np.asarray(gamma.beta[0])[0, 0]

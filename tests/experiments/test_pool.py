@@ -55,7 +55,9 @@ def _simulate(seed=0, subjects=24, visits=5):
 @pytest.fixture(scope="module")
 def panel():
     df = _simulate()
-    obs, ids = jaxctbn.panel.panel_from_dataframe(df.replace("", np.nan), {n: 2 for n in NAMES})
+    obs, ids = jaxctbn.panel.PanelObservations.from_dataframe(
+        df.replace("", np.nan), {n: 2 for n in NAMES}
+    )
     return df, obs, ids
 
 
@@ -78,7 +80,7 @@ def test_membership_hand_made():
             "A": [0, 1, 0, 0, 1, 1, 1, 0, 1],
         }
     )
-    obs, ids = jaxctbn.panel.panel_from_dataframe(df, {"R": 2, "A": 2})
+    obs, ids = jaxctbn.panel.PanelObservations.from_dataframe(df, {"R": 2, "A": 2})
     m = pool_membership(obs, 0, 2)
     assert ids == [0, 1, 2, 3]
     np.testing.assert_array_equal(
@@ -404,7 +406,7 @@ def test_shipped_pbcseq_panel_matches_its_readme():
     cards = infer_cardinalities(df, missing=True)
     assert cards == dict.fromkeys(["trt", "ascites", "hepato", "spiders", "edema"], 2)
     with pytest.warns(UserWarning, match="single observation"):
-        observations, ids = jaxctbn.panel.read_panel_csv(path, cards)
+        observations, ids = jaxctbn.panel.PanelObservations.read_csv(path, cards)
     assert observations.batch_shape == (312,) and len(ids) == 312
     assert int(np.asarray(observations.num_observations).sum()) == 1945
     readme = os.path.join(os.path.dirname(path), "README.md")

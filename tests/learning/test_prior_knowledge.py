@@ -142,7 +142,7 @@ def test_cli_learn_with_knowledge(paths, tmp_path, capsys):
     # the library's posterior with the same knowledge and edge probabilities
     pi = np.full((4, 4), 0.2)
     pi[1, 3], pi[2, 3] = 0.7, 0.6
-    traj, _ = jc.read_trajectories_csv(data, truth)
+    traj, _ = jc.Trajectories.read_csv(data, truth)
     ref = jc.learn_structure(
         traj, NAMES, (2,) * 4, max_parents=MAX_PARENTS,
         knowledge=jc.PriorKnowledge(

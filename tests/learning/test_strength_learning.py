@@ -111,7 +111,7 @@ def test_fit_learn_strength_end_to_end(tmp_path, capsys):
     frames = []
     for offset, traj, label in ((0, plain, ""), (1000, under, "B*")):
         path = tmp_path / "part.csv"
-        jc.write_trajectories_csv(traj, truth, path)
+        traj.write_csv(path, truth)
         df = pd.read_csv(path)
         df["trajectory_id"] += offset
         df["intervention"] = label if label else np.nan

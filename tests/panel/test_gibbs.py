@@ -66,7 +66,7 @@ def data():
     starts = jnp.array([[0, 1, 0], [1, 1, 0], [0, 2, 1]])
     # (under `jit`: one compilation instead of op-by-op ones)
     paths = jax.jit(jax.vmap(one))(jr.split(jr.key(4), R), INTERVENTION, starts)
-    seen = jc.panel.observe_paths(paths, VISITS)
+    seen = jc.panel.PanelObservations.from_paths(paths, VISITS)
     states = np.asarray(seen.states).copy()
     # some cells missing (never the whole first row of a node in every trajectory)
     states[0, 1, 2] = states[1, 2, 1] = states[2, 0, 0] = states[2, 3, 1] = -1
@@ -298,7 +298,7 @@ def test_monte_carlo_em_reaches_the_exact_em_optimum():
     )
     paths = jc.sample_trajectories(truth, jnp.array([0, 0]), 5.0, key=jr.key(2),
                                    num_trajectories=40)  # fmt: skip
-    seen = jc.panel.observe_paths(paths, jnp.linspace(0.0, 5.0, 6))
+    seen = jc.panel.PanelObservations.from_paths(paths, jnp.linspace(0.0, 5.0, 6))
     states = np.asarray(seen.states).copy()
     states[::4, 2, 0] = states[1::5, 3, 1] = -1
     observations = jc.panel.PanelObservations(seen.times, jnp.asarray(states))
@@ -373,7 +373,7 @@ def test_structural_em_with_sampled_paths_and_mean_field_reaches_the_exact_route
     paths = jc.sample_trajectories(
         truth, jr.randint(jr.key(1), (R, 3), 0, 2), 4.0, key=jr.key(2), num_trajectories=R
     )
-    observations = jc.panel.observe_paths(paths, jnp.linspace(0.0, 4.0, 9))
+    observations = jc.panel.PanelObservations.from_paths(paths, jnp.linspace(0.0, 4.0, 9))
     common = dict(max_parents=2, knowledge=jc.PriorKnowledge(forbidden_edges=[(2, 0)]))
     exact = jc.panel.learn_structure_from_panels(observations, truth.names, (2, 2, 2), **common)
     mf = jc.panel.learn_structure_from_panels(

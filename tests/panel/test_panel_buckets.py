@@ -214,8 +214,8 @@ def test_reader_buckets_a_long_subject_among_short_ones():
             )
         )
     df = pd.concat(frames)
-    buckets, ids = jc.panel.panel_from_dataframe(df, MODEL, bucketed=True)
-    padded, padded_ids = jc.panel.panel_from_dataframe(df, MODEL)
+    buckets, ids = jc.panel.PanelBuckets.from_dataframe(df, MODEL)
+    padded, padded_ids = jc.panel.PanelObservations.from_dataframe(df, MODEL)
     assert ids == padded_ids == [f"s{i}" for i in range(301)]
     assert isinstance(buckets, jc.panel.PanelBuckets)
     assert len(buckets.buckets) == 2

@@ -343,7 +343,7 @@ def test_shared_effects_from_the_command_line_flag(tmp_path):
     rows = [[r, t, int(paths[r, i]), Z[r, 1]] for r in range(R) for i, t in enumerate(GRID)]
     df = pd.DataFrame(rows, columns=["trajectory_id", "time", "h", "age"])
     model = illness_death_start()
-    obs, ids = jc.panel.panel_from_dataframe(df.drop(columns=["age"]), model)
+    obs, ids = jc.panel.PanelObservations.from_dataframe(df.drop(columns=["age"]), model)
     covariates, summary = _covariates_of(model, df, ids, "age", None, obs, "h:0-1+h:1-2,h:1-0")
     labels = np.asarray(covariates.shared[0])[0, 0]
     assert labels[0, 1] == labels[1, 2] == 0 and labels[1, 0] == 1 and labels[0, 2] == -1

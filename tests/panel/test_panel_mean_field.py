@@ -58,7 +58,7 @@ def _observations(model, key):
     starts = jnp.array([[0, 1, 0], [1, 1, 0], [0, 2, 1]])
     # (under `jit`: one compilation instead of op-by-op ones)
     paths = jax.jit(jax.vmap(one))(jr.split(key, R), INTERVENTION, starts)
-    seen = jc.panel.observe_paths(paths, VISITS)
+    seen = jc.panel.PanelObservations.from_paths(paths, VISITS)
     states = np.asarray(seen.states).copy()
     states[0, 1, 2] = states[1, 2, 1] = states[2, 0, 0] = -1  # missing cells (one at t0)
     return jc.panel.PanelObservations(seen.times, jnp.asarray(states), intervention=INTERVENTION)
@@ -219,7 +219,7 @@ def test_importance_sampling_without_edges_weighs_every_path_by_the_likelihood()
     np.testing.assert_allclose(paths.log_likelihood(), log_likelihood, rtol=1e-10)
     np.testing.assert_allclose(paths.effective_sample_size(), 1000.0, rtol=1e-10)
     # the sampled paths meet the observations, and A stays at its clamp in trajectory 1
-    seen = jc.panel.observe_paths(
+    seen = jc.panel.PanelObservations.from_paths(
         jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), paths.trajectories),
         VISITS,
     )

@@ -91,7 +91,7 @@ def _fit():
     for e in Z_ACTS_ON:
         acts_on[0, 0][e] = True
     z = jc.panel.Covariates(Z[..., None], names=("z",), acts_on=[acts_on], per_observation=True)
-    periods, covariates = jc.panel.with_time_periods(obs, [CUT], covariates=z)
+    periods, covariates = obs.with_time_periods([CUT], covariates=z)
     start = illness_death_start()
     # a tight tolerance: the gradient at the fit is then below 1e-6 (1 + |l|) by the stopping rule
     method = jc.panel.GradientFit(tolerance=1e-12)
@@ -175,7 +175,7 @@ def test_with_time_periods_inserts_censored_rows_and_refuses_bad_cuts():
     states = [np.array([[0], [1], [1]]), np.array([[1], [0]]), np.array([[0], [0], [1]])]
     obs = jc.panel.PanelObservations.from_sequences(times, states)
     age = jc.panel.Covariates([[50.0], [60.0], [70.0]], names=("age",))
-    out, cov = jc.panel.with_time_periods(obs, [2.0, 5.0], covariates=age)
+    out, cov = obs.with_time_periods([2.0, 5.0], covariates=age)
     assert cov.names == ("age", "period[2,5)", "period[5,Inf)") and cov.per_observation
     np.testing.assert_array_equal(out.num_observations, [4, 2, 5])
     # trajectory 0: a censored row at 2 (between 1 and 3); 5 is after its last visit
@@ -197,19 +197,19 @@ def test_with_time_periods_inserts_censored_rows_and_refuses_bad_cuts():
         names=("dose",),
         per_observation=True,
     )
-    _, cov = jc.panel.with_time_periods(obs, [2.0], covariates=dose)
+    _, cov = obs.with_time_periods([2.0], covariates=dose)
     np.testing.assert_array_equal(np.asarray(cov.values)[0, :4, 0], [1, 2, 2, 3])
     # buckets in, buckets out, in the same given order
     buckets = jc.panel.PanelBuckets.from_observations(obs)
-    out_b, _ = jc.panel.with_time_periods(buckets, [2.0, 5.0], covariates=age)
+    out_b, _ = buckets.with_time_periods([2.0, 5.0], covariates=age)
     assert isinstance(out_b, jc.panel.PanelBuckets)
     np.testing.assert_array_equal(out_b.padded().times, out.times)
     with pytest.raises(ValueError, match="cut_times: 7 is outside the data's follow-up"):
-        jc.panel.with_time_periods(obs, [2.0, 7.0])
+        obs.with_time_periods([2.0, 7.0])
     with pytest.raises(ValueError, match="cut_times: must be strictly increasing"):
-        jc.panel.with_time_periods(obs, [3.0, 2.0])
+        obs.with_time_periods([3.0, 2.0])
     with pytest.raises(ValueError, match="cut_times: expected one or more finite times"):
-        jc.panel.with_time_periods(obs, [2.0, np.nan])
+        obs.with_time_periods([2.0, np.nan])
     with pytest.raises(ValueError, match="covariates: per_observation values need"):
         jc.panel.fit_rates(
             jc.CTBN(cims=[jnp.ones((1, 2, 2))], parents=[()]),
@@ -319,7 +319,9 @@ def test_covariates_from_a_dataframe_align_with_the_observations():
             "sex": ["m", "m", "m", "m", "f", "f"],
         }
     )
-    obs, ids = jc.panel.panel_from_dataframe(df[["trajectory_id", "time", "h"]], {"h": 2})
+    obs, ids = jc.panel.PanelObservations.from_dataframe(
+        df[["trajectory_id", "time", "h"]], {"h": 2}
+    )
     covariates, summary = jc.panel.Covariates.from_dataframe(df, ["dose", "sex"], obs, ids)
     assert ids == [7, 3] and covariates.per_observation
     assert summary["names"] == ["dose", "sex=m"] and summary["time_varying"] == ["dose"]

@@ -39,7 +39,7 @@ def panel_data(tmp_path_factory):
     )
     rows = []
     for offset, paths, label in ((0, plain, ""), (100, under, "B*")):
-        seen = jc.panel.observe_paths(paths, VISITS)
+        seen = jc.panel.PanelObservations.from_paths(paths, VISITS)
         for r in range(NUM_EACH):
             for t, (a, b) in zip(np.asarray(seen.times[r]), np.asarray(seen.states[r])):
                 rows.append(
@@ -88,7 +88,7 @@ def test_panel_strength_against_a_joint_maximisation(panel_data, tmp_path, capsy
     assert "strength of B" in capsys.readouterr().out
 
     # the same observations, in the CSV's order
-    observations, ids = jc.panel.panel_from_dataframe(
+    observations, ids = jc.panel.PanelObservations.from_dataframe(
         pd.read_csv(data).assign(intervention=np.nan), truth
     )
     scaled = jnp.asarray([tid >= 100 for tid in ids])

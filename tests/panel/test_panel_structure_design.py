@@ -255,7 +255,7 @@ def test_panel_structure_posteriors_against_the_exact_graph_posterior():
     )
     paths = jc.sample_trajectories(truth, START, 2.0, key=jr.key(5), num_trajectories=3)
     grid = jnp.concatenate([jnp.zeros(1), TIMES])
-    observations = jc.panel.observe_paths(paths, grid)
+    observations = jc.panel.PanelObservations.from_paths(paths, grid)
     em = jax.jit(
         lambda p, o: jc.panel.panel_structure_posterior(p, o, family=jc.panel.StructuralEM())
     )(post, observations)

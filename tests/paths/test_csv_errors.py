@@ -33,7 +33,7 @@ def test_malformed_csv_raises_one_line(tmp_path, text, message):
     path.write_text(text)
     nodes = {"A": 2, "B": 2}
     for read in (
-        lambda: jc.read_trajectories_csv(path, nodes),
+        lambda: jc.Trajectories.read_csv(path, nodes),
         lambda: infer_cardinalities(read_csv(path)),
     ):
         with pytest.raises(ValueError, match=message) as info:

@@ -142,8 +142,8 @@ def test_csv_round_trip_gives_identical_statistics(tmp_path, getkey):
     t2 = sample(model, [1, 1, 1], 2.0, key=getkey(), num_trajectories=10, intervention=iv)
     path = tmp_path / "traj.csv"
     for traj in (t1, t2):
-        jc.write_trajectories_csv(traj, model, path)
-        back, ids = jc.read_trajectories_csv(path, model)
+        traj.write_csv(path, model)
+        back, ids = jc.Trajectories.read_csv(path, model)
         assert len(ids) == traj.num_trajectories
         s1 = statistics(traj, cards, parents)
         s2 = statistics(back, cards, parents)
@@ -169,7 +169,7 @@ def _model_ab():
 
 
 def test_csv_writer_writes_what_pandas_writes(tmp_path, getkey):
-    """`write_trajectories_csv` formats the rows itself; the text is `DataFrame.to_csv`'s,
+    """`Trajectories.write_csv` formats the rows itself; the text is `DataFrame.to_csv`'s,
     quoting included (names with a comma or a quote), with and without interventions."""
     model = jc.CTBN(
         cims=[
@@ -185,7 +185,7 @@ def test_csv_writer_writes_what_pandas_writes(tmp_path, getkey):
             model, [0, 2], horizon, key=getkey(), num_trajectories=7, intervention=intervention
         )
         ours, theirs = tmp_path / "ours.csv", tmp_path / "pandas.csv"
-        jc.write_trajectories_csv(traj, model, ours)
+        traj.write_csv(ours, model)
         trajectories_to_dataframe(traj, model).to_csv(theirs, index=False)
         assert ours.read_bytes() == theirs.read_bytes()
 
