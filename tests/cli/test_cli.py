@@ -569,6 +569,9 @@ def test_design_parameters_ranks_the_whole_space(small_network, tmp_path):
         3.0,  # a Python number is static: the value the other tests use, for one program
         key=jax.random.key(0),
         num_samples=3,
+        # the criterion and outcome as the command line passes them: its compiled program
+        criterion=jc.VBHC(),
+        outcome=jc.CompletePath(),
     )
     np.testing.assert_allclose(values, np.asarray(ref), rtol=1e-9, atol=1e-12)
     out_bhc = tmp_path / "bhc.json"
@@ -697,7 +700,14 @@ def test_design_structure(tmp_path):
     space, init = jc.intervention_space((2, 2, 2)), jnp.array([0, 1, 0], jnp.int32)
     for values, criterion in ((vbhc, jc.VBHC()), (eig, jc.EIG(num_paths=2))):
         ref = jc.score_interventions(
-            post, space, init, 2.0, key=jax.random.key(2), num_samples=3, criterion=criterion
+            post,
+            space,
+            init,
+            2.0,
+            key=jax.random.key(2),
+            num_samples=3,
+            criterion=criterion,
+            outcome=jc.CompletePath(),  # as the command line passes it: its compiled program
         )
         np.testing.assert_allclose(values, ref, rtol=1e-9, atol=1e-12)
 

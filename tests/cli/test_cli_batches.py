@@ -58,7 +58,15 @@ def test_design_batch_matches_the_library(history, tmp_path):
     labels = [space_label(model, space, int(m)) for m in ref.members]
     assert [e["intervention"] for e in res["batch"]] == labels
     single = jc.score_interventions(
-        post, space, jnp.array([0, 1], jnp.int32), 3.0, key=jax.random.key(0), num_samples=3
+        post,
+        space,
+        jnp.array([0, 1], jnp.int32),
+        3.0,
+        key=jax.random.key(0),
+        num_samples=3,
+        # the criterion and outcome as the command line passes them: its compiled program
+        criterion=jc.VBHC(),
+        outcome=jc.CompletePath(),
     )
     np.testing.assert_allclose([e["score"] for e in res["scores"]], single, rtol=1e-9)
 

@@ -15,6 +15,7 @@ from helpers import sample_trajectories_jit, state_at
 
 import jaxctbn as jc
 from jaxctbn._cli import main
+from jaxctbn._cli.main import build_parser
 from jaxctbn._panel.uncertainty import rate_uncertainty
 
 TRUTH = jc.CTBN(
@@ -230,8 +231,10 @@ def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path, capsys):
     panel, _, _ = files
     out = tmp_path / "learn.json"
     args = ["learn", "--data", str(panel), "--observation", "panel", "--max-parents", "1"]
-    # the sampled structure posterior (the default here), with short chains to keep it quick
-    short = ["--sweeps", "40", "--chains", "2", "--burn-in", "10"]
+    # the sampled structure posterior (the default here), with short chains to keep it quick:
+    # the settings of `design --draws 20 --chains 2` in test_design_from_a_panel_history (its
+    # burn-in, 100, is the default here), so that the two share one compiled sampler
+    short = ["--sweeps", "20", "--chains", "2"]
     assert main([*args, *short, "--out", str(out)]) == 0
     d = json.loads(out.read_text())
     assert {"nodes", "map_graph", "entropy", "rates", "log_likelihood", "em"} <= set(d)
@@ -245,8 +248,8 @@ def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path, capsys):
     assert set(pp["diagnostics"]) == {
         "max_split_r_hat", "min_ess", "chains", "sweeps", "burn_in", "converged"
     }  # fmt: skip
-    assert (pp["diagnostics"]["chains"], pp["diagnostics"]["sweeps"]) == (2, 40)
-    assert pp["diagnostics"]["burn_in"] == 10
+    assert (pp["diagnostics"]["chains"], pp["diagnostics"]["sweeps"]) == (2, 20)
+    assert pp["diagnostics"]["burn_in"] == 100
     assert (jc.panel.SampledStructure().num_chains, jc.panel.SampledStructure().num_sweeps) == (
         4,
         1000,
@@ -266,8 +269,13 @@ def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path, capsys):
     # the Gibbs E-step: the exact route's MAP graph, its diagnostics, no log-likelihood
     sampled = tmp_path / "sampled.json"
     flags = ["--inference", "sampling", "--samples", "30", "--burn-in", "10", "--seed", "1"]
+    # buffers as large as the structure sampler's Gibbs paths need with this seed (with the
+    # defaults it overflows and runs again with them doubled: a second compiled sampler); the
+    # defaults themselves are checked below (the parser's and the importance sampler's)
+    flags += ["--max-events", "128", "--max-node-events", "64", "--max-virtual", "128"]
     assert main([*args, *flags, "--sweeps", "40", "--chains", "2", "--out", str(sampled)]) == 0
     s = json.loads(sampled.read_text())
+    assert s["panel_posterior"]["diagnostics"]["burn_in"] == 10  # --burn-in: both samplers
     assert s["map_graph"] == mo["map_graph"] and s["inference"] == "sampling"
     # its graph summary by default: the sampled structure posterior with Gibbs path updates,
     # near the exact path draws' (both short chains)
@@ -280,7 +288,13 @@ def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path, capsys):
     assert s["log_likelihood"] is None and s["em"]["converged"]
     assert s["sampling"]["samples"] == 30 and s["sampling"]["seed"] == 1
     assert s["sampling"]["infeasible_updates"] == 0
-    assert s["sampling"]["buffers"] == {"max_events": 64, "max_node_events": 32, "max_virtual": 64}
+    assert s["sampling"]["buffers"] == {
+        "max_events": 128,
+        "max_node_events": 64,
+        "max_virtual": 128,
+    }
+    defaults = build_parser().parse_args(["learn", "--data", str(panel), "--out", "o.json"])
+    assert (defaults.max_events, defaults.max_node_events, defaults.max_virtual) == (64, 32, 64)
     assert set(s["sampling"]["min_effective_sample_size"]) == {"A", "B"}
     assert all(v > 0 for v in s["sampling"]["min_effective_sample_size"].values())
     for name in ("A", "B"):

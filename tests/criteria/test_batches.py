@@ -28,6 +28,17 @@ INIT = jnp.array([1, 0])
 NUM_DRAWS = 4
 CARDS = (2, 2)
 PARENTS = ((), (0,))
+NAMES = ("X0", "X1")
+#: a panel's visits priced (as the loop prices them): 1 + 2 visits x 0.5 per member
+VISITS = jc.Costs.of_nodes(NAMES, CARDS, experiment=1.0, visit=0.5)
+
+
+@eqx.filter_jit  # one program (eagerly: one per operation)
+def _truth_and_paths(key, cards, parents):
+    k1, k2 = jax.random.split(key)
+    truth = random_model(k1, cards, parents)
+    init = jnp.zeros(len(cards), jnp.int32)
+    return truth, jc.sample_trajectories(truth, init, 2.0, key=k2, num_trajectories=2)
 
 
 def _rows(candidates, index):
@@ -36,12 +47,14 @@ def _rows(candidates, index):
 
 @pytest.fixture(scope="module")
 def problem():
-    key = jax.random.key(11)
-    k1, k2 = jax.random.split(key)
-    truth = random_model(k1, CARDS, PARENTS)
-    traj = jc.sample_trajectories(truth, jnp.zeros(2, jnp.int32), 2.0, key=k2, num_trajectories=2)
-    stats = jc.SufficientStatistics.from_trajectories(traj, CARDS, PARENTS)
-    rates = jc.RatePosterior.for_model(truth).update_with(stats)
+    truth, traj = _truth_and_paths(jax.random.key(11), CARDS, PARENTS)
+
+    @eqx.filter_jit  # one program (eagerly: one per operation)
+    def posterior(truth, traj):
+        stats = jc.SufficientStatistics.from_trajectories(traj, CARDS, PARENTS)
+        return jc.RatePosterior.for_model(truth).update_with(stats)
+
+    rates = posterior(truth, traj)
     structure = jc.learn_structure(traj, truth.names, CARDS, max_parents=1)
     return truth, rates, structure, jc.intervention_space(CARDS)
 
@@ -140,13 +153,13 @@ def test_parameter_pair_vbhc_by_hand(problem):
     L-BFGS: the closed-form batch value."""
     _, rates, _, space = problem
     key = jax.random.key(3)
-    draws = posterior_draws(rates, key, NUM_DRAWS)
+    draws = eqx.filter_jit(posterior_draws)(rates, key, NUM_DRAWS)
     minimise = eqx.filter_jit(parameter_vbhc_minimise)
+    statistics = eqx.filter_jit(  # one program (eagerly: one per operation)
+        lambda rates, draws, iv: design_statistics(rates, draws, INIT, HORIZON, intervention=iv)
+    )
     for pair in [(0, 4), (0, 3), (2, 7), (5, 5)]:  # (5, 5) clamps both nodes: 0
-        stats = [
-            design_statistics(rates, draws, INIT, HORIZON, intervention=_rows(space, i))
-            for i in pair
-        ]
+        stats = [statistics(rates, draws, _rows(space, i)) for i in pair]
         summed = jax.tree_util.tree_map(jnp.add, *stats)
         by_hand, _ = minimise(rates, summed, jc.LBFGS())
         direct = jc.score_interventions(
@@ -166,10 +179,8 @@ def test_structure_batch_by_pattern_against_the_dense_route():
     per-candidate statistics on every padded set (the same candidates with unit rate scales,
     which take the general route): three nodes, two-parent sets, three rounds."""
     cards, parents = (2, 2, 2), ((), (0,), (0, 1))
-    k1, k2 = jax.random.split(jax.random.key(5))
-    truth = random_model(k1, cards, parents)
+    truth, traj = _truth_and_paths(jax.random.key(5), cards, parents)
     init = jnp.zeros(3, jnp.int32)
-    traj = jc.sample_trajectories(truth, init, 2.0, key=k2, num_trajectories=2)
     structure = jc.learn_structure(traj, truth.names, cards, max_parents=2)
     space = jc.intervention_space(cards)
     C = space.targets.shape[0]
@@ -290,10 +301,15 @@ def test_structure_batch_eig_of_one_member_is_the_single_eig(problem):
     _one_member_is_the_single_eig(structure, space, jc.EIG(num_paths=4))
 
 
-def test_batch_eig_of_one_member_is_the_single_eig_and_orders_below_the_vbhc(problem):
+def test_batch_eig_of_one_member_is_the_single_eig(problem):
+    _, rates, _, space = problem
+    _one_member_is_the_single_eig(rates, space, jc.EIG(num_paths=20))
+
+
+@pytest.mark.slow  # a second check of the batch EIG (two more programs): the test above
+def test_batch_eig_of_a_pair_orders_below_the_bhc(problem):
     _, rates, _, space = problem
     eig = jc.EIG(num_paths=20)
-    _one_member_is_the_single_eig(rates, space, eig)
     # the parameter EIG of a pair: at least its best member (up to Monte Carlo error), below
     # the pair's BHC (EIG <= VBHC <= BHC)
     key_big = jax.random.key(6)
@@ -346,17 +362,21 @@ def test_costs_prices_candidates():
         jc.Costs.of_nodes(names, cards, clamp_state={("B", 3): 1.0})
 
 
-def test_costs_and_budgets_in_a_batch(problem, greedy):
+def _choose(rates, space, budget=1e9, key=None, **kwargs):
+    """A batch with costs (a budget array): one compiled program per ranking."""
+    return jc.score_interventions(
+        rates, space, INIT, HORIZON, key=jax.random.key(3) if key is None else key,
+        num_samples=NUM_DRAWS, batch=jc.Batch(2, budget=jnp.asarray(budget), **kwargs),
+    )  # fmt: skip
+
+
+def test_costs_and_budgets_in_a_batch(problem, greedy, panel_greedy):
     _, rates, _, space = problem
     posterior, criterion, design, single = greedy("parameters-vbhc")
-    names = ("X0", "X1")
-    key = jax.random.key(3)
+    names = NAMES
 
-    def choose(budget=1e9, **kwargs):  # a budget array: one compiled program per ranking
-        return jc.score_interventions(
-            rates, space, INIT, HORIZON, key=key, num_samples=NUM_DRAWS,
-            batch=jc.Batch(2, budget=jnp.asarray(budget), **kwargs),
-        )  # fmt: skip
+    def choose(budget=1e9, **kwargs):
+        return _choose(rates, space, budget, **kwargs)
 
     # equal costs: the same choice by score and by score per cost
     equal = jc.Costs.of_nodes(names, CARDS, experiment=2.0)
@@ -380,12 +400,9 @@ def test_costs_and_budgets_in_a_batch(problem, greedy):
     cheap = jc.Costs.of_nodes(names, CARDS, default_clamp=100.0, experiment=1.0)
     chosen = choose(costs=cheap, ranking=ByScorePerCost())
     assert not np.asarray(space.targets)[np.asarray(chosen.members)].any()
-    # a panel's visits are priced (as the loop prices them): 1 + 2 visits x 0.5 per member
-    visits = jc.Costs.of_nodes(names, CARDS, experiment=1.0, visit=0.5)
-    panel = jc.score_interventions(
-        rates, space, INIT, HORIZON, criterion=jc.BHC(), key=key, num_samples=NUM_DRAWS,
-        outcome=jc.PanelOutcome(jnp.array([1.0, 2.0])), batch=jc.Batch(2, costs=visits),
-    )  # fmt: skip
+    # a panel's visits are priced (as the loop prices them): 1 + 2 visits x 0.5 per member (the
+    # panel batch of `panel_greedy`, priced by `VISITS`: one compiled program)
+    panel = panel_greedy("parameters-bhc")[2]
     np.testing.assert_allclose(panel.costs, [2.0, 2.0])
     assert float(panel.total_cost) == 4.0
 
@@ -412,15 +429,17 @@ def test_batch_bad_input(problem):
             batch=jc.Batch(1),
         )
     with pytest.raises(Exception, match="ByScorePerCost needs every candidate's cost > 0"):
-        jc.score_interventions(
-            rates, space, INIT, HORIZON, key=key, batch=jc.Batch(1, ranking=ByScorePerCost())
+        # the default costs (nothing) in the program of test_costs_and_budgets_in_a_batch
+        _choose(
+            rates, space, key=key, costs=jc.Costs.of_nodes(NAMES, CARDS), ranking=ByScorePerCost()
         )
 
 
 @pytest.fixture(scope="module")
 def panel_greedy(problem):
     """Greedy pairs with a panel outcome at given times, computed when a test first asks (so a
-    worker compiles only the criterion its tests use)."""
+    worker compiles only the criterion its tests use); the members priced by `VISITS` (the
+    choice is by score with no budget: the costs change nothing else)."""
     _, rates, structure, space = problem
     panel = jc.PanelOutcome(times=jnp.array([0.7, 2.0]))
     settings = {"parameters-bhc": (rates, jc.BHC()), "structure-vbhc": (structure, jc.VBHC())}
@@ -432,7 +451,7 @@ def panel_greedy(problem):
             key = jax.random.key(3)
             design = jc.score_interventions(
                 posterior, space, INIT, HORIZON, criterion=criterion, key=key,
-                num_samples=NUM_DRAWS, outcome=panel, batch=jc.Batch(2),
+                num_samples=NUM_DRAWS, outcome=panel, batch=jc.Batch(2, costs=VISITS),
             )  # fmt: skip
             single = jc.score_interventions(
                 posterior, space, INIT, HORIZON, criterion=criterion, key=key,
@@ -477,12 +496,13 @@ def test_panel_batches(problem, panel_greedy, name):
         assert np.all(values >= both.max(1) - 1e-10) and np.all(values <= bhc + 1e-10)
     if name == "parameters-bhc":
         # the loop's design chooses its rounds with that outcome (through `Batch`'s greedy rounds)
-        members, times = jc.CriterionDesign(
-            criterion, num_samples=NUM_DRAWS, outcome=panel
-        ).choose_batch(
-            posterior, space, INIT, HORIZON, jax.random.key(3), outcome=panel, size=2,
-            costs=jnp.zeros(C), remaining=jnp.asarray(jnp.inf), ranking=ByScore(),
-        )  # fmt: skip
+        loop_design = jc.CriterionDesign(criterion, num_samples=NUM_DRAWS, outcome=panel)
+        members, times = eqx.filter_jit(  # one program (eagerly: one per operation)
+            lambda design, posterior, space: design.choose_batch(
+                posterior, space, INIT, HORIZON, jax.random.key(3), outcome=panel, size=2,
+                costs=jnp.zeros(C), remaining=jnp.asarray(jnp.inf), ranking=ByScore(),
+            )
+        )(loop_design, posterior, space)  # fmt: skip
         np.testing.assert_array_equal(members, design.members)
         assert times is not None
         np.testing.assert_allclose(times, [[0.7, 2.0], [0.7, 2.0]])

@@ -24,7 +24,7 @@ HORIZON = jnp.asarray(2.0)
 
 @pytest.fixture(scope="module")
 def problem():
-    truth = random_model(jr.key(31), CARDS, PARENTS)
+    truth = eqx.filter_jit(random_model)(jr.key(31), CARDS, PARENTS)
     traj = jc.sample_trajectories(truth, INIT, 2.0, key=jr.key(32), num_trajectories=2)
 
     @eqx.filter_jit  # one program (eagerly: one per operation, ~2 s)
@@ -45,11 +45,16 @@ def _row(space, i):
 
 def test_kl_under_a_rate_scale_is_the_kl_of_the_scaled_models(problem):
     truth, _, _ = problem
-    other = random_model(jr.key(33), CARDS, PARENTS)
-    for scales in ([1.0, 2.5], [0.3, 1.0], [4.0, 0.5]):
-        iv = jc.Intervention.none(2).with_rate_scales(scales)
+    other = eqx.filter_jit(random_model)(jr.key(33), CARDS, PARENTS)
+
+    @eqx.filter_jit  # one program (eagerly: one per operation)
+    def both(truth, other, scales):
+        iv = jc.Intervention.none(2).with_rate_scales(list(scales))
         scaled = kl_divergence(truth, other, INIT, HORIZON, intervention=iv)
-        direct = kl_divergence(iv.apply(truth), iv.apply(other), INIT, HORIZON)
+        return scaled, kl_divergence(iv.apply(truth), iv.apply(other), INIT, HORIZON)
+
+    for scales in ([1.0, 2.5], [0.3, 1.0], [4.0, 0.5]):
+        scaled, direct = both(truth, other, jnp.asarray(scales))
         np.testing.assert_allclose(scaled, direct, rtol=1e-12)
 
 
@@ -57,14 +62,20 @@ def test_design_statistics_use_the_scaled_exposure(problem):
     """Under a scale s of node 1 the criterion's statistics of node 1 are (E M, s E T) of the
     scaled model: written here from the expected statistics of the scaled model itself."""
     truth, posterior, _ = problem
-    draws = posterior_draws(posterior, jr.key(2), 5)
+    draws = eqx.filter_jit(posterior_draws)(posterior, jr.key(2), 5)
     s = 2.7
     iv = jc.Intervention.none(2).with_rate_scales([1.0, s])
-    stats = design_statistics(posterior, draws, INIT, HORIZON, intervention=iv)
-    T = []
-    for d in range(5):
-        model = iv.apply(jax.tree_util.tree_map(lambda a: a[d], draws))
-        T.append(jc.expected_statistics(model, INIT, HORIZON).node_dwell_times(1))
+
+    @eqx.filter_jit  # one program (eagerly: one per operation)
+    def both(posterior, draws, iv):
+        stats = design_statistics(posterior, draws, INIT, HORIZON, intervention=iv)
+        # each draw's scaled model solved on its own
+        T = jax.vmap(
+            lambda model: jc.expected_statistics(iv.apply(model), INIT, HORIZON).node_dwell_times(1)
+        )(draws)
+        return stats, T
+
+    stats, T = both(posterior, draws, iv)
     np.testing.assert_allclose(stats.dwell_times[1], s * np.mean(T, 0), rtol=1e-10)
     # and the criteria order EIG <= VBHC <= BHC under the scale
     batch = _one(iv)
@@ -110,12 +121,21 @@ def _check_gradient(problem, optimised):
     _, posterior, space = problem
     strengths, _ = optimised
     candidate = _row(space, 1)  # node 0 clamped to 0, node 1 free
-    score = jax.jit(lambda s: _score_at(posterior, candidate, strengths, s, jr.key(1)))
+
+    def score(s):  # one program for the values and the gradient
+        return _value_and_grad(posterior, strengths, jnp.asarray(s), candidate)
+
     for s in (0.4, 1.3, 3.0):
-        grad = jax.grad(score)(s)
+        _, grad = score(s)
         h = 1e-5 * s
-        fd = (score(s + h) - score(s - h)) / (2 * h)
+        fd = (score(s + h)[0] - score(s - h)[0]) / (2 * h)
         np.testing.assert_allclose(grad, fd, rtol=1e-5)
+
+
+@eqx.filter_jit
+def _value_and_grad(posterior, strengths, s, iv):
+    """The score of one candidate at strength s and its derivative in s, compiled once."""
+    return jax.value_and_grad(lambda s: _score_at(posterior, iv, strengths, s, jr.key(1)))(s)
 
 
 def _check_against_a_grid(problem, optimised):
@@ -138,7 +158,7 @@ def _check_against_a_grid(problem, optimised):
         s = float(design.rate_scales[i, 0])
         assert 0.2 - 1e-9 <= s <= 5.0 + 1e-9
         np.testing.assert_allclose(
-            _score_at(posterior, _row(space, i), strengths, s, jr.key(1)),
+            _value_and_grad(posterior, strengths, jnp.asarray(s), _row(space, i))[0],
             design.scores[i],
             rtol=1e-10,
         )
@@ -201,7 +221,9 @@ def test_uncertain_strength_scores_average_the_scores_at_the_quantiles(problem):
         strengths=UncertainStrength(1, strength, num_points=3),
         **kwargs,
     )
-    s = strength.quantile(jnp.array([1 / 6, 1 / 2, 5 / 6]))
+    s = eqx.filter_jit(lambda strength: strength.quantile(jnp.array([1 / 6, 1 / 2, 5 / 6])))(
+        strength
+    )
     np.testing.assert_allclose(out.strengths, s, rtol=1e-12)
     assert float(s[0]) < 3.0 < float(s[2])  # the data say s is about 3
     C = space.targets.shape[0]

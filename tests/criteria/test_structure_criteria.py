@@ -315,7 +315,11 @@ def test_structure_scores_invariant_to_relabelling_nodes(mixed):
         ),
     )
     post_sw = jc.learn_structure(traj_sw, ("X1", "X0"), mixed.cards[::-1], max_parents=1)
-    for lp, lp_sw in zip(post.log_posterior(), post_sw.log_posterior()[::-1]):
+    log_posteriors = eqx.filter_jit(
+        lambda a, b: (a.log_posterior(), b.log_posterior())
+    )  # one program (eagerly: one per operation)
+    lps, lps_sw = log_posteriors(post, post_sw)
+    for lp, lp_sw in zip(lps, lps_sw[::-1]):
         np.testing.assert_allclose(lp, lp_sw, rtol=1e-10)
 
     def swap(model):  # PaddedCTBN batch with the two nodes exchanged

@@ -112,6 +112,7 @@ def test_sampled_statistics_match_exact_forward_backward(data):
     stats = jax.jit(
         jax.vmap(lambda t: sampled_node_statistics(t, MODEL.parents, MODEL.cardinalities))
     )(by_chain)
+    stats = jax.tree_util.tree_map(np.asarray, stats)  # (sliced in numpy, not op by op)
     per_chain = [jax.tree_util.tree_map(lambda x, c=c: x[c], stats) for c in range(CHAINS)]
     z = []
     for n in range(len(MODEL.parents)):
@@ -122,7 +123,7 @@ def test_sampled_statistics_match_exact_forward_backward(data):
     # within Monte Carlo error (keys 1-10 in a script: largest |z| 2.3-4.1, spread 0.6-1.3)
     assert np.max(np.abs(z)) < 5.0, np.round(z, 2)
     assert 0.4 < np.std(z) < 1.8, np.std(z)
-    ess = np.asarray(samples.effective_sample_size())
+    ess = np.asarray(eqx.filter_jit(lambda s: s.effective_sample_size())(samples))
     assert ess.shape == (CHAINS * R, 3)
     assert np.all(ess > 10) and np.all(ess <= 2 * SAMPLER.num_samples)
 
@@ -150,6 +151,7 @@ def test_sampled_family_statistics_pool_like_the_exact_ones(data):
     stats = jax.jit(jax.vmap(lambda t: sampled_family_statistics(t, MODEL.cardinalities, sets)))(
         by_chain
     )
+    stats = jax.tree_util.tree_map(np.asarray, stats)  # (sliced in numpy, not op by op)
     per_chain = [jax.tree_util.tree_map(lambda x, c=c: x[c], stats) for c in range(CHAINS)]
     # the clamped trajectory adds nothing to A's statistics: A's exposure is two trajectories'
     assert float(exact.dwell_times[0][0].sum()) == pytest.approx(2 * 2.6)
@@ -348,7 +350,7 @@ def test_m_step_is_the_ratio_or_the_conjugate_posterior_mean():
         for u, k in ((1, 2), (2, 3), (3, 2))
     ]
     for prior in (None, jc.GammaPrior(2.0, 0.5)):
-        got = _m_step(stats, MODEL, prior)
+        got = eqx.filter_jit(_m_step)(stats, MODEL, prior)  # (one program, not op by op)
         for st, q in zip(stats, got.cims):
             M, T = np.asarray(st.transitions), np.asarray(st.dwell_times)
             k = M.shape[-1]
@@ -356,6 +358,11 @@ def test_m_step_is_the_ratio_or_the_conjugate_posterior_mean():
             rates = (M + a) / (T + b)[..., None] * (1 - np.eye(k))
             expected = rates - np.eye(k) * rates.sum(-1, keepdims=True)
             np.testing.assert_allclose(np.asarray(q), expected, rtol=1e-12)
+
+
+@eqx.filter_jit  # (one program for every route's posterior; eagerly: one per operation)
+def _edges(posterior):
+    return posterior.edge_marginals()
 
 
 def test_structural_em_with_sampled_paths_and_mean_field_reaches_the_exact_routes_graph(
@@ -380,8 +387,8 @@ def test_structural_em_with_sampled_paths_and_mean_field_reaches_the_exact_route
         observations, truth.names, (2, 2, 2), **common, e_step=jc.panel.PanelMeanField()
     )
     assert mf.posterior.map_graph() == exact.posterior.map_graph() == truth.parents
-    edges_mf = np.asarray(mf.posterior.edge_marginals())
-    assert np.max(np.abs(np.asarray(exact.posterior.edge_marginals()) - edges_mf)) < 0.1
+    edges_mf = np.asarray(_edges(mf.posterior))
+    assert np.max(np.abs(np.asarray(_edges(exact.posterior)) - edges_mf)) < 0.1
     assert edges_mf[2, 0] == 0.0
     assert mf.converged and mf.log_likelihood is None and exact.evidence_lower_bound is None
     assert mf.evidence_lower_bound is not None and exact.log_likelihood is not None
@@ -397,8 +404,8 @@ def test_structural_em_with_sampled_paths_and_mean_field_reaches_the_exact_route
         e_step=jc.panel.PanelImportanceSampler(num_samples=16, max_candidates=8),
     )  # fmt: skip
     assert weighted.posterior.map_graph() == truth.parents
-    edges_weighted = np.asarray(weighted.posterior.edge_marginals())
-    assert np.max(np.abs(np.asarray(exact.posterior.edge_marginals()) - edges_weighted)) < 0.1
+    edges_weighted = np.asarray(_edges(weighted.posterior))
+    assert np.max(np.abs(np.asarray(_edges(exact.posterior)) - edges_weighted)) < 0.1
     assert edges_weighted[2, 0] == 0.0 and weighted.log_likelihood is None
     # measured: estimate -716.7, bound -734.6, exact -710.4; edges 0.003 from the exact's
     estimate = float(weighted.log_likelihood_estimate)
@@ -443,8 +450,8 @@ def test_structural_em_with_sampled_paths_and_mean_field_reaches_the_exact_route
         key=jr.key(3),
     )
     assert exact.posterior.map_graph() == sampled.posterior.map_graph() == truth.parents
-    edges_exact = np.asarray(exact.posterior.edge_marginals())
-    edges_sampled = np.asarray(sampled.posterior.edge_marginals())
+    edges_exact = np.asarray(_edges(exact.posterior))
+    edges_sampled = np.asarray(_edges(sampled.posterior))
     assert np.max(np.abs(edges_exact - edges_sampled)) < 0.1, (edges_exact, edges_sampled)
     assert edges_sampled[2, 0] == 0.0
     assert sampled.converged and sampled.log_likelihood is None

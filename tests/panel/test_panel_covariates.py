@@ -64,17 +64,41 @@ def _negative_log_likelihood(parameters):
 
 
 def _covariates():
+    """Sex and age acting on ACTS_ON, named as the command line names them (sex written as
+    text there, dummy-coded against its first level F)."""
     Z, _ = _data()
     acts_on = np.zeros((2, 1, 3, 3), bool)
     for x, y in ACTS_ON:
         acts_on[:, 0, x, y] = True
-    return jc.panel.Covariates(Z, names=("sex", "age"), acts_on=[acts_on])
+    return jc.panel.Covariates(Z, names=("sex=M", "age"), acts_on=[acts_on])
+
+
+def _visits(paths):
+    """The long format of the command line's CSV: one row per visit, sex as text."""
+    import pandas as pd
+
+    Z, _ = _data()
+    rows = [
+        [r, t, int(paths[r, i]), "FM"[int(Z[r, 0])], float(Z[r, 1])]
+        for r in range(R)
+        for i, t in enumerate(GRID)
+    ]
+    return pd.DataFrame(rows, columns=["trajectory_id", "time", "h", "sex", "age"])
+
+
+def _bucketed(paths):
+    """The panel as `jaxctbn fit` reads it from that CSV (in buckets by length): the fits
+    below then compile the programs that the command line's fit reuses."""
+    df = _visits(paths).drop(columns=["sex", "age"])
+    obs, ids = jc.panel.PanelBuckets.from_dataframe(df, illness_death_start())
+    assert list(ids) == list(range(R))  # the rows of the covariates
+    return obs
 
 
 @functools.cache
 def _fit():
-    Z, paths = _data()
-    obs = jc.panel.PanelObservations(np.broadcast_to(GRID, paths.shape), paths[..., None])
+    _, paths = _data()
+    obs = _bucketed(paths)
     start = illness_death_start()
     fit = jc.panel.fit_rates(start, obs, covariates=_covariates())
     uncertainty = fit.uncertainty(obs, covariates=_covariates())
@@ -161,7 +185,7 @@ def test_bad_covariates_are_refused():
     with pytest.raises(ValueError, match="covariates: this fit was made with covariates"):
         fit.uncertainty(obs_fit)
     with pytest.raises(ValueError, match="covariates: this fit was made with covariates"):
-        fit.prevalence(obs_fit, [0.0, 1.0])
+        fit.prevalence(obs, [0.0, 1.0])  # (the same data, flat)
     plain = dataclasses.replace(fit, effects=None, covariate_means=None, effects_at_bound=None)
     with pytest.raises(ValueError, match="covariates: this fit was made without covariates"):
         plain.uncertainty(obs_fit, covariates=_covariates())
@@ -187,16 +211,10 @@ def test_fit_with_covariates_from_the_command_line(tmp_path, capsys):
     from jaxctbn._cli import main
 
     Z, paths = _data()
-    rows = [
-        [r, t, int(paths[r, i]), "FM"[int(Z[r, 0])], float(Z[r, 1])]
-        for r in range(R)
-        for i, t in enumerate(GRID)
-    ]
     import pandas as pd
 
     data = tmp_path / "visits.csv"
-    columns = ["trajectory_id", "time", "h", "sex", "age"]
-    pd.DataFrame(rows, columns=columns).to_csv(data, index=False)
+    _visits(paths).to_csv(data, index=False)
     network = tmp_path / "start.json"
     illness_death_start().to_json(network)
     out = tmp_path / "fit.json"
@@ -264,7 +282,9 @@ def test_fit_with_covariates_from_the_command_line(tmp_path, capsys):
     checks = ["prevalence", "--data", str(data), "--fit", str(out), "--observation", "panel"]
     assert main([*checks, "--times", "0,2,5", "--out", str(prevalence_dir)]) == 0
     table = __import__("pandas").read_csv(prevalence_dir / "prevalence.csv")
-    obs = jc.panel.PanelObservations(np.broadcast_to(GRID, paths.shape), paths[..., None])
+    # (the observations as `jaxctbn prevalence` reads them: its compiled forecasts reused)
+    nodes = _visits(paths).drop(columns=["sex", "age"])
+    obs = jc.panel.PanelObservations.from_dataframe(nodes, illness_death_start())[0]
     sex = jc.panel.Covariates(Z, names=("sex=M", "age"), acts_on=_covariates().acts_on)
     effects = [np.zeros((2, 1, 3, 3))]
     for e in d["covariate_effects"]:
@@ -362,7 +382,7 @@ def test_an_effect_the_data_drive_to_infinity_is_flagged_not_estimated():
     # sex's effect on 0 -> 1 reaches its bound (the same shapes as `_fit`: no new program)
     Z, paths = _data()
     still = np.where(Z[:, :1] == 1, 0, paths)
-    obs = jc.panel.PanelObservations(np.broadcast_to(GRID, still.shape), still[..., None])
+    obs = _bucketed(still)
     start = illness_death_start()
     fit = jc.panel.fit_rates(start, obs, covariates=_covariates())
     flagged = np.asarray(fit.effects_at_bound[0])[:, 0]

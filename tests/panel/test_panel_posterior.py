@@ -103,8 +103,10 @@ def test_particle_filter_one_subject_at_a_time_against_importance_sampling():
         one = jax.tree_util.tree_map(lambda a: a[r : r + 1], observations)
         posterior = step(posterior, one, jax.random.key(r))
     assert isinstance(posterior, jc.GammaMixturePosterior) and posterior.num_components == 1000
-    mean = np.asarray(posterior.rate_means()[0])[0, [0, 1], [1, 0]]
-    sd = np.asarray(posterior.rate_sds()[0])[0, [0, 1], [1, 0]]
+    # (one program for the mixture's moments; eagerly: one per operation)
+    mean, sd = eqx.filter_jit(lambda p: (p.rate_means()[0], p.rate_sds()[0]))(posterior)
+    mean = np.asarray(mean)[0, [0, 1], [1, 0]]
+    sd = np.asarray(sd)[0, [0, 1], [1, 0]]
     # Monte Carlo error of 1,000 particles: ~0.05 exact s.d. in the means (8,000 agree to 1%)
     np.testing.assert_allclose(mean, exact_mean, atol=0.15 * exact_sd.min())
     np.testing.assert_allclose(sd, exact_sd, rtol=0.1)
@@ -127,9 +129,11 @@ def test_path_draws_grow_their_candidate_bound_outside_jit(monkeypatch):
     )
     observations = _panel(paths, np.array([0.0, 0.25]))
     rate_prior = jc.RatePosterior.for_model(TRUTH, prior=jc.GammaPrior(2.0, 1.0))
-    structure_prior = jc.StructurePosterior.from_prior(
-        ("A",), (2,), max_parents=0, prior=jc.GammaPrior(2.0, 1.0)
-    )
+    structure_prior = eqx.filter_jit(  # one program (eagerly: one per operation)
+        lambda: jc.StructurePosterior.from_prior(
+            ("A",), (2,), max_parents=0, prior=jc.GammaPrior(2.0, 1.0)
+        )
+    )()
     ran = []
 
     def recorded(run, family, *, inputs=None):
@@ -188,6 +192,11 @@ def _panel_of_experiment(paths, e, grid):
     )
 
 
+@eqx.filter_jit  # (one program; eagerly: one per operation)
+def _mse(posterior, truth):
+    return posterior.mse(truth)
+
+
 def test_loop_with_panel_outcomes_equals_a_replay():
     # the compiled loop observes each experiment at 0, 1 and 3 and updates by the panel
     # posterior; replayed from its recorded choices, with the panels read off the paths in
@@ -211,7 +220,7 @@ def test_loop_with_panel_outcomes_equals_a_replay():
         posterior = panel_rate_posterior(posterior, observations, family=MomentMatchedGamma(4))
     for a, b in zip(result.posterior.alpha, posterior.alpha):
         np.testing.assert_allclose(a, b, rtol=1e-10)
-    np.testing.assert_allclose(result.metrics["mse"][-1], posterior.mse(truth), rtol=1e-10)
+    np.testing.assert_allclose(result.metrics["mse"][-1], _mse(posterior, truth), rtol=1e-10)
     # the default family, the particle filter, in the loop: the same replay, each update
     # with the key the loop folds from the experiment's path key
     filtered = jc.ParameterLearningTask(
@@ -234,7 +243,7 @@ def test_loop_with_panel_outcomes_equals_a_replay():
     for a, b in zip(result.posterior.alpha, posterior.alpha):
         np.testing.assert_allclose(a, b, rtol=1e-10)
     np.testing.assert_allclose(result.posterior.log_weights, posterior.log_weights, rtol=1e-10)
-    np.testing.assert_allclose(result.metrics["mse"][-1], posterior.mse(truth), rtol=1e-10)
+    np.testing.assert_allclose(result.metrics["mse"][-1], _mse(posterior, truth), rtol=1e-10)
     with pytest.raises(ValueError, match="give both the same outcome"):
         jc.run_active_learning(
             jc.ParameterLearningTask(truth), design, key=key, num_experiments=1, max_events=64
@@ -252,7 +261,9 @@ def test_loop_with_panel_outcomes_equals_a_replay():
         path_design.scores(posterior, space, init, 3.0, key),
         jc.CriterionDesign(jc.BHC(), num_samples=3).scores(posterior, space, init, 3.0, key),
     )
-    jc.run_active_learning(task, path_design, key=key, num_experiments=1, max_events=64)
+    jax.jit(  # (one program, as above; eagerly: the scan's program and op-by-op ones around it)
+        lambda k: jc.run_active_learning(task, path_design, key=k, num_experiments=1, max_events=64)
+    )(key)
 
 
 @pytest.mark.slow
@@ -368,7 +379,8 @@ def test_structure_loop_with_the_particle_filter_equals_a_replay():
     )(key)
     assert isinstance(result.posterior, jc.StructureMixturePosterior)
     paths = replay_experiments(truth, result, 3.0, key)
-    posterior = task.initial_posterior()
+    # (under `jit`: one program each instead of op-by-op ones)
+    posterior = eqx.filter_jit(lambda t: t.initial_posterior())(task)
     grid = np.array([0.0, 1.0, 3.0])
     for e in range(2):
         path_key = jax.random.split(jax.random.split(key, 2)[e], 3)[2]
@@ -384,8 +396,16 @@ def test_structure_loop_with_the_particle_filter_equals_a_replay():
         posterior.components.statistics.dwell_times,
     ):
         np.testing.assert_allclose(a, b, rtol=1e-10)
-    np.testing.assert_allclose(result.metrics["entropy"][-1], posterior.entropy(), rtol=1e-9)
-    edges = np.asarray(posterior.edge_marginals())
+    entropy, edges, log_post, moment_matched = eqx.filter_jit(
+        lambda p: (
+            p.entropy(),
+            p.edge_marginals(),
+            jax.vmap(lambda c: c.log_posterior())(p.components),
+            p.moment_matched(),
+        )
+    )(posterior)
+    np.testing.assert_allclose(result.metrics["entropy"][-1], entropy, rtol=1e-9)
+    edges = np.asarray(edges)
     assert np.all((edges >= 0) & (edges <= 1))
     # each particle's node learns from the experiments that leave it free: 3 time units each
     free = (~np.asarray(result.targets)).sum(0)
@@ -393,9 +413,7 @@ def test_structure_loop_with_the_particle_filter_equals_a_replay():
         totals = np.asarray(posterior.components.statistics.dwell_times[n][:, 0]).sum((1, 2))
         np.testing.assert_allclose(totals, 3.0 * free[n])
     # the entropy over whole graphs by enumeration against a brute-force numpy sum
-    log_post = [
-        np.asarray(lp) for lp in jax.vmap(lambda p: p.log_posterior())(posterior.components)
-    ]
+    log_post = [np.asarray(lp) for lp in log_post]
     w = np.exp(np.asarray(posterior.log_weights))
     p_graph = np.array(
         [
@@ -403,16 +421,14 @@ def test_structure_loop_with_the_particle_filter_equals_a_replay():
             for i in range(2)
         ]
     )
-    np.testing.assert_allclose(posterior.entropy(), -np.sum(p_graph * np.log(p_graph)), rtol=1e-10)
+    np.testing.assert_allclose(entropy, -np.sum(p_graph * np.log(p_graph)), rtol=1e-10)
     # the path-assuming design runs in the panel loop, scoring the moment-matched posterior
     path_design = design_from_name("bhc-path", num_samples=3, outcome=outcome)
     space = jc.intervention_space(truth.cardinalities)
     init = jnp.array([0, 0])
     np.testing.assert_array_equal(
         path_design.scores(posterior, space, init, 3.0, key),
-        jc.CriterionDesign(jc.BHC(), num_samples=3).scores(
-            posterior.moment_matched(), space, init, 3.0, key
-        ),
+        jc.CriterionDesign(jc.BHC(), num_samples=3).scores(moment_matched, space, init, 3.0, key),
     )
     with pytest.raises(ValueError, match="moment_matched"):
         jc.CriterionDesign(jc.BHC(), num_samples=3).scores(posterior, space, init, 3.0, key)

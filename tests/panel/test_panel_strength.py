@@ -153,7 +153,12 @@ def test_panel_strength_with_every_trajectory_scaled_is_not_identifiable(panel_d
     # profile was flat but for the rates' box (an estimate and a closed interval were reported)
     import equinox as eqx
 
-    truth, _, _ = panel_data
-    obs = jc.panel.PanelObservations(jnp.zeros((2, 3)) + jnp.arange(3.0), jnp.zeros((2, 3, 2), int))
+    truth, data, _ = panel_data
+    # the CSV's observations, as the command line reads them: the command line's compiled
+    # profile (test_panel_strength_against_a_joint_maximisation), not one of its own (~7 s)
+    obs, _ = jc.panel.PanelObservations.from_dataframe(
+        pd.read_csv(data).assign(intervention=np.nan), truth
+    )
+    every = np.ones(obs.times.shape[0], bool)
     with pytest.raises(eqx.EquinoxRuntimeError, match="every trajectory is recorded under"):
-        jc.panel.learn_strength_from_panels(truth, obs, node="B", scaled=jnp.array([True, True]))
+        jc.panel.learn_strength_from_panels(truth, obs, node=1, scaled=every)
