@@ -503,8 +503,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """Warnings of the library, as one line each on stderr."""
-    print(f"jaxctbn: warning: {message}", file=sys.stderr if file is None else file)
+    """Warnings of the library, as one line each on stderr; of the compilation cache's failures
+    (JAX warns once per program, e.g. on a full disk) only the first, as one line."""
+    text = str(message).splitlines()[0] if str(message) else ""
+    if "persistent compilation cache" in text:
+        if _CACHE_WARNED:
+            return
+        _CACHE_WARNED.append(text)
+        text += " (the compilation cache's further errors are not shown; results are the same)"
+    print(f"jaxctbn: warning: {text}", file=sys.stderr if file is None else file)
+
+
+#: the compilation cache's first failure, once shown (one line per process)
+_CACHE_WARNED: list[str] = []
 
 
 def main(argv=None) -> int:
