@@ -48,6 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
+from .._errors import error_if
 from .._learning.priors import GammaPrior
 from .._master_equation import AbstractMasterEquationSolver, solve_batched
 from .._model.ctbn import CTBN
@@ -259,7 +260,7 @@ def _uncertainty(
     )
     information = (information + information.T) / 2
     information = jnp.where(free[:, None] & free[None, :], information, 0)
-    information = eqx.error_if(
+    information = error_if(
         information,
         ~jnp.all(jnp.isfinite(information)),
         "model: the panel log-likelihood is not twice differentiable to a finite value at "
