@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 
@@ -23,6 +24,18 @@ def error_message(error: BaseException) -> str:
 #: Whether checks are traced as values (`checks_as_values`): set only while a program is traced
 #: for export.
 _AS_VALUES: list[bool] = [False]
+
+
+@contextlib.contextmanager
+def checks_as_values():
+    """Within: the checks traced are `checkify` checks, values of the program (for a program
+    traced by `jax.experimental.checkify.checkify` and exported; the command line's
+    `exported.call_exported`)."""
+    previous, _AS_VALUES[0] = _AS_VALUES[0], True
+    try:
+        yield
+    finally:
+        _AS_VALUES[0] = previous
 
 
 def error_if(x, pred, msg: str):

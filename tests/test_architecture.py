@@ -31,6 +31,7 @@ TOP_LEVEL = {
     "_errors.py",
     "_files.py",
     "_lazy.py",
+    "_programs.py",
 }
 #: The public namespaces beside the top level (`jaxctbn.panel`, ...): re-exports only.
 NAMESPACES = ("panel", "criteria", "experiments", "internal")

@@ -553,8 +553,12 @@ def _main(argv) -> int:
         print(f"jaxctbn: error: {e}", file=sys.stderr)
         return 2
     _setup_jax()
+    from .._programs import programs_run_by
+    from .exported import call_exported
+
     try:
-        args.func(args)
+        with programs_run_by(call_exported):
+            args.func(args)
     except (ValueError, OSError) as e:
         print(f"jaxctbn: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2

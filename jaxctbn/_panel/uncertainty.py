@@ -52,6 +52,7 @@ from .._errors import error_if
 from .._learning.priors import GammaPrior
 from .._master_equation import AbstractMasterEquationSolver, solve_batched
 from .._model.ctbn import CTBN
+from .._programs import run_program
 from .buckets import PanelBuckets
 from .covariates import Covariates
 from .fit_arguments import (
@@ -165,7 +166,9 @@ def rate_uncertainty(
         check_fit_covariates(covariates, observations, GradientFit())
         groups = None
         effects = tuple(jnp.asarray(b) for b in cast(Sequence[ArrayLike], effects))
-    return _uncertainty(
+    return run_program(
+        "rate_uncertainty",
+        _uncertainty,
         model,
         observations,
         parameters,

@@ -1,9 +1,12 @@
-"""The command line's compilation cache when it cannot be used: the command compiles without it,
-gives the same results, and says so in one warning line."""
+"""The command line's caches: programs exported once and loaded afterwards (the same results and
+messages as the usual route, a damaged file rebuilt), and a compilation cache that cannot be
+used (the command compiles without it, gives the same results, and says so in one line)."""
 
 import importlib
 import json
 import warnings
+
+import pytest
 
 from jaxctbn._cli.main import main
 
@@ -75,3 +78,109 @@ def test_the_caches_failures_while_running_are_one_line(monkeypatch, capsys):
         "are not shown; results are the same)",
         "jaxctbn: warning: something else",
     ]
+
+
+def _panel_data(tmp_path):
+    """A 3-state progressive panel (40 subjects, 2-5 visits) and its network JSON."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    rows = ["trajectory_id,time,S"]
+    for subject in range(40):
+        times = np.sort(rng.uniform(0.0, 6.0, rng.integers(2, 6)))
+        times[0] = 0.0
+        jumps = np.cumsum(rng.exponential(2.0, 2))
+        for t in times:
+            rows.append(f"{subject},{t:.4f},{int(np.sum(jumps <= t))}")
+    data = tmp_path / "panel.csv"
+    data.write_text("\n".join(rows) + "\n")
+    network = tmp_path / "progressive.json"
+    network.write_text(
+        json.dumps(
+            {
+                "nodes": [{"name": "S", "cardinality": 3, "parents": []}],
+                "cims": {
+                    "S": [
+                        {
+                            "parent_states": {},
+                            "Q": [[-0.3, 0.3, 0.0], [0.0, -0.3, 0.3], [0.0, 0.0, 0.0]],
+                        }
+                    ]
+                },
+            }
+        )
+    )
+    return data, network
+
+
+@pytest.fixture
+def shardy():
+    """JAX's default partitioner, Shardy, which the command line runs under (the suite runs
+    under the older GSPMD, `conftest.py`, which does not call exported programs)."""
+    import jax
+
+    flag = "jax_use_shardy_partitioner"
+    previous = getattr(jax.config, flag)
+    jax.config.update(flag, True)
+    yield
+    jax.config.update(flag, previous)
+
+
+def test_fit_through_exported_programs_equals_the_usual_route(tmp_path, monkeypatch, shardy):
+    """`jaxctbn fit` on panel data with the exported programs: the first call exports the fit's
+    and the intervals' programs, the second loads them (no new file) and rebuilds a damaged one,
+    and both write the bytes the usual route writes."""
+    data, network = _panel_data(tmp_path)
+    base = ["fit", "--network", str(network), "--data", str(data), "--observation", "panel"]
+    usual = tmp_path / "usual.json"
+    assert main([*base, "--out", str(usual)]) == 0
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("JAXCTBN_CACHE_DIR", str(cache))
+    monkeypatch.setenv("JAXCTBN_EXPORTED_PROGRAMS", "on")
+    outputs = []
+    for call in range(2):
+        out = tmp_path / f"exported{call}.json"
+        assert main([*base, "--out", str(out)]) == 0
+        outputs.append(out.read_bytes())
+        files = sorted((cache / "exported").iterdir())
+        assert [f.name.split("-")[0] for f in files] == ["fit_rates", "rate_uncertainty"]
+        if call == 0:
+            written = {f: f.stat().st_mtime_ns for f in files}
+            damaged = files[0]
+            damaged.write_bytes(damaged.read_bytes()[:-10])  # cut: fails its checksum
+    assert damaged.stat().st_mtime_ns != written[damaged]  # rebuilt
+    assert files[1].stat().st_mtime_ns == written[files[1]]  # loaded as it was
+    assert outputs == [usual.read_bytes()] * 2
+
+
+def test_an_exported_program_fails_as_the_usual_route_does(tmp_path, monkeypatch, shardy):
+    """A check that fails inside an exported program raises the library's message of the usual
+    route (the failure is a value of the program, which is then called the usual way); a
+    program with a batched loop exports; and results equal the usual route's bit for bit."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    from jaxctbn import _errors
+    from jaxctbn._cli.exported import call_exported
+
+    monkeypatch.setenv("JAXCTBN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("JAXCTBN_EXPORTED_PROGRAMS", "on")
+
+    @eqx.filter_jit
+    def halvings(x):
+        def count(v):  # a while loop, batched by the vmap
+            return jax.lax.while_loop(lambda c: c[0] > 1, lambda c: (c[0] / 2, c[1] + 1), (v, 0))[1]
+
+        x = _errors.error_if(x, x < 0, "x: must be >= 0.")
+        return jax.vmap(count)(x), jnp.sqrt(x)
+
+    x = jnp.array([1.0, 7.5, 1000.0])
+    expected = halvings(x)
+    got = call_exported("halvings", halvings, x)
+    assert all(bool(jnp.all(a == b)) for a, b in zip(got, expected))
+    assert len(list((tmp_path / "exported").iterdir())) == 1
+    with pytest.raises(Exception, match="x: must be >= 0.") as usual:
+        halvings(jnp.array([1.0, -2.0, 3.0]))
+    with pytest.raises(type(usual.value), match="x: must be >= 0."):
+        call_exported("halvings", halvings, jnp.array([1.0, -2.0, 3.0]))
