@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 
@@ -18,3 +19,50 @@ def error_message(error: BaseException) -> str:
         return match.group(1).strip()
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
+
+
+#: Whether checks are traced as values (`checks_as_values`): set only while a program is traced
+#: for export.
+_AS_VALUES: list[bool] = [False]
+
+
+@contextlib.contextmanager
+def checks_as_values():
+    """Within: the checks traced are `checkify` checks, values of the program (for a program
+    traced by `jax.experimental.checkify.checkify` and exported; the command line's
+    `exported.call_exported`)."""
+    previous, _AS_VALUES[0] = _AS_VALUES[0], True
+    try:
+        yield
+    finally:
+        _AS_VALUES[0] = previous
+
+
+def error_if(x, pred, msg: str):
+    """`eqx.error_if(x, pred, msg)`, the library's check inside compiled code: `x`, raising
+    `msg` at run time where any `pred` is true. While a program is traced for export
+    (`checks_as_values`) the check is a `jax.experimental.checkify.check` instead: a value of
+    the program (no host callback, which `jax.export` cannot serialise)."""
+    if _AS_VALUES[0]:
+        return _checked_value(x, pred, msg)
+    import equinox as eqx
+
+    return eqx.error_if(x, pred, msg)
+
+
+def branched_error_if(x, pred, index, msgs):
+    """`eqx.branched_error_if(x, pred, index, msgs)` (the message `msgs[index]`), or, while a
+    program is traced for export, a check as a value (see `error_if`)."""
+    if _AS_VALUES[0]:
+        return _checked_value(x, pred, "; ".join(dict.fromkeys(msgs)))
+    import equinox as eqx
+
+    return eqx.branched_error_if(x, pred, index, msgs)
+
+
+def _checked_value(x, pred, msg: str):
+    import jax.numpy as jnp
+    from jax.experimental import checkify
+
+    checkify.check(~jnp.any(pred), msg.replace("{", "{{").replace("}", "}}"))
+    return x

@@ -34,6 +34,11 @@ if "JAXCTBN_TEST_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
     os.environ["JAXCTBN_TEST_CACHE_DIR"] = _cache_dir
 os.environ["JAXCTBN_CACHE_DIR"] = os.environ["JAXCTBN_TEST_CACHE_DIR"]  # the CLI's cache
+# The in-process CLI calls take the usual route: exporting a program empties the process's jit
+# caches (`_cli/exported.py`), which would cost every later test its compiled programs; the
+# exported route has its own tests (tests/cli/test_cli_cache.py), and the notebooks and CLI
+# subprocesses inherit the setting.
+os.environ.setdefault("JAXCTBN_EXPORTED_PROGRAMS", "off")
 os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ["JAXCTBN_TEST_CACHE_DIR"]
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"

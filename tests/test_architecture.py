@@ -4,6 +4,7 @@ data flows; a module imports from another sub-package only names without a leadi
 
 import ast
 import inspect
+import os
 import pathlib
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "jaxctbn"
@@ -22,7 +23,16 @@ LAYERS = (
 )
 #: Everything else at the top of the package: the public surface, cross-cutting single modules,
 #: the shipped data.
-TOP_LEVEL = {"__init__.py", "py.typed", "data", "_batching.py", "_errors.py", "_files.py"}
+TOP_LEVEL = {
+    "__init__.py",
+    "py.typed",
+    "data",
+    "_batching.py",
+    "_errors.py",
+    "_files.py",
+    "_lazy.py",
+    "_programs.py",
+}
 #: The public namespaces beside the top level (`jaxctbn.panel`, ...): re-exports only.
 NAMESPACES = ("panel", "criteria", "experiments", "internal")
 
@@ -111,9 +121,11 @@ def test_layers_build_only_on_earlier_layers():
 
 
 def _public_names(module) -> set[str]:
-    """Public attributes, less modules (the namespaces, and `jaxtyping` where the tests' import
-    hook adds it)."""
-    return {n for n, v in vars(module).items() if not n.startswith("_") and not inspect.ismodule(v)}
+    """Public attributes (those imported on first use included: `dir`), less modules (the
+    namespaces, `typing`, and `jaxtyping` where the tests' import hook adds it)."""
+    return {
+        n for n in dir(module) if not n.startswith("_") and not inspect.ismodule(getattr(module, n))
+    }
 
 
 #: The most public names over the top level and the namespaces (lowered as names fold into
@@ -238,3 +250,48 @@ def test_the_tests_mirror_the_package():
     assert folders <= {layer.lstrip("_") for layer in LAYERS}, folders
     for folder in folders:
         assert any((tests / folder).glob("test_*.py")), folder
+
+
+def test_names_are_imported_on_first_use_and_are_the_defining_modules_objects():
+    """`import jaxctbn` and the command line's parser (`--help`, argument errors) import no JAX
+    (a fresh interpreter's `sys.modules`); every top-level name is the object its module defines
+    (the `TYPE_CHECKING` imports of `__init__.py` read by `_lazy`, against `importlib` of each
+    module), `dir` lists them all, and an unknown name is an `AttributeError`."""
+    import importlib
+    import subprocess
+    import sys
+
+    import pytest
+
+    import jaxctbn
+    from jaxctbn._lazy import exported_names
+
+    script = (
+        "import sys, contextlib, io\n"
+        "import jaxctbn\n"
+        "from jaxctbn._cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert main(['--help']) == 0\n"
+        "with contextlib.redirect_stderr(io.StringIO()):\n"
+        "    assert main(['fit', '--max-iterations', 'x']) == 2\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in\n"
+        "    ('jax', 'jaxlib', 'equinox', 'numpy', 'pandas', 'scipy', 'diffrax', 'optax')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)},
+    ).stdout
+    assert out.strip() == "[]", out
+    table = exported_names(str(PACKAGE / "__init__.py"))
+    assert len(table) > 60
+    for name, (module, attribute) in table.items():
+        defined = importlib.import_module(module, "jaxctbn")
+        assert getattr(jaxctbn, name) is (
+            defined if attribute is None else getattr(defined, attribute)
+        )
+    assert set(table) <= set(dir(jaxctbn))
+    with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
+        jaxctbn.nonexistent  # noqa: B018

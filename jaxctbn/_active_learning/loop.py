@@ -27,6 +27,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, PRNGKeyArray
 
 from .._criteria.costs import AbstractRanking, ByScore, Costs, check_pricing
+from .._errors import error_if
 from .._model.interventions import Intervention, design_space
 from .._paths.sampling import automatic_max_events, check_count, sample_trajectory
 from .designs import AbstractDesign
@@ -187,7 +188,7 @@ def _run_active_learning(
     budget (see `run_active_learning`); a single experiment is a round of one, chosen by the
     design's own `choose_with_times` when nothing is priced."""
     horizon = jnp.asarray(horizon, jnp.result_type(float))
-    horizon = eqx.error_if(
+    horizon = error_if(
         horizon, ~(horizon > 0) | ~jnp.isfinite(horizon), "horizon: must be positive and finite."
     )
     outcome, prior = task.outcome, task.initial_posterior()
@@ -200,7 +201,7 @@ def _run_active_learning(
     prices = jnp.zeros((C,), dtype) if costs is None else costs.of(candidates, num_visits=visits)
     prices = prices.astype(dtype)
     total = jnp.asarray(jnp.inf, dtype) if budget is None else jnp.asarray(budget, dtype)
-    total = eqx.error_if(total, ~(total >= 0), "budget: must be a number >= 0.")
+    total = error_if(total, ~(total >= 0), "budget: must be a number >= 0.")
 
     def update(posterior, member):
         path, run, times, key = member

@@ -28,12 +28,13 @@ Scores must be finite: NaN or infinite scores raise (a `ValueError` when concret
 
 from __future__ import annotations
 
-import equinox as eqx
 import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
+
+from .._errors import error_if
 
 
 def _prepare(scores, labels, rtol):
@@ -74,7 +75,7 @@ def _require_classes(value, labels, *, negatives: bool, message: str):
     if isinstance(labels, jax.core.Tracer):
         y = jnp.ravel(labels) > 0
         bad = ~jnp.any(y) | (negatives & jnp.all(y))
-        return eqx.error_if(value, bad, message)
+        return error_if(value, bad, message)
     y = np.ravel(np.asarray(labels)) > 0
     if not y.any() or (negatives and y.all()):
         raise ValueError(message)
@@ -92,9 +93,9 @@ def _metric(value_fn, scores, labels, rtol, *, negatives, name, scores_name, lab
         raise ValueError(finite)
     value = value_fn(scores, labels, rtol)
     if bad_rtol is not None:
-        value = eqx.error_if(value, bad_rtol, "rtol: must be a finite number >= 0.")
+        value = error_if(value, bad_rtol, "rtol: must be a finite number >= 0.")
     if traced:
-        value = eqx.error_if(value, ~jnp.all(jnp.isfinite(scores)), finite)
+        value = error_if(value, ~jnp.all(jnp.isfinite(scores)), finite)
     return _require_classes(value, labels, negatives=negatives, message=labels_message)
 
 

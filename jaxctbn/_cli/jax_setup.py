@@ -23,6 +23,29 @@ def _cache_dir():
     return os.path.join(base, "jaxctbn", "jax-compilation-cache")
 
 
+def _usable(path):
+    """`path` when a file can be written in it (creating the directory), else None after one
+    warning line naming it: a cache that cannot be written falls back to compiling every
+    program (the results are the same)."""
+    import tempfile
+    import warnings
+
+    if path is None:
+        return None
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path) as f:
+            f.write(b"0")
+    except OSError as e:
+        warnings.warn(
+            f"compilation cache {path}: {e.strerror or e}; compiling every program without it "
+            "(JAXCTBN_CACHE_DIR names another directory, or off).",
+            stacklevel=2,
+        )
+        return None
+    return path
+
+
 #: glibc's `mallopt` parameter number of the mmap threshold
 _M_MMAP_THRESHOLD = -3
 
@@ -63,7 +86,7 @@ def _setup_jax():
     from .threefry_lowering import use_unrolled_threefry_on_cpu
 
     use_unrolled_threefry_on_cpu()
-    path = _cache_dir()
+    path = _usable(_cache_dir())
     if path is not None:
         # Compilation dominates a CLI call on small data; JAX's persistent cache keeps the
         # compiled programs between calls. By default JAX only stores programs that took >= 1 s

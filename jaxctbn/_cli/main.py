@@ -24,16 +24,19 @@ from .arguments import (
     _seed,
     _strength_argument,
 )
-from .compare import _cmd_compare
-from .demo import _cmd_demo
-from .design import _cmd_design
-from .fit import _cmd_fit
 from .jax_setup import _setup_jax
-from .learn import _cmd_learn
-from .moments import _cmd_moments
-from .prevalence import _cmd_prevalence
-from .run import _cmd_run
-from .sample import _cmd_sample
+
+
+def _handler(module: str, name: str):
+    """The command `name` of `jaxctbn._cli.<module>`, imported when the command runs: building
+    the parser, `--help` and argument errors import no JAX."""
+
+    def run(args) -> None:
+        import importlib
+
+        getattr(importlib.import_module(f".{module}", __package__), name)(args)
+
+    return run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="cap on the jumps of one path (default 1000000); checked before sampling",
     )
     p.add_argument("--out", required=True)
-    p.set_defaults(func=_cmd_sample)
+    p.set_defaults(func=_handler("sample", "_cmd_sample"))
 
     p = sub.add_parser("moments", help="expected statistics from the master equation")
     p.add_argument("--network", required=True)
@@ -72,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="auto (default): exact up to 16384 global states, mean-field beyond",
     )
     p.add_argument("--out", required=True)
-    p.set_defaults(func=_cmd_moments)
+    p.set_defaults(func=_handler("moments", "_cmd_moments"))
 
     p = sub.add_parser("learn", help="exact Bayesian structure learning from a trajectory CSV")
     p.add_argument("--data", required=True, help="long-format trajectory CSV")
@@ -193,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
         "whose evidence did not rise (3)",
     )
     p.add_argument("--out", required=True)
-    p.set_defaults(func=_cmd_learn)
+    p.set_defaults(func=_handler("learn", "_cmd_learn"))
 
     p = sub.add_parser("fit", help="fit the rates of a network's graph (paths or panel data)")
     p.add_argument("--data", required=True, help="long-format CSV")
@@ -299,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
         "period[T1,T2), ...",
     )
     p.add_argument("--out", required=True, help="output JSON")
-    p.set_defaults(func=_cmd_fit)
+    p.set_defaults(func=_handler("fit", "_cmd_fit"))
 
     p = sub.add_parser(
         "compare", help="likelihood-ratio test and AIC between two nested fits of the same data"
@@ -307,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("fit1", metavar="FIT1", help="fit JSON (jaxctbn fit --out)")
     p.add_argument("fit2", metavar="FIT2", help="fit JSON of the same data")
     p.add_argument("--out", required=True, help="output JSON")
-    p.set_defaults(func=_cmd_compare)
+    p.set_defaults(func=_handler("compare", "_cmd_compare"))
 
     p = sub.add_parser(
         "prevalence", help="observed vs expected prevalence of each node's states over time"
@@ -317,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     _observation_arguments(p)
     p.add_argument("--times", type=_grid_times, required=True, help="T1,T2,...: increasing, >= 0")
     p.add_argument("--out", required=True, help="output directory")
-    p.set_defaults(func=_cmd_prevalence)
+    p.set_defaults(func=_handler("prevalence", "_cmd_prevalence"))
 
     p = sub.add_parser("design", help="rank all interventions for the next experiment")
     p.add_argument("--data", default=None, help="history CSV (omit for no history)")
@@ -371,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     _strength_argument(p)
     p.add_argument("--seed", type=_seed, required=True, help="0 <= S <= 2**63 - 1")
     p.add_argument("--out", required=True)
-    p.set_defaults(func=_cmd_design)
+    p.set_defaults(func=_handler("design", "_cmd_design"))
 
     p = sub.add_parser("run", help="sequential active-learning experiment (paper section 6)")
     p.add_argument("target", choices=["structure", "parameters", "pool"])
@@ -487,7 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
         "random: B draws); must divide --experiments (default 1)",
     )
     _costs_arguments(p)
-    p.set_defaults(func=_cmd_run)
+    p.set_defaults(func=_handler("run", "_cmd_run"))
 
     p = sub.add_parser("demo", help="the paper's 4-node network: sample, solve, compare, plot")
     p.add_argument("--out", default="demo_output")
@@ -495,13 +498,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--trajectories", type=_at_least(2), default=2000, help="paths per intervention (>= 2)"
     )
-    p.set_defaults(func=_cmd_demo)
+    p.set_defaults(func=_handler("demo", "_cmd_demo"))
     return parser
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """Warnings of the library, as one line each on stderr."""
-    print(f"jaxctbn: warning: {message}", file=sys.stderr if file is None else file)
+    """Warnings of the library, as one line each on stderr; of the compilation cache's failures
+    (JAX warns once per program, e.g. on a full disk) only the first, as one line."""
+    text = str(message).splitlines()[0] if str(message) else ""
+    if "persistent compilation cache" in text:
+        if _CACHE_WARNED:
+            return
+        _CACHE_WARNED.append(text)
+        text += " (the compilation cache's further errors are not shown; results are the same)"
+    print(f"jaxctbn: warning: {text}", file=sys.stderr if file is None else file)
+
+
+#: the compilation cache's first failure, once shown (one line per process)
+_CACHE_WARNED: list[str] = []
 
 
 def main(argv=None) -> int:
@@ -539,8 +553,12 @@ def _main(argv) -> int:
         print(f"jaxctbn: error: {e}", file=sys.stderr)
         return 2
     _setup_jax()
+    from .._programs import programs_run_by
+    from .exported import call_exported
+
     try:
-        args.func(args)
+        with programs_run_by(call_exported):
+            args.func(args)
     except (ValueError, OSError) as e:
         print(f"jaxctbn: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
+from .._errors import error_if
 from .._model.interventions import Intervention
 from .batch_terms import member_initial
 from .box_hill import AbstractBoxHillCriterion
@@ -259,9 +260,7 @@ def greedy_batch(
     slots = [terms_from(init[b]) for b in range(size)] if per_slot else [terms_from(init)]
     dtype = jnp.result_type(float)
     sign = jnp.asarray(sign, dtype)
-    budget = eqx.error_if(
-        budget, ~(budget >= 0), "budget: must be a number >= 0 (or None, unbounded)."
-    )
+    budget = error_if(budget, ~(budget >= 0), "budget: must be a number >= 0 (or None, unbounded).")
     empty, value = slots[0].empty, slots[0].value
 
     def step_with(terms):

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
+from .._errors import error_if
 from .._model.interventions import Intervention, is_concrete
 
 
@@ -147,7 +148,7 @@ class Costs(eqx.Module):
 
 def _checked(value, name):
     """`value` guarded against negative or NaN costs inside jit."""
-    return eqx.error_if(
+    return error_if(
         value,
         ~jnp.all(jnp.isfinite(value) & (value >= 0)),
         f"Costs: {name} must be finite and >= 0.",
@@ -181,7 +182,7 @@ class ByScorePerCost(AbstractRanking):
     must be $>0$ (a free experiment would have infinite rank; give an experiment cost)."""
 
     def rank(self, values, costs):
-        costs = eqx.error_if(
+        costs = error_if(
             costs,
             jnp.any(costs <= 0),
             "ranking: ByScorePerCost needs every candidate's cost > 0; give an experiment cost.",

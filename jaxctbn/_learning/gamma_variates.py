@@ -29,11 +29,12 @@ reparameterisation gradient $\partial x/\partial a=-\partial_aF(x;a)/f(x;a)$ (as
 
 from __future__ import annotations
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, Key, PRNGKeyArray
+
+from .._errors import error_if
 
 #: Each redraw round takes the rejected elements (about 5% of the array, then about 5% of those)
 #: in a buffer of 1/`_REDRAW` of the array, at least `_MIN_REDRAW` slots; elements left over
@@ -159,4 +160,4 @@ def gamma_variates(key: PRNGKeyArray, shape_parameter: ArrayLike, dtype=None) ->
     if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         key = jr.wrap_key_data(key)  # a raw uint32 key: the same stream as its typed key
     x = _standard_gamma(key, a)
-    return eqx.error_if(x, _not_a_shape(a), "shape_parameter: Gamma shapes must be finite and > 0.")
+    return error_if(x, _not_a_shape(a), "shape_parameter: Gamma shapes must be finite and > 0.")

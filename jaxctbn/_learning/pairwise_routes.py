@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import math
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._errors import error_if
 from .._model.layout import all_global_states, global_state_index
 from .._paths.sampling import Trajectories
 
@@ -183,7 +183,7 @@ def cooccupancy_from_jumps(cards, t: Trajectories, chunk):
     d = jnp.asarray(np.stack([levels[m][y] - levels[m][x] for m, x, y in groups]), dtype)
 
     group, broken = _jump_groups(t, index)
-    t = eqx.error_if(
+    t = error_if(
         t,
         broken.any(),
         "trajectories: method='jumps' needs each jump to change one node and intervened-on "

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from jax.scipy.special import digamma
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .._errors import branched_error_if
 from .._model.ctbn import CTBN
 from .._model.layout import num_configurations
 from .._paths.sufficient_statistics import NodeStatistics, SufficientStatistics
@@ -194,7 +195,7 @@ class RatePosterior(AbstractRatePosterior):
             f"statistics of node {name!r}: dwell times must be finite and >= 0."
             for name in self.names
         ]
-        stats = eqx.branched_error_if(stats, preds.any(), jnp.argmax(preds), msgs)
+        stats = branched_error_if(stats, preds.any(), jnp.argmax(preds), msgs)
         alphas, betas = [], []
         for a, b, (M, T) in zip(self.alpha, self.beta, stats):
             k = a.shape[-1]

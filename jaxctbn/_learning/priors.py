@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
+from .._errors import error_if
 from .conjugate import (
     dirichlet_gamma_log_marginal,
     gamma_poisson_log_marginal,
@@ -160,7 +161,7 @@ def _node_value(value, node: NodeIndex, name: str) -> Array:
     use of the parameter goes through this."""
     out = jnp.asarray(value, dtype=float) if jnp.ndim(value) == 0 else value[node]
     if isinstance(value, jax.core.Tracer):
-        out = eqx.error_if(
+        out = error_if(
             out,
             ~(out > 0) | ~jnp.isfinite(out),
             f"{name}: prior parameters must be > 0 and finite.",

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._errors import branched_error_if
 from .._model.layout import (
     num_configurations,
 )
@@ -116,7 +116,7 @@ def _check_statistics(statistics: FamilyStatistics) -> FamilyStatistics:
         statistics.transitions,
     )
     preds = jnp.concatenate([flags for _, _, flags in groups]).any(0)
-    return eqx.branched_error_if(
+    return branched_error_if(
         statistics,
         preds.any(),
         jnp.argmax(preds),

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float
 
+from .._errors import error_if
 from .conjugate import off_diagonal
 
 
@@ -90,7 +91,7 @@ def learn_strength(
     bad = jnp.zeros((), bool)
     for x in statistics:
         bad = bad | ~jnp.all(jnp.isfinite(x) & (x >= 0))
-    M0, T0, M1, T1 = eqx.error_if(
+    M0, T0, M1, T1 = error_if(
         statistics,
         bad,
         "learn_strength: the statistics (transitions and dwell times, with and without the "
@@ -108,7 +109,7 @@ def learn_strength(
         return jnp.where(rates & seen, terms, 0.0).sum()
 
     values = jax.vmap(log_likelihood)(log_s)
-    values = eqx.error_if(
+    values = error_if(
         values,
         ~jnp.all(jnp.isfinite(values)),
         "learn_strength: the likelihood is not finite (a rate with no exposure and no prior: "

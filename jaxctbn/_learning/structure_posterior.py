@@ -22,6 +22,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from .._errors import error_if
 from .._model.ctbn import CTBN, PaddedCTBN
 from .._model.interventions import is_concrete
 from .._model.layout import (
@@ -410,7 +411,7 @@ def structure_log_prior(parent_sets, edge_prior=None) -> tuple[Array, ...]:
     if pi.shape != (N, N):
         raise ValueError(f"edge_prior: expected shape ({N}, {N}), got {pi.shape}.")
     off = ~np.eye(N, dtype=bool)
-    pi = eqx.error_if(
+    pi = error_if(
         pi,
         ~jnp.all(jnp.where(off, (pi > 0) & (pi < 1), True)),
         "edge_prior: off-diagonal edge probabilities must be in (0, 1).",

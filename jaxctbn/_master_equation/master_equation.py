@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
+from .._errors import error_if
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import Intervention, is_concrete
 from .._model.layout import all_global_states
@@ -284,7 +285,7 @@ def _marginals(model, initial_state, times, intervention, solver):
         raise ValueError(f"times: expected a 1-d array, got shape {times.shape}.")
     times = cast(
         Array,
-        eqx.error_if(
+        error_if(
             times,
             jnp.any(times < 0) | jnp.any(jnp.diff(times) < 0) | jnp.any(~jnp.isfinite(times)),
             "times: must be finite, >= 0 and non-decreasing.",

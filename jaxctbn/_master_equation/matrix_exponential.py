@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
+from .._errors import error_if
 from .dense_linalg import expm, expm_batched, gap_transition_matrices, transition_matrices
 from .generator import shift_indices
 from .solver import AbstractMasterEquationSolver
@@ -51,7 +51,7 @@ class MatrixExponential(AbstractMasterEquationSolver):
     def _checked(outputs):
         # one check guarding every output: using either alone keeps it
         bad = ~jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in outputs]))
-        return eqx.error_if(
+        return error_if(
             outputs,
             bad,
             "MatrixExponential: the matrix exponential is not finite (the horizon, or the rates "

@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from .._errors import error_if
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import Intervention
 from .._model.layout import config_index
@@ -310,7 +311,7 @@ class Gillespie(AbstractApproximateSolver):
         )(jr.split(self.key, self.num_paths))
         paths = batch_trajectories(frozen, horizon, s0, keys, frozen_intervention, max_events)
         states, durations, _ = jax.vmap(segments)(paths)
-        states, durations = eqx.error_if(
+        states, durations = error_if(
             (states, durations),
             jnp.any(paths.truncated),
             f"max_events: a path sampled by Gillespie has more than {max_events} jumps; raise "

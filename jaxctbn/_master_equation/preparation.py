@@ -4,10 +4,10 @@ solve's outputs are computed from."""
 
 from __future__ import annotations
 
-import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Int
 
+from .._errors import branched_error_if, error_if
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import Intervention
 from .._model.layout import global_state_index
@@ -49,7 +49,7 @@ def checked_node_states(
     if intervention is not None:
         bad = bad & ~intervention.targets
         initial_state = intervention.initial_states(initial_state)
-    return eqx.branched_error_if(
+    return branched_error_if(
         initial_state,
         jnp.any(bad),
         jnp.argmax(bad),
@@ -77,7 +77,7 @@ def checked_initial_distribution(
             f"{initial_state.shape}."
         )
     p = initial_state.astype(dtype).reshape(cards)
-    p = eqx.error_if(
+    p = error_if(
         p,
         jnp.any(p < 0) | (jnp.abs(p.sum() - 1) > 1e-6) | jnp.any(~jnp.isfinite(p)),
         "initial distribution: probabilities must be finite, non-negative and sum to 1.",
@@ -126,7 +126,7 @@ def checked_horizon(horizon: ArrayLike, dtype) -> Float[Array, ""]:
     """The horizon as a scalar of `dtype`, checked (inside jit) to be positive and finite."""
     check_horizon_shape(horizon)
     horizon = jnp.asarray(horizon, dtype)
-    return eqx.error_if(
+    return error_if(
         horizon,
         ~(horizon > 0) | ~jnp.isfinite(horizon),
         "horizon: must be a positive finite number.",

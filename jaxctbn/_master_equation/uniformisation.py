@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
+from .._errors import error_if
 from .dense_linalg import poisson_pmf
 from .flows import error_free_increment, flow_product, pull_shifts, two_sum
 from .generator import AbstractGenerator, batch_last
@@ -300,7 +301,7 @@ class Uniformisation(AbstractMasterEquationSolver):
         )
         p, total = p[0] + p[1], total[0] + total[1]
         # one check guarding both outputs: using either alone keeps it
-        return eqx.error_if(
+        return error_if(
             (p, total),
             too_many,
             "Uniformisation: max_terms reached: the solve needs more than max_terms products "
@@ -402,7 +403,7 @@ class Uniformisation(AbstractMasterEquationSolver):
             lambda c: c[0] < K, a_body, init, max_steps=K_max, kind="checkpointed"
         )
         # one check guarding both outputs: using either alone keeps it
-        return eqx.error_if(
+        return error_if(
             (dwell / lam, flux / lam),
             too_many,
             "Uniformisation.forward_backward: more than fb_max_terms terms needed for the "

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from .._errors import branched_error_if
 from .._files import write_json
 from .layout import config_index, max_configs, num_configurations, parent_configurations
 
@@ -106,7 +107,7 @@ class AbstractCTBN(eqx.Module):
                 f"{name}: conditional intensity matrices have negative off-diagonal rates; "
                 "transition rates must be >= 0.",
             ]
-        cims = eqx.branched_error_if(self.cims, jnp.any(bad), jnp.argmax(bad), messages)
+        cims = branched_error_if(self.cims, jnp.any(bad), jnp.argmax(bad), messages)
         return eqx.tree_at(lambda m: m.cims, self, tuple(cims))
 
 

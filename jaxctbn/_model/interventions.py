@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
+from .._errors import branched_error_if
 from .ctbn import AbstractCTBN
 
 
@@ -124,7 +125,7 @@ class Intervention(eqx.Module):
         states = jnp.asarray(self.states)
         bad = jnp.asarray(self.targets) & ((states < 0) | (states >= jnp.asarray(cards)))
         per_node = bad.reshape(-1, len(cards)).any(0)
-        states = eqx.branched_error_if(
+        states = branched_error_if(
             states,
             per_node.any(),
             jnp.argmax(per_node),

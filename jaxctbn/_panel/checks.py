@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import math
 
-import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool
 
+from .._errors import branched_error_if
 from .._model.interventions import is_concrete
 from .buckets import PanelBuckets
 from .observations import PanelObservations, _label
@@ -87,7 +87,7 @@ def check_possible(
         messages.append(f"observations: trajectory {_label(r)} at {when} {reason}")
     flat = bad.reshape(-1)
     index = jnp.argmax(flat) if detail else jnp.argmax(bad.reshape(-1, num_slots).any(-1))
-    return eqx.branched_error_if(outputs, flat.any(), index, messages)
+    return branched_error_if(outputs, flat.any(), index, messages)
 
 
 def _check_possible_in_buckets(outputs, bad: tuple, observations: PanelBuckets, reason: str):
@@ -113,6 +113,4 @@ def _check_possible_in_buckets(outputs, bad: tuple, observations: PanelBuckets, 
         f"observations: trajectory {r} at one of its observations {reason}"
         for r in range(observations.num_trajectories)
     ]
-    return eqx.branched_error_if(
-        outputs, per_trajectory.any(), jnp.argmax(per_trajectory), messages
-    )
+    return branched_error_if(outputs, per_trajectory.any(), jnp.argmax(per_trajectory), messages)

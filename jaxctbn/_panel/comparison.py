@@ -16,6 +16,8 @@ import jax.numpy as jnp
 import jax.scipy.stats
 from jaxtyping import Array, ArrayLike, Float
 
+from .._errors import error_if
+
 
 class LikelihoodRatioTest(eqx.Module):
     """What [`jaxctbn.panel.RateFit.likelihood_ratio_test`][] returns: `lr_statistic` $D$, `df`
@@ -57,12 +59,12 @@ def likelihood_ratio_test(smaller, larger) -> LikelihoodRatioTest:
         (-2 * smaller.log_likelihood, -2 * larger.log_likelihood),
         (smaller.num_parameters, larger.num_parameters),
     )
-    test = eqx.error_if(
+    test = error_if(
         test,
         larger.num_parameters <= smaller.num_parameters,
         "larger: must have more parameters than smaller (nested models).",
     )
-    return eqx.error_if(
+    return error_if(
         test,
         (smaller.log_posterior != smaller.log_likelihood)
         | (larger.log_posterior != larger.log_likelihood),

@@ -53,6 +53,7 @@ from .._learning.priors import GammaPrior
 from .._master_equation import AbstractMasterEquationSolver
 from .._model.ctbn import CTBN
 from .._model.interventions import is_concrete
+from .._programs import run_program
 from .buckets import PanelBuckets
 from .checks import check_possible
 from .comparison import LikelihoodRatioTest, likelihood_ratio_test
@@ -325,7 +326,9 @@ def fit_rates(
     if covariates is not None:
         check_fit_covariates(covariates, observations, method)
         groups = None  # every trajectory has its own generator
-    fit, bad = _fit(
+    fit, bad = run_program(
+        "fit_rates",
+        _fit,
         model,
         observations,
         method,
@@ -348,7 +351,7 @@ def _polished(fit: RateFit, polish, observations, *arguments) -> RateFit:
     better objective of the two, labelled with both methods."""
     if not is_concrete(fit.converged) or bool(fit.converged):
         return fit
-    second, bad = _fit(fit.model, observations, polish, *arguments)
+    second, bad = run_program("fit_rates", _fit, fit.model, observations, polish, *arguments)
     second = check_possible(second, bad, observations)
     if not float(second.log_posterior) >= float(fit.log_posterior):
         return fit

@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
+from .._errors import error_if
 from .._learning.chain_diagnostics import autocovariance
 from .._model.ctbn import AbstractCTBN
 from .._paths.sampling import Trajectories
@@ -235,7 +236,7 @@ class PathChains(eqx.Module):
         evidence, durations, paths, overflow, contradiction = jax.vmap(
             lambda t, s, m, tg, c: chain_start(t, s, m, tg, c, sampler.max_node_events)
         )(observations.times, observations.states, observations.num_observations, targets, clamps)
-        paths = eqx.error_if(
+        paths = error_if(
             paths,
             jnp.any(contradiction),
             "observations: a node observed in another state than its intervention's clamp.",
@@ -324,7 +325,7 @@ def sample_panel_paths(
 @eqx.filter_jit
 def _sample_panel_paths(model, observations, key, sampler, bounds: tuple[int, int]) -> SampledPaths:
     paths, overflow = sample_unguarded(model, observations, key, sampler, bounds)
-    trajectories = eqx.error_if(
+    trajectories = error_if(
         paths.trajectories,
         jnp.any(overflow),
         "sampler: a path needed more than max_events jumps (or a node more than "
@@ -359,7 +360,7 @@ def sample_unguarded(model, observations, key, sampler, bounds: tuple[int, int])
         jax.vmap(to_trajectories, in_axes=(0, None, None, None)), in_axes=(0, 0, 0, 0)
     )(events, durations, targets, clamps)
     jumps = jnp.isfinite(samples.times).sum(-1).astype(jnp.int32)  # (R, samples, N)
-    trajectories = eqx.error_if(
+    trajectories = error_if(
         trajectories,
         jnp.any(contradiction),
         "observations: a node observed in another state than its intervention's clamp.",

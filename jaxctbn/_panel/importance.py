@@ -45,6 +45,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .._errors import error_if
 from .._master_equation import uniformised_powers
 from .._model.ctbn import AbstractCTBN
 from .._model.layout import config_index
@@ -286,14 +287,14 @@ def sample_panel_paths_by_importance(
 @eqx.filter_jit
 def _weighted_paths(model, observations, key, sampler, start, max_children) -> WeightedPaths:
     paths, overflow, _ = weighted_unguarded(model, observations, key, sampler, start, max_children)
-    log_weights = eqx.error_if(
+    log_weights = error_if(
         paths.log_weights,
         overflow[0] | overflow[1],
         "sampler: a path needed more than max_events jumps (or a node more than "
         "max_node_events); raise them (PanelImportanceSampler(max_events=..., "
         "max_node_events=...)).",
     )
-    log_weights = eqx.error_if(
+    log_weights = error_if(
         log_weights,
         overflow[2],
         "sampler: a node's path needed more than max_candidates uniformisation times on a "
@@ -346,7 +347,7 @@ def weighted_unguarded(model, observations, key, sampler, start, max_children):
         one_trajectory, (processes, tables, durations, targets, clamps, jr.split(key, R))
     )
     flags = flags.any((0, 1))
-    log_weights = eqx.error_if(
+    log_weights = error_if(
         log_weights,
         ~flags[:3].any() & (flags[3] | ~jnp.all(jnp.isfinite(log_weights))),
         "observations: a trajectory is impossible under the model, or a weight is not finite.",

@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
+from .._errors import error_if
 from .._master_equation import DEFAULT_SOLVER, AbstractMasterEquationSolver, check_state_space
 from .._model.ctbn import AbstractCTBN
 from .buckets import PanelBuckets
@@ -221,7 +222,7 @@ def panel_inference(
         elif grid.shape[:-1] != batch:
             raise ValueError(f"times: expected shape (G,) or {batch + ('G',)}, got {grid.shape}.")
         first = observations.times[..., 0].astype(dtype)
-        grid = eqx.error_if(
+        grid = error_if(
             grid,
             jnp.any(grid < first[..., None]) | jnp.any(~jnp.isfinite(grid)),
             "times: every grid time must be finite and >= its trajectory's first observation "

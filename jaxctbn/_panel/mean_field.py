@@ -50,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._errors import error_if
 from .._master_equation import (
     expm,
     expm_batched,
@@ -465,7 +466,7 @@ def fitted_product_law(model, observations, approximation, initial, max_children
     N, q = present.shape
     bound_c = N * q if max_children is None else min(max_children, N * q)
     most = jnp.bincount(jnp.where(present, safe, N).reshape(-1), length=N + 1)[:N].max()
-    tables = eqx.error_if(
+    tables = error_if(
         tables, most > bound_c, "max_children: a node has more children than the bound."
     )
     dtype = jnp.result_type(*model.cims)
@@ -477,7 +478,7 @@ def fitted_product_law(model, observations, approximation, initial, max_children
     )(tables, observations.times, observations.states, observations.num_observations, targets,
       clamps, (initial[0], initial[1], jnp.broadcast_to(initial[2], (R,))))  # fmt: skip
     dwell, transitions, mbar, bound, sweeps, impossible = out[:6]
-    bound = eqx.error_if(
+    bound = error_if(
         bound,
         jnp.any(impossible),
         "observations: a trajectory is impossible under the model (a structural zero rate, or "

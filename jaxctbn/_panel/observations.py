@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
+from .._errors import branched_error_if, error_if
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import Intervention, is_concrete
 
@@ -290,7 +291,7 @@ def per_trajectory_tables(model: AbstractCTBN, observations: "PanelObservations"
     vmap over trajectories."""
     model = model.checked()
     observations = observations.checked(model, None)
-    observations = eqx.error_if(
+    observations = error_if(
         observations,
         jnp.any(observations.exact_entry),
         f"observations: exact entry times are not supported by {route}.",
@@ -417,7 +418,7 @@ def _checked(
     valid = jnp.arange(states.shape[-2]) < observations.num_observations[..., None]
     bad = valid[..., None] & (states >= limit)
     per_node = bad.reshape(-1, model.num_nodes).any(0)
-    states = eqx.branched_error_if(
+    states = branched_error_if(
         states,
         per_node.any(),
         jnp.argmax(per_node),
@@ -430,13 +431,13 @@ def _checked(
     # the structure checks of the constructor, on traced values
     times = observations.times
     real_step = valid[..., 1:] & ~(jnp.diff(times, axis=-1) > 0)
-    times = eqx.error_if(
+    times = error_if(
         times,
         jnp.any(real_step) | jnp.any(valid & ~jnp.isfinite(times)),
         "times: each trajectory's observation times must be finite and strictly increasing.",
     )
     exact = observations.exact_entry & valid
-    states = eqx.error_if(
+    states = error_if(
         states,
         jnp.any(valid[..., None] & (states < -1))
         | jnp.any(exact[..., 0])
@@ -583,7 +584,7 @@ class Emissions(eqx.Module):
             tol = 1e-6 if jnp.finfo(dtype).bits >= 64 else 1e-4
             bad = jnp.any(~jnp.isfinite(m)) | jnp.any(m < 0) | jnp.any(jnp.abs(m.sum(-1) - 1) > tol)
             out.append(
-                eqx.error_if(
+                error_if(
                     m,
                     bad,
                     f"emissions: the matrix of node {name!r} must be finite and >= 0, with rows "

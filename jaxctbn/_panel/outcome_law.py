@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
+from .._errors import error_if
 from .._master_equation import (
     MatrixExponential,
     checked_node_states,
@@ -53,7 +54,7 @@ def checked_observation_times(times: ArrayLike, dtype, horizon: ArrayLike | None
     if horizon is not None:
         bad = bad | jnp.any(times > jnp.asarray(horizon, dtype) * (1 + 1e-12))
         message += ", and at most the horizon"
-    return eqx.error_if(times, bad, message + ".")
+    return error_if(times, bad, message + ".")
 
 
 class PanelLaw(eqx.Module):
@@ -143,7 +144,7 @@ def pairwise_panel_law_kl(laws: PanelLaw, others: PanelLaw) -> Float[Array, "dra
     kl = jnp.maximum(self_term[:, None] - joint @ log_other.T, 0)  # rounding can leave -1e-17
     # a transition that law a makes (joint > 0) and law b cannot (P = 0): an infinite KL
     impossible = (joint > 0).astype(joint.dtype) @ (other <= 0).astype(joint.dtype).T
-    return eqx.error_if(
+    return error_if(
         kl,
         jnp.any(impossible > 0) | ~jnp.all(jnp.isfinite(kl)),
         "panel KL divergence: not finite: the second model gives probability 0 to an outcome "

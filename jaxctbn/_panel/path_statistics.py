@@ -37,7 +37,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, PRNGKeyArray
 
-from .._errors import error_message
+from .._errors import error_if, error_message
 from .._master_equation import (
     AbstractMasterEquationSolver,
     amalgamate,
@@ -209,7 +209,7 @@ def sample_path_statistics(
         )
     )(observations, jr.split(key, R), None if index is None else jnp.asarray(index))
     bad, log_likelihood, dwell, transitions, overflow = per_trajectory
-    dwell = eqx.error_if(
+    dwell = error_if(
         dwell,
         jnp.any(overflow),
         f"max_candidates: a sampled path needed more than {max_candidates} uniformisation "

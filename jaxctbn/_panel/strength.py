@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
+from .._errors import error_if
 from .._learning.priors import GammaPrior
 from .._master_equation import AbstractMasterEquationSolver
 from .._model.ctbn import CTBN
@@ -186,12 +187,12 @@ def learn_strength_from_panels(
     scaled = jnp.asarray(scaled)
     if scaled.shape != (R,) or scaled.dtype != bool:
         raise ValueError(f"scaled: one boolean per trajectory ({R},), got {scaled.shape}.")
-    scaled = eqx.error_if(
+    scaled = error_if(
         scaled, ~jnp.any(scaled), "scaled: no trajectory is marked as recorded under the strength."
     )
     # every trajectory scaled: s times the node's rates is all the data see, so s trades
     # against the rates exactly (a profile flat but for the rates' box, not an estimate)
-    scaled = eqx.error_if(
+    scaled = error_if(
         scaled,
         jnp.all(scaled),
         "scaled: every trajectory is recorded under the strength, so it cannot be told from "
@@ -223,7 +224,7 @@ def learn_strength_from_panels(
         return fine, (grid, values, converged, models, lo, hi)
 
     _, (grids, values, convergeds, fits, los, his) = jax.lax.scan(one_pass, coarse, None, length=2)
-    values = eqx.error_if(
+    values = error_if(
         values,
         ~jnp.all(jnp.isfinite(values)),
         "observations: the profile objective is not finite on the grid; check the data "

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Bool, PRNGKeyArray
 
-from .._errors import error_message
+from .._errors import error_if, error_message
 from .._learning.resampling import reweighted_ancestors, systematic_indices
 from .._learning.structure_mixture import StructureChainDiagnostics, StructureMixturePosterior
 from .._learning.structure_posterior import StructurePosterior
@@ -283,7 +283,7 @@ class SampledStructure(AbstractPanelStructureFamily):
             return out, overflow
 
         (components, edges, marginals), overflow = jax.vmap(chain)(jr.split(key, self.num_chains))
-        components = eqx.error_if(
+        components = error_if(
             components,
             jnp.any(overflow),
             f"{GIBBS_OVERFLOW}: a path needed more than max_events jumps (or a node more than "

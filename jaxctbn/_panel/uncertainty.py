@@ -48,9 +48,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
+from .._errors import error_if
 from .._learning.priors import GammaPrior
 from .._master_equation import AbstractMasterEquationSolver, solve_batched
 from .._model.ctbn import CTBN
+from .._programs import run_program
 from .buckets import PanelBuckets
 from .covariates import Covariates
 from .fit_arguments import (
@@ -164,7 +166,9 @@ def rate_uncertainty(
         check_fit_covariates(covariates, observations, GradientFit())
         groups = None
         effects = tuple(jnp.asarray(b) for b in cast(Sequence[ArrayLike], effects))
-    return _uncertainty(
+    return run_program(
+        "rate_uncertainty",
+        _uncertainty,
         model,
         observations,
         parameters,
@@ -259,7 +263,7 @@ def _uncertainty(
     )
     information = (information + information.T) / 2
     information = jnp.where(free[:, None] & free[None, :], information, 0)
-    information = eqx.error_if(
+    information = error_if(
         information,
         ~jnp.all(jnp.isfinite(information)),
         "model: the panel log-likelihood is not twice differentiable to a finite value at "

@@ -15,6 +15,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, Key, PRNGKeyArray
 
+from .._errors import error_if
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import Intervention
 from .._model.layout import all_global_states, global_state_index, state_bins_on_sets
@@ -153,7 +154,7 @@ def _checked_horizon(horizon, dtype) -> Array:
     horizon = jnp.asarray(horizon, dtype)
     return cast(
         Array,
-        eqx.error_if(
+        error_if(
             horizon,
             ~(horizon > 0) | ~jnp.isfinite(horizon),
             "horizon: must be positive and finite.",
@@ -185,7 +186,7 @@ def draw_initial_state(model, intervention, initial_state, key):
                 f"initial_state: a distribution needs {model.num_global_states} probabilities "
                 f"(one per global state), got shape {s0.shape}."
             )
-        p0 = eqx.error_if(
+        p0 = error_if(
             s0.reshape(-1),
             jnp.any(s0 < 0) | (jnp.abs(s0.sum() - 1) > 1e-6) | jnp.any(~jnp.isfinite(s0)),
             "initial_state: probabilities must be finite, non-negative and sum to 1.",
@@ -196,7 +197,7 @@ def draw_initial_state(model, intervention, initial_state, key):
     if s0.shape != (n_nodes,) or not jnp.issubdtype(s0.dtype, jnp.integer):
         raise ValueError(f"initial_state: expected {n_nodes} integer node states, got {s0.shape}.")
     s0 = intervention.initial_states(s0.astype(jnp.int32))
-    s0 = eqx.error_if(
+    s0 = error_if(
         s0,
         jnp.any((s0 < 0) | (s0 >= jnp.asarray(model.cardinalities))),
         f"initial_state: node states must be in 0..k-1 for cardinalities {model.cardinalities}.",
@@ -315,7 +316,7 @@ def path_statistics(
         StateStatistics(cards, node, horizon.dtype),
         source_axes=(None, 0),
     )
-    dwell, jumps = eqx.error_if(
+    dwell, jumps = error_if(
         (dwell.reshape(*shape, S), jumps.reshape(*shape, S, cards[node])),
         jnp.any(truncated),
         f"max_events: a path sampled for a design criterion has more than {max_events} jumps; "

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
+from .._errors import branched_error_if
 from .._model.layout import config_index, num_configurations
 from .sampling import Trajectories
 
@@ -74,7 +75,7 @@ def _guard_trajectories(
     """The value checks of `check_trajectories`, attached to every field of `t`."""
     preds = _problems(t, cards)
     msgs = _problem_messages(cards, names, _check_shapes(t, cards)[1])
-    return eqx.branched_error_if(t, jnp.any(preds), jnp.argmax(preds), msgs)
+    return branched_error_if(t, jnp.any(preds), jnp.argmax(preds), msgs)
 
 
 def check_trajectories_now(

@@ -1,0 +1,240 @@
+"""The command line's main programs exported once (`jax.export`) and loaded afterwards.
+
+A warm call of a command used to trace and lower its programs again only to find them in the
+persistent compilation cache (seconds of a short call). `call_exported(name, fn, *args)`
+instead looks for `fn`'s program for this structure of `args` (the Modules' static fields, the
+arrays' shapes and dtypes) in `<cache>/exported/`; when it is there it is deserialised and
+called with no tracing (its compiled executable then comes from the compilation cache as
+before), else it is traced once, exported and written for the next call.
+
+**Checks as values.** `jax.export` cannot serialise host callbacks, which every check inside
+compiled code (`eqx.error_if`) is. The program is therefore traced with the library's checks
+as `jax.experimental.checkify` checks (`jaxctbn._errors`) and returns one more value, whether
+any check failed. When one did, the call is made again by the usual route (traced, with
+callbacks), which raises the library's own one-line message: the messages and the results are
+those of the usual route.
+
+**The file.** The SHA-256 of the rest, then a pickle of the serialised program and of the
+output with a zero-size stand-in for each array (its structure and non-array fields; tree
+structures themselves do not pickle reliably). A file that is cut, altered or unreadable, or whose
+program does not load, is rebuilt (never trusted); a file that cannot be written leaves the
+call as it was (the cache's one warning line comes from the compilation cache's check).
+`JAXCTBN_EXPORTED_PROGRAMS=off` (or no cache directory) uses the usual route.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+#: The exported programs' format; part of every key (a new format never reads an old file).
+FORMAT = 1
+
+
+def _enabled() -> str | None:
+    """The directory of the exported programs, or None (the usual route)."""
+    from .jax_setup import _cache_dir
+
+    if os.environ.get("JAXCTBN_EXPORTED_PROGRAMS", "").strip().lower() in ("off", "0", "no"):
+        return None
+    path = _cache_dir()
+    return None if path is None else os.path.join(path, "exported")
+
+
+#: JAX settings that change the program (float width, partitioner)
+_FLAGS = ("jax_enable_x64", "jax_use_shardy_partitioner")
+
+
+def _key(name: str, leaves, in_tree, static) -> str:
+    """The file name of `name`'s program for this structure, these shapes and dtypes, these
+    versions of jaxctbn, JAX and jaxlib, this platform and this float width."""
+    import importlib.metadata
+
+    import equinox as eqx
+    import jax
+
+    from .. import __version__
+
+    parts = [
+        f"format={FORMAT}",
+        f"jaxctbn={__version__}",
+        f"jax={jax.__version__}",
+        f"jaxlib={importlib.metadata.version('jaxlib')}",
+        f"platform={jax.default_backend()}",
+        *(f"{flag}={getattr(jax.config, flag)}" for flag in _FLAGS),
+        f"tree={in_tree}",
+        "leaves=" + ";".join(f"{x.dtype}{tuple(x.shape)}" for x in leaves),
+        "static=" + eqx.tree_pformat(static, short_arrays=False),
+    ]
+    digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()
+    return f"{name}-{digest[:40]}.jaxexport"
+
+
+def _load(path: str):
+    """`(exported program, output template)` from `path`, or None when the file is missing or
+    fails its checksum or does not load."""
+    from jax import export
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    checksum, payload = data[:32], data[32:]
+    if len(data) < 32 or hashlib.sha256(payload).digest() != checksum:
+        return None
+    try:
+        serialized, template = pickle.loads(payload)
+        return export.deserialize(serialized), template
+    except Exception:  # noqa: BLE001 (any failure to load means: rebuild it)
+        return None
+
+
+def _store(path: str, exported, template) -> None:
+    from .._files import write_atomically
+
+    payload = pickle.dumps((bytes(exported.serialize()), template))
+
+    def write(f) -> None:
+        f.write(hashlib.sha256(payload).digest())
+        f.write(payload)
+
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_atomically(path, write)
+    except (OSError, ValueError):  # a cache that cannot be written: the call goes on
+        pass
+
+
+def _has_check(jaxpr) -> bool:
+    """Whether `jaxpr` (or any jaxpr inside it) holds a checkify check."""
+    from jax._src import checkify as checkify_internals
+    from jax._src import core
+
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    return any(
+        eqn.primitive is checkify_internals.check_p
+        or any(_has_check(sub) for sub in core.jaxprs_in_params(eqn.params))
+        for eqn in jaxpr.eqns
+    )
+
+
+@contextlib.contextmanager
+def _batched_loops_without_checks():
+    """Within: checkify passes a batched while loop (a `vmap` of a loop: checkify refuses them
+    all) through unchanged when no check is inside it, as there is nothing to carry out of it.
+    (Private JAX names, checked: where they differ, nothing changes and a program with such a
+    loop is not exported.)"""
+    try:
+        from jax import lax
+        from jax._src import checkify as checkify_internals
+        from jax._src import core
+
+        rules = checkify_internals.error_checks
+        usual = rules[lax.while_p]
+        core.jaxprs_in_params  # noqa: B018 (present)
+    except (ImportError, AttributeError, KeyError):
+        yield
+        return
+
+    def rule(error, enabled_errors, *in_flat, cond_nconsts, cond_jaxpr, body_nconsts, body_jaxpr):
+        if cond_jaxpr.out_avals[0].shape and not (_has_check(cond_jaxpr) or _has_check(body_jaxpr)):
+            out = lax.while_p.bind(
+                *in_flat,
+                cond_nconsts=cond_nconsts,
+                cond_jaxpr=cond_jaxpr,
+                body_nconsts=body_nconsts,
+                body_jaxpr=body_jaxpr,
+            )
+            return error, out
+        return usual(
+            error,
+            enabled_errors,
+            *in_flat,
+            cond_nconsts=cond_nconsts,
+            cond_jaxpr=cond_jaxpr,
+            body_nconsts=body_nconsts,
+            body_jaxpr=body_jaxpr,
+        )
+
+    rules[lax.while_p] = rule
+    try:
+        yield
+    finally:
+        rules[lax.while_p] = usual
+
+
+def _export(fn: Callable, leaves, in_tree, static):
+    """`fn`'s program traced with the checks as values and exported (it takes the array leaves
+    of the arguments and returns `(any check failed, output array leaves)`), and the output's
+    template: the output with each array replaced by a zero-size numpy array of its dtype."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax import export
+    from jax.experimental import checkify
+
+    from .. import _errors
+
+    structure: dict[str, Any] = {}
+
+    def program(*arrays):
+        args = eqx.combine(jax.tree_util.tree_unflatten(in_tree, arrays), static)
+        error, out = checkify.checkify(lambda: fn(*args), errors=checkify.user_checks)()
+        failed = [jnp.any(p) for p in jax.tree_util.tree_leaves(error) if p.dtype == jnp.bool_]
+        dynamic, static_out = eqx.partition(out, eqx.is_array)
+        out_leaves = jax.tree_util.tree_leaves(dynamic)
+        stand_ins = jax.tree_util.tree_map(lambda x: np.zeros((0,), x.dtype), dynamic)
+        structure["template"] = eqx.combine(stand_ins, static_out)
+        return jnp.any(jnp.stack(failed)) if failed else jnp.zeros((), bool), out_leaves
+
+    # programs traced before with callbacks (or after, with checkify's checks) must not be
+    # reused in the other mode: the jit caches are emptied on both sides
+    jax.clear_caches()
+    try:
+        with _errors.checks_as_values(), _batched_loops_without_checks():
+            exported = export.export(jax.jit(program))(*leaves)
+    finally:
+        jax.clear_caches()
+    return exported, structure["template"]
+
+
+def call_exported(name: str, fn: Callable, *args) -> Any:
+    """`fn(*args)`, through the exported program of `fn` for the structure and shapes of `args`
+    (see the module docstring); `name` names the program's file. Results and error messages are
+    those of `fn(*args)`."""
+    import equinox as eqx
+    import jax
+
+    directory = _enabled()
+    if directory is None:
+        return fn(*args)
+    dynamic, static = eqx.partition(args, eqx.is_array)
+    leaves, in_tree = jax.tree_util.tree_flatten(dynamic)
+    path = os.path.join(directory, _key(name, leaves, in_tree, static))
+    loaded = _load(path)
+    if loaded is None:
+        try:
+            loaded = _export(fn, leaves, in_tree, static)
+        except Exception:  # noqa: BLE001 (a program that does not export: the usual route)
+            if os.environ.get("JAXCTBN_DEBUG_EXPORT"):
+                raise
+            return fn(*args)
+        _store(path, *loaded)
+    exported, template = loaded
+    try:
+        failed, out_leaves = exported.call(*leaves)
+    except Exception:  # noqa: BLE001 (a program this JAX set-up does not run: the usual route)
+        if os.environ.get("JAXCTBN_DEBUG_EXPORT"):
+            raise
+        return fn(*args)
+    if bool(failed):  # the usual route raises the library's own message
+        return fn(*args)
+    stand_ins, static_out = eqx.partition(template, eqx.is_array)
+    out_tree = jax.tree_util.tree_structure(stand_ins)
+    return eqx.combine(jax.tree_util.tree_unflatten(out_tree, out_leaves), static_out)

@@ -1,0 +1,186 @@
+"""The command line's caches: programs exported once and loaded afterwards (the same results and
+messages as the usual route, a damaged file rebuilt), and a compilation cache that cannot be
+used (the command compiles without it, gives the same results, and says so in one line)."""
+
+import importlib
+import json
+import warnings
+
+import pytest
+
+from jaxctbn._cli.main import main
+
+#: the module (`jaxctbn._cli.main` is also the name of its function `main`)
+cli = importlib.import_module("jaxctbn._cli.main")
+
+
+def _moments(tmp_path, out_name, network_json):
+    out = tmp_path / out_name
+    args = ["moments", "--network", str(network_json), "--duration", "1.5"]
+    rc = main([*args, "--initial-state", "A=0,B=1", "--out", str(out)])
+    return rc, json.loads(out.read_text())
+
+
+def test_an_unusable_cache_directory_warns_once_and_changes_no_result(
+    tmp_path, monkeypatch, capsys
+):
+    network = tmp_path / "net.json"
+    network.write_text(
+        json.dumps(
+            {
+                "nodes": [
+                    {"name": "A", "cardinality": 2, "parents": []},
+                    {"name": "B", "cardinality": 2, "parents": ["A"]},
+                ],
+                "cims": {
+                    "A": [{"parent_states": {}, "Q": [[-1, 1], [2, -2]]}],
+                    "B": [
+                        {"parent_states": {"A": 0}, "Q": [[-1, 1], [3, -3]]},
+                        {"parent_states": {"A": 1}, "Q": [[-0.5, 0.5], [1, -1]]},
+                    ],
+                },
+            }
+        )
+    )
+    rc, usual = _moments(tmp_path, "usual.json", network)
+    assert rc == 0
+    capsys.readouterr()
+    # a directory below a regular file cannot be created (the tests run as root, where a
+    # read-only directory would still be writable)
+    monkeypatch.setenv("JAXCTBN_CACHE_DIR", str(network / "cache"))
+    rc, without = _moments(tmp_path, "without.json", network)
+    assert rc == 0
+    assert without == usual
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"jaxctbn: warning: compilation cache {network / 'cache'}: Not a directory; compiling "
+        "every program without it (JAXCTBN_CACHE_DIR names another directory, or off)."
+    ], err
+
+
+def test_the_caches_failures_while_running_are_one_line(monkeypatch, capsys):
+    """JAX warns once per program when a cache entry cannot be written (a full disk): the
+    command shows the first, as one line, and no other; other warnings are all shown."""
+    monkeypatch.setattr(cli, "_CACHE_WARNED", [])
+    with warnings.catch_warnings():
+        warnings.showwarning = cli._show_warning
+        warnings.simplefilter("always")
+        for program in ("jit_a", "jit_b", "jit_c"):
+            warnings.warn(
+                f"Error writing persistent compilation cache entry for '{program}': "
+                "OSError: [Errno 28] No space left on device\nTraceback ...",
+                stacklevel=2,
+            )
+        warnings.warn("something else", stacklevel=2)
+    assert capsys.readouterr().err.splitlines() == [
+        "jaxctbn: warning: Error writing persistent compilation cache entry for 'jit_a': "
+        "OSError: [Errno 28] No space left on device (the compilation cache's further errors "
+        "are not shown; results are the same)",
+        "jaxctbn: warning: something else",
+    ]
+
+
+def _panel_data(tmp_path):
+    """A 3-state progressive panel (40 subjects, 2-5 visits) and its network JSON."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    rows = ["trajectory_id,time,S"]
+    for subject in range(40):
+        times = np.sort(rng.uniform(0.0, 6.0, rng.integers(2, 6)))
+        times[0] = 0.0
+        jumps = np.cumsum(rng.exponential(2.0, 2))
+        for t in times:
+            rows.append(f"{subject},{t:.4f},{int(np.sum(jumps <= t))}")
+    data = tmp_path / "panel.csv"
+    data.write_text("\n".join(rows) + "\n")
+    network = tmp_path / "progressive.json"
+    network.write_text(
+        json.dumps(
+            {
+                "nodes": [{"name": "S", "cardinality": 3, "parents": []}],
+                "cims": {
+                    "S": [
+                        {
+                            "parent_states": {},
+                            "Q": [[-0.3, 0.3, 0.0], [0.0, -0.3, 0.3], [0.0, 0.0, 0.0]],
+                        }
+                    ]
+                },
+            }
+        )
+    )
+    return data, network
+
+
+@pytest.fixture
+def shardy():
+    """JAX's default partitioner, Shardy, which the command line runs under (the suite runs
+    under the older GSPMD, `conftest.py`, which does not call exported programs)."""
+    import jax
+
+    flag = "jax_use_shardy_partitioner"
+    previous = getattr(jax.config, flag)
+    jax.config.update(flag, True)
+    yield
+    jax.config.update(flag, previous)
+
+
+def test_fit_through_exported_programs_equals_the_usual_route(tmp_path, monkeypatch, shardy):
+    """`jaxctbn fit` on panel data with the exported programs: the first call exports the fit's
+    and the intervals' programs, the second loads them (no new file) and rebuilds a damaged one,
+    and both write the bytes the usual route writes."""
+    data, network = _panel_data(tmp_path)
+    base = ["fit", "--network", str(network), "--data", str(data), "--observation", "panel"]
+    usual = tmp_path / "usual.json"
+    assert main([*base, "--out", str(usual)]) == 0
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("JAXCTBN_CACHE_DIR", str(cache))
+    monkeypatch.setenv("JAXCTBN_EXPORTED_PROGRAMS", "on")
+    outputs = []
+    for call in range(2):
+        out = tmp_path / f"exported{call}.json"
+        assert main([*base, "--out", str(out)]) == 0
+        outputs.append(out.read_bytes())
+        files = sorted((cache / "exported").iterdir())
+        assert [f.name.split("-")[0] for f in files] == ["fit_rates", "rate_uncertainty"]
+        if call == 0:
+            written = {f: f.stat().st_mtime_ns for f in files}
+            damaged = files[0]
+            damaged.write_bytes(damaged.read_bytes()[:-10])  # cut: fails its checksum
+    assert damaged.stat().st_mtime_ns != written[damaged]  # rebuilt
+    assert files[1].stat().st_mtime_ns == written[files[1]]  # loaded as it was
+    assert outputs == [usual.read_bytes()] * 2
+
+
+def test_an_exported_program_fails_as_the_usual_route_does(tmp_path, monkeypatch, shardy):
+    """A check that fails inside an exported program raises the library's message of the usual
+    route (the failure is a value of the program, which is then called the usual way); a
+    program with a batched loop exports; and results equal the usual route's bit for bit."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    from jaxctbn import _errors
+    from jaxctbn._cli.exported import call_exported
+
+    monkeypatch.setenv("JAXCTBN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("JAXCTBN_EXPORTED_PROGRAMS", "on")
+
+    @eqx.filter_jit
+    def halvings(x):
+        def count(v):  # a while loop, batched by the vmap
+            return jax.lax.while_loop(lambda c: c[0] > 1, lambda c: (c[0] / 2, c[1] + 1), (v, 0))[1]
+
+        x = _errors.error_if(x, x < 0, "x: must be >= 0.")
+        return jax.vmap(count)(x), jnp.sqrt(x)
+
+    x = jnp.array([1.0, 7.5, 1000.0])
+    expected = halvings(x)
+    got = call_exported("halvings", halvings, x)
+    assert all(bool(jnp.all(a == b)) for a, b in zip(got, expected))
+    assert len(list((tmp_path / "exported").iterdir())) == 1
+    with pytest.raises(Exception, match="x: must be >= 0.") as usual:
+        halvings(jnp.array([1.0, -2.0, 3.0]))
+    with pytest.raises(type(usual.value), match="x: must be >= 0."):
+        call_exported("halvings", halvings, jnp.array([1.0, -2.0, 3.0]))
