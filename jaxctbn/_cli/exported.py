@@ -20,6 +20,11 @@ structures themselves do not pickle reliably). A file that is cut, altered or un
 program does not load, is rebuilt (never trusted); a file that cannot be written leaves the
 call as it was (the cache's one warning line comes from the compilation cache's check).
 `JAXCTBN_EXPORTED_PROGRAMS=off` (or no cache directory) uses the usual route.
+
+Exporting a program empties the process's jit caches (`jax.clear_caches`, before and after, so
+that no program traced in one mode is reused in the other): nothing for a command's own
+process, but `main()` called from a Python session recompiles that session's programs after a
+first export (the test suite sets `JAXCTBN_EXPORTED_PROGRAMS=off` for its in-process calls).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ import json
 import warnings
 
 import pytest
+from helpers import network_dict
 
 from jaxctbn._cli.main import main
 
@@ -25,23 +26,7 @@ def test_an_unusable_cache_directory_warns_once_and_changes_no_result(
     tmp_path, monkeypatch, capsys
 ):
     network = tmp_path / "net.json"
-    network.write_text(
-        json.dumps(
-            {
-                "nodes": [
-                    {"name": "A", "cardinality": 2, "parents": []},
-                    {"name": "B", "cardinality": 2, "parents": ["A"]},
-                ],
-                "cims": {
-                    "A": [{"parent_states": {}, "Q": [[-1, 1], [2, -2]]}],
-                    "B": [
-                        {"parent_states": {"A": 0}, "Q": [[-1, 1], [3, -3]]},
-                        {"parent_states": {"A": 1}, "Q": [[-0.5, 0.5], [1, -1]]},
-                    ],
-                },
-            }
-        )
-    )
+    network.write_text(json.dumps(network_dict()))
     rc, usual = _moments(tmp_path, "usual.json", network)
     assert rc == 0
     capsys.readouterr()
