@@ -215,12 +215,15 @@ def call_exported(name: str, fn: Callable, *args) -> Any:
     those of `fn(*args)`."""
     import equinox as eqx
     import jax
+    import jax.core
 
     directory = _enabled()
     if directory is None:
         return fn(*args)
     dynamic, static = eqx.partition(args, eqx.is_array)
     leaves, in_tree = jax.tree_util.tree_flatten(dynamic)
+    if any(isinstance(x, jax.core.Tracer) for x in leaves):  # inside a trace: part of that one
+        return fn(*args)
     path = os.path.join(directory, _key(name, leaves, in_tree, static))
     loaded = _load(path)
     if loaded is None:

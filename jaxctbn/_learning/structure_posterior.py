@@ -31,6 +31,7 @@ from .._model.layout import (
 )
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import check_states_now
+from .._programs import run_program
 from .candidates import candidate_parent_sets
 from .family_statistics import FamilyStatistics, family_statistics
 from .independence import CTPC, ctpc_pools
@@ -503,15 +504,17 @@ def learn_structure(
             budget=budget,
             largest_states=lambda: _largest_states(trajectories),
         )
-    return _learn_structure(
+    return run_program(
+        "learn_structure",
+        _learn_structure,
         trajectories,
         names,
         cards,
         sets,
-        prior=prior,
-        edge_prior=edge_prior,
-        method=method,
-        memory_budget=budget,
+        prior,
+        edge_prior,
+        method,
+        budget,
     )
 
 
@@ -538,7 +541,7 @@ def _from_statistics(stats: FamilyStatistics, names, prior, edge_prior) -> Struc
 
 @eqx.filter_jit
 def _learn_structure(
-    trajectories: Trajectories, names, cards, sets, *, prior, edge_prior, method, memory_budget
+    trajectories: Trajectories, names, cards, sets, prior, edge_prior, method, memory_budget
 ) -> StructurePosterior:
     stats = family_statistics(
         trajectories, cards, sets, method=method, names=names, memory_budget=memory_budget

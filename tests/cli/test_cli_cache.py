@@ -165,7 +165,37 @@ def test_an_exported_program_fails_as_the_usual_route_does(tmp_path, monkeypatch
     got = call_exported("halvings", halvings, x)
     assert all(bool(jnp.all(a == b)) for a, b in zip(got, expected))
     assert len(list((tmp_path / "exported").iterdir())) == 1
+    # inside another trace (a verb called under jit or lax.map) the program is part of that one
+    traced = jax.jit(lambda v: call_exported("halvings", halvings, v))(x + 1)
+    assert all(bool(jnp.all(a == b)) for a, b in zip(traced, halvings(x + 1)))
+    assert len(list((tmp_path / "exported").iterdir())) == 1
     with pytest.raises(Exception, match="x: must be >= 0.") as usual:
         halvings(jnp.array([1.0, -2.0, 3.0]))
     with pytest.raises(type(usual.value), match="x: must be >= 0."):
         call_exported("halvings", halvings, jnp.array([1.0, -2.0, 3.0]))
+
+
+def test_learn_through_an_exported_program_equals_the_usual_route(tmp_path, monkeypatch, shardy):
+    """`jaxctbn learn` with the exported programs: the structure posterior's program is exported
+    by the first call and loaded by the second, and both write the usual route's bytes."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxctbn as jc
+
+    model = jc.CTBN.from_dict(network_dict())
+    paths = jc.sample_trajectories(
+        model, jnp.array([0, 0]), 3.0, key=jax.random.key(0), num_trajectories=20
+    )
+    data = tmp_path / "paths.csv"
+    paths.write_csv(data, model)
+    usual = tmp_path / "usual.json"
+    assert main(["learn", "--data", str(data), "--out", str(usual)]) == 0
+    monkeypatch.setenv("JAXCTBN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("JAXCTBN_EXPORTED_PROGRAMS", "on")
+    for call in range(2):
+        out = tmp_path / f"exported{call}.json"
+        assert main(["learn", "--data", str(data), "--out", str(out)]) == 0
+        assert out.read_bytes() == usual.read_bytes()
+        files = [f.name.split("-")[0] for f in (tmp_path / "cache" / "exported").iterdir()]
+        assert files == ["learn_structure"]
