@@ -190,9 +190,8 @@ class PanelBuckets(eqx.Module):
         """Read a long-format CSV file as panel data in buckets (see
         [`jaxctbn.panel.PanelBuckets.from_dataframe`][])."""
         from .._paths.csv import read_csv
-        from .csv import panel_from_dataframe
 
-        return panel_from_dataframe(read_csv(path), model, exact_entry=exact_entry, bucketed=True)
+        return cls.from_dataframe(read_csv(path), model, exact_entry=exact_entry)
 
     def with_time_periods(
         self, cut_times: Any, *, covariates: Any = None

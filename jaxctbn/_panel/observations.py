@@ -219,9 +219,8 @@ class PanelObservations(eqx.Module):
         reads a data frame's (`path` a file name; a file that cannot be read or parsed is a
         one-line error naming it)."""
         from .._paths.csv import read_csv
-        from .csv import panel_from_dataframe
 
-        return panel_from_dataframe(read_csv(path), model, exact_entry=exact_entry)
+        return cls.from_dataframe(read_csv(path), model, exact_entry=exact_entry)
 
     def with_time_periods(
         self, cut_times: ArrayLike, *, covariates: Any = None

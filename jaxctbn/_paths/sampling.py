@@ -58,9 +58,9 @@ class Trajectories(eqx.Module):
         """Read trajectories from a long-format CSV file (`path`; a file that cannot be read or
         parsed is a one-line error naming it): the rows as
         [`jaxctbn.Trajectories.from_dataframe`][] reads a data frame's."""
-        from .csv import read_csv, trajectories_from_dataframe
+        from .csv import read_csv
 
-        return trajectories_from_dataframe(read_csv(path), model, max_events=max_events)
+        return cls.from_dataframe(read_csv(path), model, max_events=max_events)
 
     @classmethod
     def from_dataframe(
