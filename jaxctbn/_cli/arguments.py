@@ -30,14 +30,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"jaxctbn: error: {message}\n")
 
 
-def _load_network(path):
-    from .._model.ctbn import CTBN
-
-    if not os.path.exists(path):
-        raise ValueError(f"--network: file {path!r} does not exist.")
-    return CTBN.from_json(path)
-
-
 def _assignment(values, names, cardinalities, what):
     from .._model.layout import parse_assignment
 
@@ -139,8 +131,10 @@ def _seed(text) -> int:
     return value
 
 
-# what each command writes to --out; checked before any work starts
+# what each command writes to --out; checked before any work starts (convert: by the command,
+# once it knows whether OUT is a file or, for causal-hub's trajectories, a directory)
 _OUT_KINDS = {
+    "convert": None,
     "sample": "file",
     "moments": "file",
     "learn": "file",
@@ -151,6 +145,52 @@ _OUT_KINDS = {
     "run": "directory",
     "demo": "directory",
 }
+
+
+#: the file formats of `--format`, `convert --from` and `convert --to` (`inputs.FORMATS`)
+FORMAT_NAMES = ("jaxctbn", "pyagrum", "causal-hub", "pyctbn")
+
+
+def _format_argument(p, what: str) -> None:
+    """`--format auto|jaxctbn|pyagrum|causal-hub|pyctbn` of the commands that read data or
+    networks (`what`: which of their files it applies to)."""
+    p.add_argument(
+        "--format",
+        choices=("auto", *FORMAT_NAMES),
+        default="auto",
+        help=f"the format of {what}: auto (default: by the content, jaxctbn where no other "
+        "fits), jaxctbn, pyagrum (trajectory CSV; no network file), causal-hub (CTBN JSON; "
+        "trajectories: a directory of CSVs, one per trajectory, or one CSV), pyctbn (JSON)",
+    )
+
+
+def _convert_arguments(p) -> None:
+    """`jaxctbn convert [--from F] --to F [--network NET] [--network-out FILE] IN OUT`."""
+    p.add_argument("input", metavar="IN", help="a network or trajectory file (or directory)")
+    p.add_argument(
+        "out", metavar="OUT", help="the file to write (causal-hub's trajectories: a directory)"
+    )
+    p.add_argument(
+        "--from",
+        dest="from_format",
+        choices=("auto", *FORMAT_NAMES),
+        default="auto",
+        help="IN's format (default auto: by its content, where exactly one format fits)",
+    )
+    p.add_argument("--to", choices=FORMAT_NAMES, required=True, help="OUT's format")
+    p.add_argument(
+        "--network",
+        default=None,
+        help="trajectories: a network file (any format) giving the nodes, their cardinalities "
+        "and the labels of their states (default: from IN)",
+    )
+    p.add_argument(
+        "--network-out",
+        default=None,
+        metavar="FILE",
+        help="IN holding a network and trajectories (PyCTBN): also write the network, in the "
+        "--to format, to FILE",
+    )
 
 
 def _check_out(path: str, kind: str) -> None:

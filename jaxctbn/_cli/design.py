@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .arguments import (
     _costs,
     _empirical_bayes,
     _initial_state,
-    _load_network,
     _max_parents,
     _outcome,
     _prior,
@@ -45,8 +46,9 @@ def _cmd_design(args):
 def _design(args):
 
     from .._learning.posterior import RatePosterior
-    from .._paths.csv import read_csv, trajectories_from_dataframe
+    from .._paths.csv import trajectories_from_dataframe
     from .._paths.sufficient_statistics import SufficientStatistics
+    from .inputs import network_flag_format, read_data, read_network
 
     if args.observation == "panel" and args.data is None:
         raise ValueError("--observation panel: give the panel history with --data.")
@@ -74,21 +76,29 @@ def _design(args):
         raise ValueError(
             "--network: required with --target parameters (the known graph, a network JSON)."
         )
-    model = _load_network(args.network)
+    network = read_network(args.network, network_flag_format(args.format))
+    model = network.model
+    args.input_format = {"network": network.format}  # written with the ranking
     init, initial = _initial_state(args.initial_state, model.names, model.cardinalities)
     if args.prior != "gamma" or args.empirical_bayes:
         raise ValueError(
             "--prior/--empirical-bayes: parameter learning takes the Gamma prior with given "
             "--alpha/--beta (the Nodelman prior and empirical Bayes are for structure learning)."
         )
+    panel = args.observation == "panel"
+    df: Any = None
+    if args.data is not None:
+        df, args.input_format["data"], _ = read_data(
+            args.data, args.format, model=network.nodes(), panel=panel
+        )
     posterior = _jit(RatePosterior.for_model)(model, prior=_prior(args, model.num_nodes))
     history = None
-    if args.data is not None and args.observation == "panel":
+    if args.data is not None and panel:
         from .._panel.csv import panel_from_dataframe
         from .._panel.rate_families import MomentMatchedGamma
         from .._panel.rate_posterior import panel_rate_posterior
 
-        observations, _ = panel_from_dataframe(read_csv(args.data), model, bucketed=True)
+        observations, _ = panel_from_dataframe(df, model, bucketed=True)
         if sampled:
             from .rate_posterior import sampled_rate_posterior
             from .rate_tables import free_rates as _free_rates
@@ -111,7 +121,6 @@ def _design(args):
                 "statistics, overconfident where the visits are sparse",
             }
     elif args.data is not None:
-        df = read_csv(args.data)
         traj, _ = trajectories_from_dataframe(df, model)
         stats = _jit(SufficientStatistics.from_trajectories)(
             traj, model.cardinalities, model.parents
@@ -345,23 +354,30 @@ def _design_structure(args, outcome):
     import jax.numpy as jnp
 
     from .._learning.structure_posterior import learn_structure
-    from .._paths.csv import (
-        RESERVED_COLUMNS,
-        infer_cardinalities,
-        read_csv,
-        trajectories_from_dataframe,
-    )
+    from .._paths.csv import RESERVED_COLUMNS, infer_cardinalities, trajectories_from_dataframe
+    from .inputs import network_flag_format, read_data, read_network
 
     if args.data is None and args.network is None:
         raise ValueError("--data or --network: give the history (or a network for the node list).")
-    df = None if args.data is None else read_csv(args.data)
+    network = None
+    args.input_format = {}  # written with the ranking
     if args.network is not None:
-        model = _load_network(args.network)
-        nodes = dict(zip(model.names, model.cardinalities))
+        network = read_network(args.network, network_flag_format(args.format))
+        args.input_format["network"] = network.format
+    df = known = None
+    if args.data is not None:
+        df, args.input_format["data"], known = read_data(
+            args.data,
+            args.format,
+            model=None if network is None else network.nodes(),
+            panel=args.observation == "panel",
+        )
+    if network is not None:
+        nodes = dict(zip(network.model.names, network.model.cardinalities))
     else:
         # df is read here (the check above raises when --data and --network are both absent)
         assert df is not None
-        nodes = infer_cardinalities(df, missing=args.observation == "panel")
+        nodes = known or infer_cardinalities(df, missing=args.observation == "panel")
     names, cards = list(nodes), tuple(nodes.values())
     N = len(names)
     max_parents = _max_parents(args.max_parents, N)

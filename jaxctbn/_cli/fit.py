@@ -5,19 +5,12 @@ from __future__ import annotations
 import sys
 
 from .._files import write_json
-from .arguments import _assignment, _load_network
+from .arguments import _assignment
 from .covariates import covariate_columns, covariates_of, nodes_only, with_periods
+from .inputs import data_digest
 from .rate_posterior import check_posterior_arguments, panel_posterior, path_posterior, write_draws
 from .rate_tables import effect_table, flagged_rates, rate_table
 from .strength import learn_panel_strength, learn_path_strength
-
-
-def _file_digest(path) -> str:
-    """The SHA-256 of a file's bytes."""
-    import hashlib
-
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def _observations_digest(df, names, exact_entry) -> str:
@@ -110,9 +103,10 @@ def _cmd_fit(args):
     from .._panel.csv import panel_from_dataframe
     from .._panel.fit import fit_rates
     from .._panel.fit_methods import EMFit, GradientFit, SquaremFit
-    from .._paths.csv import read_csv
+    from .inputs import network_flag_format, read_data, read_network
 
-    model = _load_network(args.network)
+    network = read_network(args.network, network_flag_format(args.format))
+    model = network.model
     N = model.num_nodes
     for flag, value in (("--alpha", args.alpha), ("--beta", args.beta)):
         if isinstance(value, tuple) and len(value) != N:
@@ -135,7 +129,7 @@ def _cmd_fit(args):
     if not panel and args.pci is not None:
         raise ValueError("--pci: only for panel data (--observation panel).")
     effects = args.covariates is not None or args.pci is not None
-    df = read_csv(args.data)
+    df, data_format, _ = read_data(args.data, args.format, model=network.nodes(), panel=panel)
     default = "gradient" if effects else "squarem"
     out: dict = {"method": args.method or default, "observation": args.observation}
     num_effects = 0  # covariate effect parameters
@@ -248,7 +242,7 @@ def _cmd_fit(args):
     out["hessian_positive_definite"] = definite
     out["data"] = {
         "path": str(args.data),
-        "sha256": _file_digest(args.data),
+        "sha256": data_digest(args.data),
         "observations_sha256": _observations_digest(df, model.names, args.exact_entry),
     }
     if args.draws_out is not None and draws is not None:
@@ -259,6 +253,7 @@ def _cmd_fit(args):
         else {"convention": "gamma", "alpha": args.alpha or 1.0, "beta": args.beta or 1.0}
     )
     out["network"] = fitted.to_dict()
+    out["input_format"] = {"data": data_format, "network": network.format}
     write_json(args.out, out)
     if "strength" in out:
         st = out["strength"]

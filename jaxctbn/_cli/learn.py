@@ -33,10 +33,11 @@ def _structure_summary(post):
     return probs, edges, entropy, map_model.parents, map_model
 
 
-def _parse_cardinalities(text, df, *, missing: bool = False):
-    """The node cardinalities: inferred from the data `df`, overridden by `--cardinalities`
-    (never below the largest state seen). The warning of a suspicious inferred cardinality is
-    shown only for nodes that `--cardinalities` does not give."""
+def _parse_cardinalities(text, df, *, missing: bool = False, known=None):
+    """The node cardinalities: inferred from the data `df` (or `known`, those another tool's
+    file defines), overridden by `--cardinalities` (never below the largest state seen). The
+    warning of a suspicious inferred cardinality is shown only for nodes that `--cardinalities`
+    does not give."""
     import warnings
 
     from .._model.layout import parse_assignment
@@ -44,7 +45,7 @@ def _parse_cardinalities(text, df, *, missing: bool = False):
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        inferred = infer_cardinalities(df, missing=missing)
+        inferred = infer_cardinalities(df, missing=missing) if known is None else dict(known)
     out = dict(inferred)
     given = parse_assignment(",".join(text), list(out), "--cardinalities")
     for w in caught:
@@ -53,8 +54,13 @@ def _parse_cardinalities(text, df, *, missing: bool = False):
     for name, k in given.items():
         if k < inferred[name]:
             raise ValueError(
-                f"--cardinalities: {name!r} has states up to {inferred[name] - 1} in the data, "
-                f"so K must be >= {inferred[name]}."
+                f"--cardinalities: {name!r} has "
+                + (
+                    f"states up to {inferred[name] - 1} in the data"
+                    if known is None
+                    else f"{inferred[name]} states in the data file"
+                )
+                + f", so K must be >= {inferred[name]}."
             )
         out[name] = k
     return out
@@ -247,7 +253,8 @@ def _cmd_learn(args):
 
     from .._learning.search import Exhaustive
     from .._learning.structure_posterior import learn_structure
-    from .._paths.csv import read_csv, trajectories_from_dataframe
+    from .._paths.csv import trajectories_from_dataframe
+    from .inputs import read_data
 
     panel = args.observation == "panel"
     if not panel and args.exact_entry:
@@ -267,8 +274,8 @@ def _cmd_learn(args):
         raise ValueError("--max-candidates: only with --inference sampling --sampler importance.")
     if args.inference != "exact" and args.exact_entry:
         raise ValueError(f"--exact-entry: not supported with --inference {args.inference}.")
-    df = read_csv(args.data)
-    nodes = _parse_cardinalities(args.cardinalities, df, missing=panel)
+    df, data_format, known = read_data(args.data, args.format, panel=panel)
+    nodes = _parse_cardinalities(args.cardinalities, df, missing=panel, known=known)
     names, cards = list(nodes), tuple(nodes.values())
     N = len(names)
     method = _panel_posterior_method(args, panel, cards)
@@ -419,6 +426,7 @@ def _cmd_learn(args):
         out["map_graph"][name] = [names[p] for p in graph[n]]
     out["rates"] = map_model.to_dict()
     out.update(extra)
+    out["input_format"] = {"data": data_format}
     write_json(args.out, out)
     structure_prior = out["prior"]["edge_prior"]
     print(

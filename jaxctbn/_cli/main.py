@@ -9,7 +9,9 @@ from .arguments import (
     _OUT_KINDS,
     _at_least,
     _check_out,
+    _convert_arguments,
     _costs_arguments,
+    _format_argument,
     _graph_draws_arguments,
     _grid_times,
     _hyperparameter,
@@ -45,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sample", help="sample trajectories to a long-format CSV")
     p.add_argument("--network", required=True, help="network JSON file")
+    _format_argument(p, "--network")
     p.add_argument("--trajectories", type=_at_least(1), required=True)
     p.add_argument(
         "--duration", type=_positive_number, required=True, help="observation time per trajectory"
@@ -65,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("moments", help="expected statistics from the master equation")
     p.add_argument("--network", required=True)
+    _format_argument(p, "--network")
     p.add_argument("--duration", type=_positive_number, required=True)
     p.add_argument("--initial-state", nargs="+", required=True, help="NODE=STATE,...")
     p.add_argument("--intervention", nargs="*", default=[], help="NODE=STATE,...")
@@ -79,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("learn", help="exact Bayesian structure learning from a trajectory CSV")
     p.add_argument("--data", required=True, help="long-format trajectory CSV")
+    _format_argument(p, "--data")
     p.add_argument(
         "--max-parents",
         default=None,
@@ -205,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="network JSON: the graph, and its CIMs as starting values (zeros stay zero)",
     )
+    _format_argument(p, "--data and --network (pyagrum: --network by its content)")
     _observation_arguments(p)
     p.add_argument(
         "--method",
@@ -327,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=["structure", "parameters"], required=True)
     p.add_argument("--criterion", choices=["vbhc", "bhc", "eig"], default="vbhc")
     p.add_argument("--network", default=None, help="known graph (parameter learning)")
+    _format_argument(p, "--data and --network (pyagrum: --network by its content)")
     p.add_argument("--initial-state", nargs="+", required=True, help="NODE=STATE,...")
     p.add_argument("--duration", type=_positive_number, required=True)
     p.add_argument("--samples", type=_at_least(1), default=10, help="posterior draws N_S")
@@ -403,6 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output directory (default run_<target>)")
     p.add_argument("--network", default=None, help="ground-truth network JSON (default: built in)")
     p.add_argument("--truth-seed", type=_seed, default=0, help="seed of the built-in ground truth")
+    _format_argument(p, "--network (pool: --data, jaxctbn's panel CSV only)")
     p.add_argument(
         "--max-parents", type=_at_least(0), default=None, help="structure: max in-degree"
     )
@@ -492,6 +500,12 @@ def build_parser() -> argparse.ArgumentParser:
     _costs_arguments(p)
     p.set_defaults(func=_handler("run", "_cmd_run"))
 
+    p = sub.add_parser(
+        "convert", help="networks and trajectories to and from pyAgrum, causal-hub and PyCTBN"
+    )
+    _convert_arguments(p)
+    p.set_defaults(func=_handler("convert", "_cmd_convert"))
+
     p = sub.add_parser("demo", help="the paper's 4-node network: sample, solve, compare, plot")
     p.add_argument("--out", default="demo_output")
     p.add_argument("--seed", type=_seed, default=0, help="0 <= S <= 2**63 - 1")
@@ -547,18 +561,23 @@ def _main(argv) -> int:
             )
             return 2
         args.out = f"run_{args.target}"
+    kind = _OUT_KINDS[args.command]
     try:
-        _check_out(args.out, _OUT_KINDS[args.command])
+        if kind is not None:
+            _check_out(args.out, kind)
     except ValueError as e:
         print(f"jaxctbn: error: {e}", file=sys.stderr)
         return 2
     _setup_jax()
     from .._programs import programs_run_by
     from .exported import call_exported
+    from .inputs import take_notes
 
     try:
         with programs_run_by(call_exported):
             args.func(args)
+        for note in take_notes():  # the formats detected, after the command's own lines
+            print(note, file=sys.stderr)
     except (ValueError, OSError) as e:
         print(f"jaxctbn: error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -567,4 +586,6 @@ def _main(argv) -> int:
 
         print(f"jaxctbn: error: {error_message(e)}", file=sys.stderr)
         return 2
+    finally:
+        take_notes()  # none left for the next call in this process
     return 0

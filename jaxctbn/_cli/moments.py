@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from .._files import write_json
-from .arguments import _assignment, _initial_state, _load_network
+from .arguments import _assignment, _initial_state
 from .jax_setup import _jit
 
 
@@ -14,8 +14,10 @@ def _cmd_moments(args):
     import numpy as np
 
     from .._model.interventions import Intervention
+    from .inputs import read_network
 
-    model = _load_network(args.network)
+    network = read_network(args.network, args.format)
+    model = network.model
     duration = args.duration
     init, initial = _initial_state(args.initial_state, model.names, model.cardinalities)
     assignment = _assignment(args.intervention, model.names, model.cardinalities, "--intervention")
@@ -67,6 +69,7 @@ def _cmd_moments(args):
             "expected_dwell": np.asarray(per_node[i][0]).tolist(),
             "expected_transitions": np.asarray(per_node[i][1]).tolist(),
         }
+    out["input_format"] = {"network": network.format}
     write_json(args.out, out)
     how = (
         f"exact, uniformisation over {states} global states"

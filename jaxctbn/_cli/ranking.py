@@ -108,6 +108,9 @@ def write_ranking(
 
         draws, max_sets = default_graph_draws(len(names), args.graph_draws, args.max_sets)
         out.update(graph_draws=draws, max_sets=max_sets)
+    input_format = getattr(args, "input_format", None)
+    if input_format:  # the formats of --data and --network, those given
+        out["input_format"] = input_format
     write_json(args.out, out)
     chosen = out["best"] or "no intervention"
     what = f"best: {chosen}"

@@ -11,7 +11,6 @@ from .arguments import (
     _costs_json,
     _empirical_bayes,
     _initial_state,
-    _load_network,
     _max_parents,
     _prior,
 )
@@ -210,7 +209,14 @@ def _cmd_run(args):
         args.designs = "passive,random,bhc,vbhc"
     args.samples = args.samples or 10
     designs = _design_names(args.designs, DESIGN_NAMES)
-    truth = _load_network(args.network) if args.network is not None else None
+    truth = None
+    if args.network is not None:
+        from .inputs import read_network
+
+        # a peer's network is noted on stderr; config.json holds it as jaxctbn's network
+        truth = read_network(args.network, args.format).model
+    elif args.format != "auto":
+        raise ValueError(f"--format {args.format}: the format of --network, which is not given.")
     out = args.out or f"run_{args.target}"
     costs = _run_costs(args, truth)
     config = ExperimentConfig(
@@ -280,7 +286,8 @@ def _cmd_run_pool(args):
     from .._experiments.report import summary_table, verdicts
     from .._panel.csv import panel_from_dataframe
     from .._panel.structure_posterior import StructureParticleFilter
-    from .._paths.csv import infer_cardinalities, read_csv
+    from .._paths.csv import infer_cardinalities
+    from .inputs import read_data
 
     if args.data is None or args.root is None or args.observation is None:
         raise ValueError("run pool: needs --data DATA.csv --observation panel --root NODE.")
@@ -291,7 +298,7 @@ def _cmd_run_pool(args):
         POOL_DESIGN_NAMES,
         kind="pool design",
     )
-    df = read_csv(args.data)
+    df, _, _ = read_data(args.data, args.format, panel=True)  # jaxctbn's panel CSV only
     cards = infer_cardinalities(df, missing=True)
     names = list(cards)
     if args.root not in names:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .arguments import _assignment, _initial_state, _load_network
+from .arguments import _assignment, _initial_state
 
 
 def _cmd_sample(args):
@@ -13,8 +13,10 @@ def _cmd_sample(args):
     from .._model.interventions import Intervention
     from .._paths.csv import write_trajectories_csv
     from .._paths.sampling import sample_within_cap
+    from .inputs import read_network
 
-    model = _load_network(args.network)
+    network = read_network(args.network, args.format)
+    model = network.model
     duration = args.duration  # checked by argparse (_positive_number)
     intervention = Intervention.perfect(
         model, _assignment(args.intervention, model.names, model.cardinalities, "--intervention")

@@ -118,9 +118,11 @@ def trajectories_from_frames(
         order = np.argsort(times, kind="stable")  # causal-hub sorts the rows by time
         times = times[order]
         if np.any(np.diff(times) == 0):
-            row = int(order[int(np.flatnonzero(np.diff(times) == 0)[0]) + 1])
+            repeated = int(np.flatnonzero(np.diff(times) == 0)[0]) + 1
+            row = int(order[repeated])
             raise ValueError(
-                f"{where} row {row}: time {times[0]} repeats; causal-hub needs distinct times."
+                f"{where} row {row}: time {times[repeated]} repeats; causal-hub needs distinct "
+                "times."
             )
         states = np.empty((len(times), len(names)), np.int64)
         for n, name in enumerate(names):

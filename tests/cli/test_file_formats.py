@@ -3,6 +3,7 @@ files (`tests/model/peer_files/`) and jaxctbn's, by their content; a file of no 
 one-line error listing what each format looks like."""
 
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -58,3 +59,28 @@ def test_detect_formats(tmp_path, network, paths):
     (tmp_path / "odd.json").write_text('{"x": 1}')
     with pytest.raises(ValueError, match=r"odd.json'?: unknown format"):
         network_format(tmp_path / "odd.json")
+
+
+def test_a_directory_of_frames_is_causal_hubs(tmp_path):
+    """causal-hub's trajectories on disk: a directory of one CSV per frame, read in the order of
+    their names with numbers compared as numbers; a directory holding another CSV is refused
+    with the file's name."""
+    from jaxctbn._cli.file_formats import causal_hub_files
+
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for i in range(3):
+        shutil.copy(data(f"causal_hub_trajectory_{i}.csv"), folder / f"t_{10**i}.csv")
+    (folder / "README.txt").write_text("not a frame")
+    assert trajectory_format(folder) == "causal-hub"
+    assert [os.path.basename(f) for f in causal_hub_files(folder)] == [
+        "t_1.csv",
+        "t_10.csv",
+        "t_100.csv",
+    ]
+    shutil.copy(data("pyagrum_trajectories.csv"), folder / "t_2.csv")
+    with pytest.raises(ValueError, match=r"'t_2.csv' is not a causal-hub trajectory frame"):
+        trajectory_format(folder)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match=r"empty' holds no CSV file"):
+        trajectory_format(tmp_path / "empty")

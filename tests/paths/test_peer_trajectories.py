@@ -8,6 +8,7 @@ one-line errors for malformed files. The network converters are tested in
 import itertools
 import json
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -196,6 +197,57 @@ def test_pyagrum_csv_round_trip(tmp_path, network, paths):
         assert ours[1] == theirs[1]
 
 
+def test_pyagrum_reads_our_csv(tmp_path, network, paths):
+    """The reverse check, through pyAgrum's own code in this process: a CSV written by
+    `write_pyagrum_csv` is read by pyAgrum's `Trajectory` (its `readTrajectoryCSV`) as the same
+    samples, jump times and horizon, and its `computeStats` gives every node's dwell times and
+    transitions per parent configuration that the plain loop `statistics` gives."""
+    pyagrum = pytest.importorskip("pyagrum")
+    ct = pytest.importorskip("pyagrum.ctbn")
+    path = tmp_path / "ours.csv"
+    paths.write_pyagrum_csv(path, LABELS)
+    template = ct.CTBN()
+    for name, labels in LABELS.items():
+        template.add(pyagrum.LabelizedVariable(name, name, labels))
+    trajectory = ct.Trajectory(str(path), template)
+    ours = events(paths, 3)
+    assert sorted(trajectory.data) == [0, 1, 2, 3]
+    assert trajectory.timeHorizon == 3.0 == ours[0][3]  # pyAgrum's one horizon: sample 0's
+    names = list(LABELS)
+    for r, (init, times, states, _) in enumerate(ours):
+        rows = trajectory.data[r]
+        assert [(t, v) for t, v, _ in rows[:3]] == [(0.0, n) for n in names]
+        assert [LABELS[v].index(s) for _, v, s in rows[:3]] == init
+        assert [t for t, _, _ in rows[3:-3]] == times  # the jumps, exactly
+        state = init
+        for (_, var, left), after in zip(rows[3:-3], states):  # each row: the state left
+            (changed,) = np.flatnonzero(np.asarray(after) != state)
+            assert names[changed] == var and LABELS[var].index(left) == state[changed]
+            state = after
+        assert [LABELS[v].index(s) for _, v, s in rows[-3:]] == state
+    n = len(trajectory.data)
+    cards = network.cardinalities
+    for node, name in enumerate(names):
+        parents = network.parents[node]
+        T, M = statistics(paths, node, parents, cards)
+        Txu, Mxu = trajectory.computeStats(name, [names[p] for p in parents])
+        for tensor, ours_, kind in ((Txu, T, "T"), (Mxu, M, "M")):
+            inst = pyagrum.Instantiation(tensor)
+            inst.setFirst()
+            seen = 0
+            while not inst.end():
+                d = inst.todict(withLabels=True)
+                c = 0
+                for p in parents:
+                    c = c * cards[p] + LABELS[names[p]].index(d[names[p]])
+                a = LABELS[name].index(d[f"{name}#i"])
+                ours_value = T[c, a] if kind == "T" else M[c, a, LABELS[name].index(d[f"{name}#j"])]
+                assert np.isclose(tensor.get(inst) * n, ours_value, rtol=1e-12, atol=1e-12)
+                seen += 1
+                inst.inc()
+            assert seen == ours_.size
+
+
 def test_causal_hub_frames_round_trip(network, paths):
     frames = paths.to_causal_hub(LABELS)
     assert list(frames[0].columns) == ["time", "A", "B", "C"]
@@ -334,7 +386,9 @@ def test_malformed_causal_hub_frames():
         )
     bad = frames[0].copy()
     bad.loc[2, "time"] = bad.loc[1, "time"]
-    with pytest.raises(ValueError, match=r"frames\[0\] row 2: .* causal-hub needs distinct times"):
+    repeated = re.escape(f"frames[0] row 2: time {float(bad.loc[1, 'time'])} repeats")
+    assert float(bad.loc[1, "time"]) != float(bad.loc[0, "time"])  # (not the first row's time)
+    with pytest.raises(ValueError, match=repeated + ".* causal-hub needs distinct times"):
         jc.Trajectories.from_causal_hub([bad])
     with pytest.raises(ValueError, match=r"durations\[0\] = 1.0 is before the last row"):
         jc.Trajectories.from_causal_hub(frames[:1], durations=1.0)
