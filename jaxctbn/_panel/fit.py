@@ -63,6 +63,7 @@ from .fit_arguments import (
     DEFAULT_PANEL_SOLVER,
     check_fit_covariates,
     checked_fit_arguments,
+    tolerance_as_data,
 )
 from .fit_methods import AbstractRateFitMethod, GradientFit, SquaremFit
 from .fit_problem import PUSH, fit_problem
@@ -351,6 +352,7 @@ def _polished(fit: RateFit, polish, observations, *arguments) -> RateFit:
     better objective of the two, labelled with both methods."""
     if not is_concrete(fit.converged) or bool(fit.converged):
         return fit
+    polish = tolerance_as_data(polish, jnp.result_type(*fit.model.cims))
     second, bad = run_program("fit_rates", _fit, fit.model, observations, polish, *arguments)
     second = check_possible(second, bad, observations)
     if not float(second.log_posterior) >= float(fit.log_posterior):
