@@ -391,6 +391,57 @@ class CTBN(AbstractCTBN):
         partial file and names `path`."""
         write_json(path, self.to_dict())
 
+    # ------------------------------------------------------------------ other tools' formats
+    @classmethod
+    def from_causal_hub_json(cls, path: str | os.PathLike) -> "CTBN":
+        """Read causal-hub's CTBN JSON (`CatCTBN.to_json_file`), in causal-hub's sorted order of
+        nodes, parents and states (the format: `jaxctbn/_model/causal_hub_network.py`)."""
+        from .causal_hub_network import read_ctbn_json
+
+        return read_ctbn_json(path)
+
+    def to_causal_hub_json(
+        self, path: str | os.PathLike, *, labels: Mapping[str, Sequence[str]] | None = None
+    ) -> None:
+        """Write causal-hub's CTBN JSON (for `CatCTBN.from_json_file`), atomically, the states
+        named by `labels` (`{name: [labels]}`, default the state numbers; the format:
+        `jaxctbn/_model/causal_hub_network.py`)."""
+        from .causal_hub_network import write_ctbn_json
+
+        write_ctbn_json(self, path, labels)
+
+    @classmethod
+    def from_pyagrum(cls, obj: Any) -> "CTBN":
+        """The model of a `pyagrum.ctbn.CTBN` (needs `pip install pyagrum`), states in the order
+        of each variable's labels (the conversion: `jaxctbn/_model/pyagrum_network.py`)."""
+        from .pyagrum_network import ctbn_from_pyagrum
+
+        return ctbn_from_pyagrum(obj)[0]
+
+    def to_pyagrum(self, *, labels: Mapping[str, Sequence[str]] | None = None) -> Any:
+        """This model as a `pyagrum.ctbn.CTBN` (needs `pip install pyagrum`), its states named by
+        `labels` (`{name: [labels]}`, default the state numbers; the conversion:
+        `jaxctbn/_model/pyagrum_network.py`)."""
+        from .pyagrum_network import ctbn_to_pyagrum
+
+        return ctbn_to_pyagrum(self, labels)
+
+    @classmethod
+    def from_pyctbn_json(cls, path: str | os.PathLike, *, index: int = 0) -> "CTBN":
+        """Read the network of data set `index` of a PyCTBN JSON file (`variables`, `dyn.str`,
+        `dyn.cims`; the format: `jaxctbn/_model/pyctbn_network.py`)."""
+        from .pyctbn_network import read_network
+
+        return read_network(path, index)
+
+    def to_pyctbn_json(self, path: str | os.PathLike) -> None:
+        """Write this network as a PyCTBN JSON file (as `JsonExporter.out_file`, no samples),
+        atomically; [`jaxctbn.Trajectories.write_pyctbn_json`][] writes samples with it (the
+        format: `jaxctbn/_model/pyctbn_network.py`)."""
+        from .pyctbn_network import write_network
+
+        write_network(self, path)
+
 
 class PaddedCTBN(AbstractCTBN):
     r"""A CTBN whose graph is data: parent lists are integer arrays padded with `-1`, and each

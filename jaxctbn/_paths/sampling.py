@@ -106,6 +106,57 @@ class Trajectories(eqx.Module):
 
         write_trajectories_csv(self, model, path)
 
+    @classmethod
+    def read_pyagrum_csv(
+        cls, path: Any, model: Any = None, *, max_events: int | None = None
+    ) -> tuple[Trajectories, list, dict[str, list[str]]]:
+        """`(trajectories, ids, nodes)` of pyAgrum's trajectory CSV; the format and `model`:
+        `jaxctbn/_paths/pyagrum_csv.py`."""
+        from .pyagrum_csv import read_trajectory_csv
+
+        return read_trajectory_csv(path, model, max_events=max_events)
+
+    def write_pyagrum_csv(self, path: Any, model: Any) -> None:
+        """Write pyAgrum's trajectory CSV, atomically; the format and `model` (the labels):
+        `jaxctbn/_paths/pyagrum_csv.py`."""
+        from .pyagrum_csv import write_trajectory_csv
+
+        write_trajectory_csv(self, model, path)
+
+    @classmethod
+    def from_causal_hub(
+        cls, frames: Any, model: Any = None, *, durations: Any = None, max_events: int | None = None
+    ) -> tuple[Trajectories, list, dict[str, list[str]]]:
+        """`(trajectories, ids, nodes)` of causal-hub's frames (`CatTrjs.to_pandas()`); the
+        format, `model` and `durations`: `jaxctbn/_paths/causal_hub_frames.py`."""
+        from .causal_hub_frames import trajectories_from_frames
+
+        return trajectories_from_frames(frames, model, durations=durations, max_events=max_events)
+
+    def to_causal_hub(self, model: Any) -> list:
+        """One causal-hub frame per trajectory (for `CatTrjs.from_pandas`), `model` giving the
+        labels; the format: `jaxctbn/_paths/causal_hub_frames.py`."""
+        from .causal_hub_frames import trajectories_to_frames
+
+        return trajectories_to_frames(self, model)
+
+    @classmethod
+    def read_pyctbn_json(
+        cls, path: Any, model: Any = None, *, index: int = 0, max_events: int | None = None
+    ) -> tuple[Trajectories, list, dict[str, list[str]]]:
+        """`(trajectories, ids, nodes)` of the samples of a PyCTBN JSON file; the format:
+        `jaxctbn/_paths/pyctbn_samples.py`."""
+        from .pyctbn_samples import read_samples
+
+        return read_samples(path, model, index=index, max_events=max_events)
+
+    def write_pyctbn_json(self, path: Any, model: Any) -> None:
+        """Write these as a PyCTBN JSON file, atomically, with `model`'s network when it is a
+        CTBN; the format: `jaxctbn/_paths/pyctbn_samples.py`."""
+        from .pyctbn_samples import write_samples
+
+        write_samples(self, model, path)
+
 
 def sample_trajectory(
     model: AbstractCTBN,
