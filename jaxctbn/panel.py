@@ -14,7 +14,7 @@ from ._panel.fit_methods import AbstractRateFitMethod as AbstractRateFitMethod
 from ._panel.fit_methods import EMFit as EMFit
 from ._panel.fit_methods import GradientFit as GradientFit
 from ._panel.fit_methods import SquaremFit as SquaremFit
-from ._panel.fit import RateFit as RateFit
+from ._panel.rate_fit import RateFit as RateFit
 from ._panel.fit import fit_rates as fit_rates
 from ._panel.covariates import Covariates as Covariates
 from ._panel.prevalence import Prevalence as Prevalence
@@ -38,5 +38,4 @@ from ._panel.exact_e_step import ForwardBackward as ForwardBackward
 from ._panel.gibbs import GibbsSampler as GibbsSampler
 from ._panel.importance import PanelImportanceSampler as PanelImportanceSampler
 from ._panel.mean_field import PanelMeanField as PanelMeanField
-from ._panel.sampled_em import SampledRateFit as SampledRateFit
-from ._panel.sampled_em import fit_rates_by_sampling as fit_rates_by_sampling
+from ._panel.sampled_em import MonteCarloEMFit as MonteCarloEMFit

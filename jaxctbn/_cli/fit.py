@@ -202,6 +202,7 @@ def _cmd_fit(args):
                 f"continued from where it stopped (method {fit.method!r})"
             )
             out["method"] = fit.method
+        assert fit.log_likelihood is not None and fit.log_posterior is not None  # a filter fit
         out.update(
             log_likelihood=float(fit.log_likelihood),
             log_posterior=float(fit.log_posterior),

@@ -43,11 +43,12 @@ bounded is among those tried together.
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Bool, Float, Int
+from jaxtyping import Array, ArrayLike, PRNGKeyArray
 
 from .._learning.priors import GammaPrior
 from .._master_equation import AbstractMasterEquationSolver
@@ -56,172 +57,19 @@ from .._model.interventions import is_concrete
 from .._programs import run_program
 from .buckets import PanelBuckets
 from .checks import check_possible
-from .comparison import LikelihoodRatioTest, likelihood_ratio_test
 from .covariates import Covariates
 from .fit_arguments import (
     DEFAULT_METHOD,
     DEFAULT_PANEL_SOLVER,
     check_fit_covariates,
     checked_fit_arguments,
+    tolerance_as_data,
 )
 from .fit_methods import AbstractRateFitMethod, GradientFit, SquaremFit
 from .fit_problem import PUSH, fit_problem
 from .observations import Emissions, PanelObservations
-from .prevalence import Prevalence, prevalence
-from .uncertainty import RateUncertainty, rate_uncertainty
-
-
-# --------------------------------------------------------------------------- result
-class RateFit(eqx.Module):
-    r"""The result of [`jaxctbn.panel.fit_rates`][].
-
-    - `model`: the fitted [`jaxctbn.CTBN`][] (same graph, names and structural zeros as the
-      start).
-    - `log_likelihood`: $\sum_r\log p(Y_r\mid\hat\Lambda)$ at the fit, as
-      [`jaxctbn.panel.panel_log_likelihood`][] with the same arguments (conditional on each
-      trajectory's first observation unless an `initial_distribution` was given).
-    - `log_posterior`: the objective maximised, `log_likelihood` plus the Gamma log density of
-      the free rates (equal to `log_likelihood` without a prior); unnormalised.
-    - `converged`: whether the stopping criterion was met before `max_iterations`.
-    - `iterations`: the number of iterations run.
-    - `trace`: `(max_iterations + 1,)`, the objective at the start and after each iteration,
-      padded with the final value.
-    - `at_lower_bound`, `at_upper_bound`: per node, booleans `(configs, k, k)`: free rates
-      driven to about 0, or to about $\infty$ (see [`jaxctbn.panel.fit_rates`][]; `False` for
-      structural zeros and the diagonal).
-    - `method`: `"squarem"`, `"em"` or `"gradient"` (static).
-    - `effects`: with covariates, per node `(C, configs, k, k)`: the log hazard ratio
-      $\beta_c$ of one unit of covariate $c$ on each rate (0 where it does not act); `model`
-      then holds the rates at the covariates' means `covariate_means` `(C,)`. `None` without.
-    - `num_parameters`: the free rates (those at a bound included) plus the covariate effects
-      fitted: the parameter count of AIC and of
-      [`RateFit.likelihood_ratio_test`][jaxctbn.panel.RateFit.likelihood_ratio_test].
-    - `effects_at_bound`: with covariates, per node `(C, configs, k, k)`: the effects the data
-      drive to $\pm\infty$ (a hazard ratio of 0 or $\infty$: not an estimate, like a rate at
-      a bound): those whose rate, for the subjects at the covariate's lowest or highest value,
-      meets the rate flags above ($\lambda e^{\beta\tilde z}\tau<10^{-6}$ or
-      $\lambda e^{\beta\tilde z}\tau_{\min}\ge20$), or at their own bound
-      $|\beta|\max_r|\tilde z_{rc}|=30$. `None` without.
-    """
-
-    model: CTBN
-    log_likelihood: Float[Array, ""]
-    log_posterior: Float[Array, ""]
-    converged: Bool[Array, ""]
-    iterations: Int[Array, ""]
-    trace: Float[Array, " iterations_plus_one"]
-    at_lower_bound: tuple[Bool[Array, "_configs _k _k"], ...]
-    at_upper_bound: tuple[Bool[Array, "_configs _k _k"], ...]
-    num_parameters: Int[Array, ""]
-    method: str = eqx.field(static=True)
-    effects: tuple[Float[Array, "covariates _configs _k _k"], ...] | None = None
-    covariate_means: Float[Array, " covariates"] | None = None
-    effects_at_bound: tuple[Bool[Array, "covariates _configs _k _k"], ...] | None = None
-
-    def uncertainty(
-        self,
-        observations: PanelObservations | PanelBuckets,
-        *,
-        prior: GammaPrior | None = None,
-        emissions: Emissions | None = None,
-        initial_distribution: ArrayLike | None = None,
-        solver: AbstractMasterEquationSolver = DEFAULT_PANEL_SOLVER,
-        level: float = 0.95,
-        covariates: Covariates | None = None,
-    ) -> RateUncertainty:
-        r"""Standard errors and `level` intervals of this fit's rates (and covariate effects),
-        from the exact observed information in the log-rates at the fit (R msm's
-        `qmatrix.msm(ci="delta")`): the delta method's standard errors and intervals symmetric
-        on the log scale ([`jaxctbn.panel.RateUncertainty`][]).
-
-        **Arguments:** as given to the fit: the same `observations`, `prior`, `emissions`,
-        `initial_distribution`, `solver` and `covariates` (the fit's `effects` are taken from
-        it); `level` in $(0, 1)$ (default 0.95).
-
-        **Returns:** a [`jaxctbn.panel.RateUncertainty`][].
-
-        The information costs one reverse-over-reverse pass through the filter per parameter
-        (off-diagonal rate, and effect), a few at a time (a Hessian, not an optimisation).
-        Without covariates the exponentials are shared by intervals of equal length (cav:
-        0.1 s); with covariates every interval has its own (the 16-state pbcseq network of
-        `notebooks/clinician_pbcseq.ipynb`, 312 patients, 56 parameters with a time-varying
-        covariate: 740 s for the fit and its intervals on one CPU core). Pure and
-        `jax.jit`-compatible; bad arguments raise `ValueError` as for
-        [`jaxctbn.panel.fit_rates`][].
-
-        **Example:**
-
-        ```python
-        fit = jaxctbn.panel.fit_rates(start, observations)
-        uncertainty = fit.uncertainty(observations)
-        uncertainty.lower[0], uncertainty.upper[0], uncertainty.positive_definite
-        ```
-        """
-        self._check_covariates(covariates)
-        return rate_uncertainty(
-            self.model,
-            observations,
-            prior=prior,
-            emissions=emissions,
-            initial_distribution=initial_distribution,
-            solver=solver,
-            level=level,
-            covariates=covariates,
-            effects=self.effects,
-        )
-
-    def prevalence(
-        self,
-        observations: PanelObservations,
-        times: ArrayLike,
-        *,
-        covariates: Covariates | None = None,
-    ) -> Prevalence:
-        r"""Observed and expected counts of each node's states over `times` under this fit (R
-        msm's `prevalence.msm`; see [`jaxctbn.panel.Prevalence`][]): a check of the fit's
-        calibration.
-
-        **Arguments:** `observations`: the [`jaxctbn.panel.PanelObservations`][] it was fitted
-        to, one batch axis (read with `PanelObservations.read_csv`, not buckets); `times`: finite, increasing;
-        `covariates`: those of the fit, when it has covariates (the forecast then uses each
-        trajectory's scaled rates).
-
-        **Returns:** a [`jaxctbn.panel.Prevalence`][]. Percentages are `observed / at_risk` and
-        `expected / at_risk` (the same denominator).
-        """
-        self._check_covariates(covariates)
-        return prevalence(
-            self.model, observations, times, covariates=covariates, effects=self.effects
-        )
-
-    def likelihood_ratio_test(self, larger: RateFit) -> LikelihoodRatioTest:
-        r"""The likelihood-ratio test of this fit nested in `larger` (a
-        [`jaxctbn.panel.RateFit`][] of the same data, maximum likelihood), and both fits' AIC
-        (R msm's `lrtest.msm` and `AIC`; see [`jaxctbn.panel.LikelihoodRatioTest`][]).
-
-        For this (smaller) model nested in the larger one, with maximised log-likelihoods
-        $\ell_0\le\ell_1$ and $p_0<p_1$ parameters, the statistic $D=2(\ell_1-\ell_0)$ is
-        asymptotically $\chi^2_{p_1-p_0}$ under the smaller model; each fit's
-        $\mathrm{AIC}=-2\ell+2p$. Nesting (the smaller model's parents and covariates a subset
-        of the larger's, the same data) is the caller's to ensure.
-
-        Refused with a `ValueError`: `larger` not a `RateFit`, networks with different nodes.
-        Inside `jit`, an error when `larger` does not have more parameters or a fit is a MAP
-        fit. A negative statistic (the larger fit stopped short of its optimum) gives the
-        p-value 1; refit it.
-        """
-        if not isinstance(larger, RateFit):
-            raise ValueError("larger: expected a RateFit of jaxctbn.panel.fit_rates.")
-        return likelihood_ratio_test(self, larger)
-
-    def _check_covariates(self, covariates) -> None:
-        if (covariates is None) != (self.effects is None):
-            fitted = "with" if self.effects is not None else "without"
-            raise ValueError(
-                f"covariates: this fit was made {fitted} covariates; give the covariates of the "
-                "fit (and only then)."
-            )
-
+from .rate_fit import RateFit
+from .sampled_em import MonteCarloEMFit, check_monte_carlo_em, monte_carlo_em_fit
 
 # --------------------------------------------------------------------------- entry point
 
@@ -230,12 +78,13 @@ def fit_rates(
     model: CTBN,
     observations: PanelObservations | PanelBuckets,
     *,
-    method: AbstractRateFitMethod | None = None,
+    method: AbstractRateFitMethod | MonteCarloEMFit | None = None,
     prior: GammaPrior | None = None,
     emissions: Emissions | None = None,
     initial_distribution: ArrayLike | None = None,
     solver: AbstractMasterEquationSolver = DEFAULT_PANEL_SOLVER,
     covariates: Covariates | None = None,
+    key: PRNGKeyArray | None = None,
 ) -> RateFit:
     r"""Maximum-likelihood (or, with `prior`, MAP) rates of a fixed graph from panel data.
 
@@ -272,7 +121,9 @@ def fit_rates(
       [`jaxctbn.panel.PanelBuckets`][] (trajectories of very unequal lengths).
     - `method`: [`jaxctbn.panel.SquaremFit`][] (default: accelerated EM, which stops only at a
       small projected gradient), [`jaxctbn.panel.EMFit`][] or [`jaxctbn.panel.GradientFit`][],
-      with their `tolerance` and `max_iterations`.
+      with their `tolerance` and `max_iterations`; or [`jaxctbn.panel.MonteCarloEMFit`][]
+      (EM with a sampled E-step, for networks beyond exact forward-backward: exact states, no
+      `emissions`, `initial_distribution` or `covariates`, no box; needs `key`).
     - `prior`: `None` (maximum likelihood) or a [`jaxctbn.GammaPrior`][]
       $\mathrm{Gam}(\alpha_n,\beta_n)$ on every free rate of node $n$ (scalars or one value per
       node): the MAP, whose M-step is the mode $(\alpha-1+\bar M)/(\beta+\bar T)$ clipped into
@@ -294,6 +145,7 @@ def fit_rates(
       [`jaxctbn.Uniformisation`][], whose smoothed statistics need the largest exit rate times
       the longest gap below about its `fb_max_terms` (it raises otherwise): the top of the
       box is lowered to keep it so, and a rate that the data put above it is flagged.
+    - `key`: a PRNG key, for [`jaxctbn.panel.MonteCarloEMFit`][] only.
 
     **Returns:** a [`jaxctbn.panel.RateFit`][].
 
@@ -318,6 +170,11 @@ def fit_rates(
     fit.model.cims, fit.converged, fit.at_lower_bound
     ```
     """
+    if isinstance(method, MonteCarloEMFit):  # no filter: none of the problem below applies
+        check_monte_carlo_em(model, observations, key=key, emissions=emissions,
+                             initial_distribution=initial_distribution, covariates=covariates)  # fmt: skip
+        return monte_carlo_em_fit(model, cast(PanelObservations, observations), method, prior,
+                                  cast(PRNGKeyArray, key))  # fmt: skip
     if method is None:
         method = DEFAULT_METHOD if covariates is None else GradientFit()
     parameters, groups, method = checked_fit_arguments(
@@ -351,15 +208,19 @@ def _polished(fit: RateFit, polish, observations, *arguments) -> RateFit:
     better objective of the two, labelled with both methods."""
     if not is_concrete(fit.converged) or bool(fit.converged):
         return fit
+    polish = tolerance_as_data(polish, jnp.result_type(*fit.model.cims))
     second, bad = run_program("fit_rates", _fit, fit.model, observations, polish, *arguments)
     second = check_possible(second, bad, observations)
-    if not float(second.log_posterior) >= float(fit.log_posterior):
+    # (a likelihood fit: its objective and trace are arrays, never None)
+    objective, objective_before = cast(Array, second.log_posterior), cast(Array, fit.log_posterior)
+    if not float(objective) >= float(objective_before):
         return fit
+    trace, trace_before = cast(Array, second.trace), cast(Array, fit.trace)
     return dataclasses.replace(
         second,
         method=f"{fit.method}+{second.method}",
         iterations=fit.iterations + second.iterations,
-        trace=jnp.concatenate([fit.trace[: int(fit.iterations) + 1], second.trace]),
+        trace=jnp.concatenate([trace_before[: int(fit.iterations) + 1], trace]),
     )
 
 

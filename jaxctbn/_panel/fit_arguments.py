@@ -88,6 +88,14 @@ def check_identifiable(covariates: Covariates) -> None:
             )
 
 
+def tolerance_as_data(method, dtype):
+    """`method` with its `tolerance` an array of `dtype`: data, so that a new tolerance does not
+    recompile the fit (a Python float in a Module is static under `eqx.filter_jit`)."""
+    tolerance = method.tolerance
+    tolerance = np.asarray(tolerance, dtype) if is_concrete(tolerance) else tolerance
+    return eqx.tree_at(lambda m: m.tolerance, method, jnp.asarray(tolerance, dtype))
+
+
 def checked_fit_arguments(model, observations, method, prior, emissions, solver, verb: str):
     """The checks shared by `fit_rates` and `rate_uncertainty`, and what both pass to the
     compiled program: the prior as arrays, the intervals grouped by length (or `None`) and
@@ -135,11 +143,7 @@ def checked_fit_arguments(model, observations, method, prior, emissions, solver,
         )
     # host-side (numpy) arrays where possible: each eager jax operation costs a dispatch
     dtype = np.dtype(jnp.result_type(*model.cims))
-    tolerance = method.tolerance
-    tolerance = np.asarray(tolerance, dtype) if is_concrete(tolerance) else tolerance
-    method = eqx.tree_at(
-        lambda m: m.tolerance, method, jnp.asarray(tolerance, dtype)
-    )  # data, so that a new tolerance does not recompile
+    method = tolerance_as_data(method, dtype)
     # the prior as arrays: one compiled fit serves every prior, and none
     N = model.num_nodes
     if prior is None:

@@ -17,7 +17,7 @@ from .._master_equation import (
     short_sum,
 )
 from .._model.interventions import is_concrete
-from .buckets import PanelBuckets, as_flat_buckets, rounded_size
+from .buckets import PanelBuckets, as_flat_buckets
 from .checks import checked_inputs
 from .expected_statistics import PanelExpectedStatistics
 from .filtering import filtered_log_likelihood, forward_filter
@@ -66,10 +66,15 @@ def gap_groups(observations: PanelObservations | PanelBuckets) -> GapGroups | No
     )
     # numpy arrays: converted when passed to the compiled fit (no eager dispatch here)
     exact_entries = any(bool(np.any(np.asarray(b.exact_entry))) for b in buckets)
-    # the number of groups rounded up (1, 2, 3, 4, 6, 8, 12, ...; the last gap repeated, no
-    # interval points at the copies) so that data sets of similar size share a compiled program
+    # the number of groups rounded up to a power of two (the last gap repeated, no interval
+    # points at the copies) so that data sets of one design share a compiled program: classes
+    # twice as wide as the trajectories' (`rounded_size`), because the distinct gaps follow the
+    # visit times and vary more between such data sets than their sizes do (msm's cav panel,
+    # 1,5xx distinct gaps, and the same subjects resampled with their times scaled, 1,6xx)
     gaps = values[keep]
-    gaps = np.concatenate([gaps, np.repeat(gaps[-1:], rounded_size(gaps.size) - gaps.size)])
+    gaps = np.concatenate(
+        [gaps, np.repeat(gaps[-1:], (1 << (gaps.size - 1).bit_length()) - gaps.size)]
+    )
     return GapGroups(
         index=tuple(i.astype(np.int32) for i in index),
         gaps=gaps.astype(dtype),

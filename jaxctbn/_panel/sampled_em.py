@@ -8,27 +8,50 @@ sampling error of the E-step; the fit is the average of the last half of them.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import PRNGKeyArray
 
 from .._learning.posterior import RatePosterior
 from .._learning.priors import GammaPrior
 from .._model.ctbn import CTBN
 from .gibbs import DEFAULT_SAMPLER, GibbsSampler, sample_panel_paths, sampled_node_statistics
 from .observations import PanelObservations
+from .rate_fit import RateFit
 
 
-class SampledRateFit(eqx.Module):
-    """A Monte Carlo EM fit: `model` (the average of the last half of the iterates' rates),
-    `trace` (every iterate's rates, one array per node with a leading iteration axis) and
-    `infeasible_updates` (per iteration, Gibbs updates that kept their path)."""
+class MonteCarloEMFit(eqx.Module):
+    r"""Monte Carlo EM for [`jaxctbn.panel.fit_rates`][] (module docstring), for networks beyond
+    exact forward-backward: `iterations` E-steps of `sampler`'s Gibbs sampling (complete paths
+    given the observations, [`jaxctbn.panel.GibbsSampler`][]), each followed by the closed-form
+    M-step, $\hat q=\bar M/\bar T$ (maximum likelihood; a configuration never visited keeps
+    its rates) or $(\bar M+\alpha)/(\bar T+\beta)$ under a [`jaxctbn.GammaPrior`][] (the
+    complete-data posterior mean). The fit's `model` is the average of the last half of the
+    iterates; `rate_trace` holds them all. `fit_rates` then needs a `key`.
 
-    model: CTBN
-    trace: tuple[Float[Array, "iterations configs k k"], ...]
-    infeasible_updates: Array
+    The iterates fluctuate around the optimum by the E-step's sampling error, and there is no
+    likelihood to monitor: the [`jaxctbn.panel.RateFit`][] has no `log_likelihood`,
+    `converged`, `trace` or bound flags (`None`); `iterations` is the number run.
+
+    **Arguments** (keyword-only): `iterations` (static, an integer >= 2; default 30), `sampler`
+    (default `GibbsSampler()`).
+    """
+
+    iterations: int = eqx.field(static=True)
+    sampler: GibbsSampler
+    name: ClassVar[str] = "monte-carlo-em"
+
+    def __init__(self, *, iterations: int = 30, sampler: GibbsSampler = DEFAULT_SAMPLER):
+        if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 2:
+            raise ValueError(f"iterations: an integer >= 2, got {iterations!r}.")
+        if not isinstance(sampler, GibbsSampler):
+            raise ValueError(f"sampler: expected a jaxctbn.panel.GibbsSampler, got {sampler!r}.")
+        self.iterations = iterations
+        self.sampler = sampler
 
 
 def _m_step(statistics, model: CTBN, prior: GammaPrior | None) -> CTBN:
@@ -47,41 +70,62 @@ def _m_step(statistics, model: CTBN, prior: GammaPrior | None) -> CTBN:
     return CTBN(cims=cims, parents=model.parents, names=model.names)
 
 
-@eqx.filter_jit
-def fit_rates_by_sampling(
-    model: CTBN,
-    observations: PanelObservations,
-    *,
-    key: PRNGKeyArray,
-    iterations: int = 30,
-    sampler: GibbsSampler = DEFAULT_SAMPLER,
-    prior: GammaPrior | None = None,
-) -> SampledRateFit:
-    r"""The rates of `model`'s graph fitted to a batch of panel `observations` by Monte Carlo
-    EM (module docstring): `iterations` (static) E-steps of `sampler`'s Gibbs sampling, each
-    followed by the closed-form M-step; starts from `model`'s rates. `prior`: a
-    [`jaxctbn.GammaPrior`][] (each M-step takes the complete-data posterior mean), `None` for
-    maximum likelihood (a configuration never visited keeps its rates).
-
-    **Returns:** a [`jaxctbn.panel.SampledRateFit`][]."""
+def check_monte_carlo_em(model, observations, *, key, emissions, initial_distribution,
+                         covariates) -> None:  # fmt: skip
+    """The arguments of `fit_rates` that Monte Carlo EM cannot take, refused by name."""
     if not isinstance(model, CTBN):
         raise ValueError(f"model: expected a jaxctbn.CTBN, got {type(model).__name__}.")
-    if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 2:
-        raise ValueError(f"iterations: an integer >= 2, got {iterations!r}.")
+    if not isinstance(observations, PanelObservations):
+        raise ValueError(
+            "observations: MonteCarloEMFit needs PanelObservations (a batch), not "
+            f"{type(observations).__name__}."
+        )
+    if key is None:
+        raise ValueError("key: MonteCarloEMFit samples paths; give fit_rates a PRNG key.")
+    for name, value in (
+        ("emissions", emissions),
+        ("initial_distribution", initial_distribution),
+        ("covariates", covariates),
+    ):
+        if value is not None:
+            raise ValueError(f"{name}: not supported with method=MonteCarloEMFit (exact states).")
+
+
+@eqx.filter_jit
+def monte_carlo_em_fit(
+    model: CTBN,
+    observations: PanelObservations,
+    method: MonteCarloEMFit,
+    prior: GammaPrior | None,
+    key: PRNGKeyArray,
+) -> RateFit:
+    """[`jaxctbn.panel.fit_rates`][] with `method=MonteCarloEMFit(...)` (checked by
+    `check_monte_carlo_em`): the scan of E- and M-steps from `model`'s rates."""
 
     def step(cims, key):
         current = CTBN(cims=list(cims), parents=model.parents, names=model.names)
-        paths = sample_panel_paths(current, observations, key=key, sampler=sampler)
+        paths = sample_panel_paths(current, observations, key=key, sampler=method.sampler)
         stats = sampled_node_statistics(paths.trajectories, model.parents, model.cardinalities)
         new = _m_step(stats, current, prior)
         return tuple(new.cims), (tuple(new.cims), paths.infeasible_updates.sum())
 
     start = tuple(jnp.asarray(c) for c in model.cims)
-    _, (trace, infeasible) = jax.lax.scan(step, start, jr.split(key, iterations))
-    half = iterations // 2
+    _, (trace, infeasible) = jax.lax.scan(step, start, jr.split(key, method.iterations))
+    half = method.iterations // 2
     averaged = [c[half:].mean(0) for c in trace]
-    return SampledRateFit(
+    off = [~jnp.eye(k, dtype=bool) for k in model.cardinalities]
+    free = sum(jnp.sum((jnp.asarray(c) != 0) & o) for c, o in zip(model.cims, off))
+    return RateFit(
         model=CTBN(cims=averaged, parents=model.parents, names=model.names),
-        trace=trace,
+        log_likelihood=None,
+        log_posterior=None,
+        converged=None,
+        iterations=jnp.asarray(method.iterations),
+        trace=None,
+        at_lower_bound=None,
+        at_upper_bound=None,
+        num_parameters=jnp.asarray(free),
+        method=method.name,
+        rate_trace=trace,
         infeasible_updates=infeasible,
     )

@@ -313,11 +313,13 @@ def test_monte_carlo_em_reaches_the_exact_em_optimum():
     sampler = jc.panel.GibbsSampler(
         num_samples=20, burn_in=5, max_events=32, max_virtual=40, max_node_events=16
     )
-    fit = jc.panel.fit_rates_by_sampling(
-        start, observations, key=jr.key(3), iterations=40, sampler=sampler
-    )
-    assert int(fit.infeasible_updates.sum()) == 0
-    assert fit.trace[0].shape == (40, 1, 2, 2)
+    method = jc.panel.MonteCarloEMFit(iterations=40, sampler=sampler)
+    fit = jc.panel.fit_rates(start, observations, method=method, key=jr.key(3))
+    assert fit.infeasible_updates is not None and int(fit.infeasible_updates.sum()) == 0
+    assert fit.rate_trace is not None and fit.rate_trace[0].shape == (40, 1, 2, 2)
+    assert fit.method == "monte-carlo-em" and int(fit.iterations) == 40
+    assert fit.log_likelihood is None and fit.converged is None and fit.at_lower_bound is None
+    assert int(fit.num_parameters) == int(exact.num_parameters) == 6
 
     def log_likelihood(model):
         return float(jc.panel.panel_log_likelihood(model, observations).sum())
@@ -335,7 +337,14 @@ def test_monte_carlo_em_reaches_the_exact_em_optimum():
         ratio = np.abs(np.asarray(q) - np.asarray(r))[:, off] / np.asarray(e)[:, off]
         assert np.all(ratio < 0.5), ratio
     with pytest.raises(ValueError, match="iterations: an integer >= 2"):
-        jc.panel.fit_rates_by_sampling(start, observations, key=jr.key(0), iterations=1)
+        jc.panel.MonteCarloEMFit(iterations=1)
+    with pytest.raises(ValueError, match="key: MonteCarloEMFit samples paths"):
+        jc.panel.fit_rates(start, observations, method=method)
+    with pytest.raises(ValueError, match="covariates: not supported with method=MonteCarloEMFit"):
+        covariates = jc.panel.Covariates(jnp.arange(40.0)[:, None])
+        jc.panel.fit_rates(start, observations, method=method, key=jr.key(0), covariates=covariates)
+    with pytest.raises(ValueError, match="this fit: a Monte Carlo EM fit has no likelihood"):
+        fit.likelihood_ratio_test(exact)
 
 
 def test_m_step_is_the_ratio_or_the_conjugate_posterior_mean():

@@ -1,0 +1,187 @@
+"""The result of [`jaxctbn.panel.fit_rates`][]: the fitted model, how the fit went, and what
+can be asked of it (intervals, prevalence, likelihood-ratio tests)."""
+
+from __future__ import annotations
+
+import equinox as eqx
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
+
+from .._learning.priors import GammaPrior
+from .._master_equation import AbstractMasterEquationSolver
+from .._model.ctbn import CTBN
+from .buckets import PanelBuckets
+from .comparison import LikelihoodRatioTest, likelihood_ratio_test
+from .covariates import Covariates
+from .fit_arguments import DEFAULT_PANEL_SOLVER
+from .observations import Emissions, PanelObservations
+from .prevalence import Prevalence, prevalence
+from .uncertainty import RateUncertainty, rate_uncertainty
+
+
+class RateFit(eqx.Module):
+    r"""The result of [`jaxctbn.panel.fit_rates`][].
+
+    - `model`: the fitted [`jaxctbn.CTBN`][] (same graph, names and structural zeros as the
+      start).
+    - `log_likelihood`: $\sum_r\log p(Y_r\mid\hat\Lambda)$ at the fit, as
+      [`jaxctbn.panel.panel_log_likelihood`][] with the same arguments (conditional on each
+      trajectory's first observation unless an `initial_distribution` was given).
+    - `log_posterior`: the objective maximised, `log_likelihood` plus the Gamma log density of
+      the free rates (equal to `log_likelihood` without a prior); unnormalised.
+    - `converged`: whether the stopping criterion was met before `max_iterations`.
+    - `iterations`: the number of iterations run.
+    - `trace`: `(max_iterations + 1,)`, the objective at the start and after each iteration,
+      padded with the final value.
+    - `at_lower_bound`, `at_upper_bound`: per node, booleans `(configs, k, k)`: free rates
+      driven to about 0, or to about $\infty$ (see [`jaxctbn.panel.fit_rates`][]; `False` for
+      structural zeros and the diagonal).
+    - `method`: `"squarem"`, `"em"`, `"gradient"` (`"squarem+gradient"` when polished) or
+      `"monte-carlo-em"` (static).
+    - `effects`: with covariates, per node `(C, configs, k, k)`: the log hazard ratio
+      $\beta_c$ of one unit of covariate $c$ on each rate (0 where it does not act); `model`
+      then holds the rates at the covariates' means `covariate_means` `(C,)`. `None` without.
+    - `num_parameters`: the free rates (those at a bound included) plus the covariate effects
+      fitted: the parameter count of AIC and of
+      [`RateFit.likelihood_ratio_test`][jaxctbn.panel.RateFit.likelihood_ratio_test].
+    - `effects_at_bound`: with covariates, per node `(C, configs, k, k)`: the effects the data
+      drive to $\pm\infty$ (a hazard ratio of 0 or $\infty$: not an estimate, like a rate at
+      a bound): those whose rate, for the subjects at the covariate's lowest or highest value,
+      meets the rate flags above ($\lambda e^{\beta\tilde z}\tau<10^{-6}$ or
+      $\lambda e^{\beta\tilde z}\tau_{\min}\ge20$), or at their own bound
+      $|\beta|\max_r|\tilde z_{rc}|=30$. `None` without.
+    - `rate_trace`, `infeasible_updates`: for [`jaxctbn.panel.MonteCarloEMFit`][], every
+      iterate's rates (per node, a leading iteration axis) and, per iteration, the Gibbs
+      updates that kept their path (`None` for the other methods).
+
+    **A Monte Carlo EM fit** ([`jaxctbn.panel.MonteCarloEMFit`][], for networks beyond exact
+    forward-backward) has no likelihood: `log_likelihood`, `log_posterior`, `converged`,
+    `trace` and the bound flags are `None` (compute [`jaxctbn.panel.panel_log_likelihood`][]
+    of its `model` where the network is small enough), and its `model` is the average of the
+    last half of the iterates.
+    """
+
+    model: CTBN
+    log_likelihood: Float[Array, ""] | None
+    log_posterior: Float[Array, ""] | None
+    converged: Bool[Array, ""] | None
+    iterations: Int[Array, ""]
+    trace: Float[Array, " iterations_plus_one"] | None
+    at_lower_bound: tuple[Bool[Array, "_configs _k _k"], ...] | None
+    at_upper_bound: tuple[Bool[Array, "_configs _k _k"], ...] | None
+    num_parameters: Int[Array, ""]
+    method: str = eqx.field(static=True)
+    effects: tuple[Float[Array, "covariates _configs _k _k"], ...] | None = None
+    covariate_means: Float[Array, " covariates"] | None = None
+    effects_at_bound: tuple[Bool[Array, "covariates _configs _k _k"], ...] | None = None
+    rate_trace: tuple[Float[Array, "iterations _configs _k _k"], ...] | None = None
+    infeasible_updates: Int[Array, " iterations"] | None = None
+
+    def uncertainty(
+        self,
+        observations: PanelObservations | PanelBuckets,
+        *,
+        prior: GammaPrior | None = None,
+        emissions: Emissions | None = None,
+        initial_distribution: ArrayLike | None = None,
+        solver: AbstractMasterEquationSolver = DEFAULT_PANEL_SOLVER,
+        level: float = 0.95,
+        covariates: Covariates | None = None,
+    ) -> RateUncertainty:
+        r"""Standard errors and `level` intervals of this fit's rates (and covariate effects),
+        from the exact observed information in the log-rates at the fit (R msm's
+        `qmatrix.msm(ci="delta")`): the delta method's standard errors and intervals symmetric
+        on the log scale ([`jaxctbn.panel.RateUncertainty`][]).
+
+        **Arguments:** as given to the fit: the same `observations`, `prior`, `emissions`,
+        `initial_distribution`, `solver` and `covariates` (the fit's `effects` are taken from
+        it); `level` in $(0, 1)$ (default 0.95).
+
+        **Returns:** a [`jaxctbn.panel.RateUncertainty`][].
+
+        The information costs one reverse-over-reverse pass through the filter per parameter
+        (off-diagonal rate, and effect), a few at a time (a Hessian, not an optimisation).
+        Without covariates the exponentials are shared by intervals of equal length (cav:
+        0.1 s); with covariates every interval has its own (the 16-state pbcseq network of
+        `notebooks/clinician_pbcseq.ipynb`, 312 patients, 56 parameters with a time-varying
+        covariate: 740 s for the fit and its intervals on one CPU core). Pure and
+        `jax.jit`-compatible; bad arguments raise `ValueError` as for
+        [`jaxctbn.panel.fit_rates`][].
+
+        **Example:**
+
+        ```python
+        fit = jaxctbn.panel.fit_rates(start, observations)
+        uncertainty = fit.uncertainty(observations)
+        uncertainty.lower[0], uncertainty.upper[0], uncertainty.positive_definite
+        ```
+        """
+        self._check_covariates(covariates)
+        return rate_uncertainty(
+            self.model,
+            observations,
+            prior=prior,
+            emissions=emissions,
+            initial_distribution=initial_distribution,
+            solver=solver,
+            level=level,
+            covariates=covariates,
+            effects=self.effects,
+        )
+
+    def prevalence(
+        self,
+        observations: PanelObservations,
+        times: ArrayLike,
+        *,
+        covariates: Covariates | None = None,
+    ) -> Prevalence:
+        r"""Observed and expected counts of each node's states over `times` under this fit (R
+        msm's `prevalence.msm`; see [`jaxctbn.panel.Prevalence`][]): a check of the fit's
+        calibration.
+
+        **Arguments:** `observations`: the [`jaxctbn.panel.PanelObservations`][] it was fitted
+        to, one batch axis (read with `PanelObservations.read_csv`, not buckets); `times`: finite, increasing;
+        `covariates`: those of the fit, when it has covariates (the forecast then uses each
+        trajectory's scaled rates).
+
+        **Returns:** a [`jaxctbn.panel.Prevalence`][]. Percentages are `observed / at_risk` and
+        `expected / at_risk` (the same denominator).
+        """
+        self._check_covariates(covariates)
+        return prevalence(
+            self.model, observations, times, covariates=covariates, effects=self.effects
+        )
+
+    def likelihood_ratio_test(self, larger: RateFit) -> LikelihoodRatioTest:
+        r"""The likelihood-ratio test of this fit nested in `larger` (a
+        [`jaxctbn.panel.RateFit`][] of the same data, maximum likelihood), and both fits' AIC
+        (R msm's `lrtest.msm` and `AIC`; see [`jaxctbn.panel.LikelihoodRatioTest`][]).
+
+        For this (smaller) model nested in the larger one, with maximised log-likelihoods
+        $\ell_0\le\ell_1$ and $p_0<p_1$ parameters, the statistic $D=2(\ell_1-\ell_0)$ is
+        asymptotically $\chi^2_{p_1-p_0}$ under the smaller model; each fit's
+        $\mathrm{AIC}=-2\ell+2p$. Nesting (the smaller model's parents and covariates a subset
+        of the larger's, the same data) is the caller's to ensure.
+
+        Refused with a `ValueError`: `larger` not a `RateFit`, networks with different nodes.
+        Inside `jit`, an error when `larger` does not have more parameters or a fit is a MAP
+        fit. A negative statistic (the larger fit stopped short of its optimum) gives the
+        p-value 1; refit it.
+        """
+        if not isinstance(larger, RateFit):
+            raise ValueError("larger: expected a RateFit of jaxctbn.panel.fit_rates.")
+        for fit, which in ((self, "this fit"), (larger, "larger")):
+            if fit.log_likelihood is None:
+                raise ValueError(
+                    f"{which}: a Monte Carlo EM fit has no likelihood to test; fit both models "
+                    "with a likelihood method (SquaremFit, EMFit or GradientFit)."
+                )
+        return likelihood_ratio_test(self, larger)
+
+    def _check_covariates(self, covariates) -> None:
+        if (covariates is None) != (self.effects is None):
+            fitted = "with" if self.effects is not None else "without"
+            raise ValueError(
+                f"covariates: this fit was made {fitted} covariates; give the covariates of the "
+                "fit (and only then)."
+            )
