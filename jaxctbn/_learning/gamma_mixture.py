@@ -147,9 +147,14 @@ class GammaMixturePosterior(AbstractRatePosterior):
 
     def free_rates(self) -> tuple[Bool[Array, "_configs _k _k"], ...]:
         """Per node, the free off-diagonal rates (structural zeros and the diagonal false)."""
+        # (configs, k, k) in every case: without `free`, the off-diagonal of every
+        # configuration (a (k, k) mask would count one configuration in `mse`'s average)
         return tuple(
-            (off_diagonal(a.shape[-1]) if self.free is None else self.free[n])
-            & off_diagonal(a.shape[-1])
+            jnp.broadcast_to(
+                (off_diagonal(a.shape[-1]) if self.free is None else self.free[n])
+                & off_diagonal(a.shape[-1]),
+                a.shape[1:],
+            )
             for n, a in enumerate(self.alpha)
         )
 

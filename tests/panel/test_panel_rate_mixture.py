@@ -422,3 +422,28 @@ def test_panel_parameter_criteria_under_a_mixture():
         num_samples=4,
     )
     assert np.all(chosen.scores >= chosen.equally_spaced_scores - 1e-12)
+
+
+def test_one_gamma_as_a_mixture_has_its_errors_on_every_configuration():
+    """A mixture of one Gamma (`free` left out: every off-diagonal rate free) has the Gamma's
+    posterior-averaged squared error, over the rates of every parent configuration (node B has
+    two), and free-rate masks of the rates' own shape."""
+    truth = jc.CTBN(
+        cims=[
+            jnp.array([[[-0.8, 0.8], [1.5, -1.5]]]),
+            jnp.array([[[-0.5, 0.5], [1.0, -1.0]], [[-3.0, 3.0], [0.2, -0.2]]]),
+        ],
+        parents=((), (0,)),
+        names=("A", "B"),
+    )
+    rng = np.random.default_rng(3)
+    gamma = jc.RatePosterior(
+        alpha=tuple(jnp.asarray(rng.uniform(1, 4, q.shape)) for q in truth.cims),
+        beta=tuple(jnp.asarray(rng.uniform(0.5, 2, q.shape[:-1])) for q in truth.cims),
+        cardinalities=truth.cardinalities,
+        parents=truth.parents,
+        names=truth.names,
+    )
+    mixture = jc.GammaMixturePosterior.from_gamma(gamma)
+    assert [m.shape for m in mixture.free_rates()] == [(1, 2, 2), (2, 2, 2)]
+    np.testing.assert_allclose(mixture.mse(truth), gamma.mse(truth), rtol=1e-12)
