@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import operator
+from typing import TYPE_CHECKING, Any, cast
 
 import equinox as eqx
 import jax
@@ -28,11 +29,16 @@ from jaxtyping import Array, ArrayLike, PRNGKeyArray
 
 from .._criteria.costs import AbstractRanking, ByScore, Costs, check_pricing
 from .._errors import error_if
+from .._learning.posterior import AbstractPosterior
+from .._model.frames import assignment_label, intervention_labels, optional_import
 from .._model.interventions import Intervention, design_space
 from .._paths.sampling import automatic_max_events, check_count, sample_trajectory
 from .designs import AbstractDesign
 from .initial_states import PAPER_INITIAL_STATE, AbstractInitialStatePolicy
 from .tasks import AbstractLearningTask
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class ActiveLearningResult(eqx.Module):
@@ -67,6 +73,58 @@ class ActiveLearningResult(eqx.Module):
     observation_times: Array | None = None
     rounds: Array | None = None
     costs: Array | None = None
+
+    def to_frame(self) -> pd.DataFrame:
+        """The record as a pandas table, one row per repetition and experiment: the rows of
+        the metrics.csv that `jaxctbn run` writes for one design
+        ([Files](../formats.md#python-results)).
+
+        **Returns:** a `pandas.DataFrame` with columns `repetition` (0 for a single run),
+        `experiment` (0: before any experiment), one per metric, `intervention` (the chosen
+        clamps, `A=1;B=0`, `none`, or `skipped` for an experiment the budget could not
+        afford; `""` at experiment 0), `initial_state` (`A=0;B=1`; `""` at experiment 0),
+        with a panel outcome `observation_times` (a tuple of the visit times; `None` at
+        experiment 0), `round` and `cost` (the cumulative cost; 0 at experiment 0). Eager,
+        on the host."""
+        pd = optional_import("pandas", "ActiveLearningResult.to_frame")
+        names = tuple(cast(AbstractPosterior, self.posterior).names)
+        # one run, or a batch of runs: a leading repetition axis either way
+        single = np.ndim(next(iter(self.metrics.values()))) == 1
+
+        def runs(a) -> np.ndarray:
+            return np.asarray(a)[None] if single else np.asarray(a)
+
+        metrics = {k: runs(v).astype(float) for k, v in self.metrics.items()}
+        index, targets, states = (
+            runs(self.intervention_index),
+            runs(self.targets),
+            runs(self.states),
+        )
+        initial = runs(self.initial_states)
+        times = None if self.observation_times is None else runs(self.observation_times)
+        rounds = None if self.rounds is None else runs(self.rounds)
+        costs = None if self.costs is None else runs(self.costs)
+        rows = []
+        for r in range(index.shape[0]):
+            labels = intervention_labels(names, targets[r], states[r])
+            labels = ["skipped" if i < 0 else label for i, label in zip(index[r], labels)]
+            for k in range(index.shape[1] + 1):
+                row: dict[str, Any] = {"repetition": r, "experiment": k}
+                row.update({name: float(v[r, k]) for name, v in metrics.items()})
+                if k == 0:  # before any experiment
+                    row.update(intervention="", initial_state="")
+                    row.update({} if times is None else {"observation_times": None})
+                    row.update(round=0, cost=0.0)
+                    rows.append(row)
+                    continue
+                row["intervention"] = labels[k - 1]
+                row["initial_state"] = assignment_label(dict(zip(names, initial[r, k - 1])), ";")
+                if times is not None:
+                    row["observation_times"] = tuple(float(t) for t in times[r, k - 1])
+                row["round"] = k if rounds is None else int(rounds[r, k - 1])
+                row["cost"] = 0.0 if costs is None else float(costs[r, k - 1])
+                rows.append(row)
+        return pd.DataFrame(rows)
 
 
 def run_active_learning(

@@ -154,37 +154,23 @@ def path_posterior(model, df, alpha, beta) -> dict:
     }
 
 
-def _draw_columns(model) -> list[tuple[int, int, int, int, str]]:
-    """`(node, configuration, from, to, column name)` of every free rate: `NODE:X->Y`, with
-    `|PARENT=STATE,...` before the colon for a node with parents."""
-    import numpy as np
-
-    out = []
-    for n, name in enumerate(model.names):
-        configs = parent_states(model, n)
-        for u, x, y in zip(*np.nonzero(free_rates(model)[n])):
-            given = ",".join(f"{p}={v}" for p, v in configs[int(u)].items())
-            label = f"{name}|{given}" if given else name
-            out.append((n, int(u), int(x), int(y), f"{label}:{x}->{y}"))
-    return out
-
-
 def write_draws(path, model, draws) -> None:
     """The chains' rate draws (per node `(chains, draws, configs, k, k)`) as a CSV (columns
     `chain`, `draw`, one per free rate) or, for `.nc`, an ArviZ InferenceData's posterior
-    group (one variable per free rate, dimensions chain and draw)."""
+    group (one variable per free rate, dimensions chain and draw): the library's naming and
+    conversion (`GammaMixturePosterior.to_inference_data`)."""
     import numpy as np
 
-    columns = _draw_columns(model)
-    values = {name: np.asarray(draws[n])[:, :, u, x, y] for n, u, x, y, name in columns}
-    chains, num = next(iter(values.values())).shape
-    if str(path).endswith(".nc"):
-        import arviz  # pyright: ignore[reportMissingImports]  (optional: jaxctbn[arviz])
+    from .._model.frames import named_rate_draws, rate_draws_inference_data
 
-        arviz.from_dict(posterior=values).to_netcdf(str(path))
+    if str(path).endswith(".nc"):
+        data = rate_draws_inference_data(model, free_rates(model), draws, "--draws-out .nc")
+        data.to_netcdf(str(path))
         return
     import pandas as pd
 
+    values = named_rate_draws(model, free_rates(model), draws)
+    chains, num = next(iter(values.values())).shape
     frame = pd.DataFrame(
         {
             "chain": np.repeat(np.arange(chains), num),

@@ -3,17 +3,7 @@ covariate effects, each rate named by node, parent states and transition."""
 
 from __future__ import annotations
 
-
-def parent_states(model, n: int) -> list[dict]:
-    """Node `n`'s parent configurations, in the CIMs' order, as the JSON's
-    `{"parent": state, ...}` dicts (empty for a node without parents)."""
-    from .._model.layout import parent_configurations
-
-    names = [model.names[p] for p in model.parents[n]]
-    return [
-        dict(zip(names, map(int, config)))
-        for config in parent_configurations(model.parents[n], model.cardinalities)
-    ]
+from .._model.frames import parent_states
 
 
 def flagged_rates(model, flags) -> list[dict]:

@@ -24,7 +24,8 @@ already chosen. The nested Monte Carlo EIG of a given batch
 from __future__ import annotations
 
 import abc
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
@@ -39,6 +40,9 @@ from .box_hill import AbstractBoxHillCriterion
 from .costs import AbstractRanking, ByScore, Costs, affordable, check_pricing
 from .eig import EIG
 from .outcomes import COMPLETE_PATH, AbstractOutcome
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class BatchDesign(eqx.Module):
@@ -64,6 +68,34 @@ class BatchDesign(eqx.Module):
     batch_score: Float[Array, ""]
     total_cost: Float[Array, ""]
     round_scores: Float[Array, "size candidates"]
+
+    def to_frame(self, candidates: Intervention, names: Sequence[str]) -> pd.DataFrame:
+        """The batch's members as a pandas table, in the order chosen, empty slots left out
+        (the `batch` of `jaxctbn design --batch`'s JSON).
+
+        **Arguments:**
+
+        - `candidates`: the candidates the batch was chosen from (a batch of interventions).
+        - `names`: the network's node names.
+
+        **Returns:** a `pandas.DataFrame`, one row per member: `candidate` (its index in
+        `candidates`), `intervention` ([`Intervention.to_frame`][jaxctbn.Intervention.to_frame]'s),
+        `score`, `gain` and `cost`. Eager, on the host."""
+        frame = candidates.to_frame(names)
+        members = np.asarray(self.members)
+        kept = members >= 0
+        if np.any(members[kept] >= len(frame)):
+            raise ValueError(
+                f"candidates: {len(frame)} interventions, but the batch holds candidate "
+                f"{int(members.max())}."
+            )
+        frame = frame.iloc[members[kept]].reset_index(drop=True)
+        frame.insert(0, "candidate", members[kept])
+        return frame.assign(
+            score=np.asarray(self.scores, float)[kept],
+            gain=np.asarray(self.gains, float)[kept],
+            cost=np.asarray(self.costs, float)[kept],
+        )
 
 
 def _check_box_hill(criterion, what: str):

@@ -18,8 +18,8 @@ nested Monte Carlo with the exact panel likelihood as the inner term.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import equinox as eqx
 import jax
@@ -43,6 +43,9 @@ from .._panel.outcome_law import (
     sample_law_outcome,
 )
 from .parameter import check_gamma_posterior
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: The optimiser of the panel VBHC when the criterion names none (it has no closed form).
 PANEL_VBHC_OPTIMISER = Adam(learning_rate=0.1, steps=100)
@@ -276,6 +279,31 @@ class PanelDesign(eqx.Module):
     scores: Float[Array, " candidates"]
     times: Float[Array, "candidates visits"]
     equally_spaced_scores: Float[Array, " candidates"]
+
+    def to_frame(self, candidates: Intervention, names: Sequence[str]) -> pd.DataFrame:
+        """Every candidate's score and visit times as a pandas table (the `scores` of
+        `jaxctbn design --outcome panel --visits K`'s JSON).
+
+        **Arguments:**
+
+        - `candidates`: the candidates that were scored (a batch of interventions).
+        - `names`: the network's node names.
+
+        **Returns:** a `pandas.DataFrame`, one row per candidate: `intervention`
+        ([`Intervention.to_frame`][jaxctbn.Intervention.to_frame]'s), `score`,
+        `observation_times` (a tuple of the visit times) and `score_equally_spaced`. Eager,
+        on the host."""
+        frame = candidates.to_frame(names)
+        if len(frame) != np.shape(self.scores)[0]:
+            raise ValueError(
+                f"candidates: {len(frame)} interventions for {np.shape(self.scores)[0]} scores."
+            )
+        times = np.asarray(self.times)
+        return frame.assign(
+            score=np.asarray(self.scores, float),
+            observation_times=[tuple(float(t) for t in row) for row in times],
+            score_equally_spaced=np.asarray(self.equally_spaced_scores, float),
+        )
 
 
 def panel_parameter_eig(

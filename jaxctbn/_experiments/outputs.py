@@ -15,16 +15,9 @@ from typing import Any
 import numpy as np
 
 from .._files import json_bytes, write_atomically
+from .._model.frames import intervention_labels
 from .config import _LATER_SETTINGS, METRICS
 from .report import round_curves, rounds_and_costs_tables, summary_table, verdicts
-
-
-def _labels(names, targets, states):
-    out = []
-    for t, s in zip(targets, states):
-        parts = [f"{names[n]}={int(s[n])}" for n in range(len(names)) if t[n]]
-        out.append(";".join(parts) if parts else "none")
-    return out
 
 
 def _plot(target, results, names, out_dir, settings):
@@ -132,7 +125,7 @@ def _write_outputs(target, report, truth, out, extra_columns=None):
     for design, res in results.items():
         R, K1 = np.asarray(res[next(iter(METRICS[target]))]).shape
         for r in range(R):
-            ivs = _labels(names, res["targets"][r], res["states"][r])
+            ivs = intervention_labels(names, res["targets"][r], res["states"][r])
             if "rounds" in res:  # an experiment the budget could not afford did not run
                 skipped = np.asarray(res["intervention_index"][r]) < 0
                 ivs = ["skipped" if s else label for label, s in zip(ivs, skipped)]

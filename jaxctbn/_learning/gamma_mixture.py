@@ -17,6 +17,7 @@ and reweight it by its marginal likelihood, so the mixture stays a mixture.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
@@ -26,10 +27,16 @@ from jax.scipy.special import digamma, gammainc
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from .._model.ctbn import CTBN
+from .._model.frames import rate_draws_inference_data
 from .._paths.sufficient_statistics import NodeStatistics
 from .chain_diagnostics import effective_sample_size, split_r_hat
 from .conjugate import gamma_log_density, gamma_poisson_log_marginal, off_diagonal
+from .frames import rate_posterior_frame, sampled_inference_data
 from .posterior import AbstractRatePosterior, RatePosterior
+
+if TYPE_CHECKING:
+    import arviz
+    import pandas as pd
 
 
 class ChainDiagnostics(eqx.Module):
@@ -356,3 +363,50 @@ class GammaMixturePosterior(AbstractRatePosterior):
             total = total + jnp.where(keep, sd**2 + (mean - q) ** 2, 0.0).sum()
             count = count + keep.sum()
         return total / count
+
+    def to_frame(self, *, level: float = 0.95) -> pd.DataFrame:
+        r"""The posterior as a pandas table, one row per free rate: the rows and names of
+        `jaxctbn fit --posterior`'s `"rates"` ([Files](../formats.md#python-results)).
+
+        **Arguments:**
+
+        - `level`: the central interval's level, in $(0, 1)$.
+
+        **Returns:** a `pandas.DataFrame` with columns `node`, `parent_states` (`A=0,B=1`;
+        `""` without parents), `from`, `to` (the rate's position), `mean`, `sd` (`rate_means`,
+        `rate_sds`), `ci95_lower`, `ci95_upper` (`rate_quantiles` at $(1\mp\text{level})/2$;
+        `ci90_...` at level 0.9) and, with `diagnostics`, each rate's `split_r_hat` and `ess`.
+        Eager, on the host."""
+        return rate_posterior_frame(self, level, "GammaMixturePosterior.to_frame")
+
+    def to_inference_data(
+        self, *, key: PRNGKeyArray | None = None, num_draws: int = 1000, num_chains: int = 4
+    ) -> arviz.InferenceData:
+        """The free rates' draws as ArviZ `InferenceData`, for `arviz.summary`,
+        `arviz.plot_trace` and the like (needs `pip install arviz`): without `key`, the draws
+        of the chains that produced this posterior (`diagnostics.rate_draws`, e.g. of
+        [`jaxctbn.panel.SampledGammaMixture`][]); with `key`, independent draws of `sample`.
+
+        **Arguments:**
+
+        - `key`: `None` (the chains' draws; a posterior without `diagnostics` refuses it with
+          a `ValueError`) or a key, split into one key per draw.
+        - `num_draws`, `num_chains`: with `key`, the draws of each chain and the number of
+          chains (independent draws, so each "chain" is a group of them).
+
+        **Returns:** an `arviz.InferenceData` whose posterior group holds one variable per free
+        rate, named `NODE:X->Y` (`NODE|PARENT=STATE,...:X->Y` for a node with parents) with
+        dimensions `chain` and `draw`: what `jaxctbn fit --posterior --draws-out x.nc`
+        writes."""
+        what = "GammaMixturePosterior.to_inference_data"
+        if key is not None:
+            return sampled_inference_data(
+                self, self.free_rates(), key=key, num_draws=num_draws, num_chains=num_chains,
+                what=what,
+            )  # fmt: skip
+        if self.diagnostics is None:
+            raise ValueError(
+                "key: this posterior has no chains (diagnostics is None); give key= to draw "
+                "from it."
+            )
+        return rate_draws_inference_data(self, self.free_rates(), self.diagnostics.rate_draws, what)

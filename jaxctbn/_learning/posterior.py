@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -30,8 +30,13 @@ from .conjugate import (
     poisson_path_log_likelihood,
     with_zero_diagonal,
 )
+from .frames import rate_posterior_frame, sampled_inference_data
 from .gamma_variates import gamma_variates
 from .priors import GammaPrior, check_prior
+
+if TYPE_CHECKING:
+    import arviz
+    import pandas as pd
 
 
 class AbstractPosterior(eqx.Module):
@@ -277,6 +282,50 @@ class RatePosterior(AbstractRatePosterior):
             total = total + jnp.where(off_diagonal(k), err, 0.0).sum()
             count += a.shape[0] * k * (k - 1)
         return total / count
+
+    def _off_diagonal(self) -> list[Array]:
+        """Every off-diagonal rate, per node `(configs, k, k)`: a Gamma posterior's free rates."""
+        return [jnp.broadcast_to(off_diagonal(a.shape[-1]), a.shape) for a in self.alpha]
+
+    def to_frame(self, *, level: float = 0.95) -> pd.DataFrame:
+        r"""The posterior as a pandas table, one row per off-diagonal rate: the table of
+        [`GammaMixturePosterior.to_frame`][jaxctbn.GammaMixturePosterior.to_frame] for this
+        posterior as a mixture of one component, the rows of `jaxctbn fit --posterior`'s
+        `"rates"` with complete paths (for a network without structural zeros;
+        [Files](../formats.md#python-results)).
+
+        **Arguments:**
+
+        - `level`: the central interval's level, in $(0, 1)$.
+
+        **Returns:** a `pandas.DataFrame` with columns `node`, `parent_states` (`A=0,B=1`;
+        `""` without parents), `from`, `to`, `mean` ($\bar\alpha/\bar\beta$), `sd`
+        ($\sqrt{\bar\alpha}/\bar\beta$), `ci95_lower`, `ci95_upper` (the Gamma's quantiles;
+        `ci90_...` at level 0.9). Eager, on the host."""
+        from .gamma_mixture import GammaMixturePosterior  # (which imports this module)
+
+        mixture = GammaMixturePosterior.from_gamma(self, free=self._off_diagonal())
+        return rate_posterior_frame(mixture, level, "RatePosterior.to_frame")
+
+    def to_inference_data(
+        self, *, key: PRNGKeyArray, num_draws: int = 1000, num_chains: int = 4
+    ) -> arviz.InferenceData:
+        """Independent draws of the rates (`sample`) as ArviZ `InferenceData`, for
+        `arviz.summary`, `arviz.plot_trace` and the like (needs `pip install arviz`).
+
+        **Arguments:**
+
+        - `key`: split into one key per draw.
+        - `num_draws`, `num_chains`: the draws of each chain and the number of chains
+          (independent draws, so each "chain" is a group of them).
+
+        **Returns:** an `arviz.InferenceData` whose posterior group holds one variable per
+        off-diagonal rate, named `NODE:X->Y` (`NODE|PARENT=STATE,...:X->Y` for a node with
+        parents) as in `jaxctbn fit --draws-out`, with dimensions `chain` and `draw`."""
+        return sampled_inference_data(
+            self, self._off_diagonal(), key=key, num_draws=num_draws, num_chains=num_chains,
+            what="RatePosterior.to_inference_data",
+        )  # fmt: skip
 
 
 def path_log_likelihood(model: CTBN, statistics: SufficientStatistics) -> Float[Array, ""]:

@@ -23,6 +23,7 @@ has no closed form).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
@@ -34,9 +35,14 @@ from .._model.ctbn import CTBN, PaddedCTBN
 from .._model.layout import num_configurations
 from .chain_diagnostics import effective_sample_size, split_r_hat
 from .family_statistics import FamilyStatistics
+from .frames import edge_frame, structure_graph
 from .posterior import AbstractPosterior
 from .resampling import systematic_indices
 from .structure_posterior import StructurePosterior, _scores, most_probable_sets
+
+if TYPE_CHECKING:
+    import networkx
+    import pandas as pd
 
 #: The most graphs [`StructureMixturePosterior.entropy`][jaxctbn.StructureMixturePosterior.entropy]
 #: enumerates; beyond, it returns the node-marginal upper bound.
@@ -380,6 +386,19 @@ class StructureMixturePosterior(AbstractPosterior):
         return StructureMixturePosterior(
             updated, jax.nn.log_softmax(self.log_weights + after - before), self.diagnostics
         )
+
+    def to_frame(self) -> pd.DataFrame:
+        r"""The edge marginals as a pandas table, as
+        [`StructurePosterior.to_frame`][jaxctbn.StructurePosterior.to_frame]: columns
+        `parent`, `child`, `probability` ($p(m\to n)$, the mixture's). Eager, on the host."""
+        return edge_frame(self, "StructureMixturePosterior.to_frame")
+
+    def to_networkx(self, *, threshold: float = 0.0) -> networkx.DiGraph:
+        r"""The graph posterior as a `networkx.DiGraph`, as
+        [`StructurePosterior.to_networkx`][jaxctbn.StructurePosterior.to_networkx]: every
+        node, and each edge of marginal probability above `threshold` with that probability
+        as its `weight`. Eager, on the host."""
+        return structure_graph(self, threshold, "StructureMixturePosterior.to_networkx")
 
 
 @eqx.filter_jit

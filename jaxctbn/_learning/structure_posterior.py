@@ -12,7 +12,7 @@ candidate set), which are additive, so adding an experiment never needs the raw 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
@@ -34,6 +34,7 @@ from .._paths.sufficient_statistics import check_states_now
 from .._programs import run_program
 from .candidates import candidate_parent_sets
 from .family_statistics import FamilyStatistics, family_statistics
+from .frames import edge_frame, parent_set_frame, structure_graph
 from .independence import CTPC, ctpc_pools
 from .knowledge import NO_KNOWLEDGE, PriorKnowledge, check_knowledge
 from .memory import _plan_family_statistics, memory_budget_bytes
@@ -48,6 +49,10 @@ from .scores import (
 from .search import AbstractStructureSearch, Exhaustive, HillClimbing, hill_climb
 from .search_data import search_data
 from .search_pool import pool_parent_sets, pool_statistics
+
+if TYPE_CHECKING:
+    import networkx
+    import pandas as pd
 
 
 class StructurePosterior(AbstractPosterior):
@@ -381,6 +386,25 @@ class StructurePosterior(AbstractPosterior):
             for n in range(len(self.names))
         ]
         return CTBN(cims=cims, parents=graph, names=self.names)
+
+    def to_frame(self) -> pd.DataFrame:
+        r"""The edge marginals as a pandas table: columns `parent`, `child`, `probability`
+        ($p(m\to n\mid H)$), one row per ordered pair of distinct nodes, child by child (the
+        `edge_marginals` of `jaxctbn learn`'s JSON). Eager, on the host."""
+        return edge_frame(self, "StructurePosterior.to_frame")
+
+    def parent_sets_frame(self) -> pd.DataFrame:
+        """Every candidate parent set of every node as a pandas table: columns `node`,
+        `parents` (`A,B`; `""` for none), `log_marginal_likelihood`, `posterior` (the
+        `parent_sets` of `jaxctbn learn`'s JSON). Eager, on the host."""
+        return parent_set_frame(self, "StructurePosterior.parent_sets_frame")
+
+    def to_networkx(self, *, threshold: float = 0.0) -> networkx.DiGraph:
+        r"""The graph posterior as a `networkx.DiGraph` (needs `pip install networkx`): every
+        node (attribute `cardinality`) and each edge $m\to n$ whose marginal probability
+        exceeds `threshold` (in $[0, 1)$; by default every edge of nonzero probability), with
+        that probability as its `weight`. Eager, on the host."""
+        return structure_graph(self, threshold, "StructurePosterior.to_networkx")
 
 
 @eqx.filter_jit

@@ -8,7 +8,7 @@ import math
 import numbers
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import equinox as eqx
 import jax
@@ -19,7 +19,11 @@ from jaxtyping import Array, Float, Int
 
 from .._errors import branched_error_if
 from .._files import write_json
+from .frames import optional_import
 from .layout import config_index, max_configs, num_configurations, parent_configurations
+
+if TYPE_CHECKING:
+    import networkx
 
 
 def _zero_diagonal_rates(cim: Array) -> Array:
@@ -390,6 +394,18 @@ class CTBN(AbstractCTBN):
         """Write the network JSON file (`to_dict`), atomically: a failed write leaves no
         partial file and names `path`."""
         write_json(path, self.to_dict())
+
+    def to_networkx(self) -> networkx.DiGraph:
+        """The graph as a `networkx.DiGraph` (needs `pip install networkx`): every node, with
+        its number of states as the attribute `cardinality`, and an edge from each parent to
+        its child (cycles included). Eager, on the host."""
+        nx = optional_import("networkx", "CTBN.to_networkx")
+        graph = nx.DiGraph()
+        for name, k in zip(self.names, self.cardinalities):
+            graph.add_node(name, cardinality=k)
+        for n, parents in enumerate(self.parents):
+            graph.add_edges_from((self.names[p], self.names[n]) for p in parents)
+        return graph
 
     # ------------------------------------------------------------------ other tools' formats
     @classmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax
@@ -15,6 +16,10 @@ from jaxtyping import Array, Bool, Float, Int
 
 from .._errors import branched_error_if
 from .ctbn import AbstractCTBN
+from .frames import intervention_labels, optional_import
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class Intervention(eqx.Module):
@@ -171,6 +176,30 @@ class Intervention(eqx.Module):
         """The perfect part as `{name: state}` (concrete arrays only)."""
         t, s = np.asarray(self.targets), np.asarray(self.states)
         return {model.names[n]: int(s[n]) for n in range(model.num_nodes) if t[n]}
+
+    def to_frame(self, names: Sequence[str]) -> pd.DataFrame:
+        """A batch of interventions (a leading axis, e.g. the candidates of
+        [`jaxctbn.score_interventions`][]) as a pandas table, one row each.
+
+        **Arguments:**
+
+        - `names`: the network's node names (`model.names`).
+
+        **Returns:** a `pandas.DataFrame` with the column `intervention`: the clamped nodes as
+        metrics.csv writes them, `A=1;B=0`, and `none` for no clamp (the perfect part only).
+        Scores join it as columns: `candidates.to_frame(model.names).assign(score=scores)`
+        is the ranking of `jaxctbn design` ([Files](../formats.md#python-results)).
+        Eager, on the host."""
+        pd = optional_import("pandas", "Intervention.to_frame")
+        if np.ndim(self.targets) != 2:
+            raise ValueError(
+                "Intervention.to_frame: expected a batch of interventions (targets of shape "
+                f"(batch, nodes)), got shape {np.shape(self.targets)}."
+            )
+        if len(names) != self.num_nodes:
+            raise ValueError(f"names: need {self.num_nodes} node names, got {len(names)}.")
+        labels = intervention_labels(tuple(names), self.targets, self.states)
+        return pd.DataFrame({"intervention": labels})
 
 
 def is_concrete(*arrays) -> bool:

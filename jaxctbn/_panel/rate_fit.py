@@ -3,12 +3,16 @@ can be asked of it (intervals, prevalence, likelihood-ratio tests)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import equinox as eqx
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
+from .._learning.frames import interval_columns
 from .._learning.priors import GammaPrior
 from .._master_equation import AbstractMasterEquationSolver
 from .._model.ctbn import CTBN
+from .._model.frames import assignment_label, free_rates, optional_import
 from .buckets import PanelBuckets
 from .comparison import LikelihoodRatioTest, likelihood_ratio_test
 from .covariates import Covariates
@@ -16,6 +20,9 @@ from .fit_arguments import DEFAULT_PANEL_SOLVER
 from .observations import Emissions, PanelObservations
 from .prevalence import Prevalence, prevalence
 from .uncertainty import RateUncertainty, rate_uncertainty
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class RateFit(eqx.Module):
@@ -177,6 +184,68 @@ class RateFit(eqx.Module):
                     "with a likelihood method (SquaremFit, EMFit or GradientFit)."
                 )
         return likelihood_ratio_test(self, larger)
+
+    def to_frame(self, uncertainty: RateUncertainty | None = None) -> pd.DataFrame:
+        r"""The fitted rates as a pandas table, one row per free rate (R msm's
+        `qmatrix.msm` as rows; the `rates` of `jaxctbn fit`'s JSON, and its `at_lower_bound`
+        and `at_upper_bound` lists as flags; [Files](../formats.md#python-results)).
+
+        **Arguments:**
+
+        - `uncertainty`: `None`, or this fit's
+          [`RateFit.uncertainty`][jaxctbn.panel.RateFit.uncertainty] for the standard errors
+          and intervals.
+
+        **Returns:** a `pandas.DataFrame` with columns `node`, `parent_states` (`A=0,B=1`;
+        `""` without parents), `from`, `to`, `rate` (at the covariates' means with
+        covariates); with `uncertainty`, `se`, `ci95_lower`, `ci95_upper` (at its `level`:
+        `ci90_...` at 0.9; missing, NaN, where the rate is not estimated) and `estimated`;
+        and, unless the fit has no flags (Monte Carlo EM), `at_lower_bound` and
+        `at_upper_bound`. Eager, on the host."""
+        import numpy as np
+
+        pd = optional_import("pandas", "RateFit.to_frame")
+        cims = [np.asarray(q) for q in self.model.cims]
+        free = [(q != 0) & ~np.eye(q.shape[-1], dtype=bool) for q in cims]
+        if uncertainty is not None:
+            shapes = [np.shape(r) for r in uncertainty.rates]
+            if shapes != [q.shape for q in cims]:
+                raise ValueError(
+                    f"uncertainty: rates of shapes {shapes}, but this fit's CIMs are "
+                    f"{[q.shape for q in cims]}; give this fit's RateFit.uncertainty(...)."
+                )
+        columns = ["node", "parent_states", "from", "to", "rate"]
+        if uncertainty is not None:
+            lower, upper = interval_columns(uncertainty.level)
+            columns += ["se", lower, upper, "estimated"]
+            se, low, high, estimated = (
+                [np.asarray(a) for a in arrays]
+                for arrays in (
+                    uncertainty.standard_errors,
+                    uncertainty.lower,
+                    uncertainty.upper,
+                    uncertainty.estimated,
+                )
+            )
+        flags = {
+            name: [np.asarray(f) for f in value]
+            for name, value in (
+                ("at_lower_bound", self.at_lower_bound),
+                ("at_upper_bound", self.at_upper_bound),
+            )
+            if value is not None
+        }
+        columns += list(flags)
+        rows = []
+        for n, u, x, y, states in free_rates(self.model, free):
+            row = [self.model.names[n], assignment_label(states), x, y, float(cims[n][u, x, y])]
+            if uncertainty is not None:
+                known = bool(estimated[n][u, x, y])
+                row += [float(a[n][u, x, y]) if known else np.nan for a in (se, low, high)]
+                row.append(known)
+            row += [bool(f[n][u, x, y]) for f in flags.values()]
+            rows.append(row)
+        return pd.DataFrame(rows, columns=columns)
 
     def _check_covariates(self, covariates) -> None:
         if (covariates is None) != (self.effects is None):
