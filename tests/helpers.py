@@ -1,6 +1,7 @@
 """Independent reference implementations used only by the tests (plain numpy / scipy)."""
 
 import itertools
+import os
 
 import equinox as eqx
 import jax
@@ -221,3 +222,45 @@ def illness_death_start():
     return jc.CTBN(
         cims=[jnp.array([[[0, 1.0, 1.0], [1.0, 0, 1.0], [0, 0, 0.0]]])], parents=[()], names=("h",)
     )
+
+
+#: Files written by the peers' own code (pyAgrum, causal-hub, PyCTBN; provenance in its README)
+PEER_FILES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model", "peer_files")
+
+
+def peer_file(name: str) -> str:
+    """The path of a file in `PEER_FILES`."""
+    return os.path.join(PEER_FILES, name)
+
+
+def peer_format_network() -> jc.CTBN:
+    """Three nodes, cardinalities 2, 3, 2; C's parents listed out of name order (B, A): the
+    network of the peer-format round trips."""
+    rng = np.random.default_rng(0)
+    cims = [rng.uniform(0.3, 2.0, (c, k, k)) for c, k in ((1, 2), (2, 3), (6, 2))]
+    return jc.CTBN(cims=cims, parents={"A": [], "B": ["A"], "C": ["B", "A"]}, names=("A", "B", "C"))
+
+
+def pyctbn_document() -> list:
+    """A small valid PyCTBN JSON document (a network X -> Y and one sample), for malformed
+    variants."""
+    return [
+        {
+            "dyn.str": [{"From": "X", "To": "Y"}],
+            "variables": [{"Name": "X", "Value": 2}, {"Name": "Y", "Value": 2}],
+            "dyn.cims": {
+                "X": {"X": [{"0": -1.0, "1": 1.0}, {"0": 2.0, "1": -2.0}]},
+                "Y": {
+                    "X=0": [{"0": -1.0, "1": 1.0}, {"0": 2.0, "1": -2.0}],
+                    "X=1": [[-3.0, 3.0], [4.0, -4.0]],
+                },
+            },
+            "samples": [
+                [
+                    {"Time": 0, "X": 0, "Y": 0},
+                    {"Time": 0.5, "X": 1, "Y": 0},
+                    {"Time": 1.0, "X": -1, "Y": -1},
+                ]
+            ],
+        }
+    ]

@@ -8,11 +8,12 @@ import shutil
 
 import numpy as np
 import pandas as pd
+from helpers import PEER_FILES as peer_files
 
 import jaxctbn as jc
 
 ROOT = pathlib.Path(__file__).parent.parent
-PEER_FILES = ROOT / "tests" / "model" / "peer_files"
+PEER_FILES = pathlib.Path(peer_files)
 
 
 def _examples() -> dict[str, str]:

@@ -11,16 +11,16 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import PEER_FILES
 
 import jaxctbn as jc
 from jaxctbn._cli.main import main
 from jaxctbn._paths.path_arrays import paths_of
 
-DATA = os.path.join(os.path.dirname(__file__), os.pardir, "model", "peer_files")
-PYAGRUM_CSV = os.path.join(DATA, "pyagrum_trajectories.csv")
-PYAGRUM_NET = os.path.join(DATA, "pyagrum_network.json")  # jaxctbn's JSON with "labels"
-EATING = os.path.join(DATA, "causal_hub_eating.json")
-PYCTBN = os.path.join(DATA, "pyctbn_network_and_samples.json")
+PYAGRUM_CSV = os.path.join(PEER_FILES, "pyagrum_trajectories.csv")
+PYAGRUM_NET = os.path.join(PEER_FILES, "pyagrum_network.json")  # jaxctbn's JSON with "labels"
+EATING = os.path.join(PEER_FILES, "causal_hub_eating.json")
+PYCTBN = os.path.join(PEER_FILES, "pyctbn_network_and_samples.json")
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:
@@ -51,7 +51,7 @@ def causal_hub_dir(tmp_path):
     folder = tmp_path / "causal_hub"
     folder.mkdir()
     for i in range(3):
-        shutil.copy(os.path.join(DATA, f"causal_hub_trajectory_{i}.csv"), folder)
+        shutil.copy(os.path.join(PEER_FILES, f"causal_hub_trajectory_{i}.csv"), folder)
     return folder
 
 

@@ -7,29 +7,18 @@ import shutil
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
+from helpers import peer_file, peer_format_network
 from helpers import sample_trajectories_jit as sample
 
-import jaxctbn as jc
 from jaxctbn._cli.file_formats import network_format, trajectory_format
 
 jax.config.update("jax_enable_x64", True)
 
-#: The peers' files, in one place for the network, trajectory and command-line tests.
-DATA = os.path.join(os.path.dirname(__file__), os.pardir, "model", "peer_files")
-
-
-def data(name: str) -> str:
-    return os.path.join(DATA, name)
-
 
 @pytest.fixture(scope="module")
 def network():
-    """Three nodes, cardinalities 2, 3, 2; C's parents listed out of name order (B, A)."""
-    rng = np.random.default_rng(0)
-    cims = [rng.uniform(0.3, 2.0, (c, k, k)) for c, k in ((1, 2), (2, 3), (6, 2))]
-    return jc.CTBN(cims=cims, parents={"A": [], "B": ["A"], "C": ["B", "A"]}, names=("A", "B", "C"))
+    return peer_format_network()
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +34,14 @@ def paths(network):
 
 
 def test_detect_formats(tmp_path, network, paths):
-    assert trajectory_format(data("pyagrum_trajectories.csv")) == "pyagrum"
-    assert trajectory_format(data("causal_hub_trajectory_0.csv")) == "causal-hub"
-    assert trajectory_format(data("pyctbn_network_and_samples.json")) == "pyctbn"
+    assert trajectory_format(peer_file("pyagrum_trajectories.csv")) == "pyagrum"
+    assert trajectory_format(peer_file("causal_hub_trajectory_0.csv")) == "causal-hub"
+    assert trajectory_format(peer_file("pyctbn_network_and_samples.json")) == "pyctbn"
     paths.write_csv(tmp_path / "ours.csv", network)
     assert trajectory_format(tmp_path / "ours.csv") == "jaxctbn"
-    assert network_format(data("causal_hub_eating.json")) == "causal-hub"
-    assert network_format(data("pyctbn_network_and_samples.json")) == "pyctbn"
-    assert network_format(data("pyagrum_network.json")) == "jaxctbn"
+    assert network_format(peer_file("causal_hub_eating.json")) == "causal-hub"
+    assert network_format(peer_file("pyctbn_network_and_samples.json")) == "pyctbn"
+    assert network_format(peer_file("pyagrum_network.json")) == "jaxctbn"
     (tmp_path / "odd.csv").write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match=r"odd.csv'?: unknown format; expected one of \(jaxctbn: "):
         trajectory_format(tmp_path / "odd.csv")
@@ -70,7 +59,7 @@ def test_a_directory_of_frames_is_causal_hubs(tmp_path):
     folder = tmp_path / "frames"
     folder.mkdir()
     for i in range(3):
-        shutil.copy(data(f"causal_hub_trajectory_{i}.csv"), folder / f"t_{10**i}.csv")
+        shutil.copy(peer_file(f"causal_hub_trajectory_{i}.csv"), folder / f"t_{10**i}.csv")
     (folder / "README.txt").write_text("not a frame")
     assert trajectory_format(folder) == "causal-hub"
     assert [os.path.basename(f) for f in causal_hub_files(folder)] == [
@@ -78,7 +67,7 @@ def test_a_directory_of_frames_is_causal_hubs(tmp_path):
         "t_10.csv",
         "t_100.csv",
     ]
-    shutil.copy(data("pyagrum_trajectories.csv"), folder / "t_2.csv")
+    shutil.copy(peer_file("pyagrum_trajectories.csv"), folder / "t_2.csv")
     with pytest.raises(ValueError, match=r"'t_2.csv' is not a causal-hub trajectory frame"):
         trajectory_format(folder)
     (tmp_path / "empty").mkdir()

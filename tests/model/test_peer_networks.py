@@ -6,31 +6,21 @@ malformed files. The trajectory converters are tested in `tests/paths/test_peer_
 
 import itertools
 import json
-import os
 import sys
 
 import jax
 import numpy as np
 import pytest
+from helpers import peer_file, peer_format_network, pyctbn_document
 
 import jaxctbn as jc
 
 jax.config.update("jax_enable_x64", True)
 
-#: The peers' files, shared with the trajectory and command-line tests (see its README).
-DATA = os.path.join(os.path.dirname(__file__), "peer_files")
-
-
-def data(name: str) -> str:
-    return os.path.join(DATA, name)
-
 
 @pytest.fixture(scope="module")
 def network():
-    """Three nodes, cardinalities 2, 3, 2; C's parents listed out of name order (B, A)."""
-    rng = np.random.default_rng(0)
-    cims = [rng.uniform(0.3, 2.0, (c, k, k)) for c, k in ((1, 2), (2, 3), (6, 2))]
-    return jc.CTBN(cims=cims, parents={"A": [], "B": ["A"], "C": ["B", "A"]}, names=("A", "B", "C"))
+    return peer_format_network()
 
 
 LABELS = {"A": ["lo", "hi"], "B": ["x", "y", "z"], "C": ["no", "yes"]}
@@ -40,9 +30,9 @@ LABELS = {"A": ["lo", "hi"], "B": ["x", "y", "z"], "C": ["no", "yes"]}
 
 
 def test_causal_hub_json_matches_causal_hubs_own_cims():
-    with open(data("causal_hub_view.json")) as f:
+    with open(peer_file("causal_hub_view.json")) as f:
         view = json.load(f)["cims"]
-    model = jc.CTBN.from_causal_hub_json(data("causal_hub_eating.json"))
+    model = jc.CTBN.from_causal_hub_json(peer_file("causal_hub_eating.json"))
     assert list(model.names) == sorted(view)
     for n, name in enumerate(model.names):
         assert [model.names[p] for p in model.parents[n]] == list(view[name]["conditioning_states"])
@@ -52,9 +42,9 @@ def test_causal_hub_json_matches_causal_hubs_own_cims():
 def test_pyctbn_network_matches_pyctbns_own_cims():
     """PyCTBN's exported JSON read here: the structure and the CIMs of PyCTBN's own
     `JsonImporter.import_sampled_cims` (its samples: `tests/paths/test_peer_trajectories.py`)."""
-    with open(data("pyctbn_view.json")) as f:
+    with open(peer_file("pyctbn_view.json")) as f:
         view = json.load(f)
-    model = jc.CTBN.from_pyctbn_json(data("pyctbn_network_and_samples.json"))
+    model = jc.CTBN.from_pyctbn_json(peer_file("pyctbn_network_and_samples.json"))
     assert sorted(
         [model.names[p], model.names[n]] for n, ps in enumerate(model.parents) for p in ps
     ) == sorted(view["edges"])
@@ -126,29 +116,6 @@ def test_pyctbn_network_round_trip(tmp_path, network):
 # ------------------------------------------------------------------ malformed files
 
 
-def _pyctbn_doc():
-    return [
-        {
-            "dyn.str": [{"From": "X", "To": "Y"}],
-            "variables": [{"Name": "X", "Value": 2}, {"Name": "Y", "Value": 2}],
-            "dyn.cims": {
-                "X": {"X": [{"0": -1.0, "1": 1.0}, {"0": 2.0, "1": -2.0}]},
-                "Y": {
-                    "X=0": [{"0": -1.0, "1": 1.0}, {"0": 2.0, "1": -2.0}],
-                    "X=1": [[-3.0, 3.0], [4.0, -4.0]],
-                },
-            },
-            "samples": [
-                [
-                    {"Time": 0, "X": 0, "Y": 0},
-                    {"Time": 0.5, "X": 1, "Y": 0},
-                    {"Time": 1.0, "X": -1, "Y": -1},
-                ]
-            ],
-        }
-    ]
-
-
 def _edit(doc, change):
     change(doc[0])
     return doc
@@ -173,14 +140,14 @@ def _edit(doc, change):
 )
 def test_malformed_pyctbn_network(tmp_path, change, message):
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps(_edit(_pyctbn_doc(), change)))
+    path.write_text(json.dumps(_edit(pyctbn_document(), change)))
     with pytest.raises(ValueError, match=message) as info:
         jc.CTBN.from_pyctbn_json(path)
     assert "bad.json" in str(info.value) and "\n" not in str(info.value)
 
 
 def test_malformed_causal_hub_json(tmp_path):
-    with open(data("causal_hub_eating.json")) as f:
+    with open(peer_file("causal_hub_eating.json")) as f:
         good = json.load(f)
     cases = [
         (lambda d: d.update(type="catbn"), "'type' is 'catbn'; expected 'catctbn'"),

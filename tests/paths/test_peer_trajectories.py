@@ -7,7 +7,6 @@ one-line errors for malformed files. The network converters are tested in
 
 import itertools
 import json
-import os
 import re
 
 import jax
@@ -15,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import peer_file, peer_format_network, pyctbn_document
 from helpers import sample_trajectories_jit as sample
 
 import jaxctbn as jc
@@ -22,13 +22,6 @@ from jaxctbn._model.node_labels import default_labels
 from jaxctbn._paths.path_arrays import paths_of
 
 jax.config.update("jax_enable_x64", True)
-
-#: The peers' files, in one place for the network, trajectory and command-line tests.
-DATA = os.path.join(os.path.dirname(__file__), os.pardir, "model", "peer_files")
-
-
-def data(name: str) -> str:
-    return os.path.join(DATA, name)
 
 
 def events(trajectories, num_nodes: int) -> list:
@@ -62,10 +55,7 @@ def statistics(trajectories, node: int, parents, cards):
 
 @pytest.fixture(scope="module")
 def network():
-    """Three nodes, cardinalities 2, 3, 2; C's parents listed out of name order (B, A)."""
-    rng = np.random.default_rng(0)
-    cims = [rng.uniform(0.3, 2.0, (c, k, k)) for c, k in ((1, 2), (2, 3), (6, 2))]
-    return jc.CTBN(cims=cims, parents={"A": [], "B": ["A"], "C": ["B", "A"]}, names=("A", "B", "C"))
+    return peer_format_network()
 
 
 @pytest.fixture(scope="module")
@@ -90,14 +80,14 @@ def test_pyagrum_csv_matches_pyagrums_own_statistics():
     """pyAgrum's sampler's CSV, read here, gives the statistics that pyAgrum's `Trajectory`
     computes from it (stored by make_fixtures.py): the leave-state convention is read as
     pyAgrum reads it."""
-    with open(data("pyagrum_network.json")) as f:
+    with open(peer_file("pyagrum_network.json")) as f:
         spec = json.load(f)
     model = jc.CTBN.from_dict(spec)
     labels = spec["labels"]
-    with open(data("pyagrum_trajectories.view.json")) as f:
+    with open(peer_file("pyagrum_trajectories.view.json")) as f:
         view = json.load(f)
     trajectories, ids, nodes = jc.Trajectories.read_pyagrum_csv(
-        data("pyagrum_trajectories.csv"), labels
+        peer_file("pyagrum_trajectories.csv"), labels
     )
     assert nodes == labels and ids == list(range(view["samples"]))
     assert np.allclose(np.asarray(trajectories.durations), view["time_horizon"])
@@ -125,7 +115,7 @@ def test_pyagrum_csv_matches_pyagrums_own_statistics():
 def _causal_hub_frames():
     frames = []
     for i in range(3):
-        frame = pd.read_csv(data(f"causal_hub_trajectory_{i}.csv"), dtype=str)
+        frame = pd.read_csv(peer_file(f"causal_hub_trajectory_{i}.csv"), dtype=str)
         frame["time"] = frame["time"].astype(float)
         frames.append(frame)
     return frames
@@ -134,7 +124,7 @@ def _causal_hub_frames():
 def test_causal_hub_frames_match_causal_hubs_own_parse():
     """causal-hub's sampled frames (as CSV) read here: the same times and state codes as
     causal-hub's own `CatTrjs.from_pandas` of them, and the statistics of its fit."""
-    with open(data("causal_hub_view.json")) as f:
+    with open(peer_file("causal_hub_view.json")) as f:
         view = json.load(f)
     trajectories, ids, nodes = jc.Trajectories.from_causal_hub(_causal_hub_frames())
     assert ids == [0, 1, 2]
@@ -146,7 +136,7 @@ def test_causal_hub_frames_match_causal_hubs_own_parse():
         assert [0.0, *times] == theirs["times"]  # exactly: the times as causal-hub parsed them
         assert [init, *states] == theirs["values"]
         assert duration == theirs["times"][-1]  # causal-hub's statistics stop at the last row
-    model = jc.CTBN.from_causal_hub_json(data("causal_hub_eating.json"))
+    model = jc.CTBN.from_causal_hub_json(peer_file("causal_hub_eating.json"))
     cards = model.cardinalities
     for n, name in enumerate(model.names):
         T, M = statistics(trajectories, n, model.parents[n], cards)
@@ -158,9 +148,9 @@ def test_causal_hub_frames_match_causal_hubs_own_parse():
 def test_pyctbn_samples_match_pyctbns_own_parse():
     """PyCTBN's exported JSON read here: the rows (stay, state, next state) that PyCTBN's own
     `JsonImporter` + `SamplePath` build (its CIMs: `tests/model/test_peer_networks.py`)."""
-    with open(data("pyctbn_view.json")) as f:
+    with open(peer_file("pyctbn_view.json")) as f:
         view = json.load(f)
-    path = data("pyctbn_network_and_samples.json")
+    path = peer_file("pyctbn_network_and_samples.json")
     trajectories, ids, nodes = jc.Trajectories.read_pyctbn_json(path)
     assert list(nodes) == view["sorter"] == view["variables"]["Name"]
     assert [len(ls) for ls in nodes.values()] == view["variables"]["Value"]
@@ -316,29 +306,6 @@ def test_malformed_pyagrum_csv(tmp_path, text, message):
     assert "bad.csv" in str(info.value) and "\n" not in str(info.value)
 
 
-def _pyctbn_doc():
-    return [
-        {
-            "dyn.str": [{"From": "X", "To": "Y"}],
-            "variables": [{"Name": "X", "Value": 2}, {"Name": "Y", "Value": 2}],
-            "dyn.cims": {
-                "X": {"X": [{"0": -1.0, "1": 1.0}, {"0": 2.0, "1": -2.0}]},
-                "Y": {
-                    "X=0": [{"0": -1.0, "1": 1.0}, {"0": 2.0, "1": -2.0}],
-                    "X=1": [[-3.0, 3.0], [4.0, -4.0]],
-                },
-            },
-            "samples": [
-                [
-                    {"Time": 0, "X": 0, "Y": 0},
-                    {"Time": 0.5, "X": 1, "Y": 0},
-                    {"Time": 1.0, "X": -1, "Y": -1},
-                ]
-            ],
-        }
-    ]
-
-
 def _edit(doc, change):
     change(doc[0])
     return doc
@@ -368,7 +335,7 @@ def _edit(doc, change):
 )
 def test_malformed_pyctbn_samples(tmp_path, change, message):
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps(_edit(_pyctbn_doc(), change)))
+    path.write_text(json.dumps(_edit(pyctbn_document(), change)))
     with pytest.raises(ValueError, match=message) as info:
         jc.Trajectories.read_pyctbn_json(path)
     assert "bad.json" in str(info.value) and "\n" not in str(info.value)
