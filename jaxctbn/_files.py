@@ -10,6 +10,17 @@ from collections.abc import Callable
 from typing import IO, Any
 
 
+def checked_file(path: str | os.PathLike, what: str, expected: str) -> str:
+    """The name of `path`, a file to read: a one-line `ValueError` naming it (as `what`) when it
+    does not exist or is a directory (then saying to give `expected`)."""
+    name = os.fspath(path)
+    if not os.path.exists(path):
+        raise ValueError(f"{what} {name!r} does not exist.")
+    if os.path.isdir(path):
+        raise ValueError(f"{what} {name!r} is a directory; give {expected}.")
+    return name
+
+
 def write_atomically(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> None:
     """`write(f)` to a temporary binary file next to `path`, then rename it to `path`. An
     `OSError` (e.g. no space left) removes the temporary file and is raised again with `path`

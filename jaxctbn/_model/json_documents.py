@@ -4,17 +4,14 @@ JSON numbers (the writers use `_files.write_json`, atomic)."""
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
+
+from .._files import checked_file
 
 
 def read_json(path: Any, what: str) -> Any:
     """The JSON document in `path`, with one-line errors naming the file."""
-    name = os.fspath(path)
-    if not os.path.exists(path):
-        raise ValueError(f"{what} file {name!r} does not exist.")
-    if os.path.isdir(path):
-        raise ValueError(f"{what} file {name!r} is a directory; give a JSON file.")
+    name = checked_file(path, f"{what} file", "a JSON file")
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._files import write_atomically
+from .._files import checked_file, write_atomically
 from .._model.ctbn import AbstractCTBN
 from .._model.layout import parse_assignment
 from .sampling import Trajectories
@@ -367,11 +367,7 @@ def read_csv(path: str | os.PathLike) -> pd.DataFrame:
 
     import pandas as pd
 
-    name = os.fspath(path)
-    if not os.path.exists(path):
-        raise ValueError(f"data file {name!r} does not exist.")
-    if os.path.isdir(path):
-        raise ValueError(f"data file {name!r} is a directory; give a trajectory CSV file.")
+    name = checked_file(path, "data file", "a trajectory CSV file")
     try:
         # pandas renames a repeated column `A` to `A.1` (which would read as one more node) and
         # an empty one to `Unnamed: 2`, so check the header as written

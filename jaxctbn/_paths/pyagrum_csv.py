@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .._files import write_atomically
+from .._files import checked_file, write_atomically
 from .._model.node_labels import Nodes, check_names, match_nodes, model_nodes
 from .path_arrays import StateCodes, build_trajectories, paths_of
 from .sampling import Trajectories
@@ -40,11 +40,7 @@ HEADER = ["IdSample", "time", "var", "state"]
 
 
 def _rows(path: Any) -> list[list[str]]:
-    name = os.fspath(path)
-    if not os.path.exists(path):
-        raise ValueError(f"pyAgrum trajectory file {name!r} does not exist.")
-    if os.path.isdir(path):
-        raise ValueError(f"pyAgrum trajectory file {name!r} is a directory; give a CSV file.")
+    name = checked_file(path, "pyAgrum trajectory file", "a CSV file")
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             return list(csv.reader(f))
