@@ -238,6 +238,32 @@ def test_pyagrum_reads_our_csv(tmp_path, network, paths):
             assert seen == ours_.size
 
 
+def test_learning_on_pyagrums_own_samples_finds_its_graph(tmp_path):
+    """A random CTBN of pyAgrum's own generator (4 binary nodes, at most 2 parents, rates in
+    [0.2, 5]) sampled by pyAgrum's own forward sampler into its own CSV (one trajectory of
+    horizon 2,000, as in pyAgrum's examples): the MAP graph of jaxctbn's exact structure
+    posterior is pyAgrum's generating graph."""
+    import random
+
+    ct = pytest.importorskip("pyagrum.ctbn")
+    random.seed(0)  # pyAgrum's generators draw from `random` and numpy
+    np.random.seed(0)
+    truth = ct.randomCTBN((0.2, 5.0), 4, 2)
+    path = tmp_path / "pyagrum.csv"
+    ct.ForwardSamplingInference(truth).writeTrajectoryCSV(
+        str(path), n=1, timeHorizon=2000.0, burnIn=10
+    )
+    paths, _, nodes = jc.Trajectories.read_pyagrum_csv(path)
+    names = list(nodes)
+    posterior = jc.learn_structure(
+        paths, names, [len(labels) for labels in nodes.values()], max_parents=2
+    )
+    arcs = {(truth.name(a), truth.name(b)) for a, b in truth.arcs()}
+    assert arcs, "pyAgrum drew a graph without arcs"
+    found = {(names[p], names[n]) for n, ps in enumerate(posterior.map_graph()) for p in ps}
+    assert found == arcs
+
+
 def test_causal_hub_frames_round_trip(network, paths):
     frames = paths.to_causal_hub(LABELS)
     assert list(frames[0].columns) == ["time", "A", "B", "C"]
