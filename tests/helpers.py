@@ -241,6 +241,18 @@ def peer_format_network() -> jc.CTBN:
     return jc.CTBN(cims=cims, parents={"A": [], "B": ["A"], "C": ["B", "A"]}, names=("A", "B", "C"))
 
 
+def peer_format_paths(network: jc.CTBN) -> jc.Trajectories:
+    """Four trajectories of `peer_format_network()` over [0, 3], from (A, B, C) = (0, 1, 0)."""
+    return sample_trajectories_jit(
+        network,
+        jnp.array([0, 1, 0]),
+        3.0,
+        key=jax.random.PRNGKey(1),
+        num_trajectories=4,
+        max_events=64,
+    )
+
+
 def pyctbn_document() -> list:
     """A small valid PyCTBN JSON document (a network X -> Y and one sample), for malformed
     variants."""

@@ -72,6 +72,20 @@ def model_nodes(model: Any, what: str = "model") -> tuple[Nodes, bool]:
     return nodes, bool(numeric)
 
 
+def nodes_from_labels(seen: dict[str, set[str]], source: str) -> Nodes:
+    """The nodes of a file that names its states by labels and gives no model: each node's
+    labels seen, in text order (pyAgrum's and causal-hub's own rule); a node seen in a single
+    state is refused (its other states cannot be known), naming `source`."""
+    nodes = {v: sorted(labels) for v, labels in seen.items()}
+    single = [v for v, labels in nodes.items() if len(labels) < 2]
+    if single:
+        raise ValueError(
+            f"{source}: node(s) {single} show a single state label; pass "
+            "model={name: [state labels]} to give their states."
+        )
+    return nodes
+
+
 def check_names(names: Sequence[str], source: str) -> None:
     """Refuses node names that are columns of jaxctbn's trajectory format."""
     reserved = [n for n in names if n in RESERVED]

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .._model.node_labels import Nodes, check_names, match_nodes, model_nodes
+from .._model.node_labels import Nodes, check_names, match_nodes, model_nodes, nodes_from_labels
 from .path_arrays import StateCodes, build_trajectories, paths_of
 from .sampling import Trajectories
 
@@ -90,13 +90,7 @@ def trajectories_from_frames(
                 if isinstance(col.dtype, pd.CategoricalDtype):
                     seen[v] |= {str(c) for c in col.cat.categories}
                 seen[v] |= set(texts(col, f"frames[{i}][{v!r}]").tolist())
-        nodes, numeric = {v: sorted(seen[v]) for v in found}, False
-        single = [v for v in found if len(nodes[v]) < 2]
-        if single:
-            raise ValueError(
-                f"frames: variable(s) {single} have a single state; pass model={{name: [state labels]}} "
-                "to give their states."
-            )
+        nodes, numeric = nodes_from_labels(seen, "frames"), False
     check_names(list(nodes), "frames")
     codes = StateCodes(nodes, numeric)
     names = list(nodes)

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from .._files import checked_file, write_atomically
-from .._model.node_labels import Nodes, check_names, match_nodes, model_nodes
+from .._model.node_labels import Nodes, check_names, match_nodes, model_nodes, nodes_from_labels
 from .path_arrays import StateCodes, build_trajectories, paths_of
 from .sampling import Trajectories
 
@@ -106,13 +106,7 @@ def read_trajectory_csv(
         for events in samples.values():
             for _, _, var, label in events:
                 seen[var].add(label)
-        nodes, numeric = {v: sorted(seen[v]) for v in found}, False
-        single = [v for v in found if len(nodes[v]) < 2]
-        if single:
-            raise ValueError(
-                f"{source}: node(s) {single} show a single state label; pass "
-                "model={name: [state labels]} to give their states."
-            )
+        nodes, numeric = nodes_from_labels(seen, source), False
     check_names(list(nodes), source)
     codes = StateCodes(nodes, numeric)
     names = list(nodes)

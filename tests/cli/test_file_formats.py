@@ -6,10 +6,8 @@ import os
 import shutil
 
 import jax
-import jax.numpy as jnp
 import pytest
-from helpers import peer_file, peer_format_network
-from helpers import sample_trajectories_jit as sample
+from helpers import peer_file, peer_format_network, peer_format_paths
 
 from jaxctbn._cli.file_formats import network_format, trajectory_format
 
@@ -23,14 +21,7 @@ def network():
 
 @pytest.fixture(scope="module")
 def paths(network):
-    return sample(
-        network,
-        jnp.array([0, 1, 0]),
-        3.0,
-        key=jax.random.PRNGKey(1),
-        num_trajectories=4,
-        max_events=64,
-    )
+    return peer_format_paths(network)
 
 
 def test_detect_formats(tmp_path, network, paths):

@@ -10,12 +10,10 @@ import json
 import re
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import peer_file, peer_format_network, pyctbn_document
-from helpers import sample_trajectories_jit as sample
+from helpers import peer_file, peer_format_network, peer_format_paths, pyctbn_document
 
 import jaxctbn as jc
 from jaxctbn._model.node_labels import default_labels
@@ -60,14 +58,7 @@ def network():
 
 @pytest.fixture(scope="module")
 def paths(network):
-    return sample(
-        network,
-        jnp.array([0, 1, 0]),
-        3.0,
-        key=jax.random.PRNGKey(1),
-        num_trajectories=4,
-        max_events=64,
-    )
+    return peer_format_paths(network)
 
 
 LABELS = {"A": ["lo", "hi"], "B": ["x", "y", "z"], "C": ["no", "yes"]}
