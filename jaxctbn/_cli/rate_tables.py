@@ -72,36 +72,22 @@ def effect_table(model, covariates, uncertainty) -> list[dict]:
     level of `uncertainty`)."""
     import math
 
-    import numpy as np
+    from .._panel.rate_fit import covariate_effects
 
-    out = []
-    for n, name in enumerate(model.names):
-        configs = parent_states(model, n)
-        free = (np.asarray(model.cims[n]) != 0) & ~np.eye(model.cardinalities[n], dtype=bool)
-        beta = np.asarray(uncertainty.effects[n])
-        se = np.asarray(uncertainty.effect_standard_errors[n])
-        lo = np.asarray(uncertainty.hazard_ratio_lower[n])
-        hi = np.asarray(uncertainty.hazard_ratio_upper[n])
-        for c, label in enumerate(covariates.names):
-            acts = np.asarray(covariates.acts_on[n][c]) if covariates.acts_on else free
-            for u, x, y in zip(*np.nonzero(acts & free)):
-                finite = math.isfinite(float(se[c, u, x, y]))
-                out.append(
-                    {
-                        "covariate": label,
-                        "node": name,
-                        "parent_states": configs[int(u)],
-                        "from": int(x),
-                        "to": int(y),
-                        "hazard_ratio": math.exp(float(beta[c, u, x, y])),
-                        "log_hazard_ratio": float(beta[c, u, x, y]),
-                        "se": float(se[c, u, x, y]) if finite else None,
-                        "ci95": [float(lo[c, u, x, y]), float(hi[c, u, x, y])]
-                        if finite
-                        else [None, None],
-                    }
-                )
-    return out
+    return [
+        {
+            "covariate": e.covariate,
+            "node": e.node,
+            "parent_states": e.parent_states,
+            "from": e.source,
+            "to": e.target,
+            "hazard_ratio": math.exp(e.log_hazard_ratio),
+            "log_hazard_ratio": e.log_hazard_ratio,
+            "se": e.se if e.estimated else None,
+            "ci95": [e.lower, e.upper] if e.estimated else [None, None],
+        }
+        for e in covariate_effects(model, covariates, uncertainty)
+    ]
 
 
 def free_rates(model):

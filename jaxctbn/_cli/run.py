@@ -209,12 +209,13 @@ def _cmd_run(args):
         args.designs = "passive,random,bhc,vbhc"
     args.samples = args.samples or 10
     designs = _design_names(args.designs, DESIGN_NAMES)
-    truth = None
+    truth, input_format = None, None
     if args.network is not None:
         from .inputs import read_network
 
         # a peer's network is noted on stderr; config.json holds it as jaxctbn's network
-        truth = read_network(args.network, args.format).model
+        network = read_network(args.network, args.format)
+        truth, input_format = network.model, {"network": network.format}
     elif args.format != "auto":
         raise ValueError(f"--format {args.format}: the format of --network, which is not given.")
     out = args.out or f"run_{args.target}"
@@ -263,6 +264,7 @@ def _cmd_run(args):
         overwrite=args.overwrite,
         batching=Sharded() if args.shard else None,
         distributed=args.distributed,
+        input_format=input_format,
     )
     if args.distributed and jax.process_index() != 0:
         print(f"process {jax.process_index()}: wrote its chunks to {out}/chunks")
@@ -298,7 +300,7 @@ def _cmd_run_pool(args):
         POOL_DESIGN_NAMES,
         kind="pool design",
     )
-    df, _, _ = read_data(args.data, args.format, panel=True)  # jaxctbn's panel CSV only
+    df, data_format, _ = read_data(args.data, args.format, panel=True)  # jaxctbn's panel CSV
     cards = infer_cardinalities(df, missing=True)
     names = list(cards)
     if args.root not in names:
@@ -335,6 +337,7 @@ def _cmd_run_pool(args):
         panel_posterior=StructureParticleFilter(num_particles=args.particles)
         if args.panel_posterior != "moment"
         else None,
+        input_format={"data": data_format},
     )
     print("\n".join(summary_table("pool", report["summary"], report["settings"])))
     print("\nVerdict (area under the learning curve, paired, 95% interval):")

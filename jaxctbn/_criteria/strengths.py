@@ -14,8 +14,8 @@ so it is never below that grid's best.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import equinox as eqx
 import jax
@@ -25,6 +25,9 @@ from jaxtyping import Array, Float
 
 from .._learning.strength import StrengthPosterior
 from .._model.interventions import Intervention, is_concrete
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Logits at which the scale is the end of its range (to rounding): sigma(40) = 1 - 4e-18.
 BOUNDARY = 40.0
@@ -158,6 +161,37 @@ class StrengthDesign(eqx.Module):
     grid_scores: Float[Array, "candidates starts"]
     free: Array
 
+    def to_frame(
+        self, candidates: Intervention, names: Sequence[str], *, strengths: Strengths
+    ) -> pd.DataFrame:
+        """Every candidate's score at its chosen strengths as a pandas table (the scaled
+        variants of `jaxctbn design --strength`'s JSON, with their `rate_scales`).
+
+        **Arguments:**
+
+        - `candidates`: the perfect candidates that were scored (a batch of interventions).
+        - `names`: the network's node names.
+        - `strengths`: the [`jaxctbn.criteria.Strengths`][] that was asked (its nodes name the
+          scale columns).
+
+        **Returns:** a `pandas.DataFrame`, one row per candidate: `intervention`
+        ([`Intervention.to_frame`][jaxctbn.Intervention.to_frame]'s), `score`, `free` (whether
+        it leaves a strength node free), one column `rate_scale[NODE]` per strength node (NaN
+        where the candidate is not free: no scale changes it) and `best_grid_score`. Eager, on
+        the host."""
+        frame = _candidate_frame(candidates, names, np.shape(self.scores)[0])
+        if np.shape(self.rate_scales)[-1] != len(strengths.nodes):
+            raise ValueError(
+                f"strengths: {len(strengths.nodes)} nodes, but the design holds "
+                f"{np.shape(self.rate_scales)[-1]} scales per candidate."
+            )
+        free = np.asarray(self.free, bool)
+        scales = np.where(free[:, None], np.asarray(self.rate_scales, float), np.nan)
+        frame = frame.assign(score=np.asarray(self.scores, float), free=free)
+        for j, n in enumerate(strengths.nodes):
+            frame[f"rate_scale[{names[n]}]"] = scales[:, j]
+        return frame.assign(best_grid_score=np.asarray(self.grid_scores, float).max(-1))
+
 
 class UncertainStrengthScores(eqx.Module):
     """What [`jaxctbn.criteria.UncertainStrength`][] returns: `scores` `(candidates,)`
@@ -168,6 +202,31 @@ class UncertainStrengthScores(eqx.Module):
     scores: Float[Array, " candidates"]
     strengths: Float[Array, " points"]
     scores_at_strengths: Float[Array, "candidates points"]
+
+    def to_frame(self, candidates: Intervention, names: Sequence[str]) -> pd.DataFrame:
+        """Every candidate's score averaged over the strength's posterior, and at each
+        strength it was evaluated at, as a pandas table.
+
+        **Arguments:** `candidates`, the perfect candidates that were scored; `names`, the
+        network's node names.
+
+        **Returns:** a `pandas.DataFrame`, one row per candidate: `intervention`
+        ([`Intervention.to_frame`][jaxctbn.Intervention.to_frame]'s), `score` (the average),
+        and one column `score_at[s]` per strength $s$ (the posterior quantiles, in order).
+        Eager, on the host."""
+        frame = _candidate_frame(candidates, names, np.shape(self.scores)[0])
+        frame = frame.assign(score=np.asarray(self.scores, float))
+        at = np.asarray(self.scores_at_strengths, float)
+        for j, s in enumerate(np.asarray(self.strengths, float)):
+            frame[f"score_at[{s:.6g}]"] = at[:, j]
+        return frame
+
+
+def _candidate_frame(candidates: Intervention, names: Sequence[str], num_scores: int):
+    frame = candidates.to_frame(names)
+    if len(frame) != num_scores:
+        raise ValueError(f"candidates: {len(frame)} interventions for {num_scores} scores.")
+    return frame
 
 
 class UncertainStrength(AbstractStrengthQuestion):

@@ -159,6 +159,7 @@ def _write_outputs(target, report, truth, out, extra_columns=None):
         "timing": report["timing"],
         "summary": report["summary"],
         "failed_repetitions": report["failed_repetitions"],
+        **({"input_format": report["input_format"]} if "input_format" in report else {}),
         "designs": {
             design: {
                 "metrics": {m: np.asarray(res[m]).tolist() for m in METRICS[target]},

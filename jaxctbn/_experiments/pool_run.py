@@ -7,7 +7,7 @@ import dataclasses
 import hashlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +48,7 @@ def run_pool_experiment(
     progress: bool = True,
     overwrite: bool = False,
     panel_posterior: StructureParticleFilter | None = DEFAULT_POOL_FILTER,
+    input_format: Mapping[str, str] | None = None,
 ) -> dict:
     """Run every design for `repetitions` repetitions of `experiments` subjects (each
     repetition learning by `panel_posterior`, see [`jaxctbn.experiments.run_pool`][]; when a
@@ -60,7 +61,8 @@ def run_pool_experiment(
     `fold_in(key(seed), r)` for every design. With `out`, the output directory of
     `jaxctbn run structure` (config.json, truth.json = the full-data network, resumable chunks,
     metrics.csv with a `subject` column, results.json, summary.md, figure.png,
-    interventions.png)."""
+    interventions.png). `input_format`: the format the data were read in (`{"data":
+    "jaxctbn"}`), written to results.json as `input_format`."""
     from .._files import json_bytes, write_atomically
     from .outputs import _load_chunk, _prepare_out, _save_chunk, _write_outputs
     from .report import summarise
@@ -202,6 +204,7 @@ def run_pool_experiment(
         "summary": summarise("pool", results),
         "timing": timing,
         "failed_repetitions": {},
+        **({"input_format": dict(input_format)} if input_format else {}),
     }
     if out is not None:
         ids = np.asarray(pool.subject_ids, dtype=object)

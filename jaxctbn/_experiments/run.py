@@ -35,6 +35,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -76,6 +77,7 @@ def run_experiment(
     overwrite: bool = False,
     batching: AbstractBatching | None = None,
     distributed: bool = False,
+    input_format: Mapping[str, str] | None = None,
 ) -> dict:
     """Run the paper's synthetic experiment for several designs and return
     `{"settings", "results", "summary", "timing"}` (`results[design][metric]` is an array
@@ -98,6 +100,10 @@ def run_experiment(
     (the timing sums the processes' own times and devices). The results are those of one
     process.
     See [Multiple devices and hosts](../multi-device.md).
+
+    `input_format`: the formats the inputs were read in (`{"network": "pyagrum"}`, the
+    command line's `--format`), written to results.json as `input_format`; not a setting (a
+    rerun reads the same network from any format).
     """
     config = ExperimentConfig() if config is None else config
     target, designs = config.target, list(config.designs)
@@ -350,6 +356,7 @@ def run_experiment(
         "summary": summary,
         "timing": timing,
         "failed_repetitions": failures,
+        **({"input_format": dict(input_format)} if input_format else {}),
     }
     if out is not None and process == 0:
         _write_outputs(target, report, truth, out)

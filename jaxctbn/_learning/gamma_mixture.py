@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 from jax.scipy.special import digamma, gammainc
-from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
 from .._model.ctbn import CTBN
 from .._model.frames import rate_draws_inference_data
@@ -133,7 +133,7 @@ class GammaMixturePosterior(AbstractRatePosterior):
         cls,
         posterior: RatePosterior,
         *,
-        free: Sequence[Bool[Array, "_configs _k _k"]] | None = None,
+        free: Sequence[Bool[ArrayLike, "_configs _k _k"]] | None = None,
     ) -> "GammaMixturePosterior":
         """The mixture of one component: `posterior` itself, with structural zeros where
         `free` (one boolean table per node) is false (e.g. `free=[q != 0 for q in

@@ -3,16 +3,18 @@ can be asked of it (intervals, prevalence, likelihood-ratio tests)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import equinox as eqx
+import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from .._learning.frames import interval_columns
 from .._learning.priors import GammaPrior
 from .._master_equation import AbstractMasterEquationSolver
 from .._model.ctbn import CTBN
-from .._model.frames import assignment_label, free_rates, optional_import
+from .._model.frames import assignment_label, free_rates, optional_import, parent_states
 from .buckets import PanelBuckets
 from .comparison import LikelihoodRatioTest, likelihood_ratio_test
 from .covariates import Covariates
@@ -247,6 +249,41 @@ class RateFit(eqx.Module):
             rows.append(row)
         return pd.DataFrame(rows, columns=columns)
 
+    def effects_frame(self, covariates: Covariates, uncertainty: RateUncertainty) -> pd.DataFrame:
+        r"""The covariates' effects as a pandas table, one row per covariate and rate it acts
+        on (R msm's `hazard.msm` as rows; the `covariate_effects` of `jaxctbn fit`'s JSON).
+
+        **Arguments:**
+
+        - `covariates`: the fit's [`jaxctbn.panel.Covariates`][].
+        - `uncertainty`: this fit's
+          [`RateFit.uncertainty`][jaxctbn.panel.RateFit.uncertainty] with the same covariates.
+
+        **Returns:** a `pandas.DataFrame` with columns `covariate`, `node`, `parent_states`,
+        `from`, `to`, `hazard_ratio` ($e^{\hat\beta}$), `log_hazard_ratio` ($\hat\beta$),
+        `se` (of $\hat\beta$), the hazard ratio's interval `ci95_lower`, `ci95_upper` (at the
+        uncertainty's `level`; NaN where the effect is not estimated) and `estimated`. Refused
+        with a `ValueError`: a fit without covariates, an `uncertainty` without effects. Eager,
+        on the host."""
+        pd = optional_import("pandas", "RateFit.effects_frame")
+        self._check_covariates(covariates)
+        if uncertainty.effects is None:
+            raise ValueError(
+                "uncertainty: it has no covariate effects; give RateFit.uncertainty(observations, "
+                "covariates=covariates)."
+            )
+        lower, upper = interval_columns(uncertainty.level)
+        columns = ["covariate", "node", "parent_states", "from", "to", "hazard_ratio"]
+        columns += ["log_hazard_ratio", "se", lower, upper, "estimated"]
+        rows = [
+            [e.covariate, e.node, assignment_label(e.parent_states), e.source, e.target]
+            + [math.exp(e.log_hazard_ratio), e.log_hazard_ratio]
+            + ([e.se, e.lower, e.upper] if e.estimated else [math.nan] * 3)
+            + [e.estimated]
+            for e in covariate_effects(self.model, covariates, uncertainty)
+        ]
+        return pd.DataFrame(rows, columns=columns)
+
     def _check_covariates(self, covariates) -> None:
         if (covariates is None) != (self.effects is None):
             fitted = "with" if self.effects is not None else "without"
@@ -254,3 +291,61 @@ class RateFit(eqx.Module):
                 f"covariates: this fit was made {fitted} covariates; give the covariates of the "
                 "fit (and only then)."
             )
+
+
+class CovariateEffect(NamedTuple):
+    """One covariate's effect on one rate, as the effect tables list it."""
+
+    covariate: str
+    node: str
+    parent_states: dict
+    source: int
+    target: int
+    log_hazard_ratio: float
+    se: float
+    lower: float
+    upper: float
+    estimated: bool
+
+
+def covariate_effects(model, covariates: Covariates, uncertainty: RateUncertainty) -> list:
+    """Every covariate's effect on every free rate it acts on (covariate by covariate within a
+    node, nodes in order, rates in `(configuration, from, to)` order): the rows of
+    [`RateFit.effects_frame`][jaxctbn.panel.RateFit.effects_frame] and of the `fit` command's
+    `covariate_effects`."""
+    import numpy as np
+
+    free = tuple(
+        jnp.asarray((np.asarray(q) != 0) & ~np.eye(q.shape[-1], dtype=bool)) for q in model.cims
+    )
+    masks = covariates.masks(free)
+    tables = (
+        uncertainty.effects,
+        uncertainty.effect_standard_errors,
+        uncertainty.hazard_ratio_lower,
+        uncertainty.hazard_ratio_upper,
+    )
+    out = []
+    for n, name in enumerate(model.names):
+        configs = parent_states(model, n)
+        beta, se, lo, hi = (np.asarray(cast(tuple, a)[n]) for a in tables)
+        mask = np.asarray(masks[n])
+        for c, label in enumerate(covariates.names):
+            for u, x, y in zip(*np.nonzero(mask[c])):
+                i = (c, u, x, y)
+                finite = math.isfinite(float(se[i]))
+                out.append(
+                    CovariateEffect(
+                        covariate=label,
+                        node=name,
+                        parent_states=configs[int(u)],
+                        source=int(x),
+                        target=int(y),
+                        log_hazard_ratio=float(beta[i]),
+                        se=float(se[i]),
+                        lower=float(lo[i]),
+                        upper=float(hi[i]),
+                        estimated=finite,
+                    )
+                )
+    return out

@@ -738,6 +738,7 @@ def test_run_parameters_small(small_network, tmp_path, capsys):
     assert (df.mse > 0).all() and len(df) == 2 * 3 * 3
     res = json.loads((out / "results.json").read_text())
     assert [n["name"] for n in res["settings"]["truth"]["nodes"]] == ["A", "B"]
+    assert res["input_format"] == {"network": "jaxctbn"}  # the format of --network
     assert np.asarray(res["designs"]["vbhc"]["metrics"]["mse"]).shape == (3, 3)
     assert "| vbhc | posterior MSE" in (out / "summary.md").read_text()
     capsys.readouterr()

@@ -98,3 +98,49 @@ def test_batch_design_frame(tmp_path):
     pd.testing.assert_frame_equal(frame[expected.columns], expected)
     with pytest.raises(ValueError, match="the batch holds candidate 6"):
         design.to_frame(jc.single_node_interventions((2, 2)), NAMES)
+
+
+def test_strength_design_frame():
+    """`StrengthDesign.to_frame`: a row per candidate, its scale per strength node where it
+    leaves that node free (as `design --strength` lists the scaled variants with their
+    `rate_scales`), NaN where it clamps one; the grid's best score."""
+    free = jnp.array([True, True, True, False, False, False, True, False, False])
+    design = jc.criteria.StrengthDesign(
+        scores=SCORES + 0.5,
+        rate_scales=jnp.stack([jnp.linspace(0.5, 4.0, 9), jnp.linspace(1.0, 2.0, 9)], axis=1),
+        grid_scores=jnp.stack([SCORES, SCORES + 0.25, SCORES - 1.0], axis=1),
+        free=free,
+    )
+    strengths = jc.criteria.Strengths((1, 0), jnp.array([0.5, 1.0]), jnp.array([4.0, 2.0]))
+    frame = design.to_frame(SPACE, NAMES, strengths=strengths)
+    assert list(frame.columns) == [
+        "intervention", "score", "free", "rate_scale[B]", "rate_scale[A]", "best_grid_score"
+    ]  # fmt: skip
+    assert frame["intervention"].tolist() == SPACE.to_frame(NAMES)["intervention"].tolist()
+    np.testing.assert_array_equal(frame["score"], np.asarray(SCORES + 0.5))
+    np.testing.assert_array_equal(frame["best_grid_score"], np.asarray(SCORES + 0.25))
+    for i in range(9):
+        if bool(free[i]):
+            assert frame["rate_scale[B]"][i] == float(design.rate_scales[i, 0])
+            assert frame["rate_scale[A]"][i] == float(design.rate_scales[i, 1])
+        else:
+            assert frame[["rate_scale[B]", "rate_scale[A]"]].iloc[i].isna().all()
+    with pytest.raises(ValueError, match="strengths: 1 nodes, but the design holds 2 scales"):
+        design.to_frame(SPACE, NAMES, strengths=jc.criteria.Strengths((0,), [0.5], [2.0]))
+    with pytest.raises(ValueError, match="candidates: 5 interventions for 9 scores"):
+        design.to_frame(jc.single_node_interventions((2, 2)), NAMES, strengths=strengths)
+
+
+def test_uncertain_strength_frame():
+    """`UncertainStrengthScores.to_frame`: the average and one column per posterior strength,
+    in order, each the candidate's score at it."""
+    at = jnp.stack([SCORES, 2 * SCORES, SCORES - 1.0], axis=1)
+    answer = jc.criteria.UncertainStrengthScores(
+        scores=at.mean(1), strengths=jnp.array([0.25, 1.0, 3.5]), scores_at_strengths=at
+    )
+    frame = answer.to_frame(SPACE, NAMES)
+    assert list(frame.columns) == [
+        "intervention", "score", "score_at[0.25]", "score_at[1]", "score_at[3.5]"
+    ]  # fmt: skip
+    np.testing.assert_allclose(frame["score"], np.asarray(SCORES) * 4 / 3 - 1 / 3, rtol=1e-12)
+    np.testing.assert_array_equal(frame["score_at[1]"], 2 * np.asarray(SCORES))

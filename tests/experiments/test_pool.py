@@ -323,6 +323,7 @@ def test_cli_run_pool(tmp_path, capsys):
     assert code == 0, capsys.readouterr().err
     for name in ("config.json", "truth.json", "metrics.csv", "results.json", "summary.md"):
         assert (out / name).exists(), name
+    assert json.loads((out / "results.json").read_text())["input_format"] == {"data": "jaxctbn"}
     assert (out / "figure.png").exists() and (out / "interventions.png").exists()
     assert (out / "chunks" / "negative-vbhc" / "0-1.npz").exists()
     metrics = pd.read_csv(out / "metrics.csv")

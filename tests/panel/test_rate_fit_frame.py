@@ -148,6 +148,74 @@ def test_rate_fit_frame_is_the_fit_json():
         other.to_frame(uncertainty)
 
 
+def test_effects_frame_is_the_uncertainty_arrays():
+    """`RateFit.effects_frame`: one row per covariate and free rate it acts on (`acts_on`
+    leaves `age` off node B's rates under A = 1; a structural zero of A is never a row), each
+    the uncertainty's log hazard ratio, standard error and interval read from its arrays by an
+    independent loop here; an effect that is not estimated has NaN there."""
+    fit, uncertainty = _fit_and_uncertainty()
+    model = eqx.tree_at(lambda m: m.cims[0], TRUTH, jnp.array([[[-0.5, 0.5], [0.0, 0.0]]]))
+    C = 2
+    acts_on = [jnp.ones((C, 1, 2, 2), bool), jnp.ones((C, 2, 2, 2), bool).at[0, 1].set(False)]
+    covariates = jc.panel.Covariates(
+        jnp.array([[0.0, 1.0], [1.0, 0.0], [2.0, 1.0]]), names=("age", "sex"), acts_on=acts_on
+    )
+    shapes = [(C,) + q.shape for q in model.cims]
+    beta = tuple(0.1 * jnp.arange(np.prod(s)).reshape(s) - 0.3 for s in shapes)
+    se = tuple(jnp.full(s, 0.2).at[1, 0, 0, 1].set(jnp.inf) for s in shapes)
+    z = statistics.NormalDist().inv_cdf(0.975)
+    fitted = eqx.tree_at(
+        lambda f: (f.model, f.effects),
+        fit,
+        (model, beta),
+        is_leaf=lambda x: x is None,
+    )
+    with_effects = eqx.tree_at(
+        lambda u: (
+            u.effects,
+            u.effect_standard_errors,
+            u.hazard_ratio_lower,
+            u.hazard_ratio_upper,
+        ),
+        uncertainty,
+        (
+            beta,
+            se,
+            tuple(jnp.exp(b - z * s) for b, s in zip(beta, se)),
+            tuple(jnp.exp(b + z * s) for b, s in zip(beta, se)),
+        ),
+        is_leaf=lambda x: x is None,
+    )
+    frame = fitted.effects_frame(covariates, with_effects)
+    expected = []
+    for n, name in enumerate(model.names):
+        q = np.asarray(model.cims[n])
+        for c, label in enumerate(("age", "sex")):
+            for u in range(q.shape[0]):
+                for x in range(2):
+                    for y in range(2):
+                        if x == y or q[u, x, y] == 0 or not acts_on[n][c, u, x, y]:
+                            continue
+                        b, s = float(beta[n][c, u, x, y]), float(se[n][c, u, x, y])
+                        known = math.isfinite(s)
+                        nan = float("nan")
+                        expected.append({
+                            "covariate": label, "node": name,
+                            "parent_states": "" if n == 0 else f"A={u}", "from": x, "to": y,
+                            "hazard_ratio": math.exp(b), "log_hazard_ratio": b,
+                            "se": s if known else nan,
+                            "ci95_lower": math.exp(b - z * s) if known else nan,
+                            "ci95_upper": math.exp(b + z * s) if known else nan,
+                            "estimated": known,
+                        })  # fmt: skip
+    pd.testing.assert_frame_equal(frame, pd.DataFrame(expected), rtol=1e-12)
+    assert len(frame) == 2 + 4 + 2 and (~frame["estimated"]).sum() == 2
+    with pytest.raises(ValueError, match="covariates: this fit was made without covariates"):
+        fit.effects_frame(covariates, with_effects)
+    with pytest.raises(ValueError, match="uncertainty: it has no covariate effects"):
+        fitted.effects_frame(covariates, uncertainty)
+
+
 def test_a_missing_package_is_one_line(monkeypatch):
     fit, _ = _fit_and_uncertainty()
     monkeypatch.setitem(sys.modules, "pandas", None)
