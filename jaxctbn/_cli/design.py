@@ -14,7 +14,7 @@ from .arguments import (
     _prior_json,
     _strengths,
 )
-from .jax_setup import _jit
+from .jax_setup import _exported, _jit
 from .memory import within_memory
 from .ranking import write_ranking
 
@@ -28,6 +28,22 @@ def _criterion(name: str, paths: int, box_hill: dict):
     if name == "eig":
         return EIG(num_paths=paths)
     return {"vbhc": VBHC, "bhc": BHC}[name](**box_hill)
+
+
+def _rate_prior(model, prior):
+    from .._learning.posterior import RatePosterior
+
+    return RatePosterior.for_model(model, prior=prior)
+
+
+def _updated_with_paths(posterior, trajectories):
+    """`posterior` updated with the sufficient statistics of the complete `trajectories`."""
+    from .._paths.sufficient_statistics import SufficientStatistics
+
+    stats = SufficientStatistics.from_trajectories(
+        trajectories, posterior.cardinalities, posterior.parents
+    )
+    return posterior.update_with(stats)
 
 
 def _cmd_design(args):
@@ -44,10 +60,7 @@ def _cmd_design(args):
 
 
 def _design(args):
-
-    from .._learning.posterior import RatePosterior
     from .._paths.csv import trajectories_from_dataframe
-    from .._paths.sufficient_statistics import SufficientStatistics
     from .inputs import network_flag_format, read_data, read_network
 
     if args.observation == "panel" and args.data is None:
@@ -91,7 +104,7 @@ def _design(args):
         df, args.input_format["data"], _ = read_data(
             args.data, args.format, model=network.nodes(), panel=panel
         )
-    posterior = _jit(RatePosterior.for_model)(model, prior=_prior(args, model.num_nodes))
+    posterior = _exported("rate-prior", _rate_prior)(model, _prior(args, model.num_nodes))
     history = None
     if args.data is not None and panel:
         from .._panel.csv import panel_from_dataframe
@@ -122,10 +135,7 @@ def _design(args):
             }
     elif args.data is not None:
         traj, _ = trajectories_from_dataframe(df, model)
-        stats = _jit(SufficientStatistics.from_trajectories)(
-            traj, model.cardinalities, model.parents
-        )
-        posterior = _jit(RatePosterior.update_with)(posterior, stats)
+        posterior = _exported("path-history", _updated_with_paths)(posterior, traj)
     space = _candidates(args.interventions, model.cardinalities)
     args.history_posterior = history  # written with the ranking
     _rank(args, posterior, space, list(model.names), init, initial, outcome)

@@ -33,6 +33,7 @@ import contextlib
 import hashlib
 import os
 import pickle
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -76,7 +77,8 @@ def _key(name: str, leaves, in_tree, static) -> str:
         "static=" + eqx.tree_pformat(static, short_arrays=False),
     ]
     digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()
-    return f"{name}-{digest[:40]}.jaxexport"
+    plain = re.sub(r"[^A-Za-z0-9_.]+", "-", name).strip("-")  # "design --batch": design-batch
+    return f"{plain}-{digest[:40]}.jaxexport"
 
 
 def _load(path: str):
@@ -209,21 +211,21 @@ def _export(fn: Callable, leaves, in_tree, static):
     return exported, structure["template"]
 
 
-def call_exported(name: str, fn: Callable, *args) -> Any:
-    """`fn(*args)`, through the exported program of `fn` for the structure and shapes of `args`
-    (see the module docstring); `name` names the program's file. Results and error messages are
-    those of `fn(*args)`."""
+def _program(name: str, fn: Callable, args: tuple):
+    """`(exported program, output template, array leaves of args)` of `fn(*args)` for this
+    structure of `args`, loaded or exported and stored; None for the usual route (no cache
+    directory, inside a trace, or a program that does not export)."""
     import equinox as eqx
     import jax
     import jax.core
 
     directory = _enabled()
     if directory is None:
-        return fn(*args)
+        return None
     dynamic, static = eqx.partition(args, eqx.is_array)
     leaves, in_tree = jax.tree_util.tree_flatten(dynamic)
     if any(isinstance(x, jax.core.Tracer) for x in leaves):  # inside a trace: part of that one
-        return fn(*args)
+        return None
     path = os.path.join(directory, _key(name, leaves, in_tree, static))
     loaded = _load(path)
     if loaded is None:
@@ -232,9 +234,28 @@ def call_exported(name: str, fn: Callable, *args) -> Any:
         except Exception:  # noqa: BLE001 (a program that does not export: the usual route)
             if os.environ.get("JAXCTBN_DEBUG_EXPORT"):
                 raise
-            return fn(*args)
+            return None
         _store(path, *loaded)
-    exported, template = loaded
+    return (*loaded, leaves)
+
+
+def _result(template, out_leaves):
+    import equinox as eqx
+    import jax
+
+    stand_ins, static_out = eqx.partition(template, eqx.is_array)
+    out_tree = jax.tree_util.tree_structure(stand_ins)
+    return eqx.combine(jax.tree_util.tree_unflatten(out_tree, out_leaves), static_out)
+
+
+def call_exported(name: str, fn: Callable, *args) -> Any:
+    """`fn(*args)`, through the exported program of `fn` for the structure and shapes of `args`
+    (see the module docstring); `name` names the program's file. Results and error messages are
+    those of `fn(*args)`."""
+    program = _program(name, fn, args)
+    if program is None:
+        return fn(*args)
+    exported, template, leaves = program
     try:
         failed, out_leaves = exported.call(*leaves)
     except Exception:  # noqa: BLE001 (a program this JAX set-up does not run: the usual route)
@@ -243,6 +264,38 @@ def call_exported(name: str, fn: Callable, *args) -> Any:
         return fn(*args)
     if bool(failed):  # the usual route raises the library's own message
         return fn(*args)
-    stand_ins, static_out = eqx.partition(template, eqx.is_array)
-    out_tree = jax.tree_util.tree_structure(stand_ins)
-    return eqx.combine(jax.tree_util.tree_unflatten(out_tree, out_leaves), static_out)
+    return _result(template, out_leaves)
+
+
+class CompiledRoute:
+    """`fn(*args)` through its exported program, compiled and not yet run: `compiled` is the
+    executable (XLA's account of its memory: `compiled.memory_analysis()`), calling the route
+    runs it (and, when a check fails, `fn(*args)`, which raises the library's message)."""
+
+    def __init__(self, compiled, template, leaves, fn, args):
+        self.compiled = compiled
+        self._template, self._leaves, self._fn, self._args = template, leaves, fn, args
+
+    def __call__(self) -> Any:
+        failed, out_leaves = self.compiled(*self._leaves)
+        if bool(failed):
+            return self._fn(*self._args)
+        return _result(self._template, out_leaves)
+
+
+def compiled_route(name: str, fn: Callable, *args) -> CompiledRoute | None:
+    """The exported program of `fn(*args)` (as `call_exported` uses it) compiled for `args`, so
+    that its memory can be read before it runs; None for the usual route."""
+    import jax
+
+    program = _program(name, fn, args)
+    if program is None:
+        return None
+    exported, template, leaves = program
+    try:
+        compiled = jax.jit(exported.call).lower(*leaves).compile()
+    except Exception:  # noqa: BLE001 (a program this JAX set-up does not run: the usual route)
+        if os.environ.get("JAXCTBN_DEBUG_EXPORT"):
+            raise
+        return None
+    return CompiledRoute(compiled, template, leaves, fn, args)

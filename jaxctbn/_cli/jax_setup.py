@@ -188,3 +188,13 @@ def _jit(fn):
     import equinox as eqx
 
     return eqx.filter_jit(fn)
+
+
+def _exported(name: str, fn):
+    """`fn` compiled as one program (`_jit`) and run through the command line's exported
+    programs (`jaxctbn._programs.run_program`): a warm call loads it instead of tracing it;
+    `name` names its file. Every argument that changes the program must be an argument."""
+    from .._programs import run_program
+
+    jitted = _jit(fn)
+    return lambda *args: run_program(name, jitted, *args)

@@ -21,6 +21,16 @@ def _rows(tree, index):
     return jax.tree_util.tree_map(lambda a: a[np.asarray(index)], tree)
 
 
+def _with_keywords(fn):
+    """`fn` called as `fn(args, keywords)`: the keywords (criterion, key, settings) become
+    arguments of the exported program, part of its key like every other argument."""
+
+    def call(args, keywords):
+        return fn(*args, **keywords)
+
+    return call
+
+
 def within_memory(what: str, fn, posterior, candidates, *args, splittable=True, **kwargs):
     """`fn(posterior, candidates, *args, **kwargs)` (an `eqx.filter_jit` function whose outputs
     all have one row per candidate) within the memory budget: compiled once and run whole when
@@ -32,8 +42,13 @@ def within_memory(what: str, fn, posterior, candidates, *args, splittable=True, 
     import numpy as np
 
     from .._learning.memory import compiled_bytes, format_bytes, memory_budget_bytes
+    from .exported import compiled_route
 
     budget = memory_budget_bytes()
+    # a warm call: the program exported before, loaded and compiled without tracing
+    route = compiled_route(what, _with_keywords(fn), (posterior, candidates, *args), kwargs)
+    if route is not None and compiled_bytes(route.compiled) <= budget:
+        return route()
     compiled = fn.lower(posterior, candidates, *args, **kwargs).compile()
     needed = compiled_bytes(compiled)
     if needed <= budget:

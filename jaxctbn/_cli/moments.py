@@ -6,7 +6,7 @@ import math
 
 from .._files import write_json
 from .arguments import _assignment, _initial_state
-from .jax_setup import _jit
+from .jax_setup import _exported
 
 
 def _cmd_moments(args):
@@ -37,7 +37,7 @@ def _cmd_moments(args):
     states = math.prod(model.cardinalities)
     exact = not isinstance(used, MeanField)
     try:
-        stats, per_node, effective = _jit(_moments)(
+        stats, per_node, effective = _exported("moments", _moments)(
             model, initial, jnp.asarray(duration), intervention, used
         )
     except RuntimeError as error:  # a check inside the compiled solve

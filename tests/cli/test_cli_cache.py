@@ -199,3 +199,55 @@ def test_learn_through_an_exported_program_equals_the_usual_route(tmp_path, monk
         assert out.read_bytes() == usual.read_bytes()
         files = [f.name.split("-")[0] for f in (tmp_path / "cache" / "exported").iterdir()]
         assert files == ["learn_structure"]
+
+
+def test_design_and_moments_through_exported_programs_equal_the_usual_route(
+    tmp_path, monkeypatch, capsys, shardy
+):
+    """`jaxctbn design` on a path history and `jaxctbn moments` with the exported programs:
+    the prior, the history's update, the scoring and the moments are exported by the first call
+    and loaded by the second, and each call writes the usual route's bytes; a scoring program
+    over the memory budget leaves the exported route for the usual route's chunks."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxctbn as jc
+
+    model = jc.CTBN.from_dict(network_dict())
+    network = tmp_path / "net.json"
+    network.write_text(json.dumps(network_dict()))
+    paths = jc.sample_trajectories(
+        model, jnp.array([0, 0]), 2.0, key=jax.random.key(0), num_trajectories=6
+    )
+    data = tmp_path / "paths.csv"
+    paths.write_csv(data, model)
+    design = ["design", "--target", "parameters", "--network", str(network), "--data", str(data)]
+    design += ["--initial-state", "A=0,B=0", "--duration", "2", "--samples", "3", "--seed", "0"]
+    moments = ["moments", "--network", str(network), "--duration", "1.5"]
+    moments += ["--initial-state", "A=0,B=1"]
+    usual = {}
+    for name, argv in (("design", design), ("moments", moments)):
+        usual[name] = tmp_path / f"usual-{name}.json"
+        assert main([*argv, "--out", str(usual[name])]) == 0
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("JAXCTBN_CACHE_DIR", str(cache))
+    monkeypatch.setenv("JAXCTBN_EXPORTED_PROGRAMS", "on")
+    for call in range(2):
+        for name, argv in (("design", design), ("moments", moments)):
+            out = tmp_path / f"exported-{name}{call}.json"
+            assert main([*argv, "--out", str(out)]) == 0
+            assert out.read_bytes() == usual[name].read_bytes(), (name, call)
+        files = sorted(f.name.rsplit("-", 1)[0] for f in (cache / "exported").iterdir())
+        assert files == ["design", "moments", "path-history", "rate-prior"]
+    # a budget between one candidate's program (~37 KiB) and the whole one's: the chunks of
+    # the usual route, with or without exported programs
+    monkeypatch.setenv("JAXCTBN_MEMORY_BUDGET", "60K")
+    chunked = []
+    for route in ("on", "off"):
+        monkeypatch.setenv("JAXCTBN_EXPORTED_PROGRAMS", route)
+        out = tmp_path / f"chunked-{route}.json"
+        capsys.readouterr()
+        assert main([*design, "--out", str(out)]) == 0
+        assert "at a time" in capsys.readouterr().err
+        chunked.append(out.read_bytes())
+    assert chunked[0] == chunked[1]
