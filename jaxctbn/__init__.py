@@ -49,7 +49,7 @@ if typing.TYPE_CHECKING:  # the public names, each imported on first use (`_lazy
     from ._master_equation.monte_carlo import Gillespie as Gillespie
 
     # paths and data
-    from ._paths.sampling import Trajectories as Trajectories
+    from ._paths.trajectories import Trajectories as Trajectories
     from ._paths.sampling import sample_trajectories as sample_trajectories
     from ._paths.sufficient_statistics import SufficientStatistics as SufficientStatistics
 

@@ -134,7 +134,7 @@ def _design(args):
                 "statistics, overconfident where the visits are sparse",
             }
     elif args.data is not None:
-        traj, _ = trajectories_from_dataframe(df, model)
+        traj = trajectories_from_dataframe(df, model)[0].with_rounded_shapes()
         posterior = _exported("path-history", _updated_with_paths)(posterior, traj)
     space = _candidates(args.interventions, model.cardinalities)
     args.history_posterior = history  # written with the ranking
@@ -441,8 +441,8 @@ def _design_structure(args, outcome):
             posterior = mixture
         args.history_posterior = history
         return _rank_structure(args, posterior, names, cards, outcome)
-    if df is not None:
-        traj, _ = trajectories_from_dataframe(df, nodes)
+    if df is not None:  # (rounded shapes: a new history of similar size finds the programs)
+        traj = trajectories_from_dataframe(df, nodes)[0].with_rounded_shapes()
     else:  # no history: one empty trajectory contributes nothing
         from .._paths.sampling import Trajectories
 

@@ -380,6 +380,7 @@ def _cmd_learn(args):
         # long trajectories come back cut into pieces: ids has one entry per row
         traj, ids = trajectories_from_dataframe(df, nodes)
         num_trajectories = len(dict.fromkeys(ids))
+        traj = traj.with_rounded_shapes()  # a new file of similar size finds the programs
         post = learn_structure(
             traj, names, cards, max_parents=max_parents, prior=_prior(args, N),
             knowledge=_as_module(knowledge, edge_prior), search=search,

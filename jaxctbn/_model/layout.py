@@ -167,3 +167,12 @@ def state_bins_on_sets(
         return (bins[:, None] == jnp.arange(configs * k)).astype(dtype)
 
     return jax.vmap(one_hot)(jnp.asarray(parent_sets))
+
+
+def rounded_size(n: int) -> int:
+    r"""The least of $1, 2, 3, 4, 6, 8, 12, \dots$ ($2^k$ and $3\cdot2^{k-1}$) that is at least
+    `n` (a shape that a compiled program is shared by)."""
+    if n <= 2:
+        return max(int(n), 1)
+    power = 1 << (int(n) - 1).bit_length()  # the least power of two >= n
+    return power * 3 // 4 if power * 3 // 4 >= n else power

@@ -24,6 +24,7 @@ from jaxtyping import Array, Int
 
 from .._model.ctbn import AbstractCTBN
 from .._model.interventions import Intervention, is_concrete
+from .._model.layout import rounded_size
 from .observations import (
     Emissions,
     PanelObservations,
@@ -327,15 +328,6 @@ def _take_rows(x, rows, width: int, num_slots: int):
     if x.ndim >= 2 and x.shape[1] == num_slots:  # an observation axis: cut to the bucket's
         x = x[:, :width]
     return x
-
-
-def rounded_size(n: int) -> int:
-    r"""The least of $1, 2, 3, 4, 6, 8, 12, \dots$ ($2^k$ and $3\cdot2^{k-1}$) that is at least
-    `n` (a shape that a compiled program is shared by)."""
-    if n <= 2:
-        return max(int(n), 1)
-    power = 1 << (int(n) - 1).bit_length()  # the least power of two >= n
-    return power * 3 // 4 if power * 3 // 4 >= n else power
 
 
 def bucket_rows(lengths: Any, *, max_buckets: int = MAX_BUCKETS) -> list[np.ndarray]:

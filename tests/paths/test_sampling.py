@@ -74,6 +74,43 @@ def test_statistics_match_brute_force_loop(getkey):
         assert abs(float(stats[cases.index((0, ()))].dwell_times[r].sum()) - 2.0) < 1e-12
 
 
+def test_rounded_shapes_add_empty_rows_and_change_no_statistic(getkey):
+    """`Trajectories.with_rounded_shapes` (what the command line reads paths as): 20 rows to
+    24, the event slots to a power of two; each given row's brute-force statistics unchanged,
+    each added row's zero, and the pooled statistics (the update the CLI makes) equal bit for
+    bit; one batch axis and concrete arrays only."""
+    cards, parents = (2, 3, 2), ((2,), (0,), (1, 0))
+    model = random_model(getkey(), cards, parents)
+    traj = sample(model, [0, 1, 1], 2.0, key=getkey(), num_trajectories=20)
+    rounded = traj.with_rounded_shapes()
+    E = traj.max_events
+    assert rounded.jump_times.shape == (24, 1 << (E - 1).bit_length())
+    assert rounded.states.shape[:2] == rounded.jump_times.shape
+    for r in (0, 7, 19, 20, 23):
+        got = jax.tree_util.tree_map(lambda a: np.asarray(a)[r], rounded)
+        for n in range(3):
+            M, T = _brute_force_node_stats(got, n, parents[n], cards)
+            if r < 20:
+                given = jax.tree_util.tree_map(lambda a: np.asarray(a)[r], traj)
+                M0, T0 = _brute_force_node_stats(given, n, parents[n], cards)
+                np.testing.assert_array_equal(M, M0)
+                np.testing.assert_allclose(T, T0, rtol=0, atol=1e-15)
+            else:
+                assert not M.any() and not T.any()
+    pooled = jax.jit(
+        lambda t: jc.SufficientStatistics.from_trajectories(t, cards, parents).pooled()
+    )
+    for a, b in zip(
+        jax.tree_util.tree_leaves(pooled(traj)), jax.tree_util.tree_leaves(pooled(rounded))
+    ):
+        np.testing.assert_array_equal(a, b)
+    two_axes = jax.tree_util.tree_map(lambda a: a.reshape(4, 5, *a.shape[1:]), traj)
+    with pytest.raises(ValueError, match="with_rounded_shapes: needs one batch axis"):
+        two_axes.with_rounded_shapes()
+    with pytest.raises(ValueError, match="with_rounded_shapes: needs concrete trajectories"):
+        jax.jit(lambda t: t.with_rounded_shapes().num_events)(traj)
+
+
 @pytest.mark.parametrize("with_intervention", [False, True])
 def test_monte_carlo_means_match_exact_expectations(with_intervention, getkey):
     cards, parents = (2, 3, 2), ((2,), (0,), (1, 0))
