@@ -4,9 +4,11 @@ persistent compilation cache (`JAXCTBN_CACHE_DIR`).
 Data: the paper's 4-node network (`jaxctbn.paper_network`, key 0), 30 trajectories of tau = 3
 written by `jaxctbn sample`. Each command runs as a fresh `python -m jaxctbn._cli` process
 (this checkout on PYTHONPATH): cold = first call with a fresh, empty cache directory; warm = the
-second and third call with that directory (mean of the two); no cache = `JAXCTBN_CACHE_DIR=off`
-(mean of `--repeat` calls). Child CPU time (user + sys) is recorded too: on a shared machine it
-varies less than wall time. Also `python -c "import jaxctbn"` against `python -c "import jax"`.
+second and third call with that directory (mean of the two); new data = the first call on a
+second data set of the same design (seed 1), the cache warm from the first (what a user's next
+file meets); no cache = `JAXCTBN_CACHE_DIR=off` (mean of `--repeat` calls). Child CPU time (user + sys) is recorded too: on a shared machine it
+varies less than wall time. Also `python -c "import jaxctbn"` against `python -c "import jax"`,
+and `jaxctbn --help`.
 
 Run: `python benchmarks/cli/bench_cli.py [--repeat 2]`; writes `results/cli.{json,md}`.
 """
@@ -33,6 +35,7 @@ INITIAL = ["--initial-state", "X1=0,X2=0,X3=0,X4=0"]
 
 
 def commands(net, data):
+    """The timed commands on the network `net` and the path file `data`."""
     common = ["--duration", "3", *INITIAL, "--seed", "0"]
     return {
         "learn": ["learn", "--data", data],
@@ -84,10 +87,17 @@ def main():
         json.dump(jc.paper_network(jax.random.key(0)).to_dict(), f)
     sample = ["sample", "--network", net, "--trajectories", "30", "--duration", "3"]
     cli([*sample, "--seed", "0"], data, "off")
+    # a new data set of the same design (another seed): what a user's next file is
+    new_data = os.path.join(work, "new_data.csv")
+    cli([*sample, "--seed", "1"], new_data, "off")
 
     imports = {}
-    for label, code in (("import jax", "import jax"), ("import jaxctbn", "import jaxctbn")):
-        times = [run([sys.executable, "-c", code], "off") for _ in range(3)]
+    for label, argv in (
+        ("import jax", [sys.executable, "-c", "import jax"]),
+        ("import jaxctbn", [sys.executable, "-c", "import jaxctbn"]),
+        ("jaxctbn --help", [sys.executable, "-m", "jaxctbn._cli", "--help"]),
+    ):
+        times = [run(argv, "off") for _ in range(3)]
         imports[label] = {"wall_s": min(t[0] for t in times), "cpu_s": min(t[1] for t in times)}
         print(label, imports[label], flush=True)
 
@@ -97,6 +107,10 @@ def main():
         cache = tempfile.mkdtemp(prefix="cache-", dir=work)  # fresh and empty
         cold = cli(argv, out, cache)
         warm = [cli(argv, out, cache) for _ in range(2)]
+        # the first call on the new data set, the cache warm from the first
+        new = (
+            cli([new_data if a == data else a for a in argv], out, cache) if data in argv else None
+        )
         entries = len(os.listdir(cache))
         off = [cli(argv, out, "off") for _ in range(args.repeat)]
         rec = {
@@ -109,6 +123,8 @@ def main():
             "warm_cpu_s": [w[1] for w in warm],
             "no_cache_cpu_s": [o[1] for o in off],
             "cache_entries": entries,
+            "new_data_s": None if new is None else new[0],
+            "new_data_cpu_s": None if new is None else new[1],
         }
         rec["warm_over_cold"] = mean(rec["warm_s"]) / rec["cold_s"]
         rec["warm_over_cold_cpu"] = mean(rec["warm_cpu_s"]) / rec["cold_cpu_s"]
@@ -117,14 +133,19 @@ def main():
 
     env = environment()
     env["loadavg_1_5_15"] = os.getloadavg()
+
+    def new_data(r, key):
+        return "—" if r[key] is None else f"{r[key]:.2f}"
+
     rows = [
         f"| `{r['command']}` | {r['cold_s']:.2f} | {mean(r['warm_s']):.2f} | "
-        f"{r['warm_over_cold']:.0%} | {mean(r['no_cache_s']):.2f} |"
+        f"{new_data(r, 'new_data_s')} | {r['warm_over_cold']:.0%} | {mean(r['no_cache_s']):.2f} |"
         for r in records
     ]
     cpu_rows = [
         f"| `{r['command']}` | {r['cold_cpu_s']:.2f} | {mean(r['warm_cpu_s']):.2f} | "
-        f"{r['warm_over_cold_cpu']:.0%} | {mean(r['no_cache_cpu_s']):.2f} |"
+        f"{new_data(r, 'new_data_cpu_s')} | {r['warm_over_cold_cpu']:.0%} | "
+        f"{mean(r['no_cache_cpu_s']):.2f} |"
         for r in records
     ]
     table = [
@@ -133,17 +154,18 @@ def main():
         f"Machine: {env['device']}, {env['cpu_count']} cores (shared; load average "
         f"{env['loadavg_1_5_15'][0]:.1f} at the end), jax {env['jax']}. Data: paper 4-node "
         "network, 30 trajectories, tau = 3. Cold: first call with an empty cache directory; "
-        "warm: mean of the 2nd and 3rd call; no cache: `JAXCTBN_CACHE_DIR=off`, "
+        "warm: mean of the 2nd and 3rd call; new data: the first call on another data set "
+        "of the same design (another seed), the cache warm from the first; no cache: `JAXCTBN_CACHE_DIR=off`, "
         f"mean of {args.repeat} calls.",
         "",
-        "| command | cold s | warm s | warm/cold | no-cache s |",
-        "|---|---|---|---|---|",
+        "| command | cold s | warm s | new data, warm s | warm/cold | no-cache s |",
+        "|---|---|---|---|---|---|",
         *rows,
         "",
         "Child CPU time (user + sys), the same runs:",
         "",
-        "| command | cold CPU s | warm CPU s | warm/cold | no-cache CPU s |",
-        "|---|---|---|---|---|",
+        "| command | cold CPU s | warm CPU s | new data, warm CPU s | warm/cold | no-cache CPU s |",
+        "|---|---|---|---|---|---|",
         *cpu_rows,
         "",
         "| import | wall s | CPU s |",
