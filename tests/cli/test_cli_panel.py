@@ -33,14 +33,16 @@ START = jnp.array([0, 0], jnp.int32)
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    """A panel CSV (30 subjects x 6 visits, some cells missing), the paths CSV it was observed
-    from, and the true network as JSON."""
+    """A panel CSV (24 subjects x 8 visits, some cells missing), the paths CSV it was observed
+    from, and the true network as JSON. 24 x 8 is a shape `PanelBuckets.with_rounded_shapes`
+    leaves as it is: `fit` (which rounds) and `design`/`learn` (which do not) then read one
+    shape, and their sampled rate posteriors share one compiled program."""
     root = tmp_path_factory.mktemp("panel")
     k1, k2 = jax.random.split(jax.random.key(3))
-    R = 30
+    R = 24
     starts = jax.random.bernoulli(k1, 0.5, (R, 2)).astype(jnp.int32)
     paths = sample_trajectories_jit(TRUTH, starts, 5.0, key=k2, num_trajectories=R, max_events=64)
-    grid = np.linspace(0.0, 5.0, 6)
+    grid = np.arange(8) * 0.625  # (gaps all exactly 0.625)
     rng = np.random.default_rng(0)
     rows = []
     for t in grid:
@@ -239,7 +241,7 @@ def test_learn_panel_adds_log_likelihood_and_em(files, tmp_path, capsys):
     d = json.loads(out.read_text())
     assert {"nodes", "map_graph", "entropy", "rates", "log_likelihood", "em"} <= set(d)
     assert set(d["em"]) == {"iterations", "converged"} and d["em"]["iterations"] >= 1
-    assert np.isfinite(d["log_likelihood"]) and d["trajectories"] == 30
+    assert np.isfinite(d["log_likelihood"]) and d["trajectories"] == 24
     assert d["inference"] == "exact" and "sampling" not in d
     # by default the graph summary is the sampled structure posterior's (exact in the limit),
     # with its chains' diagnostics; --panel-posterior moment reports structural EM's
@@ -394,7 +396,9 @@ def _design_base(tmp_path):
 
 def test_design_with_panel_outcomes_writes_the_contract(tmp_path):
     """`design --outcome panel` (issue 36's contract): the outcome block, the library's numbers
-    with the same key, and with --visits each candidate's times and equally spaced score."""
+    with the same key, and with --visits each candidate's times and equally spaced score. (The
+    outcome block of a design without --outcome, `{"type": "path"}`: in
+    test_design_from_a_panel_history.)"""
     base = _design_base(tmp_path)
     out = tmp_path / "rank.json"
     times = ["--outcome", "panel", "--observation-times", "1,3"]
@@ -425,9 +429,7 @@ def test_design_with_panel_outcomes_writes_the_contract(tmp_path):
         assert entry["score"] >= entry["score_equally_spaced"]
     best = [e for e in res["scores"] if e["intervention"] == res["best"]][0]
     assert res["outcome"]["observation_times"] == best["observation_times"]
-    plain = tmp_path / "path.json"
-    assert main([*base, "--out", str(plain)]) == 0
-    assert json.loads(plain.read_text())["outcome"] == {"type": "path"}
+    # (without --outcome: {"type": "path"}, checked in test_design_from_a_panel_history)
 
 
 @pytest.mark.parametrize(
@@ -595,21 +597,25 @@ def test_design_from_a_panel_history(files, tmp_path, capsys):
     base += ["--initial-state", "A=0,B=0", "--duration", "3", "--samples", "3", "--seed", "0"]
     observations, _ = jc.panel.PanelBuckets.read_csv(panel, TRUTH)
     space = jc.intervention_space(TRUTH.cardinalities)
-    # by default the history's sampled posterior (short chains here), the library's mixture
-    # with the same seed; --panel-posterior moment the moment-matched Gamma; each said in
-    # the output
-    sampled = ["--draws", "20", "--chains", "2"]
+    # by default the history's sampled posterior, the library's mixture with the same seed,
+    # scored for complete paths (the default outcome); short chains here, the settings of
+    # `fit --posterior --draws 6 --chains 2` on the same shape (one compiled sampler for both
+    # tests). --panel-posterior moment: the moment-matched Gamma, scored for visits at 1 and 3
+    # (a ranking of the types and shapes of test_design_with_panel_outcomes_writes_the_contract:
+    # one compiled ranking for both). Each said in the output.
     out = tmp_path / "p.json"
     mixture = jc.panel.panel_rate_posterior(
         jc.GammaMixturePosterior.from_gamma(
             jc.RatePosterior.for_model(TRUTH), free=[q != 0 for q in TRUTH.cims]
         ),
         observations,
-        family=jc.panel.SampledGammaMixture(num_draws=20, num_chains=2),
+        family=jc.panel.SampledGammaMixture(num_draws=6, num_chains=2),
         key=jax.random.key(0),
     )
-    for posterior, method, extra in [
-        (mixture, "sampled-gamma-mixture", sampled),
+    visits = ["--outcome", "panel", "--observation-times", "1,3"]
+    for posterior, method, extra, outcome in [
+        # (the outcome as the command line passes it: one trace)
+        (mixture, "sampled-gamma-mixture", ["--draws", "6", "--chains", "2"], jc.CompletePath()),
         (
             jc.panel.panel_rate_posterior(
                 jc.RatePosterior.for_model(TRUTH),
@@ -617,7 +623,8 @@ def test_design_from_a_panel_history(files, tmp_path, capsys):
                 family=jc.panel.MomentMatchedGamma(),
             ),
             "moment-matched-gamma",
-            ["--panel-posterior", "moment"],
+            ["--panel-posterior", "moment", *visits],
+            jc.PanelOutcome(jnp.array([1.0, 3.0])),
         ),
     ]:
         argv = [*base, "--target", "parameters", "--criterion", "bhc", *extra, "--out", str(out)]
@@ -630,12 +637,19 @@ def test_design_from_a_panel_history(files, tmp_path, capsys):
             criterion=jc.BHC(),
             key=jax.random.key(0),
             num_samples=3,
-            outcome=jc.CompletePath(),  # (the default) as the command line passes it: one trace
+            outcome=outcome,
         )
         written = json.loads(out.read_text())
         got = [r["score"] for r in written["scores"]]
         np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-12)
         assert written["history_posterior"]["method"] == method
+        if isinstance(outcome, jc.CompletePath):  # without --outcome
+            assert written["outcome"] == {"type": "path"}
+        else:
+            assert written["outcome"] == {"type": "panel", "observation_times": [1.0, 3.0]}
+    # the structure's sampled history: `learn --sweeps 20 --chains 2`'s sampler (in
+    # test_learn_panel_adds_log_likelihood_and_em)
+    sampled = ["--draws", "20", "--chains", "2"]
     out = tmp_path / "s.json"
     structure = [*base, "--target", "structure", "--criterion", "bhc", "--out", str(out)]
     history = jc.panel.panel_structure_posterior(
@@ -648,7 +662,7 @@ def test_design_from_a_panel_history(files, tmp_path, capsys):
     for extra, posterior, outcome, method in [
         (sampled, history.moment_matched(), jc.CompletePath(), "sampled-structure"),
         (
-            [*sampled, "--outcome", "panel", "--observation-times", "1,3"],
+            [*sampled, *visits],
             history,
             times,
             "sampled-structure",

@@ -16,6 +16,7 @@ from jaxctbn._cli import main
 from jaxctbn._experiments.pool import pool_design_from_name, run_pool_repetitions
 from jaxctbn._experiments.pool_subjects import pool_membership
 from jaxctbn._learning.candidates import candidate_parent_sets
+from jaxctbn._panel.csv import panel_from_dataframe
 from jaxctbn._panel.panel_families import panel_family_statistics
 from jaxctbn._paths.csv import infer_cardinalities
 
@@ -63,10 +64,13 @@ def panel():
 
 @pytest.fixture(scope="module")
 def prepared(panel):
-    _, obs, ids = panel
-    return jaxctbn.experiments.prepare_pool(
-        obs, NAMES, (2, 2, 2), root="R", subject_ids=ids, max_iterations=3
+    """The pool as `jaxctbn run pool` prepares it (the panel in buckets, the default settings),
+    so that test_cli_run_pool reuses its compiled programs."""
+    df = panel[0]
+    buckets, ids = panel_from_dataframe(
+        df.replace("", np.nan), dict.fromkeys(NAMES, 2), bucketed=True
     )
+    return jaxctbn.experiments.prepare_pool(buckets, NAMES, (2, 2, 2), root="R", subject_ids=ids)
 
 
 def test_membership_hand_made():
@@ -195,37 +199,40 @@ def test_same_key_same_result(prepared):
     assert not np.array_equal(a.subject, c.subject)
 
 
+def _pool_repetition_keys(num):
+    """The keys of repetitions 0..num-1 of `jaxctbn run pool --seed 4` (test_cli_run_pool)."""
+    return jax.vmap(lambda r: jax.random.fold_in(jax.random.key(4), r))(jnp.arange(num))
+
+
 def test_particle_filter_pool_equals_a_replay(prepared):
     """The structure particle filter over each drawn subject's own panel
     (under do(root=r) when drawn from a sub-pool): replayed subject by subject with
     `panel_structure_posterior` and the keys the loop folds, the same particles and weights;
-    a subject drawn from a sub-pool adds nothing to the root's own statistics."""
+    a subject drawn from a sub-pool adds nothing to the root's own statistics. (One repetition
+    of every subject, as `jaxctbn run pool --chunk 1` runs the random design in
+    test_cli_run_pool: the same compiled program.)"""
     pool, _ = prepared
     family = jaxctbn.panel.StructureParticleFilter(num_particles=8)
     design = pool_design_from_name("random")
-    key = jax.random.key(3)
-    K = 6
-
-    @eqx.filter_jit
-    def run(pool, key):
-        return jaxctbn.experiments.run_pool(
-            pool, design, key, num_experiments=K, panel_posterior=family
-        )
-
-    res = run(pool, key)
+    K = pool.num_subjects
+    keys = _pool_repetition_keys(1)
+    batch = run_pool_repetitions(pool, design, keys, num_experiments=K, panel_posterior=family)
+    res = jax.tree_util.tree_map(lambda x: x[0], batch)
     posterior = family.initial(pool.prior_posterior)
     update = eqx.filter_jit(
         lambda p, o, k: jaxctbn.panel.panel_structure_posterior(p, o, family=family, key=k)
     )
-    for step, k in enumerate(jax.random.split(key, K)):
+    summary = eqx.filter_jit(lambda p: (p.edge_marginals(), p.entropy()))
+    for step, k in enumerate(jax.random.split(keys[0], K)):
         subject, option = int(res.subject[step]), int(res.option[step])
         observations = pool.subject_observations(jnp.asarray(subject), jnp.asarray(option))
         assert bool(observations.intervention.targets[0, 0]) == (option > 0)
         posterior = update(posterior, observations, jax.random.fold_in(k, 0x7570))
-        edges = posterior.edge_marginals()
+        edges, entropy = summary(posterior)
         np.testing.assert_allclose(res.auroc[step + 1], edge_auroc(edges, pool.reference))
-        np.testing.assert_allclose(res.entropy[step + 1], posterior.entropy(), rtol=1e-9)
-    final = posterior.moment_matched()
+        np.testing.assert_allclose(res.entropy[step + 1], entropy, rtol=1e-9)
+    assert np.any(np.asarray(res.option) > 0)  # some subjects drawn from a sub-pool
+    final = eqx.filter_jit(lambda p: p.moment_matched())(posterior)
     for a, b in zip(
         jax.tree_util.tree_leaves(res.statistics), jax.tree_util.tree_leaves(final.statistics)
     ):
@@ -240,7 +247,7 @@ def test_particle_filter_pool_equals_a_replay(prepared):
     np.testing.assert_allclose(totals, expected, rtol=1e-9)
     with pytest.raises(ValueError, match="panel_posterior: expected StructureParticleFilter"):
         jaxctbn.experiments.run_pool(
-            pool, design, key, num_experiments=K, panel_posterior=jaxctbn.panel.StructuralEM()
+            pool, design, keys[0], num_experiments=K, panel_posterior=jaxctbn.panel.StructuralEM()
         )
 
 
@@ -264,7 +271,8 @@ def test_filter_bound_carries_across_chunks_and_resumes(prepared, tmp_path, monk
     monkeypatch.setattr(pool_module, "with_candidate_growth", doubling)
     family = jaxctbn.panel.StructureParticleFilter(num_particles=8, max_candidates=1)
     out = tmp_path / "run"
-    settings = dict(designs=["passive"], repetitions=3, experiments=2, chunk=1, out=str(out))
+    # every subject, as test_cli_run_pool's passive design runs (the same compiled program)
+    settings = dict(designs=["passive"], repetitions=3, experiments=24, chunk=1, out=str(out))
     first = pool_module.run_pool_experiment(
         pool, fit, **settings, progress=False, panel_posterior=family
     )
@@ -309,8 +317,9 @@ def test_bad_root(panel):
 def test_cli_run_pool(tmp_path, capsys):
     """`jaxctbn run pool` on the panel of the tests above: the documented files and columns,
     every subject drawn once per repetition (24 experiments: the loops of the passive and
-    random designs are those of `test_designs_draw_from_their_pools_without_repeats`; the VBHC
-    and its negative share one), each from its option's pool; a rerun loads the chunks."""
+    random designs are those of `test_filter_bound_carries_across_chunks_and_resumes` and
+    `test_particle_filter_pool_equals_a_replay`; the VBHC and its negative share one), each
+    from its option's pool; a rerun loads the chunks."""
     data = tmp_path / "panel.csv"
     df = _simulate()
     df.to_csv(data, index=False)
@@ -319,13 +328,17 @@ def test_cli_run_pool(tmp_path, capsys):
     argv += ["--designs", "passive,random,vbhc,negative-vbhc", "--repetitions", "2"]
     argv += ["--experiments", "24", "--samples", "2", "--seed", "4", "--out", str(out)]
     argv += ["--particles", "8"]  # the particle filter: run pool's default
+    # one repetition per compiled batch: the passive and random designs' programs are those of
+    # test_filter_bound_carries_across_chunks_and_resumes and
+    # test_particle_filter_pool_equals_a_replay
+    argv += ["--chunk", "1"]
     code = main([*argv, "--no-progress"])
     assert code == 0, capsys.readouterr().err
     for name in ("config.json", "truth.json", "metrics.csv", "results.json", "summary.md"):
         assert (out / name).exists(), name
     assert json.loads((out / "results.json").read_text())["input_format"] == {"data": "jaxctbn"}
     assert (out / "figure.png").exists() and (out / "interventions.png").exists()
-    assert (out / "chunks" / "negative-vbhc" / "0-1.npz").exists()
+    assert (out / "chunks" / "negative-vbhc" / "1-1.npz").exists()
     metrics = pd.read_csv(out / "metrics.csv")
     assert set(metrics.design) == {"passive", "random", "vbhc", "negative-vbhc"}
     assert {"entropy", "auroc", "aupr", "subject", "intervention"} <= set(metrics.columns)

@@ -200,16 +200,22 @@ def _mse(posterior, truth):
 def test_loop_with_panel_outcomes_equals_a_replay():
     # the compiled loop observes each experiment at 0, 1 and 3 and updates by the panel
     # posterior; replayed from its recorded choices, with the panels read off the paths in
-    # numpy, the same posterior results
+    # numpy, the same posterior results. The moment-matched loop designs with a design that
+    # says it assumes complete paths (it runs in the panel loop and scores as the complete-path
+    # criterion does); the particle filter's loop with the panel BHC
     from helpers import network_dict, replay_experiments
 
     truth = jc.CTBN.from_dict(network_dict())
     outcome = jc.PanelOutcome(jnp.array([1.0, 3.0]))
     task = jc.ParameterLearningTask(truth, outcome=outcome, panel_iterations=4)
     design = jc.CriterionDesign(jc.BHC(), num_samples=3, outcome=outcome)
+    path_design = design_from_name("bhc-path", num_samples=3, outcome=outcome)
+    assert path_design == jc.CriterionDesign(
+        jc.BHC(), num_samples=3, outcome=outcome, assume_complete_path=True
+    )
     key = jax.random.key(0)
     result = jax.jit(
-        lambda k: jc.run_active_learning(task, design, key=k, num_experiments=2, max_events=64)
+        lambda k: jc.run_active_learning(task, path_design, key=k, num_experiments=2, max_events=64)
     )(key)
     paths = replay_experiments(truth, result, 3.0, key)
     np.testing.assert_array_equal(paths.num_events, result.num_events)
@@ -221,8 +227,18 @@ def test_loop_with_panel_outcomes_equals_a_replay():
     for a, b in zip(result.posterior.alpha, posterior.alpha):
         np.testing.assert_allclose(a, b, rtol=1e-10)
     np.testing.assert_allclose(result.metrics["mse"][-1], _mse(posterior, truth), rtol=1e-10)
-    # the default family, the particle filter, in the loop: the same replay, each update
-    # with the key the loop folds from the experiment's path key
+    # the path-assuming design scores as the complete-path criterion does (one program)
+    space = jc.intervention_space(truth.cardinalities)
+    init = jnp.array([0, 0])
+    by_path, by_criterion = eqx.filter_jit(
+        lambda posterior: (
+            path_design.scores(posterior, space, init, 3.0, key),
+            jc.CriterionDesign(jc.BHC(), num_samples=3).scores(posterior, space, init, 3.0, key),
+        )
+    )(task.initial_posterior())
+    np.testing.assert_array_equal(by_path, by_criterion)
+    # the default family, the particle filter, in the loop with the panel BHC: the same
+    # replay, each update with the key the loop folds from the experiment's path key
     filtered = jc.ParameterLearningTask(
         truth, outcome=outcome, panel_posterior=jc.panel.ParticleFilter(num_particles=16)
     )
@@ -248,22 +264,6 @@ def test_loop_with_panel_outcomes_equals_a_replay():
         jc.run_active_learning(
             jc.ParameterLearningTask(truth), design, key=key, num_experiments=1, max_events=64
         )
-    # a design that says it assumes complete paths runs in the panel loop and scores as the
-    # complete-path criterion does
-    path_design = design_from_name("bhc-path", num_samples=3, outcome=outcome)
-    assert path_design == jc.CriterionDesign(
-        jc.BHC(), num_samples=3, outcome=outcome, assume_complete_path=True
-    )
-    posterior = task.initial_posterior()
-    space = jc.intervention_space(truth.cardinalities)
-    init = jnp.array([0, 0])
-    np.testing.assert_array_equal(
-        path_design.scores(posterior, space, init, 3.0, key),
-        jc.CriterionDesign(jc.BHC(), num_samples=3).scores(posterior, space, init, 3.0, key),
-    )
-    jax.jit(  # (one program, as above; eagerly: the scan's program and op-by-op ones around it)
-        lambda k: jc.run_active_learning(task, path_design, key=k, num_experiments=1, max_events=64)
-    )(key)
 
 
 @pytest.mark.slow

@@ -16,6 +16,9 @@ from helpers import sample_trajectories_jit, state_at
 
 import jaxctbn as jc
 from jaxctbn._learning.chain_diagnostics import effective_sample_size, split_r_hat
+from jaxctbn._panel.gap_groups import gap_groups
+from jaxctbn._panel.rate_posterior import _posterior
+from jaxctbn._panel.rate_sampling import sampled_statistics
 
 jax.config.update("jax_enable_x64", True)
 
@@ -105,14 +108,69 @@ def test_sampled_posterior_matches_the_exact_posterior(sparse_panel):
     )
     assert np.all(moment_sds < 0.5 * sds)
 
-    # no visit after the first: the components are the prior itself (no gaps to group: a
-    # program of its own, ~15 s of compilation)
+    # no visit after the first: the components are the prior itself. Such a panel has no gaps
+    # to group (the verb then takes the per-interval route, a program of its own: ~20 s of
+    # compilation and 5 s of sampling); here it runs in the program above, with the intervals
+    # grouped as above, where a trajectory's intervals past its last visit carry no weight
+    # (the per-interval route's path draws against the grouped ones:
+    # test_intervals_grouped_by_length_give_the_per_interval_path_draws)
+    unseen = jc.panel.PanelObservations(
+        np.broadcast_to(grid, (R, len(grid))), states, num_observations=np.ones(R, np.int32)
+    )
+    assert gap_groups(unseen) is None
+    nothing = _posterior(FAMILY, prior, unseen, None, jax.random.key(2), gap_groups(observations))
+    np.testing.assert_allclose(np.asarray(nothing.alpha[0]), 2.0 * np.ones((400, 1, 2, 2)))
+    np.testing.assert_allclose(np.asarray(nothing.beta[0]), np.ones((400, 1, 2)))
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:panel rate posterior")
+def test_a_panel_without_gaps_through_the_verb_is_the_prior(sparse_panel):
+    """The verb on a panel with no visit after the first (its per-interval route, a program of
+    its own): every component is the prior. Its faster siblings: the same panel through the
+    grouped route in test_sampled_posterior_matches_the_exact_posterior, and the per-interval
+    route's path draws in test_intervals_grouped_by_length_give_the_per_interval_path_draws."""
+    grid, states = sparse_panel
+    R = states.shape[0]
+    prior = jc.RatePosterior.for_model(TRUTH, prior=PRIOR)
     unseen = jc.panel.PanelObservations(
         np.broadcast_to(grid, (R, len(grid))), states, num_observations=np.ones(R, int)
     )
     nothing = jc.panel.panel_rate_posterior(prior, unseen, family=FAMILY, key=jax.random.key(2))
     np.testing.assert_allclose(np.asarray(nothing.alpha[0]), 2.0 * np.ones((400, 1, 2, 2)))
     np.testing.assert_allclose(np.asarray(nothing.beta[0]), np.ones((400, 1, 2)))
+
+
+def test_intervals_grouped_by_length_give_the_per_interval_path_draws(sparse_panel):
+    """The sampled family's two routes to a draw of the hidden paths given the rates: called
+    eagerly on a concrete panel without interventions, the intervals grouped by length (one
+    transition matrix per distinct gap); under `jit` or with interventions, each interval's
+    own (test_sampled_posterior_matches_the_exact_posterior checks the grouped route against the
+    exact posterior). The same keys give the same paths, statistics and log-likelihoods. (The
+    grouped log-likelihood of the chains' target: test_panel_fit's
+    test_intervals_grouped_by_length_give_the_per_trajectory_statistics.)"""
+    grid, states = sparse_panel
+    R = states.shape[0]
+    times = np.broadcast_to(grid, (R, len(grid))).copy()
+    times[::2, 2:] += 0.3  # two gap lengths: 1 and 1.3
+    observations = jc.panel.PanelObservations(times, states)
+    groups = gap_groups(observations)
+    assert groups is not None and groups.gaps.shape[0] == 2
+    model = jc.CTBN(cims=[jnp.array([[[-0.6, 0.6], [1.9, -1.9]]])], parents=((),), names=("A",))
+
+    @eqx.filter_jit  # one program for both routes
+    def both(model, observations, groups, key):
+        solver = jc.MatrixExponential()
+        return (
+            sampled_statistics(model, observations, None, key, solver, 64, groups),
+            sampled_statistics(model, observations, None, key, solver, 64, None),
+        )
+
+    grouped, per_interval = both(model, observations, groups, jax.random.key(3))
+    np.testing.assert_allclose(grouped.dwell_times, per_interval.dwell_times, rtol=1e-12)
+    np.testing.assert_array_equal(grouped.transitions, per_interval.transitions)
+    np.testing.assert_allclose(grouped.log_likelihood, per_interval.log_likelihood, rtol=1e-12)
+    assert np.asarray(per_interval.transitions).sum() > 0  # paths that move
 
 
 def test_mixture_moments_quantiles_and_update():
@@ -334,14 +392,14 @@ def test_parameter_criteria_under_a_mixture_against_independent_routes():
 
     @jax.jit  # one program for the routes below (eagerly: one per operation, ~300 in all)
     def routes(gamma, mixture):
-        stats = design_statistics(gamma, posterior_draws(gamma, jax.random.key(0), 50), init, tau)
+        draws = posterior_draws(mixture, jax.random.key(1), N)
+        stats = design_statistics(mixture, draws, init, tau)
+        # (the one-component identities hold for any statistics: the mixture's, computed once)
         one = jc.GammaMixturePosterior.from_gamma(gamma)
         one_component = (
             (parameter_bhc(one, stats), parameter_bhc(gamma, stats)),
             (parameter_vbhc_minimum(one, stats), parameter_vbhc_minimum(gamma, stats)),
         )
-        draws = posterior_draws(mixture, jax.random.key(1), N)
-        stats = design_statistics(mixture, draws, init, tau)
         others = posterior_draws(mixture, jax.random.key(2), N)
         kls = jax.vmap(lambda m, o: kl_divergence(m, o, init, tau))(draws, others)
 

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
-from helpers import brute_force_panel_kl
+from helpers import brute_force_panel_kl, sample_trajectories_jit
 
 import jaxctbn as jc
 from jaxctbn._criteria.panel_structure import panel_structure_divergences, panel_structure_draws
@@ -46,7 +46,7 @@ def _posterior() -> jc.StructurePosterior:
         names=NAMES,
     )
     do_a0 = jc.Intervention.perfect(truth, {"A": 0})
-    paths = jc.sample_trajectories(
+    paths = sample_trajectories_jit(  # (one program; eagerly: one per operation)
         truth, START, 5.0, key=jr.key(0), num_trajectories=4, intervention=do_a0
     )
     prior = eqx.filter_jit(jc.StructurePosterior.from_prior)(
@@ -262,13 +262,16 @@ def test_panel_structure_posteriors_against_the_exact_graph_posterior():
         parents=((), (0,)),
         names=NAMES,
     )
-    paths = jc.sample_trajectories(truth, START, 2.0, key=jr.key(5), num_trajectories=3)
+    paths = sample_trajectories_jit(truth, START, 2.0, key=jr.key(5), num_trajectories=3)
     grid = jnp.concatenate([jnp.zeros(1), TIMES])
     observations = jc.panel.PanelObservations.from_paths(paths, grid)
-    em = jax.jit(
-        lambda p, o: jc.panel.panel_structure_posterior(p, o, family=jc.panel.StructuralEM())
-    )(post, observations)
-    got = np.asarray(em.edge_marginals())
+    got = np.asarray(
+        jax.jit(  # (one program with the marginals; eagerly: one per operation)
+            lambda p, o: jc.panel.panel_structure_posterior(
+                p, o, family=jc.panel.StructuralEM()
+            ).edge_marginals()
+        )(post, observations)
+    )
     family = jc.panel.SampledStructure(num_sweeps=300, burn_in=50, min_ess=50.0)
     mixture = jc.panel.panel_structure_posterior(post, observations, family=family, key=jr.key(0))
 
@@ -333,7 +336,8 @@ def test_panel_structure_posteriors_against_the_exact_graph_posterior():
     for r, k in enumerate(jr.split(jr.key(0), 3)):
         particles = update(particles, _unbatch(observations, slice(r, r + 1)), k)
     assert isinstance(particles, jc.StructureMixturePosterior)
-    np.testing.assert_allclose(np.asarray(particles.edge_marginals()), edges, atol=0.05)
+    filtered = eqx.filter_jit(lambda p: p.edge_marginals())(particles)  # (one program)
+    np.testing.assert_allclose(np.asarray(filtered), edges, atol=0.05)
 
 
 @functools.cache
@@ -352,7 +356,7 @@ def _mixture():
     )
     # the same shapes as `_posterior`'s draw (one compiled sampler): four free trajectories
     free = jc.Intervention.perfect(truth, {})
-    paths = jc.sample_trajectories(
+    paths = sample_trajectories_jit(
         truth, START, 5.0, key=jr.key(7), num_trajectories=4, intervention=free
     )
     second = _update(first, _family_statistics(paths, CARDS, first.parent_sets))
