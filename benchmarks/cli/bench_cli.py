@@ -93,8 +93,8 @@ def main():
 
     imports = {}
     for label, argv in (
-        ("import jax", [sys.executable, "-c", "import jax"]),
-        ("import jaxctbn", [sys.executable, "-c", "import jaxctbn"]),
+        ('python -c "import jax"', [sys.executable, "-c", "import jax"]),
+        ('python -c "import jaxctbn"', [sys.executable, "-c", "import jaxctbn"]),
         ("jaxctbn --help", [sys.executable, "-m", "jaxctbn._cli", "--help"]),
     ):
         times = [run(argv, "off") for _ in range(3)]
@@ -170,10 +170,7 @@ def main():
         "",
         "| import | wall s | CPU s |",
         "|---|---|---|",
-        *(
-            f'| `python -c "{k}"` | {v["wall_s"]:.2f} | {v["cpu_s"]:.2f} |'
-            for k, v in imports.items()
-        ),
+        *(f"| `{k}` | {v['wall_s']:.2f} | {v['cpu_s']:.2f} |" for k, v in imports.items()),
     ]
     write_results(args.name, {"environment": env, "imports": imports, "records": records}, table)
 
