@@ -113,11 +113,11 @@ def _design(args):
 
         observations, _ = panel_from_dataframe(df, model, bucketed=True)
         if sampled:
+            from .._model.frames import free_rate_masks
             from .rate_posterior import sampled_rate_posterior
-            from .rate_tables import free_rates as _free_rates
 
             posterior, history = sampled_rate_posterior(
-                args, posterior, observations, args.seed, free=_free_rates(model)
+                args, posterior, observations, args.seed, free=free_rate_masks(model)
             )
             d = history["diagnostics"]
             if not d["converged"]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from .._files import write_json
+from .._model.frames import free_rate_masks
 from .arguments import _assignment
 from .covariates import covariate_columns, covariates_of, nodes_only, with_periods
 from .inputs import data_digest
@@ -187,10 +188,7 @@ def _cmd_fit(args):
         log_rate_se = uncertainty.log_rate_standard_errors
         definite = bool(uncertainty.positive_definite)
         if covariates is not None:
-            free_rates = sum(
-                int(np.sum((np.asarray(q) != 0) & ~np.eye(q.shape[-1], dtype=bool)))
-                for q in model.cims
-            )
+            free_rates = sum(int(f.sum()) for f in free_rate_masks(model))
             num_effects = int(fit.num_parameters) - free_rates  # (shared effects once)
             out["covariates"]["means"] = [float(v) for v in np.asarray(fit.covariate_means)]
             assert fit.effects_at_bound is not None
@@ -230,12 +228,7 @@ def _cmd_fit(args):
     out["rates"] = rate_table(fitted, log_rate_se)
     # AIC counts every free rate (those at a bound too), and a learned strength
     num_parameters = (
-        sum(
-            int(np.sum((np.asarray(q) != 0) & ~np.eye(q.shape[-1], dtype=bool)))
-            for q in fitted.cims
-        )
-        + int("strength" in out)
-        + num_effects
+        sum(int(f.sum()) for f in free_rate_masks(fitted)) + int("strength" in out) + num_effects
     )
     out["minus2loglik"] = -2 * out["log_likelihood"]
     out["num_parameters"] = num_parameters

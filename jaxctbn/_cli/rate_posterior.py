@@ -3,7 +3,8 @@ from panel data or conjugate from complete paths, its JSON summary and the draws
 
 from __future__ import annotations
 
-from .rate_tables import free_rates, parent_states
+from .._model.frames import free_rate_masks
+from .rate_tables import parent_states
 
 
 def check_posterior_arguments(args, prior_name: str) -> None:
@@ -125,7 +126,7 @@ def panel_posterior(args, model, observations, prior):
         RatePosterior.for_model(model, prior=prior),
         observations,
         seed,
-        free=free_rates(model),
+        free=free_rate_masks(model),
     )
     d = mixture.diagnostics
     assert d is not None
@@ -145,7 +146,7 @@ def path_posterior(model, df, alpha, beta) -> dict:
     traj, _ = trajectories_from_dataframe(df, model)
     stats = SufficientStatistics.from_trajectories(traj, model.cardinalities, model.parents)
     posterior = RatePosterior.for_model(model, prior=GammaPrior(alpha, beta)).update_with(stats)
-    mixture = GammaMixturePosterior.from_gamma(posterior, free=free_rates(model))
+    mixture = GammaMixturePosterior.from_gamma(posterior, free=free_rate_masks(model))
     return {
         "method": "conjugate",
         "description": "complete paths: Gam(alpha + M, beta + T) per rate, exact",
@@ -164,12 +165,12 @@ def write_draws(path, model, draws) -> None:
     from .._model.frames import named_rate_draws, rate_draws_inference_data
 
     if str(path).endswith(".nc"):
-        data = rate_draws_inference_data(model, free_rates(model), draws, "--draws-out .nc")
+        data = rate_draws_inference_data(model, free_rate_masks(model), draws, "--draws-out .nc")
         data.to_netcdf(str(path))
         return
     import pandas as pd
 
-    values = named_rate_draws(model, free_rates(model), draws)
+    values = named_rate_draws(model, free_rate_masks(model), draws)
     chains, num = next(iter(values.values())).shape
     frame = pd.DataFrame(
         {

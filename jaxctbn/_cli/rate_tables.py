@@ -88,10 +88,3 @@ def effect_table(model, covariates, uncertainty) -> list[dict]:
         }
         for e in covariate_effects(model, covariates, uncertainty)
     ]
-
-
-def free_rates(model):
-    """The network's free rates: its nonzero off-diagonal entries (zeros stay zero)."""
-    import numpy as np
-
-    return [(np.asarray(q) != 0) & ~np.eye(q.shape[-1], dtype=bool) for q in model.cims]

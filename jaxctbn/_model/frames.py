@@ -40,6 +40,14 @@ def assignment_label(assignment: Mapping[str, Any], separator: str = ",") -> str
     return separator.join(f"{name}={int(state)}" for name, state in assignment.items())
 
 
+def free_rate_masks(model: Any) -> list[Any]:
+    """Per node, the free rates of `model`'s CIMs as numpy booleans `(configs, k, k)`: the
+    nonzero off-diagonal entries (structural zeros and the diagonal false). Host-side."""
+    import numpy as np
+
+    return [(np.asarray(q) != 0) & ~np.eye(np.shape(q)[-1], dtype=bool) for q in model.cims]
+
+
 def free_rates(model: Any, free: Sequence[Any]) -> list[tuple[int, int, int, int, dict]]:
     """`(node, configuration, from, to, parent states)` of every rate that `free[n]` (booleans
     `(configs, k, k)`, or `(k, k)` for every configuration, per node) marks, node by node, each in `(configuration, from, to)`

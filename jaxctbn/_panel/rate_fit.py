@@ -14,7 +14,13 @@ from .._learning.frames import interval_columns
 from .._learning.priors import GammaPrior
 from .._master_equation import AbstractMasterEquationSolver
 from .._model.ctbn import CTBN
-from .._model.frames import assignment_label, free_rates, optional_import, parent_states
+from .._model.frames import (
+    assignment_label,
+    free_rate_masks,
+    free_rates,
+    optional_import,
+    parent_states,
+)
 from .buckets import PanelBuckets
 from .comparison import LikelihoodRatioTest, likelihood_ratio_test
 from .covariates import Covariates
@@ -208,7 +214,7 @@ class RateFit(eqx.Module):
 
         pd = optional_import("pandas", "RateFit.to_frame")
         cims = [np.asarray(q) for q in self.model.cims]
-        free = [(q != 0) & ~np.eye(q.shape[-1], dtype=bool) for q in cims]
+        free = free_rate_masks(self.model)
         if uncertainty is not None:
             shapes = [np.shape(r) for r in uncertainty.rates]
             if shapes != [q.shape for q in cims]:
@@ -315,10 +321,7 @@ def covariate_effects(model, covariates: Covariates, uncertainty: RateUncertaint
     `covariate_effects`."""
     import numpy as np
 
-    free = tuple(
-        jnp.asarray((np.asarray(q) != 0) & ~np.eye(q.shape[-1], dtype=bool)) for q in model.cims
-    )
-    masks = covariates.masks(free)
+    masks = covariates.masks(tuple(jnp.asarray(f) for f in free_rate_masks(model)))
     tables = (
         uncertainty.effects,
         uncertainty.effect_standard_errors,
