@@ -78,6 +78,17 @@ def _max_mapped_regions() -> int:
         return 65530
 
 
+def pytest_collection_finish(session):
+    """Python's cyclic garbage collector, set for a run that traces thousands of programs: the
+    objects alive after collection (the modules of JAX, jaxctbn and the tests) are frozen, so
+    that no full collection walks them again, and the youngest generation is collected every
+    50,000 allocations instead of 700. Its share of a file's time, measured on
+    tests/criteria/test_criteria.py: 2.6 s of 33 s before, 0.8 s after."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _release_compiled_programs():
     """Free the compiled programs after a test module when the worker's memory mappings near

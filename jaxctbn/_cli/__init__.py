@@ -4,12 +4,13 @@ from .main import main as main
 
 
 def console() -> None:
-    """The `jaxctbn` console script: the allocator setting of the command's own process
-    (`jax_setup.fix_malloc_mmap_threshold`), then `main`'s exit status.
-    Calling `main` in a Python process changes no allocator setting."""
+    """The `jaxctbn` console script: the allocator and BLAS-thread settings of the command's
+    own process (`jax_setup.fix_malloc_mmap_threshold`, `jax_setup.use_one_blas_thread`),
+    then `main`'s exit status. Calling `main` in a Python process changes neither."""
     import sys
 
-    from .jax_setup import fix_malloc_mmap_threshold
+    from .jax_setup import fix_malloc_mmap_threshold, use_one_blas_thread
 
     fix_malloc_mmap_threshold()
+    use_one_blas_thread()
     sys.exit(main())

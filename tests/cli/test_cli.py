@@ -472,6 +472,15 @@ def test_console_script_is_installed():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     glibc = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
     assert proc.stdout.split() == ["True" if glibc else "False", "False"], proc.stderr
+    # and one OpenBLAS thread, set before numpy is imported (a user's setting kept)
+    code = (
+        "import os, sys; from jaxctbn._cli.jax_setup import use_one_blas_thread as f; "
+        "print(f(), os.environ['OPENBLAS_NUM_THREADS'], 'numpy' in sys.modules); "
+        "os.environ['OPENBLAS_NUM_THREADS'] = '3'; print(f(), os.environ['OPENBLAS_NUM_THREADS'])"
+    )
+    env.pop("OPENBLAS_NUM_THREADS", None)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.stdout.split() == ["True", "1", "False", "False", "3"], proc.stderr
     proc = subprocess.run(
         [sys.executable, "-m", "jaxctbn._cli", "--help"], capture_output=True, text=True, env=env
     )
