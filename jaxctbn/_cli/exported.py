@@ -14,12 +14,17 @@ any check failed. When one did, the call is made again by the usual route (trace
 callbacks), which raises the library's own one-line message: the messages and the results are
 those of the usual route.
 
-**The file.** The SHA-256 of the rest, then a pickle of the serialised program and of the
+**The file.** The SHA-256 of the rest, then a pickle of the serialised program, of the
 output with a zero-size stand-in for each array (its structure and non-array fields; tree
-structures themselves do not pickle reliably). A file that is cut, altered or unreadable, or whose
+structures themselves do not pickle reliably) and of whether the program calls LAPACK. A file that is cut, altered or unreadable, or whose
 program does not load, is rebuilt (never trusted); a file that cannot be written leaves the
 call as it was (the cache's one warning line comes from the compilation cache's check).
 `JAXCTBN_EXPORTED_PROGRAMS=off` (or no cache directory) uses the usual route.
+
+**LAPACK only where it is called.** JAX prepares its CPU LAPACK kernels before it runs any
+exported program, and that imports `scipy.linalg` (0.15-0.18 s, a tenth of a warm command).
+A program whose module names no LAPACK routine (the structure scores of `learn`, for instance)
+is run without that step; one that does is run as JAX runs it.
 
 Exporting a program empties the process's jit caches (`jax.clear_caches`, before and after, so
 that no program traced in one mode is reused in the other): nothing for a command's own
@@ -38,7 +43,7 @@ from collections.abc import Callable
 from typing import Any
 
 #: The exported programs' format; part of every key (a new format never reads an old file).
-FORMAT = 1
+FORMAT = 2
 
 
 def _enabled() -> str | None:
@@ -82,8 +87,8 @@ def _key(name: str, leaves, in_tree, static) -> str:
 
 
 def _load(path: str):
-    """`(exported program, output template)` from `path`, or None when the file is missing or
-    fails its checksum or does not load."""
+    """`(exported program, output template, whether it calls LAPACK)` from `path`, or None when
+    the file is missing or fails its checksum or does not load."""
     from jax import export
 
     try:
@@ -95,16 +100,16 @@ def _load(path: str):
     if len(data) < 32 or hashlib.sha256(payload).digest() != checksum:
         return None
     try:
-        serialized, template = pickle.loads(payload)
-        return export.deserialize(serialized), template
+        serialized, template, lapack = pickle.loads(payload)
+        return export.deserialize(serialized), template, bool(lapack)
     except Exception:  # noqa: BLE001 (any failure to load means: rebuild it)
         return None
 
 
-def _store(path: str, exported, template) -> None:
+def _store(path: str, exported, template, lapack: bool) -> None:
     from .._files import write_atomically
 
-    payload = pickle.dumps((bytes(exported.serialize()), template))
+    payload = pickle.dumps((bytes(exported.serialize()), template, lapack))
 
     def write(f) -> None:
         f.write(hashlib.sha256(payload).digest())
@@ -177,8 +182,9 @@ def _batched_loops_without_checks():
 
 def _export(fn: Callable, leaves, in_tree, static):
     """`fn`'s program traced with the checks as values and exported (it takes the array leaves
-    of the arguments and returns `(any check failed, output array leaves)`), and the output's
-    template: the output with each array replaced by a zero-size numpy array of its dtype."""
+    of the arguments and returns `(any check failed, output array leaves)`), the output's
+    template (the output with each array replaced by a zero-size numpy array of its dtype) and
+    whether its module calls LAPACK (a custom call of one of JAX's CPU kernels `lapack_...`)."""
     import equinox as eqx
     import jax
     import jax.numpy as jnp
@@ -208,13 +214,35 @@ def _export(fn: Callable, leaves, in_tree, static):
             exported = export.export(jax.jit(program))(*leaves)
     finally:
         jax.clear_caches()
-    return exported, structure["template"]
+    lapack = re.search(r'custom_call\s*@"?lapack_', exported.mlir_module()) is not None
+    return exported, structure["template"], lapack
+
+
+@contextlib.contextmanager
+def _lapack_prepared_only_if(lapack: bool):
+    """Within: JAX prepares its CPU LAPACK kernels (importing `scipy.linalg`) for an exported
+    program only when `lapack` (the program calls one). (A private JAX name, checked: where it
+    differs, JAX prepares them as usual.)"""
+    try:
+        from jax._src.export import _export as export_internals
+
+        usual = export_internals._ensure_backends_initialized
+    except (ImportError, AttributeError):
+        usual = None
+    if lapack or usual is None:
+        yield
+        return
+    export_internals._ensure_backends_initialized = lambda platforms: None
+    try:
+        yield
+    finally:
+        export_internals._ensure_backends_initialized = usual
 
 
 def _program(name: str, fn: Callable, args: tuple):
-    """`(exported program, output template, array leaves of args)` of `fn(*args)` for this
-    structure of `args`, loaded or exported and stored; None for the usual route (no cache
-    directory, inside a trace, or a program that does not export)."""
+    """`(exported program, output template, whether it calls LAPACK, array leaves of args)` of
+    `fn(*args)` for this structure of `args`, loaded or exported and stored; None for the usual
+    route (no cache directory, inside a trace, or a program that does not export)."""
     import equinox as eqx
     import jax
     import jax.core
@@ -255,9 +283,10 @@ def call_exported(name: str, fn: Callable, *args) -> Any:
     program = _program(name, fn, args)
     if program is None:
         return fn(*args)
-    exported, template, leaves = program
+    exported, template, lapack, leaves = program
     try:
-        failed, out_leaves = exported.call(*leaves)
+        with _lapack_prepared_only_if(lapack):
+            failed, out_leaves = exported.call(*leaves)
     except Exception:  # noqa: BLE001 (a program this JAX set-up does not run: the usual route)
         if os.environ.get("JAXCTBN_DEBUG_EXPORT"):
             raise
@@ -291,9 +320,10 @@ def compiled_route(name: str, fn: Callable, *args) -> CompiledRoute | None:
     program = _program(name, fn, args)
     if program is None:
         return None
-    exported, template, leaves = program
+    exported, template, lapack, leaves = program
     try:
-        compiled = jax.jit(exported.call).lower(*leaves).compile()
+        with _lapack_prepared_only_if(lapack):
+            compiled = jax.jit(exported.call).lower(*leaves).compile()
     except Exception:  # noqa: BLE001 (a program this JAX set-up does not run: the usual route)
         if os.environ.get("JAXCTBN_DEBUG_EXPORT"):
             raise

@@ -16,19 +16,19 @@ from .arguments import (
     _prior_knowledge,
     _search,
 )
-from .jax_setup import _jit
+from .jax_setup import _exported, _jit
 
 
 def _structure_summary(post):
     """`parent_set_probabilities()`, `edge_marginals()`, `entropy()`, `map_graph()` and
     `map_model()` of a structure posterior or a mixture of them, the array parts compiled as
-    one program."""
+    two programs (exported and loaded on a warm call: the summary, and `map_model`'s)."""
     import jax
 
     def summary(p):
         return p.parent_set_probabilities(), p.edge_marginals(), p.entropy()
 
-    probs, edges, entropy = jax.device_get(_jit(summary)(post))  # host arrays
+    probs, edges, entropy = jax.device_get(_exported("structure_summary", summary)(post))
     map_model = post.map_model()
     return probs, edges, entropy, map_model.parents, map_model
 

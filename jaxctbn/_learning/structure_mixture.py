@@ -33,6 +33,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._model.ctbn import CTBN, PaddedCTBN
 from .._model.layout import num_configurations
+from .._programs import run_program
 from .chain_diagnostics import effective_sample_size, split_r_hat
 from .family_statistics import FamilyStatistics
 from .frames import edge_frame, structure_graph
@@ -307,8 +308,12 @@ class StructureMixturePosterior(AbstractPosterior):
         """The graph of [`map_indices`][jaxctbn.StructureMixturePosterior.map_indices] with
         [`mean_rates_given`][jaxctbn.StructureMixturePosterior.mean_rates_given] as a
         [`jaxctbn.CTBN`][] (host-side)."""
-        indices, padded = jax.device_get(_map_indices_and_rates(self))
-        graph = self.map_graph()
+        # one program (exported and loaded by the command line); the graph of its indices
+        indices, padded = jax.device_get(run_program("map_model", _map_indices_and_rates, self))
+        graph = tuple(
+            tuple(int(p) for p in jax.device_get(self.parent_sets[n][int(indices[n])]) if p >= 0)
+            for n in range(len(self.names))
+        )
         cims = [
             padded.cims[n][: num_configurations(graph[n], self.cardinalities)]
             for n in range(len(self.names))

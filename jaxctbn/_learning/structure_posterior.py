@@ -379,7 +379,8 @@ class StructurePosterior(AbstractPosterior):
 
     def map_model(self) -> CTBN:
         """The MAP graph with posterior-mean rates as a [`jaxctbn.CTBN`][] (host-side)."""
-        indices, padded = jax.device_get(_map_indices_and_rates(self))  # one program
+        # one program (exported and loaded by the command line)
+        indices, padded = jax.device_get(run_program("map_model", _map_indices_and_rates, self))
         graph = self._graph_of(indices)
         cims = [
             padded.cims[n][: num_configurations(graph[n], self.cardinalities)]

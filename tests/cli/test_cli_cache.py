@@ -175,9 +175,47 @@ def test_an_exported_program_fails_as_the_usual_route_does(tmp_path, monkeypatch
         call_exported("halvings", halvings, jnp.array([1.0, -2.0, 3.0]))
 
 
+def test_lapack_is_prepared_only_for_programs_that_call_it(tmp_path, monkeypatch, shardy):
+    """JAX prepares its CPU LAPACK kernels (importing scipy.linalg) before running any exported
+    program: the file says whether the program calls LAPACK, a program that does not is run
+    without that step and one that does (a linear solve) with it, both with the results of the
+    usual route, loaded or just exported."""
+    import equinox as eqx
+    import jax.numpy as jnp
+    from jax._src.export import _export as export_internals
+
+    from jaxctbn._cli import exported
+    from jaxctbn._cli.exported import call_exported
+
+    monkeypatch.setenv("JAXCTBN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("JAXCTBN_EXPORTED_PROGRAMS", "on")
+    prepared = []
+    usual = export_internals._ensure_backends_initialized
+    monkeypatch.setattr(
+        export_internals,
+        "_ensure_backends_initialized",
+        lambda platforms: (prepared.append(platforms), usual(platforms)),
+    )
+    a = jnp.array([[4.0, 1.0], [1.0, 3.0]])
+    b = jnp.array([1.0, 2.0])
+    for fn, lapack in [
+        (eqx.filter_jit(lambda a, b: a @ b + 1.0), False),
+        (eqx.filter_jit(jnp.linalg.solve), True),
+    ]:
+        for call in range(2):  # exported, then loaded
+            prepared.clear()
+            got = call_exported(f"lapack-{lapack}", fn, a, b)
+            assert bool(jnp.all(got == fn(a, b)))
+            assert len(prepared) == int(lapack), (lapack, call, prepared)
+        (path,) = [p for p in (tmp_path / "exported").iterdir() if f"lapack-{lapack}" in p.name]
+        assert exported._load(str(path))[2] is lapack
+    assert export_internals._ensure_backends_initialized is not usual  # the spy, restored
+
+
 def test_learn_through_an_exported_program_equals_the_usual_route(tmp_path, monkeypatch, shardy):
-    """`jaxctbn learn` with the exported programs: the structure posterior's program is exported
-    by the first call and loaded by the second, and both write the usual route's bytes."""
+    """`jaxctbn learn` with the exported programs: the structure posterior's program and those of
+    its summary and MAP model are exported by the first call and loaded by the second, and both
+    write the usual route's bytes."""
     import jax
     import jax.numpy as jnp
 
@@ -197,8 +235,8 @@ def test_learn_through_an_exported_program_equals_the_usual_route(tmp_path, monk
         out = tmp_path / f"exported{call}.json"
         assert main(["learn", "--data", str(data), "--out", str(out)]) == 0
         assert out.read_bytes() == usual.read_bytes()
-        files = [f.name.split("-")[0] for f in (tmp_path / "cache" / "exported").iterdir()]
-        assert files == ["learn_structure"]
+        files = sorted(f.name.split("-")[0] for f in (tmp_path / "cache" / "exported").iterdir())
+        assert files == ["learn_structure", "map_model", "structure_summary"]
 
 
 def test_design_and_moments_through_exported_programs_equal_the_usual_route(
