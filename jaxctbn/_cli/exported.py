@@ -26,6 +26,11 @@ exported program, and that imports `scipy.linalg` (0.15-0.18 s, a tenth of a war
 A program whose module names no LAPACK routine (the structure scores of `learn`, for instance)
 is run without that step; one that does is run as JAX runs it.
 
+**Loading ahead.** Loading a program's executable from the compilation cache is most of a
+warm call (XLA links its few hundred kernels, 0.3-0.45 s for the panel fit's). `load_ahead`
+starts loading a later program on a second thread, so that two load on two cores at once:
+`fit` loads its intervals' program while its fit's loads and runs.
+
 Exporting a program empties the process's jit caches (`jax.clear_caches`, before and after, so
 that no program traced in one mode is reused in the other): nothing for a command's own
 process, but `main()` called from a Python session recompiles that session's programs after a
@@ -39,6 +44,7 @@ import hashlib
 import os
 import pickle
 import re
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -86,7 +92,7 @@ def _key(name: str, leaves, in_tree, static) -> str:
     return f"{plain}-{digest[:40]}.jaxexport"
 
 
-def _load(path: str):
+def _load(path: str) -> tuple[Any, Any, bool] | None:
     """`(exported program, output template, whether it calls LAPACK)` from `path`, or None when
     the file is missing or fails its checksum or does not load."""
     from jax import export
@@ -180,7 +186,7 @@ def _batched_loops_without_checks():
         rules[lax.while_p] = usual
 
 
-def _export(fn: Callable, leaves, in_tree, static):
+def _export(fn: Callable, leaves, in_tree, static) -> tuple[Any, Any, bool]:
     """`fn`'s program traced with the checks as values and exported (it takes the array leaves
     of the arguments and returns `(any check failed, output array leaves)`), the output's
     template (the output with each array replaced by a zero-size numpy array of its dtype) and
@@ -218,28 +224,41 @@ def _export(fn: Callable, leaves, in_tree, static):
     return exported, structure["template"], lapack
 
 
+#: per thread: whether JAX may skip preparing LAPACK for the exported program it lowers now
+_SKIP_LAPACK = threading.local()
+
+
 @contextlib.contextmanager
 def _lapack_prepared_only_if(lapack: bool):
-    """Within: JAX prepares its CPU LAPACK kernels (importing `scipy.linalg`) for an exported
-    program only when `lapack` (the program calls one). (A private JAX name, checked: where it
-    differs, JAX prepares them as usual.)"""
+    """Within (this thread): JAX prepares its CPU LAPACK kernels (importing `scipy.linalg`) for
+    an exported program only when `lapack` (the program calls one). (A private JAX name,
+    checked: where it differs, JAX prepares them as usual.) The name is wrapped once, for the
+    process, by a function that reads this thread's setting, so that programs loaded on two
+    threads at once (`load_ahead`) each keep their own."""
     try:
         from jax._src.export import _export as export_internals
 
         usual = export_internals._ensure_backends_initialized
     except (ImportError, AttributeError):
-        usual = None
-    if lapack or usual is None:
         yield
         return
-    export_internals._ensure_backends_initialized = lambda platforms: None
+    if not getattr(usual, "_jaxctbn_wrapped", False):
+
+        def ensure(platforms, usual=usual):
+            if not getattr(_SKIP_LAPACK, "value", False):
+                usual(platforms)
+
+        ensure._jaxctbn_wrapped = True  # type: ignore[attr-defined]
+        export_internals._ensure_backends_initialized = ensure
+    previous = getattr(_SKIP_LAPACK, "value", False)
+    _SKIP_LAPACK.value = not lapack
     try:
         yield
     finally:
-        export_internals._ensure_backends_initialized = usual
+        _SKIP_LAPACK.value = previous
 
 
-def _program(name: str, fn: Callable, args: tuple):
+def _program(name: str, fn: Callable, args: tuple) -> tuple[Any, Any, bool, list] | None:
     """`(exported program, output template, whether it calls LAPACK, array leaves of args)` of
     `fn(*args)` for this structure of `args`, loaded or exported and stored; None for the usual
     route (no cache directory, inside a trace, or a program that does not export)."""
@@ -255,8 +274,10 @@ def _program(name: str, fn: Callable, args: tuple):
     if any(isinstance(x, jax.core.Tracer) for x in leaves):  # inside a trace: part of that one
         return None
     path = os.path.join(directory, _key(name, leaves, in_tree, static))
-    loaded = _load(path)
+    ahead = _AHEAD.pop(path, None)
+    loaded = ahead[0] if ahead is not None else _load(path)
     if loaded is None:
+        _wait_for_programs_loaded_ahead()  # exporting empties the jit caches: not meanwhile
         try:
             loaded = _export(fn, leaves, in_tree, static)
         except Exception:  # noqa: BLE001 (a program that does not export: the usual route)
@@ -264,7 +285,97 @@ def _program(name: str, fn: Callable, args: tuple):
                 raise
             return None
         _store(path, *loaded)
-    return (*loaded, leaves)
+    if ahead is not None:
+        _COMPILED_AHEAD[id(loaded[0])] = ahead[1]
+    exported, template, lapack = loaded
+    return exported, template, lapack, leaves
+
+
+#: programs being loaded ahead (`load_ahead`): file path -> (loaded file, Future of the
+#: compiled executable)
+_AHEAD: dict[str, Any] = {}
+#: the executables of programs loaded ahead, by the loaded program's id, until it is called
+_COMPILED_AHEAD: dict[int, Any] = {}
+
+
+class _Captured(Exception):
+    """Raised by `load_ahead`'s runner to stop the call once its program's arguments are known."""
+
+
+def load_ahead(call: Callable[[], Any]) -> None:
+    """Start loading the exported program that `call()` would run (through
+    `jaxctbn._programs.run_program`) on a second thread, so that it is compiled from the cache
+    while this thread loads and runs the programs before it (a `fit`'s intervals while its fit
+    loads: XLA links the two executables' kernels on two cores at once). `call` is stopped as
+    soon as it reaches its program (its arguments checked, nothing computed) and may take
+    stand-ins of the same structure, shapes and dtypes for values not known yet (the model
+    given to a fit for the fitted one). Only a program already exported is loaded (exporting
+    empties the jit caches, which no second thread may do); the later call of the same
+    program with arguments of the same structure and shapes uses it, and any other call (or
+    none) changes nothing."""
+    import concurrent.futures
+
+    import jax
+
+    from .._programs import programs_run_by
+
+    captured: list[tuple[str, Callable, tuple]] = []
+
+    def runner(name: str, fn: Callable, *args: Any) -> Any:
+        captured.append((name, fn, args))
+        raise _Captured
+
+    directory = _enabled()
+    if directory is None:
+        return
+    try:
+        with programs_run_by(runner):
+            call()
+    except _Captured:
+        pass
+    except Exception:  # noqa: BLE001 (the real call will say what is wrong)
+        return
+    if not captured:
+        return
+    import equinox as eqx
+
+    name, _, args = captured[0]
+    dynamic, static = eqx.partition(args, eqx.is_array)
+    leaves, in_tree = jax.tree_util.tree_flatten(dynamic)
+    path = os.path.join(directory, _key(name, leaves, in_tree, static))
+    loaded = _load(path)
+    if loaded is None:
+        return
+    exported, _, lapack = loaded
+
+    def compile_it():
+        with _lapack_prepared_only_if(lapack):
+            return jax.jit(exported.call).lower(*leaves).compile()
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    _AHEAD[path] = (loaded, pool.submit(compile_it))
+    pool.shutdown(wait=False)
+
+
+def _wait_for_programs_loaded_ahead() -> None:
+    for _, future in list(_AHEAD.values()):
+        with contextlib.suppress(Exception):  # (its own call reports any failure)
+            future.result()
+
+
+def _loaded_ahead(exported, leaves):
+    """The executable of `exported` compiled ahead (`load_ahead`), if it was and its arguments'
+    types are those of `leaves`; else None (the usual call)."""
+    future = _COMPILED_AHEAD.pop(id(exported), None)
+    if future is None:
+        return None
+    try:
+        compiled = future.result()
+        types = [(x.dtype, x.shape, getattr(x, "weak_type", False)) for x in leaves]
+        expected = [(a.dtype, a.shape, a.weak_type) for a in compiled.in_avals[0]]
+    except Exception:  # noqa: BLE001 (the usual call compiles it as it would have)
+        return None
+    return compiled if types == expected else None
 
 
 def _result(template, out_leaves):
@@ -285,8 +396,9 @@ def call_exported(name: str, fn: Callable, *args) -> Any:
         return fn(*args)
     exported, template, lapack, leaves = program
     try:
+        compiled = _loaded_ahead(exported, leaves)
         with _lapack_prepared_only_if(lapack):
-            failed, out_leaves = exported.call(*leaves)
+            failed, out_leaves = exported.call(*leaves) if compiled is None else compiled(*leaves)
     except Exception:  # noqa: BLE001 (a program this JAX set-up does not run: the usual route)
         if os.environ.get("JAXCTBN_DEBUG_EXPORT"):
             raise

@@ -179,6 +179,11 @@ def _cmd_fit(args):
             observations = observations.with_rounded_shapes()
         if note is not None:
             print(note, file=sys.stderr)
+        if covariates is None:  # the intervals' program loads while the fit's loads and runs
+            from .._panel.uncertainty import rate_uncertainty
+            from .exported import load_ahead
+
+            load_ahead(lambda: rate_uncertainty(model, observations, prior=prior))
         fit = fit_rates(model, observations, method=method, prior=prior, covariates=covariates)
         if args.posterior:
             assert prior is not None
