@@ -285,6 +285,9 @@ def _program(name: str, fn: Callable, args: tuple) -> tuple[Any, Any, bool, list
                 raise
             return None
         _store(path, *loaded)
+        # run as read back, as every later call runs it: a program lowered from the exported
+        # object itself has another compilation-cache key than from its file
+        loaded = _load(path) or loaded
     if ahead is not None:
         _COMPILED_AHEAD[id(loaded[0])] = ahead[1]
     exported, template, lapack = loaded
@@ -349,12 +352,27 @@ def load_ahead(call: Callable[[], Any]) -> None:
     exported, _, lapack = loaded
 
     def compile_it():
-        with _lapack_prepared_only_if(lapack):
-            return jax.jit(exported.call).lower(*leaves).compile()
+        return _compiled(exported, lapack, leaves)
 
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     _AHEAD[path] = (loaded, pool.submit(compile_it))
     pool.shutdown(wait=False)
+
+
+def _compiled(exported, lapack: bool, leaves):
+    """`exported` compiled for `leaves` (from the compilation cache when it is there). Every
+    route compiles it this one way (a program lowered by another way would have another cache
+    key): called now, ahead on a second thread, or read for its memory first."""
+    import jax
+
+    # lowered for the leaves' types alone: where an argument lives (an array a program
+    # computed, or one made from host data) would change the key, not the program
+    types = [
+        jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=getattr(x, "weak_type", False))
+        for x in leaves
+    ]
+    with _lapack_prepared_only_if(lapack):
+        return jax.jit(exported.call).lower(*types).compile()
 
 
 def _wait_for_programs_loaded_ahead() -> None:
@@ -397,8 +415,9 @@ def call_exported(name: str, fn: Callable, *args) -> Any:
     exported, template, lapack, leaves = program
     try:
         compiled = _loaded_ahead(exported, leaves)
-        with _lapack_prepared_only_if(lapack):
-            failed, out_leaves = exported.call(*leaves) if compiled is None else compiled(*leaves)
+        if compiled is None:
+            compiled = _compiled(exported, lapack, leaves)
+        failed, out_leaves = compiled(*leaves)
     except Exception:  # noqa: BLE001 (a program this JAX set-up does not run: the usual route)
         if os.environ.get("JAXCTBN_DEBUG_EXPORT"):
             raise
@@ -427,15 +446,12 @@ class CompiledRoute:
 def compiled_route(name: str, fn: Callable, *args) -> CompiledRoute | None:
     """The exported program of `fn(*args)` (as `call_exported` uses it) compiled for `args`, so
     that its memory can be read before it runs; None for the usual route."""
-    import jax
-
     program = _program(name, fn, args)
     if program is None:
         return None
     exported, template, lapack, leaves = program
     try:
-        with _lapack_prepared_only_if(lapack):
-            compiled = jax.jit(exported.call).lower(*leaves).compile()
+        compiled = _compiled(exported, lapack, leaves)
     except Exception:  # noqa: BLE001 (a program this JAX set-up does not run: the usual route)
         if os.environ.get("JAXCTBN_DEBUG_EXPORT"):
             raise

@@ -303,3 +303,34 @@ def test_design_and_moments_through_exported_programs_equal_the_usual_route(
         assert "at a time" in capsys.readouterr().err
         chunked.append(out.read_bytes())
     assert chunked[0] == chunked[1]
+
+
+def test_a_program_compiles_to_one_cache_entry_wherever_its_arguments_live(shardy):
+    """Every route compiles an exported program for its arguments' types alone: arguments made
+    from host data (a model given to a fit, which `load_ahead` uses as the fitted model's
+    stand-in) and arrays a program computed (the fitted model) find the same compilation-cache
+    entry, so that the call after a first one compiles nothing."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxctbn._cli import exported
+
+    leaves = [np.full((3, 3), 0.5), np.arange(3.0)]
+    program, _, lapack = exported._export(
+        jax.jit(lambda a, b: a @ b + 1.0),
+        leaves,
+        jax.tree_util.tree_structure((0, 0)),
+        (None, None),
+    )
+    # arrays a program computed, placed on a device (committed, as a fit's outputs are)
+    computed = jax.device_put(jax.jit(lambda a, b: (a * 1.0, b * 1.0))(*leaves), jax.devices()[0])
+    events = []
+    jax.monitoring.register_event_listener(lambda event, **kw: events.append(event))
+    counts, results = [], []
+    for args in (leaves, list(computed), leaves):
+        before = len(events)
+        results.append(exported._compiled(program, lapack, args)(*args))
+        counts.append(events[before:].count("/jax/compilation_cache/cache_hits"))
+    assert counts == [0, 1, 1], counts  # compiled once, then found in the cache
+    assert all(bool(jnp.all(r[1][0] == results[0][1][0])) for r in results)
