@@ -258,22 +258,28 @@ def _lapack_prepared_only_if(lapack: bool):
         _SKIP_LAPACK.value = previous
 
 
+def _arguments(directory: str, name: str, args: tuple):
+    """`(file path, array leaves, their tree, static part)` of `name`'s program for `args`."""
+    import equinox as eqx
+    import jax
+
+    dynamic, static = eqx.partition(args, eqx.is_array)
+    leaves, in_tree = jax.tree_util.tree_flatten(dynamic)
+    return os.path.join(directory, _key(name, leaves, in_tree, static)), leaves, in_tree, static
+
+
 def _program(name: str, fn: Callable, args: tuple) -> tuple[Any, Any, bool, list] | None:
     """`(exported program, output template, whether it calls LAPACK, array leaves of args)` of
     `fn(*args)` for this structure of `args`, loaded or exported and stored; None for the usual
     route (no cache directory, inside a trace, or a program that does not export)."""
-    import equinox as eqx
-    import jax
     import jax.core
 
     directory = _enabled()
     if directory is None:
         return None
-    dynamic, static = eqx.partition(args, eqx.is_array)
-    leaves, in_tree = jax.tree_util.tree_flatten(dynamic)
+    path, leaves, in_tree, static = _arguments(directory, name, args)
     if any(isinstance(x, jax.core.Tracer) for x in leaves):  # inside a trace: part of that one
         return None
-    path = os.path.join(directory, _key(name, leaves, in_tree, static))
     ahead = _AHEAD.pop(path, None)
     loaded = ahead[0] if ahead is not None else _load(path)
     if loaded is None:
@@ -285,9 +291,6 @@ def _program(name: str, fn: Callable, args: tuple) -> tuple[Any, Any, bool, list
                 raise
             return None
         _store(path, *loaded)
-        # run as read back, as every later call runs it: a program lowered from the exported
-        # object itself has another compilation-cache key than from its file
-        loaded = _load(path) or loaded
     if ahead is not None:
         _COMPILED_AHEAD[id(loaded[0])] = ahead[1]
     exported, template, lapack = loaded
@@ -318,8 +321,6 @@ def load_ahead(call: Callable[[], Any]) -> None:
     none) changes nothing."""
     import concurrent.futures
 
-    import jax
-
     from .._programs import programs_run_by
 
     captured: list[tuple[str, Callable, tuple]] = []
@@ -340,12 +341,8 @@ def load_ahead(call: Callable[[], Any]) -> None:
         return
     if not captured:
         return
-    import equinox as eqx
-
     name, _, args = captured[0]
-    dynamic, static = eqx.partition(args, eqx.is_array)
-    leaves, in_tree = jax.tree_util.tree_flatten(dynamic)
-    path = os.path.join(directory, _key(name, leaves, in_tree, static))
+    path, leaves, _, _ = _arguments(directory, name, args)
     loaded = _load(path)
     if loaded is None:
         return
