@@ -117,6 +117,9 @@ if typing.TYPE_CHECKING:  # the public names, each imported on first use (`_lazy
     from ._active_learning.loop import run_active_learning as run_active_learning
     from ._active_learning.repetitions import run_repetitions as run_repetitions
 
+    # compiling
+    from ._compilation import use_compilation_cache as use_compilation_cache
+
     # the namespaces
     from . import criteria as criteria
     from . import experiments as experiments

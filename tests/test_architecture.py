@@ -28,6 +28,7 @@ TOP_LEVEL = {
     "py.typed",
     "data",
     "_batching.py",
+    "_compilation.py",
     "_errors.py",
     "_files.py",
     "_lazy.py",

@@ -47,7 +47,7 @@ import jaxctbn as jc
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/
 from _common import RESULTS, argument_parser, environment, fmt, stopwatch, timeit, write_results
 
-from jaxctbn._cli.threefry_lowering import use_unrolled_threefry_on_cpu
+from jaxctbn._compilation import use_unrolled_threefry_on_cpu
 from jaxctbn._criteria.structure import structure_draws
 
 

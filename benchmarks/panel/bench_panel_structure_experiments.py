@@ -64,7 +64,7 @@ import numpy as np
 jax.config.update("jax_enable_x64", True)
 
 import jaxctbn as jc  # noqa: E402
-from jaxctbn._cli.threefry_lowering import use_unrolled_threefry_on_cpu  # noqa: E402
+from jaxctbn._compilation import use_unrolled_threefry_on_cpu  # noqa: E402
 from jaxctbn._experiments.config import default_max_parents  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/

@@ -54,11 +54,11 @@ FORMAT = 2
 
 def _enabled() -> str | None:
     """The directory of the exported programs, or None (the usual route)."""
-    from .jax_setup import _cache_dir
+    from .._compilation import cache_directory
 
     if os.environ.get("JAXCTBN_EXPORTED_PROGRAMS", "").strip().lower() in ("off", "0", "no"):
         return None
-    path = _cache_dir()
+    path = cache_directory()
     return None if path is None else os.path.join(path, "exported")
 
 

@@ -88,17 +88,9 @@ class StructurePosterior(AbstractPosterior):
         if len(names) != N:
             raise ValueError(f"names: need {N} node names, got {len(names)}.")
         check_prior(prior, N)
-        # the stored statistics are the checked ones, so every field is guarded
-        statistics = _check_statistics(statistics)
-        scores = _scores(prior, statistics)
-        log_prior = structure_log_prior(statistics.parent_sets, edge_prior)
-        return cls(
-            log_marginal_likelihoods=scores,
-            log_prior=log_prior,
-            statistics=statistics,
-            prior=prior,
-            names=names,
-        )
+        if edge_prior is not None:  # an array (a nested list would be static under jit)
+            edge_prior = jnp.asarray(edge_prior, float)
+        return _scored(statistics, names, prior, edge_prior)
 
     @classmethod
     def from_prior(
@@ -167,11 +159,7 @@ class StructurePosterior(AbstractPosterior):
     def update(self, new: FamilyStatistics) -> "StructurePosterior":
         r"""Add the statistics of new experiments and rescore (no raw paths needed). The new
         statistics must be finite and $\ge0$ (checked inside jit, guarding every field)."""
-        stats = self.statistics + _check_statistics(new)
-        scores = _scores(self.prior, stats)
-        return eqx.tree_at(
-            lambda p: (p.log_marginal_likelihoods, p.statistics), self, (scores, stats)
-        )
+        return _updated(self, new)
 
     def with_prior(self, prior: AbstractPrior) -> "StructurePosterior":
         """The same data scored under another rate `prior` (e.g. hyper-parameters fitted by
@@ -557,6 +545,32 @@ def _largest_states(trajectories: Trajectories) -> list[int] | None:
         ]
     )
     return [int(v) for v in seen.max(0)]
+
+
+@eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
+def _scored(
+    statistics: FamilyStatistics, names: tuple[str, ...], prior, edge_prior
+) -> StructurePosterior:
+    """`StructurePosterior.from_statistics` once its arguments are checked."""
+    # the stored statistics are the checked ones, so every field is guarded
+    statistics = _check_statistics(statistics)
+    return StructurePosterior(
+        log_marginal_likelihoods=_scores(prior, statistics),
+        log_prior=structure_log_prior(statistics.parent_sets, edge_prior),
+        statistics=statistics,
+        prior=prior,
+        names=names,
+    )
+
+
+@eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
+def _updated(posterior: StructurePosterior, new: FamilyStatistics) -> StructurePosterior:
+    """`StructurePosterior.update`: the new statistics added, rescored."""
+    stats = posterior.statistics + _check_statistics(new)
+    scores = _scores(posterior.prior, stats)
+    return eqx.tree_at(
+        lambda p: (p.log_marginal_likelihoods, p.statistics), posterior, (scores, stats)
+    )
 
 
 @eqx.filter_jit

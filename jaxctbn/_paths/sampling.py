@@ -258,10 +258,12 @@ def sample_trajectories(
     """
     check_count(num_trajectories, "num_trajectories")
     check_count(max_events, "max_events")
-    return _sample_keys(
+    # one compiled program (the capped sampler's, for the same types: the same paths), not one
+    # per operation; the horizon as an array of the rates' type, so that every horizon shares it
+    return _sample_keys_jit(
         model,
         jnp.asarray(initial_states),
-        horizon,
+        jnp.asarray(horizon, jnp.result_type(*model.cims)),
         jr.split(key, int(num_trajectories)),
         intervention,
         max_events,

@@ -203,6 +203,17 @@ def check_states_now(
             )
 
 
+@eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
+def _statistics_of_every_node(
+    trajectories: Trajectories, parents: tuple[tuple[int, ...], ...], cards: tuple[int, ...]
+) -> tuple["NodeStatistics", ...]:
+    """Each node's statistics of every trajectory (leading axis), for `parents`."""
+    return tuple(
+        jax.vmap(lambda t, n=n: _node_statistics(t, n, parents[n], cards))(trajectories)
+        for n in range(len(cards))
+    )
+
+
 def segments(
     trajectory: Trajectories,
 ) -> tuple[Int[Array, "segments nodes"], Float[Array, " segments"], Bool[Array, " events"]]:
@@ -305,12 +316,8 @@ class SufficientStatistics(eqx.Module):
         if trajectories.num_events.ndim != 1:
             raise ValueError("trajectories: expected one leading batch axis of trajectories.")
         trajectories = check_trajectories(trajectories, cardinalities)
-        nodes = tuple(
-            jax.vmap(lambda t, n=n: _node_statistics(t, n, parents[n], cardinalities))(trajectories)
-            for n in range(len(cardinalities))
-        )
         return cls(
-            nodes=nodes,
+            nodes=_statistics_of_every_node(trajectories, parents, cardinalities),
             intervention_targets=trajectories.intervention_targets,
             intervention_states=trajectories.intervention_states,
             parents=parents,

@@ -770,7 +770,8 @@ def test_cli_compilation_cache(network, tmp_path, monkeypatch):
 
     import jax
 
-    from jaxctbn._cli.jax_setup import _cache_dir, _setup_jax
+    from jaxctbn._cli.jax_setup import _setup_jax
+    from jaxctbn._compilation import cache_directory
 
     _, path = network
     cache = tmp_path / "cache"
@@ -791,9 +792,9 @@ def test_cli_compilation_cache(network, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     for value in ("off", "", " OFF "):
         monkeypatch.setenv("JAXCTBN_CACHE_DIR", value)
-        assert _cache_dir() is None
+        assert cache_directory() is None
     monkeypatch.delenv("JAXCTBN_CACHE_DIR")
-    assert _cache_dir() == str(tmp_path / "xdg" / "jaxctbn" / "jax-compilation-cache")
+    assert cache_directory() == str(tmp_path / "xdg" / "jaxctbn" / "jax-compilation-cache")
     previous = jax.config.jax_compilation_cache_dir
     try:
         jax.config.update("jax_compilation_cache_dir", None)
