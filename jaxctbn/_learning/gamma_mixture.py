@@ -182,6 +182,7 @@ class GammaMixturePosterior(AbstractRatePosterior):
             parents=self.parents,
         )
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def rate_means(self) -> tuple[Float[Array, "_configs _k _k"], ...]:
         r"""$\mathsf E[\Lambda]=\sum_cw_c\alpha_c/\beta_c$ per rate (zero diagonal)."""
         w = self.weights()
@@ -190,6 +191,7 @@ class GammaMixturePosterior(AbstractRatePosterior):
             for a, b, keep in zip(self.alpha, self.beta, self.free_rates())
         )
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def rate_sds(self) -> tuple[Float[Array, "_configs _k _k"], ...]:
         r"""The posterior standard deviation per rate:
         $\mathrm{Var}=\sum_cw_c(\alpha_c/\beta_c^2+\alpha_c^2/\beta_c^2)-\mathsf E[\Lambda]^2$."""
@@ -200,6 +202,7 @@ class GammaMixturePosterior(AbstractRatePosterior):
             out.append(jnp.where(keep, jnp.sqrt(jnp.maximum(second - mean**2, 0)), 0.0))
         return tuple(out)
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def rate_quantiles(
         self, probabilities: Float[Array, " q"], *, bisections: int = 80
     ) -> tuple[Float[Array, "q _configs _k _k"], ...]:
@@ -253,6 +256,7 @@ class GammaMixturePosterior(AbstractRatePosterior):
         cims = [jnp.where(keep, q, 0.0) for q, keep in zip(draw.cims, self.free_rates())]
         return CTBN(cims=cims, parents=self.parents, names=self.names)
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def expected_log_rates(self) -> tuple[Float[Array, "_configs _k _k"], ...]:
         r"""$\mathsf E[\ln\Lambda]=\sum_cw_c(\psi(\alpha_c)-\ln\beta_c)$ per free rate (zero on
         the diagonal and at structural zeros)."""
@@ -263,6 +267,7 @@ class GammaMixturePosterior(AbstractRatePosterior):
             out.append(jnp.where(keep, jnp.einsum("c,c...->...", w, value), 0.0))
         return tuple(out)
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def component_log_marginals(self, pooled: Sequence[NodeStatistics]) -> Float[Array, " _c"]:
         r"""Each component's log marginal likelihood of complete-path statistics,
         $\ln p(M,T\mid\alpha_c,\beta_c)$ over its free rates (a structural zero must have
@@ -283,10 +288,12 @@ class GammaMixturePosterior(AbstractRatePosterior):
 
         return jax.vmap(log_marginal)(jnp.arange(self.num_components))
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def log_marginal_likelihood(self, pooled: Sequence[NodeStatistics]) -> Float[Array, ""]:
         r"""$\ln\sum_cw_c\,p(M,T\mid\alpha_c,\beta_c)$."""
         return jax.nn.logsumexp(self.log_weights + self.component_log_marginals(pooled))
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def log_density(self, model: CTBN) -> Float[Array, ""]:
         r"""$\ln\sum_cw_c\prod\mathrm{Gam}(\Lambda\mid\alpha_c,\beta_c)$ over the free rates of
         `model`."""
@@ -304,6 +311,7 @@ class GammaMixturePosterior(AbstractRatePosterior):
         per_component = jax.vmap(component)(jnp.arange(self.num_components))
         return jax.nn.logsumexp(self.log_weights + per_component)
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def moment_matched(self) -> RatePosterior:
         r"""A Gamma per rate near the mixture: for each rate its mean $m$ and variance $v$ give
         $\beta(x,u)$ = the mean over $x'$ of $m/v$ (the family shares $\beta$ over $x'$; exact
@@ -332,6 +340,7 @@ class GammaMixturePosterior(AbstractRatePosterior):
         of components)."""
         return 1.0 / jnp.sum(self.weights() ** 2)
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def update(self, pooled: Sequence[NodeStatistics]) -> "GammaMixturePosterior":
         r"""Add pooled complete-path statistics (one [`jaxctbn.internal.NodeStatistics`][] per
         node): each component $\alpha_c\mathrel{+}=M$, $\beta_c\mathrel{+}=T$, reweighted by its
@@ -351,6 +360,7 @@ class GammaMixturePosterior(AbstractRatePosterior):
             free=self.free,
         )
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def mse(self, truth: CTBN) -> Float[Array, ""]:
         r"""Posterior-averaged squared error $\mathsf E[(\Lambda-\Lambda^*)^2]$, averaged over all
         off-diagonal rates: $\mathrm{Var}+(\mathsf E\Lambda-\Lambda^*)^2$."""

@@ -196,6 +196,7 @@ class RatePosterior(AbstractRatePosterior):
             raise ValueError("statistics were computed for a different graph than the posterior.")
         return _with_pooled_statistics(self, statistics)
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def rate_means(self) -> tuple[Float[Array, "_configs _k _k"], ...]:
         r"""$\bar\alpha/\bar\beta$ per rate (zero diagonal)."""
         return tuple(
@@ -203,6 +204,7 @@ class RatePosterior(AbstractRatePosterior):
             for a, b in zip(self.alpha, self.beta)
         )
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def expected_log_rates(self) -> tuple[Float[Array, "_configs _k _k"], ...]:
         r"""$\psi(\bar\alpha)-\ln\bar\beta$ per rate (zero diagonal)."""
         out = []
@@ -212,6 +214,7 @@ class RatePosterior(AbstractRatePosterior):
             out.append(jnp.where(off, value, 0.0))
         return tuple(out)
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def log_marginal_likelihood(self, pooled: Sequence[NodeStatistics]) -> Float[Array, ""]:
         r"""$\sum[\ln\Gamma(\bar\alpha+M)-\ln\Gamma(\bar\alpha)+\bar\alpha\ln\bar\beta
         -(\bar\alpha+M)\ln(\bar\beta+T)]$ over the rates."""
@@ -222,6 +225,7 @@ class RatePosterior(AbstractRatePosterior):
             )
         )
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def log_density(self, model: CTBN) -> Float[Array, ""]:
         r"""$\sum\ln\mathrm{Gam}(\Lambda\mid\bar\alpha,\bar\beta)$ over the off-diagonal rates
         of `model`."""
@@ -250,6 +254,7 @@ class RatePosterior(AbstractRatePosterior):
             start += e.size
         return CTBN(cims=cims, parents=self.parents, names=self.names)
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def mse(self, truth: CTBN) -> Float[Array, ""]:
         r"""Posterior-averaged squared error $\mathsf E[(\Lambda-\Lambda^*)^2]$, averaged over all
         off-diagonal rates: $\bar\alpha/\bar\beta^2 + (\bar\alpha/\bar\beta-\Lambda^*)^2$."""

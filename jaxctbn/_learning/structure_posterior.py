@@ -203,6 +203,7 @@ class StructurePosterior(AbstractPosterior):
             names=self.names,
         )
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def log_evidence(self) -> Float[Array, ""]:
         r"""$\ln p(H)=\sum_n\ln\sum_P p(P)\,p(X_n\mid X_P)$: the marginal likelihood of the
         data under the rate prior, averaged over graphs with the structure prior normalised
@@ -223,6 +224,7 @@ class StructurePosterior(AbstractPosterior):
     def parent_set_probabilities(self) -> tuple[Float[Array, " _sets"], ...]:
         return tuple(jnp.exp(lp) for lp in self.log_posterior())
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def edge_marginals(self) -> Float[Array, "nodes nodes"]:
         """`[m, n]` = $p(m\\to n\\mid H)$ (zero diagonal)."""
         N = len(self.names)
@@ -247,6 +249,7 @@ class StructurePosterior(AbstractPosterior):
             for n in range(len(self.names))
         )
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def map_adjacency(self) -> Array:
         """MAP graph as an `(N, N)` 0/1 adjacency matrix, `[m, n] = 1` for $m\\to n$ (jittable)."""
         N = len(self.names)
@@ -254,6 +257,7 @@ class StructurePosterior(AbstractPosterior):
         rows = [(self.parent_sets[n][idx[n]][:, None] == jnp.arange(N)).any(0) for n in range(N)]
         return jnp.stack(rows, axis=1).astype(jnp.int32)
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def entropy(self) -> Float[Array, ""]:
         """Entropy of the structure posterior, $\\sum_n H[p(\\mathrm{par}(n)\\mid H)]$ (nats)."""
         total = jnp.asarray(0.0)

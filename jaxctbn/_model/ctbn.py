@@ -93,6 +93,7 @@ class AbstractCTBN(eqx.Module):
         own = jnp.arange(k) == states[..., node, None]
         return jnp.where(own, jnp.zeros((), cim.dtype), rows)
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def checked(self, source: str = "cims") -> "AbstractCTBN":
         """The same model, with `eqx.error_if` guards on negative or NaN rates; error messages
         name the rates as `source[node name]`."""
