@@ -44,6 +44,7 @@ class FitProblem(eqx.Module):
     alpha: Array  # (N,) prior shapes (1 without a prior)
     beta: Array  # (N,) prior rates (0 without a prior)
     has_prior: Array  # bool scalar
+    prior_constant: Array  # (N,) alpha ln beta - ln Gamma(alpha) (beta 1 without a prior)
     tau: Array  # median positive gap
     shortest: Array  # shortest positive gap
     lower: Array  # lowest free rate
@@ -86,11 +87,11 @@ class FitProblem(eqx.Module):
     def log_prior(self, rates: tuple[Array, ...]) -> Array:
         """The Gamma log density of the free rates (0 without a prior)."""
         total = jnp.zeros((), self.tau.dtype)
-        safe_beta = jnp.where(self.has_prior, self.beta, 1)
-        constant = self.alpha * jnp.log(safe_beta) - jax.scipy.special.gammaln(self.alpha)
         for n, (q, f) in enumerate(zip(rates, self.free)):
             safe = jnp.where(f, q, 1)
-            term = (self.alpha[n] - 1) * jnp.log(safe) - self.beta[n] * safe + constant[n]
+            term = (
+                (self.alpha[n] - 1) * jnp.log(safe) - self.beta[n] * safe + self.prior_constant[n]
+            )
             total = total + jnp.where(f, term, 0).sum()
         return jnp.where(self.has_prior, total, 0)
 
@@ -401,6 +402,10 @@ def fit_problem(
         (c != 0) & ~jnp.eye(c.shape[-1], dtype=bool) for c in model.cims
     )  # structural zeros are the exact zeros of the start
     alpha, beta, has_prior = prior
+    # the normalising constant once (a log-gamma is a long program; the objective is traced at
+    # several places of a fit)
+    safe_beta = jnp.where(has_prior, beta, 1)
+    prior_constant = alpha * jnp.log(safe_beta) - jax.scipy.special.gammaln(alpha)
     problem = FitProblem(
         model=model,
         observations=buckets,
@@ -413,6 +418,7 @@ def fit_problem(
         alpha=alpha,
         beta=beta,
         has_prior=has_prior,
+        prior_constant=prior_constant,
         tau=tau,
         shortest=shortest,
         lower=lower,
