@@ -206,7 +206,7 @@ def use_compilation_cache(directory: str | os.PathLike | None = None) -> str | N
 
     **Returns** the directory in use, or `None` when the cache is disabled or the directory
     cannot be written (one warning line names it; programs are then compiled as before, with
-    the same results).
+    the same results). The random hash's lowering is changed in every case.
     """
     import jax
     from jax.experimental.compilation_cache import compilation_cache
