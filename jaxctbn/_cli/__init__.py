@@ -4,13 +4,15 @@ from .main import main as main
 
 
 def console() -> None:
-    """The `jaxctbn` console script: the allocator and BLAS-thread settings of the command's
-    own process (`jax_setup.fix_malloc_mmap_threshold`, `jax_setup.use_one_blas_thread`),
-    then `main`'s exit status. Calling `main` in a Python process changes neither."""
+    """The `jaxctbn` console script: the allocator, BLAS-thread and garbage-collection
+    settings of the command's own process (`jax_setup.fix_malloc_mmap_threshold`,
+    `jax_setup.use_one_blas_thread`, `jax_setup.fewer_garbage_collections`), then `main`'s
+    exit status. Calling `main` in a Python process changes none of them."""
     import sys
 
-    from .jax_setup import fix_malloc_mmap_threshold, use_one_blas_thread
+    from .jax_setup import fewer_garbage_collections, fix_malloc_mmap_threshold, use_one_blas_thread
 
+    fewer_garbage_collections()
     fix_malloc_mmap_threshold()
     use_one_blas_thread()
     sys.exit(main())

@@ -481,6 +481,15 @@ def test_console_script_is_installed():
     env.pop("OPENBLAS_NUM_THREADS", None)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert proc.stdout.split() == ["True", "1", "False", "False", "3"], proc.stderr
+    # and fewer garbage collections, from CPython's default thresholds only (a user's kept)
+    code = (
+        "import gc; from jaxctbn._cli.jax_setup import fewer_garbage_collections as f; "
+        "print(f(), *gc.get_threshold()); gc.set_threshold(900, 10, 10); "
+        "print(f(), *gc.get_threshold())"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    expected = ["True", "50000", "20", "20", "False", "900", "10", "10"]
+    assert proc.stdout.split() == expected, proc.stderr
     proc = subprocess.run(
         [sys.executable, "-m", "jaxctbn._cli", "--help"], capture_output=True, text=True, env=env
     )
