@@ -82,9 +82,12 @@ def test_notebooks_execute(monkeypatch, tmp_path):
         # worker: the persistent compilation cache of the run (inherited through
         # JAXCTBN_CACHE_DIR) then also stores and loads programs with host callbacks (almost
         # every program of the library; JAX alone would compile them again in the kernel).
-        # It also turns on float64, which every notebook does in its first cell anyway.
+        # It also turns on float64, which every notebook does in its first cell anyway, and
+        # the command's (and the workers') garbage-collection thresholds: tracing allocates
+        # hundreds of thousands of objects that CPython's defaults walk every 700 allocations.
         extra_arguments=[
-            "--IPKernelApp.exec_lines=from jaxctbn._cli.jax_setup import _setup_jax; _setup_jax()"
+            "--IPKernelApp.exec_lines=from jaxctbn._cli.jax_setup import _setup_jax, "
+            "fewer_garbage_collections; _setup_jax(); fewer_garbage_collections()"
         ],
     )
     failures = {}
