@@ -175,6 +175,7 @@ class RatePosterior(AbstractRatePosterior):
         """The prior over the rates of `model`'s graph."""
         return cls.from_prior(model.names, model.cardinalities, model.parents, prior=prior)
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def update(self, pooled: Sequence[NodeStatistics]) -> "RatePosterior":
         r"""Add pooled statistics (one [`jaxctbn.internal.NodeStatistics`][] per node, for this graph):
         $\bar\alpha\mathrel{+}=M$, $\bar\beta\mathrel{+}=T$. Statistics must be finite and
@@ -187,14 +188,34 @@ class RatePosterior(AbstractRatePosterior):
                     f"statistics of node {self.names[n]!r}: shapes {st.transitions.shape} and "
                     f"{st.dwell_times.shape}, expected {a.shape} and {b.shape}."
                 )
-        return _with_statistics(self, tuple((st.transitions, st.dwell_times) for st in pooled))
+        # one check over all nodes, attached to all statistics: every alpha and beta is guarded
+        stats = [(st.transitions, st.dwell_times) for st in pooled]
+        preds = jnp.stack(
+            [jnp.any((M < 0) | ~jnp.isfinite(M)) for M, _ in stats]
+            + [jnp.any((T < 0) | ~jnp.isfinite(T)) for _, T in stats]
+        )
+        msgs = [
+            f"statistics of node {name!r}: transition counts must be finite and >= 0."
+            for name in self.names
+        ] + [
+            f"statistics of node {name!r}: dwell times must be finite and >= 0."
+            for name in self.names
+        ]
+        stats = branched_error_if(stats, preds.any(), jnp.argmax(preds), msgs)
+        alphas, betas = [], []
+        for a, b, (M, T) in zip(self.alpha, self.beta, stats):
+            k = a.shape[-1]
+            alphas.append(a + jnp.where(off_diagonal(k), M, 0.0))
+            betas.append(b + T)
+        return eqx.tree_at(lambda p: (p.alpha, p.beta), self, (tuple(alphas), tuple(betas)))
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def update_with(self, statistics: SufficientStatistics) -> "RatePosterior":
         """Add the statistics of a batch of experiments, pooled: node $n$ uses only the
         trajectories in which it was not perfectly intervened on."""
         if statistics.parents != self.parents:
             raise ValueError("statistics were computed for a different graph than the posterior.")
-        return _with_pooled_statistics(self, statistics)
+        return self.update(statistics.pooled())
 
     @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def rate_means(self) -> tuple[Float[Array, "_configs _k _k"], ...]:
@@ -333,33 +354,3 @@ def path_log_likelihood(model: CTBN, statistics: SufficientStatistics) -> Float[
             for q, st in zip(cims, statistics.pooled())
         )
     )
-
-
-@eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
-def _with_statistics(posterior: "RatePosterior", stats) -> "RatePosterior":
-    """`RatePosterior.update` once the shapes are checked: `stats` `((M, T), ...)` per node."""
-    # one check over all nodes, attached to all statistics: every alpha and beta is guarded
-    preds = jnp.stack(
-        [jnp.any((M < 0) | ~jnp.isfinite(M)) for M, _ in stats]
-        + [jnp.any((T < 0) | ~jnp.isfinite(T)) for _, T in stats]
-    )
-    msgs = [
-        f"statistics of node {name!r}: transition counts must be finite and >= 0."
-        for name in posterior.names
-    ] + [
-        f"statistics of node {name!r}: dwell times must be finite and >= 0."
-        for name in posterior.names
-    ]
-    stats = branched_error_if(stats, preds.any(), jnp.argmax(preds), msgs)
-    alphas, betas = [], []
-    for a, b, (M, T) in zip(posterior.alpha, posterior.beta, stats):
-        k = a.shape[-1]
-        alphas.append(a + jnp.where(off_diagonal(k), M, 0.0))
-        betas.append(b + T)
-    return eqx.tree_at(lambda p: (p.alpha, p.beta), posterior, (tuple(alphas), tuple(betas)))
-
-
-@eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
-def _with_pooled_statistics(posterior: "RatePosterior", statistics) -> "RatePosterior":
-    """`RatePosterior.update_with`: the pooled statistics, added."""
-    return posterior.update(statistics.pooled())

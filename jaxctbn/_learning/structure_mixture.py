@@ -32,14 +32,12 @@ import jax.random as jr
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .._model.ctbn import CTBN, PaddedCTBN
-from .._model.layout import num_configurations
-from .._programs import run_program
 from .chain_diagnostics import effective_sample_size, split_r_hat
 from .family_statistics import FamilyStatistics
 from .frames import edge_frame, structure_graph
 from .posterior import AbstractPosterior
 from .resampling import systematic_indices
-from .structure_posterior import StructurePosterior, _scores, most_probable_sets
+from .structure_posterior import StructurePosterior, _scores, map_model_of, most_probable_sets
 
 if TYPE_CHECKING:
     import networkx
@@ -308,17 +306,7 @@ class StructureMixturePosterior(AbstractPosterior):
         """The graph of [`map_indices`][jaxctbn.StructureMixturePosterior.map_indices] with
         [`mean_rates_given`][jaxctbn.StructureMixturePosterior.mean_rates_given] as a
         [`jaxctbn.CTBN`][] (host-side)."""
-        # one program (exported and loaded by the command line); the graph of its indices
-        indices, padded = jax.device_get(run_program("map_model", _map_indices_and_rates, self))
-        graph = tuple(
-            tuple(int(p) for p in jax.device_get(self.parent_sets[n][int(indices[n])]) if p >= 0)
-            for n in range(len(self.names))
-        )
-        cims = [
-            padded.cims[n][: num_configurations(graph[n], self.cardinalities)]
-            for n in range(len(self.names))
-        ]
-        return CTBN(cims=cims, parents=graph, names=self.names)
+        return map_model_of(self)
 
     def marginal_entropy(self) -> Float[Array, ""]:
         r"""$\sum_nH[p(\mathrm{par}(n))]$ of the node marginals (nats): the graph entropy when the
@@ -404,9 +392,3 @@ class StructureMixturePosterior(AbstractPosterior):
         node, and each edge of marginal probability above `threshold` with that probability
         as its `weight`. Eager, on the host."""
         return structure_graph(self, threshold, "StructureMixturePosterior.to_networkx")
-
-
-@eqx.filter_jit
-def _map_indices_and_rates(posterior: StructureMixturePosterior):
-    indices = posterior.map_indices()
-    return indices, posterior.mean_rates_given(indices)

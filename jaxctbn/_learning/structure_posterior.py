@@ -156,10 +156,15 @@ class StructurePosterior(AbstractPosterior):
     def parent_sets(self) -> tuple[Int[Array | np.ndarray, "_sets max_parents"], ...]:
         return self.statistics.parent_sets
 
+    @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def update(self, new: FamilyStatistics) -> "StructurePosterior":
         r"""Add the statistics of new experiments and rescore (no raw paths needed). The new
         statistics must be finite and $\ge0$ (checked inside jit, guarding every field)."""
-        return _updated(self, new)
+        stats = self.statistics + _check_statistics(new)
+        scores = _scores(self.prior, stats)
+        return eqx.tree_at(
+            lambda p: (p.log_marginal_likelihoods, p.statistics), self, (scores, stats)
+        )
 
     def with_prior(self, prior: AbstractPrior) -> "StructurePosterior":
         """The same data scored under another rate `prior` (e.g. hyper-parameters fitted by
@@ -240,14 +245,7 @@ class StructurePosterior(AbstractPosterior):
 
     def map_graph(self) -> tuple[tuple[int, ...], ...]:
         """The MAP graph as static parent tuples (host-side)."""
-        return self._graph_of(np.asarray(_map_indices(self)))
-
-    def _graph_of(self, indices: np.ndarray) -> tuple[tuple[int, ...], ...]:
-        """Parent tuples of one candidate index per node (host-side)."""
-        return tuple(
-            tuple(int(p) for p in np.asarray(self.parent_sets[n][indices[n]]) if p >= 0)
-            for n in range(len(self.names))
-        )
+        return parent_tuples(self.parent_sets, np.asarray(_map_indices(self)))
 
     @eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
     def map_adjacency(self) -> Array:
@@ -371,14 +369,7 @@ class StructurePosterior(AbstractPosterior):
 
     def map_model(self) -> CTBN:
         """The MAP graph with posterior-mean rates as a [`jaxctbn.CTBN`][] (host-side)."""
-        # one program (exported and loaded by the command line)
-        indices, padded = jax.device_get(run_program("map_model", _map_indices_and_rates, self))
-        graph = self._graph_of(indices)
-        cims = [
-            padded.cims[n][: num_configurations(graph[n], self.cardinalities)]
-            for n in range(len(self.names))
-        ]
-        return CTBN(cims=cims, parents=graph, names=self.names)
+        return map_model_of(self)
 
     def to_frame(self) -> pd.DataFrame:
         r"""The edge marginals as a pandas table: columns `parent`, `child`, `probability`
@@ -406,9 +397,30 @@ def _map_indices(posterior: StructurePosterior) -> Array:
 
 
 @eqx.filter_jit
-def _map_indices_and_rates(posterior: StructurePosterior) -> tuple[Array, PaddedCTBN]:
+def _map_indices_and_rates(posterior) -> tuple[Array, PaddedCTBN]:
     indices = posterior.map_indices()
     return indices, posterior.mean_rates_given(indices)
+
+
+def parent_tuples(parent_sets, indices) -> tuple[tuple[int, ...], ...]:
+    """Parent tuples of one candidate index per node (host-side)."""
+    return tuple(
+        tuple(int(p) for p in np.asarray(sets[int(i)]) if p >= 0)
+        for sets, i in zip(parent_sets, indices, strict=True)
+    )
+
+
+def map_model_of(posterior) -> CTBN:
+    """`map_model` of a structure posterior or mixture: the graph of its `map_indices` with its
+    `mean_rates_given` them, as a [`jaxctbn.CTBN`][] (host-side; one program, exported and
+    loaded by the command line)."""
+    indices, padded = jax.device_get(run_program("map_model", _map_indices_and_rates, posterior))
+    graph = parent_tuples(posterior.parent_sets, indices)
+    cims = [
+        padded.cims[n][: num_configurations(graph[n], posterior.cardinalities)]
+        for n in range(len(graph))
+    ]
+    return CTBN(cims=cims, parents=graph, names=posterior.names)
 
 
 def most_probable_sets(log_posterior, max_sets: int) -> list[Int[Array, " _kept"]]:
@@ -501,7 +513,7 @@ def learn_structure(
             )
         sets = pool_parent_sets(pools, max_parents, **constraints)
         stats = pool_statistics(data, cards, jnp.asarray(pools), sets, search.chunk)
-        return _from_statistics(stats, names, prior, edge_prior)
+        return StructurePosterior.from_statistics(stats, names, prior=prior, edge_prior=edge_prior)
     elif isinstance(search, Exhaustive):
         sets = candidate_parent_sets(len(cards), max_parents, **constraints)
     else:
@@ -565,21 +577,6 @@ def _scored(
         prior=prior,
         names=names,
     )
-
-
-@eqx.filter_jit  # one program when called eagerly (inlined under an outer jit)
-def _updated(posterior: StructurePosterior, new: FamilyStatistics) -> StructurePosterior:
-    """`StructurePosterior.update`: the new statistics added, rescored."""
-    stats = posterior.statistics + _check_statistics(new)
-    scores = _scores(posterior.prior, stats)
-    return eqx.tree_at(
-        lambda p: (p.log_marginal_likelihoods, p.statistics), posterior, (scores, stats)
-    )
-
-
-@eqx.filter_jit
-def _from_statistics(stats: FamilyStatistics, names, prior, edge_prior) -> StructurePosterior:
-    return StructurePosterior.from_statistics(stats, names, prior=prior, edge_prior=edge_prior)
 
 
 @eqx.filter_jit
