@@ -7,12 +7,16 @@ def console() -> None:
     """The `jaxctbn` console script: the allocator, BLAS-thread and garbage-collection
     settings of the command's own process (`jax_setup.fix_malloc_mmap_threshold`,
     `jax_setup.use_one_blas_thread`, `jax_setup.fewer_garbage_collections`), then `main`'s
-    exit status. Calling `main` in a Python process changes none of them."""
-    import sys
-
-    from .jax_setup import fewer_garbage_collections, fix_malloc_mmap_threshold, use_one_blas_thread
+    exit status, without the interpreter's teardown (`jax_setup.exit_without_teardown`).
+    Calling `main` in a Python process changes none of them."""
+    from .jax_setup import (
+        exit_without_teardown,
+        fewer_garbage_collections,
+        fix_malloc_mmap_threshold,
+        use_one_blas_thread,
+    )
 
     fewer_garbage_collections()
     fix_malloc_mmap_threshold()
     use_one_blas_thread()
-    sys.exit(main())
+    exit_without_teardown(main())

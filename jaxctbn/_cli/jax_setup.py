@@ -47,6 +47,36 @@ def fewer_garbage_collections() -> bool:
     return True
 
 
+def exit_without_teardown(status: int) -> None:
+    """End the command's process with `status` the way Python ends it, less the interpreter's
+    teardown: the threads that are not daemons are joined and the exit functions run
+    (`atexit`: JAX's, logging's), the standard streams flushed, then `os._exit`. The teardown
+    skipped (every module's globals cleared, JAX's compiled programs, devices and thread pools
+    destroyed one by one) took about 0.2 s of a warm `jaxctbn learn`'s 1.05 s (farm-bench, 10
+    pairs: 1.05 -> 0.85 s, the same output bytes) and nothing of it is seen: the files are
+    written and closed before. Where a stream cannot be flushed (a closed pipe) or the
+    interpreter has no `atexit._run_exitfuncs`, Python's own exit takes over (`sys.exit`).
+    Only the `jaxctbn` console script ends this way; `main` returns its status as before."""
+    import atexit
+    import sys
+    import threading
+
+    run_exit_functions = getattr(atexit, "_run_exitfuncs", None)
+    if run_exit_functions is None:
+        sys.exit(status)
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    run_exit_functions()
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):  # a closed pipe or stream: Python's exit reports it
+        sys.exit(status)
+    os._exit(status)
+
+
 #: glibc's `mallopt` parameter number of the mmap threshold
 _M_MMAP_THRESHOLD = -3
 

@@ -494,6 +494,24 @@ def test_console_script_is_installed():
         [sys.executable, "-m", "jaxctbn._cli", "--help"], capture_output=True, text=True, env=env
     )
     assert proc.returncode == 0 and "demo" in proc.stdout, proc.stderr
+    # and it ends without the interpreter's teardown, as Python would end it otherwise: a
+    # thread that is not a daemon finishes, the exit functions run, buffered output reaches
+    # the pipe, the status is main's (2 for a bad flag)
+    code = (
+        "import atexit, sys, threading, time; "
+        "atexit.register(lambda: print('exit function ran', flush=False)); "
+        "threading.Thread(target=lambda: (time.sleep(0.2), print('thread ran'))).start(); "
+        "sys.argv = ['jaxctbn', *sys.argv[1:]]; print('buffered'); "
+        "from jaxctbn._cli import console; console()"
+    )
+    for argv, status in ((["--help"], 0), (["learn", "--no-such-flag"], 2)):
+        proc = subprocess.run(
+            [sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env
+        )
+        assert proc.returncode == status, proc.stderr
+        assert proc.stdout.startswith("buffered\n"), proc.stdout
+        assert proc.stdout.endswith("thread ran\nexit function ran\n"), proc.stdout
+        assert ("usage:" in proc.stdout) == (status == 0), proc.stdout
 
 
 def test_demo_runs_small(tmp_path):
