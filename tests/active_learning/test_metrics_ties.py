@@ -9,10 +9,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from sklearn.metrics import average_precision_score, roc_auc_score
 
 import jaxctbn as jc
 from jaxctbn._active_learning.metrics import adjacency_from_parents, aupr, auroc
+
+
+# scikit-learn's metrics, imported at the first call, not at collection (0.8 s, paid by each
+# worker that collects this file)
+def roc_auc_score(*args, **kwargs):
+    from sklearn.metrics import roc_auc_score as metric
+
+    return metric(*args, **kwargs)
+
+
+def average_precision_score(*args, **kwargs):
+    from sklearn.metrics import average_precision_score as metric
+
+    return metric(*args, **kwargs)
+
 
 # compiled once per (shape, rtol): the eager route compiles every primitive, which is slower
 AUROC, AUPR = eqx.filter_jit(auroc), eqx.filter_jit(aupr)
