@@ -54,15 +54,17 @@ def exit_without_teardown(status: int) -> None:
     skipped (every module's globals cleared, JAX's compiled programs, devices and thread pools
     destroyed one by one) took about 0.2 s of a warm `jaxctbn learn`'s 1.05 s (farm-bench, 10
     pairs: 1.05 -> 0.85 s, the same output bytes) and nothing of it is seen: the files are
-    written and closed before. Where a stream cannot be flushed (a closed pipe) or the
-    interpreter has no `atexit._run_exitfuncs`, Python's own exit takes over (`sys.exit`).
-    Only the `jaxctbn` console script ends this way; `main` returns its status as before."""
+    written and closed before. Where a stream cannot be flushed (a closed pipe), the
+    interpreter has no `atexit._run_exitfuncs`, or a profiler or tracer is on (`python -m
+    cProfile`, coverage: they write their results once the program is over), Python's own
+    exit takes over (`sys.exit`). Only the `jaxctbn` console script ends this way; `main`
+    returns its status as before."""
     import atexit
     import sys
     import threading
 
     run_exit_functions = getattr(atexit, "_run_exitfuncs", None)
-    if run_exit_functions is None:
+    if run_exit_functions is None or sys.getprofile() is not None or sys.gettrace() is not None:
         sys.exit(status)
     for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:

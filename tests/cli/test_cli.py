@@ -512,6 +512,13 @@ def test_console_script_is_installed():
         assert proc.stdout.startswith("buffered\n"), proc.stdout
         assert proc.stdout.endswith("thread ran\nexit function ran\n"), proc.stdout
         assert ("usage:" in proc.stdout) == (status == 0), proc.stdout
+    # under a profiler, Python's own exit: the profiler writes its results at the very end
+    stats = Path(tempfile.mkdtemp()) / "cli.prof"
+    proc = subprocess.run(
+        [sys.executable, "-m", "cProfile", "-o", str(stats), "-m", "jaxctbn._cli", "--help"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0 and stats.stat().st_size > 0, proc.stderr
 
 
 def test_demo_runs_small(tmp_path):
