@@ -17,17 +17,23 @@ compilation cache (`JAXCTBN_CACHE_DIR`) in four states:
   distinct gaps likewise), so such a data set finds its compiled programs in the cache when its
   sizes fall in the same classes; `cache entries written` says whether it did (0: all found).
 
-Run: `python benchmarks/cli/bench_first_fit.py [--repeat 3]` (needs `Rscript` with msm: `apt-get
+Cases: psor, cav, and cav with the recipient's sex as a covariate (msm `covariates = ~ sex`,
+jaxctbn `--covariates sex`). Each row is a median of `--runs` runs (the given data set with a
+fresh, empty cache each time; `--runs` new data sets, seeds 1, 2, ..., msm and jaxctbn on each).
+
+Run: `python benchmarks/cli/bench_first_fit.py [--runs 5]` (needs `Rscript` with msm: `apt-get
 install r-cran-msm`); writes `results/first_fit.{json,md}`.
 """
 
 from __future__ import annotations
 
+import compileall
 import json
 import os
 import subprocess
 import sys
 import tempfile
+from statistics import median
 
 import numpy as np
 import pandas as pd
@@ -38,23 +44,34 @@ from _common import MSM_DIR, ROOT, argument_parser, environment, measure_process
 DATA_DIR = os.path.join(MSM_DIR, "data")
 
 CASES = {
-    # name: (subject, time, state columns, initial Q (msm's examples), exact-entry state (1-based))
+    # name: (subject, time, state columns, initial Q (msm's examples), exact-entry state
+    # (1-based), covariates)
     "psor": (
         ("ptnum", "months", "state"),
         [[0, 0.1, 0, 0], [0, 0, 0.1, 0], [0, 0, 0, 0.1], [0, 0, 0, 0]],
         None,
+        (),
     ),
     "cav": (
         ("PTNUM", "years", "state"),
         [[0, 0.148, 0, 0.0171], [0.2128, 0, 0.2127, 0.0171], [0, 0.1, 0, 0.2], [0, 0, 0, 0]],
         4,
+        (),
+    ),
+    "cav ~ sex": (
+        ("PTNUM", "years", "state"),
+        [[0, 0.148, 0, 0.0171], [0.2128, 0, 0.2127, 0.0171], [0, 0.1, 0, 0.2], [0, 0, 0, 0]],
+        4,
+        ("sex",),
     ),
 }
+#: each case's data file
+CSV = {"psor": "psor", "cav": "cav", "cav ~ sex": "cav"}
 
 R_SCRIPT = """suppressPackageStartupMessages(library(msm))
 d <- read.csv("{csv}")
 Q <- matrix(c({q}), nrow = 4, byrow = TRUE)
-m <- msm({state} ~ {time}, subject = {subject}, data = d, qmatrix = Q{exact})
+m <- msm({state} ~ {time}, subject = {subject}, data = d, qmatrix = Q{exact}{covariates})
 print(qmatrix.msm(m))
 """
 
@@ -81,18 +98,17 @@ def new_data_set(d: pd.DataFrame, subject: str, time: str, seed: int = 1) -> pd.
     return pd.concat(parts, ignore_index=True)
 
 
-def msm_run(script: str, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        times.append(measure_process(["Rscript", script])["wall_s"])
-    return min(times)
+def msm_run(script: str) -> float:
+    return measure_process(["Rscript", script])["wall_s"]
 
 
-def jaxctbn_run(net: str, csv: str, exact: int | None, cache: str, out: str) -> dict:
+def jaxctbn_run(net: str, csv: str, exact: int | None, covariates, cache: str, out: str) -> dict:
     argv = [sys.executable, "-m", "jaxctbn._cli", "fit", "--network", net, "--data", csv]
     argv += ["--observation", "panel", "--out", out]
     if exact is not None:
         argv += ["--exact-entry", f"S={exact - 1}"]
+    if covariates:
+        argv += ["--covariates", ",".join(covariates)]
     before = set(os.listdir(cache))
     rec = measure_process(["env", f"PYTHONPATH={ROOT}", f"JAXCTBN_CACHE_DIR={cache}", *argv])
     with open(out) as f:
@@ -107,27 +123,35 @@ def jaxctbn_run(net: str, csv: str, exact: int | None, cache: str, out: str) -> 
 
 def main():
     ap = argument_parser(__doc__)
-    ap.add_argument("--repeat", type=int, default=3, help="msm runs (the shortest counts)")
+    ap.add_argument(
+        "--runs",
+        type=int,
+        default=5,
+        help="runs of each kind (the medians count), and new data sets",
+    )
     ap.add_common(name="first_fit")
     args = ap.parse_args()
     if not os.path.isfile(os.path.join(DATA_DIR, "psor.csv")):
         subprocess.run(["Rscript", os.path.join(MSM_DIR, "export_data.R"), DATA_DIR], check=True)
+    # what `pip install` leaves: compiled modules (where PYTHONDONTWRITEBYTECODE is set, each
+    # process would otherwise compile jaxctbn's sources again)
+    compileall.compile_dir(os.path.join(ROOT, "jaxctbn"), quiet=1)
     work = tempfile.mkdtemp(prefix="jaxctbn-bench-first-fit-")
     records = []
-    for name, ((subject, time, state), q0, exact) in CASES.items():
-        d = pd.read_csv(os.path.join(DATA_DIR, f"{name}.csv"))
-        net = os.path.join(work, f"{name}_network.json")
+    for name, ((subject, time, state), q0, exact, covariates) in CASES.items():
+        d = pd.read_csv(os.path.join(DATA_DIR, f"{CSV[name]}.csv"))
+        net = os.path.join(work, f"{CSV[name]}_network.json")
         with open(net, "w") as f:
             json.dump(network(q0), f)
-        cache = tempfile.mkdtemp(prefix=f"cache-{name}-", dir=work)  # fresh and empty
-        for label, data in (("given", d), ("new", new_data_set(d, subject, time))):
-            raw = os.path.join(work, f"{name}_{label}_msm.csv")
+
+        def files(data, label):
+            """The data set as msm's CSV, jaxctbn's CSV and msm's script."""
+            raw = os.path.join(work, f"{CSV[name]}_{label}_msm.csv")
             data.to_csv(raw, index=False)
-            ours = os.path.join(work, f"{name}_{label}.csv")
-            pd.DataFrame(
-                {"trajectory_id": data[subject], "time": data[time], "S": data[state] - 1}
-            ).to_csv(ours, index=False)
-            script = os.path.join(work, f"{name}_{label}.R")
+            ours = os.path.join(work, f"{CSV[name]}_{label}.csv")
+            columns = {"trajectory_id": data[subject], "time": data[time], "S": data[state] - 1}
+            pd.DataFrame({**columns, **{c: data[c] for c in covariates}}).to_csv(ours, index=False)
+            script = os.path.join(work, f"{name}_{label}.R".replace(" ", "_"))
             with open(script, "w") as f:
                 f.write(
                     R_SCRIPT.format(
@@ -137,51 +161,99 @@ def main():
                         time=time,
                         subject=subject,
                         exact="" if exact is None else f", deathexact = {exact}",
+                        covariates=""
+                        if not covariates
+                        else ", covariates = ~ " + " + ".join(covariates),
                     )
                 )
-            msm_s = msm_run(script, args.repeat)
-            out = os.path.join(work, f"{name}_{label}_fit.json")
-            first = jaxctbn_run(net, ours, exact, cache, out)
-            second = jaxctbn_run(net, ours, exact, cache, out)
-            rec = {
-                "case": name if label == "given" else f"{name} (new data set)",
-                "subjects": int(data[subject].nunique()),
-                "rows": len(data),
-                "msm_whole_process_s": msm_s,
-                "jaxctbn_first_s": first["wall_s"],
-                "jaxctbn_first_cache_entries_written": first["cache_entries_written"],
-                "jaxctbn_second_s": second["wall_s"],
-                "jaxctbn_peak_rss_bytes": first["peak_rss_bytes"],
-                "first_over_msm": first["wall_s"] / msm_s,
-                "second_over_msm": second["wall_s"] / msm_s,
-                "minus2loglik": first["minus2loglik"],
-                "cache": "empty" if label == "given" else f"left by {name}",
-            }
-            records.append(rec)
-            print(json.dumps(rec), flush=True)
+            return ours, script
+
+        def fit(csv, cache):
+            out = os.path.join(work, "fit.json")
+            return jaxctbn_run(net, csv, exact, covariates, cache, out)
+
+        # the given data set: each run a fresh, empty cache, then a second call with it
+        ours, script = files(d, "given")
+        msm_s = [msm_run(script) for _ in range(args.runs)]
+        first, second = [], []
+        for _ in range(args.runs):
+            cache = tempfile.mkdtemp(prefix="cache-", dir=work)  # fresh and empty
+            first.append(fit(ours, cache))
+            second.append(fit(ours, cache))
+        records.append(record(name, d, subject, "empty", msm_s, first, second))
+        print(json.dumps(records[-1]), flush=True)
+        # new data sets of the kind, each with the cache the given one left
+        msm_s, first, second, sizes = [], [], [], []
+        for seed in range(1, args.runs + 1):
+            data = new_data_set(d, subject, time, seed=seed)
+            ours, script = files(data, f"new{seed}")
+            msm_s.append(msm_run(script))
+            first.append(fit(ours, cache))
+            second.append(fit(ours, cache))
+            sizes.append((int(data[subject].nunique()), len(data)))
+        rec = record(
+            f"{name} (new data sets)", data, subject, f"left by {name}", msm_s, first, second
+        )
+        rec["subjects"], rec["rows"] = [s[0] for s in sizes], [s[1] for s in sizes]
+        records.append(rec)
+        print(json.dumps(rec), flush=True)
     payload = {"environment": environment(), "records": records}
     lines = [
         "# The first `jaxctbn fit` of a data set, as a whole process, against msm's whole run",
         "",
         "msm: `Rscript` with `library(msm)`, `read.csv`, `msm()` (defaults: BFGS, the Hessian) "
-        "and `qmatrix.msm` (intervals), the shortest of "
-        f"{args.repeat} runs. jaxctbn: `jaxctbn fit --observation panel` (SQUAREM + exact-"
-        "information intervals) as a fresh process; first call with the cache given (empty, or "
-        "left by the other data set of the kind), then a second call on the same file.",
+        "and `qmatrix.msm` (intervals). jaxctbn: `jaxctbn fit --observation panel` (SQUAREM + "
+        "exact-information intervals; with covariates L-BFGS) as a fresh process, its modules "
+        "byte-compiled as an installed package's are; the first call with the cache given "
+        f"(empty, or left by the given data set of the kind), then a second call on the same "
+        f"file. Medians of {args.runs} runs, side by side: the given data set {args.runs} times "
+        f"(each with a fresh cache), and {args.runs} new data sets of each kind (one run each, "
+        "msm and jaxctbn on the same file). Targets: first call on a new data set ≤ 2× msm, "
+        "with an empty cache ≤ 6×.",
         "",
         "| case | subjects | rows | cache at the first call | msm | jaxctbn first call | "
         "cache entries written | first / msm | jaxctbn second call | second / msm | peak RSS |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
+        subjects = r["subjects"] if isinstance(r["subjects"], int) else median(r["subjects"])
+        rows = r["rows"] if isinstance(r["rows"], int) else median(r["rows"])
         lines.append(
-            f"| {r['case']} | {r['subjects']} | {r['rows']} | {r['cache']} | "
+            f"| {r['case']} | {subjects:.0f} | {rows:.0f} | {r['cache']} | "
             f"{r['msm_whole_process_s']:.2f} s | {r['jaxctbn_first_s']:.2f} s | "
-            f"{r['jaxctbn_first_cache_entries_written']} | {r['first_over_msm']:.1f}× | "
+            f"{max(r['jaxctbn_first_cache_entries_written'])} | {r['first_over_msm']:.1f}× | "
             f"{r['jaxctbn_second_s']:.2f} s | {r['second_over_msm']:.1f}× | "
             f"{r['jaxctbn_peak_rss_bytes'] / 2**20:.0f} MiB |"
         )
     write_results(args.name, payload, lines)
+
+
+def record(case, data, subject, cache, msm_s, first, second) -> dict:
+    """One row: medians of the runs, and the runs themselves."""
+    msm, ours, again = (
+        median(msm_s),
+        median(r["wall_s"] for r in first),
+        median(r["wall_s"] for r in second),
+    )
+    return {
+        "case": case,
+        "subjects": int(data[subject].nunique()),
+        "rows": len(data),
+        "cache": cache,
+        "msm_whole_process_s": msm,
+        "jaxctbn_first_s": ours,
+        "jaxctbn_second_s": again,
+        "first_over_msm": ours / msm,
+        "second_over_msm": again / msm,
+        "jaxctbn_first_cache_entries_written": [r["cache_entries_written"] for r in first],
+        "jaxctbn_peak_rss_bytes": max(r["peak_rss_bytes"] for r in first),
+        "minus2loglik": [r["minus2loglik"] for r in first],
+        "runs": {
+            "msm_s": msm_s,
+            "jaxctbn_first_s": [r["wall_s"] for r in first],
+            "jaxctbn_second_s": [r["wall_s"] for r in second],
+        },
+    }
 
 
 if __name__ == "__main__":
