@@ -19,15 +19,15 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/jaxctbn run structure --alpha 0.2,5,0.2,5 --beta 1 --out run_structure
 
+# The suite writes bytecode even where the environment says not to (PYTHONDONTWRITEBYTECODE):
+# the CLI subprocesses, the notebook kernel and the checked run of the suite then load
+# jaxctbn's compiled modules instead of compiling its sources again each, and a second run
+# loads pytest's rewritten test modules (~2.5 s per worker).
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pyright --pythonpath $(BIN)/python
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
-	# bytecode written even where the environment says not to (PYTHONDONTWRITEBYTECODE): the
-	# CLI subprocesses, notebook kernel and checked runs of the suite then load jaxctbn's
-	# compiled modules instead of compiling its sources again each, and a second run loads
-	# pytest's rewritten test modules (~2.5 s per worker)
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q tests
 
 # the tests marked slow (a second, costlier route through code that `make test` also covers)
