@@ -22,8 +22,9 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 #: The first cell of each notebook: every name the notebooks before it defined (their imports
 #: included) removed from the kernel's namespace, as `%reset -f` removes them, but the values
-#: kept alive on the shell until the kernel ends (`%reset` also collects garbage: freeing the compiled programs that the last notebook's objects held took
-#: ~1 s per notebook, measured, and the kernel is killed at the end anyway)
+#: kept alive on the shell until the kernel ends. `%reset` also collects garbage, which freed
+#: the compiled programs the last notebook's objects held: 0.7-1.3 s per notebook, measured;
+#: the kernel is killed at the end anyway.
 _CLEAR = (
     "def _clear(shell):\n"
     "    shell.jaxctbn_kept = [*getattr(shell, 'jaxctbn_kept', []), dict(shell.user_ns)]\n"
