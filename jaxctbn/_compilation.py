@@ -36,9 +36,9 @@ def use_unrolled_threefry_on_cpu() -> bool:
     Global and process-wide, like `jax.config.update`: it applies to every program lowered
     afterwards, jaxctbn's or not (programs already compiled keep their code). The benchmarks
     call it, and [`jaxctbn.use_compilation_cache`][] (what the `jaxctbn` command line calls,
-    and a script or notebook once at its start). Relies on a private part of JAX (checked against jax 0.10):
-    returns `True` when it took effect, `False` (changing nothing) where that part is not as
-    expected."""
+    and a script or notebook once at its start). Relies on a private part of JAX (checked
+    against jax 0.10): returns `True` when it took effect, `False` (changing nothing) where
+    that part is not as expected."""
     try:
         from jax._src.interpreters import mlir
         from jax._src.random import threefry2x32 as threefry

@@ -184,7 +184,8 @@ def main():
         "first; no cache: `JAXCTBN_CACHE_DIR=off`, "
         f"mean of {args.repeat} calls. Modules byte-compiled, as an installed package's are.",
         "",
-        "| command | cold s | warm s | new data, warm s | target (new data) | warm/cold | no-cache s |",
+        "| command | cold s | warm s | new data, warm s | target (new data) | warm/cold | "
+        "no-cache s |",
         "|---|---|---|---|---|---|---|",
         *rows,
         "",

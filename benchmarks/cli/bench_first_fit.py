@@ -216,9 +216,9 @@ def main():
         f"file. Medians of {args.runs} runs, side by side: the given data set {args.runs} times "
         f"(each with a fresh cache), and {args.runs} new data sets of each kind (one run each, "
         "msm and jaxctbn on the same file, each jaxctbn run with the cache the given data set "
-        "left, restored before each). `cache entries written`: the most any run wrote (0: every program "
-        "found); `slowest first call`: the run that compiled most. Targets: first call on a new data set ≤ 2× msm, "
-        "with an empty cache ≤ 6×.",
+        "left, restored before each). `cache entries written`: the most any run wrote (0: "
+        "every program found); `slowest first call`: the run that compiled most. Targets: "
+        "first call on a new data set ≤ 2× msm, with an empty cache ≤ 6×.",
         "",
         "| case | subjects | rows | cache at the first call | msm | jaxctbn first call | "
         "cache entries written | first / msm | slowest first call | jaxctbn second call | "

@@ -450,7 +450,7 @@ def test_cli_input_errors(command, message, inputs, capsys):
     assert captured.out == "" and not os.path.exists(inputs["out"])
 
 
-def test_console_script_is_installed():
+def test_console_script_is_installed(tmp_path):
     # the entry point from [project.scripts], installed next to this interpreter
     script = Path(sys.executable).parent / "jaxctbn"
     assert script.is_file(), (
@@ -513,7 +513,7 @@ def test_console_script_is_installed():
         assert proc.stdout.endswith("thread ran\nexit function ran\n"), proc.stdout
         assert ("usage:" in proc.stdout) == (status == 0), proc.stdout
     # under a profiler, Python's own exit: the profiler writes its results at the very end
-    stats = Path(tempfile.mkdtemp()) / "cli.prof"
+    stats = tmp_path / "cli.prof"
     proc = subprocess.run(
         [sys.executable, "-m", "cProfile", "-o", str(stats), "-m", "jaxctbn._cli", "--help"],
         capture_output=True, text=True, env=env,
