@@ -27,6 +27,7 @@ from .._master_equation import (
 )
 from .._model.interventions import Intervention, exposure_scale
 from .._model.layout import all_global_states, config_index, num_configurations
+from .._model.node_groups import GroupNode, Node, node_entry, node_index, node_table, representative
 from .._paths.sampling import PathStatistics, nested_vmap, path_statistics
 from .kl_estimators import PlugIn
 
@@ -73,10 +74,10 @@ def predictive_on_sets(
     )
 
 
-def flat_draws(draws: StructureDraws, n: int):
+def flat_draws(draws: StructureDraws, n: Node):
     """Node n's draws as one batch `(sets * samples,)` of models, and the index of the set each
     draw fixes par(n) to."""
-    models = draws.models[n]
+    models = node_entry(n, draws.models)
     n_sets, n_samples = jax.tree_util.tree_leaves(models)[0].shape[:2]
     flat = jax.tree_util.tree_map(lambda a: a.reshape(n_sets * n_samples, *a.shape[2:]), models)
     return flat, jnp.repeat(jnp.arange(n_sets), n_samples)
@@ -131,6 +132,18 @@ def _shares_clamp_patterns(interventions: Intervention, num_others: int, solver,
     )
 
 
+def pattern_route_takes_groups(posterior, draws, interventions, chunk: int, solver, estimator):
+    """Whether `node_divergence` takes its nodes traced in their groups (a `GroupNode`): the
+    plug-in estimator on chunks of `chunk` candidates solved by clamp pattern, with a prior
+    whose predictive factorises over configurations (the route written for traced nodes)."""
+    return (
+        isinstance(estimator, PlugIn)
+        and posterior.prior.factorises_over_configurations
+        and solvable_by_pattern(interventions, solver, flat_draws(draws, 0)[0])
+        and 2 ** (len(posterior.names) - 1) < chunk
+    )
+
+
 class PatternBins(eqx.Module):
     r"""Node $n$'s layout of the bins $w$ of the other nodes' configurations (see
     `node_statistics_by_other_nodes`), for a prior whose predictive factorises over
@@ -149,32 +162,37 @@ class PatternBins(eqx.Module):
     num_configs: Array
 
     @staticmethod
-    def of(posterior: StructurePosterior, n: int) -> "PatternBins":
-        sets = jnp.asarray(posterior.parent_sets[n])
+    def of(posterior: StructurePosterior, n: Node) -> "PatternBins":
+        sets = jnp.asarray(node_entry(n, posterior.parent_sets))
         cards = posterior.cardinalities
-        others = [j for j in range(len(cards)) if j != n]
-        slot_states = np.zeros((math.prod(cards[j] for j in others), len(cards)), np.int32)
-        slot_states[:, others] = all_global_states(tuple(cards[j] for j in others))
-        slot_states = jnp.asarray(slot_states)
+
+        def slots(m):
+            others = [j for j in range(len(cards)) if j != m]
+            slot_states = np.zeros((math.prod(cards[j] for j in others), len(cards)), np.int32)
+            slot_states[:, others] = all_global_states(tuple(cards[j] for j in others))
+            return slot_states
+
+        slot_states = jnp.asarray(node_table(n, slots))
         config = jax.vmap(lambda P: config_index(slot_states, P, cards))(sets)  # (sets, W)
         history_M = jnp.take_along_axis(
-            posterior.statistics.transitions[n], config[:, :, None, None], axis=1
+            node_entry(n, posterior.statistics.transitions), config[:, :, None, None], axis=1
         )
         history_T = jnp.take_along_axis(
-            posterior.statistics.dwell_times[n], config[:, :, None], axis=1
+            node_entry(n, posterior.statistics.dwell_times), config[:, :, None], axis=1
         )
         return PatternBins(
             slot_states, config, history_M, history_T, num_configurations(sets, cards)
         )
 
 
-def configuration_term(posterior: StructurePosterior, n: int):
+def configuration_term(posterior: StructurePosterior, n: Node):
     """`term(M, T, M_bar, T_bar, U)`: the prior's predictive term of one configuration of a set
     with `U` configurations, node statistics `(k, k)`, `(k,)` given the history's."""
     prior = posterior.prior
+    index = node_index(n)
 
     def term(M, T, M_bar, T_bar, U):
-        return prior.log_predictive(n, M[None], T[None], M_bar[None], T_bar[None], U)
+        return prior.log_predictive(index, M[None], T[None], M_bar[None], T_bar[None], U)
 
     return term
 
@@ -183,7 +201,7 @@ def pattern_bin_statistics(posterior, n, by_pattern, func=None):
     """Node `n`'s statistics in the bins of each clamp pattern and draw, `((patterns, draws,
     sets, W, k, k), (patterns, draws, sets, W, k))` (`node_statistics_by_other_nodes`), or
     `func(M, T)` of each pattern's `(draws, sets, W, ...)` (evaluated pattern by pattern)."""
-    sets = jnp.asarray(posterior.parent_sets[n])
+    sets = jnp.asarray(node_entry(n, posterior.parent_sets))
 
     def one_pattern(x):
         stats, clamped = x  # the pattern's solves, one per draw
@@ -250,7 +268,7 @@ def node_divergence(
 ):
     """$a_n(P')$ for one node `n` and a batch of candidates `interventions` (leading axis),
     `(candidates, sets)` (zeros for a candidate that clamps n)."""
-    sets = posterior.parent_sets[n]
+    sets = node_entry(n, posterior.parent_sets)
     n_sets = sets.shape[0]
     flat, _ = flat_draws(draws, n)
 
@@ -263,19 +281,23 @@ def node_divergence(
         # trip counts cost a select of every array at every product
         C = interventions.targets.shape[0]
         B = flat.parent_index[0].shape[0]
-        others = tuple(j for j in range(len(posterior.names)) if j != n)
-        if _shares_clamp_patterns(interventions, len(others), solver, flat):
+        N = len(posterior.names)
+        if _shares_clamp_patterns(interventions, N - 1, solver, flat):
             # candidates that clamp the same other nodes share their solves (the sub-cubes of
             # the clamped states do not communicate); those clamping n get zeros
+            others = node_table(n, lambda m: np.array([j for j in range(N) if j != m], np.int32))
             by_pattern = clamp_pattern_statistics(
                 flat, initial_state, horizon, interventions, clampable=others, solver=solver
             )
             if posterior.prior.factorises_over_configurations:
                 # and each configuration's predictive term, shared by the candidates it serves
                 ells = _predictive_by_pattern(posterior, n, by_pattern, interventions)
-                return node_divergence_from(posterior, n, interventions.targets[:, n], ells)
+                clamped = interventions.targets[:, node_index(n)]
+                return node_divergence_from(posterior, n, clamped, ells)
+            _static_node_only(n)
             stats = by_pattern.members(interventions)
         else:
+            _static_node_only(n)
             models = jax.tree_util.tree_map(
                 lambda a: jnp.broadcast_to(a, (C, *a.shape)).reshape(C * B, *a.shape[1:]), flat
             )
@@ -297,6 +319,7 @@ def node_divergence(
         ells = jax.lax.map(ell_of, (stats, scales), batch_size=PREDICTIVE_BATCH)
         ells = ells.reshape(C, B, n_sets)  # (candidates, draws, sets)
     else:
+        _static_node_only(n)
         stats = sampled_statistics(
             draws,
             n,
@@ -325,15 +348,22 @@ def _exposures(interventions: Intervention, n: int, num: int) -> Array:
     return jnp.broadcast_to(exposure_scale(interventions, n, dtype), (num,))
 
 
-def node_divergence_from(posterior, n, clamped, ells):
+def _static_node_only(n: Node) -> None:
+    """The routes of `node_divergence` other than the clamp patterns with a factorising prior
+    take static nodes only (`pattern_route_takes_groups` says when nodes come in groups)."""
+    if isinstance(n, GroupNode):
+        raise AssertionError("node_divergence: a node traced in its group on a static route.")
+
+
+def node_divergence_from(posterior, n: Node, clamped, ells):
     """$a_n(P')$ `(candidates, sets)` from the predictive log-likelihoods `ells` `(candidates,
     draws, sets)` of node n's draws (stratified: the draws of each set $P$ in a block); zero
     where `clamped` `(candidates,)` says the candidate clamps n."""
-    n_sets = posterior.parent_sets[n].shape[0]
+    n_sets = posterior.parent_sets[representative(n)].shape[0]
     ells = ells.reshape(-1, n_sets, ells.shape[1] // n_sets, n_sets)  # [i, P, s, P']
     own = jnp.diagonal(ells, axis1=1, axis2=3).transpose(0, 2, 1)  # [i, P, s]: ell(S; P)
     diff = (own[..., None] - ells).mean(2)  # [i, P, P']
-    probs = posterior.parent_set_probabilities()[n]
+    probs = node_entry(n, posterior.parent_set_probabilities())
     a = jnp.einsum("p,ipq->iq", probs, diff)
     keep = (~clamped).astype(a.dtype)
     return keep[:, None] * a
@@ -425,7 +455,11 @@ def rescorer(posterior: StructurePosterior, n: int, max_events: int):
 
 
 def over_free_candidates(
-    interventions, num_nodes, batching: AbstractBatching, value_of_node
+    interventions,
+    num_nodes,
+    batching: AbstractBatching,
+    value_of_node,
+    groups: tuple[tuple[int, ...], ...] | None = None,
 ) -> tuple[Array, ...]:
     """`value_of_node(n, chunk_of_candidates)` for every node and candidate, one array per node
     with the candidates on the leading axis, skipping the work for candidates that clamp node
@@ -437,21 +471,36 @@ def over_free_candidates(
     histories the candidates are shared, the predicate stays unbatched and the skip is kept.)
     The chunks have `batching.chunk_size` candidates and are mapped by
     `batching.map_sequentially` (one after another; [`jaxctbn.Sharded`][] splits them across
-    its devices)."""
+    its devices).
+
+    `groups` (static; default one node each): nodes of equal shapes whose values are computed
+    in one loop over the group, the node a [`GroupNode`][jaxctbn._model.node_groups.GroupNode]
+    (`value_of_node` must take one): one compiled body per group instead of one per node, the
+    same numbers."""
     num_candidates = interventions.targets.shape[0]
     chunk = batching.chunk_size(num_candidates)
-    out = []
-    for n in range(num_nodes):
-        order, free = free_first(interventions.targets[:, n], chunk)
 
-        def compute(ivs, n=n):
+    def node_values(n):
+        order, free = free_first(interventions.targets[:, node_index(n)], chunk)
+
+        def compute(ivs):
             return value_of_node(n, ivs)
 
         run_chunk = skipping_chunks(compute, interventions)
         per_chunk = batching.map_sequentially(run_chunk, (order, free))  # (chunks, chunk, ...)
         values = per_chunk.reshape(-1, *per_chunk.shape[2:])[:num_candidates]
         flat_order = order.reshape(-1)[:num_candidates]
-        out.append(jnp.zeros_like(values).at[flat_order].set(values))
+        return jnp.zeros_like(values).at[flat_order].set(values)
+
+    out: list = [None] * num_nodes
+    for group in groups or tuple((n,) for n in range(num_nodes)):
+        if len(group) == 1:
+            out[group[0]] = node_values(group[0])
+            continue
+        positions = jnp.arange(len(group), dtype=jnp.int32)
+        values = jax.lax.map(lambda i, g=group: node_values(GroupNode(g, i)), positions)
+        for i, n in enumerate(group):
+            out[n] = values[i]
     return tuple(out)
 
 

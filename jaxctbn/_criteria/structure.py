@@ -51,6 +51,7 @@ from .node_divergences import (
     node_divergence,
     node_eig_terms,
     over_free_candidates,
+    pattern_route_takes_groups,
     predictive_on_sets,
     rescorer,
 )
@@ -395,7 +396,15 @@ def divergences_all_candidates(
     divergence_of_node = _divergence_of_node(
         posterior, draws, initial_state, horizon, solver, estimator, key
     )
-    return over_free_candidates(candidates, len(draws.models), batching, divergence_of_node)
+    chunk = batching.chunk_size(candidates.targets.shape[0])
+    groups = (
+        tuple(posterior._node_groups())  # one compiled body per group of equal shapes
+        if pattern_route_takes_groups(posterior, draws, candidates, chunk, solver, estimator)
+        else None
+    )
+    return over_free_candidates(
+        candidates, len(draws.models), batching, divergence_of_node, groups=groups
+    )
 
 
 @eqx.filter_jit

@@ -174,13 +174,34 @@ class ClampPatternStatistics(eqx.Module):
         )
 
 
+def _outside(clampable, N: int):
+    """`(N,)`: the nodes not in `clampable` (numpy indices, or traced ones)."""
+    if isinstance(clampable, np.ndarray):
+        outside = np.ones(N, bool)
+        outside[clampable] = False
+        return jnp.asarray(outside)
+    return jnp.ones(N, bool).at[clampable].set(False)
+
+
+def _pattern_clamps(clampable, N: int):
+    """`(2^L, N)`: the nodes pattern $q$ clamps (the clampable node `clampable[b]` where bit
+    $b$ of $q$ is set)."""
+    L = clampable.shape[0]
+    bits = (np.arange(2**L)[:, None] >> np.arange(L)) & 1  # (P, L)
+    if isinstance(clampable, np.ndarray):
+        clamps = np.zeros((2**L, N), bool)
+        clamps[:, clampable] = bits.astype(bool)
+        return clamps
+    return jnp.zeros((2**L, N), bool).at[:, clampable].set(jnp.asarray(bits, bool))
+
+
 def clamp_pattern_statistics(
     models: AbstractCTBN,
     initial_state: ArrayLike,
     horizon: ArrayLike,
     interventions: Intervention,
     *,
-    clampable: tuple[int, ...],
+    clampable: tuple[int, ...] | np.ndarray | Array,
     solver: StatisticsSolver = AUTOMATIC_SOLVER,
 ) -> ClampPatternStatistics:
     r"""One solve per model of a batch (`models`, leading axis $B$) and *clamp pattern* for a
@@ -196,7 +217,8 @@ def clamp_pattern_statistics(
     The solver's error is per solve (a shared uniformisation rate is the largest of the
     pattern's, which changes results by rounding only).
 
-    - `clampable` (static): the nodes the patterns may clamp; an intervention that clamps
+    - `clampable`: the nodes the patterns may clamp (a static tuple, or a traced integer
+      array: the other nodes of a node traced in its group); an intervention that clamps
       another node is left out of every pattern (`valid` false).
     - `solver`: an exact master-equation solver (the sharing needs a solution linear in $p_0$);
       an approximate one is a `ValueError`.
@@ -215,17 +237,24 @@ def clamp_pattern_statistics(
         )
     cards = models.cardinalities
     N = len(cards)
-    if len(set(clampable)) != len(clampable) or not all(0 <= j < N for j in clampable):
-        raise ValueError(f"clampable: distinct node indices in 0..{N - 1}, got {clampable!r}.")
+    if isinstance(clampable, tuple | list | np.ndarray):  # static: checked here
+        listed = [int(j) for j in np.reshape(clampable, -1)]
+        if len(set(listed)) != len(listed) or not all(0 <= j < N for j in listed):
+            raise ValueError(
+                f"clampable: distinct node indices in 0..{N - 1}, got {tuple(listed)!r}."
+            )
+        nodes: np.ndarray | Array = np.asarray(listed, np.int32)
+    else:
+        nodes = clampable
     B = jax.tree_util.tree_leaves(models)[0].shape[0]
     C = interventions.targets.shape[0]
-    P = 2 ** len(clampable)
+    L = nodes.shape[0]
+    P = 2**L
     targets = jnp.asarray(interventions.targets, bool)
-    outside = np.ones(N, bool)
-    outside[list(clampable)] = False
-    valid = ~(targets & jnp.asarray(outside)).any(-1)  # (C,): clamps only clampable nodes
+    outside = _outside(nodes, N)
+    valid = ~(targets & outside).any(-1)  # (C,): clamps only clampable nodes
     pattern = sum(
-        (targets[:, node].astype(jnp.int32) << b for b, node in enumerate(clampable)),
+        (targets[:, nodes[b]].astype(jnp.int32) << b for b in range(L)),
         start=jnp.zeros((C,), jnp.int32),
     )
     # the pattern's initial distribution: the sum of its distinct members' (disjoint
@@ -237,10 +266,7 @@ def clamp_pattern_statistics(
     earlier = jnp.tril(same & valid[:, None] & valid[None], k=-1).any(1)
     distinct = (valid & ~earlier).astype(p0.dtype)
     p0 = jax.ops.segment_sum(distinct[:, None] * p0, pattern, num_segments=P)  # (P, S)
-    clamps = np.zeros((P, N), bool)
-    for q in range(P):
-        for b, node in enumerate(clampable):
-            clamps[q, node] = bool((q >> b) & 1)
+    clamps = _pattern_clamps(nodes, N)
     patterns = Intervention(targets=jnp.asarray(clamps), states=jnp.zeros((P, N), jnp.int32))
     grid = jax.tree_util.tree_map(
         lambda a: jnp.broadcast_to(a, (P, *a.shape)).reshape(P * B, *a.shape[1:]), models

@@ -23,6 +23,7 @@ from .._model.layout import (
     num_configurations,
     state_bins_on_sets,
 )
+from .._model.node_groups import Node, node_index, node_table, representative
 from .generator import AbstractGenerator
 
 
@@ -156,27 +157,36 @@ class ExpectedStatistics(AbstractExpectedStatistics):
         )  # (sets, S, configs*k)
         return self._binned(node, G, configs)
 
-    def _binned(self, node: int, G: Array, num_bins: int) -> tuple[Array, Array]:
+    def _binned(self, node: Node, G: Array, num_bins: int) -> tuple[Array, Array]:
         r"""`(transitions, dwell_times)` of `node`, `(sets, num_bins, k, k)` and `(sets,
         num_bins, k)`, with global state $s$ sent to bin $b\,k+s_n$ where `G[p, s, b k + s_n]`
         is one (a one-hot matrix per set): one matrix product for every set and statistic."""
         V = self._node_flows(node)
         out = jnp.einsum("psb,sj->pbj", G, V)
         return _assemble_node_statistics(
-            self.generator.shifts, node, out, num_bins, self.model.cardinalities[node]
+            self.generator.shifts,
+            representative(node),
+            out,
+            num_bins,
+            self.model.cardinalities[representative(node)],
         )
 
-    def _node_flows(self, node: int) -> Array:
+    def _node_flows(self, node: Node) -> Array:
         """`(S, 1 + shifts)`: per global state, the expected dwell time and the expected flow of
         each of `node`'s jumps (its rate times the dwell time)."""
-        shifts = [r for r, (n, _) in enumerate(self.generator.shifts) if n == node]
+        shifts = node_table(
+            node, lambda m: [r for r, (n, _) in enumerate(self.generator.shifts) if n == m]
+        )
         return jnp.stack(
-            [self.dwell_times] + [self.generator.shift_rates(r) * self.dwell_times for r in shifts],
+            [self.dwell_times]
+            + [
+                self.generator.shift_rates(shifts[i]) * self.dwell_times for i in range(len(shifts))
+            ],
             axis=1,
         )
 
     def node_statistics_by_other_nodes(
-        self, node: int, parent_sets: Int[Array, "sets max_parents"], clamped: Array
+        self, node: Node, parent_sets: Int[Array, "sets max_parents"], clamped: Array
     ) -> tuple[Float[Array, "sets others k k"], Float[Array, "sets others k"]]:
         r"""Node `node`'s statistics on each padded parent set $P$ in `parent_sets`, split by the
         states of the `clamped` nodes $J$ (a boolean `(N,)`, may be traced): indexed by the
@@ -186,19 +196,22 @@ class ExpectedStatistics(AbstractExpectedStatistics):
         with $w_J=x_J$ gives the statistics on $P$ of the sub-cube $\{s:s_J=x_J\}$
         (see `clamp_pattern_statistics`); bin $w$ is parent configuration $c(w_P)$ of $P$."""
         cards = self.model.cardinalities
-        k = cards[node]
-        others = [j for j in range(len(cards)) if j != node]
-        W = math.prod(cards[j] for j in others)
+        k = cards[representative(node)]
+        W = math.prod(cards) // k
         states = jnp.asarray(all_global_states(cards))  # (S, N)
-        strides = np.array(
-            [math.prod(cards[j] for j in others[i + 1 :]) for i in range(len(others))]
-        )
+
+        def layout(n):  # the other nodes and their strides in w
+            others = [j for j in range(len(cards)) if j != n]
+            strides = [math.prod(cards[j] for j in others[i + 1 :]) for i in range(len(others))]
+            return np.array(others), np.array(strides)
+
+        others, strides = node_table(node, layout)
 
         def one_hot(parents):
             member = (jnp.asarray(parents)[:, None] == jnp.arange(len(cards))).any(0)
             keep = (member | clamped)[jnp.asarray(others)]
             w = (jnp.where(keep, states[:, others], 0) * jnp.asarray(strides)).sum(-1)
-            bins = w * k + states[:, node]
+            bins = w * k + states[:, node_index(node)]
             return (bins[:, None] == jnp.arange(W * k)).astype(self.dwell_times.dtype)
 
         return self._binned(node, jax.vmap(one_hot)(jnp.asarray(parent_sets)), W)

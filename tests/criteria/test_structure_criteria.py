@@ -262,6 +262,52 @@ def test_structure_scoring_all_interventions(bin3, bin3_scores):
     _bin3_scores(bin3.post2, bin3.key, bin3.init, SPACE3, SUBSET)
 
 
+@pytest.mark.parametrize("name", ["bin3", "nodelman"])
+def test_nodes_of_a_group_in_one_loop_give_the_node_by_node_numbers(name, request, monkeypatch):
+    """The divergences of a group of nodes of equal shapes computed in one loop over the group,
+    the node traced (`GroupNode`: one compiled body per group, the route the scorer takes), are
+    the numbers of the node-by-node route bit for bit, from a program a fraction of the size
+    (three binary nodes; two ternary nodes, two jumps each, under the Nodelman prior)."""
+    from jaxctbn._criteria import structure
+
+    net = request.getfixturevalue(name)
+    space = jc.intervention_space(net.cards)
+    assert net.post._node_groups() == [tuple(range(len(net.cards)))]
+
+    def route(grouped):
+        if not grouped:  # the node-by-node route: what the scorer took before the groups
+            monkeypatch.setattr(structure, "pattern_route_takes_groups", lambda *a: False)
+        fn = eqx.filter_jit(
+            lambda post, draws, init: structure.divergences_all_candidates(
+                post,
+                draws,
+                space,
+                init,
+                HORIZON,
+                key=jr.key(0),
+                solver=jc.AutomaticSolver(),
+                estimator=jc.PlugIn(),
+                batching=jc.Chunked(27),
+            )
+        )
+        lowered = fn.lower(net.post, net.draws, net.init)
+        values = lowered.compile()(net.post, net.draws, net.init)
+        monkeypatch.undo()
+        return values, lowered.as_text().count("stablehlo.while")
+
+    grouped, loops_grouped = route(True)
+    by_node, loops_by_node = route(False)
+    for a, b in zip(grouped, by_node, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert float(jnp.abs(grouped[0]).max()) > 0  # not all skipped
+    # the loops of one node's body instead of every node's, and the loop over the group
+    N = len(net.cards)
+    assert loops_by_node % N == 0 and loops_grouped == loops_by_node // N + 1, (
+        loops_grouped,
+        loops_by_node,
+    )
+
+
 @pytest.mark.usefixtures("no_runtime_typecheck")
 def test_structure_criteria_bad_input(bin3):
     post, draws, key = bin3.post, bin3.draws, jr.key(0)
