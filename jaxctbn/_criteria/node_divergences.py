@@ -197,11 +197,12 @@ def configuration_term(posterior: StructurePosterior, n: Node):
     return term
 
 
-def pattern_bin_statistics(posterior, n, by_pattern, func=None):
+def pattern_bin_statistics(posterior, n, by_pattern, func=None, sets=None):
     """Node `n`'s statistics in the bins of each clamp pattern and draw, `((patterns, draws,
     sets, W, k, k), (patterns, draws, sets, W, k))` (`node_statistics_by_other_nodes`), or
-    `func(M, T)` of each pattern's `(draws, sets, W, ...)` (evaluated pattern by pattern)."""
-    sets = jnp.asarray(node_entry(n, posterior.parent_sets))
+    `func(M, T)` of each pattern's `(draws, sets, W, ...)` (evaluated pattern by pattern).
+    `sets`: node n's candidate sets, if gathered already."""
+    sets = jnp.asarray(node_entry(n, posterior.parent_sets) if sets is None else sets)
 
     def one_pattern(x):
         stats, clamped = x  # the pattern's solves, one per draw
@@ -224,7 +225,7 @@ def candidate_bins(by_pattern, interventions, slot_states) -> Array:
     return own[:, :, None] & mine[:, None, :]
 
 
-def _predictive_by_pattern(posterior, n, by_pattern, interventions):
+def _predictive_by_pattern(posterior, n, by_pattern, interventions, bins, sets):
     r"""$\ell_n(\hat S_{c,b};P)$ `(candidates, draws, sets)` from the clamp-pattern solves, for a
     prior whose predictive factorises over configurations: per pattern $J$ and draw, node $n$'s
     statistics in the bins $w$ of the other nodes' configurations that $P\cup J$ separates
@@ -232,8 +233,7 @@ def _predictive_by_pattern(posterior, n, by_pattern, interventions):
     configuration $c(w_P)$ of $P$; empty bins give zero), and each candidate's $\ell$ the sum
     of the bins of its clamped states. $2^{|\text{others}|}$ bins per pattern and set instead
     of the padded configurations of every candidate (for the paper's space, 3.4x fewer
-    terms)."""
-    bins = PatternBins.of(posterior, n)
+    terms). `bins` (`PatternBins.of`) and `sets`: node n's, gathered already."""
     term = configuration_term(posterior, n)
     per_set = jax.vmap(term, in_axes=(0, 0, 0, 0, None))  # over bins
     per_draw = jax.vmap(jax.vmap(per_set), in_axes=(0, 0, None, None, None))  # sets, draws
@@ -241,7 +241,7 @@ def _predictive_by_pattern(posterior, n, by_pattern, interventions):
     def terms_of(M, T):
         return per_draw(M, T, bins.history_transitions, bins.history_dwell_times, bins.num_configs)
 
-    terms = pattern_bin_statistics(posterior, n, by_pattern, terms_of)  # (patterns, draws, sets, W)
+    terms = pattern_bin_statistics(posterior, n, by_pattern, terms_of, sets)  # (Q, draws, sets, W)
     # candidate c's bins: those of its pattern with its clamped states (none for a candidate
     # clamping n), as one contraction over (pattern, bin) rather than a gather of each
     # candidate's pattern, which costs more per design step (the step is timed in
@@ -258,7 +258,6 @@ def node_divergence(
     posterior,
     draws,
     n,
-    interventions,
     *,
     initial_state,
     horizon,
@@ -266,80 +265,98 @@ def node_divergence(
     estimator,
     path_key,
 ):
-    """$a_n(P')$ for one node `n` and a batch of candidates `interventions` (leading axis),
-    `(candidates, sets)` (zeros for a candidate that clamps n)."""
+    """`interventions -> a_n(P')` for node `n`: for a batch of candidates `interventions`
+    (leading axis), `(candidates, sets)` (zeros for a candidate that clamps n). Node n's draws,
+    candidate sets, set probabilities and bins are gathered here, once (for a node traced in
+    its group: outside the loop over chunks of candidates, not once per chunk)."""
     sets = node_entry(n, posterior.parent_sets)
     n_sets = sets.shape[0]
     flat, _ = flat_draws(draws, n)
+    probs = node_entry(n, posterior.parent_set_probabilities())
+    factorises = posterior.prior.factorises_over_configurations
+    bins = PatternBins.of(posterior, n) if isinstance(estimator, PlugIn) and factorises else None
 
     def ell(M_hat, T_hat):
         return predictive_log_likelihood(posterior, n, M_hat, T_hat)
 
-    if isinstance(estimator, PlugIn):
-        # the chunk's candidates x draws as one batch of solves: one loop for the chunk (with
-        # one uniformisation rate), rather than a loop per candidate under vmap, whose batched
-        # trip counts cost a select of every array at every product
-        C = interventions.targets.shape[0]
-        B = flat.parent_index[0].shape[0]
-        N = len(posterior.names)
-        if _shares_clamp_patterns(interventions, N - 1, solver, flat):
-            # candidates that clamp the same other nodes share their solves (the sub-cubes of
-            # the clamped states do not communicate); those clamping n get zeros
-            others = node_table(n, lambda m: np.array([j for j in range(N) if j != m], np.int32))
-            by_pattern = clamp_pattern_statistics(
-                flat, initial_state, horizon, interventions, clampable=others, solver=solver
-            )
-            if posterior.prior.factorises_over_configurations:
-                # and each configuration's predictive term, shared by the candidates it serves
-                ells = _predictive_by_pattern(posterior, n, by_pattern, interventions)
-                clamped = interventions.targets[:, node_index(n)]
-                return node_divergence_from(posterior, n, clamped, ells)
-            _static_node_only(n)
-            stats = by_pattern.members(interventions)
+    def divergence(interventions):
+        if isinstance(estimator, PlugIn):
+            # the chunk's candidates x draws as one batch of solves: one loop for the chunk
+            # (with one uniformisation rate), rather than a loop per candidate under vmap,
+            # whose batched trip counts cost a select of every array at every product
+            C = interventions.targets.shape[0]
+            B = flat.parent_index[0].shape[0]
+            N = len(posterior.names)
+            if _shares_clamp_patterns(interventions, N - 1, solver, flat):
+                # candidates that clamp the same other nodes share their solves (the sub-cubes
+                # of the clamped states do not communicate); those clamping n get zeros
+                others = node_table(
+                    n, lambda m: np.array([j for j in range(N) if j != m], np.int32)
+                )
+                by_pattern = clamp_pattern_statistics(
+                    flat, initial_state, horizon, interventions, clampable=others, solver=solver
+                )
+                if bins is not None:
+                    # and each configuration's predictive term, shared by the candidates it
+                    # serves
+                    ells = _predictive_by_pattern(
+                        posterior, n, by_pattern, interventions, bins, sets
+                    )
+                    clamped = interventions.targets[:, node_index(n)]
+                    return node_divergence_from(posterior, n, clamped, ells, probs)
+                _static_node_only(n)
+                stats = by_pattern.members(interventions)
+            else:
+                _static_node_only(n)
+                models = jax.tree_util.tree_map(
+                    lambda a: jnp.broadcast_to(a, (C, *a.shape)).reshape(C * B, *a.shape[1:]),
+                    flat,
+                )
+                ivs = jax.tree_util.tree_map(lambda a: jnp.repeat(a, B, axis=0), interventions)
+                init = jnp.broadcast_to(
+                    jnp.asarray(initial_state), (C * B, *jnp.shape(initial_state))
+                )
+                stats = expected_statistics_batch(
+                    models, init, horizon, interventions=ivs, solver=solver
+                )
+            # the predictive likelihoods in cache-sized batches of problems (at once, the
+            # chunk's statistics on every set leave the cache and the design step takes longer;
+            # timed in `benchmarks/criteria/bench_design_step.py`, results in
+            # `benchmarks/results/design_step.md`)
+            scales = jnp.repeat(_exposures(interventions, n, C), B)  # per problem
+
+            def ell_of(x):
+                st, scale = x
+                M, T = st.node_statistics_on_sets(n, sets)
+                return ell(M, scale * T)
+
+            ells = jax.lax.map(ell_of, (stats, scales), batch_size=PREDICTIVE_BATCH)
+            ells = ells.reshape(C, B, n_sets)  # (candidates, draws, sets)
         else:
             _static_node_only(n)
-            models = jax.tree_util.tree_map(
-                lambda a: jnp.broadcast_to(a, (C, *a.shape)).reshape(C * B, *a.shape[1:]), flat
+            stats = sampled_statistics(
+                draws,
+                n,
+                interventions,
+                initial_state,
+                horizon,
+                path_key,
+                estimator.num_paths,
+                estimator.max_events,
             )
-            ivs = jax.tree_util.tree_map(lambda a: jnp.repeat(a, B, axis=0), interventions)
-            init = jnp.broadcast_to(jnp.asarray(initial_state), (C * B, *jnp.shape(initial_state)))
-            stats = expected_statistics_batch(
-                models, init, horizon, interventions=ivs, solver=solver
-            )
-        # the predictive likelihoods in cache-sized batches of problems (at once, the chunk's
-        # statistics on every set leave the cache and the design step takes longer; timed in
-        # `benchmarks/criteria/bench_design_step.py`, results in `benchmarks/results/design_step.md`)
-        scales = jnp.repeat(_exposures(interventions, n, C), B)  # per problem
 
-        def ell_of(x):
-            st, scale = x
-            M, T = st.node_statistics_on_sets(n, sets)
-            return ell(M, scale * T)
+            def ells_of(x):  # one candidate's paths: mean over the paths of each draw
+                stats, scale = x
+                M, T = stats.node_statistics_on_sets(sets)
+                return nested_vmap(ell, 2)(M, scale * T).mean(1)
 
-        ells = jax.lax.map(ell_of, (stats, scales), batch_size=PREDICTIVE_BATCH)
-        ells = ells.reshape(C, B, n_sets)  # (candidates, draws, sets)
-    else:
-        _static_node_only(n)
-        stats = sampled_statistics(
-            draws,
-            n,
-            interventions,
-            initial_state,
-            horizon,
-            path_key,
-            estimator.num_paths,
-            estimator.max_events,
-        )
+            # candidate by candidate: the statistics on every set of every path are the big
+            # arrays
+            scales = _exposures(interventions, n, interventions.targets.shape[0])
+            ells = jax.lax.map(ells_of, (stats, scales))  # (candidates, draws, sets)
+        return node_divergence_from(posterior, n, interventions.targets[:, n], ells, probs)
 
-        def ells_of(x):  # one candidate's paths: mean over the paths of each draw
-            stats, scale = x
-            M, T = stats.node_statistics_on_sets(sets)
-            return nested_vmap(ell, 2)(M, scale * T).mean(1)
-
-        # candidate by candidate: the statistics on every set of every path are the big arrays
-        scales = _exposures(interventions, n, interventions.targets.shape[0])
-        ells = jax.lax.map(ells_of, (stats, scales))  # (candidates, draws, sets)
-    return node_divergence_from(posterior, n, interventions.targets[:, n], ells)
+    return divergence
 
 
 def _exposures(interventions: Intervention, n: int, num: int) -> Array:
@@ -355,15 +372,17 @@ def _static_node_only(n: Node) -> None:
         raise AssertionError("node_divergence: a node traced in its group on a static route.")
 
 
-def node_divergence_from(posterior, n: Node, clamped, ells):
+def node_divergence_from(posterior, n: Node, clamped, ells, probs=None):
     """$a_n(P')$ `(candidates, sets)` from the predictive log-likelihoods `ells` `(candidates,
     draws, sets)` of node n's draws (stratified: the draws of each set $P$ in a block); zero
-    where `clamped` `(candidates,)` says the candidate clamps n."""
+    where `clamped` `(candidates,)` says the candidate clamps n. `probs`: node n's parent set
+    probabilities, if gathered already."""
     n_sets = posterior.parent_sets[representative(n)].shape[0]
     ells = ells.reshape(-1, n_sets, ells.shape[1] // n_sets, n_sets)  # [i, P, s, P']
     own = jnp.diagonal(ells, axis1=1, axis2=3).transpose(0, 2, 1)  # [i, P, s]: ell(S; P)
     diff = (own[..., None] - ells).mean(2)  # [i, P, P']
-    probs = node_entry(n, posterior.parent_set_probabilities())
+    if probs is None:
+        probs = node_entry(n, posterior.parent_set_probabilities())
     a = jnp.einsum("p,ipq->iq", probs, diff)
     keep = (~clamped).astype(a.dtype)
     return keep[:, None] * a
@@ -461,11 +480,12 @@ def over_free_candidates(
     value_of_node,
     groups: tuple[tuple[int, ...], ...] | None = None,
 ) -> tuple[Array, ...]:
-    """`value_of_node(n, chunk_of_candidates)` for every node and candidate, one array per node
+    """`value_of_node(n)(chunk_of_candidates)` for every node and candidate, one array per node
     with the candidates on the leading axis, skipping the work for candidates that clamp node
-    $n$ (whose value is 0; `value_of_node` must give 0 for them too): per node the candidates
-    are ordered not-clamping first and computed in chunks of `chunk` (`value_of_node` gets a
-    whole chunk, so it can batch it as it likes), and a chunk of clamping candidates only is
+    $n$ (whose value is 0; `value_of_node(n)` must give 0 for them too): per node the candidates
+    are ordered not-clamping first and computed in chunks of `chunk` (`value_of_node(n)` gets
+    a whole chunk, so it can batch it as it likes; `value_of_node(n)` itself is called once per
+    node, before the loop over its chunks), and a chunk of clamping candidates only is
     skipped by `lax.cond`. For the paper's space a node is clamped by 2/3 of the candidates, so
     this saves up to 2/3 of the master-equation solves or sampled paths. (Under `vmap` over
     histories the candidates are shared, the predicate stays unbatched and the skip is kept.)
@@ -482,11 +502,8 @@ def over_free_candidates(
 
     def node_values(n):
         order, free = free_first(interventions.targets[:, node_index(n)], chunk)
-
-        def compute(ivs):
-            return value_of_node(n, ivs)
-
-        run_chunk = skipping_chunks(compute, interventions)
+        # what node n needs is gathered here, before the loop over its chunks
+        run_chunk = skipping_chunks(value_of_node(n), interventions)
         per_chunk = batching.map_sequentially(run_chunk, (order, free))  # (chunks, chunk, ...)
         values = per_chunk.reshape(-1, *per_chunk.shape[2:])[:num_candidates]
         flat_order = order.reshape(-1)[:num_candidates]

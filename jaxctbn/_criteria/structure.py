@@ -111,7 +111,7 @@ def structure_divergences(
         posterior, draws, initial_state, horizon, solver, estimator, path_key
     )
     ivs = _one_candidate(posterior, intervention)
-    return tuple(divergence_of_node(n, ivs)[0] for n in range(len(draws.models)))
+    return tuple(divergence_of_node(n)(ivs)[0] for n in range(len(draws.models)))
 
 
 #: Joint draws whose projections are vectorised together (bounds the memory of many draws).
@@ -324,7 +324,7 @@ def _one_candidate(posterior: StructurePosterior, intervention: Intervention | N
 
 
 def _divergence_of_node(posterior, draws, initial_state, horizon, solver, estimator, path_key):
-    """Validate the estimator settings and return `(n, intervention) -> a_n`."""
+    """Validate the estimator settings and return `n -> (interventions -> a_n)`."""
     if not isinstance(estimator, PlugIn | MonteCarlo):
         raise ValueError(
             f"estimator: expected jaxctbn.PlugIn() or jaxctbn.MonteCarlo(...), got {estimator!r}."
@@ -480,5 +480,7 @@ def eig_all_candidates(
     of `batching.chunk_size`, each chunk's paths sampled in one loop, and chunks whose
     candidates all clamp the node skipped (their term is 0)."""
     node_eig = _eig_of_node(posterior, draws, initial_state, horizon, key, num_paths, max_events)
-    per_node = over_free_candidates(candidates, len(draws.models), batching, node_eig)
+    per_node = over_free_candidates(
+        candidates, len(draws.models), batching, lambda n: functools.partial(node_eig, n)
+    )
     return sum(per_node[1:], start=per_node[0])
