@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 
 from .._batching import Chunked, Vmap
 from .._learning.conjugate import off_diagonal as _off
@@ -18,6 +19,7 @@ from .._learning.posterior import AbstractRatePosterior
 from .._learning.structure_posterior import StructurePosterior
 from .._master_equation import clamp_pattern_statistics, expected_statistics_batch
 from .._model.interventions import exposure_scale
+from .._model.node_groups import node_table, per_node, representative
 from .._paths.sampling import check_count
 from .._paths.sufficient_statistics import NodeStatistics
 from .chunks import STRUCTURE_CHUNK, structure_batching
@@ -252,19 +254,22 @@ def _structure_by_pattern(criterion, posterior, candidates, init, horizon, strat
     candidate and padded configuration. With no member chosen the terms are the single
     experiment's."""
     N = len(posterior.names)
-    nodes = []
-    for n in range(N):
+
+    def node_setup(n):
         flat = flat_draws(stratified, n)[0]
-        others = tuple(j for j in range(N) if j != n)
+        others = node_table(n, lambda m: np.array([j for j in range(N) if j != m], np.int32))
         by_pattern = clamp_pattern_statistics(
             flat, init, horizon, candidates, clampable=others, solver=solver
         )
         layout = PatternBins.of(posterior, n)
         M, T = pattern_bin_statistics(posterior, n, by_pattern)  # (Q, D, sets, W, k[, k])
         own = candidate_bins(by_pattern, candidates, layout.slot_states).astype(T.dtype)
-        num_configs = posterior.statistics.dwell_times[n].shape[1]
+        num_configs = posterior.statistics.dwell_times[representative(n)].shape[1]
         to_config = jax.nn.one_hot(layout.config, num_configs, dtype=T.dtype)  # (sets, W, F)
-        nodes.append((layout, M, T, own, to_config))
+        return layout, M, T, own, to_config
+
+    # the solves of the nodes of a group of equal shapes in one loop (one compiled body)
+    nodes = per_node(node_setup, N, posterior._node_groups())
 
     def node_terms(n, chosen):
         """The chosen members' term of every draw, set and configuration `(D, sets, F)`."""

@@ -27,7 +27,15 @@ from .._master_equation import (
 )
 from .._model.interventions import Intervention, exposure_scale
 from .._model.layout import all_global_states, config_index, num_configurations
-from .._model.node_groups import GroupNode, Node, node_entry, node_index, node_table, representative
+from .._model.node_groups import (
+    GroupNode,
+    Node,
+    node_entry,
+    node_index,
+    node_table,
+    per_node,
+    representative,
+)
 from .._paths.sampling import PathStatistics, nested_vmap, path_statistics
 from .kl_estimators import PlugIn
 
@@ -509,16 +517,7 @@ def over_free_candidates(
         flat_order = order.reshape(-1)[:num_candidates]
         return jnp.zeros_like(values).at[flat_order].set(values)
 
-    out: list = [None] * num_nodes
-    for group in groups or tuple((n,) for n in range(num_nodes)):
-        if len(group) == 1:
-            out[group[0]] = node_values(group[0])
-            continue
-        positions = jnp.arange(len(group), dtype=jnp.int32)
-        values = jax.lax.map(lambda i, g=group: node_values(GroupNode(g, i)), positions)
-        for i, n in enumerate(group):
-            out[n] = values[i]
-    return tuple(out)
+    return tuple(per_node(node_values, num_nodes, groups))
 
 
 def skipping_chunks(compute, interventions: Intervention):

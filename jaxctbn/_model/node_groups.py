@@ -80,3 +80,25 @@ def node_entry(node: Node, per_node: Sequence[Any]) -> Any:
         return per_node[node]
     entries = [per_node[n] for n in node.group]
     return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs)[node.position], *entries)
+
+
+def per_node(
+    fn: Callable[[Node], Any],
+    num_nodes: int,
+    groups: Sequence[Sequence[int]] | None = None,
+) -> list:
+    """`[fn(n) for n in range(num_nodes)]`, with the nodes of each group in `groups` (static;
+    default one node each) computed in one `jax.lax.map` over the group, the node a
+    `GroupNode`: one compiled body per group instead of one per node. `fn`'s results for the
+    nodes of a group must have equal shapes (any pytree of arrays)."""
+    out: list = [None] * num_nodes
+    for group in groups or [(n,) for n in range(num_nodes)]:
+        group = tuple(int(n) for n in group)
+        if len(group) == 1:
+            out[group[0]] = fn(group[0])
+            continue
+        positions = jnp.arange(len(group), dtype=jnp.int32)
+        values = jax.lax.map(lambda i, g=group: fn(GroupNode(g, i)), positions)
+        for i, n in enumerate(group):
+            out[n] = jax.tree_util.tree_map(lambda x, i=i: x[i], values)
+    return out

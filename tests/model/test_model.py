@@ -171,3 +171,25 @@ def test_single_node_interventions_are_the_members_of_the_space_with_at_most_one
     keep = np.asarray(full.targets).sum(1) <= 1
     expected = {r for r in rows(full) if sum(x >= 0 for x in r) <= 1}
     assert rows(single) == expected and len(rows(single)) == int(keep.sum())
+
+
+def test_a_node_traced_in_its_group_gives_each_nodes_values():
+    """`per_node` over groups (a `lax.map` over each group, the node a `GroupNode`) gives what
+    the node-by-node loop gives: tables built per node from static facts (`node_table`) and
+    entries of per-node sequences (`node_entry`), looked up at the traced position."""
+    from jaxctbn._model.node_groups import GroupNode, node_entry, node_index, node_table, per_node
+
+    cards = (2, 3, 2, 2)
+    rates = [jnp.arange(4.0 * k).reshape(4, k) + 10 * n for n, k in enumerate(cards)]
+
+    def fn(n):
+        others = node_table(n, lambda m: np.array([j for j in range(4) if j != m]))
+        weighted = (jnp.asarray(cards)[others] * jnp.asarray([1, 10, 100])).sum()
+        return node_entry(n, rates).sum(0) * node_index(n) + weighted
+
+    by_node = [fn(n) for n in range(4)]
+    grouped = jax.jit(lambda: per_node(fn, 4, [(0, 2, 3), (1,)]))()
+    for a, b in zip(grouped, by_node, strict=True):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="group"):
+        GroupNode((), jnp.asarray(0))
