@@ -5,7 +5,8 @@
 Each run is a fresh Python process (what a new kernel is) that imports JAX and jaxctbn, enables
 float64, builds the paper's 4-node network (`paper_network`, key 0) and calls the verb twice:
 `expected_statistics(net, s0, 3.0)`, or `score_interventions` of the prior `RatePosterior` over
-the 81 interventions (key 1; the VBHC with 10 draws). Reported: the first and second call
+the 81 interventions (key 1; the VBHC with 10 draws), and of the prior `StructurePosterior`
+(at most two parents per node; the VBHC with 10 draws per candidate set). Reported: the first and second call
 (inside the process) and the whole process, median of `--repeat` runs. Rows: the checkout at
 `--before` (default ead4127, the commit before issue 63's first) and this checkout, both with
 JAX's defaults (no persistent cache: what `import jaxctbn` gives); this checkout with
@@ -52,8 +53,12 @@ net = jc.paper_network(jax.random.key(0))
 s0 = jnp.zeros(4, jnp.int32)
 if verb == "expected_statistics":
     call = lambda: jc.expected_statistics(net, s0, 3.0)
-else:
+elif verb == "score_interventions":
     post = jc.RatePosterior.for_model(net)
+    space = jc.intervention_space(net.cardinalities)
+    call = lambda: jc.score_interventions(post, space, s0, 3.0, key=jax.random.key(1))
+else:  # the structure design: the prior StructurePosterior (at most two parents per node)
+    post = jc.StructurePosterior.from_prior(net.names, net.cardinalities, max_parents=2)
     space = jc.intervention_space(net.cardinalities)
     call = lambda: jc.score_interventions(post, space, s0, 3.0, key=jax.random.key(1))
 with stopwatch() as first:
@@ -67,7 +72,7 @@ print(json.dumps({"first_s": first.seconds, "second_s": second.seconds,
                   "sha256": digest.hexdigest()}))
 """
 
-VERBS = ("expected_statistics", "score_interventions")
+VERBS = ("expected_statistics", "score_interventions", "score_interventions (structure)")
 
 
 def run(checkout: str, verb: str, cache: str) -> dict:
