@@ -11,7 +11,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-import numpy as np
 
 from .._batching import Chunked, Vmap
 from .._learning.conjugate import off_diagonal as _off
@@ -19,7 +18,7 @@ from .._learning.posterior import AbstractRatePosterior
 from .._learning.structure_posterior import StructurePosterior
 from .._master_equation import clamp_pattern_statistics, expected_statistics_batch
 from .._model.interventions import exposure_scale
-from .._model.node_groups import node_table, per_node, representative
+from .._model.node_groups import other_nodes, per_node, representative
 from .._paths.sampling import check_count
 from .._paths.sufficient_statistics import NodeStatistics
 from .chunks import STRUCTURE_CHUNK, structure_batching
@@ -257,7 +256,7 @@ def _structure_by_pattern(criterion, posterior, candidates, init, horizon, strat
 
     def node_setup(n):
         flat = flat_draws(stratified, n)[0]
-        others = node_table(n, lambda m: np.array([j for j in range(N) if j != m], np.int32))
+        others = other_nodes(n, N)
         by_pattern = clamp_pattern_statistics(
             flat, init, horizon, candidates, clampable=others, solver=solver
         )

@@ -33,6 +33,7 @@ from .._model.node_groups import (
     node_entry,
     node_index,
     node_table,
+    other_nodes,
     per_node,
     representative,
 )
@@ -298,9 +299,7 @@ def node_divergence(
             if _shares_clamp_patterns(interventions, N - 1, solver, flat):
                 # candidates that clamp the same other nodes share their solves (the sub-cubes
                 # of the clamped states do not communicate); those clamping n get zeros
-                others = node_table(
-                    n, lambda m: np.array([j for j in range(N) if j != m], np.int32)
-                )
+                others = other_nodes(n, N)
                 by_pattern = clamp_pattern_statistics(
                     flat, initial_state, horizon, interventions, clampable=others, solver=solver
                 )

@@ -72,6 +72,12 @@ def node_table(node: Node, table: Callable[[int], Any]) -> Any:
     )
 
 
+def other_nodes(node: Node, num_nodes: int) -> Any:
+    """The indices of the nodes other than `node` among `num_nodes`, in order (int32): a numpy
+    array for an `int`, traced for a `GroupNode`."""
+    return node_table(node, lambda n: np.array([j for j in range(num_nodes) if j != n], np.int32))
+
+
 def node_entry(node: Node, per_node: Sequence[Any]) -> Any:
     """`per_node[n]` (a sequence with one pytree of arrays per node) for `node`: the entry for
     an `int`; for a `GroupNode`, the group's entries (equal shapes) stacked and looked up at
