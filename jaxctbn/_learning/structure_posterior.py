@@ -29,6 +29,8 @@ from .._model.layout import (
     max_configs,
     num_configurations,
 )
+from .._model.node_groups import node_entry, node_index
+from .._model.node_groups import per_node as groups_per_node
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import check_states_now
 from .._programs import run_program
@@ -309,20 +311,11 @@ class StructurePosterior(AbstractPosterior):
         per group instead of one per node. Each `a` in `per_node` is a sequence with one pytree
         per node; the results are the same numbers as node by node (random draws included: a
         node's draws depend only on its own key)."""
-        out: list = [None] * len(self.names)
-        for group in self._node_groups():
-            if len(group) == 1:
-                (n,) = group
-                out[n] = fn(n, *(a[n] for a in per_node))
-                continue
-            stacked = [
-                jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *(a[n] for n in group))
-                for a in per_node
-            ]
-            values = jax.vmap(fn)(jnp.asarray(group, jnp.int32), *stacked)
-            for i, n in enumerate(group):
-                out[n] = jax.tree_util.tree_map(lambda x, i=i: x[i], values)
-        return out
+
+        def one(n):
+            return fn(node_index(n), *(node_entry(n, a) for a in per_node))
+
+        return groups_per_node(one, len(self.names), self._node_groups(), vectorised=True)
 
     def _rates_per_node(self, indices, rates_of_node, *per_node):
         """`rates_of_node(n, M, T, U, *args_n)` for every node, with node n's history statistics

@@ -92,11 +92,15 @@ def per_node(
     fn: Callable[[Node], Any],
     num_nodes: int,
     groups: Sequence[Sequence[int]] | None = None,
+    *,
+    vectorised: bool = False,
 ) -> list:
     """`[fn(n) for n in range(num_nodes)]`, with the nodes of each group in `groups` (static;
-    default one node each) computed in one `jax.lax.map` over the group, the node a
-    `GroupNode`: one compiled body per group instead of one per node. `fn`'s results for the
-    nodes of a group must have equal shapes (any pytree of arrays)."""
+    default one node each) computed together, the node a `GroupNode`: one compiled body per
+    group instead of one per node. One after another (`jax.lax.map`: a `lax.cond` inside `fn`
+    still skips work, and memory is one node's), or with `vectorised` side by side
+    (`jax.vmap`: one random draw or one loop for the group). `fn`'s results for the nodes of
+    a group must have equal shapes (any pytree of arrays)."""
     out: list = [None] * num_nodes
     for group in groups or [(n,) for n in range(num_nodes)]:
         group = tuple(int(n) for n in group)
@@ -104,7 +108,11 @@ def per_node(
             out[group[0]] = fn(group[0])
             continue
         positions = jnp.arange(len(group), dtype=jnp.int32)
-        values = jax.lax.map(lambda i, g=group: fn(GroupNode(g, i)), positions)
+
+        def member(i, g=group):
+            return fn(GroupNode(g, i))
+
+        values = jax.vmap(member)(positions) if vectorised else jax.lax.map(member, positions)
         for i, n in enumerate(group):
             out[n] = jax.tree_util.tree_map(lambda x, i=i: x[i], values)
     return out
