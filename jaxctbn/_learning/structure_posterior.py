@@ -29,8 +29,7 @@ from .._model.layout import (
     max_configs,
     num_configurations,
 )
-from .._model.node_groups import node_entry, node_index
-from .._model.node_groups import per_node as groups_per_node
+from .._model.node_groups import node_entry, node_index, per_node
 from .._paths.sampling import Trajectories
 from .._paths.sufficient_statistics import check_states_now
 from .._programs import run_program
@@ -305,19 +304,19 @@ class StructurePosterior(AbstractPosterior):
             groups.setdefault(shape, []).append(n)
         return [tuple(g) for g in groups.values()]
 
-    def _per_node(self, fn, *per_node):
-        """`[fn(n, *(a[n] for a in per_node)) for n in nodes]`, vectorised (`vmap`, with a traced
+    def _per_node(self, fn, *sequences):
+        """`[fn(n, *(a[n] for a in sequences)) for n in nodes]`, vectorised (`vmap`, with a traced
         node index `n`) over each group of nodes of equal shapes: one random draw, or one loop,
-        per group instead of one per node. Each `a` in `per_node` is a sequence with one pytree
+        per group instead of one per node. Each `a` in `sequences` is a sequence with one pytree
         per node; the results are the same numbers as node by node (random draws included: a
         node's draws depend only on its own key)."""
 
         def one(n):
-            return fn(node_index(n), *(node_entry(n, a) for a in per_node))
+            return fn(node_index(n), *(node_entry(n, a) for a in sequences))
 
-        return groups_per_node(one, len(self.names), self._node_groups(), vectorised=True)
+        return per_node(one, len(self.names), self._node_groups(), vectorised=True)
 
-    def _rates_per_node(self, indices, rates_of_node, *per_node):
+    def _rates_per_node(self, indices, rates_of_node, *sequences):
         """`rates_of_node(n, M, T, U, *args_n)` for every node, with node n's history statistics
         `M`, `T` under its candidate set `indices[n]` and that set's configurations `U`."""
 
@@ -331,7 +330,7 @@ class StructurePosterior(AbstractPosterior):
             [jnp.asarray(t) for t in self.statistics.dwell_times],
             self.parent_sets,
             list(indices),
-            *per_node,
+            *sequences,
         )
 
     def _padded_model(self, indices, rates) -> PaddedCTBN:

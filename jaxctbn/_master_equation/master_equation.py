@@ -174,27 +174,6 @@ class ClampPatternStatistics(eqx.Module):
         )
 
 
-def _outside(clampable, N: int):
-    """`(N,)`: the nodes not in `clampable` (numpy indices, or traced ones)."""
-    if isinstance(clampable, np.ndarray):
-        outside = np.ones(N, bool)
-        outside[clampable] = False
-        return jnp.asarray(outside)
-    return jnp.ones(N, bool).at[clampable].set(False)
-
-
-def _pattern_clamps(clampable, N: int):
-    """`(2^L, N)`: the nodes pattern $q$ clamps (the clampable node `clampable[b]` where bit
-    $b$ of $q$ is set)."""
-    L = clampable.shape[0]
-    bits = (np.arange(2**L)[:, None] >> np.arange(L)) & 1  # (P, L)
-    if isinstance(clampable, np.ndarray):
-        clamps = np.zeros((2**L, N), bool)
-        clamps[:, clampable] = bits.astype(bool)
-        return clamps
-    return jnp.zeros((2**L, N), bool).at[:, clampable].set(jnp.asarray(bits, bool))
-
-
 def clamp_pattern_statistics(
     models: AbstractCTBN,
     initial_state: ArrayLike,
@@ -251,7 +230,7 @@ def clamp_pattern_statistics(
     L = nodes.shape[0]
     P = 2**L
     targets = jnp.asarray(interventions.targets, bool)
-    outside = _outside(nodes, N)
+    outside = jnp.ones(N, bool).at[nodes].set(False)
     valid = ~(targets & outside).any(-1)  # (C,): clamps only clampable nodes
     pattern = sum(
         (targets[:, nodes[b]].astype(jnp.int32) << b for b in range(L)),
@@ -266,8 +245,10 @@ def clamp_pattern_statistics(
     earlier = jnp.tril(same & valid[:, None] & valid[None], k=-1).any(1)
     distinct = (valid & ~earlier).astype(p0.dtype)
     p0 = jax.ops.segment_sum(distinct[:, None] * p0, pattern, num_segments=P)  # (P, S)
-    clamps = _pattern_clamps(nodes, N)
-    patterns = Intervention(targets=jnp.asarray(clamps), states=jnp.zeros((P, N), jnp.int32))
+    # pattern q clamps the clampable node nodes[b] where bit b of q is set
+    bits = (np.arange(P)[:, None] >> np.arange(L)) & 1  # (P, L)
+    clamps = jnp.zeros((P, N), bool).at[:, nodes].set(jnp.asarray(bits, bool))
+    patterns = Intervention(targets=clamps, states=jnp.zeros((P, N), jnp.int32))
     grid = jax.tree_util.tree_map(
         lambda a: jnp.broadcast_to(a, (P, *a.shape)).reshape(P * B, *a.shape[1:]), models
     )
