@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
 import equinox as eqx
@@ -114,12 +115,11 @@ class EMFit(AbstractRateFitMethod):
         self.tolerance, self.max_iterations = _check_method(tolerance, max_iterations, "EMFit")
 
     def fit(self, problem):
-        def step(rates, stats):
-            new_rates = problem.m_step(rates, stats)
-            new_objective, new_stats, _ = problem.e_step(new_rates)
-            return new_rates, new_objective, new_stats, jnp.asarray(True)
+        def phase(k, rates, point, objective, stats, memory):
+            # one E-step per iteration, at the EM step from the last iterate: its proposal
+            return point, memory, (point, objective, stats, jnp.asarray(True))
 
-        return ascent(problem, self.max_iterations, self.tolerance, step)
+        return ascent(problem, self.max_iterations, self.tolerance, 1, phase, lambda *_: ())
 
 
 class GradientFit(AbstractRateFitMethod):
@@ -340,99 +340,137 @@ class SquaremFit(AbstractRateFitMethod):
         def norm(tree):
             return jnp.sqrt(sum(jnp.sum(x**2) for x in tree))
 
-        def step(rates, stats):
-            # the four E-steps of an iteration (at F(θ0), F(F(θ0)), the extrapolation and its
-            # stabilisation) as one E-step in a loop of four phases: the program holds one
-            # forward-backward pass instead of four (a quarter of the tracing, lowering and
-            # compiled code that a first call pays)
-            one = update(rates, stats)
-            t0 = log_of(rates)
-
-            def extrapolated(one, two):
-                t1, t2 = log_of(one), log_of(two)
-                r = tuple(b - a for a, b in zip(t0, t1))
-                v = tuple(c - 2 * b + a for a, b, c in zip(t0, t1, t2))
-                norm_r, norm_v = norm(r), norm(v)
-                length = -jnp.maximum(1.0, norm_r / jnp.where(norm_v > 0, norm_v, 1))
-                length = jnp.where(norm_v > 0, length, -1.0)
-                return rates_of(
-                    tuple(a - 2 * length * x + length**2 * y for a, x, y in zip(t0, r, v))
-                )
-
-            def phase(carry, k):
-                point, one, two, objective_two, stats_two = carry
-                objective, stats_at, _ = problem.e_step(point)
-                # k = 0: `point` is F(θ0), next F(F(θ0)); k = 1: `point` is F(F(θ0)), kept,
-                # next the extrapolation; k = 2: next its stabilisation; k = 3: the last
-                stepped = update(point, stats_at)
-                two = jax.tree_util.tree_map(lambda a, b: jnp.where(k == 1, a, b), point, two)
-                objective_two = jnp.where(k == 1, objective, objective_two)
-                stats_two = jax.tree_util.tree_map(
-                    lambda a, b: jnp.where(k == 1, a, b), stats_at, stats_two
-                )
-                jumped = extrapolated(one, two)
-                following = jax.tree_util.tree_map(
-                    lambda a, b: jnp.where(k == 1, a, b), jumped, stepped
-                )
-                return (following, one, two, objective_two, stats_two), (point, objective, stats_at)
-
-            dtype_objective = problem.tau.dtype
-            start = (one, one, one, jnp.zeros((), dtype_objective), stats)
-            (_, _, two, objective_two, stats_two), (points, objectives, all_stats) = jax.lax.scan(
-                phase, start, jnp.arange(4)
+        def phase(k, rates, point, objective, stats_at, memory):
+            # the four E-steps of an iteration from θ0 = log `rates`, one per pass of the loop:
+            # k = 0: `point` is F(θ0), next F(F(θ0)); k = 1: `point` is F(F(θ0)), kept, next the
+            # extrapolation; k = 2: next its stabilisation; k = 3: the last, and the proposal
+            one, two, objective_two, stats_two = memory
+            one = jax.tree_util.tree_map(lambda a, b: jnp.where(k == 0, a, b), point, one)
+            stepped = update(point, stats_at)
+            two = jax.tree_util.tree_map(lambda a, b: jnp.where(k == 1, a, b), point, two)
+            objective_two = jnp.where(k == 1, objective, objective_two)
+            stats_two = jax.tree_util.tree_map(
+                lambda a, b: jnp.where(k == 1, a, b), stats_at, stats_two
             )
-            stabilised = tuple(p[3] for p in points)
-            objective_new = objectives[3]
-            stats_new = jax.tree_util.tree_map(lambda x: x[3], all_stats)
-            take = jnp.isfinite(objective_new) & (objective_new >= objective_two)
+            t0 = log_of(rates)
+            t1, t2 = log_of(one), log_of(two)
+            r = tuple(b - a for a, b in zip(t0, t1))
+            v = tuple(c - 2 * b + a for a, b, c in zip(t0, t1, t2))
+            norm_r, norm_v = norm(r), norm(v)
+            length = -jnp.maximum(1.0, norm_r / jnp.where(norm_v > 0, norm_v, 1))
+            length = jnp.where(norm_v > 0, length, -1.0)
+            jumped = rates_of(
+                tuple(a - 2 * length * x + length**2 * y for a, x, y in zip(t0, r, v))
+            )
+            following = jax.tree_util.tree_map(
+                lambda a, b: jnp.where(k == 1, a, b), jumped, stepped
+            )
+            # the proposal (read at k = 3): the stabilised extrapolation when its objective is
+            # at least that of the double step F(F(θ0)), else the double step
+            take = jnp.isfinite(objective) & (objective >= objective_two)
             pick = lambda new, old: jax.tree_util.tree_map(  # noqa: E731
                 lambda a, b: jnp.where(take, a, b), new, old
             )
-            new_rates = pick(stabilised, two)
-            new_objective = jnp.where(take, objective_new, objective_two)
-            new_stats = pick(stats_new, stats_two)
+            new_rates = pick(point, two)
+            new_objective = jnp.where(take, objective, objective_two)
+            new_stats = pick(stats_at, stats_two)
             scale = 1 + jnp.abs(new_objective)
             small_gradient = projected_gradient(new_rates, new_stats) <= jnp.sqrt(tol) * scale
-            return new_rates, new_objective, new_stats, small_gradient
+            memory = (one, two, objective_two, stats_two)
+            return following, memory, (new_rates, new_objective, new_stats, small_gradient)
 
-        return ascent(problem, self.max_iterations, self.tolerance, step)
+        def memory(start, stats):  # (F(θ0), F(F(θ0)), its objective and statistics)
+            return start, start, jnp.zeros((), dtype), stats
+
+        return ascent(problem, self.max_iterations, self.tolerance, 4, phase, memory)
 
 
-def ascent(problem: FitProblem, max_iterations: int, tolerance, step) -> FitOutcome:
-    """The loop of [`jaxctbn.panel.EMFit`][] and [`jaxctbn.panel.SquaremFit`][]: from the
-    E-step at the start, `step(rates, stats)` proposes `(rates, objective, stats,
-    small_gradient)`; a non-finite objective stops the loop at the last finite iterate, and
-    the fit has converged when the relative change of the objective is at most `tolerance`
-    and `small_gradient` holds. No iteration runs when an observation is impossible at the
-    start."""
+def ascent(
+    problem: FitProblem,
+    max_iterations: int,
+    tolerance,
+    phases: int,
+    phase: Callable[..., tuple[Any, Any, tuple[Any, Array, Any, Array]]],
+    memory: Callable[[tuple[Array, ...], Any], Any],
+) -> FitOutcome:
+    """The loop of [`jaxctbn.panel.EMFit`][] and [`jaxctbn.panel.SquaremFit`][], one E-step per
+    pass, so that the compiled program holds a single forward-backward pass.
+
+    The first pass evaluates the start (its objective, statistics and impossible-observation
+    flags); each iteration then takes `phases` passes. A pass evaluates the E-step at `point`
+    and calls `phase(k, rates, point, objective, stats, memory)`, `k` the pass within the
+    iteration and `rates` the last iterate, which returns the next point, the method's
+    `memory` (first `memory(start, statistics of zeros)`) and its proposal `(rates, objective, stats, small_gradient)` (read on the last
+    pass). An iteration's first point is the EM step from the last iterate. A non-finite
+    objective stops the loop at the last finite iterate, and the fit has converged when the
+    relative change of the objective is at most `tolerance` and `small_gradient` holds. No
+    iteration runs when an observation is impossible at the start."""
     tol = jnp.asarray(tolerance, problem.tau.dtype)
-    rates = problem.start()
-    objective, stats, bad = problem.e_step(rates)
-    trace = jnp.full((max_iterations + 1,), objective)
+    start = problem.start()
+    objective_shape, stats_shape, bad_shape = jax.eval_shape(problem.e_step, start)
+    zeros = lambda tree: jax.tree_util.tree_map(  # noqa: E731
+        lambda x: jnp.zeros(x.shape, x.dtype), tree
+    )
 
     def cond(carry):
-        _, _, _, it, _, stop, _ = carry
-        return (it < max_iterations) & ~stop
+        _, k, _, _, _, it, _, stop, _, _, _ = carry
+        return ~stop & ((k != 0) | (it < max_iterations))
 
     def body(carry):
-        rates, objective, stats, it, trace, _, _ = carry
-        new_rates, new_objective, new_stats, small_gradient = step(rates, stats)
+        point, k, rates, objective, stats, it, trace, stop, converged, memory, bad = carry
+        objective_at, stats_at, bad_at = problem.e_step(point)
+        following, memory, proposal = phase(
+            jnp.maximum(k, 0), rates, point, objective_at, stats_at, memory
+        )
+        new_rates, new_objective, new_stats, small_gradient = proposal
+        first, last = k < 0, k == phases - 1
+        # the start (first pass)
+        where_first = lambda new, old: jax.tree_util.tree_map(  # noqa: E731
+            lambda a, b: jnp.where(first, a, b), new, old
+        )
+        # an iteration's end (last pass)
         finite = jnp.isfinite(new_objective)
         change = jnp.abs(new_objective - objective)
-        converged = finite & (change <= tol * (1 + jnp.abs(new_objective))) & small_gradient
+        converged_now = finite & (change <= tol * (1 + jnp.abs(new_objective))) & small_gradient
+        accept = last & finite
         keep = lambda new, old: jax.tree_util.tree_map(  # noqa: E731
-            lambda a, b: jnp.where(finite, a, b), new, old
+            lambda a, b: jnp.where(accept, a, b), new, old
         )
-        rates = keep(new_rates, rates)
-        objective = jnp.where(finite, new_objective, objective)
-        stats = keep(new_stats, stats)
-        it = it + finite.astype(it.dtype)
-        trace = trace.at[it].set(objective)
-        return rates, objective, stats, it, trace, converged | ~finite, converged
+        rates = where_first(point, keep(new_rates, rates))
+        objective = jnp.where(first, objective_at, jnp.where(accept, new_objective, objective))
+        stats = where_first(stats_at, keep(new_stats, stats))
+        bad = where_first(bad_at, bad)
+        it = it + accept.astype(it.dtype)
+        trace = jnp.where(
+            first,
+            jnp.full_like(trace, objective),
+            jnp.where(last, trace.at[it].set(objective), trace),
+        )
+        stop = jnp.where(first, _any(bad_at), jnp.where(last, converged_now | ~finite, stop))
+        converged = jnp.where(last, converged_now, converged)
+        boundary = first | last
+        following = jax.tree_util.tree_map(
+            lambda a, b: jnp.where(boundary, a, b), problem.m_step(rates, stats), following
+        )
+        k = jnp.where(boundary, 0, k + 1)
+        return following, k, rates, objective, stats, it, trace, stop, converged, memory, bad
 
     no = jnp.asarray(False)
-    carry = (rates, objective, stats, jnp.zeros((), jnp.int32), trace, _any(bad), no)
-    rates, objective, _, it, trace, _, converged = jax.lax.while_loop(cond, body, carry)
+    carry = (
+        start,
+        jnp.asarray(-1, jnp.int32),
+        start,
+        jnp.zeros(objective_shape.shape, objective_shape.dtype),
+        zeros(stats_shape),
+        jnp.zeros((), jnp.int32),
+        jnp.zeros((max_iterations + 1,), objective_shape.dtype),
+        no,
+        no,
+        memory(start, zeros(stats_shape)),
+        zeros(bad_shape),
+    )
+    carry = jax.lax.while_loop(cond, body, carry)
+    _, _, rates, objective, _, it, trace, _, converged, _, bad = carry
     return FitOutcome(
         rates=rates,
         objective=objective,

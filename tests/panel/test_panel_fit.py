@@ -264,6 +264,41 @@ def test_squarem_default_reaches_the_optimum_where_em_stops_short():
     assert int(fit.iterations) < int(em.iterations)
 
 
+def test_the_fit_program_holds_one_forward_backward_pass():
+    """EM and SQUAREM run one E-step per pass of one loop (the start's included), so that the
+    fit's program holds the loops of a single E-step, of the filter that tries the pushed
+    rates and the fit's own loop, and nothing more (lowered, not compiled: `stablehlo.while`
+    counted in the program and in the E-step's and the filter's own programs)."""
+    from jaxctbn._master_equation import MatrixExponential
+    from jaxctbn._panel.fit import _fit
+    from jaxctbn._panel.fit_arguments import checked_fit_arguments
+    from jaxctbn._panel.fit_problem import fit_problem
+
+    obs, _ = _two_node_data()
+    solver = MatrixExponential()
+
+    def loops(fn, *args):
+        return eqx.filter_jit(fn).lower(*args).as_text().count("stablehlo.while")
+
+    def problem(parameters, groups):
+        return fit_problem(START, obs, parameters, None, None, solver, groups, None)
+
+    for method in (jc.panel.SquaremFit(), jc.panel.EMFit()):
+        parameters, groups, method = checked_fit_arguments(
+            START, obs, method, None, None, solver, "fit_rates"
+        )
+        fit = loops(_fit, START, obs, method, parameters, None, None, solver, groups, None)
+        if isinstance(method, jc.panel.SquaremFit):
+            e_step = loops(
+                lambda p, g: problem(p, g).e_step(problem(p, g).start()), parameters, groups
+            )
+            filtered = loops(
+                lambda p, g: problem(p, g).log_likelihood(problem(p, g).start()), parameters, groups
+            )
+            assert e_step > 0 and filtered > 0
+        assert fit == e_step + filtered + 1, (type(method).__name__, fit, e_step, filtered)
+
+
 # --------------------------------------------------------------------------- illness-death
 ILLNESS = np.array([[0.0, 0.5, 0.2], [0.3, 0.0, 0.6], [0.0, 0.0, 0.0]])  # state 2 absorbing
 # visits every half time unit (with yearly visits and exact entry times the direct rate 0 -> 2
