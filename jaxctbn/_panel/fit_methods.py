@@ -38,6 +38,11 @@ def _padded(trace: Array, iterations: Array, final: Array) -> Array:
     return jnp.where(jnp.arange(trace.shape[0]) > iterations, final, trace)
 
 
+def _selected(condition: Array, new: Any, old: Any) -> Any:
+    """Leaf by leaf, `new` where the scalar `condition` holds, else `old`."""
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(condition, a, b), new, old)
+
+
 def _check_method(tolerance, max_iterations, name: str) -> tuple[Any, int]:
     if isinstance(max_iterations, bool) or not isinstance(max_iterations, int | np.integer):
         raise ValueError(f"max_iterations: {name} needs an integer >= 1, got {max_iterations!r}.")
@@ -223,11 +228,8 @@ class GradientFit(AbstractRateFitMethod):
             small_gradient = gradient <= jnp.sqrt(tol) * scale
             converged = ok & small_change & small_gradient
             stalled = ~ok | (new_value == value)
-            pick = lambda new, old: jax.tree_util.tree_map(  # noqa: E731
-                lambda a, b: jnp.where(ok, a, b), new, old
-            )
-            theta = pick(new_theta, theta)
-            state = pick(new_state, state)
+            theta = _selected(ok, new_theta, theta)
+            state = _selected(ok, new_state, state)
             value = jnp.where(ok, new_value, value)
             it = it + ok.astype(it.dtype)
             trace = trace.at[it].set(-value)
@@ -345,13 +347,11 @@ class SquaremFit(AbstractRateFitMethod):
             # k = 0: `point` is F(θ0), next F(F(θ0)); k = 1: `point` is F(F(θ0)), kept, next the
             # extrapolation; k = 2: next its stabilisation; k = 3: the last, and the proposal
             one, two, objective_two, stats_two = memory
-            one = jax.tree_util.tree_map(lambda a, b: jnp.where(k == 0, a, b), point, one)
+            one = _selected(k == 0, point, one)
             stepped = update(point, stats_at)
-            two = jax.tree_util.tree_map(lambda a, b: jnp.where(k == 1, a, b), point, two)
+            two = _selected(k == 1, point, two)
             objective_two = jnp.where(k == 1, objective, objective_two)
-            stats_two = jax.tree_util.tree_map(
-                lambda a, b: jnp.where(k == 1, a, b), stats_at, stats_two
-            )
+            stats_two = _selected(k == 1, stats_at, stats_two)
             t0 = log_of(rates)
             t1, t2 = log_of(one), log_of(two)
             r = tuple(b - a for a, b in zip(t0, t1))
@@ -362,18 +362,13 @@ class SquaremFit(AbstractRateFitMethod):
             jumped = rates_of(
                 tuple(a - 2 * length * x + length**2 * y for a, x, y in zip(t0, r, v))
             )
-            following = jax.tree_util.tree_map(
-                lambda a, b: jnp.where(k == 1, a, b), jumped, stepped
-            )
+            following = _selected(k == 1, jumped, stepped)
             # the proposal (read at k = 3): the stabilised extrapolation when its objective is
             # at least that of the double step F(F(θ0)), else the double step
             take = jnp.isfinite(objective) & (objective >= objective_two)
-            pick = lambda new, old: jax.tree_util.tree_map(  # noqa: E731
-                lambda a, b: jnp.where(take, a, b), new, old
-            )
-            new_rates = pick(point, two)
+            new_rates = _selected(take, point, two)
             new_objective = jnp.where(take, objective, objective_two)
-            new_stats = pick(stats_at, stats_two)
+            new_stats = _selected(take, stats_at, stats_two)
             scale = 1 + jnp.abs(new_objective)
             small_gradient = projected_gradient(new_rates, new_stats) <= jnp.sqrt(tol) * scale
             memory = (one, two, objective_two, stats_two)
@@ -400,8 +395,8 @@ def ascent(
     flags); each iteration then takes `phases` passes. A pass evaluates the E-step at `point`
     and calls `phase(k, rates, point, objective, stats, memory)`, `k` the pass within the
     iteration and `rates` the last iterate, which returns the next point, the method's
-    `memory` (first `memory(start, statistics of zeros)`) and its proposal `(rates, objective, stats, small_gradient)` (read on the last
-    pass). An iteration's first point is the EM step from the last iterate. A non-finite
+    `memory` (at first `memory(start, statistics of zeros)`) and its proposal `(rates,
+    objective, stats, small_gradient)` (read on the last pass). An iteration's first point is the EM step from the last iterate. A non-finite
     objective stops the loop at the last finite iterate, and the fit has converged when the
     relative change of the objective is at most `tolerance` and `small_gradient` holds. No
     iteration runs when an observation is impossible at the start."""
@@ -423,23 +418,15 @@ def ascent(
             jnp.maximum(k, 0), rates, point, objective_at, stats_at, memory
         )
         new_rates, new_objective, new_stats, small_gradient = proposal
-        first, last = k < 0, k == phases - 1
-        # the start (first pass)
-        where_first = lambda new, old: jax.tree_util.tree_map(  # noqa: E731
-            lambda a, b: jnp.where(first, a, b), new, old
-        )
-        # an iteration's end (last pass)
+        first, last = k < 0, k == phases - 1  # the start's pass; an iteration's last
         finite = jnp.isfinite(new_objective)
         change = jnp.abs(new_objective - objective)
         converged_now = finite & (change <= tol * (1 + jnp.abs(new_objective))) & small_gradient
         accept = last & finite
-        keep = lambda new, old: jax.tree_util.tree_map(  # noqa: E731
-            lambda a, b: jnp.where(accept, a, b), new, old
-        )
-        rates = where_first(point, keep(new_rates, rates))
+        rates = _selected(first, point, _selected(accept, new_rates, rates))
         objective = jnp.where(first, objective_at, jnp.where(accept, new_objective, objective))
-        stats = where_first(stats_at, keep(new_stats, stats))
-        bad = where_first(bad_at, bad)
+        stats = _selected(first, stats_at, _selected(accept, new_stats, stats))
+        bad = _selected(first, bad_at, bad)
         it = it + accept.astype(it.dtype)
         trace = jnp.where(
             first,
@@ -449,9 +436,7 @@ def ascent(
         stop = jnp.where(first, _any(bad_at), jnp.where(last, converged_now | ~finite, stop))
         converged = jnp.where(last, converged_now, converged)
         boundary = first | last
-        following = jax.tree_util.tree_map(
-            lambda a, b: jnp.where(boundary, a, b), problem.m_step(rates, stats), following
-        )
+        following = _selected(boundary, problem.m_step(rates, stats), following)
         k = jnp.where(boundary, 0, k + 1)
         return following, k, rates, objective, stats, it, trace, stop, converged, memory, bad
 
