@@ -20,6 +20,11 @@ os.environ["XLA_FLAGS"] = " ".join(_flags)
 # same results; inherited by the notebook kernels and CLI subprocesses. The multi-device tests
 # (test_sharding.py) keep Shardy, the default users get.
 os.environ.setdefault("JAX_USE_SHARDY_PARTITIONER", "0")
+# The programs' MLIR locations carry the one user frame of each operation instead of its whole
+# Python stack (test_panel_posterior alone: 52-54 s -> 46-48 s); locations are debug
+# information (XLA's error and profile annotations) and change no program's result. Inherited
+# by the notebook kernels and the CLI subprocesses.
+os.environ.setdefault("JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS", "0")
 
 # One persistent compilation cache for the whole run, in a fresh temporary directory (never the
 # user's ~/.cache): set here, in the process that starts the xdist workers, so the workers, the
@@ -43,6 +48,7 @@ os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ["JAXCTBN_TEST_CACHE_DIR"]
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
 
+import functools  # noqa: E402
 import gc  # noqa: E402
 
 import jax  # noqa: E402
@@ -60,6 +66,33 @@ jax.config.update("jax_num_cpu_devices", 8)
 # program of the library); the CPU's straight-line Threefry lowering (the same random bits).
 _setup_jax()
 jax.config.update("jax_use_shardy_partitioner", os.environ["JAX_USE_SHARDY_PARTITIONER"] != "0")
+
+
+def _remember_which_files_jax_hides() -> None:
+    """Every check the library traces (`eqx.error_if`) walks the Python stack and asks JAX, for
+    each frame, whether its file is one of JAX's hidden ones (`traceback_util.include_filename`:
+    ~35 paths each normalised and compared, with a `stat` per comparison): ~6,400 checks and
+    ~200,000 comparisons in test_panel_posterior alone. The answer depends only on the file
+    name and the registered paths, so it is remembered per name, forgotten when a path is
+    registered. Only the traceback kept for an error's message depends on it; no program
+    changes. (A JAX without this function is left as it is.)"""
+    from jax._src import traceback_util
+
+    include_filename = getattr(traceback_util, "include_filename", None)
+    register_exclusion = getattr(traceback_util, "register_exclusion", None)
+    if include_filename is None or register_exclusion is None:
+        return
+    remembered = functools.lru_cache(maxsize=None)(include_filename)
+
+    def register_and_forget(path):
+        register_exclusion(path)
+        remembered.cache_clear()
+
+    traceback_util.include_filename = remembered
+    traceback_util.register_exclusion = register_and_forget
+
+
+_remember_which_files_jax_hides()
 
 
 def _mapped_regions() -> int | None:
