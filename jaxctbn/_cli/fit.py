@@ -173,10 +173,12 @@ def _cmd_fit(args):
             observations, covariates, out["covariates"] = with_periods(
                 observations, covariates, out.get("covariates"), args.pci
             )
-        if covariates is None and isinstance(observations, PanelBuckets):
+        if isinstance(observations, PanelBuckets):
             # shapes rounded up (padding without observations adds nothing), so that a new
             # data set of similar size finds its programs in the persistent compilation cache
             observations = observations.with_rounded_shapes()
+            if covariates is not None:  # the added trajectories' rows (they enter no interval)
+                covariates = covariates.padded_for(observations)
         if note is not None:
             print(note, file=sys.stderr)
         if covariates is None:  # the intervals' program loads while the fit's loads and runs

@@ -258,6 +258,32 @@ class Covariates(eqx.Module):
     def num_covariates(self) -> int:
         return self.values.shape[-1]
 
+    def padded_for(self, observations: PanelBuckets) -> Covariates:
+        r"""These covariates for `observations`: the buckets they were made for after
+        [`with_rounded_shapes`][jaxctbn.panel.PanelBuckets.with_rounded_shapes], which adds
+        trajectories after the given ones and widens the observation axes. An added
+        trajectory's row repeats the first row; per observation, each row is widened by
+        repeating its last value. An added trajectory has one observation, so it starts no
+        interval: its values enter no likelihood term and no mean (the means weigh a
+        trajectory by its number of intervals), and the fit of the padded data is the fit of
+        the given data. Host-side (concrete values); the values are not checked again."""
+        values = self.values
+        if not is_concrete(values):
+            raise ValueError("padded_for: needs concrete covariate values (outside jit).")
+        values = np.asarray(values)
+        R, given = observations.num_trajectories, values.shape[0]
+        if given > R:
+            raise ValueError(
+                f"observations: {R} trajectories, fewer than the covariates' {given} rows."
+            )
+        values = np.concatenate([values, np.repeat(values[:1], R - given, 0)])
+        if self.per_observation:
+            width = max(b.times.shape[-1] for b in observations.buckets)
+            if width > values.shape[1]:
+                extra = np.repeat(values[:, -1:], width - values.shape[1], 1)
+                values = np.concatenate([values, extra], 1)
+        return eqx.tree_at(lambda c: c.values, self, jnp.asarray(values))
+
     def masks(self, free: tuple[Array, ...]) -> tuple[Array, ...]:
         """Per node, `(C, configs, k, k)`: the free rates each covariate acts on."""
         C = self.num_covariates

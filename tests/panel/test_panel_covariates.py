@@ -226,7 +226,10 @@ def test_fit_with_covariates_from_the_command_line(tmp_path, capsys):
     assert d["method"] == "gradient" and d["num_parameters"] == 8
     assert d["covariates"]["names"] == ["sex=M", "age"]
     assert d["covariates"]["reference_levels"] == {"sex": "F"}
+    # the command line fits the panel in rounded shapes (128 subjects, 8 visit slots; the
+    # added subjects' covariate rows copies of the first): they enter no mean and no term
     np.testing.assert_allclose(d["covariates"]["means"], Z.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(d["log_likelihood"], float(fit.log_likelihood), rtol=1e-9)
     assert len(d["covariate_effects"]) == 4
     for e in d["covariate_effects"]:
         c = ["sex=M", "age"].index(e["covariate"])
@@ -313,6 +316,28 @@ def test_fit_with_covariates_from_the_command_line(tmp_path, capsys):
     np.testing.assert_allclose(
         table.expected.to_numpy().reshape(3, 3), np.asarray(reference.expected)[:, 0], rtol=1e-10
     )
+
+
+def test_covariates_padded_for_rounded_buckets():
+    """`Covariates.padded_for`: a row per added trajectory (a copy of the first), per
+    observation each row widened by its last value; the given rows unchanged."""
+    _, paths = _data()
+    obs = _bucketed(paths)
+    rounded = obs.with_rounded_shapes()
+    assert rounded.num_trajectories == 128 > R
+    padded = _covariates().padded_for(rounded)
+    Z = np.asarray(_covariates().values)
+    np.testing.assert_array_equal(np.asarray(padded.values), np.concatenate([Z, [Z[0]] * 8]))
+    assert padded.names == _covariates().names and padded.per_observation is False
+    np.testing.assert_array_equal(padded.acts_on[0], _covariates().acts_on[0])
+    varying = jc.panel.Covariates(np.arange(R * 6.0).reshape(R, 6, 1), per_observation=True)
+    wide = np.asarray(varying.padded_for(rounded).values)
+    assert wide.shape == (128, 8, 1)
+    np.testing.assert_array_equal(wide[:R, :6], np.asarray(varying.values))
+    np.testing.assert_array_equal(wide[:R, 6:], np.repeat(wide[:R, 5:6], 2, 1))
+    np.testing.assert_array_equal(wide[R:], np.broadcast_to(wide[0], (8, 8, 1)))
+    with pytest.raises(ValueError, match="observations: 120 trajectories, fewer than"):
+        jc.panel.Covariates(np.arange(2.0 * R).reshape(2 * R, 1)).padded_for(obs)
 
 
 def test_shared_effects_reach_scipys_optimum_of_the_tied_likelihood():
