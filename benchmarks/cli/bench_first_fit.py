@@ -14,7 +14,7 @@ compilation cache (`JAXCTBN_CACHE_DIR`) in four states:
   left by the other one: the subjects resampled with replacement (seed 1, 95% as many) and each
   subject's visit times scaled by a factor in [0.9, 1.1], so the visit times, gaps and lengths
   all differ. The fit rounds its shapes up (`PanelBuckets.with_rounded_shapes`, the number of
-  distinct gaps likewise), so such a data set finds its compiled programs in the cache when its
+  distinct gaps likewise; with covariates, `Covariates.padded_for`), so such a data set finds its compiled programs in the cache when its
   sizes fall in the same classes; `cache entries written` says whether it did (0: all found).
 
 Cases: psor, cav, and cav with the recipient's sex as a covariate (msm `covariates = ~ sex`,
