@@ -52,6 +52,7 @@ from .._errors import error_if
 from .._learning.priors import GammaPrior
 from .._master_equation import AbstractMasterEquationSolver, solve_batched
 from .._model.ctbn import CTBN
+from .._model.interventions import is_concrete
 from .._programs import run_program
 from .buckets import PanelBuckets
 from .covariates import Covariates
@@ -134,6 +135,21 @@ def _off_diagonal(shapes) -> list[np.ndarray]:
     return out
 
 
+def _information_rows(model: CTBN, covariates: Covariates | None) -> tuple[int, ...] | None:
+    """The parameters whose rows of the information are computed (static): every free log-rate
+    (a structural zero's row is set to 0 anyway) and every effect; None (every row) when the
+    model's zeros are not concrete (a model traced by an outer `jit`)."""
+    if not all(is_concrete(c) for c in model.cims):
+        return None
+    shapes = [c.shape for c in model.cims]
+    free = np.concatenate(
+        [np.asarray(c).reshape(-1)[w] != 0 for c, w in zip(model.cims, _off_diagonal(shapes))]
+    )
+    P = len(free)
+    num_effects = 0 if covariates is None else covariates.effect_groups(shapes)[1]
+    return tuple(int(i) for i in np.flatnonzero(free)) + tuple(range(P, P + num_effects))
+
+
 def rate_uncertainty(
     model: CTBN,
     observations: PanelObservations | PanelBuckets,
@@ -179,6 +195,7 @@ def rate_uncertainty(
         level,
         covariates,
         effects,
+        _information_rows(model, covariates),
     )
 
 
@@ -194,6 +211,7 @@ def _uncertainty(
     level: float,
     covariates,
     effects,
+    rows: tuple[int, ...] | None = None,
 ) -> RateUncertainty:
     z = statistics.NormalDist().inv_cdf(0.5 + float(level) / 2)  # (level is static)
     problem = fit_problem(
@@ -257,10 +275,14 @@ def _uncertainty(
     # copies of its per-interval intermediates: 27 GB for 120 parameters on the pbcseq
     # visits; the VJP is taken once and applied to _HESSIAN_CHUNK of them at a time)
     _, second = jax.vjp(jax.grad(objective), theta0)
-    basis = jnp.eye(theta0.shape[0], dtype=dtype)
-    information = -jax.lax.map(
-        lambda v: second(v)[0], basis, batch_size=min(_HESSIAN_CHUNK, theta0.shape[0])
+    # the rows of the free parameters only (`rows`, static): the others are set to 0 below
+    num = theta0.shape[0]
+    rows = tuple(range(num)) if rows is None else rows
+    basis = jnp.eye(num, dtype=dtype)[np.asarray(rows, dtype=np.int32)]
+    computed = -jax.lax.map(
+        lambda v: second(v)[0], basis, batch_size=max(1, min(_HESSIAN_CHUNK, len(rows)))
     )
+    information = jnp.zeros((num, num), dtype).at[np.asarray(rows, dtype=np.int32)].set(computed)
     information = (information + information.T) / 2
     information = jnp.where(free[:, None] & free[None, :], information, 0)
     information = error_if(
