@@ -133,11 +133,17 @@ def solvable_by_pattern(interventions: Intervention, solver, models) -> bool:
     )
 
 
+def _fewer_patterns_than(num_others: int, num_candidates: int) -> bool:
+    """Whether the clamp patterns of `num_others` other nodes (each clamped or not:
+    $2^{N-1}$) are fewer than a chunk's `num_candidates`: solving by pattern then pays."""
+    return 2**num_others < num_candidates
+
+
 def _shares_clamp_patterns(interventions: Intervention, num_others: int, solver, models) -> bool:
     """Whether a chunk of candidates is solved by clamp pattern: `solvable_by_pattern`, and
     fewer patterns of the other nodes than candidates."""
-    return solvable_by_pattern(interventions, solver, models) and (
-        2**num_others < interventions.targets.shape[0]
+    return solvable_by_pattern(interventions, solver, models) and _fewer_patterns_than(
+        num_others, interventions.targets.shape[0]
     )
 
 
@@ -149,7 +155,7 @@ def pattern_route_takes_groups(posterior, draws, interventions, chunk: int, solv
         isinstance(estimator, PlugIn)
         and posterior.prior.factorises_over_configurations
         and solvable_by_pattern(interventions, solver, flat_draws(draws, 0)[0])
-        and 2 ** (len(posterior.names) - 1) < chunk
+        and _fewer_patterns_than(len(posterior.names) - 1, chunk)
     )
 
 
