@@ -114,7 +114,8 @@ class RateFit(eqx.Module):
         **Returns:** a [`jaxctbn.panel.RateUncertainty`][].
 
         The information costs one reverse-over-reverse pass through the filter per parameter
-        (free rate, and effect; a structural zero's row is not computed), a few at a time (a Hessian, not an optimisation).
+        (free rate, and effect; a structural zero's row is not computed), a few at a time (a
+        Hessian, not an optimisation).
         Without covariates the exponentials are shared by intervals of equal length (cav:
         0.1 s); with covariates every interval has its own (the 16-state pbcseq network of
         `notebooks/clinician_pbcseq.ipynb`, 312 patients, 56 parameters with a time-varying
