@@ -396,10 +396,11 @@ def ascent(
     and calls `phase(k, rates, point, objective, stats, memory)`, `k` the pass within the
     iteration and `rates` the last iterate, which returns the next point, the method's
     `memory` (at first `memory(start, statistics of zeros)`) and its proposal `(rates,
-    objective, stats, small_gradient)` (read on the last pass). An iteration's first point is the EM step from the last iterate. A non-finite
-    objective stops the loop at the last finite iterate, and the fit has converged when the
-    relative change of the objective is at most `tolerance` and `small_gradient` holds. No
-    iteration runs when an observation is impossible at the start."""
+    objective, stats, small_gradient)` (read on the last pass). An iteration's first point is
+    the EM step from the last iterate. A non-finite objective stops the loop at the last finite
+    iterate, and the fit has converged when the relative change of the objective is at most
+    `tolerance` and `small_gradient` holds. No iteration runs when an observation is impossible
+    at the start."""
     tol = jnp.asarray(tolerance, problem.tau.dtype)
     start = problem.start()
     objective_shape, stats_shape, bad_shape = jax.eval_shape(problem.e_step, start)

@@ -277,12 +277,13 @@ def _uncertainty(
     _, second = jax.vjp(jax.grad(objective), theta0)
     # the rows of the free parameters only (`rows`, static): the others are set to 0 below
     num = theta0.shape[0]
-    rows = tuple(range(num)) if rows is None else rows
-    basis = jnp.eye(num, dtype=dtype)[np.asarray(rows, dtype=np.int32)]
+    index = np.arange(num, dtype=np.int32) if rows is None else np.asarray(rows, np.int32)
     computed = -jax.lax.map(
-        lambda v: second(v)[0], basis, batch_size=max(1, min(_HESSIAN_CHUNK, len(rows)))
+        lambda v: second(v)[0],
+        jnp.eye(num, dtype=dtype)[index],
+        batch_size=max(1, min(_HESSIAN_CHUNK, len(index))),
     )
-    information = jnp.zeros((num, num), dtype).at[np.asarray(rows, dtype=np.int32)].set(computed)
+    information = jnp.zeros((num, num), dtype).at[index].set(computed)
     information = (information + information.T) / 2
     information = jnp.where(free[:, None] & free[None, :], information, 0)
     information = error_if(
