@@ -67,6 +67,7 @@ from .fit_arguments import (
 )
 from .fit_methods import AbstractRateFitMethod, GradientFit, SquaremFit
 from .fit_problem import PUSH, fit_problem
+from .gap_groups import covariate_classes
 from .observations import Emissions, PanelObservations
 from .rate_fit import RateFit
 from .sampled_em import MonteCarloEMFit, check_monte_carlo_em, monte_carlo_em_fit
@@ -182,7 +183,8 @@ def fit_rates(
     )
     if covariates is not None:
         check_fit_covariates(covariates, observations, method)
-        groups = None  # every trajectory has its own generator
+        # one generator per covariate class, or one per trajectory (`groups` None)
+        groups = covariate_classes(groups, covariates, observations)
     fit, bad = run_program(
         "fit_rates",
         _fit,

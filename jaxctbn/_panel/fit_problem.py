@@ -57,6 +57,7 @@ class FitProblem(eqx.Module):
     covariate_spread: Array | None = None  # (C,): standard deviation of each covariate
     effect_groups: tuple[Array, ...] | None = None  # per node (C, configs, k, k): parameter index
     covariate_extremes: Array | None = None  # (2, C): the lowest and highest centred values
+    class_covariates: Array | None = None  # (K, C): centred values of groups' covariate classes
     per_observation: bool = eqx.field(static=True, default=False)  # time-varying covariates
     num_effects: int = eqx.field(static=True, default=0)  # length of the effect parameters
 
@@ -102,27 +103,38 @@ class FitProblem(eqx.Module):
         `(R_b, configs, k, k)` (or of each observation, `(R_b, O_b, configs, k, k)`), capped so
         that no scaled rate exceeds the top of the box (where the solver's exponential would
         no longer be finite; an optimiser's trial point may ask for it, an optimum does not)."""
-        assert self.covariates is not None and self.effect_masks is not None
-        out = []
-        for centred in self.covariates:
-            scales = scales_of(centred, effects, self.effect_masks)
-            out.append(
-                tuple(
-                    jnp.minimum(s, self.upper / jnp.where(q > 0, q, self.upper))
-                    for s, q in zip(scales, rates)
-                )
-            )
-        return tuple(out)
+        assert self.covariates is not None
+        return tuple(self._capped_scales(c, rates, effects) for c in self.covariates)
+
+    def _capped_scales(
+        self, centred: Array, rates: tuple[Array, ...], effects: tuple[Array, ...]
+    ) -> tuple[Array, ...]:
+        assert self.effect_masks is not None
+        scales = scales_of(centred, effects, self.effect_masks)
+        return tuple(
+            jnp.minimum(s, self.upper / jnp.where(q > 0, q, self.upper))
+            for s, q in zip(scales, rates)
+        )
 
     def _pass(self, rates: tuple[Array, ...], what: str, effects: tuple[Array, ...] | None = None):
         """`(bad, result)` of the filter (`what="likelihood"`) or of forward-backward
-        (`"statistics"`) at `rates` (and covariate `effects`): intervals grouped by length when
-        `groups` is set, otherwise each solved on its own."""
+        (`"statistics"`) at `rates` (and covariate `effects`): intervals grouped by length
+        (and covariate class) when `groups` is set, otherwise each solved on its own."""
         model = self.with_rates(rates)
         buckets = PanelBuckets(self.observations, np.arange(self.pooled.shape[0]))
         if self.groups is not None:
+            class_scales = None
+            if effects is not None:  # one generator per covariate class (`covariate_classes`)
+                assert self.class_covariates is not None
+                class_scales = self._capped_scales(self.class_covariates, rates, effects)
             return pooled_by_gaps(
-                model, buckets, self.emissions, self.initial_distribution, self.groups, what
+                model,
+                buckets,
+                self.emissions,
+                self.initial_distribution,
+                self.groups,
+                what,
+                class_scales,
             )
         observations = self.observations
         interval_scales: tuple[tuple[Array, ...] | None, ...] = (None,) * len(observations)
@@ -457,5 +469,13 @@ def fit_problem(
             ),
             is_leaf=lambda x: x is None,
         )
+        if groups is not None:  # with covariates: grouped by class too (`covariate_classes`)
+            assert groups.class_values is not None
+            problem = eqx.tree_at(
+                lambda p: p.class_covariates,
+                problem,
+                jnp.asarray(groups.class_values, dtype) - means,
+                is_leaf=lambda x: x is None,
+            )
     start = problem.clip(problem.start())
     return eqx.tree_at(lambda p: p.model, problem, problem.with_rates(start))

@@ -1,6 +1,7 @@
 r"""Panels whose intervals share their lengths: the intervals grouped by gap, and the pooled
 statistics and log-likelihoods with one dense exponential per distinct gap (the fit's and the
-structural EM's route for the dense solver)."""
+structural EM's route for the dense solver); with baseline covariates that take few distinct
+values (categorical ones), one table of exponentials per covariate class."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from .._master_equation import (
     check_state_space,
     short_sum,
 )
+from .._model.ctbn import with_diagonal
 from .._model.interventions import is_concrete
 from .buckets import PanelBuckets, as_flat_buckets
 from .checks import checked_inputs
+from .covariates import Covariates
 from .expected_statistics import PanelExpectedStatistics
 from .filtering import filtered_log_likelihood, forward_filter
 from .observations import PanelObservations
@@ -29,11 +32,14 @@ class GapGroups(eqx.Module):
     """The intervals of the flat batches of `as_flat_buckets(observations)` grouped by their
     length: interval `i` of trajectory `r` of bucket `b` (between observations `i` and `i + 1`)
     has length `gaps[index[b][r, i]]` (padding intervals point anywhere; they carry no
-    weight)."""
+    weight). With covariate classes (`covariate_classes`), trajectory `r` of bucket `b` has the
+    baseline covariates `class_values[classes[b][r]]`."""
 
     index: tuple[Int[np.ndarray | Array, "trajectories intervals"], ...]
     gaps: Float[np.ndarray | Array, " groups"]
     exact_entries: bool = eqx.field(static=True, default=True)  # any exact entry time?
+    classes: tuple[Int[np.ndarray | Array, " trajectories"], ...] | None = None
+    class_values: Float[np.ndarray | Array, "classes covariates"] | None = None
 
 
 def gap_groups(observations: PanelObservations | PanelBuckets) -> GapGroups | None:
@@ -67,14 +73,16 @@ def gap_groups(observations: PanelObservations | PanelBuckets) -> GapGroups | No
     # numpy arrays: converted when passed to the compiled fit (no eager dispatch here)
     exact_entries = any(bool(np.any(np.asarray(b.exact_entry))) for b in buckets)
     # the number of groups rounded up to a power of two (the last gap repeated, no interval
-    # points at the copies) so that data sets of one design share a compiled program: classes
-    # twice as wide as the trajectories' (`rounded_size`), because the distinct gaps follow the
-    # visit times and vary more between such data sets than their sizes do (msm's cav panel,
-    # 1,5xx distinct gaps, and the same subjects resampled with their times scaled, 1,6xx)
+    # points at the copies) so that data sets of one design share a compiled program. Where
+    # the visit times are irregular (most intervals of a length of their own), the count
+    # follows the number of intervals, which varies between such data sets across a power of
+    # two (msm's cav panel, ~2,000 distinct gaps in 2,224 intervals, and the same subjects
+    # resampled with their times scaled, 1,9xx to 2,0xx): there the table is at least a
+    # quarter of the interval slots' power of two (`_table_size`), whose classes are the buckets' shapes
     gaps = values[keep]
-    gaps = np.concatenate(
-        [gaps, np.repeat(gaps[-1:], (1 << (gaps.size - 1).bit_length()) - gaps.size)]
-    )
+    intervals = sum(int(np.isfinite(g).sum()) for g in per_bucket)
+    size = _table_size(gaps.size, intervals, sum(i.size for i in index))
+    gaps = np.concatenate([gaps, np.repeat(gaps[-1:], size - gaps.size)])
     return GapGroups(
         index=tuple(i.astype(np.int32) for i in index),
         gaps=gaps.astype(dtype),
@@ -82,8 +90,69 @@ def gap_groups(observations: PanelObservations | PanelBuckets) -> GapGroups | No
     )
 
 
+#: the most covariate classes that get a gap table each (`covariate_classes`)
+MAX_COVARIATE_CLASSES = 64
+#: and the most exponentials of their tables per interval of the data
+_TABLE_ENTRIES_PER_INTERVAL = 4
+
+
+def covariate_classes(
+    groups: GapGroups | None,
+    covariates: Covariates,
+    observations: PanelObservations | PanelBuckets,
+) -> GapGroups | None:
+    r"""`groups` with the trajectories grouped by their baseline covariates (host-side): the
+    distinct rows of `covariates.values` are the classes, and the trajectories of a class share
+    one generator, so that the intervals of one class and one length share an exponential (a
+    categorical covariate: one gap table per level). `None` (each interval solved on its own,
+    as every trajectory had a generator of its own) without `groups`, for time-varying or
+    traced covariates, and when the tables would hold more exponentials than the data has
+    intervals, times `_TABLE_ENTRIES_PER_INTERVAL` (a continuous covariate), or more than
+    `MAX_COVARIATE_CLASSES` classes."""
+    if groups is None or covariates.per_observation or not is_concrete(covariates.values):
+        return None
+    values = np.asarray(covariates.values)
+    rows, inverse = np.unique(values.reshape(-1, values.shape[-1]), axis=0, return_inverse=True)
+    intervals = sum(
+        int(np.maximum(np.asarray(b.num_observations) - 1, 0).sum())
+        for b in as_flat_buckets(observations)
+    )
+    entries = rows.shape[0] * groups.gaps.shape[0]
+    if rows.shape[0] > MAX_COVARIATE_CLASSES or entries > _TABLE_ENTRIES_PER_INTERVAL * max(
+        intervals, 1
+    ):
+        return None
+    inverse = inverse.reshape(-1).astype(np.int32)
+    if isinstance(observations, PanelBuckets):
+        classes = tuple(inverse[np.asarray(r)] for r in observations.bucket_rows())
+    else:
+        classes = (inverse,)
+    return eqx.tree_at(
+        lambda g: (g.classes, g.class_values),
+        groups,
+        (classes, rows.astype(values.dtype)),
+        is_leaf=lambda x: x is None,
+    )
+
+
+def _power_of_two(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def _table_size(distinct: int, intervals: int, slots: int) -> int:
+    """The rows of a gap table of `distinct` gaps of `intervals` intervals in `slots` interval
+    slots (the padded `(R_b, O_b - 1)` of every bucket): `distinct` rounded up to a power of
+    two, and, when more than a quarter of the intervals have lengths of their own (irregular
+    visit times), at least a quarter of the slots' power of two."""
+    if 4 * distinct > intervals:
+        return _power_of_two(max(distinct, _power_of_two(slots) // 4))
+    return _power_of_two(distinct)
+
+
 @eqx.filter_jit
-def pooled_by_gaps(model, observations, emissions, initial_distribution, groups, what):
+def pooled_by_gaps(
+    model, observations, emissions, initial_distribution, groups, what, class_scales=None
+):
     r"""Pooled statistics (or only the log-likelihoods) of panels without interventions, with
     every dense exponential shared by the intervals of equal length: $e^{hW}$ once per
     distinct gap $h$ for the filter and the backward pass, and, because the interval integral
@@ -92,7 +161,11 @@ def pooled_by_gaps(model, observations, emissions, initial_distribution, groups,
     `observations`: a `PanelObservations` or `PanelBuckets`; `initial_distribution`: `None`,
     `(S,)`, or one `(R_b, S)` per bucket of `as_flat_buckets(observations)` (a tuple).
     Returns `(bad, log-likelihoods (R,))` or `(bad, PanelExpectedStatistics without batch
-    axis)`, `bad` one `(R_b, O_b)` array per bucket and the log-likelihoods in bucket order."""
+    axis)`, `bad` one `(R_b, O_b)` array per bucket and the log-likelihoods in bucket order.
+
+    `class_scales` (log-likelihoods only; `groups` with `classes`): per node `(K, configs, k,
+    k)`, the rate scales of each covariate class: class $c$'s trajectories run on the
+    generator of the rates times its scales, with a gap table of its own."""
     solver = MatrixExponential()
     check_state_space(solver, model.cardinalities)
     buckets = as_flat_buckets(observations)
@@ -103,16 +176,37 @@ def pooled_by_gaps(model, observations, emissions, initial_distribution, groups,
     W = gen.dense()
     S = W.shape[0]
     gaps = groups.gaps.astype(W.dtype)
-    P = solver.transition_matrices(gen, gaps)
+    classes = (None,) * len(buckets)
+    if class_scales is None:
+        P = solver.transition_matrices(gen, gaps)
+    else:
+        if what != "likelihood" or groups.classes is None:
+            raise ValueError("class_scales: for log-likelihoods of groups with classes only.")
+        classes = groups.classes
+        # per class: the scaled model (stacked, one row per class) and its gap table
+        scaled = [
+            eqx.tree_at(
+                lambda m: m.cims,
+                model,
+                tuple(with_diagonal(c * s[k]) for c, s in zip(model.cims, class_scales)),
+            )
+            for k in range(class_scales[0].shape[0])
+        ]
+        P = jnp.concatenate([solver.transition_matrices(amalgamate(m), gaps) for m in scaled])
+        class_cims = tuple(jnp.stack(c) for c in zip(*(m.cims for m in scaled)))
     bads, likelihoods = [], []
     summed = jnp.zeros((gaps.shape[0], S, S), W.dtype)
     jumps = jnp.zeros((len(gen.shifts), S), W.dtype)
-    for bucket, p0, index in zip(buckets, initial_distribution, groups.index):
+    for bucket, p0, index, cls in zip(buckets, initial_distribution, groups.index, classes):
         _, bucket, matrices, p0 = checked_inputs(model, bucket, emissions, p0)
 
-        def one(obs, p, index):
+        def one(obs, p, index, cls):
+            own = model
+            if cls is not None:  # the trajectory's class: its model, its table's rows
+                own = eqx.tree_at(lambda m: m.cims, model, tuple(c[cls] for c in class_cims))
+                index = cls * gaps.shape[0] + index
             _, filtered = forward_filter(
-                model, obs, matrices, p, solver, (P, index), groups.exact_entries
+                own, obs, matrices, p, solver, (P, index), groups.exact_entries
             )
             bad, log_likelihood = filtered_log_likelihood(filtered, p)
             if what == "likelihood":
@@ -132,7 +226,8 @@ def pooled_by_gaps(model, observations, emissions, initial_distribution, groups,
             return bad, (outer, entry, log_likelihood)
 
         index = jnp.asarray(index)
-        bad, out = jax.vmap(one)(bucket, p0, index)
+        cls = None if cls is None else jnp.asarray(cls)
+        bad, out = jax.vmap(one)(bucket, p0, index, cls)
         bads.append(bad)
         if what == "likelihood":
             likelihoods.append(out)

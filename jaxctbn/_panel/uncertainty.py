@@ -64,6 +64,7 @@ from .fit_arguments import (
 )
 from .fit_methods import GradientFit
 from .fit_problem import fit_problem
+from .gap_groups import covariate_classes
 from .observations import Emissions, PanelObservations
 
 # the smallest eigenvalue of a positive definite information, relative to the largest
@@ -180,7 +181,8 @@ def rate_uncertainty(
         )
     if covariates is not None:
         check_fit_covariates(covariates, observations, GradientFit())
-        groups = None
+        # one generator per covariate class, or one per trajectory (`groups` None)
+        groups = covariate_classes(groups, covariates, observations)
         effects = tuple(jnp.asarray(b) for b in cast(Sequence[ArrayLike], effects))
     return run_program(
         "rate_uncertainty",

@@ -422,3 +422,112 @@ def test_an_effect_the_data_drive_to_infinity_is_flagged_not_estimated():
     errors = fit.uncertainty(obs, covariates=covariates)
     assert not np.asarray(errors.effect_estimated[0])[0, 0, 0, 1]
     assert np.isinf(np.asarray(errors.effect_standard_errors[0])[0, 0, 0, 1])
+
+
+def _sex_with_exact_deaths():
+    """The panel cut at each subject's first visit in the absorbing state 2, recorded as an
+    exact entry time (R msm's `deathexact`), and sex alone as the covariate (two classes)."""
+    Z, paths = _data()
+    dead = paths == 2
+    first = np.where(dead.any(1), dead.argmax(1), len(GRID) - 1)
+    counts = first + 1
+    exact = np.zeros(paths.shape, bool)
+    exact[np.arange(R), first] = dead[np.arange(R), first]
+    assert 10 < exact.sum() < R - 10
+    times = np.broadcast_to(GRID, paths.shape)
+    obs = jc.panel.PanelObservations(
+        times, paths[..., None], num_observations=counts, exact_entry=exact
+    )
+    acts_on = np.zeros((1, 1, 3, 3), bool)
+    for x, y in ACTS_ON:
+        acts_on[0, 0, x, y] = True
+    covariates = jc.panel.Covariates(Z[:, :1], names=("sex=M",), acts_on=[acts_on])
+    return obs, covariates, paths, counts, exact
+
+
+def _sex_log_likelihood(parameters, paths, counts, exact):
+    """The numpy log-likelihood of (log of the 4 free rates, the sex effect on 0 -> 1 and on
+    1 -> 2), conditional on each first visit; an exact entry into 2 at a visit contributes
+    sum_{j != 2} P(x, j) Q(j, 2) (msm's `deathexact`)."""
+    Z, _ = _data()
+    sex = Z[:, 0] - np.mean(np.repeat(Z[:, 0], counts - 1))  # msm's centring over intervals
+    Q = np.zeros((3, 3))
+    for (x, y), v in zip(FREE, np.exp(parameters[:4])):
+        Q[x, y] = v
+    effects = {e: parameters[4 + i : 5 + i] for i, e in enumerate(ACTS_ON)}
+    total = 0.0
+    for r in range(R):
+        W = _generator(Q, effects, sex[r : r + 1])
+        P = scipy.linalg.expm(W)  # the visits are a year apart
+        for i in range(1, counts[r]):
+            x, y = paths[r, i - 1], paths[r, i]
+            total += np.log(P[x, :2] @ W[:2, 2] if exact[r, i] else P[x, y])
+    return total
+
+
+def test_a_categorical_covariate_shares_one_gap_table_per_class():
+    # sex (two classes) with exact entry times: the grouped route (one gap table per class,
+    # `covariate_classes`) against the numpy likelihood, and its gradient and the observed
+    # information (the command line's intervals) against those of the per-interval route
+    import equinox as eqx
+    import jax
+
+    from jaxctbn._panel.fit_arguments import DEFAULT_METHOD, checked_fit_arguments
+    from jaxctbn._panel.fit_problem import fit_problem
+    from jaxctbn._panel.gap_groups import covariate_classes
+    from jaxctbn._panel.uncertainty import _information_rows, _uncertainty
+
+    obs, covariates, paths, counts, exact = _sex_with_exact_deaths()
+    start = illness_death_start()
+    solver = jc.MatrixExponential()
+    prior, groups, _ = checked_fit_arguments(start, obs, DEFAULT_METHOD, None, None, solver, "t")
+    classed = covariate_classes(groups, covariates, obs)
+    assert classed is not None and classed.exact_entries
+    np.testing.assert_array_equal(np.asarray(classed.class_values), [[0.0], [1.0]])
+    np.testing.assert_array_equal(np.asarray(classed.classes[0]), _data()[0][:, 0])
+    # a continuous covariate (one class per subject) keeps the per-interval route
+    assert covariate_classes(groups, _covariates(), obs) is None
+    parameters = np.array([-1.0, -2.2, -1.3, -1.1, 0.6, -0.4])
+
+    @eqx.filter_jit
+    def value_and_gradient(groups, theta):
+        problem = fit_problem(start, obs, prior, None, None, solver, groups, covariates)
+
+        def objective(theta):
+            rates = (start.cims[0].at[0, [0, 0, 1, 1], [1, 2, 0, 2]].set(jnp.exp(theta[:4])),)
+            effects = jnp.zeros((1, 1, 3, 3)).at[0, 0, [0, 1], [1, 2]].set(theta[4:])
+            return problem.objective(rates, (effects,))
+
+        return jax.value_and_grad(objective)(theta)
+
+    value, gradient = value_and_gradient(classed, jnp.asarray(parameters))
+    reference, reference_gradient = value_and_gradient(None, jnp.asarray(parameters))
+    expected = _sex_log_likelihood(parameters, paths, counts, exact)
+    np.testing.assert_allclose(float(value), expected, rtol=1e-11)
+    np.testing.assert_allclose(float(reference), expected, rtol=1e-11)
+    np.testing.assert_allclose(gradient, reference_gradient, rtol=1e-9, atol=1e-9)
+    # the information at those rates and effects, both routes
+    model = eqx.tree_at(
+        lambda m: m.cims,
+        start,
+        (start.cims[0].at[0, [0, 0, 1, 1], [1, 2, 0, 2]].set(np.exp(parameters[:4])),),
+    )
+    effects = (np.zeros((1, 1, 3, 3)),)
+    effects[0][0, 0, [0, 1], [1, 2]] = parameters[4:]
+    computed = _information_rows(model, covariates)
+    information = [
+        _uncertainty(model, obs, prior, None, None, solver, g, 0.95, covariates, effects, computed)
+        for g in (classed, None)
+    ]
+    np.testing.assert_allclose(
+        information[0].information, information[1].information, rtol=1e-9, atol=1e-9
+    )
+    # the free log-rates among the off-diagonal entries (0,1) (0,2) (1,0) (1,2) (2,0) (2,1),
+    # then the effects on (0,1) and (1,2) among those of every entry (C=1, 1, 3, 3)
+    rows = [0, 1, 2, 3, 6 + 1, 6 + 5]
+    H = finite_difference_hessian(
+        lambda p: -_sex_log_likelihood(p, paths, counts, exact), parameters
+    )
+    got = np.asarray(information[0].information)
+    got = got[np.ix_(rows, rows)]
+    np.testing.assert_allclose(got, H, rtol=1e-4, atol=1e-4)
