@@ -310,8 +310,8 @@ _SERIES_MAX_MEAN = 17.0
 
 def _series_covers(generator: Array, gaps: Array) -> Array:
     """Whether the shared series covers every gap (non-negative, within `_SERIES_MAX_MEAN`)."""
-    rate = _uniformisation_rate(generator)
-    return jnp.all((gaps >= 0) & (rate * gaps <= _SERIES_MAX_MEAN))
+    rate = _per_generator(lambda W, _: _uniformisation_rate(W), generator)(generator, gaps)
+    return jnp.all((gaps >= 0) & (jnp.max(rate) * gaps <= _SERIES_MAX_MEAN))
 
 
 def uniformisation_rate(A: Array) -> Array:
@@ -353,13 +353,24 @@ def _uniformised_series(generator: Array, gaps: Array) -> Array:
     return (weights @ powers.reshape(_SERIES_TERMS, S * S)).reshape(gaps.shape[0], S, S)
 
 
+def _each_exponential(generator: Array, gaps: Array) -> Array:
+    return transition_matrices(gaps[:, None, None] * generator)
+
+
+def _per_generator(fn, generator: Array):
+    """`fn(W, gaps)` of one generator `(S, S)`, or of each of a stack `(K, S, S)` (vmapped;
+    the caller's `lax.cond` on all of them stays one branch, not a select of both)."""
+    return fn if generator.ndim == 2 else jax.vmap(fn, in_axes=(0, None))
+
+
 def _gap_transition_values(generator: Array, gaps: Array) -> Array:
+    each = _per_generator(_each_exponential, generator)
     if gaps.shape[0] < _SERIES_MIN_GAPS:
-        return transition_matrices(gaps[:, None, None] * generator)
+        return each(generator, gaps)
     return jax.lax.cond(
         _series_covers(generator, gaps),
-        _uniformised_series,
-        lambda W, h: transition_matrices(h[:, None, None] * W),
+        _per_generator(_uniformised_series, generator),
+        each,
         generator,
         gaps,
     )
@@ -367,7 +378,8 @@ def _gap_transition_values(generator: Array, gaps: Array) -> Array:
 
 @jax.custom_vjp
 def gap_transition_matrices(generator: Array, gaps: Array) -> Array:
-    r"""$P_k=e^{h_kW}$ `(K, S, S)` of one generator $W$ `(S, S)` over the gaps $h_k$ `(K,)`, as
+    r"""$P_k=e^{h_kW}$ `(K, S, S)` of one generator $W$ `(S, S)` over the gaps $h_k$ `(K,)` (of
+    each of a stack of generators `(C, S, S)`: `(C, K, S, S)`, one branch for all), as
     [`transition_matrices`][jaxctbn._master_equation.dense_linalg.transition_matrices]. The
     derivative in the gaps is $\partial P_k/\partial h_k=WP_k$ (a matrix product, where the
     generic rule differentiates the exponential of $h_kW$ in every direction: a $2S\times2S$
@@ -391,14 +403,20 @@ def _gap_transition_matrices_forward(generator, gaps):
 
 def _gap_transition_matrices_backward(residuals, cotangent):
     generator, gaps, P = residuals
-    d_gaps = jnp.sum(cotangent * matmul(jnp.broadcast_to(generator, P.shape), P), axis=(-2, -1))
+    W = jnp.broadcast_to(jnp.expand_dims(generator, -3), P.shape)
+    d_gaps = jnp.sum(cotangent * matmul(W, P), axis=(-2, -1)).reshape(-1, gaps.shape[0]).sum(0)
 
     def each(generator):
-        (d_scaled,) = _expm_batched_backward(gaps[:, None, None] * generator, cotangent)
-        return jnp.sum(gaps[:, None, None] * d_scaled, axis=0)
+        (d_scaled,) = _expm_batched_backward(
+            (gaps[:, None, None] * jnp.expand_dims(generator, -3)).reshape(-1, *P.shape[-2:]),
+            cotangent.reshape(-1, *P.shape[-2:]),
+        )
+        d_scaled = d_scaled.reshape(P.shape)
+        return jnp.sum(gaps[:, None, None] * d_scaled, axis=-3)
 
     def shared(generator):
-        _, pullback = jax.vjp(lambda W: _uniformised_series(W, gaps), generator)
+        series = _per_generator(_uniformised_series, generator)
+        _, pullback = jax.vjp(lambda W: series(W, gaps), generator)
         return pullback(cotangent)[0]
 
     if gaps.shape[0] < _SERIES_MIN_GAPS:

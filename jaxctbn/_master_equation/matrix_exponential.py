@@ -11,7 +11,7 @@ from jaxtyping import Array
 
 from .._errors import error_if
 from .dense_linalg import expm, expm_batched, gap_transition_matrices, transition_matrices
-from .generator import shift_indices
+from .generator import AbstractGenerator, shift_indices
 from .solver import AbstractMasterEquationSolver
 
 
@@ -102,8 +102,13 @@ class MatrixExponential(AbstractMasterEquationSolver):
     def transition_matrices(self, generator, gaps) -> Array:
         r"""$e^{hW}$ `(G, S, S)` for every gap $h$ of `gaps` `(G,)`: one dense exponential per
         distinct interval length, which every interval of that length shares (panel filtering
-        of intervals grouped by their length). An error is raised if any is not finite."""
-        W = generator.dense()
+        of intervals grouped by their length); `(C, G, S, S)` for a sequence of `C`
+        generators (the covariate classes of a panel fit). An error is raised if any is not
+        finite."""
+        if isinstance(generator, AbstractGenerator):
+            W = generator.dense()
+        else:
+            W = jnp.stack([g.dense() for g in generator])
         return self._checked((gap_transition_matrices(W, jnp.asarray(gaps, W.dtype)),))[0]
 
     def forward_backward_by_gaps(self, generator, gaps, summed) -> tuple[Array, Array]:

@@ -192,7 +192,8 @@ def pooled_by_gaps(
             )
             for k in range(class_scales[0].shape[0])
         ]
-        P = jnp.concatenate([solver.transition_matrices(amalgamate(m), gaps) for m in scaled])
+        tables = solver.transition_matrices([amalgamate(m) for m in scaled], gaps)
+        P = tables.reshape(-1, *tables.shape[-2:])
         class_cims = tuple(jnp.stack(c) for c in zip(*(m.cims for m in scaled)))
     bads, likelihoods = [], []
     summed = jnp.zeros((gaps.shape[0], S, S), W.dtype)

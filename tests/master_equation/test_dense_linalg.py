@@ -247,6 +247,48 @@ def test_gap_tables_by_the_shared_series_match_scipy(n):
         np.testing.assert_allclose(second, numeric, rtol=1e-6)
 
 
+def test_gap_tables_of_a_stack_of_generators_are_each_generators_table():
+    """A stack of generators `(C, S, S)` (the covariate classes of a panel fit): one branch for
+    all (series or per-gap exponentials, by the largest exit rate of any), each table and the
+    derivatives in every generator and in the gaps those of the one-generator calls."""
+    rng = np.random.default_rng(3)
+    stack = jnp.asarray(np.stack([_generators(4, [1.0], rng)[0] * c for c in (1.0, 2.5)]))
+    rate = float(np.max(-np.diagonal(np.asarray(stack), axis1=1, axis2=2)))
+    G = rng.normal(size=(2, 12, 4, 4))
+    # the second generator's rates push one gap beyond the series: every table exponentiated
+    covered = np.sort(rng.uniform(0, dense_linalg._SERIES_MAX_MEAN / rate, 12))
+    beyond = covered * 2.5 * rate / np.max(-np.diag(np.asarray(stack[0])))
+
+    @jax.jit
+    def stacked_and_each(stack, gaps):
+        def loss(stack, gaps):
+            return jnp.sum(jnp.asarray(G) * gap_transition_matrices(stack, gaps))
+
+        def each(stack, gaps):
+            return sum(
+                jnp.sum(jnp.asarray(G[c]) * gap_transition_matrices(stack[c], gaps))
+                for c in range(2)
+            )
+
+        return (
+            (gap_transition_matrices(stack, gaps), jax.grad(loss, (0, 1))(stack, gaps)),
+            (
+                jnp.stack([gap_transition_matrices(W, gaps) for W in stack]),
+                jax.grad(each, (0, 1))(stack, gaps),
+            ),
+        )
+
+    for gaps, series in ((covered, True), (beyond, False)):
+        assert bool(dense_linalg._series_covers(stack, jnp.asarray(gaps))) == series
+        (P, (d_W, d_gaps)), (P_each, (d_W_each, d_gaps_each)) = stacked_and_each(
+            stack, jnp.asarray(gaps)
+        )
+        assert P.shape == (2, 12, 4, 4)
+        np.testing.assert_allclose(P, P_each, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(d_W, d_W_each, rtol=1e-10, atol=1e-13)
+        np.testing.assert_allclose(d_gaps, d_gaps_each, rtol=1e-10, atol=1e-13)
+
+
 def test_expm_of_a_general_matrix_matches_scipy():
     # not only generators: mixed signs, a rotation block, the VJP's block form
     rng = np.random.default_rng(2)
