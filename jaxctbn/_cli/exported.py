@@ -280,8 +280,9 @@ def _program(name: str, fn: Callable, args: tuple) -> tuple[Any, Any, bool, list
     path, leaves, in_tree, static = _arguments(directory, name, args)
     if any(isinstance(x, jax.core.Tracer) for x in leaves):  # inside a trace: part of that one
         return None
+    pending = _PENDING.pop(path, None)  # exported ahead, not compiled yet: compiled here
     ahead = _AHEAD.pop(path, None)
-    loaded = ahead[0] if ahead is not None else _load(path)
+    loaded = ahead[0] if ahead is not None else pending[0] if pending is not None else _load(path)
     if loaded is None:
         _wait_for_programs_loaded_ahead()  # exporting empties the jit caches: not meanwhile
         try:
@@ -293,6 +294,7 @@ def _program(name: str, fn: Callable, args: tuple) -> tuple[Any, Any, bool, list
         _store(path, *loaded)
     if ahead is not None:
         _COMPILED_AHEAD[id(loaded[0])] = ahead[1]
+    _start_pending()  # (after this program's export: nothing empties the jit caches now)
     exported, template, lapack = loaded
     return exported, template, lapack, leaves
 
@@ -300,6 +302,9 @@ def _program(name: str, fn: Callable, args: tuple) -> tuple[Any, Any, bool, list
 #: programs being loaded ahead (`load_ahead`): file path -> (loaded file, Future of the
 #: compiled executable)
 _AHEAD: dict[str, Any] = {}
+#: programs exported by `load_ahead` whose compilation starts after the next program's export
+#: (`_start_pending`): file path -> (loaded file, array leaves)
+_PENDING: dict[str, Any] = {}
 #: the executables of programs loaded ahead, by the loaded program's id, until it is called
 _COMPILED_AHEAD: dict[int, Any] = {}
 
@@ -315,12 +320,12 @@ def load_ahead(call: Callable[[], Any]) -> None:
     loads: XLA links the two executables' kernels on two cores at once). `call` is stopped as
     soon as it reaches its program (its arguments checked, nothing computed) and may take
     stand-ins of the same structure, shapes and dtypes for values not known yet (the model
-    given to a fit for the fitted one). Only a program already exported is loaded (exporting
-    empties the jit caches, which no second thread may do); the later call of the same
-    program with arguments of the same structure and shapes uses it, and any other call (or
-    none) changes nothing."""
-    import concurrent.futures
-
+    given to a fit for the fitted one). A program not exported yet is exported now (on this
+    thread: exporting empties the jit caches, which no second thread may do while another
+    compiles), and compiled on the second thread once the next program run has been exported
+    (`_start_pending`): with an empty cache, the two compile on two cores at once. The later
+    call of the same program with arguments of the same structure and shapes uses it, and any
+    other call (or none) changes nothing."""
     from .._programs import programs_run_by
 
     captured: list[tuple[str, Callable, tuple]] = []
@@ -341,11 +346,25 @@ def load_ahead(call: Callable[[], Any]) -> None:
         return
     if not captured:
         return
-    name, _, args = captured[0]
-    path, leaves, _, _ = _arguments(directory, name, args)
+    name, fn, args = captured[0]
+    path, leaves, in_tree, static = _arguments(directory, name, args)
     loaded = _load(path)
-    if loaded is None:
+    if loaded is not None:
+        _submit(path, loaded, leaves)
         return
+    _wait_for_programs_loaded_ahead()  # exporting empties the jit caches: not meanwhile
+    try:
+        loaded = _export(fn, leaves, in_tree, static)
+    except Exception:  # noqa: BLE001 (its own call takes the usual route)
+        return
+    _store(path, *loaded)
+    _PENDING[path] = (loaded, leaves)
+
+
+def _submit(path: str, loaded, leaves) -> None:
+    """Compile the loaded program `loaded` for `leaves` on a second thread (`load_ahead`)."""
+    import concurrent.futures
+
     exported, _, lapack = loaded
 
     def compile_it():
@@ -354,6 +373,13 @@ def load_ahead(call: Callable[[], Any]) -> None:
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     _AHEAD[path] = (loaded, pool.submit(compile_it))
     pool.shutdown(wait=False)
+
+
+def _start_pending() -> None:
+    """Start compiling the programs `load_ahead` exported (`_PENDING`) on the second thread."""
+    while _PENDING:
+        path, (loaded, leaves) = _PENDING.popitem()
+        _submit(path, loaded, leaves)
 
 
 def _compiled(exported, lapack: bool, leaves):
