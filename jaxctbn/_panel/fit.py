@@ -138,7 +138,10 @@ def fit_rates(
       rates, fitted jointly with the rates by
       [`jaxctbn.panel.GradientFit`][] (the default then; the EM methods are refused: the
       effects have no closed-form update); the result's `effects` are the log hazard ratios
-      and `model` the rates at the covariates' means.
+      and `model` the rates at the covariates' means. Baseline covariates with few distinct
+      rows (categorical ones: each combination of levels a class) share one table of
+      exponentials per class and interval length, as a fit without covariates does; a
+      continuous or time-varying covariate gives each interval its own exponential (slower).
     - `solver`: the master-equation solver of the forward-backward pass. Default
       [`jaxctbn.MatrixExponential`][]: panel gaps are long compared with the rates' time
       scale, and the dense exponential has no limit on rate times gap (its cost grows with the
