@@ -92,8 +92,8 @@ def gap_groups(observations: PanelObservations | PanelBuckets) -> GapGroups | No
 
 #: the most covariate classes that get a gap table each (`covariate_classes`)
 MAX_COVARIATE_CLASSES = 64
-#: and the most exponentials of their tables per interval of the data
-_TABLE_ENTRIES_PER_INTERVAL = 4
+#: and the most exponentials of their tables per interval slot of the data
+_TABLE_ENTRIES_PER_SLOT = 4
 
 
 def covariate_classes(
@@ -107,20 +107,16 @@ def covariate_classes(
     categorical covariate: one gap table per level). `None` (each interval solved on its own,
     as every trajectory had a generator of its own) without `groups`, for time-varying or
     traced covariates, and when the tables would hold more exponentials than the data has
-    intervals, times `_TABLE_ENTRIES_PER_INTERVAL` (a continuous covariate), or more than
-    `MAX_COVARIATE_CLASSES` classes."""
+    interval slots (the padded `(R_b, O_b - 1)` of every bucket: a count that data sets of one
+    design share, as they share the tables' size), times `_TABLE_ENTRIES_PER_SLOT`, or with
+    more than `MAX_COVARIATE_CLASSES` classes (a continuous covariate)."""
     if groups is None or covariates.per_observation or not is_concrete(covariates.values):
         return None
     values = np.asarray(covariates.values)
     rows, inverse = np.unique(values.reshape(-1, values.shape[-1]), axis=0, return_inverse=True)
-    intervals = sum(
-        int(np.maximum(np.asarray(b.num_observations) - 1, 0).sum())
-        for b in as_flat_buckets(observations)
-    )
+    slots = sum(i.size for i in groups.index)
     entries = rows.shape[0] * groups.gaps.shape[0]
-    if rows.shape[0] > MAX_COVARIATE_CLASSES or entries > _TABLE_ENTRIES_PER_INTERVAL * max(
-        intervals, 1
-    ):
+    if rows.shape[0] > MAX_COVARIATE_CLASSES or entries > _TABLE_ENTRIES_PER_SLOT * slots:
         return None
     inverse = inverse.reshape(-1).astype(np.int32)
     if isinstance(observations, PanelBuckets):
