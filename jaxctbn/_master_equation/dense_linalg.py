@@ -357,6 +357,25 @@ def _each_exponential(generator: Array, gaps: Array) -> Array:
     return transition_matrices(gaps[:, None, None] * generator)
 
 
+def _halved_series(generator: Array, gaps: Array) -> tuple[Array, Array]:
+    """`(P, k)`: per gap, the series at $h/2^k$ (`_squared_series`) and its halvings $k$."""
+    omega = _per_generator(lambda W, _: _uniformisation_rate(W), generator)(generator, gaps)
+    mean = jnp.expand_dims(omega, -1) * gaps  # (G,) or (C, G)
+    halvings = jnp.ceil(jnp.log2(jnp.maximum(mean, _SERIES_MAX_MEAN) / _SERIES_MAX_MEAN))
+    halvings = jax.lax.stop_gradient(jnp.clip(halvings, 0, _MAX_SQUARINGS))
+    short = gaps / 2.0**halvings
+    if generator.ndim == 2:
+        return _uniformised_series(generator, short), halvings
+    return jax.vmap(_uniformised_series)(generator, short), halvings
+
+
+def _squaring(P: Array, k: Array, halvings: Array) -> Array:
+    """Squaring `k` of `_squared_series`: the gaps with more than `k` halvings squared."""
+    Q = matmul(P, P)
+    Q = Q / jax.lax.stop_gradient(Q.sum(-1, keepdims=True))
+    return jnp.where((k < halvings)[..., None, None], Q, P)
+
+
 def _squared_series(generator: Array, gaps: Array) -> Array:
     r"""$e^{hW}$ for gaps the shared series does not cover, of one generator `(S, S)` or a
     stack `(C, S, S)`: per gap, the series at $h/2^k$ (the fewest halvings $k$ that bring
@@ -366,30 +385,26 @@ def _squared_series(generator: Array, gaps: Array) -> Array:
     (the derivative is that of the exact squares, in every direction, not only along
     generators: as `transition_matrices`' rule). The squarings are a `lax.scan` of
     `_MAX_SQUARINGS` steps, each skipped (`lax.cond`, one predicate for every gap) once every
-    gap has had its own: the work of the longest gap's squarings, and reverse-differentiable
-    twice by autodiff (the observed information) with no matrix exponential's rule in the
-    program."""
-    omega = _per_generator(lambda W, _: _uniformisation_rate(W), generator)(generator, gaps)
-    mean = jnp.expand_dims(omega, -1) * gaps  # (G,) or (C, G)
-    halvings = jnp.ceil(jnp.log2(jnp.maximum(mean, _SERIES_MAX_MEAN) / _SERIES_MAX_MEAN))
-    halvings = jax.lax.stop_gradient(jnp.clip(halvings, 0, _MAX_SQUARINGS))
-    short = gaps / 2.0**halvings
-    if generator.ndim == 2:
-        P = _uniformised_series(generator, short)
-    else:
-        P = jax.vmap(_uniformised_series)(generator, short)
+    gap has had its own, so that it is reverse-differentiable twice by autodiff (the observed
+    information) with no matrix exponential's rule in the program; the values alone
+    (`_squared_series_values`) loop over the longest gap's squarings only, also under `vmap`
+    (where the skipped steps of the scan would be computed and discarded)."""
+    P, halvings = _halved_series(generator, gaps)
     most = jnp.max(halvings)
 
     def step(P, k):
-        def square(P):
-            Q = matmul(P, P)
-            Q = Q / jax.lax.stop_gradient(Q.sum(-1, keepdims=True))
-            return jnp.where((k < halvings)[..., None, None], Q, P)
-
-        return jax.lax.cond(k < most, square, lambda P: P, P), None
+        return jax.lax.cond(k < most, lambda P: _squaring(P, k, halvings), lambda P: P, P), None
 
     P, _ = jax.lax.scan(step, P, jnp.arange(_MAX_SQUARINGS, dtype=gaps.dtype))
     return P
+
+
+def _squared_series_values(generator: Array, gaps: Array) -> Array:
+    """`_squared_series`' values (the same operations), not differentiable: a loop of as
+    many squarings as the longest gap needs."""
+    P, halvings = _halved_series(generator, gaps)
+    most = jnp.max(halvings).astype(jnp.int32)
+    return jax.lax.fori_loop(0, most, lambda k, P: _squaring(P, k.astype(gaps.dtype), halvings), P)
 
 
 def _per_generator(fn, generator: Array):
@@ -405,7 +420,7 @@ def _gap_transition_values(generator: Array, gaps: Array) -> Array:
     return jax.lax.cond(
         _series_covers(generator, gaps),
         _per_generator(_uniformised_series, generator),
-        _squared_series,
+        _squared_series_values,
         generator,
         gaps,
     )
@@ -433,8 +448,11 @@ def gap_transition_matrices(generator: Array, gaps: Array) -> Array:
     return _gap_transition_values(generator, gaps)
 
 
+# The forward rule calls the custom-VJP function itself (the same values): differentiated
+# again from outside (reverse over reverse), the tables then follow this rule, not the loop of
+# `_squared_series_values`, which reverse mode cannot differentiate.
 def _gap_transition_matrices_forward(generator, gaps):
-    P = _gap_transition_values(generator, gaps)
+    P = gap_transition_matrices(generator, gaps)
     return P, (generator, gaps, P)
 
 
