@@ -102,13 +102,10 @@ class MatrixExponential(AbstractMasterEquationSolver):
     def transition_matrices(self, generator, gaps) -> Array:
         r"""$e^{hW}$ `(G, S, S)` for every gap $h$ of `gaps` `(G,)`: one dense exponential per
         distinct interval length, which every interval of that length shares (panel filtering
-        of intervals grouped by their length); `(C, G, S, S)` for a sequence of `C`
-        generators (the covariate classes of a panel fit). An error is raised if any is not
-        finite."""
-        if isinstance(generator, AbstractGenerator):
-            W = generator.dense()
-        else:
-            W = jnp.stack([g.dense() for g in generator])
+        of intervals grouped by their length); `(C, G, S, S)` for a stack of `C` dense
+        generators `(C, S, S)` in place of `generator` (the covariate classes of a panel fit).
+        An error is raised if any is not finite."""
+        W = generator.dense() if isinstance(generator, AbstractGenerator) else generator
         return self._checked((gap_transition_matrices(W, jnp.asarray(gaps, W.dtype)),))[0]
 
     def forward_backward_by_gaps(self, generator, gaps, summed) -> tuple[Array, Array]:

@@ -179,18 +179,13 @@ def pooled_by_gaps(
         if what != "likelihood" or groups.classes is None:
             raise ValueError("class_scales: for log-likelihoods of groups with classes only.")
         classes = groups.classes
-        # per class: the scaled model (stacked, one row per class) and its gap table
-        scaled = [
-            eqx.tree_at(
-                lambda m: m.cims,
-                model,
-                tuple(with_diagonal(c * s[k]) for c, s in zip(model.cims, class_scales)),
-            )
-            for k in range(class_scales[0].shape[0])
-        ]
-        tables = solver.transition_matrices([amalgamate(m) for m in scaled], gaps)
+        # per class (a leading axis): the scaled rates, the dense generator and its gap table
+        class_cims = tuple(with_diagonal(c * s) for c, s in zip(model.cims, class_scales))
+        dense = jax.vmap(
+            lambda cims: amalgamate(eqx.tree_at(lambda m: m.cims, model, cims)).dense()
+        )(class_cims)
+        tables = solver.transition_matrices(dense, gaps)
         P = tables.reshape(-1, *tables.shape[-2:])
-        class_cims = tuple(jnp.stack(c) for c in zip(*(m.cims for m in scaled)))
     bads, likelihoods = [], []
     summed = jnp.zeros((gaps.shape[0], S, S), W.dtype)
     jumps = jnp.zeros((len(gen.shifts), S), W.dtype)
