@@ -21,16 +21,52 @@ def error_message(error: BaseException) -> str:
     return lines[0] if lines else type(error).__name__
 
 
-#: Whether checks are traced as values (`checks_as_values`): set only while a program is traced
-#: for export.
+#: Whether checks are traced as values (`checks_as_values`) where JAX's private configuration
+#: states are not available: set only while a program is traced for export.
 _AS_VALUES: list[bool] = [False]
+#: the same as a configuration state of JAX's (thread-local, part of the context JAX keys its
+#: trace caches on; `mode_in_trace_context`): None until first asked for, False where JAX's
+#: private names differ
+_MODE_STATE: list = [None]
+
+
+def mode_in_trace_context() -> bool:
+    """Whether the checks' mode is part of the context that JAX keys its trace and jit caches
+    on: a configuration state of JAX's, thread-local, registered on first use (private JAX
+    names, checked). Where it is, a function traced in one mode is never reused in the other,
+    and exporting a program need not empty the jit caches (`jax.clear_caches`)."""
+    if _MODE_STATE[0] is None:
+        try:
+            from jax._src import config as jax_config
+
+            _MODE_STATE[0] = jax_config.bool_state(
+                "jaxctbn_checks_as_values",
+                False,
+                help="jaxctbn: checks traced as checkify checks (a program traced for export).",
+                include_in_jit_key=True,
+                include_in_trace_context=True,
+            )
+        except Exception:  # noqa: BLE001 (another JAX: the jit caches are emptied instead)
+            _MODE_STATE[0] = False
+    return _MODE_STATE[0] is not False
+
+
+def _as_values() -> bool:
+    state = _MODE_STATE[0]
+    if state is None or state is False:
+        return _AS_VALUES[0]
+    return bool(state.value)
 
 
 @contextlib.contextmanager
 def checks_as_values():
-    """Within: the checks traced are `checkify` checks, values of the program (for a program
-    traced by `jax.experimental.checkify.checkify` and exported; the command line's
-    `exported.call_exported`)."""
+    """Within (this thread): the checks traced are `checkify` checks, values of the program
+    (for a program traced by `jax.experimental.checkify.checkify` and exported; the command
+    line's `exported.call_exported`)."""
+    if mode_in_trace_context():
+        with _MODE_STATE[0](True):
+            yield
+        return
     previous, _AS_VALUES[0] = _AS_VALUES[0], True
     try:
         yield
@@ -43,7 +79,7 @@ def error_if(x, pred, msg: str):
     `msg` at run time where any `pred` is true. While a program is traced for export
     (`checks_as_values`) the check is a `jax.experimental.checkify.check` instead: a value of
     the program (no host callback, which `jax.export` cannot serialise)."""
-    if _AS_VALUES[0]:
+    if _as_values():
         return _checked_value(x, pred, msg)
     import equinox as eqx
 
@@ -53,7 +89,7 @@ def error_if(x, pred, msg: str):
 def branched_error_if(x, pred, index, msgs):
     """`eqx.branched_error_if(x, pred, index, msgs)` (the message `msgs[index]`), or, while a
     program is traced for export, a check as a value (see `error_if`)."""
-    if _AS_VALUES[0]:
+    if _as_values():
         return _checked_value(x, pred, "; ".join(dict.fromkeys(msgs)))
     import equinox as eqx
 

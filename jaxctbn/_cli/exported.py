@@ -31,10 +31,17 @@ warm call (XLA links its few hundred kernels, 0.3-0.45 s for the panel fit's). `
 starts loading a later program on a second thread, so that two load on two cores at once:
 `fit` loads its intervals' program while its fit's loads and runs.
 
-Exporting a program empties the process's jit caches (`jax.clear_caches`, before and after, so
-that no program traced in one mode is reused in the other): nothing for a command's own
-process, but `main()` called from a Python session recompiles that session's programs after a
-first export (the test suite sets `JAXCTBN_EXPORTED_PROGRAMS=off` for its in-process calls).
+**Less compile effort for the panel fit.** With an empty cache, XLA's compilation of the fit's
+and the intervals' programs is most of `fit`'s first call. They are compiled with less
+optimisation (`compiler_options`; `JAXCTBN_COMPILE_EFFORT=full` for XLA's defaults), which
+changes their results in the last bits only.
+
+Programs are traced for export with the checks' mode in JAX's trace context
+(`_errors.mode_in_trace_context`), so that no function traced in one mode is reused in the
+other. Where JAX's private names for that differ, exporting a program empties the process's jit
+caches instead (`jax.clear_caches`, before and after), and `main()` called from a Python
+session recompiles that session's programs after a first export (the test suite sets
+`JAXCTBN_EXPORTED_PROGRAMS=off` for its in-process calls).
 """
 
 from __future__ import annotations
@@ -213,13 +220,17 @@ def _export(fn: Callable, leaves, in_tree, static) -> tuple[Any, Any, bool]:
         return jnp.any(jnp.stack(failed)) if failed else jnp.zeros((), bool), out_leaves
 
     # programs traced before with callbacks (or after, with checkify's checks) must not be
-    # reused in the other mode: the jit caches are emptied on both sides
-    jax.clear_caches()
+    # reused in the other mode: the mode is part of JAX's trace context, else the jit caches
+    # are emptied on both sides
+    keyed = _errors.mode_in_trace_context()
+    if not keyed:
+        jax.clear_caches()
     try:
         with _errors.checks_as_values(), _batched_loops_without_checks():
             exported = export.export(jax.jit(program))(*leaves)
     finally:
-        jax.clear_caches()
+        if not keyed:
+            jax.clear_caches()
     lapack = re.search(r'custom_call\s*@"?lapack_', exported.mlir_module()) is not None
     return exported, structure["template"], lapack
 
@@ -284,7 +295,7 @@ def _program(name: str, fn: Callable, args: tuple) -> tuple[Any, Any, bool, list
     ahead = _AHEAD.pop(path, None)
     loaded = ahead[0] if ahead is not None else pending[0] if pending is not None else _load(path)
     if loaded is None:
-        _wait_for_programs_loaded_ahead()  # exporting empties the jit caches: not meanwhile
+        _wait_for_programs_loaded_ahead()  # (if exporting empties the jit caches: not meanwhile)
         try:
             loaded = _export(fn, leaves, in_tree, static)
         except Exception:  # noqa: BLE001 (a program that does not export: the usual route)
@@ -350,25 +361,26 @@ def load_ahead(call: Callable[[], Any]) -> None:
     path, leaves, in_tree, static = _arguments(directory, name, args)
     loaded = _load(path)
     if loaded is not None:
-        _submit(path, loaded, leaves)
+        _submit(path, name, loaded, leaves)
         return
-    _wait_for_programs_loaded_ahead()  # exporting empties the jit caches: not meanwhile
+    _wait_for_programs_loaded_ahead()  # (if exporting empties the jit caches: not meanwhile)
     try:
         loaded = _export(fn, leaves, in_tree, static)
     except Exception:  # noqa: BLE001 (its own call takes the usual route)
         return
     _store(path, *loaded)
-    _PENDING[path] = (loaded, leaves)
+    _PENDING[path] = (name, loaded, leaves)
 
 
-def _submit(path: str, loaded, leaves) -> None:
-    """Compile the loaded program `loaded` for `leaves` on a second thread (`load_ahead`)."""
+def _submit(path: str, name: str, loaded, leaves) -> None:
+    """Compile the loaded program `loaded` (of `name`) for `leaves` on a second thread
+    (`load_ahead`)."""
     import concurrent.futures
 
     exported, _, lapack = loaded
 
     def compile_it():
-        return _compiled(exported, lapack, leaves)
+        return _compiled(name, exported, lapack, leaves)
 
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     _AHEAD[path] = (loaded, pool.submit(compile_it))
@@ -378,14 +390,79 @@ def _submit(path: str, loaded, leaves) -> None:
 def _start_pending() -> None:
     """Start compiling the programs `load_ahead` exported (`_PENDING`) on the second thread."""
     while _PENDING:
-        path, (loaded, leaves) = _PENDING.popitem()
-        _submit(path, loaded, leaves)
+        path, (name, loaded, leaves) = _PENDING.popitem()
+        _submit(path, name, loaded, leaves)
 
 
-def _compiled(exported, lapack: bool, leaves):
-    """`exported` compiled for `leaves` (from the compilation cache when it is there). Every
-    route compiles it this one way (a program lowered by another way would have another cache
-    key): called now, ahead on a second thread, or read for its memory first."""
+#: XLA's CPU options for a program that runs once on a small data set (`rate_uncertainty`):
+#: no LLVM optimisation and the classic fusion code generator. Compiled alone, the panel
+#: intervals' program compiles in 2.1-4.2 s instead of 4.8-8.3 s (psor, cav, cav ~ sex) and
+#: runs in 0.04-0.8 s instead of 0.02-0.2 s.
+_RUNS_ONCE = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0}
+#: ... for an EM fit's program (`fit_rates`, SQUAREM or EM): LLVM's first optimisation level
+#: and the classic fusion code generator: compiled in 2.2 s instead of 3.0-3.5 s (psor, cav),
+#: and run as fast. (Level 0 makes an iterated fit up to 5x slower.)
+_ITERATES = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1}
+#: ... for a gradient fit's program (`fit_rates_gradient`, L-BFGS): LLVM's first optimisation
+#: level, with the fusion emitters (without them, its program compiles more slowly): 5.8-6.5
+#: s instead of 6.3 s (cav ~ sex), and runs as fast.
+_ITERATES_WITH_GRADIENTS = {"xla_backend_optimization_level": 1}
+#: the options by program name (`run_program`'s); other programs take XLA's defaults
+_OPTIONS_BY_NAME = {
+    "rate_uncertainty": _RUNS_ONCE,
+    "fit_rates": _ITERATES,
+    "fit_rates_gradient": _ITERATES_WITH_GRADIENTS,
+}
+#: the most array elements (all arguments together) for which a program that runs once takes
+#: `_RUNS_ONCE`: its running time grows with the data and its compile time does not (cav ~ sex
+#: repeated 8 times, 166,437 elements: the intervals compile in 9.6 s instead of 15.8 s and run
+#: in 1.2 s instead of 0.4 s)
+_RUNS_ONCE_MAX_ELEMENTS = 400_000
+#: set when this XLA refuses an option (another jaxlib): XLA's defaults from then on
+_OPTIONS_REFUSED = threading.Event()
+
+
+def compile_effort() -> str:
+    """`JAXCTBN_COMPILE_EFFORT`: `"low"` (unset or empty: the default, `compiler_options`) or
+    `"full"` (XLA's defaults for every program). Raises a one-line `ValueError` for any other
+    value (the command checks it before it starts)."""
+    effort = os.environ.get("JAXCTBN_COMPILE_EFFORT", "").strip().lower() or "low"
+    if effort not in ("low", "full"):
+        raise ValueError(
+            "JAXCTBN_COMPILE_EFFORT: 'low' (the default: less XLA optimisation for the panel "
+            f"fit's programs) or 'full' (XLA's defaults), not {effort!r}."
+        )
+    return effort
+
+
+def compiler_options(name: str, leaves) -> dict[str, Any]:
+    """XLA's options for the command line's program `name` on arguments `leaves`.
+
+    On the CPU, the panel fit's programs (`_OPTIONS_BY_NAME`), whose compilation is most of a
+    first call, are compiled with less optimisation: the intervals' program, which runs once,
+    with none while the data are small (`_RUNS_ONCE_MAX_ELEMENTS`), the fit's with LLVM's
+    first level. Other programs, other platforms, `JAXCTBN_COMPILE_EFFORT=full`, or an XLA that
+    does not know these options: `{}` (XLA's defaults). The options are part of the
+    compilation cache's key. Their results are those of XLA's defaults to rounding, not bit for
+    bit (floating-point operations grouped otherwise: a converged fit moves by about 1e-14
+    relative, or about 1e-10 where L-BFGS stops at its tolerance on another iterate; measured
+    in `benchmarks/cli/bench_first_fit.py`); `JAXCTBN_COMPILE_EFFORT=full` gives the library's
+    bits."""
+    import jax
+
+    if compile_effort() == "full" or _OPTIONS_REFUSED.is_set() or jax.default_backend() != "cpu":
+        return {}
+    options = _OPTIONS_BY_NAME.get(name, {})
+    if options is _RUNS_ONCE and sum(x.size for x in leaves) > _RUNS_ONCE_MAX_ELEMENTS:
+        return {}
+    return dict(options)
+
+
+def _compiled(name: str, exported, lapack: bool, leaves):
+    """`exported` (the program `name`) compiled for `leaves` (from the compilation cache when
+    it is there) with `compiler_options`. Every route compiles it this one way (a program
+    lowered by another way would have another cache key): called now, ahead on a second
+    thread, or read for its memory first."""
     import jax
 
     # lowered for the leaves' types alone: where an argument lives (an array a program
@@ -395,10 +472,26 @@ def _compiled(exported, lapack: bool, leaves):
         for x in leaves
     ]
     with _lapack_prepared_only_if(lapack):
-        return jax.jit(exported.call).lower(*types).compile()
+        lowered = jax.jit(exported.call).lower(*types)
+        options = compiler_options(name, leaves)
+        if not options:
+            return lowered.compile()
+        try:
+            return lowered.compile(compiler_options=options)
+        except Exception as error:  # (an XLA without these options: its defaults)
+            if "compile option" not in str(error):
+                raise
+            _OPTIONS_REFUSED.set()
+            return lowered.compile()
 
 
 def _wait_for_programs_loaded_ahead() -> None:
+    """Wait for the programs being compiled ahead, where exporting empties the jit caches (a
+    JAX without the checks' mode in its trace context: `_errors.mode_in_trace_context`)."""
+    from .. import _errors
+
+    if _errors.mode_in_trace_context():
+        return
     for _, future in list(_AHEAD.values()):
         with contextlib.suppress(Exception):  # (its own call reports any failure)
             future.result()
@@ -439,7 +532,7 @@ def call_exported(name: str, fn: Callable, *args) -> Any:
     try:
         compiled = _loaded_ahead(exported, leaves)
         if compiled is None:
-            compiled = _compiled(exported, lapack, leaves)
+            compiled = _compiled(name, exported, lapack, leaves)
         failed, out_leaves = compiled(*leaves)
     except Exception:  # noqa: BLE001 (a program this JAX set-up does not run: the usual route)
         if os.environ.get("JAXCTBN_DEBUG_EXPORT"):
@@ -474,7 +567,7 @@ def compiled_route(name: str, fn: Callable, *args) -> CompiledRoute | None:
         return None
     exported, template, lapack, leaves = program
     try:
-        compiled = _compiled(exported, lapack, leaves)
+        compiled = _compiled(name, exported, lapack, leaves)
     except Exception:  # noqa: BLE001 (a program this JAX set-up does not run: the usual route)
         if os.environ.get("JAXCTBN_DEBUG_EXPORT"):
             raise

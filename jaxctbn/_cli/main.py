@@ -565,6 +565,9 @@ def _main(argv) -> int:
     try:
         if kind is not None:
             _check_out(args.out, kind)
+        from .exported import compile_effort
+
+        compile_effort()  # (the environment's setting checked before any work)
     except ValueError as e:
         print(f"jaxctbn: error: {e}", file=sys.stderr)
         return 2

@@ -189,7 +189,7 @@ def fit_rates(
         # one generator per covariate class, or one per trajectory (`groups` None)
         groups = covariate_classes(groups, covariates, observations)
     fit, bad = run_program(
-        "fit_rates",
+        _program_name(method),
         _fit,
         model,
         observations,
@@ -208,13 +208,20 @@ def fit_rates(
     return fit
 
 
+def _program_name(method) -> str:
+    """The name of the fit's program (`run_program`'s): a gradient fit's is a program of
+    another kind, which the command line compiles with other options."""
+    return "fit_rates_gradient" if isinstance(method, GradientFit) else "fit_rates"
+
+
 def _polished(fit: RateFit, polish, observations, *arguments) -> RateFit:
     """`fit` continued by `polish` when it stopped unconverged (concrete values only): the
     better objective of the two, labelled with both methods."""
     if not is_concrete(fit.converged) or bool(fit.converged):
         return fit
     polish = tolerance_as_data(polish, jnp.result_type(*fit.model.cims))
-    second, bad = run_program("fit_rates", _fit, fit.model, observations, polish, *arguments)
+    name = _program_name(polish)
+    second, bad = run_program(name, _fit, fit.model, observations, polish, *arguments)
     second = check_possible(second, bad, observations)
     # (a likelihood fit: its objective and trace are arrays, never None)
     objective, objective_before = cast(Array, second.log_posterior), cast(Array, fit.log_posterior)

@@ -115,7 +115,10 @@ def test_fit_through_exported_programs_equals_the_usual_route(tmp_path, monkeypa
     """`jaxctbn fit` on panel data with the exported programs: the first call exports the fit's
     and the intervals' programs (the intervals' compiled on a second thread while the fit's
     compiles), the second loads them (no new file; the intervals' ahead, on a second thread)
-    and rebuilds a damaged one, and both write the bytes the usual route writes."""
+    and rebuilds a damaged one. Compiled with less optimisation (the default
+    `JAXCTBN_COMPILE_EFFORT`: the options of `exported._OPTIONS_BY_NAME`), both write the same
+    bytes, whose numbers are the usual route's to rounding; with `JAXCTBN_COMPILE_EFFORT=full`
+    (XLA's defaults) a call writes the usual route's bytes."""
     data, network = _panel_data(tmp_path)
     base = ["fit", "--network", str(network), "--data", str(data), "--observation", "panel"]
     usual = tmp_path / "usual.json"
@@ -134,6 +137,13 @@ def test_fit_through_exported_programs_equals_the_usual_route(tmp_path, monkeypa
         "_loaded_ahead",
         lambda *a: used_ahead.append(loaded_ahead(*a)) or used_ahead[-1],
     )
+    options = {}
+    compiler_options = exported.compiler_options
+    monkeypatch.setattr(
+        exported,
+        "compiler_options",
+        lambda name, leaves: options.setdefault(name, compiler_options(name, leaves)),
+    )
     outputs = []
     for call in range(2):
         used_ahead.clear()
@@ -149,7 +159,116 @@ def test_fit_through_exported_programs_equals_the_usual_route(tmp_path, monkeypa
             damaged.write_bytes(damaged.read_bytes()[:-10])  # cut: fails its checksum
     assert damaged.stat().st_mtime_ns != written[damaged]  # rebuilt
     assert files[1].stat().st_mtime_ns == written[files[1]]  # loaded as it was
-    assert outputs == [usual.read_bytes()] * 2
+    assert options == {
+        "fit_rates": exported._ITERATES,
+        "rate_uncertainty": exported._RUNS_ONCE,
+    }
+    assert outputs[0] == outputs[1]
+    _assert_numbers_close(json.loads(outputs[0]), json.loads(usual.read_bytes()), 1e-10)
+    monkeypatch.setenv("JAXCTBN_COMPILE_EFFORT", "full")
+    options.clear()
+    full = tmp_path / "full.json"
+    assert main([*base, "--out", str(full)]) == 0
+    assert options == {"fit_rates": {}, "rate_uncertainty": {}}
+    assert full.read_bytes() == usual.read_bytes()
+
+
+def _assert_numbers_close(got, expected, rtol: float, where: str = "") -> None:
+    """`got` and `expected` (parsed JSON) have the same structure, strings and flags, and their
+    numbers agree to `rtol` relative."""
+    assert type(got) is type(expected) or {type(got), type(expected)} == {int, float}, where
+    if isinstance(expected, dict):
+        assert got.keys() == expected.keys(), where
+        for key in expected:
+            _assert_numbers_close(got[key], expected[key], rtol, f"{where}/{key}")
+    elif isinstance(expected, list):
+        assert len(got) == len(expected), where
+        for i, (g, e) in enumerate(zip(got, expected)):
+            _assert_numbers_close(g, e, rtol, f"{where}[{i}]")
+    elif isinstance(expected, float):
+        assert got == pytest.approx(expected, rel=rtol, abs=0), where
+    else:
+        assert got == expected, where
+
+
+def test_compile_effort_chooses_xla_options_and_falls_back_to_its_defaults(
+    tmp_path, monkeypatch, shardy
+):
+    """The panel fit's programs take less optimisation on the CPU (the intervals' only while
+    the data are small), other programs and `JAXCTBN_COMPILE_EFFORT=full` XLA's defaults, a
+    misspelt setting a one-line error (exit 2, nothing written); an XLA that refuses an option
+    compiles with its defaults, with the results of the usual route."""
+    import equinox as eqx
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jaxctbn._cli import exported
+
+    small = [np.zeros((10, 4)), np.zeros(3)]
+    large = [np.zeros((exported._RUNS_ONCE_MAX_ELEMENTS + 1,))]
+    assert exported.compiler_options("rate_uncertainty", small) == exported._RUNS_ONCE
+    assert exported.compiler_options("rate_uncertainty", large) == {}
+    assert exported.compiler_options("fit_rates", large) == exported._ITERATES
+    assert exported.compiler_options("fit_rates_gradient", small) == (
+        exported._ITERATES_WITH_GRADIENTS
+    )
+    assert exported.compiler_options("learn_structure", small) == {}
+    monkeypatch.setenv("JAXCTBN_COMPILE_EFFORT", "full")
+    assert exported.compiler_options("fit_rates", small) == {}
+    monkeypatch.setenv("JAXCTBN_COMPILE_EFFORT", "fastest")
+    out = tmp_path / "out.json"
+    network = tmp_path / "net.json"
+    network.write_text(json.dumps(network_dict()))
+    args = ["moments", "--network", str(network), "--duration", "1.5", "--out", str(out)]
+    assert main(args) == 2
+    assert not out.exists()
+    monkeypatch.setenv("JAXCTBN_COMPILE_EFFORT", "low")
+
+    # an option this XLA does not know: its defaults, from then on
+    monkeypatch.setenv("JAXCTBN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("JAXCTBN_EXPORTED_PROGRAMS", "on")
+    monkeypatch.setitem(exported._OPTIONS_BY_NAME, "scaled", {"xla_no_such_option": True})
+    monkeypatch.setattr(exported, "_OPTIONS_REFUSED", type(exported._OPTIONS_REFUSED)())
+    fn = eqx.filter_jit(lambda x: jnp.cumsum(x) * 2.0)
+    x = jnp.arange(5.0)
+    assert bool(jnp.all(exported.call_exported("scaled", fn, x) == fn(x)))
+    assert len(list((tmp_path / "cache" / "exported").iterdir())) == 1  # not the usual route
+    assert exported._OPTIONS_REFUSED.is_set()
+    assert exported.compiler_options("fit_rates", small) == {}
+
+
+def test_exporting_reuses_no_trace_of_the_usual_route_and_empties_no_cache(
+    tmp_path, monkeypatch, shardy
+):
+    """A function traced the usual way (its check a host callback) and then exported is traced
+    again with its check as a value (the checks' mode is part of JAX's trace context), so it
+    exports, without emptying the jit caches; and the usual route traced after it still raises
+    the library's message."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    from jaxctbn import _errors
+    from jaxctbn._cli import exported
+
+    monkeypatch.setenv("JAXCTBN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("JAXCTBN_EXPORTED_PROGRAMS", "on")
+    cleared = []
+    monkeypatch.setattr(jax, "clear_caches", lambda: cleared.append(True))
+
+    @eqx.filter_jit
+    def checked(x):
+        return _errors.error_if(x * 3.0, x < 0, "x: must be >= 0.")
+
+    x = jnp.array([1.0, 2.0])
+    usual = checked(x)  # traced with the callback
+    assert _errors.mode_in_trace_context()
+    got = exported.call_exported("checked", checked, x)
+    assert bool(jnp.all(got == usual))
+    assert len(list(tmp_path.joinpath("exported").iterdir())) == 1  # exported, not the usual route
+    assert cleared == []
+    with pytest.raises(Exception, match="x: must be >= 0."):
+        checked(jnp.array([1.0, -1.0]))
 
 
 def test_an_exported_program_fails_as_the_usual_route_does(tmp_path, monkeypatch, shardy):
@@ -330,7 +449,7 @@ def test_a_program_compiles_to_one_cache_entry_wherever_its_arguments_live(shard
     counts, results = [], []
     for args in (leaves, list(computed), leaves):
         before = len(events)
-        results.append(exported._compiled(program, lapack, args)(*args))
+        results.append(exported._compiled("sum", program, lapack, args)(*args))
         counts.append(events[before:].count("/jax/compilation_cache/cache_hits"))
     assert counts == [0, 1, 1], counts  # compiled once, then found in the cache
     assert all(bool(jnp.all(r[1][0] == results[0][1][0])) for r in results)
