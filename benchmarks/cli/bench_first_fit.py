@@ -257,9 +257,12 @@ def main():
             f"{r['jaxctbn_second_s']:.2f} s | {r['second_over_msm']:.1f}× | "
             f"{r['jaxctbn_peak_rss_bytes'] / 2**20:.0f} MiB | "
             + (
-                f"{r['jaxctbn_first_full_effort_s']:.2f} s ({r['first_over_full_effort']:.2f}×) | "
-                f"{r['full_effort_largest_relative_difference']:.1e} "
-                f"(`{r['full_effort_largest_difference_at']}`) |"
+                f"{r['jaxctbn_first_full_effort_s']:.2f} s ({r['first_over_full_effort']:.2f}×) | "(
+                    f"{r['full_effort_largest_relative_difference']:.1e} "
+                    f"(`{r['full_effort_largest_difference_at']}`) |"
+                    if r["full_effort_largest_relative_difference"] > 0
+                    else "0 (bit for bit) |"
+                )
                 if "jaxctbn_first_full_effort_s" in r
                 else "— | — |"
             )
