@@ -472,6 +472,12 @@ def test_console_script_is_installed(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     glibc = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
     assert proc.stdout.split() == ["True" if glibc else "False", "False"], proc.stderr
+    # at 128 KiB, except for `fit` (mostly compilation on a first call): 32 MiB
+    from jaxctbn._cli.jax_setup import mmap_threshold_for
+
+    assert mmap_threshold_for(["learn", "--data", "x.csv"]) == 128 * 1024
+    assert mmap_threshold_for([]) == 128 * 1024
+    assert mmap_threshold_for(["fit", "--network", "n.json"]) == 32 * 2**20
     # and one OpenBLAS thread, set before numpy is imported (a user's setting kept)
     code = (
         "import os, sys; from jaxctbn._cli.jax_setup import use_one_blas_thread as f; "
