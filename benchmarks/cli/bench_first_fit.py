@@ -134,8 +134,17 @@ def main():
         default=5,
         help="runs of each kind (the medians count), and new data sets",
     )
+    ap.add_argument(
+        "--records",
+        help="write the results from the records a run printed (one JSON line each) to this "
+        "file, instead of running",
+    )
     ap.add_common(name="first_fit")
     args = ap.parse_args()
+    if args.records:
+        with open(args.records) as f:
+            rows = [json.loads(line) for line in f if line.startswith("{")]
+        return write(args, rows)
     if not os.path.isfile(os.path.join(DATA_DIR, "psor.csv")):
         subprocess.run(["Rscript", os.path.join(MSM_DIR, "export_data.R"), DATA_DIR], check=True)
     # what `pip install` leaves: compiled modules (where PYTHONDONTWRITEBYTECODE is set, each
@@ -219,6 +228,11 @@ def main():
         rec["subjects"], rec["rows"] = [s[0] for s in sizes], [s[1] for s in sizes]
         records.append(rec)
         print(json.dumps(rec), flush=True)
+    write(args, records)
+
+
+def write(args, records) -> None:
+    """`results/first_fit.{json,md}` of the records."""
     payload = {"environment": environment(), "records": records}
     lines = [
         "# The first `jaxctbn fit` of a data set, as a whole process, against msm's whole run",
@@ -255,19 +269,20 @@ def main():
             f"{max(r['jaxctbn_first_cache_entries_written'])} | {r['first_over_msm']:.1f}× | "
             f"{max(r['runs']['jaxctbn_first_s']):.2f} s | "
             f"{r['jaxctbn_second_s']:.2f} s | {r['second_over_msm']:.1f}× | "
-            f"{r['jaxctbn_peak_rss_bytes'] / 2**20:.0f} MiB | "
-            + (
-                f"{r['jaxctbn_first_full_effort_s']:.2f} s ({r['first_over_full_effort']:.2f}×) | "(
-                    f"{r['full_effort_largest_relative_difference']:.1e} "
-                    f"(`{r['full_effort_largest_difference_at']}`) |"
-                    if r["full_effort_largest_relative_difference"] > 0
-                    else "0 (bit for bit) |"
-                )
-                if "jaxctbn_first_full_effort_s" in r
-                else "— | — |"
-            )
+            f"{r['jaxctbn_peak_rss_bytes'] / 2**20:.0f} MiB | {defaults_cells(r)}"
         )
     write_results(args.name, payload, lines)
+
+
+def defaults_cells(r: dict) -> str:
+    """The row's cells of the first call with XLA's defaults and of the largest difference."""
+    if "jaxctbn_first_full_effort_s" not in r:
+        return "— | — |"
+    time = f"{r['jaxctbn_first_full_effort_s']:.2f} s ({r['first_over_full_effort']:.2f}×)"
+    difference = r["full_effort_largest_relative_difference"]
+    if difference == 0:
+        return f"{time} | 0 (bit for bit) |"
+    return f"{time} | {difference:.1e} (`{r['full_effort_largest_difference_at']}`) |"
 
 
 def largest_difference(a, b, where: str = "") -> tuple[float, str]:
