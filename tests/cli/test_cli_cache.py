@@ -308,6 +308,56 @@ def test_an_exported_program_fails_as_the_usual_route_does(tmp_path, monkeypatch
         call_exported("halvings", halvings, jnp.array([1.0, -2.0, 3.0]))
 
 
+def test_checks_are_carried_out_of_the_operations_that_hold_them_only(
+    tmp_path, monkeypatch, shardy
+):
+    """Exporting traces an operation with no check inside it (an inner `jit`, a loop) once,
+    passed through as it was traced; a check inside a loop is still carried out of it: the
+    exported program fails with the usual route's message and otherwise equals it."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import checkify
+
+    from jaxctbn import _errors
+    from jaxctbn._cli import exported
+    from jaxctbn._cli.exported import call_exported
+
+    monkeypatch.setenv("JAXCTBN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("JAXCTBN_EXPORTED_PROGRAMS", "on")
+
+    @jax.jit
+    def free(x):  # no check inside
+        return jax.lax.fori_loop(0, 3, lambda i, y: jnp.sin(y) * 2, x)
+
+    def step(total, v):  # a check inside the loop
+        return _errors.error_if(total + v, v < 0, "x: must be >= 0."), None
+
+    @eqx.filter_jit
+    def program(x):
+        total = jax.lax.scan(step, jnp.zeros((), x.dtype), x)[0]
+        return free(x), total  # (traced after the check: checkify would thread its error)
+
+    def jit_outputs(x):
+        with _errors.checks_as_values(), exported._checks_carried_only_where_they_are():
+            jaxpr = jax.make_jaxpr(checkify.checkify(program, errors=checkify.user_checks))(x)
+        inner = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "jit"][0].params["jaxpr"]
+        counts = {e.primitive.name: len(e.outvars) for e in inner.jaxpr.eqns}
+        return counts["jit"], counts["scan"]
+
+    x = jnp.array([1.0, 7.5, 1000.0])
+    # the check-free `jit` keeps its one output (checkify's own rule threads the loop's error
+    # through it: 3); the loop with a check carries the error's two values out
+    assert jit_outputs(x) == (1, 1 + 2)
+    expected = program(x)
+    got = call_exported("program", program, x)
+    assert all(bool(jnp.all(a == b)) for a, b in zip(got, expected))
+    with pytest.raises(Exception, match="x: must be >= 0.") as usual:
+        program(jnp.array([1.0, -2.0, 3.0]))
+    with pytest.raises(type(usual.value), match="x: must be >= 0."):
+        call_exported("program", program, jnp.array([1.0, -2.0, 3.0]))
+
+
 def test_lapack_is_prepared_only_for_programs_that_call_it(tmp_path, monkeypatch, shardy):
     """JAX prepares its CPU LAPACK kernels (importing scipy.linalg) before running any exported
     program: the file says whether the program calls LAPACK, a program that does not is run
