@@ -416,15 +416,14 @@ _RUNS_ONCE = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_le
 #: and the classic fusion code generator: compiled in 2.2 s instead of 3.0-3.5 s (psor, cav),
 #: and run as fast. (Level 0 makes an iterated fit up to 5x slower.)
 _ITERATES = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1}
-#: ... for a gradient fit's program (`fit_rates_gradient`, L-BFGS): LLVM's first optimisation
-#: level, with the fusion emitters (without them, its program compiles more slowly): 5.8-6.5
-#: s instead of 6.3 s (cav ~ sex), and runs as fast.
-_ITERATES_WITH_GRADIENTS = {"xla_backend_optimization_level": 1}
-#: the options by program name (`run_program`'s); other programs take XLA's defaults
+#: the options by program name (`run_program`'s); other programs take XLA's defaults. (A
+#: gradient fit's program, `fit_rates_gradient`, L-BFGS, keeps them: LLVM's first level saved
+#: no measurable time, paired whole processes on cav ~ sex 1.00x over 5 pairs, and moved the
+#: fit by 1e-10 where L-BFGS stops at its tolerance on another iterate; with XLA's defaults its
+#: rates, effects and log-likelihood are the library's bits.)
 _OPTIONS_BY_NAME = {
     "rate_uncertainty": _RUNS_ONCE,
     "fit_rates": _ITERATES,
-    "fit_rates_gradient": _ITERATES_WITH_GRADIENTS,
 }
 #: the most array elements (all arguments together) for which a program that runs once takes
 #: `_RUNS_ONCE`: its running time grows with the data and its compile time does not (cav ~ sex
@@ -454,13 +453,14 @@ def compiler_options(name: str, leaves) -> dict[str, Any]:
     On the CPU, the panel fit's programs (`_OPTIONS_BY_NAME`), whose compilation is most of a
     first call, are compiled with less optimisation: the intervals' program, which runs once,
     with none while the data are small (`_RUNS_ONCE_MAX_ELEMENTS`), the fit's with LLVM's
-    first level. Other programs, other platforms, `JAXCTBN_COMPILE_EFFORT=full`, or an XLA that
-    does not know these options: `{}` (XLA's defaults). The options are part of the
-    compilation cache's key. Their results are those of XLA's defaults to rounding, not bit for
-    bit (floating-point operations grouped otherwise: a converged fit moves by about 1e-14
-    relative, or about 1e-10 where L-BFGS stops at its tolerance on another iterate; measured
-    in `benchmarks/cli/bench_first_fit.py`); `JAXCTBN_COMPILE_EFFORT=full` gives the library's
-    bits."""
+    first level (an EM or SQUAREM fit's; an L-BFGS fit's takes XLA's defaults). Other
+    programs, other platforms, `JAXCTBN_COMPILE_EFFORT=full`, or an XLA that does not know
+    these options: `{}` (XLA's defaults). The options are part of the compilation cache's key.
+    Their results are those of XLA's defaults to rounding, not bit for bit (floating-point
+    operations grouped otherwise: a converged EM fit or an interval moves by about 1e-14
+    relative; the interval of a parameter the data do not identify, 1e-202 to 1e192, by about
+    1e-10; measured in `benchmarks/cli/bench_first_fit.py`); `JAXCTBN_COMPILE_EFFORT=full`
+    gives the library's bits."""
     import jax
 
     if compile_effort() == "full" or _OPTIONS_REFUSED.is_set() or jax.default_backend() != "cpu":
