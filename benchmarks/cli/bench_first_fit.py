@@ -19,7 +19,8 @@ compilation cache (`JAXCTBN_CACHE_DIR`) in four states:
 
 Cases: psor, cav, and cav with the recipient's sex as a covariate (msm `covariates = ~ sex`,
 jaxctbn `--covariates sex`). Each row is a median of `--runs` runs (the given data set with a
-fresh, empty cache each time; `--runs` new data sets, seeds 1, 2, ..., msm and jaxctbn on each).
+fresh, empty cache each time; `--runs` new data sets, seeds 1, 2, ..., msm and jaxctbn on each),
+msm and jaxctbn alternating run by run; the ratios are the medians of the runs' ratios.
 
 Run: `python benchmarks/cli/bench_first_fit.py [--runs 5]` (needs `Rscript` with msm: `apt-get
 install r-cran-msm`); writes `results/first_fit.{json,md}`.
@@ -188,10 +189,11 @@ def main():
 
         # the given data set: each run a fresh, empty cache, then a second call with it
         ours, script = files(d, "given")
-        msm_s = [msm_run(script) for _ in range(args.runs)]
-        first, second, full = [], [], []
+        msm_s, first, second, full = [], [], [], []
         for _ in range(args.runs):
-            # XLA's default compile effort alternating with the command's (each a fresh cache)
+            # msm's run, then XLA's default compile effort and the command's (each a fresh
+            # cache): side by side, run by run (the machine's speed drifts over minutes)
+            msm_s.append(msm_run(script))
             full.append(fit(ours, tempfile.mkdtemp(prefix="cache-", dir=work), "full"))
             cache = tempfile.mkdtemp(prefix="cache-", dir=work)  # fresh and empty
             first.append(fit(ours, cache))
@@ -246,7 +248,10 @@ def write(args, records) -> None:
         f"(each with a fresh cache), and {args.runs} new data sets of each kind (one run each, "
         "msm and jaxctbn on the same file, each jaxctbn run with the cache the given data set "
         "left, restored before each). `cache entries written`: the most any run wrote (0: "
-        "every program found); `slowest first call`: the run that compiled most. Targets: "
+        "every program found); `slowest first call`: the run that compiled most. `first / "
+        "msm`, `second / msm`: the median of the runs' ratios, each jaxctbn call against the "
+        "msm run on the same file just before it (msm, then jaxctbn, run by run: the "
+        "machine's speed drifts by a fifth over minutes). Targets: "
         "first call on a new data set ≤ 2× msm, with an empty cache ≤ 6×.",
         "",
         "The command compiles the panel fit's programs with less XLA optimisation "
@@ -300,7 +305,8 @@ def largest_difference(a, b, where: str = "") -> tuple[float, str]:
 
 
 def record(case, data, subject, cache, msm_s, first, second) -> dict:
-    """One row: medians of the runs, and the runs themselves."""
+    """One row: medians of the runs, the ratios to msm as the medians of the runs' ratios (each
+    jaxctbn call against the msm run just before it), and the runs themselves."""
     msm, ours, again = (
         median(msm_s),
         median(r["wall_s"] for r in first),
@@ -314,8 +320,9 @@ def record(case, data, subject, cache, msm_s, first, second) -> dict:
         "msm_whole_process_s": msm,
         "jaxctbn_first_s": ours,
         "jaxctbn_second_s": again,
-        "first_over_msm": ours / msm,
-        "second_over_msm": again / msm,
+        "first_over_msm": median(r["wall_s"] / m for r, m in zip(first, msm_s)),
+        "second_over_msm": median(r["wall_s"] / m for r, m in zip(second, msm_s)),
+        "first_over_msm_of_medians": ours / msm,
         "jaxctbn_first_cache_entries_written": [r["cache_entries_written"] for r in first],
         "jaxctbn_peak_rss_bytes": max(r["peak_rss_bytes"] for r in first),
         "minus2loglik": [r["minus2loglik"] for r in first],
