@@ -135,23 +135,22 @@ def _store(path: str, exported, template, lapack: bool) -> None:
         pass
 
 
-def _has_check(jaxpr, known: dict | None = None) -> bool:
+def _has_check(jaxpr, known: dict) -> bool:
     """Whether `jaxpr` (or any jaxpr inside it) holds a checkify check (`known`: the answers
-    found so far, by jaxpr identity)."""
+    found so far, by jaxpr identity, each with its jaxpr kept alive so that its id stays its
+    own)."""
     from jax._src import checkify as checkify_internals
     from jax._src import core
 
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    if known is not None and id(jaxpr) in known:
-        return known[id(jaxpr)][1]
-    found = any(
-        eqn.primitive is checkify_internals.check_p
-        or any(_has_check(sub, known) for sub in core.jaxprs_in_params(eqn.params))
-        for eqn in jaxpr.eqns
-    )
-    if known is not None:
-        known[id(jaxpr)] = (jaxpr, found)  # (the jaxpr kept alive: its id stays its own)
-    return found
+    if id(jaxpr) not in known:
+        found = any(
+            eqn.primitive is checkify_internals.check_p
+            or any(_has_check(sub, known) for sub in core.jaxprs_in_params(eqn.params))
+            for eqn in jaxpr.eqns
+        )
+        known[id(jaxpr)] = (jaxpr, found)
+    return known[id(jaxpr)][1]
 
 
 @contextlib.contextmanager

@@ -210,7 +210,8 @@ def fit_rates(
 
 def _program_name(method) -> str:
     """The name of the fit's program (`run_program`'s): a gradient fit's is a program of
-    another kind, which the command line compiles with other options."""
+    another kind, which the command line compiles with XLA's defaults where it compiles an EM
+    fit's with less optimisation."""
     return "fit_rates_gradient" if isinstance(method, GradientFit) else "fit_rates"
 
 
