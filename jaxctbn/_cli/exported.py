@@ -28,8 +28,9 @@ is run without that step; one that does is run as JAX runs it.
 
 **Loading ahead.** Loading a program's executable from the compilation cache is most of a
 warm call (XLA links its few hundred kernels, 0.3-0.45 s for the panel fit's). `load_ahead`
-starts loading a later program on a second thread, so that two load on two cores at once:
-`fit` loads its intervals' program while its fit's loads and runs.
+starts loading a program on a second thread, so that two load on two cores at once: `fit`
+loads its fit's and its intervals' programs before it runs either. With an empty cache, the
+fit's program compiles while the intervals' is traced.
 
 **Less compile effort for the panel fit.** With an empty cache, XLA's compilation of the fit's
 and the intervals' programs is most of `fit`'s first call. They are compiled with less
@@ -300,9 +301,8 @@ def _program(name: str, fn: Callable, args: tuple) -> tuple[Any, Any, bool, list
     path, leaves, in_tree, static = _arguments(directory, name, args)
     if any(isinstance(x, jax.core.Tracer) for x in leaves):  # inside a trace: part of that one
         return None
-    pending = _PENDING.pop(path, None)  # exported ahead, not compiled yet: compiled here
     ahead = _AHEAD.pop(path, None)
-    loaded = ahead[0] if ahead is not None else pending[0] if pending is not None else _load(path)
+    loaded = ahead[0] if ahead is not None else _load(path)
     if loaded is None:
         _wait_for_programs_loaded_ahead()  # (if exporting empties the jit caches: not meanwhile)
         try:
@@ -314,7 +314,6 @@ def _program(name: str, fn: Callable, args: tuple) -> tuple[Any, Any, bool, list
         _store(path, *loaded)
     if ahead is not None:
         _COMPILED_AHEAD[id(loaded[0])] = ahead[1]
-    _start_pending()  # (after this program's export)
     exported, template, lapack = loaded
     return exported, template, lapack, leaves
 
@@ -322,9 +321,6 @@ def _program(name: str, fn: Callable, args: tuple) -> tuple[Any, Any, bool, list
 #: programs being loaded ahead (`load_ahead`): file path -> (loaded file, Future of the
 #: compiled executable)
 _AHEAD: dict[str, Any] = {}
-#: programs exported by `load_ahead` whose compilation starts after the next program's export
-#: (`_start_pending`): file path -> (program name, loaded file, array leaves)
-_PENDING: dict[str, Any] = {}
 #: the executables of programs loaded ahead, by the loaded program's id, until it is called
 _COMPILED_AHEAD: dict[int, Any] = {}
 
@@ -333,22 +329,25 @@ class _Captured(Exception):
     """Raised by `load_ahead`'s runner to stop the call once its program's arguments are known."""
 
 
-def load_ahead(call: Callable[[], Any]) -> None:
+def load_ahead(call: Callable[[], Any], *, beside_tracing: bool = False) -> None:
     """Start loading the exported program that `call()` would run (through
     `jaxctbn._programs.run_program`) on a second thread, so that it is compiled from the cache
-    while this thread loads and runs the programs before it (a `fit`'s intervals while its fit
-    loads: XLA links the two executables' kernels on two cores at once). `call` is stopped as
+    while this thread goes on (a `fit` loads its intervals' program while its fit's loads and
+    runs: XLA links the two executables' kernels on two cores at once). `call` is stopped as
     soon as it reaches its program (its arguments checked, nothing computed) and may take
     stand-ins of the same structure, shapes and dtypes for values not known yet (the model
-    given to a fit for the fitted one). A program not exported yet is exported now (on this
-    thread), and compiled on the second thread once the next program run has been exported
-    (`_start_pending`): with an empty cache, the two compile on two cores at once. (Compiling
-    it as soon as it is exported, while the next program is traced, was faster on psor, 0.91x,
-    but slower on cav ~ sex, 1.08x, in paired runs: XLA's compilation uses both cores; and
-    where exporting empties the jit caches, `_errors.mode_in_trace_context`, no second thread
-    may compile meanwhile.) The later
-    call of the same program with arguments of the same structure and shapes uses it, and any
-    other call (or none) changes nothing."""
+    given to a fit for the fitted one). A program not exported yet is exported now, on this
+    thread, and compiled on the second thread at once; `beside_tracing`: this thread traces
+    another program meanwhile (with an empty cache), so XLA generates this one's code on one
+    thread (`compiler_options`). The later call of the same program with arguments of the
+    same structure and shapes uses it, and any other call (or none) changes nothing.
+
+    `fit` loads its fit's program first, beside tracing, then its intervals': with an empty
+    cache the fit's compiles on one core while the intervals' (the longer trace, 1.5-1.9 s on
+    psor) is traced on the other, and the intervals' compiles on both once traced. Paired
+    whole processes with an empty cache against the other order (the intervals' exported
+    first, then the fit's, then both compiled together on both cores): psor 0.93x (8 pairs),
+    cav 0.94x (6), cav ~ sex 0.92x (5), the same output bytes."""
     from .._programs import programs_run_by
 
     captured: list[tuple[str, Callable, tuple]] = []
@@ -372,19 +371,17 @@ def load_ahead(call: Callable[[], Any]) -> None:
     name, fn, args = captured[0]
     path, leaves, in_tree, static = _arguments(directory, name, args)
     loaded = _load(path)
-    if loaded is not None:
-        _submit(path, name, loaded, leaves)
-        return
-    _wait_for_programs_loaded_ahead()  # (if exporting empties the jit caches: not meanwhile)
-    try:
-        loaded = _export(fn, leaves, in_tree, static)
-    except Exception:  # noqa: BLE001 (its own call takes the usual route)
-        return
-    _store(path, *loaded)
-    _PENDING[path] = (name, loaded, leaves)
+    if loaded is None:
+        _wait_for_programs_loaded_ahead()  # (if exporting empties the jit caches: not meanwhile)
+        try:
+            loaded = _export(fn, leaves, in_tree, static)
+        except Exception:  # noqa: BLE001 (its own call takes the usual route)
+            return
+        _store(path, *loaded)
+    _submit(path, name, loaded, leaves, beside_tracing)
 
 
-def _submit(path: str, name: str, loaded, leaves) -> None:
+def _submit(path: str, name: str, loaded, leaves, beside_tracing: bool) -> None:
     """Compile the loaded program `loaded` (of `name`) for `leaves` on a second thread
     (`load_ahead`)."""
     import concurrent.futures
@@ -392,18 +389,11 @@ def _submit(path: str, name: str, loaded, leaves) -> None:
     exported, _, lapack = loaded
 
     def compile_it():
-        return _compiled(name, exported, lapack, leaves)
+        return _compiled(name, exported, lapack, leaves, beside_tracing=beside_tracing)
 
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     _AHEAD[path] = (loaded, pool.submit(compile_it))
     pool.shutdown(wait=False)
-
-
-def _start_pending() -> None:
-    """Start compiling the programs `load_ahead` exported (`_PENDING`) on the second thread."""
-    while _PENDING:
-        path, (name, loaded, leaves) = _PENDING.popitem()
-        _submit(path, name, loaded, leaves)
 
 
 #: XLA's CPU options for a program that runs once on a small data set (`rate_uncertainty`):
@@ -424,6 +414,13 @@ _OPTIONS_BY_NAME = {
     "rate_uncertainty": _RUNS_ONCE,
     "fit_rates": _ITERATES,
 }
+#: added to a program's options (`_OPTIONS_BY_NAME`) when it compiles beside the tracing of
+#: another (`load_ahead`): XLA generates its code on one thread (one LLVM module, not 32 on a
+#: thread pool), leaving the other core to the trace. psor's EM fit's program alone: 2.2-2.5 s
+#: instead of 1.5-1.8 s, but 1.1-1.3 cores instead of 1.6; paired whole processes with an
+#: empty cache, psor 0.91x (8 pairs) against the fit's compiled on both threads; run as fast.
+#: (A gradient fit's program, which keeps XLA's defaults: cav ~ sex 1.00x, 5 pairs; left so.)
+_ONE_CODEGEN_THREAD = {"xla_cpu_parallel_codegen_split_count": 1}
 #: the most array elements (all arguments together) for which a program that runs once takes
 #: `_RUNS_ONCE`: its running time grows with the data and its compile time does not (cav ~ sex
 #: repeated 8 times, 166,437 elements: the intervals compile in 9.6 s instead of 15.8 s and run
@@ -446,8 +443,9 @@ def compile_effort() -> str:
     return effort
 
 
-def compiler_options(name: str, leaves) -> dict[str, Any]:
-    """XLA's options for the command line's program `name` on arguments `leaves`.
+def compiler_options(name: str, leaves, *, beside_tracing: bool = False) -> dict[str, Any]:
+    """XLA's options for the command line's program `name` on arguments `leaves`
+    (`beside_tracing`: compiled while another program is traced, `load_ahead`).
 
     On the CPU, the panel fit's programs (`_OPTIONS_BY_NAME`), whose compilation is most of a
     first call, are compiled with less optimisation: the intervals' program, which runs once,
@@ -459,7 +457,9 @@ def compiler_options(name: str, leaves) -> dict[str, Any]:
     operations grouped otherwise: a converged EM fit or an interval moves by about 1e-14
     relative; the interval of a parameter the data do not identify, 1e-202 to 1e192, by about
     1e-10; measured in `benchmarks/cli/bench_first_fit.py`); `JAXCTBN_COMPILE_EFFORT=full`
-    gives the library's bits."""
+    gives the library's bits. Beside the tracing of another program, a program with these
+    options generates its code on one thread (`_ONE_CODEGEN_THREAD`: the same code, the same
+    bits)."""
     import jax
 
     if compile_effort() == "full" or _OPTIONS_REFUSED.is_set() or jax.default_backend() != "cpu":
@@ -467,14 +467,16 @@ def compiler_options(name: str, leaves) -> dict[str, Any]:
     options = _OPTIONS_BY_NAME.get(name, {})
     if options is _RUNS_ONCE and sum(x.size for x in leaves) > _RUNS_ONCE_MAX_ELEMENTS:
         return {}
+    if options and beside_tracing:
+        return options | _ONE_CODEGEN_THREAD
     return dict(options)
 
 
-def _compiled(name: str, exported, lapack: bool, leaves):
+def _compiled(name: str, exported, lapack: bool, leaves, *, beside_tracing: bool = False):
     """`exported` (the program `name`) compiled for `leaves` (from the compilation cache when
     it is there) with `compiler_options`. Every route compiles it this one way (a program
     lowered by another way would have another cache key): called now, ahead on a second
-    thread, or read for its memory first."""
+    thread (`beside_tracing` as `load_ahead` was given it), or read for its memory first."""
     import jax
 
     # lowered for the leaves' types alone: where an argument lives (an array a program
@@ -485,7 +487,7 @@ def _compiled(name: str, exported, lapack: bool, leaves):
     ]
     with _lapack_prepared_only_if(lapack):
         lowered = jax.jit(exported.call).lower(*types)
-        options = compiler_options(name, leaves)
+        options = compiler_options(name, leaves, beside_tracing=beside_tracing)
         if not options:
             return lowered.compile()
         try:

@@ -181,14 +181,21 @@ def _cmd_fit(args):
                 covariates = covariates.padded_for(observations)
         if note is not None:
             print(note, file=sys.stderr)
-        # the intervals' program loads while the fit's loads and runs (the start's rates and
-        # zero effects stand in for the fit's: the same structure, shapes and dtypes)
+        # the fit's program loads (or compiles, while the intervals' is traced), then the
+        # intervals' while the fit's loads and runs (the start's rates and zero effects stand
+        # in for the fit's: the same structure, shapes and dtypes)
         from .._panel.uncertainty import rate_uncertainty
         from .exported import load_ahead
 
         stand_in = None
         if covariates is not None:
             stand_in = [np.zeros((covariates.num_covariates, *np.shape(q))) for q in model.cims]
+        load_ahead(
+            lambda: fit_rates(
+                model, observations, method=method, prior=prior, covariates=covariates
+            ),
+            beside_tracing=True,
+        )
         load_ahead(
             lambda: rate_uncertainty(
                 model, observations, prior=prior, covariates=covariates, effects=stand_in

@@ -113,9 +113,9 @@ def shardy():
 
 def test_fit_through_exported_programs_equals_the_usual_route(tmp_path, monkeypatch, shardy):
     """`jaxctbn fit` on panel data with the exported programs: the first call exports the fit's
-    and the intervals' programs (the intervals' compiled on a second thread while the fit's
-    compiles), the second loads them (no new file; the intervals' ahead, on a second thread)
-    and rebuilds a damaged one. Compiled with less optimisation (the default
+    and the intervals' programs (the fit's compiled on a second thread, on one code-generating
+    thread, while the intervals' is traced), the second loads them (no new file; both ahead,
+    on second threads) and rebuilds a damaged one. Compiled with less optimisation (the default
     `JAXCTBN_COMPILE_EFFORT`: the options of `exported._OPTIONS_BY_NAME`), both write the same
     bytes, whose numbers are the usual route's to rounding; with `JAXCTBN_COMPILE_EFFORT=full`
     (XLA's defaults) a call writes the usual route's bytes."""
@@ -126,8 +126,8 @@ def test_fit_through_exported_programs_equals_the_usual_route(tmp_path, monkeypa
     cache = tmp_path / "cache"
     monkeypatch.setenv("JAXCTBN_CACHE_DIR", str(cache))
     monkeypatch.setenv("JAXCTBN_EXPORTED_PROGRAMS", "on")
-    # the intervals' program is compiled ahead (on a second thread, while the fit's compiles
-    # or loads) in both calls: exported ahead in the first, loaded in the second
+    # both programs are compiled ahead (on second threads) in both calls: exported ahead in
+    # the first, loaded in the second
     from jaxctbn._cli import exported
 
     used_ahead = []
@@ -142,7 +142,7 @@ def test_fit_through_exported_programs_equals_the_usual_route(tmp_path, monkeypa
     monkeypatch.setattr(
         exported,
         "compiler_options",
-        lambda name, leaves: options.setdefault(name, compiler_options(name, leaves)),
+        lambda name, leaves, **kw: options.setdefault(name, compiler_options(name, leaves, **kw)),
     )
     outputs = []
     for call in range(2):
@@ -150,7 +150,7 @@ def test_fit_through_exported_programs_equals_the_usual_route(tmp_path, monkeypa
         out = tmp_path / f"exported{call}.json"
         assert main([*base, "--out", str(out)]) == 0
         outputs.append(out.read_bytes())
-        assert [x is not None for x in used_ahead] == [False, True], (call, used_ahead)
+        assert [x is not None for x in used_ahead] == [True, True], (call, used_ahead)
         files = sorted((cache / "exported").iterdir())
         assert [f.name.split("-")[0] for f in files] == ["fit_rates", "rate_uncertainty"]
         if call == 0:
@@ -160,7 +160,7 @@ def test_fit_through_exported_programs_equals_the_usual_route(tmp_path, monkeypa
     assert damaged.stat().st_mtime_ns != written[damaged]  # rebuilt
     assert files[1].stat().st_mtime_ns == written[files[1]]  # loaded as it was
     assert options == {
-        "fit_rates": exported._ITERATES,
+        "fit_rates": exported._ITERATES | exported._ONE_CODEGEN_THREAD,
         "rate_uncertainty": exported._RUNS_ONCE,
     }
     assert outputs[0] == outputs[1]
@@ -209,6 +209,9 @@ def test_compile_effort_chooses_xla_options_and_falls_back_to_its_defaults(
     assert exported.compiler_options("rate_uncertainty", small) == exported._RUNS_ONCE
     assert exported.compiler_options("rate_uncertainty", large) == {}
     assert exported.compiler_options("fit_rates", large) == exported._ITERATES
+    beside = exported.compiler_options("fit_rates", small, beside_tracing=True)
+    assert beside == exported._ITERATES | exported._ONE_CODEGEN_THREAD
+    assert exported.compiler_options("fit_rates_gradient", small, beside_tracing=True) == {}
     assert exported.compiler_options("fit_rates_gradient", small) == {}  # (L-BFGS: its bits)
     assert exported.compiler_options("learn_structure", small) == {}
     monkeypatch.setenv("JAXCTBN_COMPILE_EFFORT", "full")
