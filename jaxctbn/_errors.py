@@ -51,12 +51,6 @@ def mode_in_trace_context() -> bool:
     return _MODE_STATE[0] is not False
 
 
-#: Whether a program traced for export takes a function's fast route alone, its condition
-#: checked (`fast_routes_checked`): a configuration state of JAX's like `_MODE_STATE` (None
-#: until first asked for, False where JAX's private names differ: then never)
-_FAST_ROUTE_STATE: list = [None]
-
-
 def _as_values() -> bool:
     state = _MODE_STATE[0]
     if state is None or state is False:
@@ -78,48 +72,6 @@ def checks_as_values():
         yield
     finally:
         _AS_VALUES[0] = previous
-
-
-def _fast_route_state():
-    if _FAST_ROUTE_STATE[0] is None:
-        try:
-            from jax._src import config as jax_config
-
-            _FAST_ROUTE_STATE[0] = jax_config.bool_state(
-                "jaxctbn_fast_routes_checked",
-                False,
-                help="jaxctbn: fast routes traced alone, their conditions checked (export).",
-                include_in_jit_key=True,
-                include_in_trace_context=True,
-            )
-        except Exception:  # noqa: BLE001 (another JAX: the general routes, as usual)
-            _FAST_ROUTE_STATE[0] = False
-    return _FAST_ROUTE_STATE[0]
-
-
-@contextlib.contextmanager
-def fast_routes_checked():
-    """Within (this thread, while checks are values: `checks_as_values`): a function that
-    chooses between a fast route for the usual case and a general one by a condition on its
-    values (`lax.cond`) may trace the fast route alone and check the condition instead
-    (`fast_route_checked`). The program then says that a check failed where the condition does
-    not hold, and its caller runs the general program: for a program whose general branch is
-    most of its size and rarely taken (the command line's panel intervals,
-    `jaxctbn._cli.exported`). Where JAX's private names differ, nothing changes (the general
-    routes are traced)."""
-    state = _fast_route_state()
-    if state is False:
-        yield
-        return
-    with state(True):
-        yield
-
-
-def fast_route_checked() -> bool:
-    """Whether the function being traced takes its fast route alone, with its condition as a
-    check (`fast_routes_checked`, while checks are values)."""
-    state = _FAST_ROUTE_STATE[0]
-    return state is not None and state is not False and bool(state.value) and _as_values()
 
 
 def error_if(x, pred, msg: str):

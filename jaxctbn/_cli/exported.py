@@ -32,11 +32,6 @@ starts loading a program on a second thread, so that two load on two cores at on
 loads its fit's and its intervals' programs before it runs either. With an empty cache, the
 fit's program compiles while the intervals' is traced.
 
-**Fast routes.** A program of `_FAST_ROUTES` (the panel intervals') is exported with its fast
-routes alone (`_errors.fast_routes_checked`: the gap tables' derivative by the shared series,
-without the branch for gaps it does not cover, which is most of the program), their
-conditions checks; where one fails, the general program is exported (or loaded) and run.
-
 **Less compile effort for the panel fit.** With an empty cache, XLA's compilation of the fit's
 and the intervals' programs is most of `fit`'s first call. They are compiled with less
 optimisation (`compiler_options`; `JAXCTBN_COMPILE_EFFORT=full` for XLA's defaults), which
@@ -79,10 +74,9 @@ def _enabled() -> str | None:
 _FLAGS = ("jax_enable_x64", "jax_use_shardy_partitioner")
 
 
-def _key(name: str, leaves, in_tree, static, fast: bool) -> str:
+def _key(name: str, leaves, in_tree, static) -> str:
     """The file name of `name`'s program for this structure, these shapes and dtypes, these
-    versions of jaxctbn, JAX and jaxlib, this platform and this float width (`fast`: its fast
-    routes alone, `_FAST_ROUTES`)."""
+    versions of jaxctbn, JAX and jaxlib, this platform and this float width."""
     import importlib.metadata
 
     import equinox as eqx
@@ -100,7 +94,6 @@ def _key(name: str, leaves, in_tree, static, fast: bool) -> str:
         f"tree={in_tree}",
         "leaves=" + ";".join(f"{x.dtype}{tuple(x.shape)}" for x in leaves),
         "static=" + eqx.tree_pformat(static, short_arrays=False),
-        *(["fast routes"] if fast else []),
     ]
     digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()
     plain = re.sub(r"[^A-Za-z0-9_.]+", "-", name).strip("-")  # "design --batch": design-batch
@@ -143,12 +136,76 @@ def _store(path: str, exported, template, lapack: bool) -> None:
         pass
 
 
-def _export(fn: Callable, leaves, in_tree, static, fast: bool) -> tuple[Any, Any, bool]:
+def _has_check(jaxpr, known: dict) -> bool:
+    """Whether `jaxpr` (or any jaxpr inside it) holds a checkify check (`known`: the answers
+    found so far, by jaxpr identity, each with its jaxpr kept alive so that its id stays its
+    own)."""
+    from jax._src import checkify as checkify_internals
+    from jax._src import core
+
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    if id(jaxpr) not in known:
+        found = any(
+            eqn.primitive is checkify_internals.check_p
+            or any(_has_check(sub, known) for sub in core.jaxprs_in_params(eqn.params))
+            for eqn in jaxpr.eqns
+        )
+        known[id(jaxpr)] = (jaxpr, found)
+    return known[id(jaxpr)][1]
+
+
+@contextlib.contextmanager
+def _checks_carried_only_where_they_are():
+    """Within: checkify passes an operation that holds jaxprs (a loop, a branch, an inner
+    `jit`, a custom derivative) through unchanged, bound as it was traced, when no check is
+    inside it, rather than tracing every operation inside it again to carry an error that
+    cannot arise there (with the user's checks only, as `_export` enables them, the program
+    computes the same values). Most of a program holds no check. psor's two programs with an
+    empty cache: checkify 0.57 s -> 0.12 s of the export; whole processes, paired: psor 0.92x
+    (8 pairs), cav ~ sex 0.93x (5), the same output bytes. A batched while loop (a `vmap` of a
+    loop, which checkify refuses) without a check is then exported too. (Private JAX names,
+    checked: where they differ, nothing changes, and a program with such a loop is not
+    exported.)"""
+    try:
+        from jax._src import checkify as checkify_internals
+        from jax._src import core
+
+        rules = checkify_internals.error_checks
+        usual = dict(rules)
+        core.jaxprs_in_params  # noqa: B018 (present)
+    except (ImportError, AttributeError):
+        yield
+        return
+    known: dict = {}
+
+    def passing(primitive, rule):
+        def checked(error, enabled_errors, *in_flat, **params):
+            jaxprs = list(core.jaxprs_in_params(params))
+            if not jaxprs or any(_has_check(j, known) for j in jaxprs):
+                return rule(error, enabled_errors, *in_flat, **params)
+            bind_params = primitive.get_bind_params(params)  # (as `core.eval_jaxpr` binds it)
+            subfuns = ()
+            if isinstance(bind_params, tuple):  # (an older JAX: its sub-functions apart)
+                subfuns, bind_params = bind_params
+            return error, primitive.bind(*subfuns, *in_flat, **bind_params)
+
+        return checked
+
+    for primitive, rule in usual.items():
+        if primitive is not checkify_internals.check_p:
+            rules[primitive] = passing(primitive, rule)
+    try:
+        yield
+    finally:
+        rules.clear()
+        rules.update(usual)
+
+
+def _export(fn: Callable, leaves, in_tree, static) -> tuple[Any, Any, bool]:
     """`fn`'s program traced with the checks as values and exported (it takes the array leaves
     of the arguments and returns `(any check failed, output array leaves)`), the output's
     template (the output with each array replaced by a zero-size numpy array of its dtype) and
-    whether its module calls LAPACK (names one of JAX's CPU kernels `lapack_...`). `fast`: with
-    its fast routes alone, their conditions checked (`_errors.fast_routes_checked`)."""
+    whether its module calls LAPACK (names one of JAX's CPU kernels `lapack_...`)."""
     import equinox as eqx
     import jax
     import jax.numpy as jnp
@@ -157,7 +214,6 @@ def _export(fn: Callable, leaves, in_tree, static, fast: bool) -> tuple[Any, Any
     from jax.experimental import checkify
 
     from .. import _errors
-    from .checks_carried import checks_carried_only_where_they_are
 
     structure: dict[str, Any] = {}
 
@@ -178,8 +234,7 @@ def _export(fn: Callable, leaves, in_tree, static, fast: bool) -> tuple[Any, Any
     if not keyed:
         jax.clear_caches()
     try:
-        fast_routes = _errors.fast_routes_checked() if fast else contextlib.nullcontext()
-        with _errors.checks_as_values(), fast_routes, checks_carried_only_where_they_are():
+        with _errors.checks_as_values(), _checks_carried_only_where_they_are():
             exported = export.export(jax.jit(program))(*leaves)
     finally:
         if not keyed:
@@ -224,31 +279,26 @@ def _lapack_prepared_only_if(lapack: bool):
         _SKIP_LAPACK.value = previous
 
 
-def _arguments(directory: str, name: str, args: tuple, fast: bool):
-    """`(file path, array leaves, their tree, static part)` of `name`'s program for `args`
-    (`fast`: its fast routes alone)."""
+def _arguments(directory: str, name: str, args: tuple):
+    """`(file path, array leaves, their tree, static part)` of `name`'s program for `args`."""
     import equinox as eqx
     import jax
 
     dynamic, static = eqx.partition(args, eqx.is_array)
     leaves, in_tree = jax.tree_util.tree_flatten(dynamic)
-    path = os.path.join(directory, _key(name, leaves, in_tree, static, fast))
-    return path, leaves, in_tree, static
+    return os.path.join(directory, _key(name, leaves, in_tree, static)), leaves, in_tree, static
 
 
-def _program(
-    name: str, fn: Callable, args: tuple, fast: bool
-) -> tuple[Any, Any, bool, list] | None:
+def _program(name: str, fn: Callable, args: tuple) -> tuple[Any, Any, bool, list] | None:
     """`(exported program, output template, whether it calls LAPACK, array leaves of args)` of
-    `fn(*args)` for this structure of `args` (`fast`: with its fast routes alone), loaded or
-    exported and stored; None for the usual route (no cache directory, inside a trace, or a
-    program that does not export)."""
+    `fn(*args)` for this structure of `args`, loaded or exported and stored; None for the usual
+    route (no cache directory, inside a trace, or a program that does not export)."""
     import jax.core
 
     directory = _enabled()
     if directory is None:
         return None
-    path, leaves, in_tree, static = _arguments(directory, name, args, fast)
+    path, leaves, in_tree, static = _arguments(directory, name, args)
     if any(isinstance(x, jax.core.Tracer) for x in leaves):  # inside a trace: part of that one
         return None
     ahead = _AHEAD.pop(path, None)
@@ -256,7 +306,7 @@ def _program(
     if loaded is None:
         _wait_for_programs_loaded_ahead()  # (if exporting empties the jit caches: not meanwhile)
         try:
-            loaded = _export(fn, leaves, in_tree, static, fast)
+            loaded = _export(fn, leaves, in_tree, static)
         except Exception:  # noqa: BLE001 (a program that does not export: the usual route)
             if os.environ.get("JAXCTBN_DEBUG_EXPORT"):
                 raise
@@ -319,13 +369,12 @@ def load_ahead(call: Callable[[], Any], *, beside_tracing: bool = False) -> None
     if not captured:
         return
     name, fn, args = captured[0]
-    fast = name in _FAST_ROUTES
-    path, leaves, in_tree, static = _arguments(directory, name, args, fast)
+    path, leaves, in_tree, static = _arguments(directory, name, args)
     loaded = _load(path)
     if loaded is None:
         _wait_for_programs_loaded_ahead()  # (if exporting empties the jit caches: not meanwhile)
         try:
-            loaded = _export(fn, leaves, in_tree, static, fast)
+            loaded = _export(fn, leaves, in_tree, static)
         except Exception:  # noqa: BLE001 (its own call takes the usual route)
             return
         _store(path, *loaded)
@@ -365,15 +414,6 @@ _OPTIONS_BY_NAME = {
     "rate_uncertainty": _RUNS_ONCE,
     "fit_rates": _ITERATES,
 }
-#: the programs exported with their fast routes alone, their conditions checked
-#: (`_errors.fast_routes_checked`), and where one fails exported again with the general
-#: routes: the panel intervals' program, which runs once, at the fit. Its gap tables' second
-#: derivative then holds the uniformisation series alone, not also the squared series of gaps
-#: it does not cover: psor's program is traced in 1.2 s instead of 2.4 s and compiles in 1.1 s
-#: instead of 1.8 s (the same output bytes on psor and cav). The fits' gap tables were covered
-#: in every data set measured (at most 4.8, 10.0 and 14.7 mean uniformised jumps on psor, cav
-#: and cav ~ sex, against 17).
-_FAST_ROUTES = frozenset({"rate_uncertainty"})
 #: added to a program's options (`_OPTIONS_BY_NAME`) when it compiles beside the tracing of
 #: another (`load_ahead`): XLA generates its code on one thread (one LLVM module, not 32 on a
 #: thread pool), leaving the other core to the trace. psor's EM fit's program alone: 2.2-2.5 s
@@ -499,25 +539,22 @@ def call_exported(name: str, fn: Callable, *args) -> Any:
     """`fn(*args)`, through the exported program of `fn` for the structure and shapes of `args`
     (see the module docstring); `name` names the program's file. Results and error messages are
     those of `fn(*args)`."""
-    # a program with its fast routes alone first (`_FAST_ROUTES`); where one of their
-    # conditions fails, the general program
-    for fast in (True, False) if name in _FAST_ROUTES else (False,):
-        program = _program(name, fn, args, fast)
-        if program is None:
-            return fn(*args)
-        exported, template, lapack, leaves = program
-        try:
-            compiled = _loaded_ahead(exported, leaves)
-            if compiled is None:
-                compiled = _compiled(name, exported, lapack, leaves)
-            failed, out_leaves = compiled(*leaves)
-        except Exception:  # noqa: BLE001 (a program this JAX set-up does not run: usual route)
-            if os.environ.get("JAXCTBN_DEBUG_EXPORT"):
-                raise
-            return fn(*args)
-        if not bool(failed):
-            return _result(template, out_leaves)
-    return fn(*args)  # a check failed: the usual route raises the library's own message
+    program = _program(name, fn, args)
+    if program is None:
+        return fn(*args)
+    exported, template, lapack, leaves = program
+    try:
+        compiled = _loaded_ahead(exported, leaves)
+        if compiled is None:
+            compiled = _compiled(name, exported, lapack, leaves)
+        failed, out_leaves = compiled(*leaves)
+    except Exception:  # noqa: BLE001 (a program this JAX set-up does not run: the usual route)
+        if os.environ.get("JAXCTBN_DEBUG_EXPORT"):
+            raise
+        return fn(*args)
+    if bool(failed):  # the usual route raises the library's own message
+        return fn(*args)
+    return _result(template, out_leaves)
 
 
 class CompiledRoute:
@@ -538,9 +575,8 @@ class CompiledRoute:
 
 def compiled_route(name: str, fn: Callable, *args) -> CompiledRoute | None:
     """The exported program of `fn(*args)` (as `call_exported` uses it) compiled for `args`, so
-    that its memory can be read before it runs (the general program); None for the usual
-    route."""
-    program = _program(name, fn, args, False)
+    that its memory can be read before it runs; None for the usual route."""
+    program = _program(name, fn, args)
     if program is None:
         return None
     exported, template, lapack, leaves = program

@@ -27,8 +27,6 @@ import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 from jaxtyping import Array
 
-from .._errors import error_if, fast_route_checked
-
 _MAX_SQUARINGS = 32
 
 # Higham (2005): the [13/13] Pade approximant is accurate to double precision for ||A||_1 <= 5.37
@@ -446,10 +444,7 @@ def gap_transition_matrices(generator: Array, gaps: Array) -> Array:
     7.6 ms one exponential each; of a 32-state one 4.6 ms and 14 ms against 188 ms and 1.2 s.
     Otherwise (a longer gap: `lax.cond` on the values) each gap's series is taken at a
     fraction $h/2^k$ of it and squared $k$ times (`_squared_series`); with fewer gaps than
-    `_SERIES_MIN_GAPS`, each gap has its own exponential. In a program exported with its fast
-    routes alone (`jaxctbn._errors.fast_routes_checked`), the derivative in $W$ is the series'
-    alone, and a gap it does not cover fails the program's check (its caller then runs the
-    general program)."""
+    `_SERIES_MIN_GAPS`, each gap has its own exponential."""
     return _gap_transition_values(generator, gaps)
 
 
@@ -484,16 +479,9 @@ def _gap_transition_matrices_backward(residuals, cotangent):
     if gaps.shape[0] < _SERIES_MIN_GAPS:
         return each(generator), d_gaps
     shared = by_autodiff(_per_generator(_uniformised_series, generator))
-    covers = _series_covers(generator, gaps)
-    if fast_route_checked():  # (a program exported with the shared series alone: `_errors`)
-        d_generator = error_if(
-            shared(generator),
-            ~covers,
-            "gap tables: the shared series does not cover every gap (a program traced with "
-            "it alone: the general program runs instead).",
-        )
-        return d_generator, d_gaps
-    return jax.lax.cond(covers, shared, by_autodiff(_squared_series), generator), d_gaps
+    return jax.lax.cond(
+        _series_covers(generator, gaps), shared, by_autodiff(_squared_series), generator
+    ), d_gaps
 
 
 gap_transition_matrices.defvjp(_gap_transition_matrices_forward, _gap_transition_matrices_backward)

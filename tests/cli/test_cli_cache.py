@@ -321,7 +321,7 @@ def test_checks_are_carried_out_of_the_operations_that_hold_them_only(
     from jax.experimental import checkify
 
     from jaxctbn import _errors
-    from jaxctbn._cli.checks_carried import checks_carried_only_where_they_are
+    from jaxctbn._cli import exported
     from jaxctbn._cli.exported import call_exported
 
     monkeypatch.setenv("JAXCTBN_CACHE_DIR", str(tmp_path))
@@ -340,7 +340,7 @@ def test_checks_are_carried_out_of_the_operations_that_hold_them_only(
         return free(x), total  # (traced after the check: checkify would thread its error)
 
     def jit_outputs(x):
-        with _errors.checks_as_values(), checks_carried_only_where_they_are():
+        with _errors.checks_as_values(), exported._checks_carried_only_where_they_are():
             jaxpr = jax.make_jaxpr(checkify.checkify(program, errors=checkify.user_checks))(x)
         inner = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "jit"][0].params["jaxpr"]
         counts = {e.primitive.name: len(e.outvars) for e in inner.jaxpr.eqns}
@@ -492,7 +492,6 @@ def test_a_program_compiles_to_one_cache_entry_wherever_its_arguments_live(shard
         leaves,
         jax.tree_util.tree_structure((0, 0)),
         (None, None),
-        False,
     )
     # arrays a program computed, placed on a device (committed, as a fit's outputs are)
     computed = jax.device_put(jax.jit(lambda a, b: (a * 1.0, b * 1.0))(*leaves), jax.devices()[0])
@@ -505,51 +504,3 @@ def test_a_program_compiles_to_one_cache_entry_wherever_its_arguments_live(shard
         counts.append(events[before:].count("/jax/compilation_cache/cache_hits"))
     assert counts == [0, 1, 1], counts  # compiled once, then found in the cache
     assert all(bool(jnp.all(r[1][0] == results[0][1][0])) for r in results)
-
-
-def test_a_program_with_its_fast_routes_alone_falls_back_to_the_general_one(
-    tmp_path, monkeypatch, shardy
-):
-    """A program exported with its fast routes alone (`exported._FAST_ROUTES`: the gap tables'
-    derivative by the shared uniformisation series, without the branch of the squared series
-    for gaps it does not cover) is smaller; where the series does not cover the gaps, its check
-    fails and the general program, exported then, gives the values. Both equal the derivative
-    of dense exponentials, and the usual route after them still takes the general branch."""
-    import equinox as eqx
-    import jax
-    import jax.numpy as jnp
-
-    from jaxctbn._cli import exported
-    from jaxctbn._master_equation.dense_linalg import gap_transition_matrices
-
-    cache = tmp_path / "cache"
-    monkeypatch.setenv("JAXCTBN_CACHE_DIR", str(cache))
-    monkeypatch.setenv("JAXCTBN_EXPORTED_PROGRAMS", "on")
-    monkeypatch.setattr(exported, "_FAST_ROUTES", frozenset({"tables"}))
-
-    def log_likelihood(W, gaps, tables):
-        return jnp.sum(jnp.log(tables(W, gaps)))
-
-    fn = eqx.filter_jit(jax.grad(lambda W, gaps: log_likelihood(W, gaps, gap_transition_matrices)))
-    dense = jax.jit(
-        jax.grad(
-            lambda W, gaps: log_likelihood(
-                W, gaps, lambda W, g: jax.vmap(lambda h: jax.scipy.linalg.expm(h * W))(g)
-            )
-        )
-    )
-    W = jnp.array([[-1.0, 0.6, 0.4], [0.5, -0.5, 0.0], [0.2, 0.3, -0.5]])
-    # mean uniformised jumps (exit rate 1 times the gap) at most 10, then up to 300 (> 17)
-    for longest, files in ((10.0, 1), (300.0, 2)):
-        gaps = jnp.linspace(0.5, longest, 8)  # (8 gaps: the shared series' minimum)
-        got = exported.call_exported("tables", fn, W, gaps)
-        assert jnp.allclose(got, dense(W, gaps), rtol=1e-9, atol=0)
-        assert jnp.allclose(fn(W, gaps), dense(W, gaps), rtol=1e-9, atol=0)
-        assert len(list((cache / "exported").iterdir())) == files
-    fast, general = (
-        exported._load(exported._arguments(str(cache / "exported"), "tables", (W, gaps), f)[0])
-        for f in (True, False)
-    )
-    assert fast is not None and general is not None
-    cases = [p[0].mlir_module().count("stablehlo.case") for p in (fast, general)]
-    assert cases[0] < cases[1], cases
