@@ -418,7 +418,8 @@ _OPTIONS_BY_NAME = {
 #: another (`load_ahead`): XLA generates its code on one thread (one LLVM module, not 32 on a
 #: thread pool), leaving the other core to the trace. psor's EM fit's program alone: 2.2-2.5 s
 #: instead of 1.5-1.8 s, but 1.1-1.3 cores instead of 1.6; paired whole processes with an
-#: empty cache, psor 0.91x (8 pairs) against the fit's compiled on both threads; run as fast.
+#: empty cache against the fit's compiled on XLA's threads, psor 0.91x and 0.94x (two sets
+#: of 8 pairs), cav 0.98x (6); run as fast.
 #: (A gradient fit's program, which keeps XLA's defaults: cav ~ sex 1.00x, 5 pairs; left so.)
 _ONE_CODEGEN_THREAD = {"xla_cpu_parallel_codegen_split_count": 1}
 #: the most array elements (all arguments together) for which a program that runs once takes
