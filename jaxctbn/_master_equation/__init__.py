@@ -7,6 +7,7 @@ from .automatic_solver import AutomaticSolver as AutomaticSolver
 from .automatic_solver import resolve_solver as resolve_solver
 from .dense_linalg import expm as expm
 from .dense_linalg import expm_batched as expm_batched
+from .dense_linalg import gap_tables_twice_differentiated as gap_tables_twice_differentiated
 from .dense_linalg import gap_transition_matrices as gap_transition_matrices
 from .dense_linalg import matrix_vector as matrix_vector
 from .dense_linalg import short_sum as short_sum

@@ -50,7 +50,11 @@ from jaxtyping import Array, ArrayLike, Bool, Float
 
 from .._errors import error_if
 from .._learning.priors import GammaPrior
-from .._master_equation import AbstractMasterEquationSolver, solve_batched
+from .._master_equation import (
+    AbstractMasterEquationSolver,
+    gap_tables_twice_differentiated,
+    solve_batched,
+)
 from .._model.ctbn import CTBN
 from .._model.interventions import is_concrete
 from .._programs import run_program
@@ -271,20 +275,23 @@ def _uncertainty(
         rates = tuple(jnp.where(f, q, 0) for q, f in zip(rates, problem.free))
         return problem.objective(rates, None if masks is None else problem.effects_from(theta[P:]))
 
+    # the rows of the free parameters only (`rows`, static): the others are set to 0 below
+    num = theta0.shape[0]
+    index = np.arange(num, dtype=np.int32) if rows is None else np.asarray(rows, np.int32)
     # reverse over reverse: the filter's custom VJPs (small products, exponentials) have no
     # forward-mode rule
     # (`jax.jacrev` would apply the gradient's VJP to all P basis vectors at once, holding P
     # copies of its per-interval intermediates: 27 GB for 120 parameters on the pbcseq
     # visits; the VJP is taken once and applied to _HESSIAN_CHUNK of them at a time)
-    _, second = jax.vjp(jax.grad(objective), theta0)
-    # the rows of the free parameters only (`rows`, static): the others are set to 0 below
-    num = theta0.shape[0]
-    index = np.arange(num, dtype=np.int32) if rows is None else np.asarray(rows, np.int32)
-    computed = -jax.lax.map(
-        lambda v: second(v)[0],
-        jnp.eye(num, dtype=dtype)[index],
-        batch_size=max(1, min(_HESSIAN_CHUNK, len(index))),
-    )
+    # (the gap tables' derivative by one route, `gap_tables_twice_differentiated`: the same
+    # values, its own derivative traced once)
+    with gap_tables_twice_differentiated():
+        _, second = jax.vjp(jax.grad(objective), theta0)
+        computed = -jax.lax.map(
+            lambda v: second(v)[0],
+            jnp.eye(num, dtype=dtype)[index],
+            batch_size=max(1, min(_HESSIAN_CHUNK, len(index))),
+        )
     information = jnp.zeros((num, num), dtype).at[index].set(computed)
     information = (information + information.T) / 2
     information = jnp.where(free[:, None] & free[None, :], information, 0)
