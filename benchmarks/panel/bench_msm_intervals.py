@@ -51,7 +51,7 @@ CASES = [  # (name, msm formula, columns, pci cut times)
 ]
 CONTROL = {"fnscale": 4000, "reltol": 1e-12, "maxit": 100000}  # as bench_msm: to the optimum
 IDENTIFIED = 1e6  # an interval wider than this ratio (upper / lower): not identified
-REUSE = "--reuse-msm" in sys.argv
+REUSE = False  # --reuse-msm
 
 
 def msm(csv, formula, workdir, tag, pci=None):
@@ -269,5 +269,11 @@ def main():
 
 
 if __name__ == "__main__":
-    argument_parser(__doc__).parse_args()  # --help; no flags
+    parser = argument_parser(__doc__)
+    parser.add_argument(
+        "--reuse-msm",
+        action="store_true",
+        help="reuse msm's fits kept in benchmarks/msm/data/ while their spec is unchanged",
+    )
+    REUSE = parser.parse_args().reuse_msm
     main()

@@ -276,3 +276,25 @@ def test_rounded_shapes_change_no_fit(data):
     np.testing.assert_allclose(fit_rounded.log_likelihood, fit.log_likelihood, rtol=1e-12)
     for a, b in zip(fit_rounded.model.cims, fit.model.cims):
         np.testing.assert_allclose(a, b, rtol=1e-9)
+
+
+def test_gap_table_of_irregular_times_follows_the_buckets_slots_only():
+    """Irregular visit times (every interval a length of its own): the gap table of buckets
+    has at least a quarter of their interval slots' power of two (data sets of one design
+    share its shape class), that of a flat batch the power of two of its gaps (its padding to
+    the longest trajectory would double the table)."""
+    from jaxctbn._panel.gap_groups import gap_groups
+
+    lengths = [2, 3, 60, 2, 4, 3, 2, 5, 3, 2, 4, 3]
+    rng = np.random.default_rng(4)
+    times = [np.cumsum(rng.uniform(0.2, 2.0, size=m)) for m in lengths]
+    states = [rng.integers(0, 2, size=(m, 2)) for m in lengths]
+    flat = jc.panel.PanelObservations.from_sequences(times, states)
+    buckets = jc.panel.PanelBuckets.from_observations(flat, groups=[np.array([2]), np.array(
+        [i for i in range(len(lengths)) if i != 2])])  # fmt: skip
+    distinct = sum(m - 1 for m in lengths)  # every gap its own length
+    power = 1 << (distinct - 1).bit_length()
+    assert gap_groups(flat).gaps.shape[0] == power  # not 12 x 59 slots' 1024 / 4
+    slots = sum(b.times.shape[0] * (b.times.shape[1] - 1) for b in buckets.buckets)
+    assert gap_groups(buckets).gaps.shape[0] == max(power, (1 << (slots - 1).bit_length()) // 4)
+    # (the tables' padded rows repeat the last gap: the fits are equal, test_rounded_shapes_*)
