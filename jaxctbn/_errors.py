@@ -36,19 +36,31 @@ def mode_in_trace_context() -> bool:
     names, checked). Where it is, a function traced in one mode is never reused in the other,
     and exporting a program need not empty the jit caches (`jax.clear_caches`)."""
     if _MODE_STATE[0] is None:
-        try:
-            from jax._src import config as jax_config
-
-            _MODE_STATE[0] = jax_config.bool_state(
-                "jaxctbn_checks_as_values",
-                False,
-                help="jaxctbn: checks traced as checkify checks (a program traced for export).",
-                include_in_jit_key=True,
-                include_in_trace_context=True,
-            )
-        except Exception:  # noqa: BLE001 (another JAX: the jit caches are emptied instead)
-            _MODE_STATE[0] = False
+        state = registered_trace_state(
+            "jaxctbn_checks_as_values",
+            "jaxctbn: checks traced as checkify checks (a program traced for export).",
+        )
+        # (another JAX: the jit caches are emptied instead)
+        _MODE_STATE[0] = False if state is None else state
     return _MODE_STATE[0] is not False
+
+
+def registered_trace_state(name: str, help: str):
+    """A new boolean configuration state of JAX's, False by default: thread-local, set with
+    `with state(True):`, and part of the context JAX keys its trace and jit caches on, so that
+    a function traced under one value is never reused under the other (private JAX names,
+    checked). None where they differ, or where `name` is registered already. A state
+    registered after functions were compiled changes their key: each is traced and compiled
+    again on its next call (register at import where JAX is imported anyway; the checks' mode
+    is registered on first use, so that the command line's help imports no JAX)."""
+    try:
+        from jax._src import config as jax_config
+
+        return jax_config.bool_state(
+            name, False, help=help, include_in_jit_key=True, include_in_trace_context=True
+        )
+    except Exception:  # noqa: BLE001 (another JAX)
+        return None
 
 
 def _as_values() -> bool:

@@ -29,6 +29,8 @@ import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 from jaxtyping import Array
 
+from .._errors import registered_trace_state
+
 _MAX_SQUARINGS = 32
 
 # Higham (2005): the [13/13] Pade approximant is accurate to double precision for ||A||_1 <= 5.37
@@ -512,28 +514,14 @@ def _gap_transition_matrices_backward(residuals, cotangent):
 gap_transition_matrices.defvjp(_gap_transition_matrices_forward, _gap_transition_matrices_backward)
 
 
-def _registered_twice_state():
-    """Whether the gap tables' derivative rule is being traced to be differentiated again
-    (`gap_tables_twice_differentiated`): a configuration state of JAX's (thread-local, part of
-    the context JAX keys its trace and jit caches on), registered when this module is imported
-    (registered later, it would change that context under functions already compiled, which
-    would then be traced and compiled again on their next call); None where JAX's private names
-    differ (then the usual rule, the same values)."""
-    try:
-        from jax._src import config as jax_config
-
-        return jax_config.bool_state(
-            "jaxctbn_gap_tables_twice_differentiated",
-            False,
-            help="jaxctbn: the gap tables' derivative by one route (second derivatives).",
-            include_in_jit_key=True,
-            include_in_trace_context=True,
-        )
-    except Exception:  # noqa: BLE001 (another JAX, or registered already: the usual rule)
-        return None
-
-
-_TWICE_STATE = _registered_twice_state()
+#: Whether the gap tables' derivative rule is being traced to be differentiated again
+#: (`gap_tables_twice_differentiated`), registered when this module is imported (registered
+#: later, it would change the jit key of the functions compiled before it); None where JAX's
+#: private names differ (then the usual rule, the same values)
+_TWICE_STATE = registered_trace_state(
+    "jaxctbn_gap_tables_twice_differentiated",
+    "jaxctbn: the gap tables' derivative by one route (second derivatives).",
+)
 
 
 def _twice_differentiated() -> bool:
